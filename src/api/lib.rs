@@ -1,0 +1,1 @@
+//! Custom resource types of the gpucloud.io API group.

@@ -1,0 +1,1 @@
+//! Embedded Kubernetes API server for tests and the no-cluster sandbox.

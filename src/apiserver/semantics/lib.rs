@@ -1,0 +1,1 @@
+//! Kubernetes object semantics: structural schemas, defaulting, pruning, CEL rules and patch formats.

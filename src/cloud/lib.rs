@@ -1,0 +1,5 @@
+//! Typed client and route table of the Cloud GPU Compute Service API.
+
+pub mod routes;
+
+pub use routes::{Method, Operation, Retry, Source};

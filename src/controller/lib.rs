@@ -1,0 +1,1 @@
+//! Reconcilers for every gpucloud.io kind and their shared machinery.

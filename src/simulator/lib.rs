@@ -1,0 +1,1 @@
+//! In-memory simulator of the Cloud GPU Compute Service API.

@@ -1,0 +1,1 @@
+//! Logging, metrics and health endpoints of the operator.
