@@ -1,1 +1,48 @@
-//! Custom resource types of the gpucloud.io API group.
+//! Custom resource types of the `gpucloud.io` API group, version `v1alpha1`.
+//!
+//! The Rust types are the source of truth: the CRD YAML in `crds/` is generated from them
+//! (`gpucloud-operator crds`) and a test fails when the two differ.
+
+pub mod common;
+pub mod firewall;
+pub mod gpu_instance;
+pub mod image;
+pub mod snapshot;
+pub mod ssh_key;
+pub mod volume;
+
+pub use common::*;
+pub use firewall::{Firewall, FirewallSpec, FirewallStatus};
+pub use gpu_instance::{GpuInstance, GpuInstanceSpec, GpuInstanceStatus, PowerState, SecurityRule};
+pub use image::{Image, ImageSpec, ImageStatus};
+pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStatus};
+pub use ssh_key::{SshKey, SshKeySpec, SshKeyStatus};
+pub use volume::{Volume, VolumeSpec, VolumeStatus};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The API group of every kind.
+pub const GROUP: &str = "gpucloud.io";
+
+/// The CRDs of every kind, in a stable order.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        Firewall::crd(),
+        GpuInstance::crd(),
+        Image::crd(),
+        Snapshot::crd(),
+        SshKey::crd(),
+        Volume::crd(),
+    ]
+}
+
+/// The CRDs as one multi-document YAML stream, as written to `crds/`.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}

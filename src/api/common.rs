@@ -1,0 +1,178 @@
+//! Fields, references and status shared by every managed kind.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Annotation that adopts an existing cloud resource by its id instead of creating one.
+pub const EXTERNAL_ID_ANNOTATION: &str = "gpucloud.io/external-id";
+/// Annotation that, set to `"true"`, stops reconciling the object.
+pub const PAUSED_ANNOTATION: &str = "gpucloud.io/paused";
+/// Annotation on a GpuInstance whose every new value triggers one reboot.
+pub const RESTARTED_AT_ANNOTATION: &str = "gpucloud.io/restartedAt";
+/// Finalizer that holds a managed object until its cloud resource is deleted (or orphaned).
+pub const FINALIZER: &str = "gpucloud.io/cloud-resource";
+
+/// Condition types, following the kstatus convention read by Argo CD and Flux.
+pub mod condition_type {
+    pub const READY: &str = "Ready";
+    pub const RECONCILING: &str = "Reconciling";
+    pub const STALLED: &str = "Stalled";
+}
+
+/// What happens to the cloud resource when the Kubernetes object is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Delete the cloud resource, then release the object.
+    #[default]
+    Delete,
+    /// Release the object and leave the cloud resource (and its billing) in place.
+    Orphan,
+}
+
+/// Whether the operator may change the cloud resource.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ManagementPolicy {
+    /// Create, update and delete the cloud resource to match the spec.
+    #[default]
+    Manage,
+    /// Never change the cloud; only report what it holds. Needs an existing resource,
+    /// named by the `gpucloud.io/external-id` annotation.
+    ObserveOnly,
+}
+
+/// Settings every managed kind carries at the top of its spec.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedFields {
+    /// What happens to the cloud resource when this object is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+    /// Whether the operator may change the cloud resource or only observe it.
+    #[serde(default)]
+    pub management_policy: ManagementPolicy,
+    /// A Secret in this object's namespace holding the cloud API key, overriding the
+    /// operator-wide default. Secrets of other namespaces can never be used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretKeyRef>,
+}
+
+/// A key of a Secret in the referring object's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within the Secret.
+    #[serde(default = "default_api_key_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// The Secret key read when a reference names none.
+pub const DEFAULT_API_KEY_KEY: &str = "apiKey";
+
+fn default_api_key_key() -> String {
+    DEFAULT_API_KEY_KEY.to_string()
+}
+
+/// A reference to another object of this API group in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub struct LocalRef {
+    /// Name of the object, in the referring object's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// A key of a ConfigMap in the referring object's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ConfigMapKeyRef {
+    /// Name of the ConfigMap.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within the ConfigMap.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// Service tier of a cloud resource; some operations exist on the legacy tier only.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Tier {
+    #[default]
+    Advanced,
+    Legacy,
+}
+
+impl Tier {
+    /// The value the cloud API uses.
+    pub fn cloud_value(self) -> &'static str {
+        match self {
+            Tier::Advanced => "advanced",
+            Tier::Legacy => "legacy",
+        }
+    }
+}
+
+/// A create the operator has started and not yet seen finish. Written (version-checked)
+/// before the cloud call, so that after a lost response or a restart the operator looks
+/// for the resource by its cloud name instead of creating it again.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingCreate {
+    /// The deterministic name the resource is created under in the cloud.
+    pub cloud_name: String,
+    /// When the create was first attempted.
+    pub started_at: Time,
+}
+
+/// Status fields every managed kind reports.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudStatus {
+    /// The cloud's id of the resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
+    /// The name the resource carries in the cloud.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_name: Option<String>,
+    /// The cloud's own state string, as last observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// A create in flight; see `PendingCreate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_create: Option<PendingCreate>,
+    /// `Ready`, `Reconciling` and `Stalled`, as kstatus defines them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Conditions are a map-list keyed by `type`, so server-side apply merges them per type.
+fn conditions_schema(generator: &mut schemars::generate::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<Condition>>();
+    let object = schema.ensure_object();
+    object.insert("x-kubernetes-list-type".into(), "map".into());
+    object.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
+    schema
+}
+
+impl CloudStatus {
+    /// The condition of the given type, if set.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Whether `Ready` is `True` for the current generation.
+    pub fn is_ready(&self, generation: Option<i64>) -> bool {
+        self.condition(condition_type::READY).is_some_and(|c| {
+            c.status == "True" && (generation.is_none() || self.observed_generation == generation)
+        })
+    }
+}

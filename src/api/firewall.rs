@@ -1,0 +1,82 @@
+//! `Firewall`: network rules applied to a set of GpuInstances.
+
+use crate::common::{CloudStatus, LocalRef, ManagedFields};
+use crate::gpu_instance::SecurityRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A firewall in the Cloud GPU Compute Service.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpucloud.io",
+    version = "v1alpha1",
+    kind = "Firewall",
+    namespaced,
+    status = "FirewallStatus",
+    shortname = "gpufw",
+    category = "gpucloud",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Rules", type_ = "integer", json_path = ".status.ruleCount"),
+    printcolumn(
+        name = "Attached",
+        type_ = "integer",
+        json_path = ".status.attachedCount"
+    ),
+    printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".status.externalId",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"))]
+pub struct FirewallSpec {
+    #[serde(flatten)]
+    pub managed: ManagedFields,
+    /// Region code. Immutable; only instances of this region can be attached.
+    #[schemars(length(min = 1, max = 64))]
+    pub region: String,
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub description: String,
+    /// The rules, reconciled as a set: missing ones are added, extra ones removed.
+    #[serde(default)]
+    #[schemars(length(max = 128))]
+    pub rules: Vec<SecurityRule>,
+    /// `GpuInstance` objects in this namespace to attach the firewall to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub instance_refs: Vec<LocalRef>,
+    /// Also attach every `GpuInstance` in this namespace whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_selector: Option<LabelSelector>,
+}
+
+/// What the operator observed of a firewall.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FirewallStatus {
+    #[serde(flatten)]
+    pub cloud: CloudStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached_count: Option<i32>,
+    /// Cloud ids of the attached instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attached_instance_ids: Vec<String>,
+}

@@ -1,0 +1,250 @@
+//! `GpuInstance`: a rented GPU machine.
+
+use crate::common::{CloudStatus, ConfigMapKeyRef, LocalRef, ManagedFields, Tier};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A GPU machine in the Cloud GPU Compute Service.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpucloud.io",
+    version = "v1alpha1",
+    kind = "GpuInstance",
+    namespaced,
+    status = "GpuInstanceStatus",
+    shortname = "gpui",
+    category = "gpucloud",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "GPU", type_ = "string", json_path = ".status.specs.gpuType"),
+    printcolumn(name = "Count", type_ = "integer", json_path = ".status.specs.gpuCount"),
+    printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
+    printcolumn(name = "IP", type_ = "string", json_path = ".status.ipAddress"),
+    printcolumn(name = "Rate", type_ = "number", json_path = ".status.hourlyRate", priority = 1),
+    printcolumn(name = "ID", type_ = "string", json_path = ".status.externalId", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 63").message("metadata.name must be at most 63 characters for a GpuInstance"),
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("(has(self.osImage) ? 1 : 0) + (has(self.imageRef) ? 1 : 0) + (has(self.source) ? 1 : 0) == 1").message("exactly one of osImage, imageRef and source must be set"),
+    validation = Rule::new("!has(self.source) || (!has(self.gpuType) && !has(self.gpuCount))").message("gpuType and gpuCount are inherited from the snapshot when source is set; leave them out"),
+    validation = Rule::new("has(self.source) || has(self.gpuType)").message("gpuType is required unless the instance is restored from a snapshot"),
+    validation = Rule::new("!has(self.securityRules) || size(self.securityRules) == 0 || self.tier == 'Legacy'").message("securityRules are supported on the Legacy tier only").field_path(".securityRules"),
+    validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"),
+    validation = Rule::new("self.tier == oldSelf.tier").message("tier is immutable").field_path(".tier"),
+    validation = Rule::new("has(self.gpuType) == has(oldSelf.gpuType) && (!has(self.gpuType) || self.gpuType == oldSelf.gpuType)").message("gpuType is immutable").field_path(".gpuType"),
+    validation = Rule::new("has(self.gpuCount) == has(oldSelf.gpuCount) && (!has(self.gpuCount) || self.gpuCount == oldSelf.gpuCount)").message("gpuCount is immutable").field_path(".gpuCount"),
+    validation = Rule::new("has(self.osImage) == has(oldSelf.osImage) && (!has(self.osImage) || self.osImage == oldSelf.osImage)").message("osImage is immutable").field_path(".osImage"),
+    validation = Rule::new("has(self.imageRef) == has(oldSelf.imageRef) && (!has(self.imageRef) || self.imageRef == oldSelf.imageRef)").message("imageRef is immutable").field_path(".imageRef"),
+    validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("source is immutable").field_path(".source"),
+)]
+pub struct GpuInstanceSpec {
+    #[serde(flatten)]
+    pub managed: ManagedFields,
+
+    /// Region code, e.g. `us-east-1`. Immutable.
+    #[schemars(length(min = 1, max = 64))]
+    pub region: String,
+
+    /// GPU model from the cloud's catalog, e.g. `H100-80G`. Immutable. Inherited from the
+    /// snapshot when `source` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub gpu_type: Option<String>,
+
+    /// Number of GPUs. Immutable. Inherited from the snapshot when `source` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub gpu_count: Option<i32>,
+
+    /// OS image id from the cloud's catalog, e.g. `ubuntu-22.04-cuda-12`. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub os_image: Option<String>,
+
+    /// An `Image` in this namespace to boot from. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_ref: Option<LocalRef>,
+
+    /// Restore the instance from a snapshot instead of booting an image. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<InstanceSource>,
+
+    /// Service tier. Immutable.
+    #[serde(default)]
+    pub tier: Tier,
+
+    /// `SshKey` objects in this namespace whose keys are installed on the machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub ssh_key_refs: Vec<LocalRef>,
+
+    /// Script run at first boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_script: Option<StartupScript>,
+
+    /// Whether the machine gets a public IP address.
+    #[serde(default = "default_true")]
+    pub public_ip: bool,
+
+    /// Instance security rules (Legacy tier only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub security_rules: Vec<SecurityRule>,
+
+    /// Wanted power state.
+    #[serde(default)]
+    pub power_state: PowerState,
+
+    /// Refuse to create the machine when its hourly rate would exceed this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0001))]
+    pub max_hourly_rate: Option<f64>,
+
+    /// Name of a Secret (owned by this object) to receive host, port, user and, for a
+    /// generated SSH key, the private key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub connection_secret: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Where a restored instance comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSource {
+    /// A `Snapshot` in this namespace; the instance inherits its GPU type and specs.
+    pub snapshot_ref: LocalRef,
+}
+
+/// Startup script given inline or read from a ConfigMap.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.inline) != has(self.configMapRef)").message("set exactly one of inline and configMapRef"))]
+pub struct StartupScript {
+    /// The script's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub inline: Option<String>,
+    /// A ConfigMap key in this namespace holding the script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<ConfigMapKeyRef>,
+}
+
+/// Wanted power state of an instance.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PowerState {
+    #[default]
+    Running,
+    Stopped,
+    Hibernated,
+}
+
+/// Direction of a security or firewall rule.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Direction {
+    #[default]
+    Ingress,
+    Egress,
+}
+
+impl Direction {
+    /// The value the cloud API uses.
+    pub fn cloud_value(self) -> &'static str {
+        match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        }
+    }
+}
+
+/// IP family of a rule.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum EtherType {
+    #[default]
+    IPv4,
+    IPv6,
+}
+
+impl EtherType {
+    /// The value the cloud API uses.
+    pub fn cloud_value(self) -> &'static str {
+        match self {
+            EtherType::IPv4 => "IPv4",
+            EtherType::IPv6 => "IPv6",
+        }
+    }
+}
+
+/// A network rule: who may reach which ports. Shared by instance security rules and
+/// firewalls.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.portRangeMin <= self.portRangeMax").message("portRangeMin must not exceed portRangeMax").field_path(".portRangeMin"),
+    validation = Rule::new("self.etherType == 'IPv4' ? !self.remoteIpPrefix.contains(':') : self.remoteIpPrefix.contains(':')").message("remoteIpPrefix must be of the rule's etherType").field_path(".remoteIpPrefix"),
+)]
+pub struct SecurityRule {
+    #[serde(default)]
+    pub direction: Direction,
+    /// Protocol from the cloud's supported-protocols catalog, e.g. `tcp`.
+    #[schemars(length(min = 1, max = 16), regex(pattern = "^[a-z0-9]+$"))]
+    pub protocol: String,
+    #[serde(default)]
+    pub ether_type: EtherType,
+    /// Source (ingress) or destination (egress) network in CIDR notation.
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("isCIDR(self)").message("remoteIpPrefix must be a CIDR such as 203.0.113.0/24"))]
+    pub remote_ip_prefix: String,
+    #[schemars(range(min = 1, max = 65535))]
+    pub port_range_min: i32,
+    #[schemars(range(min = 1, max = 65535))]
+    pub port_range_max: i32,
+}
+
+/// What the operator observed of an instance.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInstanceStatus {
+    #[serde(flatten)]
+    pub cloud: CloudStatus,
+    /// Power state as the cloud reports it, e.g. `RUNNING`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    /// `assigned` or `unassigned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub specs: Option<InstanceSpecs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hourly_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+    /// `image`, `custom_image` or `snapshot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_source: Option<String>,
+    /// Cloud id of the snapshot the instance was restored from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_snapshot_id: Option<String>,
+    /// The `gpucloud.io/restartedAt` value whose reboot has been done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_at: Option<String>,
+}
+
+/// Hardware of an instance as the cloud reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSpecs {
+    pub gpu_type: String,
+    pub gpu_count: i32,
+    pub ram_gb: i32,
+    pub vcpus: i32,
+    pub storage_gb: i32,
+}

@@ -1,0 +1,63 @@
+//! `Image`: a custom image made from a snapshot, bootable by a GpuInstance.
+
+use crate::common::{CloudStatus, LocalRef, ManagedFields};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A custom image in the Cloud GPU Compute Service.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpucloud.io",
+    version = "v1alpha1",
+    kind = "Image",
+    namespaced,
+    status = "ImageStatus",
+    shortname = "gpuimg",
+    category = "gpucloud",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Snapshot",
+        type_ = "string",
+        json_path = ".spec.snapshotRef.name"
+    ),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".status.externalId",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.snapshotRef == oldSelf.snapshotRef").message("snapshotRef is immutable").field_path(".snapshotRef"))]
+pub struct ImageSpec {
+    #[serde(flatten)]
+    pub managed: ManagedFields,
+    /// The `Snapshot` in this namespace the image is made from.
+    pub snapshot_ref: LocalRef,
+}
+
+/// What the operator observed of an image.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageStatus {
+    #[serde(flatten)]
+    pub cloud: CloudStatus,
+    /// Cloud id of the snapshot the image was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+}

@@ -1,0 +1,84 @@
+//! `Snapshot`: a saved copy of an instance, restorable as a new instance.
+
+use crate::common::{CloudStatus, LocalRef, ManagedFields};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A snapshot in the Cloud GPU Compute Service.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpucloud.io",
+    version = "v1alpha1",
+    kind = "Snapshot",
+    namespaced,
+    status = "SnapshotStatus",
+    shortname = "gpus",
+    category = "gpucloud",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Instance",
+        type_ = "string",
+        json_path = ".spec.instanceRef.name"
+    ),
+    printcolumn(name = "Size", type_ = "integer", json_path = ".status.size"),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".status.externalId",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.instanceRef) != has(self.instanceId)").message("set exactly one of instanceRef and instanceId"),
+    validation = Rule::new("has(self.instanceRef) == has(oldSelf.instanceRef) && (!has(self.instanceRef) || self.instanceRef == oldSelf.instanceRef) && has(self.instanceId) == has(oldSelf.instanceId) && (!has(self.instanceId) || self.instanceId == oldSelf.instanceId)").message("the source instance is immutable"),
+    validation = Rule::new("self.description == oldSelf.description && self.labels == oldSelf.labels").message("description and labels are immutable; the cloud sets them at creation"),
+)]
+pub struct SnapshotSpec {
+    #[serde(flatten)]
+    pub managed: ManagedFields,
+    /// The `GpuInstance` in this namespace to snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_ref: Option<LocalRef>,
+    /// The cloud id of an instance not managed by this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub instance_id: Option<String>,
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub description: String,
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub labels: Vec<SnapshotLabel>,
+}
+
+/// A label string attached to the snapshot in the cloud.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct SnapshotLabel(#[schemars(length(min = 1, max = 63))] pub String);
+
+/// What the operator observed of a snapshot.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotStatus {
+    #[serde(flatten)]
+    pub cloud: CloudStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Cloud id of the snapshotted instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_instance_id: Option<String>,
+}

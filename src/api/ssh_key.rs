@@ -1,0 +1,74 @@
+//! `SshKey`: a public key registered with the cloud, imported or generated.
+
+use crate::common::{CloudStatus, ManagedFields};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// An SSH key in the Cloud GPU Compute Service.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpucloud.io",
+    version = "v1alpha1",
+    kind = "SshKey",
+    namespaced,
+    status = "SshKeyStatus",
+    shortname = "gpuk",
+    category = "gpucloud",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Generated", type_ = "boolean", json_path = ".status.generated"),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".status.externalId",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.publicKey) == has(oldSelf.publicKey) && (!has(self.publicKey) || self.publicKey == oldSelf.publicKey)").message("publicKey is immutable").field_path(".publicKey"),
+    validation = Rule::new("!has(self.publicKey) || !has(self.privateKeySecret)").message("privateKeySecret applies only to generated keys; leave it out when publicKey is given").field_path(".privateKeySecret"),
+)]
+pub struct SshKeySpec {
+    #[serde(flatten)]
+    pub managed: ManagedFields,
+
+    /// OpenSSH public key to import (`ssh-ed25519 AAAA... comment`). Leave it out to have the
+    /// cloud generate a key pair. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16384))]
+    #[x_kube(validation = Rule::new("self.matches('^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh.com) [A-Za-z0-9+/]+={0,3}( .*)?$')").message("publicKey must be an OpenSSH public key line such as 'ssh-ed25519 AAAA... user@host'"))]
+    pub public_key: Option<String>,
+
+    /// For a generated key: the Secret (owned by this object) that receives the private key.
+    /// Defaults to `<name>-ssh-key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub private_key_secret: Option<String>,
+}
+
+/// What the operator observed of an SSH key.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SshKeyStatus {
+    #[serde(flatten)]
+    pub cloud: CloudStatus,
+    /// Whether the cloud generated the pair (the private key is in `privateKeySecret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated: Option<bool>,
+    /// The public key the cloud holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// The Secret holding the generated private key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key_secret: Option<String>,
+}

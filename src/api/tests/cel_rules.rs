@@ -1,0 +1,230 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The CEL rules of the CRDs, evaluated client-side by kube's validator: each case is one
+//! admission decision a user will meet.
+
+use gpucloud_api::gpu_instance::{Direction, EtherType, InstanceSource, StartupScript};
+use gpucloud_api::*;
+use kube::core::cel::{validate_cel, validate_cel_update};
+
+fn instance() -> GpuInstance {
+    GpuInstance::new(
+        "train-1",
+        GpuInstanceSpec {
+            managed: ManagedFields::default(),
+            region: "us-east-1".into(),
+            gpu_type: Some("H100-80G".into()),
+            gpu_count: Some(1),
+            os_image: Some("ubuntu-22.04-cuda-12".into()),
+            image_ref: None,
+            source: None,
+            tier: Tier::Advanced,
+            ssh_key_refs: vec![],
+            startup_script: None,
+            public_ip: true,
+            security_rules: vec![],
+            power_state: PowerState::Running,
+            max_hourly_rate: None,
+            connection_secret: None,
+        },
+    )
+}
+
+fn rule(cidr: &str, min: i32, max: i32) -> SecurityRule {
+    SecurityRule {
+        direction: Direction::Ingress,
+        protocol: "tcp".into(),
+        ether_type: EtherType::IPv4,
+        remote_ip_prefix: cidr.into(),
+        port_range_min: min,
+        port_range_max: max,
+    }
+}
+
+fn rejected_with<T: kube::CustomResourceExt + serde::Serialize>(
+    obj: &T,
+    old: Option<&T>,
+    needle: &str,
+) {
+    let result = match old {
+        Some(old) => validate_cel_update(obj, old),
+        None => validate_cel(obj),
+    };
+    let err = result.expect_err("the rule should reject this object");
+    let text = format!("{err:?}");
+    assert!(text.contains(needle), "expected {needle:?} in {text}");
+}
+
+#[test]
+fn a_plain_instance_is_accepted_on_create_and_unchanged_update() {
+    let i = instance();
+    validate_cel(&i).unwrap();
+    validate_cel_update(&i, &i).unwrap();
+}
+
+#[test]
+fn exactly_one_boot_source() {
+    let mut i = instance();
+    i.spec.image_ref = Some(LocalRef { name: "img".into() });
+    rejected_with(&i, None, "exactly one of osImage, imageRef and source");
+    let mut i = instance();
+    i.spec.os_image = None;
+    rejected_with(&i, None, "exactly one of osImage, imageRef and source");
+}
+
+#[test]
+fn restore_inherits_gpu_type() {
+    let mut i = instance();
+    i.spec.os_image = None;
+    i.spec.source = Some(InstanceSource {
+        snapshot_ref: LocalRef { name: "s".into() },
+    });
+    rejected_with(&i, None, "inherited from the snapshot");
+    i.spec.gpu_type = None;
+    i.spec.gpu_count = None;
+    validate_cel(&i).unwrap();
+}
+
+#[test]
+fn immutable_instance_fields_say_so() {
+    let old = instance();
+    let mut new = old.clone();
+    new.spec.region = "eu-west-1".into();
+    rejected_with(&new, Some(&old), "region is immutable");
+    let mut new = old.clone();
+    new.spec.gpu_type = Some("A100-80G".into());
+    rejected_with(&new, Some(&old), "gpuType is immutable");
+    let mut new = old.clone();
+    new.spec.gpu_count = Some(2);
+    rejected_with(&new, Some(&old), "gpuCount is immutable");
+    let mut new = old.clone();
+    new.spec.tier = Tier::Legacy;
+    rejected_with(&new, Some(&old), "tier is immutable");
+    // Mutable fields pass.
+    let mut new = old.clone();
+    new.spec.power_state = PowerState::Stopped;
+    new.spec.public_ip = false;
+    validate_cel_update(&new, &old).unwrap();
+}
+
+#[test]
+fn security_rules_need_legacy_tier_a_cidr_and_ordered_ports() {
+    let mut i = instance();
+    i.spec.security_rules = vec![rule("10.0.0.0/8", 22, 22)];
+    rejected_with(&i, None, "Legacy tier only");
+    i.spec.tier = Tier::Legacy;
+    validate_cel(&i).unwrap();
+    i.spec.security_rules = vec![rule("10.0.0.0/33", 22, 22)];
+    rejected_with(&i, None, "must be a CIDR");
+    i.spec.security_rules = vec![rule("not-a-cidr", 22, 22)];
+    rejected_with(&i, None, "must be a CIDR");
+    i.spec.security_rules = vec![rule("10.0.0.0/8", 443, 80)];
+    rejected_with(&i, None, "portRangeMin must not exceed portRangeMax");
+    i.spec.security_rules = vec![rule("2001:db8::/32", 22, 22)];
+    rejected_with(&i, None, "etherType");
+}
+
+#[test]
+fn startup_script_is_inline_or_from_a_config_map() {
+    let mut i = instance();
+    i.spec.startup_script = Some(StartupScript {
+        inline: None,
+        config_map_ref: None,
+    });
+    rejected_with(&i, None, "exactly one of inline and configMapRef");
+}
+
+#[test]
+fn volumes_grow_but_never_shrink() {
+    let old = Volume::new(
+        "data",
+        VolumeSpec {
+            managed: ManagedFields::default(),
+            region: "us-east-1".into(),
+            size_gb: 100,
+            volume_type: "NVMe".into(),
+            tier: Tier::Advanced,
+            bootable: false,
+            instance_ref: None,
+            source: None,
+        },
+    );
+    let mut grown = old.clone();
+    grown.spec.size_gb = 200;
+    validate_cel_update(&grown, &old).unwrap();
+    let mut shrunk = old.clone();
+    shrunk.spec.size_gb = 50;
+    rejected_with(&shrunk, Some(&old), "cannot shrink");
+    let mut moved = old.clone();
+    moved.spec.instance_ref = Some(LocalRef {
+        name: "train-1".into(),
+    });
+    validate_cel_update(&moved, &old).unwrap();
+}
+
+#[test]
+fn snapshots_name_one_source_instance_that_never_changes() {
+    let spec = |r: Option<&str>, id: Option<&str>| SnapshotSpec {
+        managed: ManagedFields::default(),
+        instance_ref: r.map(|n| LocalRef { name: n.into() }),
+        instance_id: id.map(Into::into),
+        description: String::new(),
+        labels: vec![],
+    };
+    rejected_with(
+        &Snapshot::new("s", spec(Some("a"), Some("vm-1"))),
+        None,
+        "exactly one of instanceRef and instanceId",
+    );
+    rejected_with(
+        &Snapshot::new("s", spec(None, None)),
+        None,
+        "exactly one of instanceRef and instanceId",
+    );
+    let old = Snapshot::new("s", spec(Some("a"), None));
+    validate_cel(&old).unwrap();
+    rejected_with(
+        &Snapshot::new("s", spec(Some("b"), None)),
+        Some(&old),
+        "immutable",
+    );
+}
+
+#[test]
+fn ssh_keys_are_checked_for_openssh_format() {
+    let key = |k: &str| {
+        SshKey::new(
+            "k",
+            SshKeySpec {
+                managed: ManagedFields::default(),
+                public_key: Some(k.into()),
+                private_key_secret: None,
+            },
+        )
+    };
+    validate_cel(&key("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host")).unwrap();
+    rejected_with(&key("hello world"), None, "OpenSSH public key");
+    rejected_with(
+        &key("-----BEGIN OPENSSH PRIVATE KEY-----"),
+        None,
+        "OpenSSH public key",
+    );
+}
+
+#[test]
+fn firewall_region_is_immutable() {
+    let old = Firewall::new(
+        "fw",
+        FirewallSpec {
+            managed: ManagedFields::default(),
+            region: "us-east-1".into(),
+            description: String::new(),
+            rules: vec![rule("0.0.0.0/0", 22, 22)],
+            instance_refs: vec![],
+            instance_selector: None,
+        },
+    );
+    validate_cel(&old).unwrap();
+    let mut new = old.clone();
+    new.spec.region = "eu-west-1".into();
+    rejected_with(&new, Some(&old), "region is immutable");
+}

@@ -1,0 +1,105 @@
+//! `Volume`: block storage, attachable to a GpuInstance.
+
+use crate::common::{CloudStatus, LocalRef, ManagedFields, Tier};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A block-storage volume in the Cloud GPU Compute Service.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpucloud.io",
+    version = "v1alpha1",
+    kind = "Volume",
+    namespaced,
+    status = "VolumeStatus",
+    shortname = "gpuv",
+    category = "gpucloud",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Size", type_ = "integer", json_path = ".status.sizeGb"),
+    printcolumn(
+        name = "Instance",
+        type_ = "string",
+        json_path = ".spec.instanceRef.name"
+    ),
+    printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".status.externalId",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"),
+    validation = Rule::new("self.volumeType == oldSelf.volumeType").message("volumeType is immutable").field_path(".volumeType"),
+    validation = Rule::new("self.tier == oldSelf.tier").message("tier is immutable").field_path(".tier"),
+    validation = Rule::new("self.bootable == oldSelf.bootable").message("bootable is immutable").field_path(".bootable"),
+    validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("source is immutable").field_path(".source"),
+)]
+pub struct VolumeSpec {
+    #[serde(flatten)]
+    pub managed: ManagedFields,
+    /// Region code. Immutable; an attached instance must be in the same region.
+    #[schemars(length(min = 1, max = 64))]
+    pub region: String,
+    /// Size in GB. May grow (the volume is resized), never shrink.
+    #[schemars(range(min = 1, max = 65536))]
+    #[x_kube(validation = Rule::new("self >= oldSelf").message("sizeGb cannot shrink; volumes can only grow"))]
+    pub size_gb: i32,
+    /// Volume type from the cloud's catalog, e.g. `NVMe`. Immutable.
+    #[serde(default = "default_volume_type")]
+    #[schemars(length(min = 1, max = 32))]
+    pub volume_type: String,
+    #[serde(default)]
+    pub tier: Tier,
+    /// Whether the volume can boot an instance. Immutable.
+    #[serde(default)]
+    pub bootable: bool,
+    /// A `GpuInstance` in this namespace to attach to. Removing it detaches; changing it moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_ref: Option<LocalRef>,
+    /// Create the volume as a clone of another. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<VolumeSource>,
+}
+
+fn default_volume_type() -> String {
+    "NVMe".to_string()
+}
+
+/// Where a cloned volume comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSource {
+    /// A `Volume` in this namespace to clone.
+    pub volume_ref: LocalRef,
+}
+
+/// What the operator observed of a volume.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStatus {
+    #[serde(flatten)]
+    pub cloud: CloudStatus,
+    /// Cloud id of the instance the volume is attached to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached_instance_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_gb: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootable: Option<bool>,
+}
