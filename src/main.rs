@@ -16,6 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print the CustomResourceDefinitions of every kind as YAML (what `crds/` holds).
+    Crds,
     /// Print version information.
     Version,
 }
@@ -23,6 +25,10 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Crds => {
+            print!("{}", gpucloud_api::crds_yaml()?);
+            Ok(())
+        }
         Command::Version => {
             println!("gpucloud-operator {}", env!("CARGO_PKG_VERSION"));
             Ok(())
