@@ -1,1 +1,5 @@
-//! Reconcilers for every gpucloud.io kind and their shared machinery.
+//! Reconcilers for every gpucloud.io kind and the machinery they share.
+
+pub mod conditions;
+pub mod create;
+pub mod naming;

@@ -1,0 +1,261 @@
+//! kstatus conditions: the one place that decides what `Ready`, `Reconciling` and `Stalled`
+//! say for an outcome, so every kind reports the same way and Argo CD's and Flux's stock
+//! health checks read it correctly.
+//!
+//! kstatus treats `Reconciling` and `Stalled` as "abnormal-true": present only while true.
+//! `Ready` is always present once the operator has looked at the object.
+
+use gpucloud_api::condition_type::{READY, RECONCILING, STALLED};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// Condition reasons. One list for every kind, so the reasons in events, conditions and
+/// docs agree.
+pub mod reason {
+    pub const AVAILABLE: &str = "Available";
+    pub const CREATING: &str = "Creating";
+    pub const PROVISIONING: &str = "Provisioning";
+    pub const UPDATING: &str = "Updating";
+    pub const DELETING: &str = "Deleting";
+    pub const WAITING_FOR_CLOUD_LIST: &str = "WaitingForCloudList";
+    pub const WAITING_FOR_REFERENCE: &str = "WaitingForReference";
+    pub const WAITING_FOR_INSTANCE: &str = "WaitingForInstance";
+    pub const PAUSED: &str = "Paused";
+    pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
+    pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
+    pub const INSUFFICIENT_CREDIT: &str = "InsufficientCredit";
+    pub const PRICE_ABOVE_LIMIT: &str = "PriceAboveLimit";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const TIER_NOT_SUPPORTED: &str = "TierNotSupported";
+    pub const EXTERNAL_DELETED: &str = "ExternalDeleted";
+    pub const NOT_FOUND_IN_CLOUD: &str = "NotFoundInCloud";
+    pub const RATE_LIMITED: &str = "RateLimited";
+    pub const CLOUD_UNAVAILABLE: &str = "CloudUnavailable";
+}
+
+/// Where an object stands after a reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The cloud matches the spec.
+    Ready { reason: String, message: String },
+    /// Work is under way and will finish without a person acting.
+    Progressing { reason: String, message: String },
+    /// Nothing will change until a person acts (fixes the spec, the credentials, the credit).
+    Stalled { reason: String, message: String },
+}
+
+impl Outcome {
+    pub fn ready(reason: &str, message: impl Into<String>) -> Self {
+        Outcome::Ready {
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub fn progressing(reason: &str, message: impl Into<String>) -> Self {
+        Outcome::Progressing {
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub fn stalled(reason: &str, message: impl Into<String>) -> Self {
+        Outcome::Stalled {
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub fn reason(&self) -> &str {
+        match self {
+            Outcome::Ready { reason, .. }
+            | Outcome::Progressing { reason, .. }
+            | Outcome::Stalled { reason, .. } => reason,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Outcome::Ready { message, .. }
+            | Outcome::Progressing { message, .. }
+            | Outcome::Stalled { message, .. } => message,
+        }
+    }
+}
+
+/// Rewrites `conditions` to describe `outcome` for `generation`. A condition whose status does
+/// not change keeps its `lastTransitionTime`. Returns whether anything changed, so callers skip
+/// status writes that would say nothing new.
+pub fn apply(
+    conditions: &mut Vec<Condition>,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> bool {
+    let before = conditions.clone();
+    let (ready, reconciling, stalled) = match outcome {
+        Outcome::Ready { .. } => ("True", None, None),
+        Outcome::Progressing { .. } => ("False", Some("True"), None),
+        Outcome::Stalled { .. } => ("False", None, Some("True")),
+    };
+    set(conditions, READY, ready, outcome, generation, now);
+    match reconciling {
+        Some(status) => set(conditions, RECONCILING, status, outcome, generation, now),
+        None => conditions.retain(|c| c.type_ != RECONCILING),
+    }
+    match stalled {
+        Some(status) => set(conditions, STALLED, status, outcome, generation, now),
+        None => conditions.retain(|c| c.type_ != STALLED),
+    }
+    *conditions != before
+}
+
+fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let message = truncate(outcome.message(), MAX_MESSAGE_BYTES);
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => {
+            if existing.status != status {
+                existing.status = status.to_string();
+                existing.last_transition_time = Time(now);
+            }
+            existing.reason = outcome.reason().to_string();
+            existing.message = message;
+            existing.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: outcome.reason().to_string(),
+            message,
+            observed_generation: generation,
+            last_transition_time: Time(now),
+        }),
+    }
+}
+
+/// The apiserver caps a condition message at 32 KiB; cloud error texts are capped well below.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+fn truncate(message: &str, max: usize) -> String {
+    if message.len() <= max {
+        return message.to_string();
+    }
+    let mut end = max;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap()
+    }
+
+    fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+        conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    #[test]
+    fn progressing_then_ready_follows_kstatus() {
+        let mut conditions = Vec::new();
+        assert!(apply(
+            &mut conditions,
+            &Outcome::progressing(reason::CREATING, "creating"),
+            Some(1),
+            at(10)
+        ));
+        assert_eq!(find(&conditions, READY).unwrap().status, "False");
+        assert_eq!(find(&conditions, RECONCILING).unwrap().status, "True");
+        assert!(find(&conditions, STALLED).is_none());
+
+        assert!(apply(
+            &mut conditions,
+            &Outcome::ready(reason::AVAILABLE, "up"),
+            Some(1),
+            at(20)
+        ));
+        let ready = find(&conditions, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Available")
+        );
+        assert_eq!(ready.last_transition_time, Time(at(20)));
+        assert!(
+            find(&conditions, RECONCILING).is_none(),
+            "abnormal-true conditions go when false"
+        );
+    }
+
+    #[test]
+    fn stalled_sets_ready_false_and_drops_reconciling() {
+        let mut conditions = Vec::new();
+        apply(
+            &mut conditions,
+            &Outcome::progressing(reason::CREATING, "x"),
+            Some(2),
+            at(1),
+        );
+        apply(
+            &mut conditions,
+            &Outcome::stalled(reason::INSUFFICIENT_CREDIT, "balance 0"),
+            Some(2),
+            at(2),
+        );
+        assert_eq!(find(&conditions, STALLED).unwrap().status, "True");
+        assert_eq!(
+            find(&conditions, READY).unwrap().reason,
+            "InsufficientCredit"
+        );
+        assert!(find(&conditions, RECONCILING).is_none());
+        assert!(conditions.iter().all(|c| c.observed_generation == Some(2)));
+    }
+
+    #[test]
+    fn unchanged_status_keeps_transition_time_and_reports_no_change() {
+        let mut conditions = Vec::new();
+        let outcome = Outcome::ready(reason::AVAILABLE, "up");
+        apply(&mut conditions, &outcome, Some(1), at(5));
+        assert!(!apply(&mut conditions, &outcome, Some(1), at(50)));
+        assert_eq!(
+            find(&conditions, READY).unwrap().last_transition_time,
+            Time(at(5))
+        );
+        // A new message alone is a change, but not a transition.
+        assert!(apply(
+            &mut conditions,
+            &Outcome::ready(reason::AVAILABLE, "still up"),
+            Some(1),
+            at(60)
+        ));
+        assert_eq!(
+            find(&conditions, READY).unwrap().last_transition_time,
+            Time(at(5))
+        );
+    }
+
+    #[test]
+    fn long_messages_are_truncated_on_a_char_boundary() {
+        let long = "é".repeat(2000);
+        let mut conditions = Vec::new();
+        apply(
+            &mut conditions,
+            &Outcome::stalled(reason::INVALID_SPEC, long),
+            None,
+            at(1),
+        );
+        let message = &find(&conditions, STALLED).unwrap().message;
+        assert!(message.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8());
+        assert!(message.ends_with('…'));
+    }
+}

@@ -1,0 +1,174 @@
+//! The idempotent-create decision, shared by every kind that creates a billed resource.
+//!
+//! A create whose outcome is unknown (timeout, dropped connection, crash, a failed status
+//! write after the call) must never lead to a second billed resource. The protocol, described
+//! with its crash points in `docs/design.md`:
+//!
+//! 1. Before calling create, record `status.pendingCreate` (the cloud name and the time) with a
+//!    resourceVersion-checked status write. A stale cache or a second replica loses that write
+//!    with a conflict and so never reaches the create call.
+//! 2. While `pendingCreate` is set, look for the cloud name in the cloud's list first. Found:
+//!    adopt it. Not found: the create may still be on its way into the list (cloud lists lag
+//!    behind writes), so wait until the list has had `settle_window` to show it.
+//! 3. Only after that window, with the name still absent, is the create repeated (recording
+//!    the new attempt time first, again version-checked).
+//!
+//! This module is the pure decision; the reconcilers do the I/O around it.
+
+use k8s_openapi::jiff::Timestamp;
+use std::time::Duration;
+
+/// A cloud resource found under the object's cloud name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub id: String,
+    /// Creation time as the cloud reports it; orders duplicates.
+    pub created_at: Option<Timestamp>,
+}
+
+/// What the reconciler does next about creating the cloud resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateDecision {
+    /// The resource exists: record this id. `extra` lists other resources under the same
+    /// name (never expected; reported, not deleted).
+    Adopt { id: String, extra: Vec<String> },
+    /// No create has been recorded: write `pendingCreate` (version-checked), then create.
+    RecordIntentAndCreate,
+    /// A create was attempted recently and the list may not show it yet: look again later.
+    WaitForList { recheck_after: Duration },
+    /// A create was attempted long enough ago that the list would show it: it did not happen.
+    /// Record a new attempt time (version-checked), then create.
+    RetryCreate,
+}
+
+/// Decides the next create step from the pending intent (if any), the resources listed under
+/// the cloud name, the current time and how long the cloud's lists may lag behind writes.
+pub fn decide(
+    pending_since: Option<Timestamp>,
+    found: &[Found],
+    now: Timestamp,
+    settle_window: Duration,
+) -> CreateDecision {
+    if let Some(oldest) = oldest(found) {
+        let extra = found
+            .iter()
+            .filter(|f| f.id != oldest.id)
+            .map(|f| f.id.clone())
+            .collect();
+        return CreateDecision::Adopt {
+            id: oldest.id.clone(),
+            extra,
+        };
+    }
+    let Some(since) = pending_since else {
+        return CreateDecision::RecordIntentAndCreate;
+    };
+    let elapsed = now.duration_since(since);
+    // A clock that moved backwards, or an attempt "in the future", counts as just now.
+    let elapsed = Duration::try_from(elapsed).unwrap_or(Duration::ZERO);
+    if elapsed < settle_window {
+        CreateDecision::WaitForList {
+            recheck_after: (settle_window - elapsed).max(Duration::from_millis(100)),
+        }
+    } else {
+        CreateDecision::RetryCreate
+    }
+}
+
+fn oldest(found: &[Found]) -> Option<&Found> {
+    // `None` creation times sort last; ties broken by id, so every replica picks the same one.
+    found
+        .iter()
+        .min_by(|a, b| match (a.created_at, b.created_at) {
+            (Some(x), Some(y)) => x.cmp(&y).then_with(|| a.id.cmp(&b.id)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.id.cmp(&b.id),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(30);
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn found(id: &str, created: Option<i64>) -> Found {
+        Found {
+            id: id.into(),
+            created_at: created.map(at),
+        }
+    }
+
+    #[test]
+    fn first_create_records_intent() {
+        assert_eq!(
+            decide(None, &[], at(100), WINDOW),
+            CreateDecision::RecordIntentAndCreate
+        );
+    }
+
+    #[test]
+    fn a_listed_resource_is_adopted_whatever_the_intent() {
+        let listed = [found("vm-1", Some(5))];
+        for pending in [None, Some(at(99)), Some(at(1))] {
+            assert_eq!(
+                decide(pending, &listed, at(100), WINDOW),
+                CreateDecision::Adopt {
+                    id: "vm-1".into(),
+                    extra: vec![]
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_recent_unlisted_attempt_waits_for_the_list() {
+        assert_eq!(
+            decide(Some(at(90)), &[], at(100), WINDOW),
+            CreateDecision::WaitForList {
+                recheck_after: Duration::from_secs(20)
+            }
+        );
+    }
+
+    #[test]
+    fn an_old_unlisted_attempt_is_retried() {
+        assert_eq!(
+            decide(Some(at(60)), &[], at(100), WINDOW),
+            CreateDecision::RetryCreate
+        );
+        assert_eq!(
+            decide(Some(at(70)), &[], at(100), WINDOW),
+            CreateDecision::RetryCreate
+        );
+    }
+
+    #[test]
+    fn a_clock_going_backwards_never_triggers_a_retry() {
+        assert!(matches!(
+            decide(Some(at(200)), &[], at(100), WINDOW),
+            CreateDecision::WaitForList { .. }
+        ));
+    }
+
+    #[test]
+    fn duplicates_adopt_the_oldest_and_report_the_rest() {
+        let listed = [
+            found("vm-b", Some(20)),
+            found("vm-a", Some(10)),
+            found("vm-c", None),
+        ];
+        assert_eq!(
+            decide(None, &listed, at(100), WINDOW),
+            CreateDecision::Adopt {
+                id: "vm-a".into(),
+                extra: vec!["vm-b".into(), "vm-c".into()]
+            }
+        );
+    }
+}
