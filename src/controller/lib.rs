@@ -2,4 +2,8 @@
 
 pub mod conditions;
 pub mod create;
+pub mod error;
 pub mod naming;
+pub mod requeue;
+
+pub use error::{Category, Error};

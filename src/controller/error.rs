@@ -1,0 +1,187 @@
+//! Reconcile errors. Each carries a category that decides both the condition the object shows
+//! and how soon it is retried, so the two can never disagree.
+
+use crate::conditions::{Outcome, reason};
+use gpucloud_cloud::Error as CloudError;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cloud API: {0}")]
+    Cloud(#[from] CloudError),
+
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+
+    /// The credentials Secret, or its key, does not exist.
+    #[error("{0}")]
+    CredentialsMissing(String),
+
+    /// The spec asks for something the controller can tell is impossible without the cloud.
+    #[error("{0}")]
+    InvalidSpec(String),
+
+    /// A referenced object does not exist yet or is not ready.
+    #[error("waiting for {kind} {name:?}: {detail}")]
+    WaitingFor { kind: &'static str, name: String, detail: String },
+
+    /// The account's balance is below the configured floor.
+    #[error("balance {balance:.2} {currency} is below the configured floor {floor:.2}")]
+    InsufficientCredit { balance: f64, floor: f64, currency: String },
+
+    /// The instance would cost more per hour than `spec.maxHourlyRate` allows.
+    #[error("hourly rate {rate:.4} exceeds maxHourlyRate {limit:.4}")]
+    PriceAboveLimit { rate: f64, limit: f64 },
+
+    /// The object's status could not be encoded or decoded.
+    #[error("status serialization: {0}")]
+    Serialization(#[from] serde_json::Error),
+
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// How the controller treats a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// Will likely pass if tried again: back off and retry.
+    Transient,
+    /// Will fail until a person changes something: report `Stalled`, wait for a change.
+    Terminal,
+    /// Waiting on something that will happen by itself: report `Reconciling`, look again soon.
+    Waiting,
+}
+
+impl Error {
+    pub fn category(&self) -> Category {
+        match self {
+            Error::Cloud(e) => match e.class() {
+                gpucloud_cloud::ErrorClass::Transient => Category::Transient,
+                gpucloud_cloud::ErrorClass::Terminal => Category::Terminal,
+                // 404 and 409 answers that reach here were not expected by the reconciler:
+                // the cloud moved under it, so look again after a backoff.
+                gpucloud_cloud::ErrorClass::Semantic => Category::Transient,
+            },
+            // Conflicts and server errors from the API server pass with a fresh read.
+            Error::Kube(_) => Category::Transient,
+            Error::CredentialsMissing(_)
+            | Error::InvalidSpec(_)
+            | Error::InsufficientCredit { .. }
+            | Error::PriceAboveLimit { .. }
+            | Error::Serialization(_) => Category::Terminal,
+            Error::WaitingFor { .. } => Category::Waiting,
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.category(),
+                _ => Category::Transient,
+            },
+        }
+    }
+
+    /// The condition reason for this failure; one of `conditions::reason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Cloud(e) => match e {
+                CloudError::Unauthorized { .. } => reason::CREDENTIALS_INVALID,
+                CloudError::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
+                CloudError::Forbidden { code, .. }
+                    if code == gpucloud_cloud::model::error_code::TIER_NOT_SUPPORTED =>
+                {
+                    reason::TIER_NOT_SUPPORTED
+                }
+                CloudError::BadRequest { .. } | CloudError::Forbidden { .. } => reason::INVALID_SPEC,
+                CloudError::RateLimited { .. } => reason::RATE_LIMITED,
+                _ => reason::CLOUD_UNAVAILABLE,
+            },
+            Error::Kube(_) => reason::UPDATING,
+            Error::CredentialsMissing(_) => reason::CREDENTIALS_MISSING,
+            Error::InvalidSpec(_) | Error::Serialization(_) => reason::INVALID_SPEC,
+            Error::WaitingFor { .. } => reason::WAITING_FOR_REFERENCE,
+            Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
+            Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.reason(),
+                _ => reason::UPDATING,
+            },
+        }
+    }
+
+    /// The condition this failure puts on the object.
+    pub fn outcome(&self) -> Outcome {
+        let message = self.to_string();
+        match self.category() {
+            Category::Terminal => Outcome::stalled(self.reason(), message),
+            Category::Transient | Category::Waiting => Outcome::progressing(self.reason(), message),
+        }
+    }
+
+    /// The server's requested wait, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Cloud(e) => e.retry_after(),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.retry_after(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A short, stable label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Cloud(e) => e.metric_label(),
+            Error::Kube(_) => "kube",
+            Error::CredentialsMissing(_) => "credentials_missing",
+            Error::InvalidSpec(_) => "invalid_spec",
+            Error::WaitingFor { .. } => "waiting",
+            Error::InsufficientCredit { .. } => "insufficient_credit",
+            Error::PriceAboveLimit { .. } => "price_above_limit",
+            Error::Serialization(_) => "serialization",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucloud_cloud::Operation;
+
+    #[test]
+    fn categories_drive_conditions() {
+        let unauthorized = Error::Cloud(CloudError::Unauthorized {
+            operation: Operation::ListInstances,
+            code: "INVALID_API_KEY".into(),
+            message: "bad key".into(),
+        });
+        assert_eq!(unauthorized.category(), Category::Terminal);
+        assert!(matches!(unauthorized.outcome(), Outcome::Stalled { reason, .. } if reason == "CredentialsInvalid"));
+
+        let throttled = Error::Cloud(CloudError::RateLimited {
+            operation: Operation::ListInstances,
+            retry_after: Some(Duration::from_secs(3)),
+            message: "slow down".into(),
+        });
+        assert_eq!(throttled.category(), Category::Transient);
+        assert_eq!(throttled.retry_after(), Some(Duration::from_secs(3)));
+        assert!(matches!(throttled.outcome(), Outcome::Progressing { reason, .. } if reason == "RateLimited"));
+
+        let wrong_tier = Error::Cloud(CloudError::Forbidden {
+            operation: Operation::RestoreHibernatedInstance,
+            code: "TIER_NOT_SUPPORTED".into(),
+            message: "legacy only".into(),
+        });
+        assert_eq!(wrong_tier.reason(), "TierNotSupported");
+        assert_eq!(wrong_tier.category(), Category::Terminal);
+
+        let waiting = Error::WaitingFor { kind: "Snapshot", name: "s".into(), detail: "not Ready".into() };
+        assert!(matches!(waiting.outcome(), Outcome::Progressing { reason, .. } if reason == "WaitingForReference"));
+    }
+}
