@@ -1,0 +1,697 @@
+//! `x-kubernetes-validations`: CEL rules compiled with the schema and evaluated at the node that
+//! declares them, after apiextensions `pkg/apiserver/schema/cel`.
+//!
+//! The Kubernetes CEL libraries (strings, lists, regex, url, ip/cidr, quantity, sets, math,
+//! format) come from `kube-cel` on top of the `cel` interpreter.
+//!
+//! Cost: the interpreter has no cost accounting, so each evaluation is charged an estimate made
+//! before it runs: `size(self)` (the number of JSON nodes under the rule's node, at least 1)
+//! raised to the number of comprehension macros in the rule (at least 1). A rule whose estimate
+//! exceeds the apiserver's per-call limit (1,000,000) is not run and reported; once the
+//! estimates of one object's rules pass the apiserver's per-object budget (10,000,000) the
+//! remaining rules are not run, with the apiserver's message.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube_cel::KubeCelExt;
+use kube_cel::cel;
+use serde_json::Value;
+
+use super::Node;
+use super::errors::{FieldError, FieldErrorKind};
+
+/// `celconfig.PerCallLimit`.
+const PER_CALL_LIMIT: u64 = 1_000_000;
+/// `celconfig.RuntimeCELCostBudget`.
+const RUNTIME_COST_BUDGET: u64 = 10_000_000;
+/// Rules longer than this are rejected at compile time, bounding parse work.
+const MAX_RULE_LENGTH: usize = 16 * 1024;
+
+const MACROS: [&str; 5] = [".all(", ".exists(", ".exists_one(", ".map(", ".filter("];
+
+const REASONS: [&str; 4] = [
+    "FieldValueInvalid",
+    "FieldValueForbidden",
+    "FieldValueRequired",
+    "FieldValueDuplicate",
+];
+
+/// A compiled rule.
+pub(crate) struct CompiledRule {
+    rule: String,
+    expression: cel::parser::Expression,
+    message: Option<String>,
+    message_expression: Option<cel::parser::Expression>,
+    reason: FieldErrorKind,
+    field_path: Option<String>,
+    is_transition: bool,
+    comprehensions: u32,
+}
+
+impl std::fmt::Debug for CompiledRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledRule")
+            .field("rule", &self.rule)
+            .field("message", &self.message)
+            .field("reason", &self.reason)
+            .field("field_path", &self.field_path)
+            .field("is_transition", &self.is_transition)
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse(source: &str) -> Result<cel::parser::Expression, String> {
+    if source.len() > MAX_RULE_LENGTH {
+        return Err(format!("rule is longer than {MAX_RULE_LENGTH} characters"));
+    }
+    let expression = cel::parser::Parser::new()
+        .enable_optional_syntax(true)
+        .parse(source)
+        .map_err(|error| format!("ERROR: <input>: {error}"))?;
+    let references = expression.references();
+    let mut unknown: Vec<&str> = references
+        .functions()
+        .into_iter()
+        .filter(|name| is_plain_name(name) && !known_function(name))
+        .collect();
+    unknown.sort_unstable();
+    if let Some(name) = unknown.first() {
+        return Err(format!(
+            "ERROR: <input>: undeclared reference to '{name}' (in container '')"
+        ));
+    }
+    Ok(expression)
+}
+
+fn is_plain_name(name: &str) -> bool {
+    name.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && !name.starts_with('_')
+}
+
+/// Functions and macros available to rules: standard CEL plus the Kubernetes libraries.
+fn known_function(name: &str) -> bool {
+    const STANDARD: [&str; 31] = [
+        "has",
+        "size",
+        "matches",
+        "all",
+        "exists",
+        "exists_one",
+        "map",
+        "filter",
+        "contains",
+        "startsWith",
+        "endsWith",
+        "int",
+        "uint",
+        "double",
+        "string",
+        "bytes",
+        "bool",
+        "dyn",
+        "type",
+        "duration",
+        "timestamp",
+        "max",
+        "min",
+        "getFullYear",
+        "getMonth",
+        "getDayOfMonth",
+        "getHours",
+        "getMinutes",
+        "getSeconds",
+        "optional.of",
+        "optional.none",
+    ];
+    const OPTIONAL: [&str; 5] = [
+        "hasValue",
+        "value",
+        "or",
+        "orValue",
+        "optional.ofNonZeroValue",
+    ];
+    const KUBERNETES: [&str; 94] = [
+        "add",
+        "asApproximateFloat",
+        "asInteger",
+        "base64.decode",
+        "base64.encode",
+        "charAt",
+        "cidr",
+        "compareTo",
+        "containsCIDR",
+        "containsIP",
+        "distinct",
+        "family",
+        "find",
+        "findAll",
+        "first",
+        "flatten",
+        "format",
+        "format.byte",
+        "format.date",
+        "format.datetime",
+        "format.dns1035Label",
+        "format.dns1035LabelPrefix",
+        "format.dns1123Label",
+        "format.dns1123LabelPrefix",
+        "format.dns1123Subdomain",
+        "format.dns1123SubdomainPrefix",
+        "format.labelValue",
+        "format.named",
+        "format.qualifiedName",
+        "format.uri",
+        "format.uuid",
+        "getEscapedPath",
+        "getHost",
+        "getHostname",
+        "getPort",
+        "getQuery",
+        "getScheme",
+        "indexOf",
+        "ip",
+        "ip.isCanonical",
+        "isCIDR",
+        "isCIDRv4",
+        "isCIDRv6",
+        "isGlobalUnicast",
+        "isGreaterThan",
+        "isIP",
+        "isIPv4",
+        "isIPv6",
+        "isInteger",
+        "isLessThan",
+        "isLinkLocalMulticast",
+        "isLinkLocalUnicast",
+        "isLoopback",
+        "isQuantity",
+        "isSorted",
+        "isURL",
+        "isUnspecified",
+        "join",
+        "last",
+        "lastIndexOf",
+        "lists.range",
+        "lowerAscii",
+        "masked",
+        "math.abs",
+        "math.bitAnd",
+        "math.bitNot",
+        "math.bitOr",
+        "math.bitShiftLeft",
+        "math.bitShiftRight",
+        "math.bitXor",
+        "math.ceil",
+        "math.floor",
+        "math.greatest",
+        "math.isFinite",
+        "math.isInf",
+        "math.isNaN",
+        "math.least",
+        "math.round",
+        "math.sign",
+        "math.sqrt",
+        "math.trunc",
+        "prefixLength",
+        "quantity",
+        "replace",
+        "reverse",
+        "sets.contains",
+        "sets.equivalent",
+        "sets.intersects",
+        "sign",
+        "slice",
+        "sort",
+        "split",
+        "strings.quote",
+        "sub",
+    ];
+    const MORE_KUBERNETES: [&str; 6] =
+        ["substring", "sum", "trim", "upperAscii", "url", "validate"];
+    STANDARD.contains(&name)
+        || OPTIONAL.contains(&name)
+        || KUBERNETES.contains(&name)
+        || MORE_KUBERNETES.contains(&name)
+}
+
+/// Compiles the rules of one node; errors name `x-kubernetes-validations[i].<field>`.
+pub(crate) fn compile_rules(
+    raw: &Value,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) -> Vec<CompiledRule> {
+    let Some(rules) = raw.as_array() else {
+        errors.push(FieldError::invalid(path, raw.clone(), "must be an array"));
+        return Vec::new();
+    };
+    let mut compiled = Vec::new();
+    for (index, rule) in rules.iter().enumerate() {
+        let rule_path = format!("{path}[{index}]");
+        let Some(source) = rule.get("rule").and_then(Value::as_str) else {
+            errors.push(FieldError::required(format!("{rule_path}.rule"), ""));
+            continue;
+        };
+        let message = rule
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(message) = &message {
+            if message.trim().is_empty() {
+                errors.push(FieldError::required(
+                    format!("{rule_path}.message"),
+                    "message must be non-empty if specified",
+                ));
+            } else if message.contains('\n') {
+                errors.push(FieldError::invalid(
+                    format!("{rule_path}.message"),
+                    Value::String(message.clone()),
+                    "message must not contain line breaks",
+                ));
+            }
+        }
+        let reason = match rule.get("reason") {
+            None => FieldErrorKind::Invalid,
+            Some(Value::String(reason)) if REASONS.contains(&reason.as_str()) => {
+                match reason.as_str() {
+                    "FieldValueForbidden" => FieldErrorKind::Forbidden,
+                    "FieldValueRequired" => FieldErrorKind::Required,
+                    "FieldValueDuplicate" => FieldErrorKind::Duplicate,
+                    _ => FieldErrorKind::Invalid,
+                }
+            }
+            Some(other) => {
+                let valid: Vec<String> = REASONS.iter().map(|r| r.to_string()).collect();
+                errors.push(FieldError::not_supported(
+                    format!("{rule_path}.reason"),
+                    other.clone(),
+                    &valid,
+                ));
+                continue;
+            }
+        };
+        let field_path = rule
+            .get("fieldPath")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(field_path) = &field_path
+            && render_field_path(field_path).is_none()
+        {
+            errors.push(FieldError::invalid(
+                format!("{rule_path}.fieldPath"),
+                Value::String(field_path.clone()),
+                "fieldPath must be a valid path",
+            ));
+        }
+        let message_expression = match rule.get("messageExpression").and_then(Value::as_str) {
+            Some(source) => match parse(source) {
+                Ok(expression) => Some(expression),
+                Err(error) => {
+                    errors.push(FieldError::invalid(
+                        format!("{rule_path}.messageExpression"),
+                        Value::String(source.to_string()),
+                        format!("messageExpression compilation failed: {error}"),
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        match parse(source) {
+            Ok(expression) => {
+                let is_transition = expression.references().has_variable("oldSelf");
+                let comprehensions = MACROS
+                    .iter()
+                    .map(|m| source.matches(m).count() as u32)
+                    .sum::<u32>()
+                    .max(1);
+                compiled.push(CompiledRule {
+                    rule: source.to_string(),
+                    expression,
+                    message,
+                    message_expression,
+                    reason,
+                    field_path,
+                    is_transition,
+                    comprehensions,
+                });
+            }
+            Err(error) => errors.push(FieldError::invalid(
+                format!("{rule_path}.rule"),
+                Value::String(source.to_string()),
+                format!("compilation failed: {error}"),
+            )),
+        }
+    }
+    compiled
+}
+
+/// Turns a rule's `fieldPath` (`.spec.x`, `['x']`, `.list[0]`) into the suffix of a field path.
+fn render_field_path(field_path: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = field_path;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            let name = &after[..end];
+            if name.is_empty() {
+                return None;
+            }
+            out.push('.');
+            out.push_str(name);
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix("['") {
+            let end = after.find("']")?;
+            out.push('.');
+            out.push_str(&after[..end]);
+            rest = &after[end + 2..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let end = after.find(']')?;
+            let index = &after[..end];
+            index.parse::<usize>().ok()?;
+            out.push_str(&format!("[{index}]"));
+            rest = &after[end + 1..];
+        } else {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+// === evaluation ===
+
+struct Budget {
+    remaining: u64,
+    exhausted: bool,
+}
+
+/// Evaluates every rule in the schema against `object` (and `old` for transition rules).
+pub(crate) fn validate_rules(
+    root: &Node,
+    object: &Value,
+    old: Option<&Value>,
+    errors: &mut Vec<FieldError>,
+) {
+    let mut context = cel::Context::default();
+    context.register_all();
+    let mut budget = Budget {
+        remaining: RUNTIME_COST_BUDGET,
+        exhausted: false,
+    };
+    walk(root, object, old, "", &context, &mut budget, errors);
+}
+
+fn child(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+fn walk(
+    node: &Node,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    context: &cel::Context<'_>,
+    budget: &mut Budget,
+    errors: &mut Vec<FieldError>,
+) {
+    if value.is_null() || budget.exhausted {
+        return;
+    }
+    if !node.rules.is_empty() {
+        evaluate_rules(
+            node,
+            value,
+            old.filter(|o| !o.is_null()),
+            path,
+            context,
+            budget,
+            errors,
+        );
+    }
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for key in keys {
+                if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
+                    let old_child = old.and_then(|old| old.get(key));
+                    walk(
+                        property,
+                        child_value,
+                        old_child,
+                        &child(path, key),
+                        context,
+                        budget,
+                        errors,
+                    );
+                }
+            }
+        }
+        Value::Array(items) => {
+            let Some(item_schema) = node.items.as_deref() else {
+                return;
+            };
+            for (index, item) in items.iter().enumerate() {
+                let old_item = correlate(node, item, old);
+                walk(
+                    item_schema,
+                    item,
+                    old_item,
+                    &format!("{path}[{index}]"),
+                    context,
+                    budget,
+                    errors,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The old item a new list item corresponds to: only map lists correlate, by their keys.
+fn correlate<'a>(node: &Node, item: &Value, old: Option<&'a Value>) -> Option<&'a Value> {
+    if node.list_type.as_deref() != Some("map") || node.list_map_keys.is_empty() {
+        return None;
+    }
+    old?.as_array()?.iter().find(|candidate| {
+        node.list_map_keys
+            .iter()
+            .all(|key| candidate.get(key).is_some() && candidate.get(key) == item.get(key))
+    })
+}
+
+fn node_count(value: &Value) -> u64 {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(node_count).sum::<u64>(),
+        Value::Object(map) => 1 + map.values().map(node_count).sum::<u64>(),
+        _ => 1,
+    }
+}
+
+fn evaluate_rules(
+    node: &Node,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    context: &cel::Context<'_>,
+    budget: &mut Budget,
+    errors: &mut Vec<FieldError>,
+) {
+    let type_label = Value::String(node.type_label().to_string());
+    let self_value = to_cel(Some(node), value);
+    let old_value = old.map(|old| to_cel(Some(node), old));
+    let size = node_count(value).max(1);
+    for rule in &node.rules {
+        if rule.is_transition && old_value.is_none() {
+            continue;
+        }
+        let estimate = (0..rule.comprehensions).fold(1u64, |cost, _| cost.saturating_mul(size));
+        if estimate > PER_CALL_LIMIT {
+            errors.push(FieldError::invalid(
+                path,
+                type_label.clone(),
+                format!(
+                    "call cost exceeds limit for rule: {}",
+                    rule_error_string(rule)
+                ),
+            ));
+            continue;
+        }
+        if estimate > budget.remaining {
+            errors.push(FieldError::invalid(
+                path,
+                type_label.clone(),
+                "validation failed due to running out of cost budget, no further validation rules will be run",
+            ));
+            budget.exhausted = true;
+            return;
+        }
+        budget.remaining -= estimate;
+
+        let mut scope = context.new_inner_scope();
+        scope.add_variable_from_value("self", self_value.clone());
+        if let Some(old_value) = &old_value {
+            scope.add_variable_from_value("oldSelf", old_value.clone());
+        }
+        match cel::Value::resolve(&rule.expression, &scope) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => {
+                let field = match rule.field_path.as_deref().and_then(render_field_path) {
+                    Some(suffix) if path.is_empty() => suffix.trim_start_matches('.').to_string(),
+                    Some(suffix) => format!("{path}{suffix}"),
+                    None => path.to_string(),
+                };
+                let detail = failure_message(rule, &scope);
+                errors.push(match rule.reason {
+                    FieldErrorKind::Forbidden => FieldError::forbidden(field, detail),
+                    FieldErrorKind::Required => FieldError::required(field, detail),
+                    FieldErrorKind::Duplicate => FieldError::duplicate(field, type_label.clone()),
+                    _ => FieldError::invalid(field, type_label.clone(), detail),
+                });
+            }
+            Ok(other) => errors.push(FieldError::invalid(
+                path,
+                type_label.clone(),
+                format!(
+                    "rule did not evaluate to a bool (got {}) evaluating rule: {}",
+                    other.type_of(),
+                    rule_error_string(rule)
+                ),
+            )),
+            Err(cel::ExecutionError::NoSuchOverload) => errors.push(FieldError::invalid(
+                path,
+                type_label.clone(),
+                format!(
+                    "'no such overload': call arguments did not match a supported operator, function or macro signature for rule: {}",
+                    rule_error_string(rule)
+                ),
+            )),
+            Err(error) => errors.push(FieldError::invalid(
+                path,
+                type_label.clone(),
+                format!("{} evaluating rule: {}", execution_error(&error), rule_error_string(rule)),
+            )),
+        }
+    }
+}
+
+/// cel-go's wording for the common runtime errors.
+fn execution_error(error: &cel::ExecutionError) -> String {
+    match error {
+        cel::ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
+        cel::ExecutionError::IndexOutOfBounds(index) => {
+            format!("index out of bounds: {}", cel_plain(index))
+        }
+        cel::ExecutionError::DivisionByZero(_) => "division by zero".to_string(),
+        cel::ExecutionError::RemainderByZero(_) => "modulus by zero".to_string(),
+        cel::ExecutionError::Overflow(..) => "integer overflow".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn cel_plain(value: &cel::Value) -> String {
+    match value {
+        cel::Value::Int(i) => i.to_string(),
+        cel::Value::UInt(u) => u.to_string(),
+        cel::Value::String(s) => s.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `ruleErrorString`: the trimmed message if there is one, else the trimmed rule.
+fn rule_error_string(rule: &CompiledRule) -> String {
+    match &rule.message {
+        Some(message) if !message.trim().is_empty() => message.trim().to_string(),
+        _ => rule.rule.trim().to_string(),
+    }
+}
+
+/// The message of a failed rule: `messageExpression` when it yields a usable string, else
+/// `message`, else `failed rule: <rule>`.
+fn failure_message(rule: &CompiledRule, scope: &cel::Context<'_>) -> String {
+    if let Some(expression) = &rule.message_expression
+        && let Ok(cel::Value::String(text)) = cel::Value::resolve(expression, scope)
+        && !text.trim().is_empty()
+        && !text.contains('\n')
+    {
+        return text.trim().to_string();
+    }
+    match &rule.message {
+        Some(message) if !message.trim().is_empty() => message.trim().to_string(),
+        _ => format!("failed rule: {}", rule.rule.trim()),
+    }
+}
+
+/// Converts a JSON value to CEL following the schema: `number` fields are doubles even when
+/// integral, `integer` fields ints; objects become maps keyed by property name.
+fn to_cel(node: Option<&Node>, value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(number) => {
+            let is_number_field = node.is_some_and(|n| n.type_name.as_deref() == Some("number"));
+            match (number.as_i64(), is_number_field) {
+                (Some(int), false) => cel::Value::Int(int),
+                _ => match number.as_u64() {
+                    Some(uint) if !is_number_field && number.as_i64().is_none() => {
+                        cel::Value::UInt(uint)
+                    }
+                    _ => cel::Value::Float(number.as_f64().unwrap_or(f64::NAN)),
+                },
+            }
+        }
+        Value::String(text) => cel::Value::String(Arc::new(text.clone())),
+        Value::Array(items) => {
+            let item_schema = node.and_then(|n| n.items.as_deref());
+            cel::Value::List(Arc::new(
+                items.iter().map(|item| to_cel(item_schema, item)).collect(),
+            ))
+        }
+        Value::Object(map) => {
+            let converted: HashMap<String, cel::Value> = map
+                .iter()
+                .map(|(key, child)| {
+                    (
+                        key.clone(),
+                        to_cel(node.and_then(|n| n.property(key)), child),
+                    )
+                })
+                .collect();
+            cel::Value::from(converted)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_paths_render() {
+        assert_eq!(render_field_path(".spec.x").as_deref(), Some(".spec.x"));
+        assert_eq!(render_field_path("['a.b']").as_deref(), Some(".a.b"));
+        assert_eq!(
+            render_field_path(".list[2].name").as_deref(),
+            Some(".list[2].name")
+        );
+        assert_eq!(render_field_path("spec"), None);
+        assert_eq!(render_field_path(".x[a]"), None);
+    }
+
+    #[test]
+    fn unknown_functions_do_not_compile() {
+        assert!(parse("self.size > 1").is_ok());
+        assert!(parse("self.all(x, x.startsWith('a'))").is_ok());
+        let error = parse("self.frobnicate()").err().unwrap_or_default();
+        assert!(
+            error.contains("undeclared reference to 'frobnicate'"),
+            "{error}"
+        );
+        assert!(parse("self.x ==").is_err());
+    }
+}

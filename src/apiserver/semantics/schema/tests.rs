@@ -1,0 +1,589 @@
+//! Schema tests. Expected messages are copied from the formats in
+//! k8s.io/kube-openapi/pkg/validation/errors/schema.go and
+//! k8s.io/apimachinery/pkg/util/validation/field/errors.go, as apiextensions'
+//! kubeOpenAPIResultToFieldErrors combines them.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn schema(spec_properties: Value) -> Schema {
+    let raw = json!({
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": spec_properties}
+        }
+    });
+    match Schema::compile(&raw) {
+        Ok(schema) => schema,
+        Err(error) => panic!("schema did not compile: {error}"),
+    }
+}
+
+fn messages(errors: &[FieldError]) -> Vec<String> {
+    errors.iter().map(FieldError::to_message).collect()
+}
+
+fn compile_messages(raw: Value) -> Vec<String> {
+    match Schema::compile(&raw) {
+        Ok(_) => Vec::new(),
+        Err(error) => messages(error.errors()),
+    }
+}
+
+#[test]
+fn each_keyword_reports_the_apiserver_message() {
+    // (property schema, value of spec.x, expected messages)
+    let cases: Vec<(Value, Value, Vec<&str>)> = vec![
+        (
+            json!({"type": "integer"}),
+            json!("a"),
+            vec![
+                "spec.x: Invalid value: \"string\": spec.x in body must be of type integer: \"string\"",
+            ],
+        ),
+        (
+            json!({"type": "integer"}),
+            json!(1.5),
+            vec![
+                "spec.x: Invalid value: \"number\": spec.x in body must be of type integer: \"number\"",
+            ],
+        ),
+        (json!({"type": "integer"}), json!(2.0), vec![]),
+        (json!({"type": "number"}), json!(2), vec![]),
+        (
+            json!({"type": "string"}),
+            Value::Null,
+            vec![
+                "spec.x: Invalid value: \"null\": spec.x in body must be of type string: \"null\"",
+            ],
+        ),
+        (
+            json!({"type": "string", "nullable": true}),
+            Value::Null,
+            vec![],
+        ),
+        (
+            json!({"x-kubernetes-int-or-string": true}),
+            json!(true),
+            vec![
+                "spec.x: Invalid value: \"boolean\": spec.x in body must be of type integer,string: \"boolean\"",
+            ],
+        ),
+        (
+            json!({"x-kubernetes-int-or-string": true}),
+            json!("50%"),
+            vec![],
+        ),
+        (
+            json!({"type": "integer", "minimum": 1}),
+            json!(0),
+            vec!["spec.x: Invalid value: 0: spec.x in body should be greater than or equal to 1"],
+        ),
+        (
+            json!({"type": "integer", "minimum": 1, "exclusiveMinimum": true}),
+            json!(1),
+            vec!["spec.x: Invalid value: 1: spec.x in body should be greater than 1"],
+        ),
+        (
+            json!({"type": "integer", "maximum": 8}),
+            json!(9),
+            vec!["spec.x: Invalid value: 9: spec.x in body should be less than or equal to 8"],
+        ),
+        (
+            json!({"type": "number", "maximum": 1.5, "exclusiveMaximum": true}),
+            json!(1.5),
+            vec!["spec.x: Invalid value: 1.5: spec.x in body should be less than 1.5"],
+        ),
+        (
+            json!({"type": "integer", "multipleOf": 4}),
+            json!(6),
+            vec!["spec.x: Invalid value: 6: spec.x in body should be a multiple of 4"],
+        ),
+        (
+            json!({"type": "string", "maxLength": 3}),
+            json!("abcd"),
+            vec!["spec.x: Too long: may not be more than 3 bytes"],
+        ),
+        (
+            json!({"type": "string", "minLength": 2}),
+            json!("a"),
+            vec!["spec.x: Invalid value: \"a\": spec.x in body should be at least 2 chars long"],
+        ),
+        (
+            json!({"type": "string", "pattern": "^[a-z]+$"}),
+            json!("A1"),
+            vec!["spec.x: Invalid value: \"A1\": spec.x in body should match '^[a-z]+$'"],
+        ),
+        (
+            json!({"type": "string", "format": "date-time"}),
+            json!("soon"),
+            vec![
+                "spec.x: Invalid value: \"soon\": spec.x in body must be of type date-time: \"soon\"",
+            ],
+        ),
+        (
+            json!({"type": "string", "enum": ["a", "b"]}),
+            json!("c"),
+            vec!["spec.x: Unsupported value: \"c\": supported values: \"a\", \"b\""],
+        ),
+        (
+            json!({"type": "integer", "enum": [1, 2]}),
+            json!(3),
+            vec!["spec.x: Unsupported value: 3: supported values: \"1\", \"2\""],
+        ),
+        (
+            json!({"type": "array", "items": {"type": "string"}, "minItems": 1}),
+            json!([]),
+            vec!["spec.x: Invalid value: 0: spec.x in body should have at least 1 items"],
+        ),
+        (
+            json!({"type": "array", "items": {"type": "string"}, "maxItems": 1}),
+            json!(["a", "b"]),
+            vec!["spec.x: Too many: 2: must have at most 1 item"],
+        ),
+        (
+            json!({"type": "array", "items": {"type": "integer"}}),
+            json!([1, "b"]),
+            vec![
+                "spec.x[1]: Invalid value: \"string\": spec.x[1] in body must be of type integer: \"string\"",
+            ],
+        ),
+        (
+            json!({"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 1}),
+            json!({"a": "1", "b": "2"}),
+            vec!["spec.x: Too many: 2: must have at most 1 item"],
+        ),
+        (
+            json!({"type": "object", "additionalProperties": {"type": "string"}, "minProperties": 1}),
+            json!({}),
+            vec!["spec.x: Invalid value: 0: spec.x in body should have at least 1 properties"],
+        ),
+        (
+            json!({"type": "object", "additionalProperties": {"type": "string"}}),
+            json!({"a": 1}),
+            vec![
+                "spec.x.a: Invalid value: \"integer\": spec.x.a in body must be of type string: \"integer\"",
+            ],
+        ),
+        (
+            json!({"type": "object", "required": ["region"], "properties": {"region": {"type": "string"}}}),
+            json!({}),
+            vec!["spec.x.region: Required value"],
+        ),
+        (
+            json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}),
+            json!(["a", "b", "a"]),
+            vec!["spec.x[2]: Duplicate value: \"a\""],
+        ),
+        (
+            json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}}}}),
+            json!([{"name": "a"}, {"name": "a"}]),
+            vec!["spec.x[1]: Duplicate value: map[string]interface {}{\"name\":\"a\"}"],
+        ),
+        (
+            json!({"type": "string", "anyOf": [{"pattern": "^a"}, {"pattern": "^b"}]}),
+            json!("b1"),
+            vec![],
+        ),
+        (
+            json!({"type": "string", "not": {"pattern": "^a"}}),
+            json!("a1"),
+            vec!["<nil>: Invalid value: \"\": spec.x must not validate the schema (not)"],
+        ),
+    ];
+    for (property, value, expected) in cases {
+        let compiled = schema(json!({"x": property}));
+        let object = json!({"spec": {"x": value}});
+        let errors = compiled.validate(&object, None);
+        let mut found = messages(&errors);
+        // The blocking-error notice is checked separately.
+        found.retain(|m| !m.starts_with("<nil>: Invalid value: \"null\": some validation rules"));
+        assert_eq!(found, expected, "schema {property} value {value}");
+    }
+}
+
+#[test]
+fn type_errors_block_rules() {
+    let compiled = schema(json!({
+        "x": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1"}]}
+    }));
+    let errors = compiled.validate(&json!({"spec": {"x": "a"}}), None);
+    assert_eq!(errors.len(), 2);
+    assert_eq!(
+        errors[1].to_message(),
+        "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"
+    );
+}
+
+#[test]
+fn non_structural_schemas_are_rejected_with_paths() {
+    // Messages from apiextensions validation.go (validateStructuralInvariants, completeness).
+    let cases: Vec<(Value, Vec<&str>)> = vec![
+        (
+            json!({"type": "object", "properties": {"spec": {"properties": {}}}}),
+            vec![
+                "properties[spec].type: Required value: must not be empty for specified object fields",
+            ],
+        ),
+        (
+            json!({"properties": {}}),
+            vec!["type: Required value: must not be empty at the root"],
+        ),
+        (
+            json!({"type": "string"}),
+            vec!["type: Invalid value: \"string\": must be object at the root"],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "array"}}}),
+            vec!["properties[a].items: Required value: must be specified"],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "array", "items": {}}}}),
+            vec![
+                "properties[a].items.type: Required value: must not be empty for specified array items",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true, "items": {"type": "string"}}}}),
+            vec![
+                "properties[a].uniqueItems: Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "strin"}}}),
+            vec![
+                "properties[a].type: Unsupported value: \"strin\": supported values: \"array\", \"boolean\", \"integer\", \"number\", \"object\", \"string\"",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"$ref": "#/x"}}}),
+            vec![
+                "properties[a].$ref: Forbidden: $ref is not supported",
+                "properties[a].type: Required value: must not be empty for specified object fields",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}}}}),
+            vec![
+                "properties[a].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "array", "x-kubernetes-list-type": "map", "items": {"type": "object"}}}}),
+            vec![
+                "properties[a].x-kubernetes-list-map-keys: Required value: must not be empty if x-kubernetes-list-type is map",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "string", "x-kubernetes-validations": [{"rule": "self =="}]}}}),
+            vec![],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "integer", "default": 0, "minimum": 1}}}),
+            vec![
+                "properties[a].default: Invalid value: 0: properties[a].default in body should be greater than or equal to 1",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"metadata": {"type": "object", "properties": {"labels": {"type": "object"}}}}}),
+            vec![
+                "properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified",
+            ],
+        ),
+    ];
+    for (raw, expected) in cases {
+        let found = compile_messages(raw.clone());
+        if expected.is_empty() {
+            // Rule compile failures: the wording after "compilation failed" comes from the parser.
+            assert_eq!(found.len(), 1, "{raw}: {found:?}");
+            assert!(
+                found[0].starts_with("properties[a].x-kubernetes-validations[0].rule: Invalid value: \"self ==\": compilation failed: "),
+                "{found:?}"
+            );
+        } else {
+            assert_eq!(found, expected, "{raw}");
+        }
+    }
+}
+
+#[test]
+fn int_or_string_any_of_is_structural() {
+    let raw = json!({"type": "object", "properties": {"port": {
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [{"type": "integer"}, {"type": "string"}]
+    }}});
+    assert!(Schema::compile(&raw).is_ok());
+    let raw = json!({"type": "object", "properties": {"port": {
+        "type": "string", "anyOf": [{"type": "integer"}]
+    }}});
+    assert_eq!(
+        compile_messages(raw),
+        vec!["properties[port].anyOf[0].type: Forbidden: must be empty to be structural"]
+    );
+}
+
+#[test]
+fn defaults_fill_missing_and_non_nullable_nulls() {
+    let compiled = schema(json!({
+        "size": {"type": "integer", "default": 1},
+        "zone": {"type": "string", "nullable": true, "default": "a"},
+        "disk": {"type": "object", "default": {}, "properties": {
+            "gb": {"type": "integer", "default": 100}
+        }},
+        "ports": {"type": "array", "items": {"type": "object", "properties": {
+            "protocol": {"type": "string", "default": "TCP"}
+        }}}
+    }));
+    let mut object =
+        json!({"spec": {"size": null, "zone": null, "ports": [{}, {"protocol": "UDP"}]}});
+    compiled.apply_defaults(&mut object);
+    assert_eq!(
+        object,
+        json!({"spec": {"size": 1, "zone": null, "disk": {"gb": 100},
+                        "ports": [{"protocol": "TCP"}, {"protocol": "UDP"}]}})
+    );
+}
+
+#[test]
+fn prune_drops_unknown_fields_and_reports_paths() {
+    let raw = json!({
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": {
+                "size": {"type": "integer"},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "items": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
+                "maybe": {"type": "string"}
+            }}
+        }
+    });
+    let compiled = Schema::compile(&raw).unwrap();
+    let mut object = json!({
+        "apiVersion": "gpucloud.io/v1", "kind": "GpuInstance",
+        "metadata": {"name": "a", "labels": {"x": "y"}},
+        "spec": {"size": 1, "bogus": true, "free": {"any": {"thing": 1}},
+                 "items": [{"a": "x", "b": "y"}], "maybe": null},
+        "extra": 1
+    });
+    let pruned = compiled.prune(&mut object);
+    assert_eq!(pruned, vec!["extra", "spec.bogus", "spec.items[0].b"]);
+    assert_eq!(
+        object,
+        json!({
+            "apiVersion": "gpucloud.io/v1", "kind": "GpuInstance",
+            "metadata": {"name": "a", "labels": {"x": "y"}},
+            "spec": {"size": 1, "free": {"any": {"thing": 1}}, "items": [{"a": "x"}]}
+        })
+    );
+}
+
+#[test]
+fn list_types_are_reported_for_apply() {
+    let compiled = schema(json!({
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+        "rules": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                  "items": {"type": "object", "properties": {"name": {"type": "string"},
+                      "ports": {"type": "array", "items": {"type": "integer"}}}}},
+        "plain": {"type": "array", "items": {"type": "string"}}
+    }));
+    assert_eq!(compiled.list_type(&["spec", "tags"]), Some(ListType::Set));
+    assert_eq!(
+        compiled.list_type(&["spec", "rules"]),
+        Some(ListType::Map {
+            keys: vec!["name".into()]
+        })
+    );
+    assert_eq!(
+        compiled.list_type(&["spec", "plain"]),
+        Some(ListType::Atomic)
+    );
+    assert_eq!(
+        compiled.list_type(&["spec", "rules", "ports"]),
+        Some(ListType::Atomic)
+    );
+    assert_eq!(compiled.list_type(&["spec"]), None);
+    assert_eq!(compiled.list_type(&["spec", "nope"]), None);
+}
+
+// === CEL rules ===
+// Messages follow apiextensions pkg/apiserver/schema/cel/validation.go: a failed rule is
+// field.Invalid(path, <schema type>, message or "failed rule: <rule>").
+
+fn rule_messages(property: Value, value: Value, old: Option<Value>) -> Vec<String> {
+    let compiled = schema(json!({"x": property}));
+    let object = json!({"spec": {"x": value}});
+    let old = old.map(|old| json!({"spec": {"x": old}}));
+    messages(&compiled.validate(&object, old.as_ref()))
+}
+
+#[test]
+fn rules_report_message_reason_and_field_path() {
+    let cases: Vec<(Value, Value, Vec<&str>)> = vec![
+        (
+            json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1"}]}),
+            json!(1),
+            vec!["spec.x: Invalid value: \"integer\": failed rule: self > 1"],
+        ),
+        (
+            json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1"}]}),
+            json!(2),
+            vec![],
+        ),
+        (
+            json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1", "message": "too small"}]}),
+            json!(0),
+            vec!["spec.x: Invalid value: \"integer\": too small"],
+        ),
+        (
+            json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1", "message": "m",
+            "messageExpression": "'got ' + string(self)"}]}),
+            json!(0),
+            vec!["spec.x: Invalid value: \"integer\": got 0"],
+        ),
+        (
+            json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1", "message": "m",
+            "messageExpression": "self"}]}),
+            json!(0),
+            vec!["spec.x: Invalid value: \"integer\": m"],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-validations": [
+            {"rule": "has(self.a)", "reason": "FieldValueRequired", "message": "a is required", "fieldPath": ".a"}]}),
+            json!({}),
+            vec!["spec.x.a: Required value: a is required"],
+        ),
+        (
+            json!({"type": "string", "x-kubernetes-validations": [{"rule": "self != 'root'", "reason": "FieldValueForbidden", "message": "no root"}]}),
+            json!("root"),
+            vec!["spec.x: Forbidden: no root"],
+        ),
+        (
+            json!({"type": "object", "properties": {"m": {"type": "object", "additionalProperties": {"type": "string"}}},
+                "x-kubernetes-validations": [{"rule": "self.m['k'] == 'v'"}]}),
+            json!({"m": {}}),
+            vec![
+                "spec.x: Invalid value: \"object\": no such key: k evaluating rule: self.m['k'] == 'v'",
+            ],
+        ),
+        (
+            json!({"type": "array", "items": {"type": "string"}, "x-kubernetes-validations": [
+            {"rule": "self.all(s, s.startsWith('gpu-')) && self.exists_one(s, s == 'gpu-a')"}]}),
+            json!(["gpu-a", "gpu-b"]),
+            vec![],
+        ),
+        (
+            json!({"type": "array", "items": {"type": "integer"}, "x-kubernetes-validations": [
+            {"rule": "self.filter(i, i > 2).size() == 1 && self.map(i, i * 2)[0] == 2 && self.isSorted() && self.sum() == 6"}]}),
+            json!([1, 2, 3]),
+            vec![],
+        ),
+        (
+            json!({"type": "string", "x-kubernetes-validations": [
+            {"rule": "self.lowerAscii().upperAscii() == 'AB-C' && self.split('-').size() == 2 && self.indexOf('-') == 2 && self.matches('^[a-zA-Z-]+$')"}]}),
+            json!("ab-C"),
+            vec![],
+        ),
+    ];
+    for (property, value, expected) in cases {
+        assert_eq!(
+            rule_messages(property.clone(), value.clone(), None),
+            expected,
+            "{property} {value}"
+        );
+    }
+}
+
+#[test]
+fn firewall_cidr_rules_evaluate() {
+    let property = json!({"type": "string", "x-kubernetes-validations": [
+        {"rule": "isCIDR(self)", "message": "must be a CIDR"},
+        {"rule": "!isCIDR(self) || cidr(self).prefixLength() >= 8", "message": "prefix too short"},
+        {"rule": "!isCIDR(self) || cidr(self).ip().family() == 4 || cidr(self).prefixLength() >= 32", "message": "v6 too wide"}
+    ]});
+    assert!(rule_messages(property.clone(), json!("10.0.0.0/16"), None).is_empty());
+    assert_eq!(
+        rule_messages(property.clone(), json!("10.0.0.0/4"), None),
+        vec!["spec.x: Invalid value: \"string\": prefix too short"]
+    );
+    assert_eq!(
+        rule_messages(property.clone(), json!("fd00::/16"), None),
+        vec!["spec.x: Invalid value: \"string\": v6 too wide"]
+    );
+    assert_eq!(
+        rule_messages(property, json!("nope"), None),
+        vec!["spec.x: Invalid value: \"string\": must be a CIDR"]
+    );
+    let contains = json!({"type": "string", "x-kubernetes-validations": [
+        {"rule": "cidr('10.0.0.0/8').containsIP(ip(self)) && ip(self).family() == 4"}]});
+    assert!(rule_messages(contains.clone(), json!("10.1.2.3"), None).is_empty());
+    assert_eq!(rule_messages(contains, json!("192.168.0.1"), None).len(), 1);
+}
+
+#[test]
+fn transition_rules_run_only_with_an_old_value() {
+    let immutable = json!({"type": "string", "x-kubernetes-validations": [
+        {"rule": "self == oldSelf", "message": "is immutable"}]});
+    assert!(rule_messages(immutable.clone(), json!("b"), None).is_empty());
+    assert!(rule_messages(immutable.clone(), json!("a"), Some(json!("a"))).is_empty());
+    assert_eq!(
+        rule_messages(immutable, json!("b"), Some(json!("a"))),
+        vec!["spec.x: Invalid value: \"string\": is immutable"]
+    );
+    // Items of map lists correlate by key; a new item has no old value.
+    let list = json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+    "items": {"type": "object", "properties": {
+        "name": {"type": "string"},
+        "size": {"type": "integer", "x-kubernetes-validations": [{"rule": "self >= oldSelf", "message": "cannot shrink"}]}
+    }}});
+    let old = json!([{"name": "a", "size": 5}]);
+    assert!(
+        rule_messages(
+            list.clone(),
+            json!([{"name": "b", "size": 1}, {"name": "a", "size": 6}]),
+            Some(old.clone())
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        rule_messages(
+            list,
+            json!([{"name": "b", "size": 1}, {"name": "a", "size": 4}]),
+            Some(old)
+        ),
+        vec!["spec.x[1].size: Invalid value: \"integer\": cannot shrink"]
+    );
+}
+
+#[test]
+fn optional_field_access_works() {
+    // `self[?'a']` is the index form of `self.?a`; see DIVERGENCES.md for the select form.
+    let property = json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-validations": [
+        {"rule": "self[?'a'].orValue('none') != 'bad' && !self[?'b'].hasValue()"}]});
+    assert_eq!(
+        rule_messages(property.clone(), json!({}), None),
+        Vec::<String>::new()
+    );
+    assert_eq!(rule_messages(property, json!({"a": "bad"}), None).len(), 1);
+}
+
+#[test]
+fn runaway_cost_is_refused_not_run() {
+    let property = json!({"type": "array", "items": {"type": "integer"}, "x-kubernetes-validations": [
+        {"rule": "self.all(a, self.all(b, self.all(c, a + b + c >= 0)))"}]});
+    let big: Vec<i64> = (0..200).collect();
+    assert_eq!(
+        rule_messages(property.clone(), json!(big), None),
+        vec![
+            "spec.x: Invalid value: \"array\": call cost exceeds limit for rule: self.all(a, self.all(b, self.all(c, a + b + c >= 0)))"
+        ]
+    );
+    assert!(rule_messages(property, json!([1, 2, 3]), None).is_empty());
+}
+
+#[test]
+fn schema_is_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Schema>();
+}

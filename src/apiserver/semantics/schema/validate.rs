@@ -1,0 +1,439 @@
+//! OpenAPI value validation with kube-openapi's messages, converted to field errors the way
+//! apiextensions' `kubeOpenAPIResultToFieldErrors` does, plus the list-type invariants of
+//! `pkg/apiserver/schema/listtype`.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::errors::FieldError;
+use super::{Node, formats};
+use crate::gofmt;
+
+fn child(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// The JSON type name kube-openapi infers for a decoded value.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn sorted_keys(map: &serde_json::Map<String, Value>) -> Vec<&String> {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    keys
+}
+
+/// Validates `value` against `node`, in kube-openapi's validator order: type, junctors,
+/// string, format, number, array, enum, object.
+pub(crate) fn validate_value(node: &Node, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    let allowed: Vec<&str> = if node.int_or_string {
+        vec!["integer", "string"]
+    } else {
+        node.type_name.iter().map(String::as_str).collect()
+    };
+    if value.is_null() {
+        if !allowed.is_empty() && !node.nullable {
+            errors.push(FieldError::type_invalid(
+                path,
+                Value::String("null".into()),
+                format!(
+                    "{path} in body must be of type {}: \"null\"",
+                    allowed.join(",")
+                ),
+            ));
+        }
+        return;
+    }
+    let actual = json_type(value);
+    if !allowed.is_empty() {
+        let float_is_integer = actual == "number"
+            && value
+                .as_f64()
+                .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15)
+            && allowed.contains(&"integer");
+        let integer_is_number = actual == "integer" && allowed.contains(&"number");
+        if !(allowed.contains(&actual) || float_is_integer || integer_is_number) {
+            errors.push(FieldError::type_invalid(
+                path,
+                Value::String(actual.into()),
+                format!(
+                    "{path} in body must be of type {}: {}",
+                    allowed.join(","),
+                    gofmt::quote(actual)
+                ),
+            ));
+            return;
+        }
+    }
+
+    validate_junctors(node, value, path, errors);
+
+    if let Value::String(text) = value {
+        validate_string(node, text, value, path, errors);
+    }
+    if let Value::Number(number) = value {
+        validate_number(node, number, value, path, errors);
+    }
+    if let Value::Array(items) = value {
+        if let Some(item_schema) = node.items.as_deref() {
+            for (index, item) in items.iter().enumerate() {
+                validate_value(item_schema, item, &format!("{path}[{index}]"), errors);
+            }
+        }
+        let size = items.len() as i64;
+        if let Some(min) = node.min_items
+            && size < min
+        {
+            errors.push(FieldError::invalid(
+                path,
+                Value::from(size),
+                format!("{path} in body should have at least {min} items"),
+            ));
+        }
+        if let Some(max) = node.max_items
+            && size > max
+        {
+            errors.push(FieldError::too_many(path, size, max));
+        }
+    }
+    if let Some(values) = &node.enum_values
+        && !values.iter().any(|allowed| json_equal(allowed, value))
+    {
+        let names: Vec<String> = values
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        errors.push(FieldError::not_supported(path, value.clone(), &names));
+    }
+    if let Value::Object(map) = value {
+        validate_object(node, map, path, errors);
+    }
+}
+
+fn validate_string(
+    node: &Node,
+    text: &str,
+    value: &Value,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let length = text.chars().count() as i64;
+    if let Some(max) = node.max_length
+        && length > max
+    {
+        errors.push(FieldError::too_long(path, value.clone(), max));
+    }
+    if let Some(min) = node.min_length
+        && length < min
+    {
+        errors.push(FieldError::invalid(
+            path,
+            value.clone(),
+            format!("{path} in body should be at least {min} chars long"),
+        ));
+    }
+    if let Some((pattern, regex)) = &node.pattern
+        && !regex.is_match(text)
+    {
+        errors.push(FieldError::invalid(
+            path,
+            value.clone(),
+            format!("{path} in body should match '{pattern}'"),
+        ));
+    }
+    if let Some(format) = node.format.as_deref()
+        && formats::check(format, text) == Some(false)
+    {
+        errors.push(FieldError::type_invalid(
+            path,
+            value.clone(),
+            format!(
+                "{path} in body must be of type {format}: {}",
+                gofmt::quote(text)
+            ),
+        ));
+    }
+}
+
+fn validate_number(
+    node: &Node,
+    number: &serde_json::Number,
+    value: &Value,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let Some(data) = number.as_f64() else {
+        return;
+    };
+    let is_integer = number.is_i64() || number.is_u64();
+    // kube-openapi prints bounds as int64 for integer data and as float64 otherwise.
+    let bound = |bound: f64| {
+        if is_integer {
+            (bound as i64).to_string()
+        } else {
+            gofmt::float(bound)
+        }
+    };
+    if let Some(factor) = node.multiple_of {
+        let quotient = data / factor;
+        if factor > 0.0 && quotient.fract() != 0.0 {
+            errors.push(FieldError::invalid(
+                path,
+                value.clone(),
+                format!("{path} in body should be a multiple of {}", bound(factor)),
+            ));
+        }
+    }
+    if let Some(max) = node.maximum {
+        let exceeded = if node.exclusive_maximum {
+            data >= max
+        } else {
+            data > max
+        };
+        if exceeded {
+            let relation = if node.exclusive_maximum {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
+            errors.push(FieldError::invalid(
+                path,
+                value.clone(),
+                format!("{path} in body should be {relation} {}", bound(max)),
+            ));
+        }
+    }
+    if let Some(min) = node.minimum {
+        let exceeded = if node.exclusive_minimum {
+            data <= min
+        } else {
+            data < min
+        };
+        if exceeded {
+            let relation = if node.exclusive_minimum {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
+            errors.push(FieldError::invalid(
+                path,
+                value.clone(),
+                format!("{path} in body should be {relation} {}", bound(min)),
+            ));
+        }
+    }
+}
+
+fn validate_object(
+    node: &Node,
+    map: &serde_json::Map<String, Value>,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let count = map.len() as i64;
+    if let Some(max) = node.max_properties
+        && count > max
+    {
+        errors.push(FieldError::too_many(path, count, max));
+    }
+    if let Some(min) = node.min_properties
+        && count < min
+    {
+        errors.push(FieldError::invalid(
+            path,
+            Value::from(count),
+            format!("{path} in body should have at least {min} properties"),
+        ));
+    }
+    for name in &node.required {
+        if !map.contains_key(name) {
+            errors.push(FieldError::required(child(path, name), ""));
+        }
+    }
+    for key in sorted_keys(map) {
+        if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
+            validate_value(property, child_value, &child(path, key), errors);
+        }
+    }
+}
+
+/// allOf / anyOf / oneOf / not. kube-openapi reports these as composite errors, which the
+/// apiserver turns into `field.Invalid` at the root path (`<nil>`).
+fn validate_junctors(node: &Node, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    let sub_errors = |schema: &Node| {
+        let mut found = Vec::new();
+        validate_value(schema, value, path, &mut found);
+        found
+    };
+    if !node.all_of.is_empty() {
+        let failures: Vec<Vec<FieldError>> = node
+            .all_of
+            .iter()
+            .map(sub_errors)
+            .filter(|found| !found.is_empty())
+            .collect();
+        if !failures.is_empty() {
+            errors.push(FieldError::invalid(
+                "<nil>",
+                Value::String(String::new()),
+                format!("{path} must validate all the schemas (allOf)"),
+            ));
+            errors.extend(failures.into_iter().flatten());
+        }
+    }
+    if !node.any_of.is_empty() {
+        let results: Vec<Vec<FieldError>> = node.any_of.iter().map(sub_errors).collect();
+        if results.iter().all(|found| !found.is_empty()) {
+            errors.push(FieldError::invalid(
+                "<nil>",
+                Value::String(String::new()),
+                format!("{path} must validate at least one schema (anyOf)"),
+            ));
+            if let Some(first) = results.into_iter().next() {
+                errors.extend(first);
+            }
+        }
+    }
+    if !node.one_of.is_empty() {
+        let valid = node
+            .one_of
+            .iter()
+            .filter(|schema| sub_errors(schema).is_empty())
+            .count();
+        if valid != 1 {
+            let found = if valid == 0 {
+                "Found none valid".to_string()
+            } else {
+                format!("Found {valid} valid alternatives")
+            };
+            errors.push(FieldError::invalid(
+                "<nil>",
+                Value::String(String::new()),
+                format!("{path} must validate one and only one schema (oneOf). {found}"),
+            ));
+        }
+    }
+    if let Some(not) = node.not.as_deref()
+        && sub_errors(not).is_empty()
+    {
+        errors.push(FieldError::invalid(
+            "<nil>",
+            Value::String(String::new()),
+            format!("{path} must not validate the schema (not)"),
+        ));
+    }
+}
+
+/// Equality of decoded JSON, where 1 and 1.0 are the same number.
+pub(crate) fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => x.as_f64() == y.as_f64(),
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|other| json_equal(v, other)))
+        }
+        _ => a == b,
+    }
+}
+
+/// `listtype.ValidateListSetsAndMaps`: items of a `set` are unique, items of a `map` are
+/// objects with unique key tuples (a missing key counts as its default).
+pub(crate) fn validate_list_types(
+    node: &Node,
+    value: &Value,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    match value {
+        Value::Object(map) => {
+            for key in sorted_keys(map) {
+                if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
+                    validate_list_types(property, child_value, &child(path, key), errors);
+                }
+            }
+        }
+        Value::Array(items) => {
+            match node.list_type.as_deref() {
+                Some("set") => {
+                    let mut seen: Vec<&Value> = Vec::new();
+                    for (index, item) in items.iter().enumerate() {
+                        if seen.iter().any(|earlier| json_equal(earlier, item)) {
+                            errors.push(FieldError::duplicate(
+                                format!("{path}[{index}]"),
+                                item.clone(),
+                            ));
+                        } else {
+                            seen.push(item);
+                        }
+                    }
+                }
+                Some("map") => validate_list_map(node, items, path, errors),
+                _ => {}
+            }
+            if let Some(item_schema) = node.items.as_deref() {
+                for (index, item) in items.iter().enumerate() {
+                    validate_list_types(item_schema, item, &format!("{path}[{index}]"), errors);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn validate_list_map(node: &Node, items: &[Value], path: &str, errors: &mut Vec<FieldError>) {
+    let mut seen: HashSet<String> = HashSet::new();
+    for (index, item) in items.iter().enumerate() {
+        let Value::Object(entry) = item else {
+            if !item.is_null() {
+                errors.push(FieldError::type_invalid(
+                    format!("{path}[{index}]"),
+                    item.clone(),
+                    "must be an object for an array of list-type map",
+                ));
+            }
+            continue;
+        };
+        let mut key_values = serde_json::Map::new();
+        for key in &node.list_map_keys {
+            let default = node
+                .items
+                .as_deref()
+                .and_then(|items| items.properties.get(key))
+                .and_then(|property| property.default.clone());
+            if let Some(value) = entry.get(key).cloned().or(default) {
+                key_values.insert(key.clone(), value);
+            }
+        }
+        let identity = Value::Object(key_values.clone()).to_string();
+        if !seen.insert(identity) {
+            errors.push(FieldError::duplicate(
+                format!("{path}[{index}]"),
+                Value::Object(key_values),
+            ));
+        }
+    }
+}
