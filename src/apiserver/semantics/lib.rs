@@ -5,5 +5,7 @@
 //! the exact wording of its validation messages.
 
 mod gofmt;
+mod json;
+pub mod patch;
 
 pub mod schema;
