@@ -1,0 +1,242 @@
+//! The built-in kinds the server serves, and the few behaviours the real apiserver gives them on
+//! write (namespace phase and finalizer, Secret `stringData` folding and default type).
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::registry::{ALL_VERBS, ResourceInfo};
+
+struct Builtin {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    namespaced: bool,
+    has_status: bool,
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Namespace",
+        plural: "namespaces",
+        singular: "namespace",
+        short_names: &["ns"],
+        categories: &[],
+        namespaced: false,
+        has_status: true,
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Secret",
+        plural: "secrets",
+        singular: "secret",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "ConfigMap",
+        plural: "configmaps",
+        singular: "configmap",
+        short_names: &["cm"],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        short_names: &["ev"],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "ServiceAccount",
+        plural: "serviceaccounts",
+        singular: "serviceaccount",
+        short_names: &["sa"],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+    },
+    Builtin {
+        group: "events.k8s.io",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        short_names: &["ev"],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+    },
+    Builtin {
+        group: "coordination.k8s.io",
+        version: "v1",
+        kind: "Lease",
+        plural: "leases",
+        singular: "lease",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+    },
+    Builtin {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        kind: "CustomResourceDefinition",
+        plural: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        short_names: &["crd", "crds"],
+        categories: &["api-extensions"],
+        namespaced: false,
+        has_status: true,
+    },
+];
+
+/// The namespaces every cluster starts with.
+pub const INITIAL_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// ResourceInfo for every built-in kind.
+pub fn builtin_resources() -> Vec<ResourceInfo> {
+    BUILTINS
+        .iter()
+        .map(|builtin| ResourceInfo {
+            group: builtin.group.to_string(),
+            version: builtin.version.to_string(),
+            kind: builtin.kind.to_string(),
+            list_kind: format!("{}List", builtin.kind),
+            plural: builtin.plural.to_string(),
+            singular: builtin.singular.to_string(),
+            short_names: builtin.short_names.iter().map(|s| s.to_string()).collect(),
+            categories: builtin.categories.iter().map(|s| s.to_string()).collect(),
+            namespaced: builtin.namespaced,
+            verbs: if builtin.plural == "namespaces" {
+                // The real server has no deletecollection for namespaces.
+                ALL_VERBS
+                    .iter()
+                    .copied()
+                    .filter(|verb| *verb != "deletecollection")
+                    .collect()
+            } else {
+                ALL_VERBS.to_vec()
+            },
+            has_status: builtin.has_status,
+            printer_columns: Vec::new(),
+            schema: None,
+            storage_version: true,
+            served: true,
+        })
+        .collect()
+}
+
+/// Whether `info` is the built-in Namespace kind.
+pub fn is_namespace(info: &ResourceInfo) -> bool {
+    info.group.is_empty() && info.plural == "namespaces"
+}
+
+/// Whether `info` is the CustomResourceDefinition kind.
+pub fn is_crd(info: &ResourceInfo) -> bool {
+    info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
+}
+
+/// A Namespace object as created at start-up.
+pub fn initial_namespace(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    })
+}
+
+/// Built-in strategy on create, as the real registry's `PrepareForCreate`.
+pub fn prepare_builtin_create(info: &ResourceInfo, object: &mut Value) {
+    if is_namespace(info) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        // The NamespaceLifecycle strategy always sets this label and the kubernetes finalizer.
+        if let Some(metadata) = object["metadata"].as_object_mut() {
+            let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+            if let Some(labels) = labels.as_object_mut() {
+                labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+            }
+        }
+        object["spec"] = json!({"finalizers": ["kubernetes"]});
+        object["status"] = json!({"phase": "Active"});
+    }
+    prepare_builtin_write(info, object);
+}
+
+/// Built-in behaviour on every write (create, update, patch).
+pub fn prepare_builtin_write(info: &ResourceInfo, object: &mut Value) {
+    if info.group.is_empty() && info.plural == "secrets" {
+        fold_string_data(object);
+        if object.get("type").is_none_or(Value::is_null) {
+            object["type"] = json!("Opaque");
+        }
+    }
+}
+
+/// The apiserver folds `stringData` into base64 `data` and never stores `stringData`.
+fn fold_string_data(object: &mut Value) {
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(string_data)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in string_data {
+            let text = value
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            data.insert(
+                key,
+                json!(base64::engine::general_purpose::STANDARD.encode(text.as_bytes())),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_string_data_is_folded_into_data() {
+        let info = builtin_resources()
+            .into_iter()
+            .find(|info| info.plural == "secrets")
+            .unwrap();
+        let mut secret = json!({"metadata": {"name": "s"}, "stringData": {"k": "v"}});
+        prepare_builtin_write(&info, &mut secret);
+        assert_eq!(secret["data"]["k"], "dg==");
+        assert_eq!(secret["type"], "Opaque");
+        assert!(secret.get("stringData").is_none());
+    }
+}

@@ -1,0 +1,416 @@
+//! The resource verbs: request parsing and dispatch, and what the verbs share (body decoding,
+//! content negotiation, object metadata on write, the write pipeline).
+
+pub mod crd;
+pub mod delete;
+pub mod patch;
+pub mod read;
+pub mod semantics;
+pub mod write;
+
+use std::collections::HashMap;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::auth::{ANONYMOUS_USER, AuthenticatedUser};
+use crate::builtin;
+use crate::registry::ResourceInfo;
+use crate::server::{AppState, RequestRecord};
+use crate::status::ApiError;
+
+/// The parsed request line: which resource, where, and which verb.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub info: ResourceInfo,
+    /// Empty for cluster-scoped resources and all-namespace collections.
+    pub namespace: String,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+/// Query parameters of a request.
+#[derive(Clone, Debug, Default)]
+pub struct Query {
+    values: HashMap<String, String>,
+}
+
+impl Query {
+    pub fn parse(query: Option<&str>) -> Self {
+        let values = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+        Query { values }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    pub fn flag(&self, key: &str) -> Result<bool, ApiError> {
+        match self.get(key) {
+            None | Some("") | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") => Ok(true),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "invalid boolean value {other:?} for query parameter {key:?}"
+            ))),
+        }
+    }
+
+    /// `dryRun=All` (the only value the real server accepts).
+    pub fn dry_run(&self) -> Result<bool, ApiError> {
+        dry_run_values(self.values.get("dryRun").map(|v| vec![v.clone()]))
+    }
+}
+
+pub(crate) fn dry_run_values(values: Option<Vec<String>>) -> Result<bool, ApiError> {
+    match values {
+        None => Ok(false),
+        Some(values) if values.is_empty() => Ok(false),
+        Some(values) => {
+            if values.iter().all(|value| value == "All") {
+                Ok(true)
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "Invalid value: {values:?}: supported values: \"All\""
+                )))
+            }
+        }
+    }
+}
+
+/// Everything a verb handler needs about one request.
+pub struct Context<'a> {
+    pub state: &'a AppState,
+    pub target: Target,
+    pub query: Query,
+    pub headers: HeaderMap,
+    pub user: String,
+}
+
+impl Context<'_> {
+    pub fn info(&self) -> &ResourceInfo {
+        &self.target.info
+    }
+
+    pub fn name(&self) -> &str {
+        self.target.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn not_found(&self) -> ApiError {
+        ApiError::not_found(&self.info().group, &self.info().plural, self.name())
+    }
+
+    /// The manager name for managedFields: `fieldManager`, else derived from the user agent
+    /// as the real server does (the part before the first `/`).
+    pub fn field_manager(&self) -> String {
+        if let Some(manager) = self.query.get("fieldManager").filter(|m| !m.is_empty()) {
+            return manager.to_string();
+        }
+        self.headers
+            .get(header::USER_AGENT)
+            .and_then(|agent| agent.to_str().ok())
+            .map(|agent| agent.split('/').next().unwrap_or(agent).to_string())
+            .filter(|agent| !agent.is_empty())
+            .unwrap_or_else(|| "unknown".to_string())
+    }
+}
+
+/// Seeds the namespaces every cluster starts with.
+pub fn seed_namespaces(state: &AppState) {
+    let Some(info) = state.registry.lookup("", "v1", "namespaces") else {
+        return;
+    };
+    for name in builtin::INITIAL_NAMESPACES {
+        let mut object = builtin::initial_namespace(name);
+        write::fill_create_metadata(&mut object);
+        // Seeding an empty store cannot collide.
+        let _ = state.store.create(&info.storage_key(), object);
+    }
+}
+
+/// The fallback handler serving every resource path.
+pub async fn dispatch(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let user = parts
+        .extensions
+        .get::<AuthenticatedUser>()
+        .map(|user| user.name.clone())
+        .unwrap_or_else(|| ANONYMOUS_USER.to_string());
+    let result = handle(&state, parts.method, parts.uri, parts.headers, body, user).await;
+    match result {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn handle(
+    state: &AppState,
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Body,
+    user: String,
+) -> Result<Response, ApiError> {
+    let query = Query::parse(uri.query());
+    let target = parse_target(state, uri.path())?;
+    let verb = verb_of(&method, &target, &query)?;
+    state.request_log.push(RequestRecord {
+        user: user.clone(),
+        verb: verb.to_string(),
+        group: target.info.group.clone(),
+        resource: target.info.plural.clone(),
+        subresource: target.subresource.clone().unwrap_or_default(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone().unwrap_or_default(),
+    });
+    let allowed = target.info.verbs.contains(&verb)
+        || (target.subresource.is_some() && matches!(verb, "get" | "update" | "patch"));
+    if !allowed {
+        return Err(method_not_allowed(&method));
+    }
+    if target.info.namespaced && target.namespace.is_empty() && verb == "create" {
+        return Err(method_not_allowed(&method));
+    }
+    let context = Context {
+        state,
+        target,
+        query,
+        headers,
+        user,
+    };
+    match verb {
+        "get" => read::get(&context),
+        "list" => read::list(&context),
+        "watch" => crate::watch::watch(&context),
+        "create" => {
+            let body = read_body(&context, body).await?;
+            write::create(&context, &body)
+        }
+        "update" => {
+            let body = read_body(&context, body).await?;
+            write::update(&context, &body)
+        }
+        "patch" => {
+            let body = read_body(&context, body).await?;
+            patch::patch(&context, &body)
+        }
+        "delete" => {
+            let body = read_body(&context, body).await?;
+            delete::delete(&context, &body)
+        }
+        "deletecollection" => {
+            let body = read_body(&context, body).await?;
+            delete::delete_collection(&context, &body)
+        }
+        _ => Err(method_not_allowed(&method)),
+    }
+}
+
+fn method_not_allowed(method: &Method) -> ApiError {
+    ApiError::method_not_allowed(format!(
+        "the server does not allow this method on the requested resource ({method})"
+    ))
+}
+
+/// The real server's answer for a path it does not serve.
+pub fn path_not_found() -> ApiError {
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}
+
+/// Splits `/api/v1/...` or `/apis/{group}/{version}/...` into a target.
+pub fn parse_target(state: &AppState, path: &str) -> Result<Target, ApiError> {
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(|segment| {
+            percent_encoding::percent_decode_str(segment)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(path_not_found()),
+    };
+    let (namespace, resource, tail) = match rest {
+        ["namespaces", namespace, resource, tail @ ..]
+            if *resource != "status" && *resource != "finalize" =>
+        {
+            (Some(*namespace), *resource, tail)
+        }
+        [resource, tail @ ..] => (None, *resource, tail),
+        [] => return Err(path_not_found()),
+    };
+    let info = state
+        .registry
+        .lookup(group, version, resource)
+        .filter(|info| info.served)
+        .ok_or_else(path_not_found)?;
+    let (name, subresource) = match tail {
+        [] => (None, None),
+        [name] => (Some(name.to_string()), None),
+        [name, subresource] => (Some(name.to_string()), Some(subresource.to_string())),
+        _ => return Err(path_not_found()),
+    };
+    if namespace.is_some() && !info.namespaced {
+        return Err(path_not_found());
+    }
+    if info.namespaced && namespace.is_none() && name.is_some() {
+        return Err(path_not_found());
+    }
+    if let Some(subresource) = &subresource
+        && !(subresource == "status" && info.has_status)
+    {
+        return Err(path_not_found());
+    }
+    if name.as_deref() == Some("") {
+        return Err(path_not_found());
+    }
+    Ok(Target {
+        info,
+        namespace: namespace.unwrap_or_default().to_string(),
+        name,
+        subresource,
+    })
+}
+
+fn verb_of(method: &Method, target: &Target, query: &Query) -> Result<&'static str, ApiError> {
+    let item = target.name.is_some();
+    let verb = match (method.as_str(), item) {
+        ("GET", true) => "get",
+        ("GET", false) => {
+            if query.flag("watch")? {
+                "watch"
+            } else {
+                "list"
+            }
+        }
+        ("POST", false) => "create",
+        ("PUT", true) => "update",
+        ("PATCH", true) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return Err(method_not_allowed(method)),
+    };
+    Ok(verb)
+}
+
+/// Reads the body, enforcing the size limit.
+async fn read_body(context: &Context<'_>, body: Body) -> Result<Bytes, ApiError> {
+    let limit = context.state.settings.max_body_bytes;
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::too_large(limit))
+}
+
+/// The request's media type without parameters, lower-cased.
+pub fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| {
+            value
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+/// Decodes a JSON or YAML object body.
+pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let media_type = content_type(headers);
+    let value: Value = match media_type.as_str() {
+        "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|error| {
+            ApiError::bad_request(format!(
+                "couldn't get version/kind; json parse error: {error}"
+            ))
+        })?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => decode_yaml(body)?,
+        other => return Err(ApiError::unsupported_media_type(other)),
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "couldn't get version/kind; json parse error: the body is not a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+/// YAML to a JSON value, with a 400 for malformed input.
+pub fn decode_yaml(body: &[u8]) -> Result<Value, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the request body is not valid UTF-8"))?;
+    serde_yaml::from_str::<Value>(text)
+        .map_err(|error| ApiError::bad_request(format!("error converting YAML to JSON: {error}")))
+}
+
+/// Whether the client accepts JSON (everything this server produces).
+pub fn check_acceptable(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()) else {
+        return Ok(());
+    };
+    let acceptable = accept.split(',').any(|part| {
+        let media = part.split(';').next().unwrap_or_default().trim();
+        matches!(
+            media,
+            "" | "application/json" | "*/*" | "application/*" | "application/yaml"
+        )
+    });
+    if acceptable {
+        Ok(())
+    } else {
+        Err(ApiError::not_acceptable(accept))
+    }
+}
+
+/// A JSON response.
+pub fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
+    let mut response = (status, body.into()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A JSON response of one value.
+pub fn value_response(status: StatusCode, value: &Value) -> Response {
+    json_response(status, value.to_string())
+}
+
+/// The object as served at the requested version: stored objects carry the storage version's
+/// apiVersion; CRD versions share one schema shape (conversion strategy `None`), so only
+/// `apiVersion` changes.
+pub fn at_version(info: &ResourceInfo, mut object: Value) -> Value {
+    if info.is_custom() {
+        let api_version = info.api_version();
+        if object["apiVersion"].as_str() != Some(api_version.as_str()) {
+            object["apiVersion"] = Value::String(api_version);
+        }
+    }
+    object
+}
+
+/// Stored bytes as served at the requested version.
+pub fn bytes_at_version(info: &ResourceInfo, bytes: &Bytes) -> Bytes {
+    if !info.is_custom() || info.storage_version {
+        return bytes.clone();
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(value) => Bytes::from(at_version(info, value).to_string()),
+        Err(_) => bytes.clone(),
+    }
+}

@@ -1,0 +1,79 @@
+//! The one place the server calls the semantics library (schemas, patches, server-side apply),
+//! so the handlers stay independent of its module layout.
+
+use serde_json::Value;
+
+use crate::registry::ResourceInfo;
+use crate::status::ApiError;
+
+pub use gpucloud_apiserver_semantics::schema::{FieldError, Schema, SchemaError, invalid_message};
+
+pub fn prune(schema: &Schema, object: &mut Value) -> Vec<String> {
+    schema.prune(object)
+}
+
+pub fn apply_defaults(schema: &Schema, object: &mut Value) {
+    schema.apply_defaults(object);
+}
+
+pub fn validate(schema: &Schema, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    schema.validate(object, old)
+}
+
+pub fn compile(open_api_v3_schema: &Value) -> Result<Schema, SchemaError> {
+    Schema::compile(open_api_v3_schema)
+}
+
+/// Records the manager's field ownership of a non-apply write in `managedFields`.
+pub fn record_update(
+    info: &ResourceInfo,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    now: &str,
+) {
+    let _ = (info, old, new, manager, now);
+}
+
+fn not_yet(what: &str) -> ApiError {
+    ApiError::new(
+        415,
+        "UnsupportedMediaType",
+        format!("{what} is not supported by this server yet"),
+    )
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
+    let _ = (target, patch);
+    Err(not_yet("application/merge-patch+json"))
+}
+
+/// RFC 6902 JSON patch.
+pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
+    let _ = (target, patch);
+    Err(not_yet("application/json-patch+json"))
+}
+
+/// Strategic merge patch of a built-in kind.
+pub fn strategic_merge_patch(
+    info: &ResourceInfo,
+    target: &mut Value,
+    patch: &Value,
+) -> Result<(), ApiError> {
+    let _ = (info, target, patch);
+    Err(not_yet("application/strategic-merge-patch+json"))
+}
+
+/// Server-side apply: the applied configuration merged onto `live` (`None`: create).
+pub fn apply(
+    info: &ResourceInfo,
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    now: &str,
+) -> Result<Value, ApiError> {
+    let _ = (info, live, applied, manager, force, now);
+    Err(not_yet("application/apply-patch+yaml"))
+}

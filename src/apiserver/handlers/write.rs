@@ -1,0 +1,715 @@
+//! create and update, and the write pipeline every mutation shares (type and object metadata,
+//! status subresource split, generation, finalizer rules, schema pruning/defaulting/validation,
+//! namespace lifecycle, optimistic concurrency).
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::{Context, at_version, crd, decode_object, value_response};
+use crate::builtin;
+use crate::registry::ResourceInfo;
+use crate::status::{ApiError, StatusCause};
+use crate::store::StoreError;
+
+/// How many times a write without a caller-pinned resourceVersion is retried on a race.
+const MAX_UPDATE_ATTEMPTS: usize = 32;
+
+/// The current time as Kubernetes writes timestamps (RFC 3339, whole seconds, UTC).
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// A random RFC 4122 version-4 UID.
+pub fn new_uid() -> String {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// Sets the fields the server owns on create (uid, creationTimestamp).
+pub fn fill_create_metadata(object: &mut Value) {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("uid".into(), json!(new_uid()));
+        metadata.insert("creationTimestamp".into(), json!(now()));
+        metadata.remove("resourceVersion");
+        metadata.remove("deletionTimestamp");
+        metadata.remove("deletionGracePeriodSeconds");
+    }
+}
+
+/// The 5 random characters `generateName` appends, from the real server's alphabet.
+fn name_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+pub fn create(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {
+    let dry_run = context.query.dry_run()?;
+    let object = decode_object(&context.headers, body)?;
+    let created = create_object(context, object, dry_run, true)?;
+    Ok(value_response(StatusCode::CREATED, &created))
+}
+
+pub fn update(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {
+    let dry_run = context.query.dry_run()?;
+    let object = decode_object(&context.headers, body)?;
+    let body_name = object["metadata"]["name"].as_str().unwrap_or_default();
+    if body_name != context.name() {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({})",
+            context.name()
+        )));
+    }
+    check_namespace(context, &object)?;
+    let pinned = object["metadata"]["resourceVersion"]
+        .as_str()
+        .is_some_and(|rv| !rv.is_empty());
+    let updated = update_object(
+        context,
+        UpdateOptions {
+            pinned,
+            require_resource_version: context.info().is_custom(),
+            dry_run,
+            record_manager: true,
+        },
+        &|_old| Ok(object.clone()),
+    )?;
+    Ok(value_response(StatusCode::OK, &updated))
+}
+
+/// The object's namespace must be empty or the request's.
+fn check_namespace(context: &Context<'_>, object: &Value) -> Result<(), ApiError> {
+    let body_namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    if !body_namespace.is_empty() && body_namespace != context.target.namespace {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(())
+}
+
+/// `apiVersion` and `kind` must name the resource of the URL.
+pub fn check_type_meta(info: &ResourceInfo, object: &mut Value) -> Result<(), ApiError> {
+    let api_version = object["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let kind = object["kind"].as_str().unwrap_or_default().to_string();
+    if kind.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Object 'Kind' is missing in '{}'",
+            truncate(&object.to_string(), 200)
+        )));
+    }
+    if api_version.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Object 'apiVersion' is missing in '{}'",
+            truncate(&object.to_string(), 200)
+        )));
+    }
+    if api_version != info.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            info.api_version()
+        )));
+    }
+    if kind != info.kind {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            info.kind
+        )));
+    }
+    if !object["metadata"].is_object() {
+        if object["metadata"].is_null() {
+            object["metadata"] = json!({});
+        } else {
+            return Err(ApiError::bad_request(
+                "metadata: expected an object".to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn truncate(text: &str, limit: usize) -> &str {
+    match text.char_indices().nth(limit) {
+        Some((position, _)) => &text[..position],
+        None => text,
+    }
+}
+
+/// Creates an object through the whole pipeline; returns it as served at the request version.
+pub fn create_object(
+    context: &Context<'_>,
+    mut object: Value,
+    dry_run: bool,
+    record_manager: bool,
+) -> Result<Value, ApiError> {
+    let info = context.info().clone();
+    check_type_meta(&info, &mut object)?;
+    check_namespace(context, &object)?;
+    if info.namespaced {
+        object["metadata"]["namespace"] = json!(context.target.namespace);
+    } else if let Some(metadata) = object["metadata"].as_object_mut() {
+        metadata.remove("namespace");
+    }
+    let generate_name = object["metadata"]["generateName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() && generate_name.is_empty() {
+        return Err(ApiError::invalid_field(
+            &info.group,
+            &info.kind,
+            "",
+            "metadata.name",
+            "FieldValueRequired",
+            "Required value: name or generateName is required",
+        ));
+    }
+    if name.is_empty() {
+        name = format!("{generate_name}{}", name_suffix());
+        object["metadata"]["name"] = json!(name);
+    }
+    fill_create_metadata(&mut object);
+    if info.is_custom() || builtin::is_crd(&info) {
+        object["metadata"]["generation"] = json!(1);
+    }
+    if info.has_status && info.is_custom() {
+        // Create cannot set status when the status subresource is enabled.
+        if let Some(map) = object.as_object_mut() {
+            map.remove("status");
+        }
+    }
+    builtin::prepare_builtin_create(&info, &mut object);
+    let warnings = prepare_common(context, &info, &mut object, None)?;
+    drop(warnings);
+    check_namespace_lifecycle(context, &info, &name)?;
+    if record_manager {
+        super::semantics::record_update(&info, None, &mut object, &context.field_manager(), &now());
+    }
+    if dry_run {
+        return Ok(at_version(&info, object));
+    }
+    let storage_key = info.storage_key();
+    let mut attempts = 0;
+    loop {
+        match context.state.store.create(&storage_key, object.clone()) {
+            Ok((_, stored)) => {
+                crd::after_write(context.state, &info, &stored);
+                return Ok(at_version(&info, stored));
+            }
+            Err(StoreError::AlreadyExists) if !generate_name.is_empty() && attempts < 8 => {
+                attempts += 1;
+                object["metadata"]["name"] = json!(format!("{generate_name}{}", name_suffix()));
+            }
+            Err(StoreError::AlreadyExists) => {
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                return Err(ApiError::already_exists(&info.group, &info.plural, name));
+            }
+            Err(error) => return Err(ApiError::internal(error.to_string())),
+        }
+    }
+}
+
+/// NamespaceLifecycle admission: the namespace must exist and not be terminating.
+fn check_namespace_lifecycle(
+    context: &Context<'_>,
+    info: &ResourceInfo,
+    name: &str,
+) -> Result<(), ApiError> {
+    if !info.namespaced {
+        return Ok(());
+    }
+    let namespace = &context.target.namespace;
+    let namespaces = crate::registry::ResourceKey {
+        group: String::new(),
+        plural: "namespaces".into(),
+    };
+    match context.state.store.get(&namespaces, "", namespace) {
+        None => Err(ApiError::not_found("", "namespaces", namespace)),
+        Some(stored) if stored.index.deleting => Err(ApiError::forbidden(
+            &info.group,
+            &info.plural,
+            name,
+            &format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            ),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Validation and defaulting shared by create and update: metadata, built-in and CRD rules,
+/// and for custom resources pruning, defaulting and schema validation. Returns warnings.
+fn prepare_common(
+    context: &Context<'_>,
+    info: &ResourceInfo,
+    object: &mut Value,
+    old: Option<&Value>,
+) -> Result<Vec<String>, ApiError> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut errors = validate_metadata(info, object);
+    if builtin::is_crd(info) {
+        errors.extend(crd::prepare(context.state, object, old));
+    }
+    let mut warnings = Vec::new();
+    if let Some(schema) = &info.schema {
+        let pruned = super::semantics::prune(schema, object);
+        if !pruned.is_empty() {
+            match context.query.get("fieldValidation").unwrap_or("Strict") {
+                "Strict" => {
+                    let fields: Vec<String> = pruned
+                        .iter()
+                        .map(|path| format!("unknown field \"{path}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "strict decoding error: {}",
+                        fields.join(", ")
+                    )));
+                }
+                "Warn" => warnings.extend(pruned.iter().map(|p| format!("unknown field \"{p}\""))),
+                _ => {}
+            }
+        }
+        super::semantics::apply_defaults(schema, object);
+        errors.extend(super::semantics::validate(schema, object, old));
+    }
+    if errors.is_empty() {
+        if info.is_custom()
+            && !info.storage_version
+            && let Some(storage) = context.state.registry.storage_entry(&info.storage_key())
+        {
+            // Objects are stored at the storage version; reads convert back.
+            object["apiVersion"] = json!(storage.api_version());
+        }
+        return Ok(warnings);
+    }
+    let message = super::semantics::invalid_message(&info.kind, &info.group, &name, &errors);
+    let causes = errors
+        .iter()
+        .map(|error| StatusCause {
+            reason: error.reason().to_string(),
+            message: error.body(),
+            field: error.field.clone(),
+        })
+        .collect();
+    Err(ApiError::invalid(
+        &info.group,
+        &info.kind,
+        &name,
+        message,
+        causes,
+    ))
+}
+
+/// ObjectMeta validation the real server applies to every kind.
+fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantics::FieldError> {
+    use super::semantics::FieldError;
+    let mut errors = Vec::new();
+    let metadata = &object["metadata"];
+    let name = metadata["name"].as_str().unwrap_or_default();
+    let label_only = crate::builtin::is_namespace(info);
+    if let Some(detail) = name_problem(name, label_only) {
+        errors.push(FieldError::invalid("metadata.name", json!(name), detail));
+    }
+    if let Some(labels) = metadata.get("labels").filter(|labels| !labels.is_null()) {
+        match labels.as_object() {
+            Some(labels) => {
+                for (key, value) in labels {
+                    if crate::selectors::LabelSelector::parse(key).is_err() || key.contains('=') {
+                        errors.push(FieldError::invalid(
+                            "metadata.labels",
+                            json!(key),
+                            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                        ));
+                    }
+                    let text = value.as_str();
+                    if text.is_none_or(|text| {
+                        crate::selectors::LabelSelector::parse(&format!("k={text}")).is_err()
+                    }) {
+                        errors.push(FieldError::invalid(
+                            "metadata.labels",
+                            value.clone(),
+                            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                        ));
+                    }
+                }
+            }
+            None => errors.push(FieldError::invalid(
+                "metadata.labels",
+                labels.clone(),
+                "must be a map of string to string",
+            )),
+        }
+    }
+    if let Some(finalizers) = metadata.get("finalizers").filter(|f| !f.is_null())
+        && !finalizers
+            .as_array()
+            .is_some_and(|list| list.iter().all(Value::is_string))
+    {
+        errors.push(FieldError::invalid(
+            "metadata.finalizers",
+            finalizers.clone(),
+            "must be a list of strings",
+        ));
+    }
+    errors
+}
+
+/// Why `name` is not a valid object name (DNS-1123 subdomain, or label for namespaces).
+fn name_problem(name: &str, label_only: bool) -> Option<String> {
+    let part_ok = |part: &str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && part.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && part.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    if label_only {
+        if name.len() > 63 {
+            return Some("must be no more than 63 characters".into());
+        }
+        if !part_ok(name) {
+            return Some("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into());
+        }
+        return None;
+    }
+    if name.len() > 253 {
+        return Some("must be no more than 253 characters".into());
+    }
+    if !name.split('.').all(part_ok) {
+        return Some("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into());
+    }
+    None
+}
+
+/// How an update is checked and committed.
+#[derive(Clone, Copy, Debug)]
+pub struct UpdateOptions {
+    /// The caller named the resourceVersion it read: a race is a 409, not a retry.
+    pub pinned: bool,
+    /// Updates without a resourceVersion are refused (custom resources, as the real server).
+    pub require_resource_version: bool,
+    pub dry_run: bool,
+    /// Record the write in managedFields as an "Update" by the request's manager (apply
+    /// records its own ownership).
+    pub record_manager: bool,
+}
+
+/// Read-modify-write of one object: `mutate` turns the current object into the caller's
+/// intended one; the pipeline then applies the server's rules and commits it.
+pub fn update_object(
+    context: &Context<'_>,
+    options: UpdateOptions,
+    mutate: &dyn Fn(&Value) -> Result<Value, ApiError>,
+) -> Result<Value, ApiError> {
+    let info = context.info().clone();
+    let storage_key = info.storage_key();
+    let store = &context.state.store;
+    for _ in 0..MAX_UPDATE_ATTEMPTS {
+        let current = store
+            .get(&storage_key, &context.target.namespace, context.name())
+            .ok_or_else(|| context.not_found())?;
+        let old = current
+            .to_value()
+            .map_err(|error| ApiError::internal(error.to_string()))?;
+        let intended = mutate(&at_version(&info, old.clone()))?;
+        let new = prepare_update(
+            context,
+            &info,
+            &old,
+            intended,
+            current.index.resource_version,
+            options,
+        )?;
+        if unchanged(&old, &new) {
+            return Ok(at_version(&info, old));
+        }
+        if options.dry_run {
+            return Ok(at_version(&info, new));
+        }
+        match store.update(&storage_key, new, current.index.resource_version) {
+            Ok((stored, value)) => {
+                if stored.index.deleting && stored.index.finalizers.is_empty() {
+                    // The last finalizer is gone: the object goes now, as the real store's
+                    // `shouldDeleteDuringUpdate`.
+                    match store.delete(
+                        &storage_key,
+                        &context.target.namespace,
+                        context.name(),
+                        Some(stored.index.resource_version),
+                    ) {
+                        Ok((_, deleted)) => {
+                            super::delete::after_removed(context.state, &info, &deleted)
+                        }
+                        Err(StoreError::NotFound | StoreError::Conflict) => {}
+                        Err(error) => return Err(ApiError::internal(error.to_string())),
+                    }
+                } else {
+                    crd::after_write(context.state, &info, &value);
+                }
+                return Ok(at_version(&info, value));
+            }
+            Err(StoreError::Conflict) if !options.pinned => continue,
+            Err(StoreError::Conflict) => return Err(conflict(context)),
+            Err(StoreError::NotFound) => return Err(context.not_found()),
+            Err(error) => return Err(ApiError::internal(error.to_string())),
+        }
+    }
+    Err(conflict(context))
+}
+
+fn conflict(context: &Context<'_>) -> ApiError {
+    let info = context.info();
+    ApiError::conflict(
+        &info.group,
+        &info.plural,
+        context.name(),
+        "the object has been modified; please apply your changes to the latest version and try again",
+    )
+}
+
+/// Whether an update changes nothing but bookkeeping (then the real server writes nothing and
+/// the resourceVersion stays).
+fn unchanged(old: &Value, new: &Value) -> bool {
+    let strip = |value: &Value| {
+        let mut value = value.clone();
+        if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("resourceVersion");
+            metadata.remove("managedFields");
+        }
+        value
+    };
+    strip(old) == strip(new)
+}
+
+/// The server's rules for an update of `old` to `new`.
+fn prepare_update(
+    context: &Context<'_>,
+    info: &ResourceInfo,
+    old: &Value,
+    mut new: Value,
+    current_resource_version: u64,
+    options: UpdateOptions,
+) -> Result<Value, ApiError> {
+    let require_resource_version = options.require_resource_version;
+    check_type_meta(info, &mut new)?;
+    let name = context.name().to_string();
+    let new_name = new["metadata"]["name"].as_str().unwrap_or_default();
+    if new_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({new_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    check_namespace(context, &new)?;
+    if info.namespaced {
+        new["metadata"]["namespace"] = json!(context.target.namespace);
+    }
+    let given = new["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if given.is_empty() {
+        if require_resource_version {
+            return Err(ApiError::invalid_field(
+                &info.group,
+                &info.kind,
+                &name,
+                "metadata.resourceVersion",
+                "FieldValueInvalid",
+                "Invalid value: 0x0: must be specified for an update",
+            ));
+        }
+    } else if given.parse::<u64>().ok() != Some(current_resource_version) {
+        return Err(conflict(context));
+    }
+    let old_uid = old["metadata"]["uid"].as_str().unwrap_or_default();
+    if let Some(new_uid) = new["metadata"]["uid"].as_str()
+        && !new_uid.is_empty()
+        && new_uid != old_uid
+    {
+        return Err(ApiError::invalid_field(
+            &info.group,
+            &info.kind,
+            &name,
+            "metadata.uid",
+            "FieldValueInvalid",
+            &format!("Invalid value: {new_uid:?}: field is immutable"),
+        ));
+    }
+    // Fields only the server sets keep their stored values.
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match old["metadata"].get(field) {
+            Some(value) => new["metadata"][field] = value.clone(),
+            None => {
+                if let Some(metadata) = new["metadata"].as_object_mut() {
+                    metadata.remove(field);
+                }
+            }
+        }
+    }
+    new["metadata"]["resourceVersion"] = json!(current_resource_version.to_string());
+
+    let deleting = old["metadata"]
+        .get("deletionTimestamp")
+        .is_some_and(|timestamp| !timestamp.is_null());
+    if deleting {
+        let old_finalizers = string_list(&old["metadata"]["finalizers"]);
+        let added: Vec<String> = string_list(&new["metadata"]["finalizers"])
+            .into_iter()
+            .filter(|finalizer| !old_finalizers.contains(finalizer))
+            .collect();
+        if !added.is_empty() {
+            let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            return Err(ApiError::invalid_field(
+                &info.group,
+                &info.kind,
+                &name,
+                "metadata.finalizers",
+                "FieldValueForbidden",
+                &format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    quoted.join(", ")
+                ),
+            ));
+        }
+    }
+
+    let status_update = context.target.subresource.as_deref() == Some("status");
+    if status_update {
+        // The status endpoint changes only status (and managedFields), as the real
+        // statusStrategy.PrepareForUpdate: everything else is copied from the stored object.
+        let status = new.get("status").cloned();
+        let managed_fields = new["metadata"].get("managedFields").cloned();
+        let mut merged = old.clone();
+        merged["metadata"]["resourceVersion"] = json!(current_resource_version.to_string());
+        if let Some(map) = merged.as_object_mut() {
+            match status {
+                Some(status) => {
+                    map.insert("status".into(), status);
+                }
+                None => {
+                    map.remove("status");
+                }
+            }
+        }
+        if let Some(managed_fields) = managed_fields {
+            merged["metadata"]["managedFields"] = managed_fields;
+        }
+        new = merged;
+    } else if info.has_status {
+        // The main endpoint ignores status changes when the status subresource is enabled.
+        if let Some(map) = new.as_object_mut() {
+            match old.get("status") {
+                Some(status) => {
+                    map.insert("status".into(), status.clone());
+                }
+                None => {
+                    map.remove("status");
+                }
+            }
+        }
+    }
+    if (info.is_custom() || builtin::is_crd(info)) && spec_changed(old, &new) {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(0);
+        new["metadata"]["generation"] = json!(generation + 1);
+    }
+    builtin::prepare_builtin_write(info, &mut new);
+    prepare_common(context, info, &mut new, Some(old))?;
+    if options.record_manager {
+        super::semantics::record_update(
+            info,
+            Some(old),
+            &mut new,
+            &context.field_manager(),
+            &now(),
+        );
+    }
+    Ok(new)
+}
+
+/// Whether anything outside metadata and status differs (what bumps `metadata.generation`).
+pub fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |value: &Value| {
+        let mut value = value.clone();
+        if let Some(map) = value.as_object_mut() {
+            map.remove("metadata");
+            map.remove("status");
+        }
+        value
+    };
+    strip(old) != strip(new)
+}
+
+pub fn string_list(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_are_version_4() {
+        let uid = new_uid();
+        assert_eq!(uid.len(), 36);
+        assert_eq!(&uid[14..15], "4");
+        assert_ne!(uid, new_uid());
+    }
+
+    #[test]
+    fn names_are_dns_subdomains() {
+        assert!(name_problem("a.b-c", false).is_none());
+        assert!(name_problem("A", false).is_some());
+        assert!(name_problem("a.b", true).is_some());
+        assert!(name_problem("", false).is_some());
+        assert!(name_problem("-a", false).is_some());
+    }
+
+    #[test]
+    fn generation_ignores_metadata_and_status() {
+        let old = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"x": 1}, "status": {"s": 1}});
+        let relabelled =
+            json!({"metadata": {"labels": {"a": "2"}}, "spec": {"x": 1}, "status": {"s": 2}});
+        let respecced = json!({"metadata": {}, "spec": {"x": 2}});
+        assert!(!spec_changed(&old, &relabelled));
+        assert!(spec_changed(&old, &respecced));
+    }
+}

@@ -1,0 +1,329 @@
+//! Router assembly, `ApiServer::start` and the Rust handle tests and the CLI use.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::auth::{self, Authenticator};
+use crate::kubeconfig::{self, KubeconfigUser};
+use crate::registry::Registry;
+use crate::store::Store;
+use crate::tls::{self, TlsMaterial};
+
+/// The user name of the generated token when the config lists no users.
+pub const DEFAULT_ADMIN_USER: &str = "admin";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("TLS setup failed: {0}")]
+    Tls(#[from] tls::Error),
+    #[error("authentication setup failed: {0}")]
+    Auth(#[from] auth::Error),
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] kubeconfig::Error),
+    #[error("cannot generate a bearer token: {0}")]
+    Token(String),
+    #[error("no user named {0:?} is configured")]
+    UnknownUser(String),
+    #[error("kube client from the generated kubeconfig: {0}")]
+    Client(String),
+}
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct ApiServerConfig {
+    /// Port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// `(token, user)` pairs; empty means one generated token for the user `admin`.
+    pub users: Vec<(String, String)>,
+    /// How many past changes are retained for watches resuming from a resourceVersion.
+    pub watch_window: usize,
+    /// Larger request bodies get 413 RequestEntityTooLarge.
+    pub max_body_bytes: usize,
+    /// Interval between BOOKMARK events on watches that asked for them.
+    pub bookmark_interval: std::time::Duration,
+}
+
+impl Default for ApiServerConfig {
+    fn default() -> Self {
+        ApiServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            users: Vec::new(),
+            watch_window: 10_000,
+            // The real apiserver's limit for a request body (3 MiB).
+            max_body_bytes: 3 * 1024 * 1024,
+            bookmark_interval: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub registry: Registry,
+    pub store: Arc<Store>,
+    pub settings: Arc<Settings>,
+    pub request_log: RequestLog,
+}
+
+/// Request-handling limits taken from the config.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub max_body_bytes: usize,
+    pub bookmark_interval: std::time::Duration,
+}
+
+/// One handled request, as an RBAC rule would see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    pub user: String,
+    /// get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The request log shared by the handlers.
+#[derive(Clone, Debug, Default)]
+pub struct RequestLog {
+    records: Arc<Mutex<Vec<RequestRecord>>>,
+}
+
+impl RequestLog {
+    pub fn push(&self, record: RequestRecord) {
+        match self.records.lock() {
+            Ok(mut records) => records.push(record),
+            Err(poisoned) => poisoned.into_inner().push(record),
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<RequestRecord> {
+        match self.records.lock() {
+            Ok(records) => records.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+impl AppState {
+    pub fn new(config: &ApiServerConfig) -> Self {
+        let state = AppState {
+            registry: Registry::with_builtins(),
+            store: Arc::new(Store::new(config.watch_window)),
+            settings: Arc::new(Settings {
+                max_body_bytes: config.max_body_bytes,
+                bookmark_interval: config.bookmark_interval,
+            }),
+            request_log: RequestLog::default(),
+        };
+        crate::handlers::seed_namespaces(&state);
+        state
+    }
+}
+
+/// The full router (resource routes, discovery, OpenAPI) without authentication.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(crate::discovery::routes())
+        .fallback(crate::handlers::dispatch)
+        .with_state(state)
+}
+
+/// Starts the server.
+pub struct ApiServer;
+
+impl ApiServer {
+    pub async fn start(config: ApiServerConfig) -> Result<ApiServerHandle, Error> {
+        let users = if config.users.is_empty() {
+            let token = auth::generate_token().map_err(|error| Error::Token(error.to_string()))?;
+            vec![(token, DEFAULT_ADMIN_USER.to_string())]
+        } else {
+            config.users.clone()
+        };
+        let authenticator = Authenticator::new(users.clone())?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Bind {
+                address: config.listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| Error::Bind {
+            address: config.listen,
+            source,
+        })?;
+        let hosts = vec![local_addr.ip().to_string(), "localhost".to_string()];
+        let tls_material = TlsMaterial::generate(&hosts)?;
+        let server_config = tls_material.server_config()?;
+
+        let state = AppState::new(&config);
+        let app = router(state.clone()).layer(auth::layer(authenticator));
+        let (shutdown_sender, shutdown_receiver) = oneshot::channel::<()>();
+        let server_task = tokio::spawn(async move {
+            let shutdown = async {
+                // A dropped sender also means shut down.
+                let _ = shutdown_receiver.await;
+            };
+            if let Err(error) = tls::serve(listener, app, server_config, shutdown).await {
+                tracing::error!(%error, "API server stopped");
+            }
+        });
+        let gc_task = tokio::spawn(crate::gc::run(state.clone()));
+        Ok(ApiServerHandle {
+            local_addr,
+            users: users
+                .into_iter()
+                .map(|(token, name)| KubeconfigUser { name, token })
+                .collect(),
+            tls: tls_material,
+            state,
+            shutdown: Some(shutdown_sender),
+            server_task,
+            gc_task,
+        })
+    }
+}
+
+/// A running server.
+pub struct ApiServerHandle {
+    local_addr: SocketAddr,
+    users: Vec<KubeconfigUser>,
+    tls: TlsMaterial,
+    state: AppState,
+    shutdown: Option<oneshot::Sender<()>>,
+    server_task: JoinHandle<()>,
+    gc_task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ApiServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServerHandle")
+            .field("url", &self.url())
+            .field("users", &self.users)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl ApiServerHandle ===
+
+impl ApiServerHandle {
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.local_addr)
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The CA certificate clients must trust, PEM-encoded.
+    pub fn ca_pem(&self) -> &str {
+        self.tls.ca_pem()
+    }
+
+    /// The user names with tokens, in configuration order.
+    pub fn user_names(&self) -> Vec<String> {
+        self.users.iter().map(|user| user.name.clone()).collect()
+    }
+
+    /// A kubeconfig whose current context is `user` (the first configured user when `None`).
+    /// An unknown user gets the first user's context as current.
+    pub fn kubeconfig_yaml(&self, user: Option<&str>) -> String {
+        let current = user
+            .filter(|name| self.users.iter().any(|known| known.name == *name))
+            .or_else(|| self.users.first().map(|first| first.name.as_str()))
+            .unwrap_or(DEFAULT_ADMIN_USER);
+        kubeconfig::render(&self.url(), self.tls.ca_pem(), &self.users, current)
+            .unwrap_or_else(|error| format!("# kubeconfig could not be rendered: {error}\n"))
+    }
+
+    fn kubeconfig_for(&self, user: Option<&str>) -> Result<String, Error> {
+        if let Some(user) = user
+            && !self.users.iter().any(|known| known.name == user)
+        {
+            return Err(Error::UnknownUser(user.to_string()));
+        }
+        let current = user
+            .or_else(|| self.users.first().map(|first| first.name.as_str()))
+            .unwrap_or(DEFAULT_ADMIN_USER);
+        Ok(kubeconfig::render(
+            &self.url(),
+            self.tls.ca_pem(),
+            &self.users,
+            current,
+        )?)
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
+        let yaml = self.kubeconfig_for(None)?;
+        Ok(kubeconfig::write(path, &yaml)?)
+    }
+
+    /// A kube-rs client for the first configured user, built from the generated kubeconfig.
+    pub async fn kube_client(&self) -> Result<kube::Client, Error> {
+        self.kube_client_as(None).await
+    }
+
+    /// A kube-rs client for `user` (the first configured user when `None`).
+    pub async fn kube_client_as(&self, user: Option<&str>) -> Result<kube::Client, Error> {
+        let yaml = self.kubeconfig_for(user)?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml)
+            .map_err(|error| Error::Client(error.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|error| Error::Client(error.to_string()))?;
+        kube::Client::try_from(config).map_err(|error| Error::Client(error.to_string()))
+    }
+
+    /// Every request handled so far.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.state.request_log.snapshot()
+    }
+
+    /// Drops retained watch history and ends open watches with 410 Expired.
+    pub fn compact(&self) {
+        self.state.store.compact();
+    }
+
+    /// The shared state (registry and store), for in-process inspection.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(sender) = self.shutdown.take() {
+            let _ = sender.send(());
+        }
+        self.gc_task.abort();
+        let server_task = &mut self.server_task;
+        if tokio::time::timeout(std::time::Duration::from_secs(5), server_task)
+            .await
+            .is_err()
+        {
+            self.server_task.abort();
+        }
+    }
+}
+
+impl Drop for ApiServerHandle {
+    fn drop(&mut self) {
+        self.gc_task.abort();
+        self.server_task.abort();
+    }
+}
