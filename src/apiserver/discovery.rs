@@ -1,0 +1,502 @@
+//! API discovery: `/version`, the legacy documents (`/api`, `/api/v1`, `/apis`,
+//! `/apis/{group}`, `/apis/{group}/{version}`) and aggregated discovery
+//! (`apidiscovery.k8s.io/v2` and `v2beta1` `APIGroupDiscoveryList`) when the client asks for it
+//! in `Accept`, as kubectl 1.30+ does.
+//!
+//! Shapes follow kube-apiserver's `staging/src/k8s.io/apiserver/pkg/endpoints/discovery/`
+//! (`legacy.go`, `root.go`, `group.go`, `version.go`, `aggregated/handler.go`), and all
+//! documents are built from the live [`Registry`], so a CRD shows up as soon as it is
+//! established and disappears when it is deleted.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get};
+use serde_json::{Value, json};
+
+use crate::registry::ResourceInfo;
+use crate::server::AppState;
+use crate::status::ApiError;
+use crate::table::parse_accept;
+
+/// The Kubernetes release this server's API surface corresponds to (k8s-openapi `v1_33`).
+pub const KUBERNETES_VERSION: (&str, &str) = ("1", "33");
+
+/// The aggregated discovery media type versions this server can answer with, best first.
+const AGGREGATED_VERSIONS: &[&str] = &["v2", "v2beta1"];
+
+/// The discovery routes, merged into the server's router.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/version", read_only(get(version)))
+        .route("/version/", read_only(get(version)))
+        .route("/api", read_only(get(legacy_versions)))
+        .route("/api/", read_only(get(legacy_versions)))
+        .route("/api/{version}", read_only(get(legacy_resources)))
+        .route("/apis", read_only(get(group_list)))
+        .route("/apis/", read_only(get(group_list)))
+        .route("/apis/{group}", read_only(get(group)))
+        .route("/apis/{group}/{version}", read_only(get(group_resources)))
+}
+
+/// Answers anything but GET (and HEAD, which axum derives) on a discovery path with the
+/// real server's 405 Status.
+fn read_only(router: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    router.fallback(|| async {
+        ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )
+    })
+}
+
+// === handlers ===
+
+async fn version() -> Response {
+    let (major, minor) = KUBERNETES_VERSION;
+    json_response(&version_info(major, minor))
+}
+
+/// `/version` as kube-apiserver serves it (`version.Info`).
+fn version_info(major: &str, minor: &str) -> Value {
+    json!({
+        "major": major,
+        "minor": minor,
+        "gitVersion": format!("v{major}.{minor}.0"),
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2025-04-23T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+    })
+}
+
+/// Go's name for the architecture, as `platform` uses it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    }
+}
+
+async fn legacy_versions(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let resources = served(&state);
+    if let Some(version) = aggregated_version(&headers) {
+        let core: Vec<ResourceInfo> = resources
+            .into_iter()
+            .filter(|info| info.group.is_empty())
+            .collect();
+        return aggregated_response(version, &core, true);
+    }
+    json_response(&json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": server_addresses(&headers),
+    }))
+}
+
+async fn legacy_resources(
+    State(state): State<AppState>,
+    Path(version): Path<String>,
+) -> Result<Response, ApiError> {
+    let resources: Vec<ResourceInfo> = served(&state)
+        .into_iter()
+        .filter(|info| info.group.is_empty() && info.version == version)
+        .collect();
+    if resources.is_empty() {
+        return Err(not_found());
+    }
+    // The legacy group's list carries no apiVersion (legacy.go writes it bare).
+    Ok(json_response(&json!({
+        "kind": "APIResourceList",
+        "groupVersion": version,
+        "resources": api_resources(&resources),
+    })))
+}
+
+async fn group_list(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let resources = served(&state);
+    let named: Vec<ResourceInfo> = resources
+        .into_iter()
+        .filter(|info| !info.group.is_empty())
+        .collect();
+    if let Some(version) = aggregated_version(&headers) {
+        return aggregated_response(version, &named, false);
+    }
+    let groups: Vec<Value> = group_versions(&named)
+        .into_iter()
+        .map(|(group, versions)| api_group(&group, &versions))
+        .collect();
+    json_response(&json!({
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": groups,
+    }))
+}
+
+async fn group(
+    State(state): State<AppState>,
+    Path(group): Path<String>,
+) -> Result<Response, ApiError> {
+    let resources: Vec<ResourceInfo> = served(&state)
+        .into_iter()
+        .filter(|info| info.group == group)
+        .collect();
+    let versions = group_versions(&resources)
+        .remove(&group)
+        .filter(|versions| !versions.is_empty() && !group.is_empty())
+        .ok_or_else(not_found)?;
+    let mut document = api_group(&group, &versions);
+    if let Some(object) = document.as_object_mut() {
+        object.insert("kind".to_owned(), json!("APIGroup"));
+        object.insert("apiVersion".to_owned(), json!("v1"));
+    }
+    Ok(json_response(&document))
+}
+
+async fn group_resources(
+    State(state): State<AppState>,
+    Path((group, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let resources: Vec<ResourceInfo> = served(&state)
+        .into_iter()
+        .filter(|info| !info.group.is_empty() && info.group == group && info.version == version)
+        .collect();
+    if resources.is_empty() {
+        return Err(not_found());
+    }
+    Ok(json_response(&json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{group}/{version}"),
+        "resources": api_resources(&resources),
+    })))
+}
+
+// === documents ===
+
+/// The served resources of the registry.
+fn served(state: &AppState) -> Vec<ResourceInfo> {
+    state
+        .registry
+        .resources()
+        .into_iter()
+        .filter(|info| info.served)
+        .collect()
+}
+
+/// Groups with their versions, each group's versions by Kubernetes version priority.
+fn group_versions(resources: &[ResourceInfo]) -> BTreeMap<String, Vec<String>> {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for info in resources {
+        let versions = groups.entry(info.group.clone()).or_default();
+        if !versions.contains(&info.version) {
+            versions.push(info.version.clone());
+        }
+    }
+    for versions in groups.values_mut() {
+        versions.sort_by(|left, right| compare_versions(left, right));
+    }
+    groups
+}
+
+/// One `APIGroup` entry (without kind/apiVersion), preferred version first.
+fn api_group(group: &str, versions: &[String]) -> Value {
+    let entries: Vec<Value> = versions
+        .iter()
+        .map(|version| json!({"groupVersion": format!("{group}/{version}"), "version": version}))
+        .collect();
+    let preferred = entries.first().cloned().unwrap_or(Value::Null);
+    json!({
+        "name": group,
+        "versions": entries,
+        "preferredVersion": preferred,
+    })
+}
+
+/// `APIResource` entries of one group/version, each resource followed by its subresources.
+fn api_resources(resources: &[ResourceInfo]) -> Vec<Value> {
+    let mut sorted: Vec<&ResourceInfo> = resources.iter().collect();
+    sorted.sort_by(|left, right| left.plural.cmp(&right.plural));
+    let mut entries = Vec::new();
+    for info in sorted {
+        let mut entry = json!({
+            "name": info.plural,
+            "singularName": info.singular,
+            "namespaced": info.namespaced,
+            "kind": info.kind,
+            "verbs": info.verbs,
+        });
+        if let Some(object) = entry.as_object_mut() {
+            if !info.short_names.is_empty() {
+                object.insert("shortNames".to_owned(), json!(info.short_names));
+            }
+            if !info.categories.is_empty() {
+                object.insert("categories".to_owned(), json!(info.categories));
+            }
+        }
+        entries.push(entry);
+        if info.has_status {
+            entries.push(json!({
+                "name": format!("{}/status", info.plural),
+                "singularName": "",
+                "namespaced": info.namespaced,
+                "kind": info.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    entries
+}
+
+/// An `APIGroupDiscoveryList` for `resources`; `legacy` answers `/api` (one unnamed group).
+fn aggregated_response(version: &str, resources: &[ResourceInfo], legacy: bool) -> Response {
+    let mut by_group: BTreeMap<String, Vec<&ResourceInfo>> = BTreeMap::new();
+    for info in resources {
+        by_group.entry(info.group.clone()).or_default().push(info);
+    }
+    let versions_of = group_versions(resources);
+    let items: Vec<Value> = by_group
+        .iter()
+        .map(|(group, infos)| {
+            let versions: Vec<Value> = versions_of
+                .get(group)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|version| {
+                    let mut in_version: Vec<&&ResourceInfo> = infos
+                        .iter()
+                        .filter(|info| &info.version == version)
+                        .collect();
+                    in_version.sort_by(|left, right| left.plural.cmp(&right.plural));
+                    let entries: Vec<Value> = in_version
+                        .into_iter()
+                        .map(|info| aggregated_resource(info))
+                        .collect();
+                    json!({"version": version, "resources": entries, "freshness": "Current"})
+                })
+                .collect();
+            let metadata = if legacy {
+                json!({"creationTimestamp": null})
+            } else {
+                json!({"name": group, "creationTimestamp": null})
+            };
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    let document = json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": items,
+    });
+    let content_type =
+        format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
+    let mut response = json_response(&document);
+    if let Ok(value) = HeaderValue::from_str(&content_type) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    response
+}
+
+/// One `APIResourceDiscovery` entry.
+fn aggregated_resource(info: &ResourceInfo) -> Value {
+    let response_kind = json!({"group": info.group, "version": info.version, "kind": info.kind});
+    let mut entry = json!({
+        "resource": info.plural,
+        "responseKind": response_kind,
+        "scope": if info.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": info.singular,
+        "verbs": info.verbs,
+    });
+    if let Some(object) = entry.as_object_mut() {
+        if !info.short_names.is_empty() {
+            object.insert("shortNames".to_owned(), json!(info.short_names));
+        }
+        if !info.categories.is_empty() {
+            object.insert("categories".to_owned(), json!(info.categories));
+        }
+        if info.has_status {
+            object.insert(
+                "subresources".to_owned(),
+                json!([{
+                    "subresource": "status",
+                    "responseKind": response_kind,
+                    "verbs": ["get", "patch", "update"],
+                }]),
+            );
+        }
+    }
+    entry
+}
+
+/// The aggregated discovery version the client accepts, if any (first acceptable wins).
+fn aggregated_version(headers: &HeaderMap) -> Option<&'static str> {
+    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+    parse_accept(accept).into_iter().find_map(|media| {
+        let is_discovery = media.essence == "application/json"
+            && media.param("g") == Some("apidiscovery.k8s.io")
+            && media.param("as") == Some("APIGroupDiscoveryList");
+        if !is_discovery {
+            return None;
+        }
+        let version = media.param("v")?;
+        AGGREGATED_VERSIONS
+            .iter()
+            .copied()
+            .find(|known| *known == version)
+    })
+}
+
+/// `serverAddressByClientCIDRs` as the legacy document carries it: the address the client used.
+fn server_addresses(headers: &HeaderMap) -> Value {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    json!([{"clientCIDR": "0.0.0.0/0", "serverAddress": host}])
+}
+
+/// What kube-apiserver answers for a discovery path it does not serve.
+fn not_found() -> ApiError {
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}
+
+fn json_response(document: &Value) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        document.to_string(),
+    )
+        .into_response()
+}
+
+// === version priority ===
+
+/// Orders Kubernetes API versions by priority, highest first, as `version.CompareKubeAwareVersionStrings`
+/// does: GA before beta before alpha, higher numbers first, then anything else alphabetically.
+pub fn compare_versions(left: &str, right: &str) -> Ordering {
+    match (parse_kube_version(left), parse_kube_version(right)) {
+        (Some(left), Some(right)) => right.cmp(&left),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => left.cmp(right),
+    }
+}
+
+/// `(stability, major, minor)` where stability is 2 for GA, 1 for beta, 0 for alpha, so the
+/// natural order of the tuple is the priority order (higher is preferred).
+fn parse_kube_version(version: &str) -> Option<(u8, u64, u64)> {
+    let rest = version.strip_prefix('v')?;
+    let digits_end = rest
+        .find(|character: char| !character.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let major: u64 = rest.get(..digits_end)?.parse().ok()?;
+    if major == 0 {
+        return None;
+    }
+    let suffix = rest.get(digits_end..)?;
+    if suffix.is_empty() {
+        return Some((2, major, 0));
+    }
+    let (stability, number) = if let Some(number) = suffix.strip_prefix("beta") {
+        (1, number)
+    } else if let Some(number) = suffix.strip_prefix("alpha") {
+        (0, number)
+    } else {
+        return None;
+    };
+    let minor: u64 = number.parse().ok()?;
+    if minor == 0 {
+        return None;
+    }
+    Some((stability, major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn versions_sort_by_kubernetes_priority() {
+        let mut versions = vec![
+            "v1alpha1",
+            "v1",
+            "foo10",
+            "v11alpha2",
+            "v2beta1",
+            "v12alpha1",
+            "v10",
+            "v1beta1",
+            "foo1",
+            "v2",
+            "v10beta3",
+            "v3beta1",
+            "v11beta2",
+        ];
+        versions.sort_by(|left, right| compare_versions(left, right));
+        // The order documented for CRD version priority in the Kubernetes docs
+        // ("Version priority" in custom-resource-definition-versioning).
+        assert_eq!(
+            versions,
+            [
+                "v10",
+                "v2",
+                "v1",
+                "v11beta2",
+                "v10beta3",
+                "v3beta1",
+                "v2beta1",
+                "v1beta1",
+                "v12alpha1",
+                "v11alpha2",
+                "v1alpha1",
+                "foo1",
+                "foo10"
+            ]
+        );
+    }
+
+    #[test]
+    fn aggregated_discovery_is_chosen_only_when_accepted() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(aggregated_version(&headers), None);
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json",
+            ),
+        );
+        assert_eq!(aggregated_version(&headers), Some("v2"));
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+            ),
+        );
+        assert_eq!(aggregated_version(&headers), Some("v2beta1"));
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, */*"),
+        );
+        assert_eq!(aggregated_version(&headers), None);
+    }
+}
