@@ -13,6 +13,10 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 
+    /// No list of the kind could be had from the cloud.
+    #[error("cloud unavailable: {0}")]
+    CloudUnavailable(String),
+
     /// The credentials Secret, or its key, does not exist.
     #[error("{0}")]
     CredentialsMissing(String),
@@ -23,11 +27,19 @@ pub enum Error {
 
     /// A referenced object does not exist yet or is not ready.
     #[error("waiting for {kind} {name:?}: {detail}")]
-    WaitingFor { kind: &'static str, name: String, detail: String },
+    WaitingFor {
+        kind: &'static str,
+        name: String,
+        detail: String,
+    },
 
     /// The account's balance is below the configured floor.
     #[error("balance {balance:.2} {currency} is below the configured floor {floor:.2}")]
-    InsufficientCredit { balance: f64, floor: f64, currency: String },
+    InsufficientCredit {
+        balance: f64,
+        floor: f64,
+        currency: String,
+    },
 
     /// The instance would cost more per hour than `spec.maxHourlyRate` allows.
     #[error("hourly rate {rate:.4} exceeds maxHourlyRate {limit:.4}")]
@@ -63,7 +75,7 @@ impl Error {
                 gpucloud_cloud::ErrorClass::Semantic => Category::Transient,
             },
             // Conflicts and server errors from the API server pass with a fresh read.
-            Error::Kube(_) => Category::Transient,
+            Error::Kube(_) | Error::CloudUnavailable(_) => Category::Transient,
             Error::CredentialsMissing(_)
             | Error::InvalidSpec(_)
             | Error::InsufficientCredit { .. }
@@ -89,11 +101,14 @@ impl Error {
                 {
                     reason::TIER_NOT_SUPPORTED
                 }
-                CloudError::BadRequest { .. } | CloudError::Forbidden { .. } => reason::INVALID_SPEC,
+                CloudError::BadRequest { .. } | CloudError::Forbidden { .. } => {
+                    reason::INVALID_SPEC
+                }
                 CloudError::RateLimited { .. } => reason::RATE_LIMITED,
                 _ => reason::CLOUD_UNAVAILABLE,
             },
             Error::Kube(_) => reason::UPDATING,
+            Error::CloudUnavailable(_) => reason::CLOUD_UNAVAILABLE,
             Error::CredentialsMissing(_) => reason::CREDENTIALS_MISSING,
             Error::InvalidSpec(_) | Error::Serialization(_) => reason::INVALID_SPEC,
             Error::WaitingFor { .. } => reason::WAITING_FOR_REFERENCE,
@@ -116,6 +131,12 @@ impl Error {
         }
     }
 
+    /// Whether the cloud refused a call before acting on it (400, 401, 402, 403): a create so
+    /// refused certainly made nothing.
+    pub fn is_definite_refusal(&self) -> bool {
+        matches!(self, Error::Cloud(e) if e.is_terminal())
+    }
+
     /// The server's requested wait, when it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -134,6 +155,7 @@ impl Error {
         match self {
             Error::Cloud(e) => e.metric_label(),
             Error::Kube(_) => "kube",
+            Error::CloudUnavailable(_) => "cloud_unavailable",
             Error::CredentialsMissing(_) => "credentials_missing",
             Error::InvalidSpec(_) => "invalid_spec",
             Error::WaitingFor { .. } => "waiting",
@@ -162,7 +184,9 @@ mod tests {
             message: "bad key".into(),
         });
         assert_eq!(unauthorized.category(), Category::Terminal);
-        assert!(matches!(unauthorized.outcome(), Outcome::Stalled { reason, .. } if reason == "CredentialsInvalid"));
+        assert!(
+            matches!(unauthorized.outcome(), Outcome::Stalled { reason, .. } if reason == "CredentialsInvalid")
+        );
 
         let throttled = Error::Cloud(CloudError::RateLimited {
             operation: Operation::ListInstances,
@@ -171,7 +195,9 @@ mod tests {
         });
         assert_eq!(throttled.category(), Category::Transient);
         assert_eq!(throttled.retry_after(), Some(Duration::from_secs(3)));
-        assert!(matches!(throttled.outcome(), Outcome::Progressing { reason, .. } if reason == "RateLimited"));
+        assert!(
+            matches!(throttled.outcome(), Outcome::Progressing { reason, .. } if reason == "RateLimited")
+        );
 
         let wrong_tier = Error::Cloud(CloudError::Forbidden {
             operation: Operation::RestoreHibernatedInstance,
@@ -181,7 +207,13 @@ mod tests {
         assert_eq!(wrong_tier.reason(), "TierNotSupported");
         assert_eq!(wrong_tier.category(), Category::Terminal);
 
-        let waiting = Error::WaitingFor { kind: "Snapshot", name: "s".into(), detail: "not Ready".into() };
-        assert!(matches!(waiting.outcome(), Outcome::Progressing { reason, .. } if reason == "WaitingForReference"));
+        let waiting = Error::WaitingFor {
+            kind: "Snapshot",
+            name: "s".into(),
+            detail: "not Ready".into(),
+        };
+        assert!(
+            matches!(waiting.outcome(), Outcome::Progressing { reason, .. } if reason == "WaitingForReference")
+        );
     }
 }

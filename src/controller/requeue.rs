@@ -35,7 +35,12 @@ impl Default for RequeuePolicy {
 
 impl RequeuePolicy {
     pub fn new(transient: Backoff, terminal_recheck: Duration, waiting: Duration) -> Self {
-        RequeuePolicy { transient, terminal_recheck, waiting, failures: Mutex::new(HashMap::new()) }
+        RequeuePolicy {
+            transient,
+            terminal_recheck,
+            waiting,
+            failures: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The delay before the next attempt for `object` after `error`, counting the failure.
@@ -53,19 +58,29 @@ impl RequeuePolicy {
                 };
                 let jittered = self.transient.delay(attempt, &mut rand::rng());
                 // Never below a second (no hot loop), never below what the server asked for.
-                jittered.max(Duration::from_secs(1).min(self.transient.cap)).max(error.retry_after().unwrap_or_default())
+                jittered
+                    .max(Duration::from_secs(1).min(self.transient.cap))
+                    .max(error.retry_after().unwrap_or_default())
             }
         }
     }
 
     /// Forgets `object`'s failures after a successful reconcile or its deletion.
     pub fn reset(&self, object: &str) {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(object);
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(object);
     }
 
     /// Consecutive transient failures recorded for `object`.
     pub fn failures(&self, object: &str) -> u32 {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner()).get(object).copied().unwrap_or(0)
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(object)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -75,7 +90,11 @@ mod tests {
     use gpucloud_cloud::{Error as CloudError, Operation};
 
     fn server_error() -> Error {
-        Error::Cloud(CloudError::Server { operation: Operation::ListInstances, status: 503, message: "busy".into() })
+        Error::Cloud(CloudError::Server {
+            operation: Operation::ListInstances,
+            status: 503,
+            message: "busy".into(),
+        })
     }
 
     #[test]
@@ -89,7 +108,10 @@ mod tests {
         for attempt in 0..8 {
             let delay = policy.after_failure("ns/a", &server_error());
             let ceiling = Duration::from_secs(1 << attempt).min(Duration::from_secs(64));
-            assert!(delay >= Duration::from_secs(1) && delay <= ceiling, "attempt {attempt}: {delay:?}");
+            assert!(
+                delay >= Duration::from_secs(1) && delay <= ceiling,
+                "attempt {attempt}: {delay:?}"
+            );
             ceilings.push(ceiling);
         }
         assert_eq!(policy.failures("ns/a"), 8);
@@ -115,9 +137,19 @@ mod tests {
     fn terminal_and_waiting_do_not_count_as_failures() {
         let policy = RequeuePolicy::default();
         let terminal = Error::InvalidSpec("bad".into());
-        assert_eq!(policy.after_failure("ns/a", &terminal), Duration::from_secs(300));
-        let waiting = Error::WaitingFor { kind: "Snapshot", name: "s".into(), detail: String::new() };
-        assert_eq!(policy.after_failure("ns/a", &waiting), Duration::from_secs(5));
+        assert_eq!(
+            policy.after_failure("ns/a", &terminal),
+            Duration::from_secs(300)
+        );
+        let waiting = Error::WaitingFor {
+            kind: "Snapshot",
+            name: "s".into(),
+            detail: String::new(),
+        };
+        assert_eq!(
+            policy.after_failure("ns/a", &waiting),
+            Duration::from_secs(5)
+        );
         assert_eq!(policy.failures("ns/a"), 0);
     }
 }

@@ -1,0 +1,291 @@
+//! Cloud accounts and the credentials that reach them.
+//!
+//! The API key comes only from Kubernetes Secrets: the operator-wide default, or the Secret an
+//! object names in its own namespace (a reference carries no namespace, so another namespace's
+//! Secret cannot be named). Objects whose Secrets hold the same key share one [`Account`]: one
+//! client, one rate limiter and one set of cloud observers, so the operator never runs two
+//! limiters against the same account.
+
+use crate::error::Error;
+use gpucloud_api::SecretKeyRef;
+use gpucloud_cloud::model::{BalanceBody, PricingBody};
+use gpucloud_cloud::{ApiKey, CallObserver, ClientConfig, CloudClient, RateLimit};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the operator-wide default API key lives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SecretLocation {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+/// How clients to the cloud are built.
+#[derive(Clone)]
+pub struct CloudSettings {
+    pub base_url: String,
+    pub timeout: Duration,
+    pub rate_limit: Option<RateLimit>,
+    /// How long cached balance and pricing answers are trusted.
+    pub catalog_ttl: Duration,
+    pub observer: Option<Arc<dyn CallObserver>>,
+}
+
+impl std::fmt::Debug for CloudSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudSettings")
+            .field("base_url", &self.base_url)
+            .field("timeout", &self.timeout)
+            .field("rate_limit", &self.rate_limit)
+            .field("catalog_ttl", &self.catalog_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One cloud account, as reached with one API key.
+pub struct Account {
+    /// A short hash of the key: tells accounts apart in logs and metrics without revealing it.
+    pub fingerprint: String,
+    pub client: CloudClient,
+    catalog_ttl: Duration,
+    balance: Mutex<Option<(Instant, BalanceBody)>>,
+    pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Account")
+            .field("fingerprint", &self.fingerprint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Account {
+    /// The balance, read from the cloud at most once per catalog TTL.
+    pub async fn balance(&self) -> Result<BalanceBody, Error> {
+        if let Some((at, body)) = self
+            .balance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            && at.elapsed() < self.catalog_ttl
+        {
+            return Ok(body.clone());
+        }
+        let body = self.client.get_balance().await?;
+        *self.balance.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), body.clone()));
+        Ok(body)
+    }
+
+    /// The price list, read from the cloud at most once per catalog TTL.
+    pub async fn pricing(&self) -> Result<Arc<PricingBody>, Error> {
+        if let Some((at, body)) = self
+            .pricing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            && at.elapsed() < self.catalog_ttl
+        {
+            return Ok(body.clone());
+        }
+        let body = Arc::new(self.client.get_pricing().await?);
+        *self.pricing.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), body.clone()));
+        Ok(body)
+    }
+
+    /// Refuses a billed create when the balance is below `floor`.
+    pub async fn check_budget(&self, floor: f64) -> Result<(), Error> {
+        if floor <= 0.0 {
+            return Ok(());
+        }
+        let balance = self.balance().await?;
+        if balance.balance < floor {
+            return Err(Error::InsufficientCredit {
+                balance: balance.balance,
+                floor,
+                currency: balance.currency,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Accounts by key fingerprint, and which Secret resolved to which key.
+pub struct Accounts {
+    settings: CloudSettings,
+    kube: kube::Client,
+    default_secret: Option<SecretLocation>,
+    by_fingerprint: Mutex<HashMap<String, Arc<Account>>>,
+}
+
+impl Accounts {
+    pub fn new(
+        settings: CloudSettings,
+        kube: kube::Client,
+        default_secret: Option<SecretLocation>,
+    ) -> Self {
+        Accounts {
+            settings,
+            kube,
+            default_secret,
+            by_fingerprint: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The Secret an object in `namespace` with `reference` reads its key from.
+    pub fn secret_for(
+        &self,
+        namespace: &str,
+        reference: Option<&SecretKeyRef>,
+    ) -> Option<SecretLocation> {
+        match reference {
+            Some(r) => Some(SecretLocation {
+                namespace: namespace.to_string(),
+                name: r.name.clone(),
+                key: r.key.clone(),
+            }),
+            None => self.default_secret.clone(),
+        }
+    }
+
+    /// Whether a Secret change in `namespace`/`name` can change the credentials of some object:
+    /// used to wake objects when their Secret changes.
+    pub fn is_default_secret(&self, namespace: &str, name: &str) -> bool {
+        self.default_secret
+            .as_ref()
+            .is_some_and(|d| d.namespace == namespace && d.name == name)
+    }
+
+    /// Reads the key and returns its account. Errors with `CredentialsMissing` when the Secret
+    /// or the key is absent or empty; the message names the Secret, never its content.
+    pub async fn resolve(
+        &self,
+        namespace: &str,
+        reference: Option<&SecretKeyRef>,
+    ) -> Result<Arc<Account>, Error> {
+        let Some(location) = self.secret_for(namespace, reference) else {
+            return Err(Error::CredentialsMissing(
+                "no credentials: set spec.credentialsSecretRef or configure the operator's default credentials Secret"
+                    .into(),
+            ));
+        };
+        let secrets: Api<Secret> = Api::namespaced(self.kube.clone(), &location.namespace);
+        let secret = secrets.get_opt(&location.name).await?.ok_or_else(|| {
+            Error::CredentialsMissing(format!(
+                "Secret {}/{} not found",
+                location.namespace, location.name
+            ))
+        })?;
+        let key = read_key(&secret, &location.key).ok_or_else(|| {
+            Error::CredentialsMissing(format!(
+                "Secret {}/{} has no non-empty key {:?}",
+                location.namespace, location.name, location.key
+            ))
+        })?;
+        self.account_for(key)
+    }
+
+    /// The account for an API key, creating its client on first use.
+    pub fn account_for(&self, key: ApiKey) -> Result<Arc<Account>, Error> {
+        let fingerprint = fingerprint(&key);
+        let mut accounts = self
+            .by_fingerprint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(account) = accounts.get(&fingerprint) {
+            return Ok(account.clone());
+        }
+        let mut config = ClientConfig::new(self.settings.base_url.clone(), key);
+        config.timeout = self.settings.timeout;
+        config.rate_limit = self.settings.rate_limit;
+        let mut client = CloudClient::new(config)?;
+        if let Some(observer) = &self.settings.observer {
+            client = client.with_observer(observer.clone());
+        }
+        let account = Arc::new(Account {
+            fingerprint: fingerprint.clone(),
+            client,
+            catalog_ttl: self.settings.catalog_ttl,
+            balance: Mutex::new(None),
+            pricing: Mutex::new(None),
+        });
+        accounts.insert(fingerprint, account.clone());
+        Ok(account)
+    }
+
+    /// Every account seen so far.
+    pub fn all(&self) -> Vec<Arc<Account>> {
+        self.by_fingerprint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+fn read_key(secret: &Secret, key: &str) -> Option<ApiKey> {
+    let from_data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+    let from_string = || {
+        secret
+            .string_data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .cloned()
+    };
+    let value = from_data.or_else(from_string)?;
+    let value = value.trim();
+    (!value.is_empty()).then(|| ApiKey::new(value))
+}
+
+fn fingerprint(key: &ApiKey) -> String {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in key.expose_secret().bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("{hash:08x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn keys_are_read_trimmed_and_empty_ones_refused() {
+        let secret = |value: &[u8]| Secret {
+            data: Some(BTreeMap::from([(
+                "apiKey".to_string(),
+                ByteString(value.to_vec()),
+            )])),
+            ..Default::default()
+        };
+        assert_eq!(
+            read_key(&secret(b"abc\n"), "apiKey").map(|k| k.expose_secret().to_string()),
+            Some("abc".into())
+        );
+        assert!(read_key(&secret(b"  "), "apiKey").is_none());
+        assert!(read_key(&secret(b"abc"), "other").is_none());
+    }
+
+    #[test]
+    fn fingerprints_differ_per_key_and_do_not_contain_it() {
+        let a = fingerprint(&ApiKey::new("secret-key-a"));
+        let b = fingerprint(&ApiKey::new("secret-key-b"));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 8);
+        assert!(!a.contains("secret"));
+    }
+}

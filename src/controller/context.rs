@@ -1,0 +1,121 @@
+//! Per-kind context handed to every reconcile of that kind.
+
+use crate::account::{Account, Accounts};
+use crate::kind::{ManagedKind, Record};
+use crate::observer::{Changes, ObserveIntervals, Observer};
+use crate::requeue::RequeuePolicy;
+use gpucloud_api::CloudStatus;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Settings of the reconcile flow.
+#[derive(Debug, Clone)]
+pub struct ReconcileSettings {
+    /// How long after a create attempt a missing resource may still be on its way into the
+    /// cloud's lists. Must exceed the cloud's list lag.
+    pub settle_window: Duration,
+    /// Billed creates are refused while the balance is below this.
+    pub budget_floor: f64,
+    /// Requeue interval while an object is in transition.
+    pub transition_requeue: Duration,
+    pub observe: ObserveIntervals,
+}
+
+impl Default for ReconcileSettings {
+    fn default() -> Self {
+        ReconcileSettings {
+            settle_window: Duration::from_secs(30),
+            budget_floor: 0.0,
+            transition_requeue: Duration::from_secs(2),
+            observe: ObserveIntervals::default(),
+        }
+    }
+}
+
+/// Everything a reconcile of kind `K` needs.
+pub struct Context<K: ManagedKind> {
+    pub client: kube::Client,
+    pub accounts: Arc<Accounts>,
+    pub settings: ReconcileSettings,
+    pub requeue: RequeuePolicy,
+    pub recorder: Recorder,
+    observers: Mutex<HashMap<String, Arc<Observer<Record<K>>>>>,
+    changes: mpsc::UnboundedSender<(String, Changes)>,
+}
+
+impl<K: ManagedKind> Context<K> {
+    /// Builds the context and the task that turns cloud changes into reconcile requests for
+    /// the objects they concern, found through `store`.
+    pub fn new(
+        client: kube::Client,
+        accounts: Arc<Accounts>,
+        settings: ReconcileSettings,
+        recorder: Recorder,
+        store: Store<K>,
+        trigger: mpsc::UnboundedSender<ObjectRef<K>>,
+    ) -> Arc<Self> {
+        let (changes, mut received) = mpsc::unbounded_channel::<(String, Changes)>();
+        tokio::spawn(async move {
+            while let Some((_account, changes)) = received.recv().await {
+                for object in objects_concerned(&store, &changes) {
+                    if trigger.send(object).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Arc::new(Context {
+            client,
+            accounts,
+            settings,
+            requeue: RequeuePolicy::default(),
+            recorder,
+            observers: Mutex::new(HashMap::new()),
+            changes,
+        })
+    }
+
+    /// The observer of this kind in `account`, started on first use.
+    pub fn observer(&self, account: &Arc<Account>) -> Arc<Observer<Record<K>>> {
+        let mut observers = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+        observers
+            .entry(account.fingerprint.clone())
+            .or_insert_with(|| {
+                Observer::spawn::<K::Lister>(
+                    account.clone(),
+                    self.settings.observe,
+                    self.changes.clone(),
+                )
+            })
+            .clone()
+    }
+}
+
+/// The objects whose recorded id, cloud name or pending create matches a change. One pass
+/// over the store per list, however many objects changed.
+fn objects_concerned<K: ManagedKind>(store: &Store<K>, changes: &Changes) -> Vec<ObjectRef<K>> {
+    store
+        .state()
+        .iter()
+        .filter(|object| {
+            let status: CloudStatus = object.cloud_status();
+            status
+                .external_id
+                .as_ref()
+                .is_some_and(|id| changes.ids.contains(id))
+                || status
+                    .cloud_name
+                    .as_ref()
+                    .is_some_and(|name| changes.names.contains(name))
+                || status
+                    .pending_create
+                    .as_ref()
+                    .is_some_and(|p| changes.names.contains(&p.cloud_name))
+        })
+        .map(|object| ObjectRef::from_obj(object.as_ref()))
+        .collect()
+}

@@ -1,0 +1,101 @@
+//! What a kind tells the shared reconcile flow about itself.
+
+use crate::account::Account;
+use crate::conditions::Outcome;
+use crate::context::Context;
+use crate::error::Error;
+use crate::observer::Lister;
+use gpucloud_api::{CloudStatus, ManagedFields};
+use k8s_openapi::NamespaceResourceScope;
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::future::Future;
+
+/// The cloud record type of a kind.
+pub type Record<K> = <<K as ManagedKind>::Lister as Lister>::Record;
+
+/// A namespaced kind whose every object owns one cloud resource.
+///
+/// The shared flow in `reconcile.rs` does everything that is the same for every kind
+/// (credentials, pause, finalizer, deletion and management policies, adoption, idempotent
+/// create, status and conditions, requeue); a kind supplies only what differs.
+pub trait ManagedKind:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// Lists the kind's resources in an account.
+    type Lister: Lister;
+
+    /// What to do when a resource the object recorded is gone from the cloud.
+    const WHEN_GONE: WhenGone;
+
+    fn managed(&self) -> &ManagedFields;
+
+    /// The common part of the status (default when there is none yet).
+    fn cloud_status(&self) -> CloudStatus;
+
+    /// A copy of the object whose status holds `common` plus the kind's own fields taken from
+    /// `record` (kept from the current status when `record` is `None`).
+    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self;
+
+    /// Creates the cloud resource under `cloud_name` and returns it as the cloud answered.
+    /// Checks that need no cloud call (references, price limits) run before the call.
+    fn create(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+        cloud_name: &str,
+    ) -> impl Future<Output = Result<Record<Self>, Error>> + Send;
+
+    /// Moves an existing resource toward the spec, one step per call, and says where it stands.
+    fn converge(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+        record: &Record<Self>,
+    ) -> impl Future<Output = Result<Outcome, Error>> + Send;
+
+    /// What the object reports under `ObserveOnly`: the cloud's state, with nothing changed.
+    fn observed(&self, record: &Record<Self>) -> Outcome;
+
+    /// Deletes the resource. A resource already gone is success.
+    fn delete(
+        cx: &Context<Self>,
+        account: &Account,
+        record: &Record<Self>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// What a kind does when the resource it recorded disappears from the cloud.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenGone {
+    /// Create it again: the resource holds no data (an SSH key).
+    Recreate,
+    /// Report `ExternalDeleted` and leave it to a person: recreating would silently replace
+    /// data or a machine (instances, volumes, snapshots).
+    Report,
+}
+
+/// Convenience accessors shared by the flow.
+pub trait ObjectKey {
+    /// `namespace/name`, the key of per-object state.
+    fn key(&self) -> String;
+}
+
+impl<K: Resource> ObjectKey for K {
+    fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.meta().namespace.as_deref().unwrap_or_default(),
+            self.meta().name.as_deref().unwrap_or_default()
+        )
+    }
+}

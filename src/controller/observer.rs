@@ -1,0 +1,363 @@
+//! Cloud observation by listing.
+//!
+//! One task per kind and account lists that kind's resources periodically (fast while some
+//! object of the kind is in transition, slowly once everything is settled) and keeps the
+//! latest list as a [`Snapshot`]. Reconcilers read the snapshot instead of calling the cloud
+//! per object, so cloud traffic follows the number of kinds and accounts, not the number of
+//! objects. After each list the resources whose record changed are mapped back to their
+//! objects (by recorded id or by cloud name), and only those objects are reconciled.
+
+use crate::account::Account;
+use gpucloud_cloud::{CloudClient, Error as CloudError};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc, watch};
+
+/// A cloud resource as a list returns it.
+pub trait CloudRecord: Clone + Debug + PartialEq + Send + Sync + 'static {
+    fn id(&self) -> &str;
+    fn name(&self) -> &str;
+    /// The cloud's state string, reported in `status.state`.
+    fn state(&self) -> String;
+    fn created_at(&self) -> Option<Timestamp>;
+}
+
+/// How one kind's resources are listed.
+pub trait Lister: Send + Sync + 'static {
+    type Record: CloudRecord;
+    fn list(
+        client: CloudClient,
+    ) -> impl Future<Output = Result<Vec<Self::Record>, CloudError>> + Send + 'static;
+}
+
+/// How often observers list.
+#[derive(Debug, Clone, Copy)]
+pub struct ObserveIntervals {
+    /// While nothing of the kind is in transition.
+    pub resync: Duration,
+    /// While some object of the kind is in transition.
+    pub fast: Duration,
+    /// How long an object's transition keeps the fast interval after its last change.
+    pub hot_window: Duration,
+    /// How long a reconcile waits for the first list of a new account before giving up.
+    pub first_list_timeout: Duration,
+}
+
+impl Default for ObserveIntervals {
+    fn default() -> Self {
+        ObserveIntervals {
+            resync: Duration::from_secs(60),
+            fast: Duration::from_secs(2),
+            hot_window: Duration::from_secs(120),
+            first_list_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One list of one kind in one account.
+#[derive(Debug)]
+pub struct Snapshot<R> {
+    /// Counts successful lists; 0 before the first.
+    pub generation: u64,
+    /// When the list that produced this snapshot was sent.
+    pub listed_at: Option<Instant>,
+    by_id: HashMap<String, R>,
+    by_name: HashMap<String, Vec<String>>,
+}
+
+impl<R: CloudRecord> Snapshot<R> {
+    fn empty() -> Self {
+        Snapshot {
+            generation: 0,
+            listed_at: None,
+            by_id: HashMap::new(),
+            by_name: HashMap::new(),
+        }
+    }
+
+    fn from_records(records: Vec<R>, generation: u64, listed_at: Instant) -> Self {
+        let mut by_name: HashMap<String, Vec<String>> = HashMap::new();
+        let mut by_id = HashMap::with_capacity(records.len());
+        for record in records {
+            by_name
+                .entry(record.name().to_string())
+                .or_default()
+                .push(record.id().to_string());
+            by_id.insert(record.id().to_string(), record);
+        }
+        Snapshot {
+            generation,
+            listed_at: Some(listed_at),
+            by_id,
+            by_name,
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<&R> {
+        self.by_id.get(id)
+    }
+
+    /// Every resource listed under `name` (names are not unique in the cloud).
+    pub fn named(&self, name: &str) -> Vec<&R> {
+        self.by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    pub fn records(&self) -> impl Iterator<Item = &R> {
+        self.by_id.values()
+    }
+
+    /// Ids and names of resources that appeared, disappeared or changed since `previous`.
+    fn changes_since(&self, previous: &Snapshot<R>) -> Changes {
+        let mut changes = Changes::default();
+        for (id, record) in &self.by_id {
+            if previous.by_id.get(id) != Some(record) {
+                changes.ids.insert(id.clone());
+                changes.names.insert(record.name().to_string());
+            }
+        }
+        for (id, record) in &previous.by_id {
+            if !self.by_id.contains_key(id) {
+                changes.ids.insert(id.clone());
+                changes.names.insert(record.name().to_string());
+            }
+        }
+        changes
+    }
+}
+
+/// What changed in one list, for mapping back to objects.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    pub ids: HashSet<String>,
+    pub names: HashSet<String>,
+}
+
+/// The observer of one kind in one account.
+pub struct Observer<R> {
+    snapshot: watch::Receiver<Arc<Snapshot<R>>>,
+    hot_until: Mutex<Instant>,
+    wake: Notify,
+    intervals: ObserveIntervals,
+    last_error: Mutex<Option<String>>,
+}
+
+impl<R: CloudRecord> Observer<R> {
+    /// Starts the list loop for `account`; changes are sent on `changes` with the account's
+    /// fingerprint.
+    pub fn spawn<L: Lister<Record = R>>(
+        account: Arc<Account>,
+        intervals: ObserveIntervals,
+        changes: mpsc::UnboundedSender<(String, Changes)>,
+    ) -> Arc<Self> {
+        let (tx, rx) = watch::channel(Arc::new(Snapshot::empty()));
+        let observer = Arc::new(Observer {
+            snapshot: rx,
+            hot_until: Mutex::new(Instant::now()),
+            wake: Notify::new(),
+            intervals,
+            last_error: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&observer);
+        tokio::spawn(async move {
+            let mut generation = 0;
+            loop {
+                let Some(observer) = weak.upgrade() else {
+                    return;
+                };
+                let started = Instant::now();
+                match L::list(account.client.clone()).await {
+                    Ok(records) => {
+                        generation += 1;
+                        let next = Arc::new(Snapshot::from_records(records, generation, started));
+                        let diff = next.changes_since(&tx.borrow());
+                        tx.send_replace(next);
+                        *observer
+                            .last_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) = None;
+                        if (!diff.ids.is_empty() || !diff.names.is_empty())
+                            && changes.send((account.fingerprint.clone(), diff)).is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(account = %account.fingerprint, %error, "cloud list failed");
+                        *observer
+                            .last_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+                    }
+                }
+                let interval = observer.interval();
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = observer.wake.notified() => {}
+                }
+            }
+        });
+        observer
+    }
+
+    fn interval(&self) -> Duration {
+        let hot = *self.hot_until.lock().unwrap_or_else(|p| p.into_inner()) > Instant::now();
+        if hot {
+            self.intervals.fast
+        } else {
+            self.intervals.resync
+        }
+    }
+
+    /// The latest snapshot, waiting for the first list if none has succeeded yet.
+    pub async fn snapshot(&self) -> Result<Arc<Snapshot<R>>, String> {
+        let mut rx = self.snapshot.clone();
+        let first = tokio::time::timeout(
+            self.intervals.first_list_timeout,
+            rx.wait_for(|s| s.generation > 0),
+        )
+        .await;
+        match first {
+            Ok(Ok(snapshot)) => Ok(snapshot.clone()),
+            _ => Err(self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .unwrap_or_else(|| "the first cloud list has not completed".into())),
+        }
+    }
+
+    /// A snapshot from a list sent after `after`, asking for one at once.
+    pub async fn snapshot_after(&self, after: Instant) -> Result<Arc<Snapshot<R>>, String> {
+        self.refresh();
+        let mut rx = self.snapshot.clone();
+        let fresh = tokio::time::timeout(
+            self.intervals.first_list_timeout,
+            rx.wait_for(|s| s.listed_at.is_some_and(|t| t >= after)),
+        )
+        .await;
+        match fresh {
+            Ok(Ok(snapshot)) => Ok(snapshot.clone()),
+            _ => Err(self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .unwrap_or_else(|| "no fresh cloud list in time".into())),
+        }
+    }
+
+    /// Lists fast for a while: some object of this kind is in transition.
+    pub fn mark_hot(&self) {
+        let until = Instant::now() + self.intervals.hot_window;
+        let mut hot = self.hot_until.lock().unwrap_or_else(|p| p.into_inner());
+        if *hot < until {
+            let was_cold = *hot <= Instant::now();
+            *hot = until;
+            drop(hot);
+            if was_cold {
+                // Leave the slow sleep now rather than after a full resync interval.
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Lists now.
+    pub fn refresh(&self) {
+        self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct Rec {
+        id: &'static str,
+        name: &'static str,
+        state: &'static str,
+    }
+
+    impl CloudRecord for Rec {
+        fn id(&self) -> &str {
+            self.id
+        }
+        fn name(&self) -> &str {
+            self.name
+        }
+        fn state(&self) -> String {
+            self.state.to_string()
+        }
+        fn created_at(&self) -> Option<Timestamp> {
+            None
+        }
+    }
+
+    fn rec(id: &'static str, name: &'static str, state: &'static str) -> Rec {
+        Rec { id, name, state }
+    }
+
+    #[test]
+    fn changes_cover_new_changed_and_gone_records_only() {
+        let now = Instant::now();
+        let before = Snapshot::from_records(
+            vec![
+                rec("1", "a", "ACTIVE"),
+                rec("2", "b", "ACTIVE"),
+                rec("3", "c", "ACTIVE"),
+            ],
+            1,
+            now,
+        );
+        let after = Snapshot::from_records(
+            vec![
+                rec("1", "a", "ACTIVE"),
+                rec("2", "b", "SHUTOFF"),
+                rec("4", "d", "CREATING"),
+            ],
+            2,
+            now,
+        );
+        let changes = after.changes_since(&before);
+        assert_eq!(
+            changes.ids,
+            HashSet::from(["2".to_string(), "3".to_string(), "4".to_string()])
+        );
+        assert_eq!(
+            changes.names,
+            HashSet::from(["b".to_string(), "c".to_string(), "d".to_string()])
+        );
+        assert_eq!(after.changes_since(&after), Changes::default());
+    }
+
+    #[test]
+    fn names_may_repeat() {
+        let snapshot = Snapshot::from_records(
+            vec![rec("1", "same", "ACTIVE"), rec("2", "same", "ACTIVE")],
+            1,
+            Instant::now(),
+        );
+        let mut ids: Vec<_> = snapshot.named("same").iter().map(|r| r.id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["1", "2"]);
+        assert!(snapshot.named("other").is_empty());
+    }
+}

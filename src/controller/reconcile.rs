@@ -1,0 +1,533 @@
+//! The reconcile flow every kind shares: pause, finalizer, credentials, adoption, idempotent
+//! create, convergence, status and conditions, deletion.
+
+use crate::account::Account;
+use crate::conditions::{self, Outcome, reason};
+use crate::context::Context;
+use crate::create::{self, CreateDecision, Found};
+use crate::error::Error;
+use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
+use crate::naming;
+use crate::observer::{CloudRecord, Snapshot};
+use gpucloud_api::{
+    CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
+    PAUSED_ANNOTATION, PendingCreate,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::{Api, Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Entry point for kube-runtime's `Controller::run`.
+pub async fn reconcile<K: ManagedKind>(
+    object: Arc<K>,
+    cx: Arc<Context<K>>,
+) -> Result<Action, Error> {
+    if object
+        .annotations()
+        .get(PAUSED_ANNOTATION)
+        .is_some_and(|v| v == "true")
+    {
+        return Ok(Action::await_change());
+    }
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(cx.client.clone(), &namespace);
+    let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
+        match event {
+            FinalizerEvent::Apply(object) => apply(&api, object, &cx).await,
+            FinalizerEvent::Cleanup(object) => cleanup(&api, object, &cx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    match &result {
+        Ok(_) => cx.requeue.reset(&object.key()),
+        Err(error) => report_failure(&api, &object, &cx, error).await,
+    }
+    result
+}
+
+/// Entry point for kube-runtime's `error_policy`.
+pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Context<K>>) -> Action {
+    Action::requeue(cx.requeue.after_failure(&object.key(), error))
+}
+
+// === apply ===
+
+async fn apply<K: ManagedKind>(
+    api: &Api<K>,
+    object: Arc<K>,
+    cx: &Context<K>,
+) -> Result<Action, Error> {
+    let managed = object.managed();
+    let account = cx
+        .accounts
+        .resolve(
+            &namespace(&*object),
+            managed.credentials_secret_ref.as_ref(),
+        )
+        .await?;
+    let observer = cx.observer(&account);
+    let snapshot = observer.snapshot().await.map_err(Error::CloudUnavailable)?;
+    let status = object.cloud_status();
+    let adopted_id = object
+        .annotations()
+        .get(EXTERNAL_ID_ANNOTATION)
+        .filter(|id| !id.is_empty())
+        .cloned();
+    let known_id = status.external_id.clone().or_else(|| adopted_id.clone());
+
+    if let Some(id) = known_id {
+        if let Some(record) = snapshot.get(&id) {
+            let record = record.clone();
+            return converge(api, &object, cx, &account, status, record).await;
+        }
+        if status.pending_create.is_some() {
+            // Created by us moments ago and not listed yet: lists lag behind writes.
+            observer.mark_hot();
+            let outcome = Outcome::progressing(
+                reason::WAITING_FOR_CLOUD_LIST,
+                format!("waiting for {id} to appear in the cloud's list"),
+            );
+            write_status(api, &object, status, None, &outcome).await?;
+            return Ok(Action::requeue(cx.settings.transition_requeue));
+        }
+        if status.external_id.is_none() {
+            let outcome = Outcome::stalled(
+                reason::NOT_FOUND_IN_CLOUD,
+                format!("{EXTERNAL_ID_ANNOTATION} names {id}, which the cloud does not list"),
+            );
+            write_status(api, &object, status, None, &outcome).await?;
+            return Ok(Action::requeue(cx.settings.observe.resync));
+        }
+        if K::WHEN_GONE == WhenGone::Report
+            || managed.management_policy == ManagementPolicy::ObserveOnly
+        {
+            let outcome = Outcome::stalled(
+                reason::EXTERNAL_DELETED,
+                format!(
+                    "cloud resource {id} was deleted outside the operator; delete this object or recreate it"
+                ),
+            );
+            if changed_condition(&status, &outcome) {
+                publish(
+                    cx,
+                    &object,
+                    EventType::Warning,
+                    reason::EXTERNAL_DELETED,
+                    outcome.message(),
+                )
+                .await;
+            }
+            write_status(api, &object, status, None, &outcome).await?;
+            return Ok(Action::await_change());
+        }
+        // Stateless and gone: forget the id and create it again below.
+        publish(
+            cx,
+            &object,
+            EventType::Warning,
+            reason::EXTERNAL_DELETED,
+            &format!("cloud resource {id} was deleted outside the operator; recreating it"),
+        )
+        .await;
+        let cleared = CloudStatus {
+            external_id: None,
+            state: None,
+            ..status
+        };
+        let object = Arc::new(
+            write_status(
+                api,
+                &object,
+                cleared,
+                None,
+                &Outcome::progressing(reason::CREATING, "recreating"),
+            )
+            .await?,
+        );
+        return create_step(api, object, cx, &account, &snapshot).await;
+    }
+
+    if managed.management_policy == ManagementPolicy::ObserveOnly {
+        let outcome = Outcome::stalled(
+            reason::INVALID_SPEC,
+            format!(
+                "managementPolicy ObserveOnly needs the {EXTERNAL_ID_ANNOTATION} annotation naming an existing resource"
+            ),
+        );
+        write_status(api, &object, status, None, &outcome).await?;
+        return Ok(Action::await_change());
+    }
+    create_step(api, object, cx, &account, &snapshot).await
+}
+
+async fn create_step<K: ManagedKind>(
+    api: &Api<K>,
+    object: Arc<K>,
+    cx: &Context<K>,
+    account: &Arc<Account>,
+    snapshot: &Snapshot<Record<K>>,
+) -> Result<Action, Error> {
+    let cloud_name = naming::cloud_name(
+        &namespace(&*object),
+        &object.name_any(),
+        object.uid().as_deref().unwrap_or_default(),
+    );
+    let status = object.cloud_status();
+    let found: Vec<Found> = snapshot
+        .named(&cloud_name)
+        .into_iter()
+        .map(|r| Found {
+            id: r.id().to_string(),
+            created_at: r.created_at(),
+        })
+        .collect();
+    let pending_since = status.pending_create.as_ref().map(|p| p.started_at.0);
+    let observer = cx.observer(account);
+    match create::decide(
+        pending_since,
+        &found,
+        Timestamp::now(),
+        cx.settings.settle_window,
+    ) {
+        CreateDecision::Adopt { id, extra } => {
+            if !extra.is_empty() {
+                publish(
+                    cx,
+                    &object,
+                    EventType::Warning,
+                    "DuplicateCloudResources",
+                    &format!(
+                        "the cloud lists {} more resources named {cloud_name}: {}",
+                        extra.len(),
+                        extra.join(", ")
+                    ),
+                )
+                .await;
+            }
+            let record = snapshot.get(&id).cloned();
+            let status = CloudStatus {
+                external_id: Some(id),
+                cloud_name: Some(cloud_name),
+                pending_create: None,
+                ..status
+            };
+            let outcome =
+                Outcome::progressing(reason::PROVISIONING, "found the cloud resource; converging");
+            write_status(api, &object, status, record.as_ref(), &outcome).await?;
+            Ok(Action::requeue(std::time::Duration::ZERO))
+        }
+        CreateDecision::WaitForList { recheck_after } => {
+            observer.mark_hot();
+            let outcome = Outcome::progressing(
+                reason::WAITING_FOR_CLOUD_LIST,
+                format!(
+                    "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
+                ),
+            );
+            write_status(api, &object, status, None, &outcome).await?;
+            Ok(Action::requeue(recheck_after))
+        }
+        CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
+            account.check_budget(cx.settings.budget_floor).await?;
+            // The intent is written with the object's resourceVersion: a stale cache or a
+            // second replica loses here, before any cloud call.
+            let intent = CloudStatus {
+                cloud_name: Some(cloud_name.clone()),
+                pending_create: Some(PendingCreate {
+                    cloud_name: cloud_name.clone(),
+                    started_at: Time(Timestamp::now()),
+                }),
+                ..status
+            };
+            let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
+            let object = write_status(api, &object, intent.clone(), None, &outcome).await?;
+            observer.mark_hot();
+            match object.create(cx, account, &cloud_name).await {
+                Ok(record) => {
+                    publish(
+                        cx,
+                        &object,
+                        EventType::Normal,
+                        reason::CREATING,
+                        &format!("created {} as {cloud_name}", record.id()),
+                    )
+                    .await;
+                    // `pendingCreate` stays until a list shows the resource.
+                    let created = CloudStatus {
+                        external_id: Some(record.id().to_string()),
+                        state: Some(record.state()),
+                        ..intent
+                    };
+                    let outcome = Outcome::progressing(
+                        reason::PROVISIONING,
+                        format!("{} is {}", record.id(), record.state()),
+                    );
+                    write_status(api, &object, created, Some(&record), &outcome).await?;
+                    Ok(Action::requeue(cx.settings.transition_requeue))
+                }
+                Err(error) if error.is_definite_refusal() => {
+                    // The cloud refused before acting: nothing was created.
+                    let cleared = CloudStatus {
+                        pending_create: None,
+                        ..intent
+                    };
+                    write_status(api, &object, cleared, None, &error.outcome()).await?;
+                    Err(error)
+                }
+                // Unknown outcome: keep the intent; the next reconcile looks before creating.
+                Err(error) => Err(error),
+            }
+        }
+    }
+}
+
+async fn converge<K: ManagedKind>(
+    api: &Api<K>,
+    object: &Arc<K>,
+    cx: &Context<K>,
+    account: &Arc<Account>,
+    status: CloudStatus,
+    record: Record<K>,
+) -> Result<Action, Error> {
+    let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
+        object.observed(&record)
+    } else {
+        object.converge(cx, account, &record).await?
+    };
+    let previous_state = status.state.clone();
+    let status = CloudStatus {
+        external_id: Some(record.id().to_string()),
+        cloud_name: status
+            .cloud_name
+            .clone()
+            .or_else(|| Some(record.name().to_string())),
+        state: Some(record.state()),
+        pending_create: None,
+        ..status
+    };
+    if previous_state.as_deref() != status.state.as_deref() && previous_state.is_some() {
+        publish(
+            cx,
+            object,
+            EventType::Normal,
+            "StateChanged",
+            &format!("{} is now {}", record.id(), record.state()),
+        )
+        .await;
+    }
+    if changed_condition(&object.cloud_status(), &outcome)
+        && matches!(outcome, Outcome::Ready { .. })
+    {
+        publish(
+            cx,
+            object,
+            EventType::Normal,
+            outcome.reason(),
+            outcome.message(),
+        )
+        .await;
+    }
+    write_status(api, object, status, Some(&record), &outcome).await?;
+    match outcome {
+        Outcome::Ready { .. } => Ok(Action::await_change()),
+        Outcome::Progressing { .. } => {
+            cx.observer(account).mark_hot();
+            Ok(Action::requeue(cx.settings.transition_requeue))
+        }
+        Outcome::Stalled { .. } => Ok(Action::requeue(cx.settings.observe.resync)),
+    }
+}
+
+// === cleanup ===
+
+async fn cleanup<K: ManagedKind>(
+    api: &Api<K>,
+    object: Arc<K>,
+    cx: &Context<K>,
+) -> Result<Action, Error> {
+    let managed = object.managed();
+    if managed.deletion_policy == DeletionPolicy::Orphan
+        || managed.management_policy == ManagementPolicy::ObserveOnly
+    {
+        publish(
+            cx,
+            &object,
+            EventType::Normal,
+            "Orphaned",
+            "the cloud resource is left in place",
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    let account = cx
+        .accounts
+        .resolve(
+            &namespace(&*object),
+            managed.credentials_secret_ref.as_ref(),
+        )
+        .await?;
+    let observer = cx.observer(&account);
+    let status = object.cloud_status();
+    let asked_at = Instant::now();
+    let snapshot = observer
+        .snapshot_after(asked_at)
+        .await
+        .map_err(Error::CloudUnavailable)?;
+    let cloud_name = naming::cloud_name(
+        &namespace(&*object),
+        &object.name_any(),
+        object.uid().as_deref().unwrap_or_default(),
+    );
+
+    // Everything that may be ours: the recorded or adopted id, and whatever carries our name
+    // (a create whose answer was lost).
+    let adopted_id = object.annotations().get(EXTERNAL_ID_ANNOTATION).cloned();
+    let mut targets: Vec<Record<K>> = Vec::new();
+    for id in status.external_id.iter().chain(adopted_id.iter()) {
+        if let Some(record) = snapshot.get(id)
+            && !targets.iter().any(|t| t.id() == record.id())
+        {
+            targets.push(record.clone());
+        }
+    }
+    for record in snapshot.named(&cloud_name) {
+        if !targets.iter().any(|t| t.id() == record.id()) {
+            targets.push(record.clone());
+        }
+    }
+    if targets.is_empty() {
+        // A create attempted moments ago may still be on its way into the list.
+        if let Some(pending) = &status.pending_create {
+            let since = std::time::Duration::try_from(
+                Timestamp::now().duration_since(pending.started_at.0),
+            )
+            .unwrap_or_default();
+            if since < cx.settings.settle_window {
+                observer.mark_hot();
+                write_status(
+                    api,
+                    &object,
+                    status,
+                    None,
+                    &Outcome::progressing(
+                        reason::DELETING,
+                        "waiting for a recent create to show in the cloud's list before deleting",
+                    ),
+                )
+                .await?;
+                return Ok(Action::requeue(cx.settings.settle_window - since));
+            }
+        }
+        publish(
+            cx,
+            &object,
+            EventType::Normal,
+            "Deleted",
+            "the cloud resource is gone",
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    for record in &targets {
+        K::delete(cx, &account, record).await?;
+    }
+    observer.mark_hot();
+    let ids: Vec<&str> = targets.iter().map(CloudRecord::id).collect();
+    let outcome = Outcome::progressing(reason::DELETING, format!("deleting {}", ids.join(", ")));
+    write_status(api, &object, status, targets.first(), &outcome).await?;
+    Ok(Action::requeue(cx.settings.transition_requeue))
+}
+
+// === status, events ===
+
+/// Writes the status through the status subresource with the object's resourceVersion, so a
+/// write based on a stale read fails with a conflict instead of overwriting newer state. Skips
+/// the write when nothing would change. Returns the object as stored.
+async fn write_status<K: ManagedKind>(
+    api: &Api<K>,
+    object: &K,
+    mut status: CloudStatus,
+    record: Option<&Record<K>>,
+    outcome: &Outcome,
+) -> Result<K, Error> {
+    let generation = object.meta().generation;
+    status.observed_generation = generation;
+    conditions::apply(
+        &mut status.conditions,
+        outcome,
+        generation,
+        Timestamp::now(),
+    );
+    let updated = object.with_status(status, record);
+    if serde_json::to_value(&updated)? == serde_json::to_value(object)? {
+        return Ok(updated);
+    }
+    Ok(api
+        .replace_status(&object.name_any(), &PostParams::default(), &updated)
+        .await?)
+}
+
+/// Best effort: puts the failure on the object's conditions and a Warning event.
+async fn report_failure<K: ManagedKind>(
+    api: &Api<K>,
+    object: &Arc<K>,
+    cx: &Context<K>,
+    error: &Error,
+) {
+    let outcome = error.outcome();
+    let status = object.cloud_status();
+    if changed_condition(&status, &outcome) {
+        publish(
+            cx,
+            object,
+            EventType::Warning,
+            outcome.reason(),
+            outcome.message(),
+        )
+        .await;
+    }
+    // The object may be gone or stale; the next reconcile reports again.
+    let _ = write_status(api, object, status, None, &outcome).await;
+}
+
+/// Whether `outcome` would change the `Ready` condition's status or reason: events are sent
+/// on such transitions only, so a retrying error does not flood the event stream.
+fn changed_condition(status: &CloudStatus, outcome: &Outcome) -> bool {
+    let ready = status.condition(gpucloud_api::condition_type::READY);
+    let wanted = if matches!(outcome, Outcome::Ready { .. }) {
+        "True"
+    } else {
+        "False"
+    };
+    ready.is_none_or(|c| c.status != wanted || c.reason != outcome.reason())
+}
+
+async fn publish<K: ManagedKind>(
+    cx: &Context<K>,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = cx.recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::debug!(%error, "event not published");
+    }
+}
+
+fn namespace<K: Resource>(object: &K) -> String {
+    object.meta().namespace.clone().unwrap_or_default()
+}
