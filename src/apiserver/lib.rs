@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod gc;
 pub mod handlers;
 pub mod kubeconfig;
+pub mod openapi;
 pub mod registry;
 pub mod selectors;
 pub mod server;

@@ -139,6 +139,7 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(crate::discovery::routes())
+        .merge(crate::openapi::routes())
         .fallback(crate::handlers::dispatch)
         .with_state(state)
 }

@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use gpucloud_apiserver_semantics::patch::PatchError;
+
 use crate::registry::ResourceInfo;
 use crate::status::ApiError;
 
@@ -45,14 +47,22 @@ fn not_yet(what: &str) -> ApiError {
 
 /// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
-    let _ = (target, patch);
-    Err(not_yet("application/merge-patch+json"))
+    gpucloud_apiserver_semantics::patch::merge_patch(target, patch);
+    Ok(())
 }
 
 /// RFC 6902 JSON patch.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
-    let _ = (target, patch);
-    Err(not_yet("application/json-patch+json"))
+    gpucloud_apiserver_semantics::patch::json_patch(target, patch).map_err(patch_error)
+}
+
+/// A malformed patch is a 400; one that does not apply to the object a 422, as the real
+/// server answers.
+fn patch_error(error: PatchError) -> ApiError {
+    match error {
+        PatchError::Malformed(message) => ApiError::bad_request(message),
+        PatchError::NotApplicable(message) => ApiError::new(422, "Invalid", message),
+    }
 }
 
 /// Strategic merge patch of a built-in kind.

@@ -1,0 +1,243 @@
+//! CRUD, lists and error Statuses through the kube-rs client.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kube_support;
+
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_support::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn create_get_update_delete_a_configmap() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let created = create(
+        &api,
+        &configmap("a", json!({"app": "web"}), json!({"k": "v"})),
+    )
+    .await;
+    let uid = created.metadata.uid.clone().expect("uid set");
+    assert!(created.metadata.creation_timestamp.is_some());
+    let first_version: u64 = created
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .expect("resourceVersion is a decimal string");
+
+    let fetched = bounded(api.get("a")).await.unwrap();
+    assert_eq!(fetched.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(fetched.data["data"]["k"], "v");
+
+    let mut changed = fetched.clone();
+    changed.data["data"]["k"] = json!("w");
+    let updated = bounded(api.replace("a", &PostParams::default(), &changed))
+        .await
+        .unwrap();
+    let second_version: u64 = updated
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(second_version > first_version);
+    assert_eq!(updated.data["data"]["k"], "w");
+
+    // A stale resourceVersion is a 409 Conflict, worded as the real registry store words it
+    // (k8s.io/apiserver/pkg/registry/generic/registry/store.go, errors.NewConflict).
+    let stale = status_of(bounded(api.replace("a", &PostParams::default(), &fetched)).await);
+    assert_eq!(stale.code, 409);
+    assert_eq!(stale.reason, "Conflict");
+    assert_eq!(
+        stale.message,
+        "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+
+    bounded(api.delete("a", &DeleteParams::default()))
+        .await
+        .unwrap();
+    // A real kube-apiserver answers a GET of a missing object with 404 NotFound and
+    // details naming the resource (apimachinery errors.NewNotFound).
+    let missing = status_of(bounded(api.get("a")).await);
+    assert_eq!(missing.code, 404);
+    assert_eq!(missing.reason, "NotFound");
+    assert_eq!(missing.message, "configmaps \"a\" not found");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn create_errors_are_statuses() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(&api, &configmap("dup", json!({}), json!({}))).await;
+    // Real: 409 AlreadyExists, `configmaps "dup" already exists`.
+    let duplicate = status_of(
+        bounded(api.create(
+            &PostParams::default(),
+            &configmap("dup", json!({}), json!({})),
+        ))
+        .await,
+    );
+    assert_eq!(
+        (duplicate.code, duplicate.reason.as_str()),
+        (409, "AlreadyExists")
+    );
+    assert_eq!(duplicate.message, "configmaps \"dup\" already exists");
+
+    // Real: 422 Invalid with a cause on metadata.name for a name that is not a DNS subdomain.
+    let invalid = status_of(
+        bounded(api.create(
+            &PostParams::default(),
+            &configmap("Bad_Name", json!({}), json!({})),
+        ))
+        .await,
+    );
+    assert_eq!((invalid.code, invalid.reason.as_str()), (422, "Invalid"));
+    let causes = invalid.details.unwrap().causes;
+    assert_eq!(causes[0].field, "metadata.name");
+
+    // Real (NamespaceLifecycle admission): 404 `namespaces "nope" not found`.
+    let elsewhere = configmaps(&client, "nope");
+    let no_namespace = status_of(
+        bounded(elsewhere.create(
+            &PostParams::default(),
+            &configmap("x", json!({}), json!({})),
+        ))
+        .await,
+    );
+    assert_eq!(no_namespace.code, 404);
+    assert_eq!(no_namespace.message, "namespaces \"nope\" not found");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn generate_name_and_dry_run() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let mut object = configmap("", json!({}), json!({}));
+    object.metadata.name = None;
+    object.metadata.generate_name = Some("gen-".into());
+    let created = create(&api, &object).await;
+    let name = created.metadata.name.unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let would_be = bounded(api.create(&dry, &configmap("dry", json!({}), json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(would_be.metadata.name.as_deref(), Some("dry"));
+    assert!(status_of(bounded(api.get("dry")).await).code == 404);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn label_and_field_selected_lists_and_pages() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    for (name, app, tier) in [
+        ("a", "web", Some("front")),
+        ("b", "web", None),
+        ("c", "db", Some("back")),
+        ("d", "cache", None),
+    ] {
+        let labels = match tier {
+            Some(tier) => json!({"app": app, "tier": tier}),
+            None => json!({"app": app}),
+        };
+        create(&api, &configmap(name, labels, json!({}))).await;
+    }
+    let names = |list: kube::core::ObjectList<kube::api::DynamicObject>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .map(|o| o.metadata.name.unwrap())
+            .collect()
+    };
+    let select = |selector: &str| ListParams::default().labels(selector);
+    for (selector, expected) in [
+        ("app=web", vec!["a", "b"]),
+        ("app==web", vec!["a", "b"]),
+        ("app!=web", vec!["c", "d"]),
+        ("app in (db,cache)", vec!["c", "d"]),
+        ("app notin (db,cache)", vec!["a", "b"]),
+        ("tier", vec!["a", "c"]),
+        ("!tier", vec!["b", "d"]),
+    ] {
+        let list = bounded(api.list(&select(selector))).await.unwrap();
+        assert_eq!(names(list), expected, "{selector}");
+    }
+    let by_name = bounded(api.list(&ListParams::default().fields("metadata.name=c")))
+        .await
+        .unwrap();
+    assert_eq!(names(by_name), ["c"]);
+
+    // Real: a malformed selector is a 400 BadRequest.
+    let bad = status_of(bounded(api.list(&select("app in web"))).await);
+    assert_eq!(bad.code, 400);
+
+    let first = bounded(api.list(&ListParams::default().limit(3)))
+        .await
+        .unwrap();
+    let token = first.metadata.continue_.clone().expect("more pages");
+    assert_eq!(first.metadata.remaining_item_count, Some(1));
+    let version = first.metadata.resource_version.clone();
+    assert_eq!(names(first), ["a", "b", "c"]);
+    let second = bounded(api.list(&ListParams::default().limit(3).continue_token(&token)))
+        .await
+        .unwrap();
+    assert!(
+        second
+            .metadata
+            .continue_
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert_eq!(second.metadata.resource_version, version);
+    assert_eq!(names(second), ["d"]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn merge_and_json_patches() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let created = create(&api, &configmap("p", json!({"a": "1"}), json!({"x": "1"}))).await;
+    let params = PatchParams::default();
+    let merged = bounded(api.patch(
+        "p",
+        &params,
+        &Patch::Merge(json!({"metadata": {"labels": {"b": "2"}}, "data": {"x": null, "y": "2"}})),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(merged.metadata.labels.as_ref().unwrap().len(), 2);
+    assert_eq!(merged.data["data"], json!({"y": "2"}));
+
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "add", "path": "/data/z", "value": "3"},
+    ]))
+    .unwrap();
+    let patched = bounded(api.patch("p", &params, &Patch::<()>::Json(patch)))
+        .await
+        .unwrap();
+    assert_eq!(patched.data["data"]["z"], "3");
+
+    // A merge patch carrying a stale resourceVersion is a 409 Conflict, as on a real server.
+    let stale = status_of(
+        bounded(api.patch(
+            "p",
+            &params,
+            &Patch::Merge(
+                json!({"metadata": {"resourceVersion": created.metadata.resource_version}}),
+            ),
+        ))
+        .await,
+    );
+    assert_eq!(stale.code, 409);
+    server.shutdown().await;
+}
