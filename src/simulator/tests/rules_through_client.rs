@@ -1,0 +1,1224 @@
+//! Each rule of the simulated service, exercised through the typed client over HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gpucloud_cloud::model::*;
+use gpucloud_cloud::{
+    ApiKey, Backoff, CallObserver, CallOutcome, ClientConfig, CloudClient, Error, Operation,
+    RetryPolicy,
+};
+use gpucloud_simulator::{Delays, RateLimit, Simulator, SimulatorConfig, SimulatorHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Bound on any single step, so a broken simulator fails the test instead of hanging it.
+const STEP: Duration = Duration::from_secs(15);
+
+async fn step<F: Future>(future: F) -> F::Output {
+    tokio::time::timeout(STEP, future)
+        .await
+        .expect("step took too long")
+}
+
+/// Polls `probe` until it yields a value, for at most [`STEP`].
+async fn wait_until<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn start(config: SimulatorConfig) -> SimulatorHandle {
+    step(Simulator::start(config, "127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap()
+}
+
+fn client_config(sim: &SimulatorHandle) -> ClientConfig {
+    let mut config = ClientConfig::new(sim.base_url(), ApiKey::new(sim.api_key()));
+    config.timeout = Duration::from_secs(10);
+    config.rate_limit = None;
+    config
+}
+
+fn client_for(sim: &SimulatorHandle) -> CloudClient {
+    CloudClient::new(client_config(sim)).unwrap()
+}
+
+/// Simulated time runs an hour per real second, so billing is visible within a test.
+fn fast_clock() -> SimulatorConfig {
+    SimulatorConfig {
+        time_scale: 3600.0,
+        ..SimulatorConfig::default()
+    }
+}
+
+fn instance_request(name: &str, tier: Tier) -> CreateInstanceRequest {
+    CreateInstanceRequest {
+        name: name.into(),
+        region: "us-east-1".into(),
+        gpu_type: "A100-80G".into(),
+        gpu_count: 1,
+        image_id: "ubuntu-22.04-cuda-12".into(),
+        tier: Some(tier),
+        ssh_key_ids: vec![],
+        startup_script: None,
+        startup_script_id: None,
+        public_ip: None,
+        volume_ids: vec![],
+    }
+}
+
+fn volume_request(name: &str, size: u64, region: &str, tier: Tier) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        size,
+        region: region.into(),
+        volume_type: None,
+        tier: Some(tier),
+        bootable: None,
+    }
+}
+
+fn snapshot_request(name: &str) -> CreateSnapshotRequest {
+    CreateSnapshotRequest {
+        name: name.into(),
+        description: String::new(),
+        labels: vec![],
+    }
+}
+
+fn rule() -> NewRule {
+    NewRule {
+        direction: Direction::Ingress,
+        protocol: Protocol::Tcp,
+        ethertype: Ethertype::Ipv4,
+        remote_ip_prefix: "0.0.0.0/0".into(),
+        port_range_min: Some(22),
+        port_range_max: Some(22),
+    }
+}
+
+async fn wait_status(client: &CloudClient, id: &str, status: InstanceStatus) -> Instance {
+    wait_until(&format!("instance {id} {status}"), || async {
+        let instance = client.get_instance(id).await.unwrap();
+        (instance.status == status).then_some(instance)
+    })
+    .await
+}
+
+async fn wait_vm_status(client: &CloudClient, id: &str, status: VmStatus) -> Instance {
+    wait_until(&format!("instance {id} vm_status {status}"), || async {
+        let instance = client.get_instance(id).await.unwrap();
+        (instance.vm_status == status).then_some(instance)
+    })
+    .await
+}
+
+async fn active_instance(client: &CloudClient, name: &str, tier: Tier) -> Instance {
+    let created = step(client.create_instance(&instance_request(name, tier)))
+        .await
+        .unwrap();
+    wait_status(client, &created.instance_id, InstanceStatus::Active).await
+}
+
+async fn available_snapshot(client: &CloudClient, vm: &str, name: &str) -> Snapshot {
+    let snapshot = step(client.create_snapshot(vm, &snapshot_request(name)))
+        .await
+        .unwrap();
+    wait_until("snapshot available", || async {
+        let s = client.get_snapshot(&snapshot.snapshot_id).await.unwrap();
+        (s.status == SnapshotStatus::Available).then_some(s)
+    })
+    .await
+}
+
+fn assert_conflict(err: &Error, code: &str) {
+    assert!(
+        matches!(err, Error::Conflict { .. }) && err.code() == Some(code),
+        "expected 409 {code}, got {err:?}"
+    );
+}
+
+fn assert_bad_request_naming(err: &Error, field: &str) {
+    assert!(
+        matches!(err, Error::BadRequest { status: 400, .. }),
+        "expected 400, got {err:?}"
+    );
+    assert!(
+        err.to_string().contains(field),
+        "{err} does not name {field}"
+    );
+}
+
+// === Snapshots ===
+
+#[tokio::test]
+async fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
+    let sim = start(SimulatorConfig {
+        delays: Delays {
+            create: Duration::from_millis(400),
+            snapshot: Duration::from_millis(300),
+            ..Delays::fast()
+        },
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let client = client_for(&sim);
+    let created = step(client.create_instance(&instance_request("src", Tier::Advanced)))
+        .await
+        .unwrap();
+    assert_eq!(created.status, InstanceStatus::Creating);
+    let vm = created.instance_id;
+    let err = step(client.create_snapshot(&vm, &snapshot_request("too-early")))
+        .await
+        .unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+
+    wait_status(&client, &vm, InstanceStatus::Active).await;
+    let snapshot = step(client.create_snapshot(&vm, &snapshot_request("ok")))
+        .await
+        .unwrap();
+    assert_eq!(snapshot.status, SnapshotStatus::Creating);
+    assert_eq!(snapshot.instance_id, vm);
+    assert_eq!(snapshot.region, "us-east-1");
+    assert!(
+        snapshot.tier.is_some(),
+        "tier comes with the create response"
+    );
+    wait_until("snapshot available", || async {
+        let s = client.get_snapshot(&snapshot.snapshot_id).await.unwrap();
+        (s.status == SnapshotStatus::Available).then_some(())
+    })
+    .await;
+
+    // Not from a stopped instance either.
+    step(client.stop_instance(&vm)).await.unwrap();
+    wait_status(&client, &vm, InstanceStatus::Shutoff).await;
+    let err = step(client.create_snapshot(&vm, &snapshot_request("stopped")))
+        .await
+        .unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+    let err = step(client.create_snapshot("vm-unknown", &snapshot_request("x")))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    step(sim.shutdown()).await;
+}
+
+#[tokio::test]
+async fn snapshot_billing_starts_at_once_and_drains_the_balance() {
+    let sim = start(SimulatorConfig {
+        delays: Delays {
+            snapshot: Duration::from_secs(3600 * 24),
+            ..Delays::fast()
+        },
+        ..fast_clock()
+    })
+    .await;
+    let client = client_for(&sim);
+    let vm = active_instance(&client, "billed", Tier::Advanced).await;
+    let snapshot = step(client.create_snapshot(&vm.instance_id, &snapshot_request("s")))
+        .await
+        .unwrap();
+    // Still `creating` (a simulated day), yet billed already.
+    let billing = step(client.get_snapshot_billing(&SnapshotBillingQuery {
+        snapshot_id: Some(snapshot.snapshot_id.clone()),
+    }))
+    .await
+    .unwrap();
+    assert_eq!(billing.records.len(), 1);
+    let record = &billing.records[0];
+    assert!(record.hourly_rate > 0.0);
+    assert!(record.end_time.is_none());
+    assert_eq!(record.status, "active");
+    // Delete the instance so only the snapshot (and nothing else) keeps costing.
+    step(client.delete_instance(&vm.instance_id)).await.unwrap();
+    wait_until("instance gone", || async {
+        let err = client.get_instance(&vm.instance_id).await.err()?;
+        err.is_not_found().then_some(())
+    })
+    .await;
+    let before = step(client.get_balance()).await.unwrap().balance;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = step(client.get_balance()).await.unwrap().balance;
+    assert!(after < before, "balance {before} -> {after} did not drain");
+    let later = step(client.get_snapshot_billing(&SnapshotBillingQuery {
+        snapshot_id: Some(snapshot.snapshot_id.clone()),
+    }))
+    .await
+    .unwrap();
+    assert!(later.records[0].total_cost > 0.0);
+    step(sim.shutdown()).await;
+}
+
+#[tokio::test]
+async fn restore_makes_an_active_billed_instance_that_inherits_the_hardware() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let mut request = instance_request("big", Tier::Legacy);
+    request.gpu_type = "H100-80G".into();
+    request.gpu_count = 2;
+    request.region = "eu-west-1".into();
+    let created = step(client.create_instance(&request)).await.unwrap();
+    let source = wait_status(&client, &created.instance_id, InstanceStatus::Active).await;
+    let snapshot = available_snapshot(&client, &source.instance_id, "big-snap").await;
+
+    let restored = step(client.restore_snapshot(&snapshot.snapshot_id, "big-copy"))
+        .await
+        .unwrap();
+    assert!(restored.success);
+    assert!(restored.timestamp.is_some(), "restore carries a timestamp");
+    assert_eq!(restored.tier, Some(Tier::Legacy));
+    assert_eq!(restored.body.snapshot.id, snapshot.snapshot_id);
+    assert_eq!(restored.body.snapshot.name, "big-snap");
+    let data = &restored.body.data;
+    assert_eq!(data.status, InstanceStatus::Active);
+    assert_eq!(data.boot_source, BootSource::Snapshot);
+    assert_eq!(data.vm_name, "big-copy");
+    assert_eq!(data.specs, source.specs);
+    assert_eq!(data.specs.gpu_type, "H100-80G");
+    assert_eq!(data.specs.gpu_count, 2);
+    assert_eq!(data.region, "eu-west-1");
+    assert_eq!(
+        data.snapshot_id.as_deref(),
+        Some(snapshot.snapshot_id.as_str())
+    );
+    assert_ne!(data.instance_id, source.instance_id);
+    assert!(data.billing.hourly_rate > 0.0);
+    let billing = step(client.get_instance_billing(&InstanceBillingQuery {
+        instance_id: Some(data.instance_id.clone()),
+    }))
+    .await
+    .unwrap();
+    assert_eq!(billing.records.len(), 1, "billed from the restore on");
+    assert!(billing.records[0].end_time.is_none());
+
+    for bad in ["", "has space", "bad/slash", &"x".repeat(64)] {
+        let err = step(client.restore_snapshot(&snapshot.snapshot_id, bad))
+            .await
+            .unwrap_err();
+        assert_bad_request_naming(&err, "new_vm_name");
+    }
+    let err = step(client.restore_snapshot("snap-unknown", "fine"))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    step(sim.shutdown()).await;
+}
+
+#[tokio::test]
+async fn snapshot_delete_is_idempotent_ends_billing_and_removes_linked_images() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let vm = active_instance(&client, "src", Tier::Advanced).await;
+    let snapshot = available_snapshot(&client, &vm.instance_id, "to-delete").await;
+    let image = step(client.create_image(&CreateImageRequest {
+        snapshot_id: snapshot.snapshot_id.clone(),
+        name: "img".into(),
+    }))
+    .await
+    .unwrap();
+    let other_snapshot = available_snapshot(&client, &vm.instance_id, "kept").await;
+    let other_image = step(client.create_image(&CreateImageRequest {
+        snapshot_id: other_snapshot.snapshot_id.clone(),
+        name: "other-img".into(),
+    }))
+    .await
+    .unwrap();
+
+    let first = step(client.delete_snapshot(&snapshot.snapshot_id))
+        .await
+        .unwrap();
+    assert_eq!(first.snapshot_name, "to-delete");
+    let second = step(client.delete_snapshot(&snapshot.snapshot_id))
+        .await
+        .unwrap();
+    assert_eq!(second.snapshot_name, "to-delete");
+
+    let billing = step(client.get_snapshot_billing(&SnapshotBillingQuery {
+        snapshot_id: Some(snapshot.snapshot_id.clone()),
+    }))
+    .await
+    .unwrap();
+    assert!(billing.records[0].end_time.is_some(), "billing ended");
+    assert_eq!(billing.records[0].status, "ended");
+    let cost_at_delete = billing.records[0].total_cost;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let billing = step(client.get_snapshot_billing(&SnapshotBillingQuery {
+        snapshot_id: Some(snapshot.snapshot_id.clone()),
+    }))
+    .await
+    .unwrap();
+    assert_eq!(billing.records[0].total_cost, cost_at_delete);
+
+    let err = step(client.get_image(&image.id)).await.unwrap_err();
+    assert!(err.is_not_found(), "linked image removed: {err:?}");
+    let err = step(client.get_snapshot(&snapshot.snapshot_id))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    let images = step(client.list_images()).await.unwrap();
+    let ids: Vec<_> = images.images.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, vec![other_image.id.as_str()], "other images stay");
+    step(sim.shutdown()).await;
+}
+
+// === Tier and power-state rules ===
+
+#[tokio::test]
+async fn legacy_only_operations_refuse_other_tiers() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let vm = active_instance(&client, "modern", Tier::Advanced).await;
+    let id = vm.instance_id;
+    let added = step(client.add_security_rule(&id, &rule())).await.unwrap();
+    wait_vm_status(&client, &id, VmStatus::Running).await;
+    let err = step(client.remove_security_rule(&id, &added.rule.id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Forbidden { .. }), "{err:?}");
+    assert_eq!(err.code(), Some("TIER_NOT_SUPPORTED"));
+    assert!(err.is_terminal());
+
+    step(client.hibernate_instance(&id)).await.unwrap();
+    wait_status(&client, &id, InstanceStatus::Hibernated).await;
+    let err = step(client.restore_hibernated_instance(&id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Forbidden { .. }), "{err:?}");
+    assert_eq!(err.code(), Some("TIER_NOT_SUPPORTED"));
+    // The refused call changed nothing.
+    let still = step(client.get_instance(&id)).await.unwrap();
+    assert_eq!(still.status, InstanceStatus::Hibernated);
+    step(sim.shutdown()).await;
+}
+
+#[tokio::test]
+async fn removing_a_security_rule_needs_a_running_legacy_instance() {
+    let sim = start(SimulatorConfig {
+        delays: Delays {
+            create: Duration::from_millis(20),
+            boot: Duration::from_millis(1500),
+            ..Delays::fast()
+        },
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let client = client_for(&sim);
+    let vm = active_instance(&client, "old", Tier::Legacy).await;
+    let id = vm.instance_id;
+    let added = step(client.add_security_rule(&id, &rule())).await.unwrap();
+    // ACTIVE but still BOOTING: the rule stays.
+    let booting = step(client.get_instance(&id)).await.unwrap();
+    assert_eq!(booting.status, InstanceStatus::Active);
+    assert_eq!(booting.vm_status, VmStatus::Booting);
+    let err = step(client.remove_security_rule(&id, &added.rule.id))
+        .await
+        .unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+
+    wait_vm_status(&client, &id, VmStatus::Running).await;
+    let removed = step(client.remove_security_rule(&id, &added.rule.id))
+        .await
+        .unwrap();
+    assert_eq!(removed.body.instance_id, id);
+    assert_eq!(removed.body.rule_id, added.rule.id);
+    let after = step(client.get_instance(&id)).await.unwrap();
+    assert!(after.security_rules.is_empty());
+    let err = step(client.remove_security_rule(&id, &added.rule.id))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "already removed: {err:?}");
+
+    let again = step(client.add_security_rule(&id, &rule())).await.unwrap();
+    step(client.stop_instance(&id)).await.unwrap();
+    wait_vm_status(&client, &id, VmStatus::Stopped).await;
+    let err = step(client.remove_security_rule(&id, &again.rule.id))
+        .await
+        .unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+    step(sim.shutdown()).await;
+}
+
+#[tokio::test]
+async fn power_transitions_pass_through_intermediate_states_and_refuse_invalid_ones() {
+    let sim = start(SimulatorConfig {
+        delays: Delays {
+            create: Duration::from_millis(300),
+            boot: Duration::from_millis(50),
+            power_transition: Duration::from_millis(400),
+            ..Delays::fast()
+        },
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let client = client_for(&sim);
+    let created = step(client.create_instance(&instance_request("p", Tier::Legacy)))
+        .await
+        .unwrap();
+    assert_eq!(created.status, InstanceStatus::Creating);
+    assert_eq!(created.vm_status, VmStatus::Pending);
+    let id = created.instance_id;
+    let err = step(client.stop_instance(&id)).await.unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+    wait_status(&client, &id, InstanceStatus::Active).await;
+
+    // From ACTIVE: start and restore-hibernated are invalid.
+    assert_conflict(
+        &step(client.start_instance(&id)).await.unwrap_err(),
+        "INVALID_STATE",
+    );
+    assert_conflict(
+        &step(client.restore_hibernated_instance(&id))
+            .await
+            .unwrap_err(),
+        "INVALID_STATE",
+    );
+
+    // Stop: ACTIVE -> STOPPING -> SHUTOFF.
+    let stopping = step(client.stop_instance(&id)).await.unwrap();
+    assert_eq!(stopping.status, InstanceStatus::Stopping);
+    let during = step(client.get_instance(&id)).await.unwrap();
+    assert_eq!(during.status, InstanceStatus::Stopping);
+    assert_eq!(during.vm_status, VmStatus::Transitioning);
+    assert_conflict(
+        &step(client.start_instance(&id)).await.unwrap_err(),
+        "INVALID_STATE",
+    );
+    let stopped = wait_status(&client, &id, InstanceStatus::Shutoff).await;
+    assert_eq!(stopped.vm_status, VmStatus::Stopped);
+    for err in [
+        step(client.stop_instance(&id)).await.unwrap_err(),
+        step(client.reboot_instance(&id)).await.unwrap_err(),
+        step(client.hibernate_instance(&id)).await.unwrap_err(),
+    ] {
+        assert_conflict(&err, "INVALID_STATE");
+    }
+
+    // Start: SHUTOFF -> STARTING -> ACTIVE.
+    let starting = step(client.start_instance(&id)).await.unwrap();
+    assert_eq!(starting.status, InstanceStatus::Starting);
+    wait_status(&client, &id, InstanceStatus::Active).await;
+
+    // Reboot: ACTIVE -> REBOOTING -> ACTIVE.
+    let rebooting = step(client.reboot_instance(&id)).await.unwrap();
+    assert_eq!(rebooting.status, InstanceStatus::Rebooting);
+    let during = step(client.get_instance(&id)).await.unwrap();
+    assert_eq!(during.status, InstanceStatus::Rebooting);
+    wait_status(&client, &id, InstanceStatus::Active).await;
+
+    // Hibernate: ACTIVE -> HIBERNATING -> HIBERNATED; only restore-hibernated wakes it.
+    let hibernating = step(client.hibernate_instance(&id)).await.unwrap();
+    assert_eq!(hibernating.status, InstanceStatus::Hibernating);
+    let hibernated = wait_status(&client, &id, InstanceStatus::Hibernated).await;
+    assert_eq!(hibernated.vm_status, VmStatus::Hibernated);
+    assert_conflict(
+        &step(client.start_instance(&id)).await.unwrap_err(),
+        "INVALID_STATE",
+    );
+    let woken = step(client.restore_hibernated_instance(&id)).await.unwrap();
+    assert_eq!(woken.body.vm_id, id);
+    assert_eq!(woken.body.status, InstanceStatus::Active);
+    let now_active = step(client.get_instance(&id)).await.unwrap();
+    assert_eq!(now_active.status, InstanceStatus::Active);
+
+    // Delete: DELETING, then gone.
+    let deleting = step(client.delete_instance(&id)).await.unwrap();
+    assert_eq!(deleting.status, InstanceStatus::Deleting);
+    assert_conflict(
+        &step(client.stop_instance(&id)).await.unwrap_err(),
+        "INVALID_STATE",
+    );
+    wait_until("instance gone", || async {
+        let err = client.get_instance(&id).await.err()?;
+        err.is_not_found().then_some(())
+    })
+    .await;
+    let err = step(client.delete_instance(&id)).await.unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    step(sim.shutdown()).await;
+}
+
+// === Volumes ===
+
+#[tokio::test]
+async fn volume_list_applies_filters_and_reports_counts_and_metadata() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let vm = active_instance(&client, "host", Tier::Legacy).await;
+    let mut bootable = volume_request("boot-data", 20, "us-east-1", Tier::Advanced);
+    bootable.bootable = Some(true);
+    let bootable = step(client.create_volume(&bootable)).await.unwrap();
+    let plain_us =
+        step(client.create_volume(&volume_request("plain-us", 10, "us-east-1", Tier::Legacy)))
+            .await
+            .unwrap();
+    let plain_eu =
+        step(client.create_volume(&volume_request("plain-eu", 10, "eu-west-1", Tier::Advanced)))
+            .await
+            .unwrap();
+
+    let all = step(client.list_volumes(&VolumeListQuery::default()))
+        .await
+        .unwrap();
+    // The instance's boot volume plus the three made here.
+    assert_eq!(all.total_count, 4);
+    assert_eq!(all.volumes.len(), 4);
+    assert_eq!(all.bootable_count + all.non_bootable_count, all.total_count);
+    assert_eq!(all.applied_filters, AppliedVolumeFilters::default());
+    assert!(
+        all.metadata
+            .regions_available
+            .iter()
+            .any(|r| r == "eu-west-1")
+    );
+    let mut tiers = all.metadata.tiers_used.clone();
+    tiers.sort();
+    assert_eq!(tiers, vec!["advanced".to_owned(), "legacy".to_owned()]);
+    assert!(!all.next_volume_name.is_empty());
+    assert!(all.volumes.iter().all(|v| v.name != all.next_volume_name));
+    let boot_volume = all
+        .volumes
+        .iter()
+        .find(|v| v.instance_id.as_deref() == Some(vm.instance_id.as_str()))
+        .expect("the instance's boot volume is listed");
+    assert_eq!(boot_volume.status, VolumeStatus::Attached);
+
+    let eu = step(client.list_volumes(&VolumeListQuery {
+        region: Some("eu-west-1".into()),
+        ..VolumeListQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(
+        eu.volumes.iter().map(|v| &v.id).collect::<Vec<_>>(),
+        vec![&plain_eu.id]
+    );
+    assert_eq!(eu.applied_filters.region.as_deref(), Some("eu-west-1"));
+    assert_eq!(eu.applied_filters.tier, None);
+    assert_eq!(eu.applied_filters.bootable, None);
+    assert_eq!(eu.total_count, 1);
+
+    let legacy = step(client.list_volumes(&VolumeListQuery {
+        tier: Some(Tier::Legacy),
+        ..VolumeListQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert!(legacy.volumes.iter().all(|v| v.tier == Tier::Legacy));
+    assert!(legacy.volumes.iter().any(|v| v.id == plain_us.id));
+    assert_eq!(legacy.applied_filters.tier.as_deref(), Some("legacy"));
+
+    let only_bootable = step(client.list_volumes(&VolumeListQuery {
+        bootable: Some(true),
+        ..VolumeListQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert!(only_bootable.volumes.iter().all(|v| v.bootable));
+    assert!(only_bootable.volumes.iter().any(|v| v.id == bootable.id));
+    assert_eq!(only_bootable.non_bootable_count, 0);
+    assert_eq!(only_bootable.applied_filters.bootable, Some(true));
+
+    let no_os = step(client.list_volumes(&VolumeListQuery {
+        exclude_os_volumes: Some(true),
+        ..VolumeListQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(no_os.total_count, 3, "the boot volume is left out");
+    assert!(no_os.volumes.iter().all(|v| v.id != boot_volume.id));
+    assert!(no_os.volumes.iter().any(|v| v.id == bootable.id));
+
+    let combined = step(client.list_volumes(&VolumeListQuery {
+        region: Some("us-east-1".into()),
+        tier: Some(Tier::Advanced),
+        bootable: Some(true),
+        exclude_os_volumes: Some(true),
+    }))
+    .await
+    .unwrap();
+    assert_eq!(
+        combined.volumes.iter().map(|v| &v.id).collect::<Vec<_>>(),
+        vec![&bootable.id]
+    );
+    step(sim.shutdown()).await;
+}
+
+#[tokio::test]
+async fn volume_billing_filters_and_paginates() {
+    let sim = start(fast_clock()).await;
+    let client = client_for(&sim);
+    let mut ids = Vec::new();
+    for (i, size) in [10u64, 20, 30, 40, 50].into_iter().enumerate() {
+        let tier = if i % 2 == 0 {
+            Tier::Advanced
+        } else {
+            Tier::Legacy
+        };
+        let volume =
+            step(client.create_volume(&volume_request(&format!("v{i}"), size, "us-east-1", tier)))
+                .await
+                .unwrap();
+        ids.push(volume.id);
+    }
+    // Let some simulated minutes accrue.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let page1 = step(client.get_volume_billing(&VolumeBillingQuery {
+        limit: Some(2),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(page1.total, 5);
+    assert_eq!(page1.page, 1);
+    assert_eq!(page1.limit, 2);
+    assert_eq!(page1.total_pages, 3);
+    assert_eq!(page1.records.len(), 2);
+    assert_eq!(page1.currency, "USD");
+    assert_eq!(
+        page1.summary.total_size_gb, 150,
+        "summary covers every page"
+    );
+    assert!(page1.summary.total_minutes > 0);
+    assert!(page1.summary.total_cost > 0.0);
+    let page3 = step(client.get_volume_billing(&VolumeBillingQuery {
+        limit: Some(2),
+        page: Some(3),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(page3.records.len(), 1);
+    let mut seen: Vec<String> = page1.records.iter().map(|r| r.volume_id.clone()).collect();
+    let page2 = step(client.get_volume_billing(&VolumeBillingQuery {
+        limit: Some(2),
+        page: Some(2),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    seen.extend(page2.records.iter().map(|r| r.volume_id.clone()));
+    seen.extend(page3.records.iter().map(|r| r.volume_id.clone()));
+    seen.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(seen, expected, "pages cover every record once");
+
+    let record = &page1.records[0];
+    assert!(record.billing_id.len() > 1);
+    assert!(matches!(record.tier.as_str(), "Advanced" | "Legacy"));
+    assert!(!record.start_time.ends_with('Z') && record.start_time.contains('T'));
+    assert!(
+        (record.total_cost - record.per_minute_rate * record.total_duration_minutes as f64).abs()
+            < 1e-9
+    );
+
+    let size30 = step(client.get_volume_billing(&VolumeBillingQuery {
+        size: Some(30),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(size30.total, 1);
+    assert_eq!(size30.records[0].size_gb, 30);
+    assert_eq!(size30.summary.total_size_gb, 30);
+
+    let legacy = step(client.get_volume_billing(&VolumeBillingQuery {
+        tier: Some("legacy".into()),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(legacy.total, 2);
+    assert!(legacy.records.iter().all(|r| r.tier == "Legacy"));
+
+    let available = step(client.get_volume_billing(&VolumeBillingQuery {
+        status: Some("available".into()),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(available.total, 5);
+
+    let too_long = step(client.get_volume_billing(&VolumeBillingQuery {
+        min_minutes: Some(1_000_000),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(too_long.total, 0);
+    assert_eq!(too_long.summary.total_size_gb, 0);
+    let cheap = step(client.get_volume_billing(&VolumeBillingQuery {
+        max_cost: Some(0.0),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert!(cheap.records.iter().all(|r| r.total_cost <= 0.0));
+    let in_the_past = step(client.get_volume_billing(&VolumeBillingQuery {
+        end_date: Some("2000-01-01".into()),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(in_the_past.total, 0);
+
+    let err = step(client.get_volume_billing(&VolumeBillingQuery {
+        start_date: Some("01/02/2025".into()),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap_err();
+    assert_bad_request_naming(&err, "start_date");
+    let err = step(client.get_volume_billing(&VolumeBillingQuery {
+        page: Some(0),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap_err();
+    assert_bad_request_naming(&err, "page");
+    step(sim.shutdown()).await;
+}
+
+// === SSH keys ===
+
+#[tokio::test]
+async fn ssh_keys_import_generate_and_refuse_duplicate_names() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let generated = step(client.create_ssh_key(&CreateSshKeyRequest {
+        name: "gen".into(),
+        public_key: None,
+    }))
+    .await
+    .unwrap();
+    assert_eq!(generated.code.as_deref(), Some("SSH_KEY_GENERATED"));
+    let private_key = generated.body.private_key.as_ref().expect("private key");
+    assert!(
+        private_key
+            .expose()
+            .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----")
+    );
+    assert!(generated.body.key.public_key.starts_with("ssh-"));
+
+    let imported = step(client.create_ssh_key(&CreateSshKeyRequest {
+        name: "imported".into(),
+        public_key: Some(generated.body.key.public_key.clone()),
+    }))
+    .await
+    .unwrap();
+    assert!(imported.success);
+    assert_eq!(imported.code.as_deref(), Some("SSH_KEY_IMPORTED"));
+    assert!(imported.request_id.starts_with("req_"));
+    assert_eq!(imported.body.key.name, "imported");
+    assert_eq!(imported.body.key.public_key, generated.body.key.public_key);
+    assert!(imported.body.private_key.is_none());
+    // The private key is returned once and never stored.
+    let stored = step(client.get_ssh_key(&generated.body.key.id))
+        .await
+        .unwrap();
+    assert_eq!(stored.name, "gen");
+
+    for request in [
+        CreateSshKeyRequest {
+            name: "imported".into(),
+            public_key: None,
+        },
+        CreateSshKeyRequest {
+            name: "gen".into(),
+            public_key: Some(generated.body.key.public_key.clone()),
+        },
+    ] {
+        let err = step(client.create_ssh_key(&request)).await.unwrap_err();
+        assert_conflict(&err, "DUPLICATE_NAME");
+    }
+    let err = step(client.create_ssh_key(&CreateSshKeyRequest {
+        name: "garbage".into(),
+        public_key: Some("not a key".into()),
+    }))
+    .await
+    .unwrap_err();
+    assert_bad_request_naming(&err, "public_key");
+    // Deleting frees the name.
+    step(client.delete_ssh_key(&imported.body.key.id))
+        .await
+        .unwrap();
+    step(client.create_ssh_key(&CreateSshKeyRequest {
+        name: "imported".into(),
+        public_key: None,
+    }))
+    .await
+    .unwrap();
+    step(sim.shutdown()).await;
+}
+
+// === AI ===
+
+#[tokio::test]
+async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let models = step(client.list_ai_models()).await.unwrap();
+    assert!(!models.models.is_empty());
+    assert!(
+        models
+            .models
+            .iter()
+            .all(|m| m.price_per_million_tokens > 0.0)
+    );
+    assert_eq!(models.authentication_type, "api_key");
+    assert!(!models.authenticated_user.is_empty());
+    assert!(!models.authenticated_user.contains(sim.api_key()));
+    assert!(models.minimum_balance > 0.0);
+    let table: Vec<(&str, &str, Option<f64>, [f64; 2])> = models
+        .parameters
+        .iter()
+        .map(|(name, p)| (name.as_str(), p.value_type.as_str(), p.default, p.range))
+        .collect();
+    assert_eq!(
+        table,
+        vec![
+            ("max_tokens", "integer", None, [1.0, 32768.0]),
+            ("presence_penalty", "float", Some(0.0), [-2.0, 2.0]),
+            ("repetition_penalty", "float", Some(1.0), [-2.0, 2.0]),
+            ("temperature", "float", Some(1.0), [0.0, 2.0]),
+            ("top_k", "integer", Some(-1.0), [-1.0, 200.0]),
+            ("top_p", "float", None, [0.0, 1.0]),
+        ]
+    );
+
+    let model = models.models[0].id.clone();
+    let chat = |tweak: fn(&mut ChatRequest)| {
+        let mut request = ChatRequest {
+            model: model.clone(),
+            messages: vec![ChatMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            }],
+            ..ChatRequest::default()
+        };
+        tweak(&mut request);
+        request
+    };
+    let at_the_edges = chat(|r| {
+        r.max_tokens = Some(32768);
+        r.temperature = Some(0.0);
+        r.top_p = Some(1.0);
+        r.top_k = Some(-1);
+        r.presence_penalty = Some(-2.0);
+        r.repetition_penalty = Some(2.0);
+    });
+    let before = step(client.get_balance()).await.unwrap().balance;
+    let answer = step(client.chat(&at_the_edges)).await.unwrap();
+    assert!(answer.cost > 0.0);
+    let after = step(client.get_balance()).await.unwrap().balance;
+    assert!(after < before, "chat is charged");
+
+    let out_of_range: [(fn(&mut ChatRequest), &str); 6] = [
+        (|r| r.max_tokens = Some(0), "max_tokens"),
+        (|r| r.temperature = Some(2.5), "temperature"),
+        (|r| r.top_p = Some(1.5), "top_p"),
+        (|r| r.top_k = Some(201), "top_k"),
+        (|r| r.presence_penalty = Some(-2.1), "presence_penalty"),
+        (|r| r.repetition_penalty = Some(3.0), "repetition_penalty"),
+    ];
+    for (tweak, name) in out_of_range {
+        let err = step(client.chat(&chat(tweak))).await.unwrap_err();
+        assert_bad_request_naming(&err, name);
+    }
+
+    sim.set_balance(models.minimum_balance / 2.0);
+    let err = step(client.chat(&chat(|_| {}))).await.unwrap_err();
+    assert!(matches!(err, Error::InsufficientCredit { .. }), "{err:?}");
+    assert!(err.is_terminal());
+    step(sim.shutdown()).await;
+}
+
+// === Balance and credit ===
+
+#[tokio::test]
+async fn balance_drains_and_billed_creates_are_refused_once_it_is_spent() {
+    let sim = start(fast_clock()).await;
+    let client = client_for(&sim);
+    let vm = active_instance(&client, "spender", Tier::Advanced).await;
+    let snapshot = available_snapshot(&client, &vm.instance_id, "snap").await;
+    let volume =
+        step(client.create_volume(&volume_request("vol", 10, "us-east-1", Tier::Advanced)))
+            .await
+            .unwrap();
+    let first = step(client.get_balance()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = step(client.get_balance()).await.unwrap();
+    assert!(
+        second.balance < first.balance,
+        "balance {} -> {} did not drain",
+        first.balance,
+        second.balance
+    );
+
+    sim.set_balance(0.0);
+    let refusals = [
+        step(client.create_instance(&instance_request("more", Tier::Advanced)))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        step(client.create_volume(&volume_request("more", 10, "us-east-1", Tier::Advanced)))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        step(client.clone_volume(&volume.id, "more"))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        step(client.create_snapshot(&vm.instance_id, &snapshot_request("more")))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        step(client.restore_snapshot(&snapshot.snapshot_id, "more"))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        step(client.create_image(&CreateImageRequest {
+            snapshot_id: snapshot.snapshot_id.clone(),
+            name: "more".into(),
+        }))
+        .await
+        .map(|_| ())
+        .unwrap_err(),
+    ];
+    for err in refusals {
+        assert!(matches!(err, Error::InsufficientCredit { .. }), "{err:?}");
+        assert_eq!(err.code(), Some("INSUFFICIENT_CREDIT"));
+        assert!(err.is_terminal() && !err.is_retryable());
+    }
+    // Reads still work with no credit.
+    step(client.list_instances()).await.unwrap();
+    sim.set_balance(100.0);
+    step(client.create_volume(&volume_request(
+        "after-top-up",
+        10,
+        "us-east-1",
+        Tier::Advanced,
+    )))
+    .await
+    .unwrap();
+    step(sim.shutdown()).await;
+}
+
+// === Names ===
+
+#[tokio::test]
+async fn duplicate_names_are_accepted_except_for_ssh_keys() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let a = active_instance(&client, "same", Tier::Advanced).await;
+    let b = active_instance(&client, "same", Tier::Advanced).await;
+    assert_ne!(a.instance_id, b.instance_id);
+    let v1 = step(client.create_volume(&volume_request("same", 10, "us-east-1", Tier::Legacy)))
+        .await
+        .unwrap();
+    let v2 = step(client.create_volume(&volume_request("same", 10, "us-east-1", Tier::Legacy)))
+        .await
+        .unwrap();
+    assert_ne!(v1.id, v2.id);
+    let s1 = step(client.create_snapshot(&a.instance_id, &snapshot_request("same")))
+        .await
+        .unwrap();
+    let s2 = step(client.create_snapshot(&a.instance_id, &snapshot_request("same")))
+        .await
+        .unwrap();
+    assert_ne!(s1.snapshot_id, s2.snapshot_id);
+    let firewall = CreateFirewallRequest {
+        name: "same".into(),
+        region: "us-east-1".into(),
+        description: String::new(),
+        rules: vec![],
+    };
+    let f1 = step(client.create_firewall(&firewall)).await.unwrap();
+    let f2 = step(client.create_firewall(&firewall)).await.unwrap();
+    assert_ne!(f1.id, f2.id);
+    let instances = step(client.list_instances()).await.unwrap();
+    assert_eq!(
+        instances
+            .instances
+            .iter()
+            .filter(|i| i.vm_name == "same")
+            .count(),
+        2
+    );
+    let key = CreateSshKeyRequest {
+        name: "same".into(),
+        public_key: None,
+    };
+    step(client.create_ssh_key(&key)).await.unwrap();
+    let err = step(client.create_ssh_key(&key)).await.unwrap_err();
+    assert_conflict(&err, "DUPLICATE_NAME");
+
+    for bad in ["", "white space", "semi;colon", &"n".repeat(64)] {
+        let err = step(client.create_volume(&volume_request(bad, 10, "us-east-1", Tier::Legacy)))
+            .await
+            .unwrap_err();
+        assert_bad_request_naming(&err, "name");
+    }
+    step(client.create_volume(&volume_request(
+        &"n".repeat(63),
+        10,
+        "us-east-1",
+        Tier::Legacy,
+    )))
+    .await
+    .unwrap();
+    step(sim.shutdown()).await;
+}
+
+// === Authentication and rate limiting ===
+
+/// Sends a bare HTTP/1.1 request and returns the status code and body.
+async fn raw_get(base_url: &str, path: &str, extra_header: Option<&str>) -> (u16, String) {
+    let authority = base_url.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let header = extra_header.map_or(String::new(), |h| format!("{h}\r\n"));
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\n{header}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("status line");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn missing_or_wrong_api_key_is_401_on_every_kind_of_route() {
+    let sim = start(SimulatorConfig::default()).await;
+    let mut config = client_config(&sim);
+    config.api_key = ApiKey::new("wrong-key");
+    let wrong = CloudClient::new(config).unwrap();
+    for err in [
+        step(wrong.get_balance()).await.unwrap_err(),
+        step(wrong.list_volumes(&VolumeListQuery::default()))
+            .await
+            .unwrap_err(),
+        step(wrong.list_ai_models()).await.unwrap_err(),
+        step(wrong.delete_snapshot("snap-x")).await.unwrap_err(),
+        step(wrong.create_ssh_key(&CreateSshKeyRequest {
+            name: "k".into(),
+            public_key: None,
+        }))
+        .await
+        .unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::Unauthorized { .. }), "{err:?}");
+        assert_eq!(err.code(), Some("INVALID_API_KEY"));
+        assert!(!err.to_string().contains("wrong-key"));
+    }
+    for path in [
+        "/balance/",
+        "/volumes/billing/",
+        "/firewalls/fw-1/",
+        "/ai/models/",
+    ] {
+        let (status, body) = step(raw_get(&sim.base_url(), path, None)).await;
+        assert_eq!(status, 401, "{path}");
+        assert!(body.contains("INVALID_API_KEY"), "{path}: {body}");
+    }
+    let with_key = format!("X-API-Key: {}", sim.api_key());
+    let (status, _) = step(raw_get(&sim.base_url(), "/balance/", Some(&with_key))).await;
+    assert_eq!(status, 200);
+    // Nothing was created by the refused calls.
+    let client = client_for(&sim);
+    assert!(
+        step(client.list_ssh_keys())
+            .await
+            .unwrap()
+            .ssh_keys
+            .is_empty()
+    );
+    step(sim.shutdown()).await;
+}
+
+#[derive(Default)]
+struct RetryLog {
+    retries: Mutex<Vec<Duration>>,
+    statuses: Mutex<Vec<Option<u16>>>,
+}
+
+impl CallObserver for RetryLog {
+    fn on_call(&self, _operation: Operation, outcome: &CallOutcome, _elapsed: Duration) {
+        self.statuses.lock().unwrap().push(outcome.status);
+    }
+    fn on_retry(&self, _operation: Operation, _next_attempt: u32, _error: &Error, delay: Duration) {
+        self.retries.lock().unwrap().push(delay);
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_answers_429_with_retry_after_and_the_client_waits_it_out() {
+    let sim = start(SimulatorConfig {
+        rate_limit: Some(RateLimit {
+            per_second: 1.0,
+            burst: 2,
+        }),
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let mut config = client_config(&sim);
+    config.retry = RetryPolicy::never();
+    let impatient = CloudClient::new(config).unwrap();
+    step(impatient.get_balance()).await.unwrap();
+    step(impatient.get_balance()).await.unwrap();
+    let err = step(impatient.get_balance()).await.unwrap_err();
+    assert!(matches!(err, Error::RateLimited { .. }), "{err:?}");
+    let retry_after = err.retry_after().expect("Retry-After header");
+    assert!(retry_after >= Duration::from_secs(1), "{retry_after:?}");
+    assert!(err.is_retryable());
+
+    let log = Arc::new(RetryLog::default());
+    let mut config = client_config(&sim);
+    config.retry = RetryPolicy {
+        max_attempts: 4,
+        backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(10)),
+        max_retry_after: Duration::from_secs(5),
+    };
+    let patient = CloudClient::new(config).unwrap().with_observer(log.clone());
+    // Drain whatever the bucket refilled, then one call that must wait.
+    let started = tokio::time::Instant::now();
+    for _ in 0..3 {
+        step(patient.get_balance()).await.unwrap();
+    }
+    let statuses = log.statuses.lock().unwrap().clone();
+    assert!(statuses.contains(&Some(429)), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&Some(200)));
+    let retries = log.retries.lock().unwrap().clone();
+    assert!(!retries.is_empty());
+    assert!(
+        retries.iter().all(|delay| *delay >= Duration::from_secs(1)),
+        "every retry waits at least Retry-After: {retries:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    step(sim.shutdown()).await;
+}
