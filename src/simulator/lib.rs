@@ -1,1 +1,199 @@
 //! In-memory simulator of the Cloud GPU Compute Service API.
+//!
+//! [`Simulator::start`] serves every operation of the shared route table
+//! (`gpucloud_cloud::routes::Operation::ALL`) over HTTP with the response shapes of
+//! `gpucloud_cloud::model`, so the client and the simulator cannot disagree on the wire.
+//! The rules live in [`engine`]; authentication, rate limiting, fault injection and the
+//! JSON error bodies in [`server`]; the admin API in [`admin`]. `docs/simulator.md`
+//! describes the behaviour, every setting and every choice the interface document leaves open.
+
+pub mod admin;
+pub mod catalog;
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod handlers;
+pub mod openapi;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use config::{
+    Delays, DropMode, FaultPlan, LatencySpike, RateLimit, SimulatorConfig, ThrottleBurst,
+};
+pub use engine::AccountSnapshot;
+pub use error::{ApiError, Error};
+pub use server::Counters;
+
+/// Starts simulators.
+pub struct Simulator;
+
+impl Simulator {
+    /// Validates the configuration, binds `listen` and serves until the handle shuts down.
+    pub async fn start(
+        config: SimulatorConfig,
+        listen: SocketAddr,
+    ) -> Result<SimulatorHandle, Error> {
+        validate(&config)?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: listen,
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| Error::Bind {
+            addr: listen,
+            source,
+        })?;
+        let api_key = config.api_keys.first().cloned().unwrap_or_default();
+        let state = Arc::new(server::AppState::new(config));
+        let app = server::router(state.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .map_err(Error::Serve)
+        });
+        Ok(SimulatorHandle {
+            base_url: format!("http://{local}"),
+            local_addr: local,
+            api_key,
+            state,
+            stop: Some(stop),
+            task,
+        })
+    }
+}
+
+fn validate(config: &SimulatorConfig) -> Result<(), Error> {
+    let invalid = |message: &str| Err(Error::Config(message.to_string()));
+    if config.api_keys.is_empty() || config.api_keys.iter().any(|key| key.trim().is_empty()) {
+        return invalid("at least one API key is required and keys must not be empty");
+    }
+    if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
+        return invalid("time_scale must be a positive number");
+    }
+    if let Some(limit) = config.rate_limit
+        && !(limit.per_second.is_finite() && limit.per_second > 0.0 && limit.burst >= 1)
+    {
+        return invalid("rate limit needs a positive rate and a burst of at least 1");
+    }
+    if !config.initial_balance.is_finite() {
+        return invalid("initial_balance must be a finite number");
+    }
+    if let Some(token) = &config.admin_token {
+        if token.trim().is_empty() {
+            return invalid("the admin token must not be empty");
+        }
+        if config.api_keys.iter().any(|key| key == token) {
+            return invalid("the admin token must differ from every API key");
+        }
+    }
+    if config.max_body_bytes == 0 {
+        return invalid("max_body_bytes must be at least 1");
+    }
+    config.faults.validate().map_err(Error::Config)
+}
+
+/// A running simulator.
+pub struct SimulatorHandle {
+    base_url: String,
+    local_addr: SocketAddr,
+    api_key: String,
+    state: Arc<server::AppState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), Error>>,
+}
+
+impl std::fmt::Debug for SimulatorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatorHandle")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimulatorHandle {
+    /// The API root, e.g. `http://127.0.0.1:41234`.
+    pub fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The first accepted API key.
+    pub fn api_key(&self) -> &str {
+        &self.api_key
+    }
+
+    /// Everything in the account, at the simulated now.
+    pub fn state(&self) -> AccountSnapshot {
+        self.state.with_engine(|engine, now| {
+            engine.settle(now);
+            engine.snapshot_account(now)
+        })
+    }
+
+    /// Requests per operation name (every status, faults included).
+    pub fn call_counts(&self) -> BTreeMap<String, u64> {
+        self.state.counters().totals()
+    }
+
+    /// Requests per operation name and status code, plus unmatched requests.
+    pub fn counters(&self) -> Counters {
+        self.state.counters()
+    }
+
+    /// Replaces the fault plan; every operation's random stream starts again from the seed.
+    pub fn set_faults(&self, plan: FaultPlan) {
+        self.state.set_faults(plan);
+    }
+
+    pub fn set_balance(&self, balance: f64) {
+        self.state
+            .with_engine(|engine, now| engine.set_balance(balance, now));
+    }
+
+    /// Moves the simulated clock forward: billing accrues, pending states complete.
+    pub fn advance_clock(&self, by: Duration) {
+        self.state.clock.advance(by);
+    }
+
+    /// Empties the account, restores the initial balance and the configured faults, clears
+    /// the counters.
+    pub fn reset(&self) {
+        self.state.reset();
+    }
+
+    /// Stops accepting connections and waits briefly for requests in flight; a response held
+    /// back by fault injection does not delay shutdown for more than a second.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(Duration::from_secs(1), &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for SimulatorHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

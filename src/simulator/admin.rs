@@ -1,0 +1,168 @@
+//! The admin API under `/_admin/`: read the whole state and the call counters, set faults
+//! and the balance, advance the clock, reset. Mounted only when an admin token is
+//! configured; every call needs `Authorization: Bearer <token>` (the API key never works).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::{Deserialize, Serialize};
+
+use crate::config::FaultPlan;
+use crate::error::ApiError;
+use crate::server::{AppState, constant_time_eq, error_response, method_not_allowed, parse_body};
+
+pub const PREFIX: &str = "/_admin";
+
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/_admin/state", get(state).fallback(method_not_allowed))
+        .route(
+            "/_admin/counters",
+            get(counters).fallback(method_not_allowed),
+        )
+        .route(
+            "/_admin/faults",
+            get(get_faults).put(put_faults).fallback(method_not_allowed),
+        )
+        .route(
+            "/_admin/balance",
+            put(put_balance).fallback(method_not_allowed),
+        )
+        .route(
+            "/_admin/clock/advance",
+            post(advance_clock).fallback(method_not_allowed),
+        )
+        .route("/_admin/reset", post(reset).fallback(method_not_allowed))
+}
+
+/// Body of `PUT /_admin/balance`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SetBalance {
+    pub balance: f64,
+}
+
+/// Body of `POST /_admin/clock/advance`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdvanceClock {
+    pub seconds: f64,
+}
+
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let expected = state
+        .config
+        .admin_token
+        .as_deref()
+        .ok_or(ApiError::InvalidAdminToken)?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .ok_or(ApiError::InvalidAdminToken)?;
+    if constant_time_eq(expected.as_bytes(), given.trim().as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidAdminToken)
+    }
+}
+
+fn respond(result: Result<serde_json::Value, ApiError>) -> Response {
+    match result {
+        Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),
+        Err(error) => error_response(&error, "req_admin".to_string()),
+    }
+}
+
+fn encode(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
+    serde_json::to_value(value).map_err(|err| ApiError::Internal {
+        message: format!("response encoding failed: {err}"),
+    })
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::validation(format!("body: {}", rejection.body_text()))
+        }
+    })
+}
+
+async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    respond(authorize(&app, &headers).and_then(|()| {
+        encode(app.with_engine(|engine, now| {
+            engine.settle(now);
+            engine.snapshot_account(now)
+        }))
+    }))
+}
+
+async fn counters(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    respond(authorize(&app, &headers).and_then(|()| encode(app.counters())))
+}
+
+async fn get_faults(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    respond(authorize(&app, &headers).and_then(|()| encode(app.faults())))
+}
+
+async fn put_faults(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    respond((|| {
+        authorize(&app, &headers)?;
+        let plan: FaultPlan = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
+        plan.validate().map_err(ApiError::validation)?;
+        app.set_faults(plan.clone());
+        encode(plan)
+    })())
+}
+
+async fn put_balance(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    respond((|| {
+        authorize(&app, &headers)?;
+        let request: SetBalance = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
+        if !request.balance.is_finite() {
+            return Err(ApiError::validation("balance: must be a finite number"));
+        }
+        app.with_engine(|engine, now| engine.set_balance(request.balance, now));
+        encode(request)
+    })())
+}
+
+async fn advance_clock(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    respond((|| {
+        authorize(&app, &headers)?;
+        let request: AdvanceClock = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
+        if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9) {
+            return Err(ApiError::validation(
+                "seconds: must be a non-negative number (at most about a century)",
+            ));
+        }
+        app.clock.advance(Duration::from_secs_f64(request.seconds));
+        encode(request)
+    })())
+}
+
+async fn reset(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    respond(authorize(&app, &headers).map(|()| {
+        app.reset();
+        serde_json::json!({"reset": true})
+    }))
+}

@@ -1,0 +1,244 @@
+//! The `simulator` subcommand: every setting as a flag with an environment variable.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::config::{
+    Delays, DropMode, FaultPlan, LatencySpike, RateLimit, SimulatorConfig, ThrottleBurst,
+};
+use crate::{Error, Simulator};
+
+/// Run the Cloud GPU Compute Service simulator.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "GPUCLOUD_SIM_LISTEN", default_value = "127.0.0.1:8089")]
+    pub listen: SocketAddr,
+    /// Accepted API keys (comma-separated or repeated).
+    #[arg(
+        long = "api-key",
+        env = "GPUCLOUD_SIM_API_KEYS",
+        value_delimiter = ',',
+        default_value = "sim-key",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
+    pub api_keys: Vec<String>,
+    /// Seed of every random choice (faults, IP addresses).
+    #[arg(long, env = "GPUCLOUD_SIM_SEED", default_value_t = 1)]
+    pub seed: u64,
+    /// Simulated seconds per real second (billing and state delays).
+    #[arg(long, env = "GPUCLOUD_SIM_TIME_SCALE", default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Requests per second per API key; unlimited when absent.
+    #[arg(long, env = "GPUCLOUD_SIM_RATE_LIMIT")]
+    pub rate_limit: Option<f64>,
+    /// Burst size of the rate limit.
+    #[arg(long, env = "GPUCLOUD_SIM_RATE_BURST", default_value_t = 20)]
+    pub rate_burst: u32,
+    /// Milliseconds an instance stays CREATING.
+    #[arg(long, env = "GPUCLOUD_SIM_CREATE_DELAY_MS", default_value_t = 3000)]
+    pub create_delay_ms: u64,
+    /// Milliseconds an ACTIVE instance reports BOOTING before RUNNING.
+    #[arg(long, env = "GPUCLOUD_SIM_BOOT_DELAY_MS", default_value_t = 2000)]
+    pub boot_delay_ms: u64,
+    /// Milliseconds of STOPPING, STARTING, REBOOTING, HIBERNATING and DELETING.
+    #[arg(long, env = "GPUCLOUD_SIM_TRANSITION_DELAY_MS", default_value_t = 2000)]
+    pub transition_delay_ms: u64,
+    /// Milliseconds a snapshot stays creating.
+    #[arg(long, env = "GPUCLOUD_SIM_SNAPSHOT_DELAY_MS", default_value_t = 5000)]
+    pub snapshot_delay_ms: u64,
+    /// Milliseconds an image stays creating.
+    #[arg(long, env = "GPUCLOUD_SIM_IMAGE_DELAY_MS", default_value_t = 5000)]
+    pub image_delay_ms: u64,
+    /// Milliseconds a volume stays creating.
+    #[arg(long, env = "GPUCLOUD_SIM_VOLUME_DELAY_MS", default_value_t = 1000)]
+    pub volume_delay_ms: u64,
+    /// Balance of the fresh account, in USD.
+    #[arg(long, env = "GPUCLOUD_SIM_INITIAL_BALANCE", default_value_t = 1000.0)]
+    pub initial_balance: f64,
+    /// Bearer token of the admin API under /_admin/; the admin API is off without it.
+    #[arg(long, env = "GPUCLOUD_SIM_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Milliseconds lists lag behind writes.
+    #[arg(long, env = "GPUCLOUD_SIM_LIST_LAG_MS", default_value_t = 0)]
+    pub list_lag_ms: u64,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "GPUCLOUD_SIM_MAX_BODY_BYTES", default_value_t = 65536)]
+    pub max_body_bytes: usize,
+    /// GPUs of each type available per region.
+    #[arg(long, env = "GPUCLOUD_SIM_GPU_CAPACITY", default_value_t = 512)]
+    pub gpu_capacity: u32,
+    /// Milliseconds added to every API response.
+    #[arg(long, env = "GPUCLOUD_SIM_LATENCY_MS", default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Probability of a latency spike per request.
+    #[arg(long, env = "GPUCLOUD_SIM_SPIKE_PROBABILITY", default_value_t = 0.0)]
+    pub spike_probability: f64,
+    /// Milliseconds of a latency spike.
+    #[arg(long, env = "GPUCLOUD_SIM_SPIKE_MS", default_value_t = 2000)]
+    pub spike_ms: u64,
+    /// Probability of an injected 500 per request, for every operation.
+    #[arg(long, env = "GPUCLOUD_SIM_ERROR_RATE", default_value_t = 0.0)]
+    pub error_rate: f64,
+    /// Per-operation error probability, as `Operation=probability` (comma-separated).
+    #[arg(long, env = "GPUCLOUD_SIM_ERROR_RATE_FOR", value_delimiter = ',', value_parser = parse_operation_probability)]
+    pub error_rate_for: Vec<(String, f64)>,
+    /// Probability that a burst of 429 answers starts at a request.
+    #[arg(long, env = "GPUCLOUD_SIM_THROTTLE_PROBABILITY", default_value_t = 0.0)]
+    pub throttle_probability: f64,
+    /// Requests answered 429 in a row once a burst starts.
+    #[arg(long, env = "GPUCLOUD_SIM_THROTTLE_LENGTH", default_value_t = 5)]
+    pub throttle_length: u32,
+    /// Retry-After seconds of an injected 429.
+    #[arg(long, env = "GPUCLOUD_SIM_THROTTLE_RETRY_AFTER", default_value_t = 1)]
+    pub throttle_retry_after: u64,
+    /// Operations performed whose response is then lost, as `Operation=probability`.
+    #[arg(long, env = "GPUCLOUD_SIM_ACT_THEN_DROP", value_delimiter = ',', value_parser = parse_operation_probability)]
+    pub act_then_drop: Vec<(String, f64)>,
+    /// How a lost response is lost: `delay` (held back) or `close` (connection closed).
+    #[arg(long, env = "GPUCLOUD_SIM_DROP_MODE", default_value = "delay", value_parser = ["delay", "close"])]
+    pub drop_mode: String,
+    /// Milliseconds a lost response is held back in `delay` mode.
+    #[arg(long, env = "GPUCLOUD_SIM_DROP_DELAY_MS", default_value_t = 60_000)]
+    pub drop_delay_ms: u64,
+}
+
+fn parse_operation_probability(value: &str) -> Result<(String, f64), String> {
+    let (name, probability) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?}: expected Operation=probability"))?;
+    let probability: f64 = probability
+        .parse()
+        .map_err(|_| format!("{value:?}: {probability:?} is not a number"))?;
+    Ok((name.trim().to_string(), probability))
+}
+
+impl Args {
+    /// The configuration these flags describe.
+    pub fn to_config(&self) -> SimulatorConfig {
+        let millis = Duration::from_millis;
+        SimulatorConfig {
+            api_keys: self.api_keys.clone(),
+            seed: self.seed,
+            time_scale: self.time_scale,
+            rate_limit: self.rate_limit.map(|per_second| RateLimit {
+                per_second,
+                burst: self.rate_burst,
+            }),
+            delays: Delays {
+                create: millis(self.create_delay_ms),
+                boot: millis(self.boot_delay_ms),
+                power_transition: millis(self.transition_delay_ms),
+                snapshot: millis(self.snapshot_delay_ms),
+                image: millis(self.image_delay_ms),
+                volume: millis(self.volume_delay_ms),
+            },
+            initial_balance: self.initial_balance,
+            admin_token: self.admin_token.clone(),
+            faults: FaultPlan {
+                latency: millis(self.latency_ms),
+                latency_spike: (self.spike_probability > 0.0).then_some(LatencySpike {
+                    probability: self.spike_probability,
+                    extra: millis(self.spike_ms),
+                }),
+                error_rate: self.error_rate,
+                error_rate_per_operation: self
+                    .error_rate_for
+                    .iter()
+                    .cloned()
+                    .collect::<BTreeMap<_, _>>(),
+                throttle_burst: (self.throttle_probability > 0.0).then_some(ThrottleBurst {
+                    probability: self.throttle_probability,
+                    length: self.throttle_length,
+                    retry_after_secs: self.throttle_retry_after,
+                }),
+                act_then_drop: self.act_then_drop.iter().cloned().collect(),
+                drop_mode: if self.drop_mode == "close" {
+                    DropMode::CloseConnection
+                } else {
+                    DropMode::Delay {
+                        delay: millis(self.drop_delay_ms),
+                    }
+                },
+            },
+            list_lag: millis(self.list_lag_ms),
+            max_body_bytes: self.max_body_bytes,
+            gpu_capacity_per_region: self.gpu_capacity,
+        }
+    }
+}
+
+/// Serves until Ctrl-C, printing the base URL once listening.
+pub async fn run(args: Args) -> Result<(), Error> {
+    let handle = Simulator::start(args.to_config(), args.listen).await?;
+    println!("gpucloud simulator listening on {}", handle.base_url());
+    if args.admin_token.is_some() {
+        println!(
+            "admin API at {}{}/",
+            handle.base_url(),
+            crate::admin::PREFIX
+        );
+    }
+    tokio::signal::ctrl_c().await.map_err(Error::Serve)?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_build_the_configuration() {
+        let cli = Cli::try_parse_from([
+            "sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--api-key",
+            "a,b",
+            "--rate-limit",
+            "5",
+            "--rate-burst",
+            "2",
+            "--error-rate-for",
+            "CreateInstance=0.5",
+            "--act-then-drop",
+            "CreateVolume=1",
+            "--drop-mode",
+            "close",
+            "--list-lag-ms",
+            "250",
+        ])
+        .unwrap();
+        let config = cli.args.to_config();
+        assert_eq!(config.api_keys, vec!["a", "b"]);
+        assert_eq!(
+            config.rate_limit,
+            Some(RateLimit {
+                per_second: 5.0,
+                burst: 2
+            })
+        );
+        assert_eq!(config.faults.error_rate_for("CreateInstance"), 0.5);
+        assert_eq!(config.faults.act_then_drop["CreateVolume"], 1.0);
+        assert_eq!(config.faults.drop_mode, DropMode::CloseConnection);
+        assert_eq!(config.list_lag, Duration::from_millis(250));
+        assert!(config.faults.validate().is_ok());
+        assert!(Cli::try_parse_from(["sim", "--error-rate-for", "nonsense"]).is_err());
+    }
+}

@@ -1,0 +1,466 @@
+//! The account's state and every rule of the service, as plain synchronous code.
+//!
+//! Every method takes the simulated time `now` (milliseconds since the Unix epoch), so the
+//! rules are tested without sleeping. Intermediate states are stored with the time they end
+//! and settled lazily by [`Engine::settle`] at the start of each call; billing is a closed
+//! form over each billed resource's start and end time, so no background task exists.
+
+mod account;
+mod instances;
+mod network;
+mod storage;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gpucloud_cloud::model::{self, Tier};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::config::{Delays, SimulatorConfig};
+use crate::error::ApiError;
+
+pub use account::{AiUsage, MAX_SCRIPT_BYTES, Script, SshKeyRecord};
+pub use instances::{Instance, InstanceState, PowerAction};
+pub use network::{Firewall, validate_rule};
+pub use storage::{
+    Image, MAX_VOLUME_GB, Snapshot, VOLUME_BILLING_STATUSES, Volume, VolumeBillingFilters,
+    VolumeFilters,
+};
+
+/// Simulated time: milliseconds since the Unix epoch.
+pub type SimTime = i64;
+
+/// Result of an engine call.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// The settings the engine's rules depend on.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    pub delays: Delays,
+    pub initial_balance: f64,
+    pub list_lag: Duration,
+    pub gpu_capacity_per_region: u32,
+    pub seed: u64,
+}
+
+impl EngineSettings {
+    pub fn from_config(config: &SimulatorConfig) -> Self {
+        EngineSettings {
+            delays: config.delays,
+            initial_balance: config.initial_balance,
+            list_lag: config.list_lag,
+            gpu_capacity_per_region: config.gpu_capacity_per_region,
+            seed: config.seed,
+        }
+    }
+}
+
+/// An interval during which a resource is billed at a fixed hourly rate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BillingSpan {
+    pub start: SimTime,
+    pub end: Option<SimTime>,
+    pub hourly_rate: f64,
+}
+
+impl BillingSpan {
+    fn open(start: SimTime, hourly_rate: f64) -> Self {
+        BillingSpan {
+            start,
+            end: None,
+            hourly_rate,
+        }
+    }
+
+    /// Cost accrued inside `[from, to]`.
+    pub fn cost_between(&self, from: SimTime, to: SimTime) -> f64 {
+        let start = self.start.max(from);
+        let end = self.end.map_or(to, |end| end.min(to));
+        if end <= start {
+            return 0.0;
+        }
+        hours(end - start) * self.hourly_rate
+    }
+
+    /// Whole minutes billed up to `now`.
+    pub fn minutes(&self, now: SimTime) -> u64 {
+        let end = self.end.map_or(now, |end| end.min(now));
+        u64::try_from((end - self.start).max(0) / 60_000).unwrap_or(0)
+    }
+
+    /// Ends the span at `at`, unless it already ended earlier.
+    fn close(&mut self, at: SimTime) {
+        self.end = Some(self.end.map_or(at, |end| end.min(at)));
+    }
+}
+
+fn hours(millis: i64) -> f64 {
+    millis as f64 / 3_600_000.0
+}
+
+/// The whole account.
+#[derive(Debug)]
+pub struct Engine {
+    settings: EngineSettings,
+    next_id: u64,
+    rng: StdRng,
+    /// Balance at `anchor_time`; costs accrued after it are subtracted on read.
+    balance_anchor: f64,
+    anchor_time: SimTime,
+    instances: BTreeMap<String, Instance>,
+    volumes: BTreeMap<String, Volume>,
+    snapshots: BTreeMap<String, Snapshot>,
+    images: BTreeMap<String, Image>,
+    firewalls: BTreeMap<String, Firewall>,
+    ssh_keys: BTreeMap<String, SshKeyRecord>,
+    scripts: BTreeMap<String, Script>,
+    ai_usage: Vec<AiUsage>,
+}
+
+// === impl Engine: core ===
+
+impl Engine {
+    pub fn new(settings: EngineSettings, now: SimTime) -> Self {
+        Engine {
+            rng: StdRng::seed_from_u64(settings.seed),
+            balance_anchor: settings.initial_balance,
+            anchor_time: now,
+            settings,
+            next_id: 0,
+            instances: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            snapshots: BTreeMap::new(),
+            images: BTreeMap::new(),
+            firewalls: BTreeMap::new(),
+            ssh_keys: BTreeMap::new(),
+            scripts: BTreeMap::new(),
+            ai_usage: Vec::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    /// Empties the account and restores the initial balance.
+    pub fn reset(&mut self, now: SimTime) {
+        *self = Engine::new(self.settings.clone(), now);
+    }
+
+    /// A new opaque id: a prefix and a zero-padded counter, so ids sort by creation order.
+    fn new_id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}-{:012x}", self.next_id)
+    }
+
+    fn delay(duration: Duration) -> i64 {
+        i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
+    }
+
+    fn list_lag(&self) -> i64 {
+        Self::delay(self.settings.list_lag)
+    }
+
+    /// Whether a resource shows in lists at `now`: lists lag behind writes by `list_lag`.
+    fn listed(&self, created_at: SimTime, deleted_at: Option<SimTime>, now: SimTime) -> bool {
+        let lag = self.list_lag();
+        created_at + lag <= now && deleted_at.is_none_or(|deleted| now < deleted + lag)
+    }
+
+    /// Applies every intermediate state whose end has passed.
+    pub fn settle(&mut self, now: SimTime) {
+        for instance in self.instances.values_mut() {
+            instance.settle(now);
+        }
+        for volume in self.volumes.values_mut() {
+            volume.settle(now);
+        }
+        for snapshot in self.snapshots.values_mut() {
+            snapshot.settle(now);
+        }
+        for image in self.images.values_mut() {
+            image.settle(now);
+        }
+    }
+
+    // --- Balance ---
+
+    /// Every billing span of the account, deleted resources included.
+    fn billing_spans(&self) -> impl Iterator<Item = &BillingSpan> {
+        self.instances
+            .values()
+            .map(|i| &i.billing)
+            .chain(self.volumes.values().map(|v| &v.billing))
+            .chain(self.snapshots.values().map(|s| &s.billing))
+            .chain(self.images.values().map(|i| &i.billing))
+    }
+
+    /// The balance at `now`: the anchor minus everything accrued since the anchor.
+    pub fn balance(&self, now: SimTime) -> f64 {
+        let accrued: f64 = self
+            .billing_spans()
+            .map(|span| span.cost_between(self.anchor_time, now))
+            .sum();
+        self.balance_anchor - accrued
+    }
+
+    pub fn set_balance(&mut self, balance: f64, now: SimTime) {
+        self.balance_anchor = balance;
+        self.anchor_time = now;
+    }
+
+    /// A one-off charge (AI chat).
+    fn charge(&mut self, amount: f64) {
+        self.balance_anchor -= amount;
+    }
+
+    /// Refuses a billed create once the balance is spent.
+    fn require_credit(&self, now: SimTime) -> ApiResult<()> {
+        let balance = self.balance(now);
+        if balance <= 0.0 {
+            return Err(ApiError::InsufficientCredit {
+                message: format!(
+                    "insufficient credit: balance is {balance:.2} {}",
+                    crate::catalog::CURRENCY
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A public IPv4 address from the documentation range (RFC 5737), drawn from the seeded
+    /// generator.
+    fn new_ip_address(&mut self) -> String {
+        let host: u8 = self.rng.random_range(1..=254);
+        let net = ["192.0.2", "198.51.100", "203.0.113"][self.rng.random_range(0..3usize)];
+        format!("{net}.{host}")
+    }
+
+    /// Everything in the account, as the admin API and [`crate::SimulatorHandle::state`]
+    /// show it.
+    pub fn snapshot_account(&self, now: SimTime) -> AccountSnapshot {
+        let boot = self.settings.delays.boot;
+        AccountSnapshot {
+            now: format_time(now),
+            balance: self.balance(now),
+            currency: crate::catalog::CURRENCY.to_string(),
+            instances: self
+                .instances
+                .values()
+                .filter(|i| i.is_live(now))
+                .map(|i| i.view(now, boot))
+                .collect(),
+            volumes: self
+                .volumes
+                .values()
+                .filter(|v| v.deleted_at.is_none())
+                .map(|v| self.volume_view(v, now))
+                .collect(),
+            snapshots: self
+                .snapshots
+                .values()
+                .filter(|s| s.deleted_at.is_none())
+                .map(Snapshot::view)
+                .collect(),
+            deleted_snapshot_ids: self
+                .snapshots
+                .values()
+                .filter(|s| s.deleted_at.is_some())
+                .map(|s| s.id.clone())
+                .collect(),
+            images: self
+                .images
+                .values()
+                .filter(|i| i.deleted_at.is_none())
+                .map(Image::view)
+                .collect(),
+            firewalls: self
+                .firewalls
+                .values()
+                .filter(|f| f.deleted_at.is_none())
+                .map(|f| self.firewall_view(f, now))
+                .collect(),
+            ssh_keys: self
+                .ssh_keys
+                .values()
+                .filter(|k| k.deleted_at.is_none())
+                .map(SshKeyRecord::view)
+                .collect(),
+            scripts: self
+                .scripts
+                .values()
+                .filter(|s| s.deleted_at.is_none())
+                .map(Script::view)
+                .collect(),
+            instance_billing: self.instance_billing(None, now).records,
+            volume_billing: self.volume_billing_records(now),
+            snapshot_billing: self.snapshot_billing(None, now).records,
+            ai_usage: self.ai_usage.iter().map(AiUsage::view).collect(),
+        }
+    }
+}
+
+/// Everything in the account at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct AccountSnapshot {
+    pub now: String,
+    pub balance: f64,
+    pub currency: String,
+    pub instances: Vec<model::Instance>,
+    pub volumes: Vec<model::Volume>,
+    pub snapshots: Vec<model::Snapshot>,
+    /// Snapshots deleted (kept so a repeated delete succeeds).
+    pub deleted_snapshot_ids: Vec<String>,
+    pub images: Vec<model::Image>,
+    pub firewalls: Vec<model::Firewall>,
+    pub ssh_keys: Vec<model::SshKey>,
+    pub scripts: Vec<model::StartupScript>,
+    pub instance_billing: Vec<model::InstanceBillingRecord>,
+    pub volume_billing: Vec<model::VolumeBillingRecord>,
+    pub snapshot_billing: Vec<model::SnapshotBillingRecord>,
+    pub ai_usage: Vec<model::AiUsageRecord>,
+}
+
+// === Shared validation and formatting ===
+
+/// ISO 8601 UTC with `Z`, second precision.
+pub fn format_time(at: SimTime) -> String {
+    jiff::Timestamp::from_millisecond(at)
+        .map(|ts| ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+/// ISO 8601 without a zone suffix, as volume billing records show times.
+pub fn format_time_without_zone(at: SimTime) -> String {
+    jiff::Timestamp::from_millisecond(at)
+        .map(|ts| ts.strftime("%Y-%m-%dT%H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+/// Names: 1..=63 characters of `[A-Za-z0-9._-]`.
+pub fn validate_name(field: &str, value: &str) -> ApiResult<()> {
+    if value.is_empty() {
+        return Err(ApiError::validation(format!("{field}: must not be empty")));
+    }
+    if value.chars().count() > 63 {
+        return Err(ApiError::validation(format!(
+            "{field}: at most 63 characters allowed"
+        )));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(ApiError::validation(format!(
+            "{field}: character {bad:?} is not allowed (use A-Z, a-z, 0-9, '.', '_', '-')"
+        )));
+    }
+    Ok(())
+}
+
+pub fn validate_region(field: &str, region: &str) -> ApiResult<()> {
+    if crate::catalog::is_region(region) {
+        Ok(())
+    } else {
+        Err(ApiError::validation(format!(
+            "{field}: unknown region {region:?} (known: {})",
+            crate::catalog::REGIONS
+                .iter()
+                .map(|(id, _)| *id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+    }
+}
+
+/// A tier from a request, `advanced` when absent; unknown values are refused.
+pub fn validate_tier(field: &str, tier: Option<&Tier>) -> ApiResult<Tier> {
+    match tier {
+        None => Ok(Tier::Advanced),
+        Some(tier) if tier.is_known() => Ok(tier.clone()),
+        Some(other) => Err(ApiError::validation(format!(
+            "{field}: unknown tier {:?} (known: legacy, advanced)",
+            other.as_str()
+        ))),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    pub const T0: SimTime = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+    pub fn settings() -> EngineSettings {
+        EngineSettings {
+            delays: Delays {
+                create: Duration::from_secs(10),
+                boot: Duration::from_secs(5),
+                power_transition: Duration::from_secs(3),
+                snapshot: Duration::from_secs(20),
+                image: Duration::from_secs(15),
+                volume: Duration::from_secs(2),
+            },
+            initial_balance: 100.0,
+            list_lag: Duration::ZERO,
+            gpu_capacity_per_region: 16,
+            seed: 7,
+        }
+    }
+
+    pub fn engine() -> Engine {
+        Engine::new(settings(), T0)
+    }
+
+    pub fn secs(s: i64) -> SimTime {
+        T0 + s * 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rules() {
+        assert!(validate_name("name", "ok-name_1.2").is_ok());
+        for bad in ["", "has space", "ünicode", &"x".repeat(64)] {
+            let err = validate_name("name", bad).unwrap_err();
+            assert_eq!(err.code(), "VALIDATION_ERROR");
+            assert!(err.to_string().starts_with("name:"), "{err}");
+        }
+        assert!(validate_name("name", &"x".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn billing_span_costs_only_inside_the_window() {
+        let span = BillingSpan {
+            start: secs(0),
+            end: Some(secs(7200)),
+            hourly_rate: 2.0,
+        };
+        assert!((span.cost_between(secs(0), secs(3600)) - 2.0).abs() < 1e-9);
+        assert!((span.cost_between(secs(3600), secs(99_999)) - 2.0).abs() < 1e-9);
+        assert_eq!(span.cost_between(secs(8000), secs(9000)), 0.0);
+        assert_eq!(span.minutes(secs(90)), 1);
+        assert_eq!(span.minutes(secs(99_999)), 120);
+    }
+
+    #[test]
+    fn set_balance_re_anchors_the_drain() {
+        let mut engine = engine();
+        engine.set_balance(50.0, secs(100));
+        assert_eq!(engine.balance(secs(100)), 50.0);
+        engine.reset(secs(200));
+        assert_eq!(engine.balance(secs(300)), 100.0);
+    }
+
+    #[test]
+    fn times_are_formatted_with_and_without_zone() {
+        assert_eq!(format_time(T0), "2026-01-01T00:00:00Z");
+        assert_eq!(format_time_without_zone(T0 + 61_000), "2026-01-01T00:01:01");
+    }
+}

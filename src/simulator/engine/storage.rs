@@ -1,0 +1,1571 @@
+//! Volumes, snapshots and custom images, and the volume billing report.
+
+use std::collections::BTreeSet;
+
+use gpucloud_cloud::model::{self, BootSource, ImageStatus, SnapshotStatus, Tier, VolumeStatus};
+
+use super::instances::{InstanceBlueprint, InstanceState};
+use super::{
+    ApiResult, BillingSpan, Engine, SimTime, format_time, format_time_without_zone, validate_name,
+    validate_region, validate_tier,
+};
+use crate::catalog;
+use crate::error::ApiError;
+
+/// Largest volume, in GB.
+pub const MAX_VOLUME_GB: u64 = 65_536;
+
+// === Records ===
+
+#[derive(Debug, Clone)]
+pub struct Volume {
+    pub id: String,
+    pub name: String,
+    pub size: u64,
+    pub region: String,
+    pub tier: Tier,
+    pub volume_type: String,
+    pub bootable: bool,
+    pub created_at: SimTime,
+    /// End of `creating`.
+    pub ready_at: SimTime,
+    pub instance_id: Option<String>,
+    /// Set on the boot volume an instance was created with.
+    pub boot_of: Option<String>,
+    pub deleted_at: Option<SimTime>,
+    pub billing: BillingSpan,
+}
+
+impl Volume {
+    pub(super) fn settle(&mut self, _now: SimTime) {}
+
+    pub fn is_boot_volume(&self) -> bool {
+        self.boot_of.is_some()
+    }
+
+    fn status(&self, now: SimTime) -> VolumeStatus {
+        if now < self.ready_at {
+            VolumeStatus::Creating
+        } else if self.instance_id.is_some() {
+            VolumeStatus::Attached
+        } else {
+            VolumeStatus::Available
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub labels: Vec<String>,
+    pub size: u64,
+    pub region: String,
+    pub tier: Tier,
+    pub specs: model::InstanceSpecs,
+    pub instance_id: String,
+    pub image_id: Option<String>,
+    pub created_at: SimTime,
+    pub status: SnapshotStatus,
+    pub ready_at: SimTime,
+    pub deleted_at: Option<SimTime>,
+    pub billing: BillingSpan,
+}
+
+impl Snapshot {
+    pub(super) fn settle(&mut self, now: SimTime) {
+        if self.status == SnapshotStatus::Creating && now >= self.ready_at {
+            self.status = SnapshotStatus::Available;
+        }
+    }
+
+    pub fn view(&self) -> model::Snapshot {
+        model::Snapshot {
+            snapshot_id: self.id.clone(),
+            name: self.name.clone(),
+            description: self.description.clone(),
+            size: self.size,
+            status: self.status.clone(),
+            instance_id: self.instance_id.clone(),
+            region: self.region.clone(),
+            created_at: format_time(self.created_at),
+            labels: self.labels.clone(),
+            tier: Some(self.tier.clone()),
+            specs: Some(self.specs.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub id: String,
+    pub name: String,
+    pub snapshot_id: String,
+    pub region: String,
+    pub size: u64,
+    pub tier: Tier,
+    pub status: ImageStatus,
+    pub created_at: SimTime,
+    pub ready_at: SimTime,
+    pub deleted_at: Option<SimTime>,
+    pub billing: BillingSpan,
+}
+
+impl Image {
+    pub(super) fn settle(&mut self, now: SimTime) {
+        if self.status == ImageStatus::Creating && now >= self.ready_at {
+            self.status = ImageStatus::Available;
+        }
+    }
+
+    pub fn view(&self) -> model::Image {
+        model::Image {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            snapshot_id: self.snapshot_id.clone(),
+            region: self.region.clone(),
+            size: self.size,
+            status: self.status.clone(),
+            created_at: format_time(self.created_at),
+        }
+    }
+}
+
+/// Filters of `ListVolumes`, validated.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VolumeFilters {
+    pub bootable: Option<bool>,
+    pub exclude_os_volumes: bool,
+    pub region: Option<String>,
+    pub tier: Option<Tier>,
+}
+
+/// Filters and page of `GetVolumeBilling`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VolumeBillingFilters {
+    /// First millisecond of the start day.
+    pub start: Option<SimTime>,
+    /// First millisecond after the end day.
+    pub end: Option<SimTime>,
+    pub size: Option<u64>,
+    pub status: Option<String>,
+    pub tier: Option<Tier>,
+    pub min_minutes: Option<u64>,
+    pub max_minutes: Option<u64>,
+    pub min_cost: Option<f64>,
+    pub max_cost: Option<f64>,
+    pub page: u64,
+    pub limit: u64,
+}
+
+impl Default for VolumeBillingFilters {
+    fn default() -> Self {
+        VolumeBillingFilters {
+            start: None,
+            end: None,
+            size: None,
+            status: None,
+            tier: None,
+            min_minutes: None,
+            max_minutes: None,
+            min_cost: None,
+            max_cost: None,
+            page: 1,
+            limit: 20,
+        }
+    }
+}
+
+/// What a new volume is made of.
+struct NewVolume<'a> {
+    name: &'a str,
+    size: u64,
+    region: &'a str,
+    tier: Tier,
+    volume_type: &'a str,
+    bootable: bool,
+}
+
+/// Values the `status` filter of volume billing accepts.
+pub const VOLUME_BILLING_STATUSES: &[&str] = &["creating", "available", "attached", "deleted"];
+
+fn capitalise(value: &str) -> String {
+    let mut chars = value.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+// === impl Engine: volumes ===
+
+impl Engine {
+    fn live_volume(&self, id: &str) -> ApiResult<&Volume> {
+        self.volumes
+            .get(id)
+            .filter(|v| v.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("volume", id))
+    }
+
+    pub fn volume_view(&self, volume: &Volume, now: SimTime) -> model::Volume {
+        let vm_status = volume.instance_id.as_ref().and_then(|instance_id| {
+            self.instances
+                .get(instance_id)
+                .map(|i| i.vm_status(now, self.settings.delays.boot))
+        });
+        model::Volume {
+            id: volume.id.clone(),
+            name: volume.name.clone(),
+            size: volume.size,
+            region: volume.region.clone(),
+            tier: volume.tier.clone(),
+            volume_type: volume.volume_type.clone(),
+            status: volume.status(now),
+            bootable: volume.bootable,
+            created_at: format_time(volume.created_at),
+            instance_id: volume.instance_id.clone(),
+            vm_status,
+        }
+    }
+
+    fn new_volume(&mut self, spec: NewVolume<'_>, now: SimTime) -> String {
+        let NewVolume {
+            name,
+            size,
+            region,
+            tier,
+            volume_type,
+            bootable,
+        } = spec;
+        let id = self.new_id("vol");
+        let price = catalog::volume_type_price(volume_type).unwrap_or(0.0);
+        self.volumes.insert(
+            id.clone(),
+            Volume {
+                id: id.clone(),
+                name: name.to_string(),
+                size,
+                region: region.to_string(),
+                tier,
+                volume_type: volume_type.to_string(),
+                bootable,
+                created_at: now,
+                ready_at: now + Self::delay(self.settings.delays.volume),
+                instance_id: None,
+                boot_of: None,
+                deleted_at: None,
+                billing: BillingSpan::open(now, price * size as f64),
+            },
+        );
+        id
+    }
+
+    pub(super) fn add_boot_volume(
+        &mut self,
+        instance_id: &str,
+        instance_name: &str,
+        region: &str,
+        tier: Tier,
+        size: u64,
+        now: SimTime,
+    ) {
+        let name: String = format!("{instance_name}-boot").chars().take(63).collect();
+        let id = self.new_volume(
+            NewVolume {
+                name: &name,
+                size,
+                region,
+                tier,
+                volume_type: "NVMe",
+                bootable: true,
+            },
+            now,
+        );
+        if let Some(volume) = self.volumes.get_mut(&id) {
+            volume.instance_id = Some(instance_id.to_string());
+            volume.boot_of = Some(instance_id.to_string());
+            volume.ready_at = now;
+        }
+    }
+
+    pub fn create_volume(
+        &mut self,
+        request: &model::CreateVolumeRequest,
+        now: SimTime,
+    ) -> ApiResult<model::Volume> {
+        self.settle(now);
+        validate_name("name", &request.name)?;
+        validate_region("region", &request.region)?;
+        let tier = validate_tier("tier", request.tier.as_ref())?;
+        if request.size == 0 || request.size > MAX_VOLUME_GB {
+            return Err(ApiError::validation(format!(
+                "size: must be between 1 and {MAX_VOLUME_GB} GB"
+            )));
+        }
+        let volume_type = request.volume_type.as_deref().unwrap_or("NVMe");
+        if catalog::volume_type_price(volume_type).is_none() {
+            return Err(ApiError::validation(format!(
+                "volume_type: unknown volume type {volume_type:?} (known: NVMe, SSD)"
+            )));
+        }
+        self.require_credit(now)?;
+        let id = self.new_volume(
+            NewVolume {
+                name: &request.name,
+                size: request.size,
+                region: &request.region,
+                tier,
+                volume_type,
+                bootable: request.bootable.unwrap_or(false),
+            },
+            now,
+        );
+        let volume = self.live_volume(&id)?;
+        Ok(self.volume_view(volume, now))
+    }
+
+    pub fn get_volume(&mut self, id: &str, now: SimTime) -> ApiResult<model::Volume> {
+        self.settle(now);
+        let volume = self.live_volume(id)?;
+        Ok(self.volume_view(volume, now))
+    }
+
+    pub fn list_volumes(&mut self, filters: &VolumeFilters, now: SimTime) -> model::VolumeList {
+        self.settle(now);
+        let listed: Vec<&Volume> = self
+            .volumes
+            .values()
+            .filter(|v| self.listed(v.created_at, v.deleted_at, now))
+            .collect();
+        let tiers_used: BTreeSet<String> = listed.iter().map(|v| v.tier.to_string()).collect();
+        let volumes: Vec<model::Volume> = listed
+            .into_iter()
+            .filter(|v| filters.bootable.is_none_or(|b| v.bootable == b))
+            .filter(|v| !(filters.exclude_os_volumes && v.is_boot_volume()))
+            .filter(|v| filters.region.as_ref().is_none_or(|r| &v.region == r))
+            .filter(|v| filters.tier.as_ref().is_none_or(|t| &v.tier == t))
+            .map(|v| self.volume_view(v, now))
+            .collect();
+        let bootable_count = volumes.iter().filter(|v| v.bootable).count() as u64;
+        let total_count = volumes.len() as u64;
+        model::VolumeList {
+            next_volume_name: self.next_volume_name(),
+            total_count,
+            bootable_count,
+            non_bootable_count: total_count - bootable_count,
+            applied_filters: model::AppliedVolumeFilters {
+                region: filters.region.clone(),
+                tier: filters.tier.as_ref().map(|t| t.to_string()),
+                bootable: filters.bootable,
+            },
+            metadata: model::VolumeListMetadata {
+                regions_available: catalog::REGIONS
+                    .iter()
+                    .map(|(id, _)| id.to_string())
+                    .collect(),
+                tiers_used: tiers_used.into_iter().collect(),
+            },
+            volumes,
+        }
+    }
+
+    /// `volume-N` with the smallest N no live volume is named.
+    fn next_volume_name(&self) -> String {
+        let used: BTreeSet<&str> = self
+            .volumes
+            .values()
+            .filter(|v| v.deleted_at.is_none())
+            .map(|v| v.name.as_str())
+            .collect();
+        (1u64..)
+            .map(|n| format!("volume-{n}"))
+            .find(|name| !used.contains(name.as_str()))
+            .unwrap_or_default()
+    }
+
+    /// Grow only: a smaller size is refused, the same size is a no-op.
+    pub fn resize_volume(&mut self, id: &str, size: u64, now: SimTime) -> ApiResult<model::Volume> {
+        self.settle(now);
+        let current = self.live_volume(id)?.size;
+        if size < current {
+            return Err(ApiError::validation(format!(
+                "size: volumes only grow; {size} GB is smaller than the current {current} GB"
+            )));
+        }
+        if size > MAX_VOLUME_GB {
+            return Err(ApiError::validation(format!(
+                "size: at most {MAX_VOLUME_GB} GB"
+            )));
+        }
+        if let Some(volume) = self.volumes.get_mut(id)
+            && size != volume.size
+        {
+            // The price changes from now on: close the old span into a rate-weighted
+            // equivalent by re-anchoring the span at the new rate.
+            let rate_per_gb = volume.billing.hourly_rate / volume.size.max(1) as f64;
+            let accrued = volume.billing.cost_between(volume.billing.start, now);
+            volume.size = size;
+            volume.billing.hourly_rate = rate_per_gb * size as f64;
+            // Keep the accrued cost: shift the start so cost(start..now) at the new rate
+            // equals what was accrued at the old one.
+            let elapsed_ms = if volume.billing.hourly_rate > 0.0 {
+                (accrued / volume.billing.hourly_rate * 3_600_000.0) as i64
+            } else {
+                0
+            };
+            volume.billing.start = now - elapsed_ms;
+        }
+        self.get_volume(id, now)
+    }
+
+    pub fn clone_volume(&mut self, id: &str, name: &str, now: SimTime) -> ApiResult<model::Volume> {
+        self.settle(now);
+        validate_name("name", name)?;
+        let source = self.live_volume(id)?.clone();
+        if source.status(now) == VolumeStatus::Creating {
+            return Err(ApiError::invalid_state(format!(
+                "volume {id} is still being created"
+            )));
+        }
+        self.require_credit(now)?;
+        let new_id = self.new_volume(
+            NewVolume {
+                name,
+                size: source.size,
+                region: &source.region,
+                tier: source.tier,
+                volume_type: &source.volume_type,
+                bootable: source.bootable,
+            },
+            now,
+        );
+        self.get_volume(&new_id, now)
+    }
+
+    /// An attached volume cannot be deleted.
+    pub fn delete_volume(&mut self, id: &str, now: SimTime) -> ApiResult<model::DeletedBody> {
+        self.settle(now);
+        let volume = self.live_volume(id)?;
+        if let Some(instance_id) = &volume.instance_id {
+            return Err(ApiError::conflict(format!(
+                "volume {id} is attached to instance {instance_id}; detach it first"
+            )));
+        }
+        if let Some(volume) = self.volumes.get_mut(id) {
+            volume.deleted_at = Some(now);
+            volume.billing.close(now);
+        }
+        Ok(model::DeletedBody { id: id.to_string() })
+    }
+
+    /// Checks a volume can be attached to an instance in `region` (already attached to
+    /// `instance_id` counts as attachable: a repeated attach is harmless).
+    pub(super) fn check_attachable(
+        &self,
+        volume_id: &str,
+        region: &str,
+        instance_id: Option<&str>,
+    ) -> ApiResult<()> {
+        let volume = self
+            .volumes
+            .get(volume_id)
+            .filter(|v| v.deleted_at.is_none())
+            .ok_or_else(|| {
+                ApiError::validation(format!("volume_ids: unknown volume {volume_id:?}"))
+            })?;
+        if volume.region != region {
+            return Err(ApiError::validation(format!(
+                "volume_ids: volume {volume_id} is in region {}, the instance in {region}",
+                volume.region
+            )));
+        }
+        match &volume.instance_id {
+            Some(current) if Some(current.as_str()) == instance_id => Ok(()),
+            Some(current) => Err(ApiError::conflict(format!(
+                "volume {volume_id} is already attached to instance {current}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    pub fn attach_volumes(
+        &mut self,
+        instance_id: &str,
+        volume_ids: &[String],
+        now: SimTime,
+    ) -> ApiResult<model::VolumeAttachmentBody> {
+        self.settle(now);
+        let instance = self.instance_for_volume_change(instance_id, now)?;
+        let region = instance.region.clone();
+        for volume_id in volume_ids {
+            self.check_attachable(volume_id, &region, Some(instance_id))?;
+            if self.volumes.get(volume_id).map(|v| v.status(now)) == Some(VolumeStatus::Creating) {
+                return Err(ApiError::invalid_state(format!(
+                    "volume {volume_id} is still being created"
+                )));
+            }
+        }
+        for volume_id in volume_ids {
+            if let Some(volume) = self.volumes.get_mut(volume_id) {
+                volume.instance_id = Some(instance_id.to_string());
+            }
+        }
+        Ok(self.attachment_body(instance_id, volume_ids, now))
+    }
+
+    /// Detaching a volume that is not attached is a no-op; one attached elsewhere, or the
+    /// boot volume, is refused.
+    pub fn detach_volumes(
+        &mut self,
+        instance_id: &str,
+        volume_ids: &[String],
+        now: SimTime,
+    ) -> ApiResult<model::VolumeAttachmentBody> {
+        self.settle(now);
+        self.instance_for_volume_change(instance_id, now)?;
+        for volume_id in volume_ids {
+            let volume = self.live_volume(volume_id)?;
+            if volume.boot_of.as_deref() == Some(instance_id) {
+                return Err(ApiError::invalid_state(format!(
+                    "volume {volume_id} is the boot volume of instance {instance_id}"
+                )));
+            }
+            if let Some(other) = &volume.instance_id
+                && other != instance_id
+            {
+                return Err(ApiError::conflict(format!(
+                    "volume {volume_id} is attached to instance {other}, not {instance_id}"
+                )));
+            }
+        }
+        for volume_id in volume_ids {
+            if let Some(volume) = self.volumes.get_mut(volume_id) {
+                volume.instance_id = None;
+            }
+        }
+        Ok(self.attachment_body(instance_id, volume_ids, now))
+    }
+
+    fn instance_for_volume_change(
+        &self,
+        instance_id: &str,
+        now: SimTime,
+    ) -> ApiResult<&super::Instance> {
+        let instance = self
+            .instances
+            .get(instance_id)
+            .filter(|i| i.is_live(now))
+            .ok_or_else(|| ApiError::not_found("instance", instance_id))?;
+        if instance.state == InstanceState::Deleting {
+            return Err(ApiError::invalid_state(format!(
+                "instance {instance_id} is being deleted"
+            )));
+        }
+        Ok(instance)
+    }
+
+    fn attachment_body(
+        &self,
+        instance_id: &str,
+        volume_ids: &[String],
+        now: SimTime,
+    ) -> model::VolumeAttachmentBody {
+        model::VolumeAttachmentBody {
+            instance_id: instance_id.to_string(),
+            volumes: volume_ids
+                .iter()
+                .filter_map(|id| self.volumes.get(id))
+                .map(|v| self.volume_view(v, now))
+                .collect(),
+        }
+    }
+
+    pub fn volume_billing_records(&self, now: SimTime) -> Vec<model::VolumeBillingRecord> {
+        self.volume_billing_entries(now)
+            .into_iter()
+            .map(|(record, _, _)| record)
+            .collect()
+    }
+
+    /// Every volume's billing record with its start and end time (for date filters).
+    fn volume_billing_entries(
+        &self,
+        now: SimTime,
+    ) -> Vec<(model::VolumeBillingRecord, SimTime, SimTime)> {
+        self.volumes
+            .values()
+            .map(|v| {
+                let end = v.billing.end.map_or(now, |end| end.min(now));
+                let minutes = v.billing.minutes(now);
+                let per_minute_rate = v.billing.hourly_rate / 60.0;
+                let status = if v.deleted_at.is_some_and(|d| d <= now) {
+                    "deleted".to_string()
+                } else {
+                    v.status(now).to_string()
+                };
+                let record = model::VolumeBillingRecord {
+                    billing_id: format!("bill-{}", v.id),
+                    volume_id: v.id.clone(),
+                    volume_name: v.name.clone(),
+                    size_gb: v.size,
+                    tier: capitalise(v.tier.as_str()),
+                    start_time: format_time_without_zone(v.created_at),
+                    end_time: format_time_without_zone(end),
+                    total_duration_minutes: minutes,
+                    per_minute_rate,
+                    total_cost: per_minute_rate * minutes as f64,
+                    currency: catalog::CURRENCY.to_string(),
+                    status,
+                    description: format!(
+                        "{} volume {} ({} GB) in {}",
+                        v.volume_type, v.name, v.size, v.region
+                    ),
+                };
+                (record, v.created_at, end)
+            })
+            .collect()
+    }
+
+    pub fn volume_billing(
+        &mut self,
+        filters: &VolumeBillingFilters,
+        now: SimTime,
+    ) -> model::VolumeBillingPage {
+        self.settle(now);
+        let records: Vec<model::VolumeBillingRecord> = self
+            .volume_billing_entries(now)
+            .into_iter()
+            .filter(|(_, _, end)| filters.start.is_none_or(|start| *end >= start))
+            .filter(|(_, start, _)| filters.end.is_none_or(|end| *start < end))
+            .map(|(record, _, _)| record)
+            .filter(|r| filters.size.is_none_or(|size| r.size_gb == size))
+            .filter(|r| filters.status.as_ref().is_none_or(|s| &r.status == s))
+            .filter(|r| {
+                filters
+                    .tier
+                    .as_ref()
+                    .is_none_or(|t| r.tier.eq_ignore_ascii_case(t.as_str()))
+            })
+            .filter(|r| {
+                filters
+                    .min_minutes
+                    .is_none_or(|m| r.total_duration_minutes >= m)
+            })
+            .filter(|r| {
+                filters
+                    .max_minutes
+                    .is_none_or(|m| r.total_duration_minutes <= m)
+            })
+            .filter(|r| filters.min_cost.is_none_or(|c| r.total_cost >= c))
+            .filter(|r| filters.max_cost.is_none_or(|c| r.total_cost <= c))
+            .collect();
+        let total = records.len() as u64;
+        let total_minutes: u64 = records.iter().map(|r| r.total_duration_minutes).sum();
+        let summary = model::VolumeBillingSummary {
+            total_minutes,
+            active_count: records.iter().filter(|r| r.status != "deleted").count() as u64,
+            average_usage: if total == 0 {
+                0.0
+            } else {
+                total_minutes as f64 / total as f64
+            },
+            total_size_gb: records.iter().map(|r| r.size_gb).sum(),
+            total_cost: records.iter().map(|r| r.total_cost).sum(),
+        };
+        let skip =
+            usize::try_from((filters.page - 1).saturating_mul(filters.limit)).unwrap_or(usize::MAX);
+        let take = usize::try_from(filters.limit).unwrap_or(usize::MAX);
+        model::VolumeBillingPage {
+            records: records.into_iter().skip(skip).take(take).collect(),
+            summary,
+            total,
+            page: filters.page,
+            limit: filters.limit,
+            total_pages: total.div_ceil(filters.limit),
+            currency: catalog::CURRENCY.to_string(),
+        }
+    }
+}
+
+// === impl Engine: snapshots ===
+
+impl Engine {
+    fn live_snapshot(&self, id: &str) -> ApiResult<&Snapshot> {
+        self.snapshots
+            .get(id)
+            .filter(|s| s.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("snapshot", id))
+    }
+
+    /// Only from an `ACTIVE` instance; the snapshot is `creating`, then `available`.
+    /// Billing starts at once.
+    pub fn create_snapshot(
+        &mut self,
+        instance_id: &str,
+        request: &model::CreateSnapshotRequest,
+        now: SimTime,
+    ) -> ApiResult<model::Snapshot> {
+        self.settle(now);
+        validate_name("name", &request.name)?;
+        if request.description.chars().count() > 1024 {
+            return Err(ApiError::validation(
+                "description: at most 1024 characters allowed",
+            ));
+        }
+        for label in &request.labels {
+            validate_name("labels", label)?;
+        }
+        let instance = self
+            .instances
+            .get(instance_id)
+            .filter(|i| i.is_live(now))
+            .ok_or_else(|| ApiError::not_found("instance", instance_id))?;
+        if instance.state != InstanceState::Active {
+            return Err(ApiError::invalid_state(format!(
+                "instance {instance_id} must be ACTIVE to take a snapshot; it is {}",
+                instance.view(now, self.settings.delays.boot).status
+            )));
+        }
+        self.require_credit(now)?;
+        let size = u64::from(instance.specs.storage_gb);
+        let snapshot = Snapshot {
+            id: String::new(),
+            name: request.name.clone(),
+            description: request.description.clone(),
+            labels: request.labels.clone(),
+            size,
+            region: instance.region.clone(),
+            tier: instance.tier.clone(),
+            specs: instance.specs.clone(),
+            instance_id: instance_id.to_string(),
+            image_id: instance.image_id.clone(),
+            created_at: now,
+            status: SnapshotStatus::Creating,
+            ready_at: now + Self::delay(self.settings.delays.snapshot),
+            deleted_at: None,
+            billing: BillingSpan::open(now, catalog::SNAPSHOT_PRICE_PER_GB_HOUR * size as f64),
+        };
+        let id = self.new_id("snap");
+        let snapshot = Snapshot {
+            id: id.clone(),
+            ..snapshot
+        };
+        let mut snapshot = snapshot;
+        snapshot.settle(now);
+        let view = snapshot.view();
+        self.snapshots.insert(id, snapshot);
+        Ok(view)
+    }
+
+    pub fn get_snapshot(&mut self, id: &str, now: SimTime) -> ApiResult<model::Snapshot> {
+        self.settle(now);
+        Ok(self.live_snapshot(id)?.view())
+    }
+
+    pub fn list_snapshots(&mut self, now: SimTime) -> Vec<model::Snapshot> {
+        self.settle(now);
+        self.snapshots
+            .values()
+            .filter(|s| self.listed(s.created_at, s.deleted_at, now))
+            .map(Snapshot::view)
+            .collect()
+    }
+
+    /// A new `ACTIVE` instance with the snapshot's GPU type, specs and storage, billed at once.
+    pub fn restore_snapshot(
+        &mut self,
+        snapshot_id: &str,
+        new_vm_name: &str,
+        now: SimTime,
+    ) -> ApiResult<(model::RestoreSnapshotBody, Tier)> {
+        self.settle(now);
+        validate_name("new_vm_name", new_vm_name)?;
+        let snapshot = self.live_snapshot(snapshot_id)?.clone();
+        if snapshot.status != SnapshotStatus::Available {
+            return Err(ApiError::invalid_state(format!(
+                "snapshot {snapshot_id} is {}, not available; restore once it is available",
+                snapshot.status
+            )));
+        }
+        let gpu =
+            catalog::gpu_type(&snapshot.specs.gpu_type).ok_or_else(|| ApiError::Internal {
+                message: format!("snapshot {snapshot_id} has an unknown GPU type"),
+            })?;
+        if self.gpu_available(gpu.id, &snapshot.region, now) < snapshot.specs.gpu_count {
+            return Err(ApiError::conflict(format!(
+                "not enough {} GPUs in stock in {}",
+                gpu.id, snapshot.region
+            )));
+        }
+        self.require_credit(now)?;
+        let id = self.add_instance(
+            InstanceBlueprint {
+                name: new_vm_name.to_string(),
+                region: snapshot.region.clone(),
+                tier: snapshot.tier.clone(),
+                gpu,
+                gpu_count: snapshot.specs.gpu_count,
+                storage_gb: snapshot.specs.storage_gb,
+                image_id: snapshot.image_id.clone(),
+                boot_source: BootSource::Snapshot,
+                public_ip: true,
+                snapshot_id: Some(snapshot.id.clone()),
+            },
+            InstanceState::Active,
+            now,
+        );
+        let instance = self
+            .instances
+            .get(&id)
+            .ok_or_else(|| ApiError::not_found("instance", &id))?;
+        let data = self.instance_view(instance, now);
+        Ok((
+            model::RestoreSnapshotBody {
+                data,
+                snapshot: model::SnapshotRef {
+                    id: snapshot.id,
+                    name: snapshot.name,
+                },
+            },
+            snapshot.tier,
+        ))
+    }
+
+    /// Idempotent: a deleted snapshot deletes again with success. Ends billing and removes
+    /// the snapshot's images. A snapshot still `creating` cannot be deleted yet.
+    pub fn delete_snapshot(
+        &mut self,
+        id: &str,
+        now: SimTime,
+    ) -> ApiResult<(model::DeleteSnapshotBody, Tier)> {
+        self.settle(now);
+        let snapshot = self
+            .snapshots
+            .get_mut(id)
+            .ok_or_else(|| ApiError::not_found("snapshot", id))?;
+        if snapshot.deleted_at.is_none() {
+            if snapshot.status == SnapshotStatus::Creating {
+                return Err(ApiError::conflict(format!(
+                    "snapshot {id} is still being created; delete it once it is available"
+                )));
+            }
+            snapshot.deleted_at = Some(now);
+            snapshot.billing.close(now);
+            for image in self.images.values_mut() {
+                if image.snapshot_id == id && image.deleted_at.is_none() {
+                    image.deleted_at = Some(now);
+                    image.billing.close(now);
+                }
+            }
+        }
+        let snapshot = self
+            .snapshots
+            .get(id)
+            .ok_or_else(|| ApiError::not_found("snapshot", id))?;
+        Ok((
+            model::DeleteSnapshotBody {
+                snapshot_name: snapshot.name.clone(),
+            },
+            snapshot.tier.clone(),
+        ))
+    }
+
+    pub fn snapshot_billing(
+        &self,
+        snapshot_id: Option<&str>,
+        now: SimTime,
+    ) -> model::SnapshotBillingBody {
+        let records: Vec<_> = self
+            .snapshots
+            .values()
+            .filter(|s| snapshot_id.is_none_or(|wanted| s.id == wanted))
+            .map(|s| model::SnapshotBillingRecord {
+                snapshot_id: s.id.clone(),
+                snapshot_name: s.name.clone(),
+                size_gb: s.size,
+                hourly_rate: s.billing.hourly_rate,
+                start_time: format_time(s.billing.start),
+                end_time: s.billing.end.map(format_time),
+                total_duration_minutes: s.billing.minutes(now),
+                total_cost: s.billing.cost_between(s.billing.start, now),
+                currency: catalog::CURRENCY.to_string(),
+                status: if s.billing.end.is_some() {
+                    "ended".to_string()
+                } else {
+                    "active".to_string()
+                },
+            })
+            .collect();
+        model::SnapshotBillingBody {
+            total_count: records.len() as u64,
+            total_cost: records.iter().map(|r| r.total_cost).sum(),
+            records,
+            currency: catalog::CURRENCY.to_string(),
+        }
+    }
+}
+
+// === impl Engine: images ===
+
+impl Engine {
+    fn live_image(&self, id: &str) -> ApiResult<&Image> {
+        self.images
+            .get(id)
+            .filter(|i| i.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("image", id))
+    }
+
+    /// Only from an `available` snapshot.
+    pub fn create_image(
+        &mut self,
+        request: &model::CreateImageRequest,
+        now: SimTime,
+    ) -> ApiResult<model::Image> {
+        self.settle(now);
+        validate_name("name", &request.name)?;
+        let snapshot = self
+            .snapshots
+            .get(&request.snapshot_id)
+            .filter(|s| s.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("snapshot", &request.snapshot_id))?;
+        if snapshot.status != SnapshotStatus::Available {
+            return Err(ApiError::invalid_state(format!(
+                "snapshot {} is {}; an image needs an available snapshot",
+                snapshot.id, snapshot.status
+            )));
+        }
+        self.require_credit(now)?;
+        let (region, size, tier) = (
+            snapshot.region.clone(),
+            snapshot.size,
+            snapshot.tier.clone(),
+        );
+        let id = self.new_id("img");
+        let image = Image {
+            id: id.clone(),
+            name: request.name.clone(),
+            snapshot_id: request.snapshot_id.clone(),
+            region,
+            size,
+            tier,
+            status: ImageStatus::Creating,
+            created_at: now,
+            ready_at: now + Self::delay(self.settings.delays.image),
+            deleted_at: None,
+            billing: BillingSpan::open(now, catalog::IMAGE_PRICE_PER_GB_HOUR * size as f64),
+        };
+        let mut image = image;
+        image.settle(now);
+        let view = image.view();
+        self.images.insert(id, image);
+        Ok(view)
+    }
+
+    pub fn get_image(&mut self, id: &str, now: SimTime) -> ApiResult<model::Image> {
+        self.settle(now);
+        Ok(self.live_image(id)?.view())
+    }
+
+    pub fn list_images(&mut self, now: SimTime) -> Vec<model::Image> {
+        self.settle(now);
+        self.images
+            .values()
+            .filter(|i| self.listed(i.created_at, i.deleted_at, now))
+            .map(Image::view)
+            .collect()
+    }
+
+    pub fn delete_image(&mut self, id: &str, now: SimTime) -> ApiResult<model::DeletedBody> {
+        self.settle(now);
+        self.live_image(id)?;
+        if let Some(image) = self.images.get_mut(id) {
+            image.deleted_at = Some(now);
+            image.billing.close(now);
+        }
+        Ok(model::DeletedBody { id: id.to_string() })
+    }
+
+    fn relation(&self, snapshot: &Snapshot) -> model::SnapshotImageRelation {
+        model::SnapshotImageRelation {
+            snapshot_id: snapshot.id.clone(),
+            snapshot_name: snapshot.name.clone(),
+            image_ids: self
+                .images
+                .values()
+                .filter(|i| i.deleted_at.is_none() && i.snapshot_id == snapshot.id)
+                .map(|i| i.id.clone())
+                .collect(),
+        }
+    }
+
+    pub fn list_relations(&mut self, now: SimTime) -> Vec<model::SnapshotImageRelation> {
+        self.settle(now);
+        self.snapshots
+            .values()
+            .filter(|s| self.listed(s.created_at, s.deleted_at, now))
+            .map(|s| self.relation(s))
+            .collect()
+    }
+
+    pub fn get_relation(
+        &mut self,
+        snapshot_id: &str,
+        now: SimTime,
+    ) -> ApiResult<model::SnapshotImageRelation> {
+        self.settle(now);
+        let snapshot = self.live_snapshot(snapshot_id)?;
+        Ok(self.relation(snapshot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::instances::PowerAction;
+    use super::super::test_support::*;
+    use super::*;
+    use gpucloud_cloud::model::{InstanceStatus, VmStatus};
+
+    fn instance(engine: &mut Engine, tier: Tier) -> String {
+        let request = model::CreateInstanceRequest {
+            name: "vm".to_string(),
+            region: "us-east-1".to_string(),
+            gpu_type: "L40S".to_string(),
+            gpu_count: 1,
+            image_id: "ubuntu-22.04-cuda-12".to_string(),
+            tier: Some(tier),
+            ssh_key_ids: Vec::new(),
+            startup_script: None,
+            startup_script_id: None,
+            public_ip: None,
+            volume_ids: Vec::new(),
+        };
+        engine
+            .create_instance(&request, secs(0))
+            .unwrap()
+            .instance_id
+    }
+
+    fn snapshot_request(name: &str) -> model::CreateSnapshotRequest {
+        model::CreateSnapshotRequest {
+            name: name.to_string(),
+            description: "d".to_string(),
+            labels: vec!["nightly".to_string()],
+        }
+    }
+
+    fn volume_request(name: &str, region: &str, tier: Tier) -> model::CreateVolumeRequest {
+        model::CreateVolumeRequest {
+            name: name.to_string(),
+            size: 100,
+            region: region.to_string(),
+            volume_type: None,
+            tier: Some(tier),
+            bootable: None,
+        }
+    }
+
+    #[test]
+    fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
+        let mut engine = engine();
+        let vm = instance(&mut engine, Tier::Advanced);
+        // Still CREATING.
+        let err = engine
+            .create_snapshot(&vm, &snapshot_request("s"), secs(1))
+            .unwrap_err();
+        assert_eq!(err.code(), "INVALID_STATE");
+        let balance_before = engine.balance(secs(10));
+        let snapshot = engine
+            .create_snapshot(&vm, &snapshot_request("s"), secs(10))
+            .unwrap();
+        assert_eq!(snapshot.status, SnapshotStatus::Creating);
+        assert_eq!(snapshot.size, 300);
+        assert_eq!(snapshot.instance_id, vm);
+        // Billing started at once: the snapshot's span is open from creation.
+        let billing = engine.snapshot_billing(Some(&snapshot.snapshot_id), secs(3610));
+        assert_eq!(billing.records[0].status, "active");
+        assert!((billing.total_cost - 300.0 * catalog::SNAPSHOT_PRICE_PER_GB_HOUR).abs() < 1e-9);
+        assert!(engine.balance(secs(3610)) < balance_before);
+        assert_eq!(
+            engine
+                .get_snapshot(&snapshot.snapshot_id, secs(29))
+                .unwrap()
+                .status,
+            SnapshotStatus::Creating
+        );
+        assert_eq!(
+            engine
+                .get_snapshot(&snapshot.snapshot_id, secs(30))
+                .unwrap()
+                .status,
+            SnapshotStatus::Available
+        );
+        // A stopped instance cannot be snapshotted either.
+        engine
+            .power_action(&vm, PowerAction::Stop, secs(40))
+            .unwrap();
+        let err = engine
+            .create_snapshot(&vm, &snapshot_request("s2"), secs(50))
+            .unwrap_err();
+        assert_eq!(err.code(), "INVALID_STATE");
+    }
+
+    #[test]
+    fn restore_makes_an_active_instance_inheriting_the_snapshot() {
+        let mut engine = engine();
+        let vm = instance(&mut engine, Tier::Legacy);
+        let snapshot = engine
+            .create_snapshot(&vm, &snapshot_request("s"), secs(10))
+            .unwrap();
+        // Still creating: refused.
+        let err = engine
+            .restore_snapshot(&snapshot.snapshot_id, "restored", secs(11))
+            .unwrap_err();
+        assert_eq!(err.code(), "INVALID_STATE");
+        assert_eq!(err.status(), 409);
+        let err = engine
+            .restore_snapshot(&snapshot.snapshot_id, "bad name", secs(40))
+            .unwrap_err();
+        assert!(err.to_string().starts_with("new_vm_name:"));
+        let err = engine
+            .restore_snapshot(&snapshot.snapshot_id, "", secs(40))
+            .unwrap_err();
+        assert!(err.to_string().starts_with("new_vm_name:"));
+        let (restored, tier) = engine
+            .restore_snapshot(&snapshot.snapshot_id, "restored", secs(40))
+            .unwrap();
+        assert_eq!(tier, Tier::Legacy);
+        let data = restored.data;
+        assert_eq!(data.status, InstanceStatus::Active);
+        assert_eq!(data.boot_source, BootSource::Snapshot);
+        assert_eq!(data.vm_name, "restored");
+        assert_eq!(data.specs, snapshot.specs.clone().unwrap());
+        assert_eq!(
+            data.snapshot_id.as_deref(),
+            Some(snapshot.snapshot_id.as_str())
+        );
+        assert!(data.billing.hourly_rate > 0.0);
+        assert_eq!(restored.snapshot.name, "s");
+        let billing = engine.instance_billing(Some(&data.instance_id), secs(40));
+        assert_eq!(billing.records[0].start_time, format_time(secs(40)));
+        assert_eq!(
+            engine
+                .restore_snapshot("snap-missing", "x", secs(40))
+                .unwrap_err()
+                .code(),
+            "NOT_FOUND"
+        );
+    }
+
+    #[test]
+    fn snapshot_delete_is_idempotent_ends_billing_and_removes_images() {
+        let mut engine = engine();
+        let vm = instance(&mut engine, Tier::Advanced);
+        let snapshot = engine
+            .create_snapshot(&vm, &snapshot_request("s"), secs(10))
+            .unwrap();
+        let id = snapshot.snapshot_id;
+        // Creating: not deletable yet.
+        assert_eq!(
+            engine.delete_snapshot(&id, secs(11)).unwrap_err().code(),
+            "CONFLICT"
+        );
+        let image = engine
+            .create_image(
+                &model::CreateImageRequest {
+                    snapshot_id: id.clone(),
+                    name: "img".to_string(),
+                },
+                secs(30),
+            )
+            .unwrap();
+        assert_eq!(image.status, ImageStatus::Creating);
+        let (deleted, _) = engine.delete_snapshot(&id, secs(100)).unwrap();
+        assert_eq!(deleted.snapshot_name, "s");
+        let (again, _) = engine.delete_snapshot(&id, secs(200)).unwrap();
+        assert_eq!(again.snapshot_name, "s");
+        assert_eq!(
+            engine.get_image(&image.id, secs(101)).unwrap_err().code(),
+            "NOT_FOUND"
+        );
+        assert_eq!(
+            engine.get_snapshot(&id, secs(101)).unwrap_err().code(),
+            "NOT_FOUND"
+        );
+        let billing = engine.snapshot_billing(Some(&id), secs(10_000));
+        assert_eq!(billing.records[0].status, "ended");
+        assert_eq!(
+            billing.records[0].end_time.as_deref(),
+            Some(format_time(secs(100)).as_str())
+        );
+        assert_eq!(
+            engine
+                .delete_snapshot("snap-never", secs(1))
+                .unwrap_err()
+                .code(),
+            "NOT_FOUND"
+        );
+    }
+
+    #[test]
+    fn image_needs_an_available_snapshot() {
+        let mut engine = engine();
+        let vm = instance(&mut engine, Tier::Advanced);
+        let snapshot = engine
+            .create_snapshot(&vm, &snapshot_request("s"), secs(10))
+            .unwrap();
+        let request = model::CreateImageRequest {
+            snapshot_id: snapshot.snapshot_id.clone(),
+            name: "img".to_string(),
+        };
+        assert_eq!(
+            engine.create_image(&request, secs(11)).unwrap_err().code(),
+            "INVALID_STATE"
+        );
+        let image = engine.create_image(&request, secs(30)).unwrap();
+        assert_eq!(
+            engine.get_image(&image.id, secs(45)).unwrap().status,
+            ImageStatus::Available
+        );
+        let relation = engine
+            .get_relation(&snapshot.snapshot_id, secs(45))
+            .unwrap();
+        assert_eq!(relation.image_ids, vec![image.id.clone()]);
+        // An instance can boot from the custom image.
+        let boot = model::CreateInstanceRequest {
+            name: "from-image".to_string(),
+            region: "us-east-1".to_string(),
+            gpu_type: "L40S".to_string(),
+            gpu_count: 1,
+            image_id: image.id.clone(),
+            tier: None,
+            ssh_key_ids: Vec::new(),
+            startup_script: None,
+            startup_script_id: None,
+            public_ip: Some(false),
+            volume_ids: Vec::new(),
+        };
+        let vm2 = engine.create_instance(&boot, secs(46)).unwrap();
+        assert_eq!(vm2.boot_source, BootSource::CustomImage);
+    }
+
+    #[test]
+    fn volumes_attach_detach_and_refuse_deleting_while_attached() {
+        let mut engine = engine();
+        let vm = instance(&mut engine, Tier::Advanced);
+        let volume = engine
+            .create_volume(
+                &volume_request("data", "us-east-1", Tier::Advanced),
+                secs(0),
+            )
+            .unwrap();
+        assert_eq!(volume.status, VolumeStatus::Creating);
+        assert_eq!(
+            engine
+                .attach_volumes(&vm, std::slice::from_ref(&volume.id), secs(1))
+                .unwrap_err()
+                .code(),
+            "INVALID_STATE"
+        );
+        let attached = engine
+            .attach_volumes(&vm, std::slice::from_ref(&volume.id), secs(20))
+            .unwrap();
+        assert_eq!(attached.volumes[0].status, VolumeStatus::Attached);
+        assert_eq!(
+            attached.volumes[0].instance_id.as_deref(),
+            Some(vm.as_str())
+        );
+        assert_eq!(attached.volumes[0].vm_status, Some(VmStatus::Running));
+        assert_eq!(
+            engine.get_instance(&vm, secs(20)).unwrap().volume_ids,
+            vec![volume.id.clone()]
+        );
+        assert_eq!(
+            engine
+                .delete_volume(&volume.id, secs(21))
+                .unwrap_err()
+                .code(),
+            "CONFLICT"
+        );
+        // A volume in another region cannot be attached.
+        let far = engine
+            .create_volume(&volume_request("far", "eu-west-1", Tier::Advanced), secs(0))
+            .unwrap();
+        let err = engine
+            .attach_volumes(&vm, std::slice::from_ref(&far.id), secs(22))
+            .unwrap_err();
+        assert_eq!(err.code(), "VALIDATION_ERROR");
+        let detached = engine
+            .detach_volumes(&vm, std::slice::from_ref(&volume.id), secs(23))
+            .unwrap();
+        assert_eq!(detached.volumes[0].status, VolumeStatus::Available);
+        assert!(engine.delete_volume(&volume.id, secs(24)).is_ok());
+        assert_eq!(
+            engine.get_volume(&volume.id, secs(25)).unwrap_err().code(),
+            "NOT_FOUND"
+        );
+    }
+
+    #[test]
+    fn resize_grows_only_and_clone_copies() {
+        let mut engine = engine();
+        let volume = engine
+            .create_volume(&volume_request("data", "us-east-1", Tier::Legacy), secs(0))
+            .unwrap();
+        let err = engine.resize_volume(&volume.id, 50, secs(5)).unwrap_err();
+        assert!(err.to_string().starts_with("size:"));
+        assert_eq!(
+            engine.resize_volume(&volume.id, 200, secs(5)).unwrap().size,
+            200
+        );
+        let clone = engine.clone_volume(&volume.id, "copy", secs(6)).unwrap();
+        assert_eq!(clone.size, 200);
+        assert_eq!(clone.name, "copy");
+        assert_eq!(clone.tier, Tier::Legacy);
+        assert_ne!(clone.id, volume.id);
+    }
+
+    #[test]
+    fn resize_keeps_the_cost_already_accrued() {
+        let mut engine = engine();
+        let volume = engine
+            .create_volume(
+                &volume_request("data", "us-east-1", Tier::Advanced),
+                secs(0),
+            )
+            .unwrap();
+        let before = engine.balance(secs(3600));
+        engine.resize_volume(&volume.id, 400, secs(3600)).unwrap();
+        let after = engine.balance(secs(3600));
+        assert!((before - after).abs() < 1e-6, "{before} vs {after}");
+    }
+
+    #[test]
+    fn list_volumes_filters_counts_and_metadata() {
+        let mut engine = engine();
+        instance(&mut engine, Tier::Advanced); // brings a boot volume
+        engine
+            .create_volume(
+                &volume_request("volume-1", "us-east-1", Tier::Legacy),
+                secs(0),
+            )
+            .unwrap();
+        let mut bootable = volume_request("b", "eu-west-1", Tier::Advanced);
+        bootable.bootable = Some(true);
+        engine.create_volume(&bootable, secs(0)).unwrap();
+
+        let all = engine.list_volumes(&VolumeFilters::default(), secs(30));
+        assert_eq!(all.total_count, 3);
+        assert_eq!(all.bootable_count, 2);
+        assert_eq!(all.non_bootable_count, 1);
+        assert_eq!(all.applied_filters, model::AppliedVolumeFilters::default());
+        assert_eq!(all.metadata.tiers_used, vec!["advanced", "legacy"]);
+        assert_eq!(all.metadata.regions_available.len(), 3);
+        assert_eq!(all.next_volume_name, "volume-2");
+        let boot = all.volumes.iter().find(|v| v.name == "vm-boot").unwrap();
+        assert_eq!(boot.status, VolumeStatus::Attached);
+
+        let no_os = engine.list_volumes(
+            &VolumeFilters {
+                exclude_os_volumes: true,
+                ..VolumeFilters::default()
+            },
+            secs(30),
+        );
+        assert_eq!(no_os.total_count, 2);
+        assert!(no_os.volumes.iter().all(|v| v.name != "vm-boot"));
+
+        let filtered = engine.list_volumes(
+            &VolumeFilters {
+                bootable: Some(true),
+                region: Some("eu-west-1".to_string()),
+                tier: Some(Tier::Advanced),
+                exclude_os_volumes: false,
+            },
+            secs(30),
+        );
+        assert_eq!(filtered.total_count, 1);
+        assert_eq!(filtered.volumes[0].name, "b");
+        assert_eq!(
+            filtered.applied_filters,
+            model::AppliedVolumeFilters {
+                region: Some("eu-west-1".to_string()),
+                tier: Some("advanced".to_string()),
+                bootable: Some(true),
+            }
+        );
+    }
+
+    #[test]
+    fn volume_billing_records_filters_summary_and_pages() {
+        let mut engine = engine();
+        for (i, size) in [10u64, 20, 30, 40, 50].iter().enumerate() {
+            let mut request = volume_request(&format!("v{i}"), "us-east-1", Tier::Advanced);
+            request.size = *size;
+            engine.create_volume(&request, secs(0)).unwrap();
+        }
+        let v0 = engine
+            .list_volumes(&VolumeFilters::default(), secs(1))
+            .volumes[0]
+            .id
+            .clone();
+        engine.delete_volume(&v0, secs(600)).unwrap();
+
+        let now = secs(3600);
+        let all = engine.volume_billing(&VolumeBillingFilters::default(), now);
+        assert_eq!(all.total, 5);
+        assert_eq!(all.total_pages, 1);
+        let first = all.records.iter().find(|r| r.volume_id == v0).unwrap();
+        assert_eq!(first.status, "deleted");
+        assert_eq!(first.total_duration_minutes, 10);
+        assert_eq!(first.tier, "Advanced");
+        assert_eq!(first.start_time, "2026-01-01T00:00:00");
+        assert_eq!(first.end_time, "2026-01-01T00:10:00");
+        assert!((first.per_minute_rate - 10.0 * 0.0002 / 60.0).abs() < 1e-12);
+        assert!((first.total_cost - first.per_minute_rate * 10.0).abs() < 1e-12);
+        assert_eq!(all.summary.active_count, 4);
+        assert_eq!(all.summary.total_size_gb, 150);
+        assert_eq!(all.summary.total_minutes, 10 + 4 * 60);
+        assert!((all.summary.average_usage - 250.0 / 5.0).abs() < 1e-9);
+
+        let paged = engine.volume_billing(
+            &VolumeBillingFilters {
+                page: 2,
+                limit: 2,
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        assert_eq!(paged.records.len(), 2);
+        assert_eq!(paged.total, 5);
+        assert_eq!(paged.total_pages, 3);
+        // Summary covers every filtered record, not the page.
+        assert_eq!(paged.summary.total_size_gb, 150);
+
+        let by_size = engine.volume_billing(
+            &VolumeBillingFilters {
+                size: Some(30),
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        assert_eq!(by_size.total, 1);
+        let by_status = engine.volume_billing(
+            &VolumeBillingFilters {
+                status: Some("deleted".to_string()),
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        assert_eq!(by_status.total, 1);
+        let by_minutes = engine.volume_billing(
+            &VolumeBillingFilters {
+                min_minutes: Some(30),
+                max_minutes: Some(60),
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        assert_eq!(by_minutes.total, 4);
+        let by_cost = engine.volume_billing(
+            &VolumeBillingFilters {
+                min_cost: Some(0.005),
+                max_cost: Some(1.0),
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        // 30, 40 and 50 GB for an hour: 0.006, 0.008 and 0.010.
+        assert_eq!(by_cost.total, 3);
+        let by_tier = engine.volume_billing(
+            &VolumeBillingFilters {
+                tier: Some(Tier::Legacy),
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        assert_eq!(by_tier.total, 0);
+        let day = 86_400_000;
+        let later = engine.volume_billing(
+            &VolumeBillingFilters {
+                start: Some(T0 + day),
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        assert_eq!(later.total, 0);
+        let same_day = engine.volume_billing(
+            &VolumeBillingFilters {
+                start: Some(T0),
+                end: Some(T0 + day),
+                ..VolumeBillingFilters::default()
+            },
+            now,
+        );
+        assert_eq!(same_day.total, 5);
+    }
+
+    #[test]
+    fn list_lag_hides_new_and_keeps_deleted_resources() {
+        let mut settings = settings();
+        settings.list_lag = std::time::Duration::from_secs(5);
+        let mut engine = Engine::new(settings, T0);
+        let volume = engine
+            .create_volume(&volume_request("v", "us-east-1", Tier::Advanced), secs(0))
+            .unwrap();
+        assert_eq!(
+            engine
+                .list_volumes(&VolumeFilters::default(), secs(4))
+                .total_count,
+            0
+        );
+        // Reads by id are not lagged.
+        assert!(engine.get_volume(&volume.id, secs(1)).is_ok());
+        assert_eq!(
+            engine
+                .list_volumes(&VolumeFilters::default(), secs(5))
+                .total_count,
+            1
+        );
+        engine.delete_volume(&volume.id, secs(10)).unwrap();
+        assert_eq!(
+            engine
+                .list_volumes(&VolumeFilters::default(), secs(14))
+                .total_count,
+            1
+        );
+        assert_eq!(
+            engine
+                .list_volumes(&VolumeFilters::default(), secs(15))
+                .total_count,
+            0
+        );
+    }
+
+    #[test]
+    fn billed_creates_are_refused_once_the_balance_is_spent() {
+        let mut engine = engine();
+        let vm = instance(&mut engine, Tier::Advanced);
+        // L40S at 1.10/h drains 100 USD in about 91 hours.
+        let late = secs(100 * 3600);
+        assert!(engine.balance(late) < 0.0);
+        let err = engine
+            .create_volume(&volume_request("v", "us-east-1", Tier::Advanced), late)
+            .unwrap_err();
+        assert_eq!(err.code(), "INSUFFICIENT_CREDIT");
+        assert_eq!(err.status(), 402);
+        assert_eq!(
+            engine
+                .create_snapshot(&vm, &snapshot_request("s"), late)
+                .unwrap_err()
+                .code(),
+            "INSUFFICIENT_CREDIT"
+        );
+        engine.set_balance(10.0, late);
+        assert!(
+            engine
+                .create_volume(&volume_request("v", "us-east-1", Tier::Advanced), late)
+                .is_ok()
+        );
+    }
+}
