@@ -89,9 +89,25 @@ pub struct Context<'a> {
     pub query: Query,
     pub headers: HeaderMap,
     pub user: String,
+    /// `Warning` headers for the response (e.g. unknown fields under `fieldValidation=Warn`).
+    pub warnings: std::sync::Mutex<Vec<String>>,
 }
 
 impl Context<'_> {
+    pub fn warn(&self, warning: String) {
+        match self.warnings.lock() {
+            Ok(mut warnings) => warnings.push(warning),
+            Err(poisoned) => poisoned.into_inner().push(warning),
+        }
+    }
+
+    fn take_warnings(&self) -> Vec<String> {
+        match self.warnings.lock() {
+            Ok(mut warnings) => std::mem::take(&mut *warnings),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+
     pub fn info(&self) -> &ResourceInfo {
         &self.target.info
     }
@@ -181,32 +197,52 @@ async fn handle(
         query,
         headers,
         user,
+        warnings: std::sync::Mutex::new(Vec::new()),
     };
+    let result = run_verb(&context, verb, &method, body).await;
+    let warnings = context.take_warnings();
+    let mut response = result?;
+    for warning in warnings {
+        // The real server's format: `299 - "<text>"`.
+        let text = format!("299 - {}", serde_json::Value::String(warning));
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    Ok(response)
+}
+
+async fn run_verb(
+    context: &Context<'_>,
+    verb: &str,
+    method: &Method,
+    body: Body,
+) -> Result<Response, ApiError> {
     match verb {
-        "get" => read::get(&context),
-        "list" => read::list(&context),
-        "watch" => crate::watch::watch(&context),
+        "get" => read::get(context),
+        "list" => read::list(context),
+        "watch" => crate::watch::watch(context),
         "create" => {
-            let body = read_body(&context, body).await?;
-            write::create(&context, &body)
+            let body = read_body(context, body).await?;
+            write::create(context, &body)
         }
         "update" => {
-            let body = read_body(&context, body).await?;
-            write::update(&context, &body)
+            let body = read_body(context, body).await?;
+            write::update(context, &body)
         }
         "patch" => {
-            let body = read_body(&context, body).await?;
-            patch::patch(&context, &body)
+            let body = read_body(context, body).await?;
+            patch::patch(context, &body)
         }
         "delete" => {
-            let body = read_body(&context, body).await?;
-            delete::delete(&context, &body)
+            let body = read_body(context, body).await?;
+            delete::delete(context, &body)
         }
         "deletecollection" => {
-            let body = read_body(&context, body).await?;
-            delete::delete_collection(&context, &body)
+            let body = read_body(context, body).await?;
+            delete::delete_collection(context, &body)
         }
-        _ => Err(method_not_allowed(&method)),
+        _ => Err(method_not_allowed(method)),
     }
 }
 

@@ -201,8 +201,7 @@ pub fn create_object(
         }
     }
     builtin::prepare_builtin_create(&info, &mut object);
-    let warnings = prepare_common(context, &info, &mut object, None)?;
-    drop(warnings);
+    prepare_common(context, &info, &mut object, None)?;
     check_namespace_lifecycle(context, &info, &name)?;
     if record_manager {
         super::semantics::record_update(&info, None, &mut object, &context.field_manager(), &now());
@@ -260,13 +259,13 @@ fn check_namespace_lifecycle(
 }
 
 /// Validation and defaulting shared by create and update: metadata, built-in and CRD rules,
-/// and for custom resources pruning, defaulting and schema validation. Returns warnings.
+/// and for custom resources pruning, defaulting and schema validation.
 fn prepare_common(
     context: &Context<'_>,
     info: &ResourceInfo,
     object: &mut Value,
     old: Option<&Value>,
-) -> Result<Vec<String>, ApiError> {
+) -> Result<(), ApiError> {
     let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -275,11 +274,11 @@ fn prepare_common(
     if builtin::is_crd(info) {
         errors.extend(crd::prepare(context.state, object, old));
     }
-    let mut warnings = Vec::new();
     if let Some(schema) = &info.schema {
         let pruned = super::semantics::prune(schema, object);
         if !pruned.is_empty() {
-            match context.query.get("fieldValidation").unwrap_or("Strict") {
+            // `Warn` is the server's default when the client does not say (kubectl says Strict).
+            match context.query.get("fieldValidation").unwrap_or("Warn") {
                 "Strict" => {
                     let fields: Vec<String> = pruned
                         .iter()
@@ -290,7 +289,11 @@ fn prepare_common(
                         fields.join(", ")
                     )));
                 }
-                "Warn" => warnings.extend(pruned.iter().map(|p| format!("unknown field \"{p}\""))),
+                "Warn" => {
+                    for path in &pruned {
+                        context.warn(format!("unknown field \"{path}\""));
+                    }
+                }
                 _ => {}
             }
         }
@@ -305,7 +308,7 @@ fn prepare_common(
             // Objects are stored at the storage version; reads convert back.
             object["apiVersion"] = json!(storage.api_version());
         }
-        return Ok(warnings);
+        return Ok(());
     }
     let message = super::semantics::invalid_message(&info.kind, &info.group, &name, &errors);
     let causes = errors

@@ -1,0 +1,266 @@
+//! CustomResourceDefinitions and custom resources through a typed kube-rs client: serving,
+//! the status subresource, generation, schema and CEL validation, pruning, defaults, and
+//! removal with the CRD.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kube_support;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{CustomResource, CustomResourceExt};
+use kube_support::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gpucloud.io",
+    version = "v1",
+    kind = "GpuInstance",
+    namespaced,
+    status = "GpuInstanceStatus",
+    shortname = "gi",
+    printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size"}"#
+)]
+pub struct GpuInstanceSpec {
+    #[schemars(range(min = 1))]
+    pub size: i32,
+    pub region: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct GpuInstanceStatus {
+    pub phase: String,
+}
+
+/// The derived CRD plus a CEL rule and a defaulted field, as an operator's CRD would carry.
+fn crd() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(GpuInstance::crd()).unwrap();
+    let spec_schema =
+        &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec_schema["x-kubernetes-validations"] = json!([
+        {"rule": "self.size <= 8", "message": "at most 8 GPUs per instance"}
+    ]);
+    spec_schema["properties"]["tier"] = json!({"type": "string", "default": "standard"});
+    serde_json::from_value(crd).unwrap()
+}
+
+async fn install(client: &kube::Client) -> Api<GpuInstance> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let created = bounded(crds.create(&PostParams::default(), &crd()))
+        .await
+        .unwrap();
+    // The server sets the conditions a real apiextensions-apiserver sets once names are
+    // accepted: NamesAccepted and Established, both True.
+    let conditions = created.status.unwrap().conditions.unwrap();
+    for kind in ["NamesAccepted", "Established"] {
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.type_ == kind && c.status == "True"),
+            "{kind} in {conditions:?}"
+        );
+    }
+    Api::namespaced(client.clone(), "default")
+}
+
+fn instance(name: &str, size: i32) -> GpuInstance {
+    GpuInstance::new(
+        name,
+        GpuInstanceSpec {
+            size,
+            region: "eu-1".into(),
+        },
+    )
+}
+
+#[tokio::test]
+async fn crd_serves_custom_resources_with_defaults() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    let created = bounded(api.create(&PostParams::default(), &instance("a", 2)))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::core::ApiResource::erase::<GpuInstance>(&()),
+    );
+    let stored = bounded(raw.get("a")).await.unwrap();
+    assert_eq!(
+        stored.data["spec"]["tier"], "standard",
+        "schema default applied"
+    );
+    let list = bounded(api.list(&ListParams::default())).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].spec, created.spec);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_subresource_and_generation() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    let mut object = instance("s", 1);
+    object.status = Some(GpuInstanceStatus {
+        phase: "Ignored".into(),
+    });
+    // Create drops status when the status subresource is enabled (customResourceStrategy
+    // PrepareForCreate in apiextensions-apiserver).
+    let created = bounded(api.create(&PostParams::default(), &object))
+        .await
+        .unwrap();
+    assert_eq!(created.status, None);
+
+    let status_patch = Patch::Merge(json!({"status": {"phase": "Running"}, "spec": {"size": 5}}));
+    let after_status = bounded(api.patch_status("s", &PatchParams::default(), &status_patch))
+        .await
+        .unwrap();
+    assert_eq!(after_status.status.as_ref().unwrap().phase, "Running");
+    assert_eq!(after_status.spec.size, 1, "/status ignores spec");
+    assert_eq!(
+        after_status.metadata.generation,
+        Some(1),
+        "status does not bump generation"
+    );
+
+    let main_patch = Patch::Merge(json!({"status": {"phase": "Hacked"}, "spec": {"size": 3}}));
+    let after_spec = bounded(api.patch("s", &PatchParams::default(), &main_patch))
+        .await
+        .unwrap();
+    assert_eq!(after_spec.spec.size, 3);
+    assert_eq!(
+        after_spec.status.as_ref().unwrap().phase,
+        "Running",
+        "main endpoint ignores status"
+    );
+    assert_eq!(after_spec.metadata.generation, Some(2));
+
+    let label_patch = Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}));
+    let after_label = bounded(api.patch("s", &PatchParams::default(), &label_patch))
+        .await
+        .unwrap();
+    assert_eq!(
+        after_label.metadata.generation,
+        Some(2),
+        "metadata changes keep generation"
+    );
+
+    // A no-op update writes nothing: the resourceVersion stays.
+    let again = bounded(api.patch("s", &PatchParams::default(), &label_patch))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        after_label.metadata.resource_version
+    );
+
+    // Custom resources refuse unconditional updates: a real server answers 422 for a PUT
+    // without metadata.resourceVersion (customResourceStrategy.AllowUnconditionalUpdate).
+    let mut unconditional = again.clone();
+    unconditional.metadata.resource_version = None;
+    let refused =
+        status_of(bounded(api.replace("s", &PostParams::default(), &unconditional)).await);
+    assert_eq!(refused.code, 422);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn schema_and_cel_violations_are_422_with_causes() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    // Real wording of a minimum violation (kube-openapi validate, via the apiextensions
+    // validator): `spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1`.
+    let too_small = status_of(bounded(api.create(&PostParams::default(), &instance("z", 0))).await);
+    assert_eq!(
+        (too_small.code, too_small.reason.as_str()),
+        (422, "Invalid")
+    );
+    assert_eq!(
+        too_small.message,
+        "GpuInstance.gpucloud.io \"z\" is invalid: spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"
+    );
+    let causes = too_small.details.unwrap().causes;
+    assert_eq!(causes[0].field, "spec.size");
+    assert_eq!(causes[0].reason, "FieldValueInvalid");
+
+    let too_big = status_of(bounded(api.create(&PostParams::default(), &instance("big", 9))).await);
+    assert_eq!(too_big.code, 422);
+    assert!(
+        too_big.message.contains("at most 8 GPUs per instance"),
+        "{}",
+        too_big.message
+    );
+
+    // Unknown fields: pruned with a warning by default, a 400 with fieldValidation=Strict
+    // (as kubectl sends), as the real server does.
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::core::ApiResource::erase::<GpuInstance>(&()),
+    );
+    let with_unknown = dynamic(json!({
+        "apiVersion": "gpucloud.io/v1", "kind": "GpuInstance",
+        "metadata": {"name": "u"},
+        "spec": {"size": 1, "region": "eu-1", "color": "red"},
+    }));
+    let created = bounded(raw.create(&PostParams::default(), &with_unknown))
+        .await
+        .unwrap();
+    assert!(
+        created.data["spec"].get("color").is_none(),
+        "unknown field pruned"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_the_crd_removes_its_objects_and_routes() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    bounded(api.create(&PostParams::default(), &instance("d", 1)))
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    bounded(crds.delete("gpuinstances.gpucloud.io", &DeleteParams::default()))
+        .await
+        .unwrap();
+    let gone = status_of(bounded(api.list(&ListParams::default())).await);
+    assert_eq!(gone.code, 404);
+    // Re-creating the CRD serves an empty collection: the old objects went with it.
+    let api = install(&client).await;
+    assert!(
+        bounded(api.list(&ListParams::default()))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn strategic_merge_patch_on_a_custom_resource_is_415() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    bounded(api.create(&PostParams::default(), &instance("m", 1)))
+        .await
+        .unwrap();
+    // Real: 415 UnsupportedMediaType (custom resources accept JSON patch, merge patch and
+    // apply only; apiextensions-apiserver crdHandler).
+    let refused = status_of(
+        bounded(api.patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"size": 2}})),
+        ))
+        .await,
+    );
+    assert_eq!(
+        (refused.code, refused.reason.as_str()),
+        (415, "UnsupportedMediaType")
+    );
+    server.shutdown().await;
+}
