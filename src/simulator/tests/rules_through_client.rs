@@ -58,12 +58,26 @@ fn client_for(sim: &SimulatorHandle) -> CloudClient {
     CloudClient::new(client_config(sim)).unwrap()
 }
 
-/// Simulated time runs an hour per real second, so billing is visible within a test.
-fn fast_clock() -> SimulatorConfig {
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Every intermediate state lasts a simulated hour, so a test sees each state for as long as
+/// it likes and moves on with [`SimulatorHandle::advance_clock`], independent of machine speed.
+fn hour_long_states() -> SimulatorConfig {
     SimulatorConfig {
-        time_scale: 3600.0,
+        delays: Delays {
+            create: HOUR,
+            boot: HOUR,
+            power_transition: HOUR,
+            snapshot: HOUR,
+            image: HOUR,
+            volume: HOUR,
+        },
         ..SimulatorConfig::default()
     }
+}
+
+async fn get(client: &CloudClient, id: &str) -> Instance {
+    step(client.get_instance(id)).await.unwrap()
 }
 
 fn instance_request(name: &str, tier: Tier) -> CreateInstanceRequest {
@@ -168,15 +182,7 @@ fn assert_bad_request_naming(err: &Error, field: &str) {
 
 #[tokio::test]
 async fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
-    let sim = start(SimulatorConfig {
-        delays: Delays {
-            create: Duration::from_millis(400),
-            snapshot: Duration::from_millis(300),
-            ..Delays::fast()
-        },
-        ..SimulatorConfig::default()
-    })
-    .await;
+    let sim = start(hour_long_states()).await;
     let client = client_for(&sim);
     let created = step(client.create_instance(&instance_request("src", Tier::Advanced)))
         .await
@@ -188,7 +194,8 @@ async fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
         .unwrap_err();
     assert_conflict(&err, "INVALID_STATE");
 
-    wait_status(&client, &vm, InstanceStatus::Active).await;
+    sim.advance_clock(HOUR);
+    assert_eq!(get(&client, &vm).await.status, InstanceStatus::Active);
     let snapshot = step(client.create_snapshot(&vm, &snapshot_request("ok")))
         .await
         .unwrap();
@@ -199,15 +206,29 @@ async fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
         snapshot.tier.is_some(),
         "tier comes with the create response"
     );
-    wait_until("snapshot available", || async {
-        let s = client.get_snapshot(&snapshot.snapshot_id).await.unwrap();
-        (s.status == SnapshotStatus::Available).then_some(())
-    })
-    .await;
+    let still = step(client.get_snapshot(&snapshot.snapshot_id))
+        .await
+        .unwrap();
+    assert_eq!(still.status, SnapshotStatus::Creating);
+    // A snapshot still being created cannot be restored yet.
+    let err = step(client.restore_snapshot(&snapshot.snapshot_id, "early"))
+        .await
+        .unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+    sim.advance_clock(HOUR);
+    let done = step(client.get_snapshot(&snapshot.snapshot_id))
+        .await
+        .unwrap();
+    assert_eq!(done.status, SnapshotStatus::Available);
 
-    // Not from a stopped instance either.
+    // Not from a stopping or stopped instance either.
     step(client.stop_instance(&vm)).await.unwrap();
-    wait_status(&client, &vm, InstanceStatus::Shutoff).await;
+    let err = step(client.create_snapshot(&vm, &snapshot_request("stopping")))
+        .await
+        .unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+    sim.advance_clock(HOUR);
+    assert_eq!(get(&client, &vm).await.status, InstanceStatus::Shutoff);
     let err = step(client.create_snapshot(&vm, &snapshot_request("stopped")))
         .await
         .unwrap_err();
@@ -221,47 +242,53 @@ async fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
 
 #[tokio::test]
 async fn snapshot_billing_starts_at_once_and_drains_the_balance() {
-    let sim = start(SimulatorConfig {
-        delays: Delays {
-            snapshot: Duration::from_secs(3600 * 24),
-            ..Delays::fast()
-        },
-        ..fast_clock()
-    })
-    .await;
+    let sim = start(hour_long_states()).await;
     let client = client_for(&sim);
-    let vm = active_instance(&client, "billed", Tier::Advanced).await;
-    let snapshot = step(client.create_snapshot(&vm.instance_id, &snapshot_request("s")))
+    let created = step(client.create_instance(&instance_request("billed", Tier::Advanced)))
         .await
         .unwrap();
-    // Still `creating` (a simulated day), yet billed already.
+    let vm = created.instance_id;
+    sim.advance_clock(HOUR);
+    let snapshot = step(client.create_snapshot(&vm, &snapshot_request("s")))
+        .await
+        .unwrap();
+    assert_eq!(snapshot.status, SnapshotStatus::Creating);
+    // Still `creating`, yet billed already.
     let billing = step(client.get_snapshot_billing(&SnapshotBillingQuery {
         snapshot_id: Some(snapshot.snapshot_id.clone()),
     }))
     .await
     .unwrap();
     assert_eq!(billing.records.len(), 1);
-    let record = &billing.records[0];
+    let record = billing.records[0].clone();
     assert!(record.hourly_rate > 0.0);
     assert!(record.end_time.is_none());
     assert_eq!(record.status, "active");
-    // Delete the instance so only the snapshot (and nothing else) keeps costing.
-    step(client.delete_instance(&vm.instance_id)).await.unwrap();
-    wait_until("instance gone", || async {
-        let err = client.get_instance(&vm.instance_id).await.err()?;
-        err.is_not_found().then_some(())
-    })
-    .await;
+    // Delete the instance, so the snapshot is all that is billed.
+    step(client.delete_instance(&vm)).await.unwrap();
+    sim.advance_clock(HOUR);
+    assert!(
+        step(client.get_instance(&vm))
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+
     let before = step(client.get_balance()).await.unwrap().balance;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    sim.advance_clock(10 * HOUR);
     let after = step(client.get_balance()).await.unwrap().balance;
-    assert!(after < before, "balance {before} -> {after} did not drain");
+    let drained = before - after;
+    let expected = 10.0 * record.hourly_rate;
+    assert!(
+        drained >= expected * 0.999 && drained <= expected * 1.01,
+        "balance drained {drained}, expected about {expected} (ten hours of the snapshot)"
+    );
     let later = step(client.get_snapshot_billing(&SnapshotBillingQuery {
         snapshot_id: Some(snapshot.snapshot_id.clone()),
     }))
     .await
     .unwrap();
-    assert!(later.records[0].total_cost > 0.0);
+    assert!(later.records[0].total_cost >= expected * 0.999);
     step(sim.shutdown()).await;
 }
 
@@ -357,7 +384,7 @@ async fn snapshot_delete_is_idempotent_ends_billing_and_removes_linked_images() 
     assert!(billing.records[0].end_time.is_some(), "billing ended");
     assert_eq!(billing.records[0].status, "ended");
     let cost_at_delete = billing.records[0].total_cost;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    sim.advance_clock(HOUR);
     let billing = step(client.get_snapshot_billing(&SnapshotBillingQuery {
         snapshot_id: Some(snapshot.snapshot_id.clone()),
     }))
@@ -409,21 +436,21 @@ async fn legacy_only_operations_refuse_other_tiers() {
 
 #[tokio::test]
 async fn removing_a_security_rule_needs_a_running_legacy_instance() {
-    let sim = start(SimulatorConfig {
-        delays: Delays {
-            create: Duration::from_millis(20),
-            boot: Duration::from_millis(1500),
-            ..Delays::fast()
-        },
-        ..SimulatorConfig::default()
-    })
-    .await;
+    let sim = start(hour_long_states()).await;
     let client = client_for(&sim);
-    let vm = active_instance(&client, "old", Tier::Legacy).await;
-    let id = vm.instance_id;
+    let created = step(client.create_instance(&instance_request("old", Tier::Legacy)))
+        .await
+        .unwrap();
+    let id = created.instance_id;
     let added = step(client.add_security_rule(&id, &rule())).await.unwrap();
-    // ACTIVE but still BOOTING: the rule stays.
-    let booting = step(client.get_instance(&id)).await.unwrap();
+    // CREATING (power PENDING): refused.
+    let err = step(client.remove_security_rule(&id, &added.rule.id))
+        .await
+        .unwrap_err();
+    assert_conflict(&err, "INVALID_STATE");
+    // ACTIVE but still BOOTING: ACTIVE is not RUNNING, so still refused.
+    sim.advance_clock(HOUR);
+    let booting = get(&client, &id).await;
     assert_eq!(booting.status, InstanceStatus::Active);
     assert_eq!(booting.vm_status, VmStatus::Booting);
     let err = step(client.remove_security_rule(&id, &added.rule.id))
@@ -431,14 +458,15 @@ async fn removing_a_security_rule_needs_a_running_legacy_instance() {
         .unwrap_err();
     assert_conflict(&err, "INVALID_STATE");
 
-    wait_vm_status(&client, &id, VmStatus::Running).await;
+    sim.advance_clock(HOUR);
+    assert_eq!(get(&client, &id).await.vm_status, VmStatus::Running);
     let removed = step(client.remove_security_rule(&id, &added.rule.id))
         .await
         .unwrap();
     assert_eq!(removed.body.instance_id, id);
     assert_eq!(removed.body.rule_id, added.rule.id);
-    let after = step(client.get_instance(&id)).await.unwrap();
-    assert!(after.security_rules.is_empty());
+    assert_eq!(removed.tier, Some(Tier::Legacy));
+    assert!(get(&client, &id).await.security_rules.is_empty());
     let err = step(client.remove_security_rule(&id, &added.rule.id))
         .await
         .unwrap_err();
@@ -446,26 +474,19 @@ async fn removing_a_security_rule_needs_a_running_legacy_instance() {
 
     let again = step(client.add_security_rule(&id, &rule())).await.unwrap();
     step(client.stop_instance(&id)).await.unwrap();
-    wait_vm_status(&client, &id, VmStatus::Stopped).await;
+    sim.advance_clock(HOUR);
+    assert_eq!(get(&client, &id).await.vm_status, VmStatus::Stopped);
     let err = step(client.remove_security_rule(&id, &again.rule.id))
         .await
         .unwrap_err();
     assert_conflict(&err, "INVALID_STATE");
+    assert_eq!(get(&client, &id).await.security_rules.len(), 1);
     step(sim.shutdown()).await;
 }
 
 #[tokio::test]
 async fn power_transitions_pass_through_intermediate_states_and_refuse_invalid_ones() {
-    let sim = start(SimulatorConfig {
-        delays: Delays {
-            create: Duration::from_millis(300),
-            boot: Duration::from_millis(50),
-            power_transition: Duration::from_millis(400),
-            ..Delays::fast()
-        },
-        ..SimulatorConfig::default()
-    })
-    .await;
+    let sim = start(hour_long_states()).await;
     let client = client_for(&sim);
     let created = step(client.create_instance(&instance_request("p", Tier::Legacy)))
         .await
@@ -473,9 +494,16 @@ async fn power_transitions_pass_through_intermediate_states_and_refuse_invalid_o
     assert_eq!(created.status, InstanceStatus::Creating);
     assert_eq!(created.vm_status, VmStatus::Pending);
     let id = created.instance_id;
-    let err = step(client.stop_instance(&id)).await.unwrap_err();
-    assert_conflict(&err, "INVALID_STATE");
-    wait_status(&client, &id, InstanceStatus::Active).await;
+    assert_conflict(
+        &step(client.stop_instance(&id)).await.unwrap_err(),
+        "INVALID_STATE",
+    );
+    sim.advance_clock(HOUR);
+    let active = get(&client, &id).await;
+    assert_eq!(active.status, InstanceStatus::Active);
+    assert_eq!(active.vm_status, VmStatus::Booting);
+    sim.advance_clock(HOUR);
+    assert_eq!(get(&client, &id).await.vm_status, VmStatus::Running);
 
     // From ACTIVE: start and restore-hibernated are invalid.
     assert_conflict(
@@ -491,15 +519,20 @@ async fn power_transitions_pass_through_intermediate_states_and_refuse_invalid_o
 
     // Stop: ACTIVE -> STOPPING -> SHUTOFF.
     let stopping = step(client.stop_instance(&id)).await.unwrap();
+    assert_eq!(stopping.vm_id, id);
     assert_eq!(stopping.status, InstanceStatus::Stopping);
-    let during = step(client.get_instance(&id)).await.unwrap();
+    let during = get(&client, &id).await;
     assert_eq!(during.status, InstanceStatus::Stopping);
     assert_eq!(during.vm_status, VmStatus::Transitioning);
-    assert_conflict(
-        &step(client.start_instance(&id)).await.unwrap_err(),
-        "INVALID_STATE",
-    );
-    let stopped = wait_status(&client, &id, InstanceStatus::Shutoff).await;
+    for err in [
+        step(client.start_instance(&id)).await.unwrap_err(),
+        step(client.stop_instance(&id)).await.unwrap_err(),
+    ] {
+        assert_conflict(&err, "INVALID_STATE");
+    }
+    sim.advance_clock(HOUR);
+    let stopped = get(&client, &id).await;
+    assert_eq!(stopped.status, InstanceStatus::Shutoff);
     assert_eq!(stopped.vm_status, VmStatus::Stopped);
     for err in [
         step(client.stop_instance(&id)).await.unwrap_err(),
@@ -512,42 +545,54 @@ async fn power_transitions_pass_through_intermediate_states_and_refuse_invalid_o
     // Start: SHUTOFF -> STARTING -> ACTIVE.
     let starting = step(client.start_instance(&id)).await.unwrap();
     assert_eq!(starting.status, InstanceStatus::Starting);
-    wait_status(&client, &id, InstanceStatus::Active).await;
+    assert_eq!(get(&client, &id).await.status, InstanceStatus::Starting);
+    sim.advance_clock(HOUR);
+    assert_eq!(get(&client, &id).await.status, InstanceStatus::Active);
 
     // Reboot: ACTIVE -> REBOOTING -> ACTIVE.
     let rebooting = step(client.reboot_instance(&id)).await.unwrap();
     assert_eq!(rebooting.status, InstanceStatus::Rebooting);
-    let during = step(client.get_instance(&id)).await.unwrap();
+    let during = get(&client, &id).await;
     assert_eq!(during.status, InstanceStatus::Rebooting);
-    wait_status(&client, &id, InstanceStatus::Active).await;
+    assert_eq!(during.vm_status, VmStatus::Transitioning);
+    sim.advance_clock(HOUR);
+    assert_eq!(get(&client, &id).await.status, InstanceStatus::Active);
 
     // Hibernate: ACTIVE -> HIBERNATING -> HIBERNATED; only restore-hibernated wakes it.
     let hibernating = step(client.hibernate_instance(&id)).await.unwrap();
     assert_eq!(hibernating.status, InstanceStatus::Hibernating);
-    let hibernated = wait_status(&client, &id, InstanceStatus::Hibernated).await;
+    assert_eq!(get(&client, &id).await.status, InstanceStatus::Hibernating);
+    sim.advance_clock(HOUR);
+    let hibernated = get(&client, &id).await;
+    assert_eq!(hibernated.status, InstanceStatus::Hibernated);
     assert_eq!(hibernated.vm_status, VmStatus::Hibernated);
-    assert_conflict(
-        &step(client.start_instance(&id)).await.unwrap_err(),
-        "INVALID_STATE",
-    );
+    for err in [
+        step(client.start_instance(&id)).await.unwrap_err(),
+        step(client.reboot_instance(&id)).await.unwrap_err(),
+    ] {
+        assert_conflict(&err, "INVALID_STATE");
+    }
     let woken = step(client.restore_hibernated_instance(&id)).await.unwrap();
     assert_eq!(woken.body.vm_id, id);
     assert_eq!(woken.body.status, InstanceStatus::Active);
-    let now_active = step(client.get_instance(&id)).await.unwrap();
-    assert_eq!(now_active.status, InstanceStatus::Active);
+    assert_eq!(woken.tier, Some(Tier::Legacy));
+    assert_eq!(get(&client, &id).await.status, InstanceStatus::Active);
 
     // Delete: DELETING, then gone.
     let deleting = step(client.delete_instance(&id)).await.unwrap();
     assert_eq!(deleting.status, InstanceStatus::Deleting);
+    assert_eq!(get(&client, &id).await.status, InstanceStatus::Deleting);
     assert_conflict(
         &step(client.stop_instance(&id)).await.unwrap_err(),
         "INVALID_STATE",
     );
-    wait_until("instance gone", || async {
-        let err = client.get_instance(&id).await.err()?;
-        err.is_not_found().then_some(())
-    })
-    .await;
+    sim.advance_clock(HOUR);
+    assert!(
+        step(client.get_instance(&id))
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
     let err = step(client.delete_instance(&id)).await.unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
     step(sim.shutdown()).await;
@@ -661,7 +706,7 @@ async fn volume_list_applies_filters_and_reports_counts_and_metadata() {
 
 #[tokio::test]
 async fn volume_billing_filters_and_paginates() {
-    let sim = start(fast_clock()).await;
+    let sim = start(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let mut ids = Vec::new();
     for (i, size) in [10u64, 20, 30, 40, 50].into_iter().enumerate() {
@@ -676,8 +721,8 @@ async fn volume_billing_filters_and_paginates() {
                 .unwrap();
         ids.push(volume.id);
     }
-    // Let some simulated minutes accrue.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two simulated hours of storage.
+    sim.advance_clock(2 * HOUR);
 
     let page1 = step(client.get_volume_billing(&VolumeBillingQuery {
         limit: Some(2),
@@ -756,6 +801,27 @@ async fn volume_billing_filters_and_paginates() {
     .unwrap();
     assert_eq!(available.total, 5);
 
+    assert!(
+        page1
+            .records
+            .iter()
+            .all(|r| r.total_duration_minutes >= 120)
+    );
+    let long_enough = step(client.get_volume_billing(&VolumeBillingQuery {
+        min_minutes: Some(120),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(long_enough.total, 5);
+    let too_short = step(client.get_volume_billing(&VolumeBillingQuery {
+        max_minutes: Some(60),
+        ..VolumeBillingQuery::default()
+    }))
+    .await
+    .unwrap();
+    assert_eq!(too_short.total, 0);
+    assert_eq!(too_short.summary.total_size_gb, 0);
     let too_long = step(client.get_volume_billing(&VolumeBillingQuery {
         min_minutes: Some(1_000_000),
         ..VolumeBillingQuery::default()
@@ -763,7 +829,6 @@ async fn volume_billing_filters_and_paginates() {
     .await
     .unwrap();
     assert_eq!(too_long.total, 0);
-    assert_eq!(too_long.summary.total_size_gb, 0);
     let cheap = step(client.get_volume_billing(&VolumeBillingQuery {
         max_cost: Some(0.0),
         ..VolumeBillingQuery::default()
@@ -954,7 +1019,7 @@ async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance()
 
 #[tokio::test]
 async fn balance_drains_and_billed_creates_are_refused_once_it_is_spent() {
-    let sim = start(fast_clock()).await;
+    let sim = start(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let vm = active_instance(&client, "spender", Tier::Advanced).await;
     let snapshot = available_snapshot(&client, &vm.instance_id, "snap").await;
@@ -963,13 +1028,15 @@ async fn balance_drains_and_billed_creates_are_refused_once_it_is_spent() {
             .await
             .unwrap();
     let first = step(client.get_balance()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    sim.advance_clock(HOUR);
     let second = step(client.get_balance()).await.unwrap();
+    // At least an hour of the instance (plus the snapshot and the volumes).
     assert!(
-        second.balance < first.balance,
-        "balance {} -> {} did not drain",
+        first.balance - second.balance >= vm.billing.hourly_rate,
+        "balance {} -> {} drained less than the instance's hour at {}",
         first.balance,
-        second.balance
+        second.balance,
+        vm.billing.hourly_rate
     );
 
     sim.set_balance(0.0);
