@@ -935,6 +935,9 @@ async fn ssh_keys_import_generate_and_refuse_duplicate_names() {
 
 // === AI ===
 
+/// A change to a valid chat request.
+type ChatTweak = fn(&mut ChatRequest);
+
 #[tokio::test]
 async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance() {
     let sim = start(SimulatorConfig::default()).await;
@@ -969,7 +972,7 @@ async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance()
     );
 
     let model = models.models[0].id.clone();
-    let chat = |tweak: fn(&mut ChatRequest)| {
+    let chat = |tweak: ChatTweak| {
         let mut request = ChatRequest {
             model: model.clone(),
             messages: vec![ChatMessage {
@@ -995,7 +998,7 @@ async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance()
     let after = step(client.get_balance()).await.unwrap().balance;
     assert!(after < before, "chat is charged");
 
-    let out_of_range: [(fn(&mut ChatRequest), &str); 6] = [
+    let out_of_range: [(ChatTweak, &str); 6] = [
         (|r| r.max_tokens = Some(0), "max_tokens"),
         (|r| r.temperature = Some(2.5), "temperature"),
         (|r| r.top_p = Some(1.5), "top_p"),
