@@ -1,0 +1,207 @@
+//! Watches through kube-rs: event sequences, resuming from a resourceVersion, label-selected
+//! transitions, bookmarks, timeouts, and 410 Expired for history that is no longer retained.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kube_support;
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use gpucloud_apiserver::ApiServerConfig;
+use kube::api::{
+    DeleteParams, DynamicObject, ListParams, Patch, PatchParams, VersionMatch, WatchEvent,
+    WatchParams,
+};
+use kube_support::*;
+use serde_json::json;
+
+fn describe(event: &WatchEvent<DynamicObject>) -> String {
+    match event {
+        WatchEvent::Added(o) => format!("ADDED {}", o.metadata.name.clone().unwrap()),
+        WatchEvent::Modified(o) => format!("MODIFIED {}", o.metadata.name.clone().unwrap()),
+        WatchEvent::Deleted(o) => format!("DELETED {}", o.metadata.name.clone().unwrap()),
+        WatchEvent::Bookmark(_) => "BOOKMARK".to_string(),
+        WatchEvent::Error(e) => format!("ERROR {}", e.code),
+    }
+}
+
+#[tokio::test]
+async fn watch_from_a_list_sees_every_later_change_in_order() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(&api, &configmap("before", json!({}), json!({}))).await;
+    let list = bounded(api.list(&ListParams::default())).await.unwrap();
+    let version = list.metadata.resource_version.unwrap();
+    let mut stream = bounded(api.watch(&WatchParams::default().timeout(10), &version))
+        .await
+        .unwrap()
+        .boxed();
+    create(&api, &configmap("w", json!({}), json!({}))).await;
+    bounded(api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    ))
+    .await
+    .unwrap();
+    bounded(api.delete("w", &DeleteParams::default()))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let event = bounded(stream.try_next()).await.unwrap().unwrap();
+        seen.push(describe(&event));
+    }
+    // A real watch from the list's resourceVersion delivers exactly the later changes, in
+    // order (k8s.io/apiserver storage/cacher semantics for "Start at Exact").
+    assert_eq!(seen, ["ADDED w", "MODIFIED w", "DELETED w"]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_without_version_starts_with_the_current_state() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(&api, &configmap("x", json!({}), json!({}))).await;
+    create(&api, &configmap("y", json!({}), json!({}))).await;
+    let mut stream = bounded(api.watch(&WatchParams::default().timeout(10), "0"))
+        .await
+        .unwrap()
+        .boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(describe(
+            &bounded(stream.try_next()).await.unwrap().unwrap(),
+        ));
+    }
+    // resourceVersion=0: synthetic ADDED events for the current objects first.
+    assert_eq!(seen, ["ADDED x", "ADDED y"]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn label_selected_watch_sees_objects_enter_and_leave() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let version = bounded(api.list(&ListParams::default()))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let params = WatchParams::default().labels("app=web").timeout(10);
+    let mut stream = bounded(api.watch(&params, &version)).await.unwrap().boxed();
+    create(&api, &configmap("other", json!({"app": "db"}), json!({}))).await;
+    create(&api, &configmap("l", json!({"app": "db"}), json!({}))).await;
+    let relabel = |app: &str| Patch::Merge(json!({"metadata": {"labels": {"app": app}}}));
+    bounded(api.patch("l", &PatchParams::default(), &relabel("web")))
+        .await
+        .unwrap();
+    bounded(api.patch("l", &PatchParams::default(), &relabel("db")))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(describe(
+            &bounded(stream.try_next()).await.unwrap().unwrap(),
+        ));
+    }
+    // The watch cache turns a modification into ADDED / DELETED when the object enters or
+    // leaves the selection (k8s.io/apiserver pkg/storage/cacher cacheWatcher.convertToWatchEvent).
+    assert_eq!(seen, ["ADDED l", "DELETED l"]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn too_old_versions_are_410_expired() {
+    let config = ApiServerConfig {
+        watch_window: 3,
+        ..ApiServerConfig::default()
+    };
+    let (server, client) = start_with(config).await;
+    let api = configmaps(&client, "default");
+    let start_version = bounded(api.list(&ListParams::default()))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    for name in ["a", "b", "c", "d", "e"] {
+        create(&api, &configmap(name, json!({}), json!({}))).await;
+    }
+    // A real kube-apiserver answers a watch from a compacted resourceVersion with 200 and a
+    // single ERROR event carrying 410 Expired "too old resource version" (cacher
+    // newErrWatcher); kube-runtime's watcher re-lists on it.
+    let mut stream = bounded(api.watch(&WatchParams::default().timeout(10), &start_version))
+        .await
+        .unwrap()
+        .boxed();
+    match bounded(stream.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Error(error) => {
+            assert_eq!((error.code, error.reason.as_str()), (410, "Expired"));
+            assert!(
+                error.message.starts_with("too old resource version"),
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("expected a 410 ERROR event, got {}", describe(&other)),
+    }
+
+    // A list at an exact old resourceVersion is a 410 response.
+    let exact = ListParams::default()
+        .at(&start_version)
+        .matching(VersionMatch::Exact);
+    let gone = status_of(bounded(api.list(&exact)).await);
+    assert_eq!((gone.code, gone.reason.as_str()), (410, "Expired"));
+
+    // An open watch ends with a 410 ERROR event when history is compacted.
+    let current = bounded(api.list(&ListParams::default()))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut open = bounded(api.watch(&WatchParams::default().timeout(10), &current))
+        .await
+        .unwrap()
+        .boxed();
+    server.compact();
+    match bounded(open.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Error(error) => assert_eq!(error.code, 410),
+        other => panic!("expected a 410 ERROR event, got {}", describe(&other)),
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bookmarks_and_timeouts() {
+    let config = ApiServerConfig {
+        bookmark_interval: Duration::from_millis(100),
+        ..ApiServerConfig::default()
+    };
+    let (server, client) = start_with(config).await;
+    let api = configmaps(&client, "default");
+    let version = bounded(api.list(&ListParams::default()))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let params = WatchParams::default().timeout(1);
+    assert!(params.bookmarks, "kube-rs asks for bookmarks by default");
+    let stream = bounded(api.watch(&params, &version)).await.unwrap();
+    // timeoutSeconds=1: the server ends the stream; everything in it is a bookmark here.
+    let events: Vec<_> = bounded(stream.try_collect::<Vec<_>>()).await.unwrap();
+    assert!(!events.is_empty());
+    for event in &events {
+        match event {
+            WatchEvent::Bookmark(bookmark) => {
+                let at: u64 = bookmark.metadata.resource_version.parse().unwrap();
+                assert!(at >= version.parse::<u64>().unwrap());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    server.shutdown().await;
+}
