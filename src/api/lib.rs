@@ -50,3 +50,26 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     }
     Ok(out)
 }
+
+/// Access to what every managed kind shares, whatever the kind.
+pub trait Managed {
+    /// The policies and credentials at the top of the spec.
+    fn managed(&self) -> &ManagedFields;
+    /// The common part of the status (default when there is no status yet).
+    fn cloud_status(&self) -> CloudStatus;
+}
+
+macro_rules! impl_managed {
+    ($($kind:ty),*) => {$(
+        impl Managed for $kind {
+            fn managed(&self) -> &ManagedFields {
+                &self.spec.managed
+            }
+            fn cloud_status(&self) -> CloudStatus {
+                self.status.as_ref().map(|s| s.cloud.clone()).unwrap_or_default()
+            }
+        }
+    )*};
+}
+
+impl_managed!(Firewall, GpuInstance, Image, Snapshot, SshKey, Volume);

@@ -5,7 +5,7 @@ use crate::conditions::Outcome;
 use crate::context::Context;
 use crate::error::Error;
 use crate::observer::Lister;
-use gpucloud_api::{CloudStatus, ManagedFields};
+use gpucloud_api::{CloudStatus, Managed};
 use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
 use serde::Serialize;
@@ -23,6 +23,7 @@ pub type Record<K> = <<K as ManagedKind>::Lister as Lister>::Record;
 /// create, status and conditions, requeue); a kind supplies only what differs.
 pub trait ManagedKind:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Managed
     + Clone
     + Debug
     + Serialize
@@ -36,11 +37,6 @@ pub trait ManagedKind:
 
     /// What to do when a resource the object recorded is gone from the cloud.
     const WHEN_GONE: WhenGone;
-
-    fn managed(&self) -> &ManagedFields;
-
-    /// The common part of the status (default when there is none yet).
-    fn cloud_status(&self) -> CloudStatus;
 
     /// A copy of the object whose status holds `common` plus the kind's own fields taken from
     /// `record` (kept from the current status when `record` is `None`).
@@ -56,8 +52,10 @@ pub trait ManagedKind:
     ) -> impl Future<Output = Result<Record<Self>, Error>> + Send;
 
     /// Moves an existing resource toward the spec, one step per call, and says where it stands.
+    /// It may record what it did in the kind's own status fields of `self` (a working copy),
+    /// which the flow then writes.
     fn converge(
-        &self,
+        &mut self,
         cx: &Context<Self>,
         account: &Account,
         record: &Record<Self>,

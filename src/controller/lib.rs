@@ -5,10 +5,13 @@ pub mod conditions;
 pub mod context;
 pub mod create;
 pub mod error;
+pub mod gpu_instance;
 pub mod kind;
 pub mod naming;
 pub mod observer;
 pub mod reconcile;
+pub mod records;
 pub mod requeue;
+pub mod ssh_key;
 
 pub use error::{Category, Error};

@@ -296,10 +296,11 @@ async fn converge<K: ManagedKind>(
     status: CloudStatus,
     record: Record<K>,
 ) -> Result<Action, Error> {
+    let mut working = K::clone(object);
     let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
         object.observed(&record)
     } else {
-        object.converge(cx, account, &record).await?
+        working.converge(cx, account, &record).await?
     };
     let previous_state = status.state.clone();
     let status = CloudStatus {
@@ -334,7 +335,7 @@ async fn converge<K: ManagedKind>(
         )
         .await;
     }
-    write_status(api, object, status, Some(&record), &outcome).await?;
+    write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
     match outcome {
         Outcome::Ready { .. } => Ok(Action::await_change()),
         Outcome::Progressing { .. } => {
@@ -453,11 +454,24 @@ async fn cleanup<K: ManagedKind>(
 async fn write_status<K: ManagedKind>(
     api: &Api<K>,
     object: &K,
+    status: CloudStatus,
+    record: Option<&Record<K>>,
+    outcome: &Outcome,
+) -> Result<K, Error> {
+    write_status_from(api, object, object, status, record, outcome).await
+}
+
+/// As `write_status`, with the kind's own status fields taken from `working`, a copy of
+/// `stored` that a kind's `converge` may have annotated.
+async fn write_status_from<K: ManagedKind>(
+    api: &Api<K>,
+    stored: &K,
+    working: &K,
     mut status: CloudStatus,
     record: Option<&Record<K>>,
     outcome: &Outcome,
 ) -> Result<K, Error> {
-    let generation = object.meta().generation;
+    let generation = stored.meta().generation;
     status.observed_generation = generation;
     conditions::apply(
         &mut status.conditions,
@@ -465,12 +479,12 @@ async fn write_status<K: ManagedKind>(
         generation,
         Timestamp::now(),
     );
-    let updated = object.with_status(status, record);
-    if serde_json::to_value(&updated)? == serde_json::to_value(object)? {
+    let updated = working.with_status(status, record);
+    if serde_json::to_value(&updated)? == serde_json::to_value(stored)? {
         return Ok(updated);
     }
     Ok(api
-        .replace_status(&object.name_any(), &PostParams::default(), &updated)
+        .replace_status(&stored.name_any(), &PostParams::default(), &updated)
         .await?)
 }
 

@@ -1,0 +1,444 @@
+//! `GpuInstance`: creates (or restores) the machine, then drives power state, reboots, public
+//! IP and security rules toward the spec, one cloud call per step.
+
+use crate::account::Account;
+use crate::conditions::{Outcome, reason};
+use crate::context::Context;
+use crate::error::Error;
+use crate::kind::{ManagedKind, Record, WhenGone};
+use crate::records::Instances;
+use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
+use gpucloud_api::{
+    CloudStatus, GpuInstance, GpuInstanceStatus, Image, Managed, PowerState,
+    RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
+};
+use gpucloud_cloud::model::{
+    CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
+    SecurityRule as CloudRule, Tier as CloudTier, VmStatus,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, ResourceExt};
+
+impl ManagedKind for GpuInstance {
+    type Lister = Instances;
+    const WHEN_GONE: WhenGone = WhenGone::Report;
+
+    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
+        let mut object = self.clone();
+        let previous = self.status.clone().unwrap_or_default();
+        object.status = Some(match record {
+            Some(r) => GpuInstanceStatus {
+                cloud: common,
+                vm_status: Some(r.vm_status.as_str().to_string()),
+                ip_address: r.ip_address.clone(),
+                ip_status: Some(r.ip_status.as_str().to_string()),
+                specs: Some(InstanceSpecs {
+                    gpu_type: r.specs.gpu_type.clone(),
+                    gpu_count: i32::try_from(r.specs.gpu_count).unwrap_or(i32::MAX),
+                    ram_gb: i32::try_from(r.specs.ram_gb).unwrap_or(i32::MAX),
+                    vcpus: i32::try_from(r.specs.vcpus).unwrap_or(i32::MAX),
+                    storage_gb: i32::try_from(r.specs.storage_gb).unwrap_or(i32::MAX),
+                }),
+                hourly_rate: Some(r.billing.hourly_rate),
+                currency: Some(r.billing.currency.clone()),
+                boot_source: Some(r.boot_source.as_str().to_string()),
+                source_snapshot_id: r.snapshot_id.clone(),
+                restarted_at: previous.restarted_at,
+            },
+            None => GpuInstanceStatus {
+                cloud: common,
+                ..previous
+            },
+        });
+        object
+    }
+
+    async fn create(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+        cloud_name: &str,
+    ) -> Result<Record<Self>, Error> {
+        let namespace = self.namespace().unwrap_or_default();
+        let spec = &self.spec;
+        if let Some(source) = &spec.source {
+            let snapshot =
+                ready_reference::<Snapshot>(cx, &namespace, &source.snapshot_ref.name, "Snapshot")
+                    .await?;
+            let restored = account
+                .client
+                .restore_snapshot(&snapshot, cloud_name)
+                .await?;
+            return Ok(restored.body.data);
+        }
+        let gpu_type = spec.gpu_type.clone().ok_or_else(|| {
+            Error::InvalidSpec("spec.gpuType is required unless spec.source is set".into())
+        })?;
+        let gpu_count = u32::try_from(spec.gpu_count.unwrap_or(1))
+            .map_err(|_| Error::InvalidSpec("spec.gpuCount must be positive".into()))?;
+        let image_id = match (&spec.os_image, &spec.image_ref) {
+            (Some(os), None) => os.clone(),
+            (None, Some(image)) => {
+                ready_reference::<Image>(cx, &namespace, &image.name, "Image").await?
+            }
+            _ => {
+                return Err(Error::InvalidSpec(
+                    "set exactly one of spec.osImage and spec.imageRef".into(),
+                ));
+            }
+        };
+        if let Some(limit) = spec.max_hourly_rate {
+            let pricing = account.pricing().await?;
+            let per_gpu = pricing
+                .gpus
+                .iter()
+                .find(|p| p.gpu_type == gpu_type)
+                .map(|p| p.price_per_gpu_hour);
+            let per_gpu = per_gpu.ok_or_else(|| {
+                Error::InvalidSpec(format!(
+                    "the cloud's price list has no GPU type {gpu_type:?}"
+                ))
+            })?;
+            let rate = per_gpu * f64::from(gpu_count);
+            if rate > limit {
+                return Err(Error::PriceAboveLimit { rate, limit });
+            }
+        }
+        let mut ssh_key_ids = Vec::with_capacity(spec.ssh_key_refs.len());
+        for key in &spec.ssh_key_refs {
+            ssh_key_ids.push(ready_reference::<SshKey>(cx, &namespace, &key.name, "SshKey").await?);
+        }
+        let startup_script = match &spec.startup_script {
+            None => None,
+            Some(script) => match (&script.inline, &script.config_map_ref) {
+                (Some(text), _) => Some(text.clone()),
+                (None, Some(reference)) => {
+                    Some(config_map_value(cx, &namespace, &reference.name, &reference.key).await?)
+                }
+                (None, None) => None,
+            },
+        };
+        let request = CreateInstanceRequest {
+            name: cloud_name.to_string(),
+            region: spec.region.clone(),
+            gpu_type,
+            gpu_count,
+            image_id,
+            tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
+            ssh_key_ids,
+            startup_script,
+            startup_script_id: None,
+            public_ip: Some(spec.public_ip),
+            volume_ids: Vec::new(),
+        };
+        Ok(account.client.create_instance(&request).await?)
+    }
+
+    async fn converge(
+        &mut self,
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &Instance,
+    ) -> Result<Outcome, Error> {
+        let id = record.instance_id.as_str();
+        let client = &account.client;
+        match &record.status {
+            InstanceStatus::Creating
+            | InstanceStatus::Stopping
+            | InstanceStatus::Starting
+            | InstanceStatus::Rebooting
+            | InstanceStatus::Hibernating
+            | InstanceStatus::Deleting => {
+                return Ok(Outcome::progressing(
+                    reason::PROVISIONING,
+                    format!("{id} is {}", record.status),
+                ));
+            }
+            InstanceStatus::Error => {
+                return Ok(Outcome::stalled(
+                    reason::CLOUD_UNAVAILABLE,
+                    format!("the cloud reports {id} in ERROR"),
+                ));
+            }
+            _ => {}
+        }
+
+        // Power state first: the other changes need a running machine.
+        let wanted = self.spec.power_state;
+        let step = match (wanted, &record.status) {
+            (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
+                Some("restoring")
+            }
+            (PowerState::Running | PowerState::Hibernated, InstanceStatus::Shutoff) => {
+                Some("starting")
+            }
+            (PowerState::Stopped, InstanceStatus::Active) => Some("stopping"),
+            (PowerState::Hibernated, InstanceStatus::Active) => Some("hibernating"),
+            _ => None,
+        };
+        if let Some(step) = step {
+            match step {
+                "restoring" => {
+                    client.restore_hibernated_instance(id).await?;
+                }
+                "starting" => {
+                    client.start_instance(id).await?;
+                }
+                "stopping" => {
+                    client.stop_instance(id).await?;
+                }
+                _ => {
+                    client.hibernate_instance(id).await?;
+                }
+            }
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("{step} {id} toward powerState {wanted:?}"),
+            ));
+        }
+        if wanted != PowerState::Running {
+            let state = if wanted == PowerState::Stopped {
+                "stopped"
+            } else {
+                "hibernated"
+            };
+            return Ok(Outcome::ready(
+                reason::AVAILABLE,
+                format!("{id} is {state}"),
+            ));
+        }
+        if record.vm_status != VmStatus::Running {
+            return Ok(Outcome::progressing(
+                reason::PROVISIONING,
+                format!("{id} is {}", record.vm_status),
+            ));
+        }
+
+        // A new `restartedAt` value asks for one reboot.
+        let restart = self.annotations().get(RESTARTED_AT_ANNOTATION).cloned();
+        let done = self.status.as_ref().and_then(|s| s.restarted_at.clone());
+        if let Some(requested) = restart
+            && done.as_deref() != Some(requested.as_str())
+        {
+            client.reboot_instance(id).await?;
+            if let Some(status) = self.status.as_mut() {
+                status.restarted_at = Some(requested.clone());
+            }
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("rebooting {id} for {RESTARTED_AT_ANNOTATION}={requested}"),
+            ));
+        }
+
+        if record.public_ip_enabled != self.spec.public_ip {
+            client.toggle_public_ip(id, self.spec.public_ip).await?;
+            let verb = if self.spec.public_ip {
+                "assigning"
+            } else {
+                "releasing"
+            };
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("{verb} the public IP of {id}"),
+            ));
+        }
+
+        let (missing, extra) = rule_diff(&self.spec.security_rules, &record.security_rules);
+        if let Some(rule) = extra.first() {
+            client.remove_security_rule(id, &rule.id).await?;
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("removing security rule {} from {id}", rule.id),
+            ));
+        }
+        if let Some(rule) = missing.first() {
+            client.add_security_rule(id, &to_cloud_rule(rule)).await?;
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("adding a security rule to {id}"),
+            ));
+        }
+
+        let address = record.ip_address.as_deref().unwrap_or("no public IP");
+        Ok(Outcome::ready(
+            reason::AVAILABLE,
+            format!("{id} is running ({address})"),
+        ))
+    }
+
+    fn observed(&self, record: &Instance) -> Outcome {
+        match record.status {
+            InstanceStatus::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("{} is in ERROR", record.instance_id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!("observing {} ({})", record.instance_id, record.status),
+            ),
+        }
+    }
+
+    async fn delete(
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &Instance,
+    ) -> Result<(), Error> {
+        if record.status == InstanceStatus::Deleting {
+            return Ok(());
+        }
+        match account.client.delete_instance(&record.instance_id).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The cloud id recorded by a referenced object of this API group, once it is `Ready`.
+async fn ready_reference<R>(
+    cx: &Context<GpuInstance>,
+    namespace: &str,
+    name: &str,
+    kind: &'static str,
+) -> Result<String, Error>
+where
+    R: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Managed
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<R> = Api::namespaced(cx.client.clone(), namespace);
+    let waiting = |detail: &str| Error::WaitingFor {
+        kind,
+        name: name.to_string(),
+        detail: detail.to_string(),
+    };
+    let object = api
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| waiting("it does not exist"))?;
+    let status = object.cloud_status();
+    if !status.is_ready(object.meta().generation) {
+        return Err(waiting("it is not Ready"));
+    }
+    status
+        .external_id
+        .ok_or_else(|| waiting("it has no cloud id yet"))
+}
+
+async fn config_map_value(
+    cx: &Context<GpuInstance>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<String, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(cx.client.clone(), namespace);
+    let waiting = |detail: String| Error::WaitingFor {
+        kind: "ConfigMap",
+        name: name.to_string(),
+        detail,
+    };
+    let map = api
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| waiting("it does not exist".into()))?;
+    map.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .cloned()
+        .ok_or_else(|| waiting(format!("it has no key {key:?}")))
+}
+
+/// Rules in the spec the cloud lacks, and rules the cloud has that the spec does not name.
+/// Rules are compared by content; the cloud's ids play no part.
+fn rule_diff<'a>(
+    wanted: &'a [SecurityRule],
+    actual: &'a [CloudRule],
+) -> (Vec<&'a SecurityRule>, Vec<&'a CloudRule>) {
+    let matches = |w: &SecurityRule, a: &CloudRule| {
+        a.direction.as_str() == w.direction.cloud_value()
+            && a.protocol.as_str() == w.protocol
+            && a.ethertype.as_str() == w.ether_type.cloud_value()
+            && a.remote_ip_prefix == w.remote_ip_prefix
+            && a.port_range_min == u32::try_from(w.port_range_min).ok()
+            && a.port_range_max == u32::try_from(w.port_range_max).ok()
+    };
+    let missing = wanted
+        .iter()
+        .filter(|w| !actual.iter().any(|a| matches(w, a)))
+        .collect();
+    let extra = actual
+        .iter()
+        .filter(|a| !wanted.iter().any(|w| matches(w, a)))
+        .collect();
+    (missing, extra)
+}
+
+fn to_cloud_rule(rule: &SecurityRule) -> NewRule {
+    NewRule {
+        direction: Direction::from_wire(rule.direction.cloud_value()),
+        protocol: Protocol::from_wire(&rule.protocol),
+        ethertype: Ethertype::from_wire(rule.ether_type.cloud_value()),
+        remote_ip_prefix: rule.remote_ip_prefix.clone(),
+        port_range_min: u32::try_from(rule.port_range_min).ok(),
+        port_range_max: u32::try_from(rule.port_range_max).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucloud_api::gpu_instance::{Direction as SpecDirection, EtherType};
+
+    fn spec_rule(cidr: &str, port: i32) -> SecurityRule {
+        SecurityRule {
+            direction: SpecDirection::Ingress,
+            protocol: "tcp".into(),
+            ether_type: EtherType::IPv4,
+            remote_ip_prefix: cidr.into(),
+            port_range_min: port,
+            port_range_max: port,
+        }
+    }
+
+    fn cloud_rule(id: &str, cidr: &str, port: u32) -> CloudRule {
+        CloudRule {
+            id: id.into(),
+            direction: Direction::Ingress,
+            protocol: Protocol::Tcp,
+            ethertype: Ethertype::Ipv4,
+            remote_ip_prefix: cidr.into(),
+            port_range_min: Some(port),
+            port_range_max: Some(port),
+        }
+    }
+
+    #[test]
+    fn rules_diff_by_content() {
+        let wanted = [spec_rule("10.0.0.0/8", 22), spec_rule("0.0.0.0/0", 443)];
+        let actual = [
+            cloud_rule("r1", "10.0.0.0/8", 22),
+            cloud_rule("r2", "0.0.0.0/0", 80),
+        ];
+        let (missing, extra) = rule_diff(&wanted, &actual);
+        assert_eq!(missing, vec![&wanted[1]]);
+        assert_eq!(
+            extra.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["r2"]
+        );
+        let (missing, extra) = rule_diff(&wanted[..1], &actual[..1]);
+        assert!(missing.is_empty() && extra.is_empty());
+    }
+
+    #[test]
+    fn cloud_rules_carry_the_cloud_spelling() {
+        let rule = to_cloud_rule(&spec_rule("192.0.2.0/24", 8080));
+        let json = serde_json::to_value(&rule).unwrap();
+        assert_eq!(json["direction"], "ingress");
+        assert_eq!(json["ethertype"], "IPv4");
+        assert_eq!(json["protocol"], "tcp");
+        assert_eq!(json["port_range_min"], 8080);
+    }
+}

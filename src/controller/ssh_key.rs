@@ -1,0 +1,200 @@
+//! `SshKey`: imports the given public key, or generates a pair.
+//!
+//! A generated pair is made by the operator, not the cloud: the private key goes into the
+//! object's owned Secret *before* the public half is imported. A cloud-generated pair returns
+//! its private key once, in the create response; a lost response would lose the key for good.
+//! Made here, a retried import after a lost response reuses the same pair from the Secret.
+
+use crate::account::Account;
+use crate::conditions::{Outcome, reason};
+use crate::context::Context;
+use crate::error::Error;
+use crate::kind::{ManagedKind, Record, WhenGone};
+use crate::records::SshKeys;
+use gpucloud_api::{CloudStatus, SshKey, SshKeyStatus};
+use gpucloud_cloud::model::{CreateSshKeyRequest, SshKey as CloudSshKey};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::{Api, Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// Secret keys, as the `kubernetes.io/ssh-auth` Secret type names them.
+pub const PRIVATE_KEY_FIELD: &str = "ssh-privatekey";
+pub const PUBLIC_KEY_FIELD: &str = "ssh-publickey";
+
+impl ManagedKind for SshKey {
+    type Lister = SshKeys;
+    const WHEN_GONE: WhenGone = WhenGone::Recreate;
+
+    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
+        let mut object = self.clone();
+        let previous = self.status.clone().unwrap_or_default();
+        let generated = self.spec.public_key.is_none();
+        object.status = Some(SshKeyStatus {
+            cloud: common,
+            generated: Some(generated),
+            public_key: record.map(|r| r.public_key.clone()).or(previous.public_key),
+            private_key_secret: generated.then(|| private_key_secret_name(self)),
+        });
+        object
+    }
+
+    async fn create(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+        cloud_name: &str,
+    ) -> Result<Record<Self>, Error> {
+        let public_key = match &self.spec.public_key {
+            Some(key) => {
+                validate_public_key(key)?;
+                key.clone()
+            }
+            None => generated_public_key(self, cx).await?,
+        };
+        let request = CreateSshKeyRequest {
+            name: cloud_name.to_string(),
+            public_key: Some(public_key),
+        };
+        Ok(account.client.create_ssh_key(&request).await?.body.key)
+    }
+
+    async fn converge(
+        &mut self,
+        _cx: &Context<Self>,
+        _account: &Account,
+        record: &Record<Self>,
+    ) -> Result<Outcome, Error> {
+        Ok(self.observed(record))
+    }
+
+    fn observed(&self, record: &Record<Self>) -> Outcome {
+        Outcome::ready(
+            reason::AVAILABLE,
+            format!("key {} is registered", record.id),
+        )
+    }
+
+    async fn delete(
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &CloudSshKey,
+    ) -> Result<(), Error> {
+        match account.client.delete_ssh_key(&record.id).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The Secret receiving a generated private key.
+pub fn private_key_secret_name(key: &SshKey) -> String {
+    key.spec
+        .private_key_secret
+        .clone()
+        .unwrap_or_else(|| format!("{}-ssh-key", key.name_any()))
+}
+
+/// Checks the shape of an OpenSSH public key line before the cloud sees it.
+fn validate_public_key(line: &str) -> Result<(), Error> {
+    ssh_key::PublicKey::from_openssh(line.trim())
+        .map(|_| ())
+        .map_err(|e| {
+            Error::InvalidSpec(format!(
+                "spec.publicKey is not a valid OpenSSH public key: {e}"
+            ))
+        })
+}
+
+/// The public half of this object's generated pair: read from its Secret when a previous
+/// attempt made one, otherwise generated and stored there first.
+async fn generated_public_key(key: &SshKey, cx: &Context<SshKey>) -> Result<String, Error> {
+    let namespace = key.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
+    let name = private_key_secret_name(key);
+    let owner = key
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::InvalidSpec("the SshKey has no uid yet".into()))?;
+    if let Some(existing) = secrets.get_opt(&name).await? {
+        let owned = existing
+            .owner_references()
+            .iter()
+            .any(|r| r.uid == owner.uid);
+        if !owned {
+            return Err(Error::InvalidSpec(format!(
+                "Secret {namespace}/{name} exists and is not owned by this SshKey; choose another spec.privateKeySecret"
+            )));
+        }
+        let public = existing
+            .data
+            .as_ref()
+            .and_then(|d| d.get(PUBLIC_KEY_FIELD))
+            .map(|b| String::from_utf8_lossy(&b.0).trim().to_string())
+            .filter(|k| !k.is_empty());
+        if let Some(public) = public {
+            return Ok(public);
+        }
+        return Err(Error::InvalidSpec(format!(
+            "Secret {namespace}/{name} has no {PUBLIC_KEY_FIELD}"
+        )));
+    }
+    let private =
+        ssh_key::PrivateKey::random(&mut ssh_key::rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+            .map_err(|_| Error::InvalidSpec("SSH key generation failed".into()))?;
+    let private_pem = private
+        .to_openssh(ssh_key::LineEnding::LF)
+        .map_err(|_| Error::InvalidSpec("SSH key encoding failed".into()))?;
+    let public = private
+        .public_key()
+        .to_openssh()
+        .map_err(|_| Error::InvalidSpec("SSH key encoding failed".into()))?;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace),
+            owner_references: Some(vec![owner]),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_string(),
+                "gpucloud-operator".to_string(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/ssh-auth".into()),
+        data: Some(BTreeMap::from([
+            (
+                PRIVATE_KEY_FIELD.to_string(),
+                ByteString(private_pem.as_bytes().to_vec()),
+            ),
+            (
+                PUBLIC_KEY_FIELD.to_string(),
+                ByteString(public.as_bytes().to_vec()),
+            ),
+        ])),
+        ..Default::default()
+    };
+    // Written once: a concurrent writer's Secret wins and is read back on the next reconcile.
+    secrets.create(&PostParams::default(), &secret).await?;
+    Ok(public)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_keys_are_validated() {
+        assert!(validate_public_key("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host").is_ok());
+        for bad in [
+            "",
+            "ssh-ed25519",
+            "ssh-ed25519 AAAA",
+            "ssh-rsa !!!",
+            "-----BEGIN OPENSSH PRIVATE KEY-----",
+        ] {
+            let err = validate_public_key(bad).unwrap_err();
+            assert!(err.to_string().contains("spec.publicKey"), "{bad}: {err}");
+        }
+    }
+}
