@@ -643,3 +643,49 @@ async fn ssh_key_generation_returns_the_private_key_once_hidden_from_debug() {
     let sent: serde_json::Value = serde_json::from_slice(&server.received()[0].body).unwrap();
     assert_eq!(sent, json!({"name": "k"}));
 }
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn api_key_never_appears_in_log_lines() {
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(logs.clone())
+        .finish();
+    // The test runtime is single-threaded, so the default subscriber sees every event.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let echo = format!("bad key {KEY}");
+    let server = Server::start(vec![
+        error_reply(500, "INTERNAL_ERROR", &echo),
+        error_reply(500, "INTERNAL_ERROR", &echo),
+        error_reply(401, "INVALID_API_KEY", &echo),
+    ])
+    .await;
+    let client = CloudClient::new(config(server.url())).unwrap();
+    let err = bounded(client.get_balance()).await.unwrap_err();
+    assert_eq!(err.metric_label(), "unauthorized");
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("retrying cloud call"), "{text}");
+    assert!(text.contains("GetBalance"), "{text}");
+    assert!(!text.contains(KEY), "{text}");
+}
