@@ -1,0 +1,272 @@
+//! Deletion through kube-rs: finalizers and deletionTimestamp, preconditions, dry run,
+//! propagation policies with owner-reference garbage collection, namespace termination,
+//! and deletecollection.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kube_support;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    PropagationPolicy,
+};
+use kube_support::*;
+use serde_json::json;
+
+async fn exists(api: &Api<DynamicObject>, name: &str) -> bool {
+    bounded(api.get_opt(name)).await.unwrap().is_some()
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let mut held = configmap("held", json!({}), json!({}));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    create(&api, &held).await;
+
+    // A real server marks the object (deletionTimestamp) and returns it with 200 while
+    // finalizers remain (registry/store.go updateForGracefulDeletionAndFinalizers).
+    let deleted = bounded(api.delete("held", &DeleteParams::default()))
+        .await
+        .unwrap();
+    let marked = deleted
+        .left()
+        .expect("the object is returned while finalizers remain");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert!(exists(&api, "held").await);
+
+    // No new finalizers once deleting: 422 with the real validation wording
+    // (apimachinery ValidateObjectMetaUpdate).
+    let add =
+        Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}}));
+    let refused = status_of(bounded(api.patch("held", &PatchParams::default(), &add)).await);
+    assert_eq!(refused.code, 422);
+    assert!(
+        refused
+            .message
+            .contains("no new finalizers can be added if the object is being deleted"),
+        "{}",
+        refused.message
+    );
+
+    // Removing the last finalizer deletes the object.
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    bounded(api.patch("held", &PatchParams::default(), &release))
+        .await
+        .unwrap();
+    assert!(!exists(&api, "held").await);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn preconditions_and_dry_run_deletes() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let created = create(&api, &configmap("pre", json!({}), json!({}))).await;
+    let wrong_uid = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some("not-the-uid".into()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    // Real: 409 Conflict "Precondition failed: UID in precondition: ..." (storage
+    // Preconditions.Check).
+    let conflict = status_of(bounded(api.delete("pre", &wrong_uid)).await);
+    assert_eq!(conflict.code, 409);
+    assert!(
+        conflict
+            .message
+            .contains("Precondition failed: UID in precondition")
+    );
+
+    let dry_run = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    bounded(api.delete("pre", &dry_run)).await.unwrap();
+    assert!(exists(&api, "pre").await, "dry run keeps the object");
+
+    let right_uid = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: created.metadata.uid.clone(),
+            resource_version: created.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    let gone = bounded(api.delete("pre", &right_uid)).await.unwrap();
+    // ConfigMaps answer an immediate delete with a Success Status, as the real registry
+    // (ReturnDeletedObject unset for configmaps).
+    assert!(gone.is_right());
+    assert!(!exists(&api, "pre").await);
+    server.shutdown().await;
+}
+
+fn owned_by(name: &str, owner: &DynamicObject, block: bool) -> DynamicObject {
+    let mut dependent = configmap(name, json!({}), json!({}));
+    dependent.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: owner.metadata.name.clone().unwrap(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            block_owner_deletion: Some(block),
+            controller: Some(true),
+        },
+    ]);
+    dependent
+}
+
+#[tokio::test]
+async fn background_deletion_collects_dependents() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let owner = create(&api, &configmap("owner", json!({}), json!({}))).await;
+    create(&api, &owned_by("child", &owner, false)).await;
+    bounded(api.delete("owner", &DeleteParams::background()))
+        .await
+        .unwrap();
+    assert!(!exists(&api, "owner").await);
+    eventually(|| async { (!exists(&api, "child").await).then_some(()) }).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn foreground_deletion_waits_for_dependents() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let owner = create(&api, &configmap("fg", json!({}), json!({}))).await;
+    let mut child = owned_by("fg-child", &owner, true);
+    // The child's own finalizer keeps it (and so the owner) around until released.
+    child.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    create(&api, &child).await;
+    let deleted = bounded(api.delete("fg", &DeleteParams::foreground()))
+        .await
+        .unwrap();
+    let marked = deleted
+        .left()
+        .expect("foreground deletion returns the marked owner");
+    // Real: the owner gets the foregroundDeletion finalizer and a deletionTimestamp.
+    assert_eq!(marked.metadata.finalizers.unwrap(), ["foregroundDeletion"]);
+    eventually(|| async {
+        let child = bounded(api.get("fg-child")).await.unwrap();
+        child.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    assert!(
+        exists(&api, "fg").await,
+        "owner waits for its blocking dependent"
+    );
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    bounded(api.patch("fg-child", &PatchParams::default(), &release))
+        .await
+        .unwrap();
+    eventually(|| async { (!exists(&api, "fg").await).then_some(()) }).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn orphan_deletion_keeps_dependents_without_the_reference() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let owner = create(&api, &configmap("orphaner", json!({}), json!({}))).await;
+    create(&api, &owned_by("orphan", &owner, false)).await;
+    let orphan = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    bounded(api.delete("orphaner", &orphan)).await.unwrap();
+    eventually(|| async { (!exists(&api, "orphaner").await).then_some(()) }).await;
+    let kept = bounded(api.get("orphan")).await.unwrap();
+    assert!(
+        kept.metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn namespace_deletion_empties_then_removes_it() {
+    let (server, client) = start().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "temp"}})).unwrap();
+    let created = bounded(namespaces.create(&PostParams::default(), &namespace))
+        .await
+        .unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Active"));
+    let api = configmaps(&client, "temp");
+    let mut held = configmap("held", json!({}), json!({}));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    create(&api, &held).await;
+    create(&api, &configmap("plain", json!({}), json!({}))).await;
+
+    let deleted = bounded(namespaces.delete("temp", &DeleteParams::default()))
+        .await
+        .unwrap();
+    let terminating = deleted
+        .left()
+        .expect("namespace deletion returns the namespace");
+    assert_eq!(
+        terminating.status.unwrap().phase.as_deref(),
+        Some("Terminating")
+    );
+    // Real (NamespaceLifecycle admission): 403 Forbidden for new content.
+    let forbidden = status_of(
+        bounded(api.create(
+            &PostParams::default(),
+            &configmap("late", json!({}), json!({})),
+        ))
+        .await,
+    );
+    assert_eq!(
+        (forbidden.code, forbidden.reason.as_str()),
+        (403, "Forbidden")
+    );
+    eventually(|| async { (!exists(&api, "plain").await).then_some(()) }).await;
+    assert!(
+        bounded(namespaces.get_opt("temp")).await.unwrap().is_some(),
+        "held content keeps it"
+    );
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    bounded(api.patch("held", &PatchParams::default(), &release))
+        .await
+        .unwrap();
+    eventually(|| async {
+        bounded(namespaces.get_opt("temp"))
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_collection_by_label() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(&api, &configmap("k1", json!({"batch": "1"}), json!({}))).await;
+    create(&api, &configmap("k2", json!({"batch": "1"}), json!({}))).await;
+    create(&api, &configmap("k3", json!({"batch": "2"}), json!({}))).await;
+    let deleted = bounded(api.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("batch=1"),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(deleted.left().unwrap().items.len(), 2);
+    let left: Vec<_> = bounded(api.list(&ListParams::default()))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|o| o.metadata.name.unwrap())
+        .collect();
+    assert_eq!(left, ["k3"]);
+    server.shutdown().await;
+}
