@@ -4,6 +4,7 @@
 //! to treat custom resources (and a few built-ins) the way a real kube-apiserver does, including
 //! the exact wording of its validation messages.
 
+pub mod apply;
 mod gofmt;
 mod json;
 pub mod patch;

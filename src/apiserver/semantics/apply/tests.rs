@@ -1,0 +1,415 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+const T1: &str = "2026-01-01T00:01:00Z";
+
+fn firewall_schema() -> Schema {
+    Schema::compile(&json!({
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": {
+                "replicas": {"type": "integer"},
+                "zone": {"type": "string"},
+                "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                "rules": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                          "items": {"type": "object", "properties": {
+                              "name": {"type": "string"}, "cidr": {"type": "string"}, "port": {"type": "integer"}}}}
+            }}
+        }
+    }))
+    .unwrap()
+}
+
+fn object(spec: Value) -> Value {
+    json!({"apiVersion": "gpucloud.io/v1", "kind": "Firewall", "metadata": {"name": "fw"}, "spec": spec})
+}
+
+fn entries(value: &Value) -> Vec<(String, String, Value)> {
+    value["metadata"]["managedFields"]
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|e| {
+                    (
+                        e["manager"].as_str().unwrap().to_string(),
+                        e["operation"].as_str().unwrap().to_string(),
+                        e["fieldsV1"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn spec(value: &Value) -> &Value {
+    &value["spec"]
+}
+
+#[test]
+fn apply_creates_with_managed_fields_in_the_real_format() {
+    let schema = firewall_schema();
+    let applied = json!({"apiVersion": "gpucloud.io/v1", "kind": "Firewall",
+        "metadata": {"name": "fw", "labels": {"app": "gpu"}},
+        "spec": {"replicas": 1, "tags": ["a"], "rules": [{"name": "ssh", "port": 22}]}});
+    let created = apply(None, &applied, "kubectl", false, Some(&schema), T0).unwrap();
+    assert_eq!(
+        created["metadata"]["managedFields"],
+        json!([{
+            "manager": "kubectl", "operation": "Apply", "apiVersion": "gpucloud.io/v1", "time": T0,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:metadata": {"f:labels": {"f:app": {}}},
+                "f:spec": {
+                    "f:replicas": {},
+                    "f:rules": {"k:{\"name\":\"ssh\"}": {".": {}, "f:name": {}, "f:port": {}}},
+                    "f:tags": {"v:\"a\"": {}}
+                }
+            }
+        }])
+    );
+    assert_eq!(created["spec"], applied["spec"]);
+    assert_eq!(created["metadata"]["labels"], json!({"app": "gpu"}));
+}
+
+#[test]
+fn fields_no_longer_applied_are_removed_unless_shared() {
+    let schema = firewall_schema();
+    let first = apply(
+        None,
+        &object(json!({"replicas": 1, "zone": "a"})),
+        "one",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    // A second applier sets the same zone: shared ownership, no conflict.
+    let shared = apply(
+        Some(&first),
+        &object(json!({"zone": "a"})),
+        "two",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    // The first applier stops applying both fields: replicas goes, zone stays (owned by "two").
+    let after = apply(
+        Some(&shared),
+        &object(json!({})),
+        "one",
+        false,
+        Some(&schema),
+        T1,
+    )
+    .unwrap();
+    assert_eq!(spec(&after), &json!({"zone": "a"}));
+    let managers: Vec<String> = entries(&after).into_iter().map(|(m, _, _)| m).collect();
+    // Entries are ordered by operation, then time.
+    assert_eq!(managers, vec!["two", "one"]);
+}
+
+#[test]
+fn conflicts_fail_unless_forced_and_then_move_ownership() {
+    let schema = firewall_schema();
+    let first = apply(
+        None,
+        &object(json!({"replicas": 1})),
+        "alice",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    let error = apply(
+        Some(&first),
+        &object(json!({"replicas": 2})),
+        "bob",
+        false,
+        Some(&schema),
+        T1,
+    )
+    .unwrap_err();
+    // Wording from the apiserver's managedfields conflict error (getConflictMessage).
+    assert_eq!(
+        error.to_string(),
+        "Apply failed with 1 conflict: conflict with \"alice\": .spec.replicas"
+    );
+    let forced = apply(
+        Some(&first),
+        &object(json!({"replicas": 2})),
+        "bob",
+        true,
+        Some(&schema),
+        T1,
+    )
+    .unwrap();
+    assert_eq!(spec(&forced)["replicas"], json!(2));
+    let owners = entries(&forced);
+    assert_eq!(owners.len(), 1, "alice owned nothing else: {owners:?}");
+    assert_eq!(owners[0].0, "bob");
+    // Alice no longer owns replicas, so her re-apply without it does not remove it.
+    let again = apply(
+        Some(&forced),
+        &object(json!({})),
+        "alice",
+        false,
+        Some(&schema),
+        T1,
+    )
+    .unwrap();
+    assert_eq!(spec(&again)["replicas"], json!(2));
+}
+
+#[test]
+fn update_managers_are_named_with_their_version() {
+    let schema = firewall_schema();
+    let mut created = object(json!({"replicas": 1}));
+    record_update(
+        None,
+        &mut created,
+        "kubectl-client-side-apply",
+        Some(&schema),
+        T0,
+    );
+    assert_eq!(
+        entries(&created),
+        vec![(
+            "kubectl-client-side-apply".to_string(),
+            "Update".to_string(),
+            json!({"f:spec": {".": {}, "f:replicas": {}}})
+        )]
+    );
+    let error = apply(
+        Some(&created),
+        &object(json!({"replicas": 3})),
+        "kubectl",
+        false,
+        Some(&schema),
+        T1,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using gpucloud.io/v1: .spec.replicas"
+    );
+}
+
+#[test]
+fn map_lists_merge_by_key_and_sets_by_value() {
+    let schema = firewall_schema();
+    let a = apply(
+        None,
+        &object(json!({"rules": [{"name": "ssh", "port": 22}], "tags": ["x"]})),
+        "a",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    let b = apply(
+        Some(&a),
+        &object(json!({"rules": [{"name": "http", "port": 80}], "tags": ["y"]})),
+        "b",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    assert_eq!(
+        spec(&b)["rules"],
+        json!([{"name": "ssh", "port": 22}, {"name": "http", "port": 80}])
+    );
+    assert_eq!(spec(&b)["tags"], json!(["x", "y"]));
+    let a_again = apply(Some(&b), &object(json!({})), "a", false, Some(&schema), T1).unwrap();
+    assert_eq!(
+        spec(&a_again)["rules"],
+        json!([{"name": "http", "port": 80}])
+    );
+    assert_eq!(spec(&a_again)["tags"], json!(["y"]));
+    // Changing a field of b's item conflicts on that field only.
+    let error = apply(
+        Some(&b),
+        &object(json!({"rules": [{"name": "http", "port": 81}]})),
+        "a",
+        false,
+        Some(&schema),
+        T1,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Apply failed with 1 conflict: conflict with \"b\": .spec.rules[name=\"http\"].port"
+    );
+}
+
+#[test]
+fn lists_without_a_list_type_are_atomic() {
+    let first = apply(None, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}, "list": [1, 2]}), "a", false, None, T0).unwrap();
+    assert_eq!(
+        entries(&first)[0].2,
+        json!({"f:data": {"f:k": {}}, "f:list": {}})
+    );
+    let error = apply(
+        Some(&first),
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "list": [3]}),
+        "b",
+        false,
+        None,
+        T1,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Apply failed with 1 conflict: conflict with \"a\": .list"
+    );
+}
+
+#[test]
+fn record_update_takes_over_changed_fields_and_drops_removed_ones() {
+    let schema = firewall_schema();
+    let created = apply(
+        None,
+        &object(json!({"replicas": 1, "zone": "a"})),
+        "applier",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    let mut updated = created.clone();
+    updated["spec"]["replicas"] = json!(5);
+    updated["spec"].as_object_mut().unwrap().remove("zone");
+    record_update(
+        Some(&created),
+        &mut updated,
+        "controller",
+        Some(&schema),
+        T1,
+    );
+    let owners = entries(&updated);
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0].0, "controller");
+    assert_eq!(owners[0].2, json!({"f:spec": {"f:replicas": {}}}));
+    // A no-op update records nothing new.
+    let mut same = updated.clone();
+    record_update(Some(&updated), &mut same, "someone", Some(&schema), T1);
+    assert_eq!(same, updated);
+    // Clients may reset managed fields with [{}].
+    let mut reset = updated.clone();
+    reset["metadata"]["managedFields"] = json!([{}]);
+    record_update(Some(&updated), &mut reset, "someone", Some(&schema), T1);
+    assert_eq!(reset["metadata"].get("managedFields"), None);
+}
+
+#[test]
+fn owner_references_and_finalizers_have_their_metadata_list_types() {
+    let applied = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s",
+        "finalizers": ["gpucloud.io/cleanup"],
+        "ownerReferences": [{"apiVersion": "gpucloud.io/v1", "kind": "GpuInstance", "name": "g", "uid": "u1"}]}});
+    let created = apply(None, &applied, "op", false, None, T0).unwrap();
+    assert_eq!(
+        entries(&created)[0].2,
+        json!({"f:metadata": {
+            "f:finalizers": {"v:\"gpucloud.io/cleanup\"": {}},
+            "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {".": {}, "f:apiVersion": {}, "f:kind": {}, "f:name": {}, "f:uid": {}}}
+        }})
+    );
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    assert!(matches!(
+        apply(None, &json!([1]), "m", false, None, T0),
+        Err(ApplyError::Invalid(_))
+    ));
+    assert!(matches!(
+        apply(None, &json!({}), "", false, None, T0),
+        Err(ApplyError::Invalid(_))
+    ));
+    let with_fields = json!({"metadata": {"managedFields": [{"manager": "x"}]}});
+    assert_eq!(
+        apply(None, &with_fields, "m", false, None, T0).unwrap_err(),
+        ApplyError::Invalid("metadata.managedFields must be nil".to_string())
+    );
+}
+
+#[test]
+fn several_conflicts_are_grouped_by_manager() {
+    let conflicts = vec![
+        Conflict {
+            manager: "a".into(),
+            field: ".spec.x".into(),
+            api_version: None,
+        },
+        Conflict {
+            manager: "a".into(),
+            field: ".spec.y".into(),
+            api_version: None,
+        },
+        Conflict {
+            manager: "b".into(),
+            field: ".spec.z".into(),
+            api_version: Some("v1".into()),
+        },
+    ];
+    assert_eq!(
+        conflict_message(&conflicts),
+        "Apply failed with 3 conflicts: conflicts with \"a\":\n- .spec.x\n- .spec.y\nconflicts with \"b\" using v1:\n- .spec.z"
+    );
+}
+
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::*;
+    use super::{T0, T1, firewall_schema};
+
+    fn arbitrary_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-3i64..3).prop_map(Value::from),
+            "[a-c]{0,2}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "spec", "rules", "name", "tags", "zone", "metadata", "f:x", "k:{"
+                    ]),
+                    inner,
+                    0..4
+                )
+                .prop_map(|map| Value::Object(
+                    map.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        #[test]
+        fn apply_and_record_update_never_panic(live in arbitrary_json(), applied in arbitrary_json(),
+                                               fields in arbitrary_json(), force in any::<bool>()) {
+            let schema = firewall_schema();
+            let mut live = json!({"apiVersion": "gpucloud.io/v1", "kind": "Firewall", "spec": live});
+            live["metadata"] = json!({"name": "fw", "managedFields": [{"manager": "x", "operation": "Apply", "fieldsV1": fields}]});
+            let applied = json!({"apiVersion": "gpucloud.io/v1", "kind": "Firewall", "spec": applied});
+            if let Ok(result) = apply(Some(&live), &applied, "m", force, Some(&schema), T0) {
+                let mut again = result.clone();
+                record_update(Some(&live), &mut again, "u", Some(&schema), T1);
+                // Applying the same configuration twice is stable.
+                let twice = apply(Some(&result), &applied, "m", force, Some(&schema), T0);
+                prop_assert!(twice.is_ok());
+            }
+        }
+    }
+}
