@@ -10,7 +10,9 @@ use gpucloud_cloud::{
     ApiKey, Backoff, CallObserver, CallOutcome, ClientConfig, CloudClient, Error, Operation,
     RetryPolicy,
 };
-use gpucloud_simulator::{Delays, RateLimit, Simulator, SimulatorConfig, SimulatorHandle};
+use gpucloud_simulator::{
+    Delays, FaultPlan, RateLimit, Simulator, SimulatorConfig, SimulatorHandle,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bound on any single step, so a broken simulator fails the test instead of hanging it.
@@ -1290,5 +1292,96 @@ async fn rate_limit_answers_429_with_retry_after_and_the_client_waits_it_out() {
         "every retry waits at least Retry-After: {retries:?}"
     );
     assert!(started.elapsed() >= Duration::from_secs(1));
+    step(sim.shutdown()).await;
+}
+
+// === Faults and the client's retry classes ===
+
+#[tokio::test]
+async fn injected_faults_are_retried_only_where_repeating_is_safe() {
+    let sim = start(SimulatorConfig::default()).await;
+    let mut config = client_config(&sim);
+    config.timeout = Duration::from_secs(2);
+    config.retry = RetryPolicy {
+        max_attempts: 3,
+        backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(5)),
+        max_retry_after: Duration::from_secs(5),
+    };
+    let client = CloudClient::new(config).unwrap();
+    let vm = active_instance(&client, "faulty", Tier::Advanced).await;
+
+    let mut plan = FaultPlan::default();
+    plan.error_rate_per_operation
+        .insert("GetBalance".into(), 1.0);
+    plan.error_rate_per_operation
+        .insert("StopInstance".into(), 1.0);
+    plan.act_then_drop.insert("CreateVolume".into(), 1.0);
+    sim.set_faults(plan);
+    let before = sim.call_counts();
+    let count = |counts: &std::collections::BTreeMap<String, u64>, op: &str| {
+        counts.get(op).copied().unwrap_or(0)
+    };
+
+    // An idempotent read is repeated up to the attempt bound.
+    let err = step(client.get_balance()).await.unwrap_err();
+    assert!(matches!(err, Error::Server { status: 500, .. }), "{err:?}");
+    // A power action is not repeated once the server has answered.
+    let err = step(client.stop_instance(&vm.instance_id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Server { status: 500, .. }), "{err:?}");
+    assert_eq!(
+        get(&client, &vm.instance_id).await.status,
+        InstanceStatus::Active
+    );
+    // A billed create whose answer is lost is not repeated, although it happened.
+    let err = step(client.create_volume(&volume_request(
+        "lost-answer",
+        10,
+        "us-east-1",
+        Tier::Advanced,
+    )))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout { .. }
+                | Error::Transport {
+                    connected: true,
+                    ..
+                }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.never_sent());
+
+    let after = sim.call_counts();
+    assert_eq!(
+        count(&after, "GetBalance") - count(&before, "GetBalance"),
+        3
+    );
+    assert_eq!(
+        count(&after, "StopInstance") - count(&before, "StopInstance"),
+        1
+    );
+    assert_eq!(
+        count(&after, "CreateVolume") - count(&before, "CreateVolume"),
+        1
+    );
+
+    // The caller finds the volume by name instead of creating it again.
+    sim.set_faults(FaultPlan::default());
+    let volumes = step(client.list_volumes(&VolumeListQuery::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        volumes
+            .volumes
+            .iter()
+            .filter(|v| v.name == "lost-answer")
+            .count(),
+        1
+    );
     step(sim.shutdown()).await;
 }
