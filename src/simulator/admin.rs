@@ -72,10 +72,10 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-fn respond(result: Result<serde_json::Value, ApiError>) -> Response {
+fn respond(app: &AppState, result: Result<serde_json::Value, ApiError>) -> Response {
     match result {
         Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),
-        Err(error) => error_response(&error, "req_admin".to_string()),
+        Err(error) => error_response(&error, app.next_request_id()),
     }
 }
 
@@ -96,20 +96,29 @@ fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes
 }
 
 async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(authorize(&app, &headers).and_then(|()| {
-        encode(app.with_engine(|engine, now| {
-            engine.settle(now);
-            engine.snapshot_account(now)
-        }))
-    }))
+    respond(
+        &app,
+        authorize(&app, &headers).and_then(|()| {
+            encode(app.with_engine(|engine, now| {
+                engine.settle(now);
+                engine.snapshot_account(now)
+            }))
+        }),
+    )
 }
 
 async fn counters(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(authorize(&app, &headers).and_then(|()| encode(app.counters())))
+    respond(
+        &app,
+        authorize(&app, &headers).and_then(|()| encode(app.counters())),
+    )
 }
 
 async fn get_faults(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(authorize(&app, &headers).and_then(|()| encode(app.faults())))
+    respond(
+        &app,
+        authorize(&app, &headers).and_then(|()| encode(app.faults())),
+    )
 }
 
 async fn put_faults(
@@ -117,13 +126,16 @@ async fn put_faults(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond((|| {
-        authorize(&app, &headers)?;
-        let plan: FaultPlan = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-        plan.validate().map_err(ApiError::validation)?;
-        app.set_faults(plan.clone());
-        encode(plan)
-    })())
+    respond(
+        &app,
+        (|| {
+            authorize(&app, &headers)?;
+            let plan: FaultPlan = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
+            plan.validate().map_err(ApiError::validation)?;
+            app.set_faults(plan.clone());
+            encode(plan)
+        })(),
+    )
 }
 
 async fn put_balance(
@@ -131,15 +143,18 @@ async fn put_balance(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond((|| {
-        authorize(&app, &headers)?;
-        let request: SetBalance = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-        if !request.balance.is_finite() {
-            return Err(ApiError::validation("balance: must be a finite number"));
-        }
-        app.with_engine(|engine, now| engine.set_balance(request.balance, now));
-        encode(request)
-    })())
+    respond(
+        &app,
+        (|| {
+            authorize(&app, &headers)?;
+            let request: SetBalance = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
+            if !request.balance.is_finite() {
+                return Err(ApiError::validation("balance: must be a finite number"));
+            }
+            app.with_engine(|engine, now| engine.set_balance(request.balance, now));
+            encode(request)
+        })(),
+    )
 }
 
 async fn advance_clock(
@@ -147,22 +162,29 @@ async fn advance_clock(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond((|| {
-        authorize(&app, &headers)?;
-        let request: AdvanceClock = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-        if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9) {
-            return Err(ApiError::validation(
-                "seconds: must be a non-negative number (at most about a century)",
-            ));
-        }
-        app.clock.advance(Duration::from_secs_f64(request.seconds));
-        encode(request)
-    })())
+    respond(
+        &app,
+        (|| {
+            authorize(&app, &headers)?;
+            let request: AdvanceClock = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
+            if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9)
+            {
+                return Err(ApiError::validation(
+                    "seconds: must be a non-negative number (at most about a century)",
+                ));
+            }
+            app.clock.advance(Duration::from_secs_f64(request.seconds));
+            encode(request)
+        })(),
+    )
 }
 
 async fn reset(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(authorize(&app, &headers).map(|()| {
-        app.reset();
-        serde_json::json!({"reset": true})
-    }))
+    respond(
+        &app,
+        authorize(&app, &headers).map(|()| {
+            app.reset();
+            serde_json::json!({"reset": true})
+        }),
+    )
 }

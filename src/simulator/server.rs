@@ -101,7 +101,7 @@ impl AppState {
         }
     }
 
-    fn next_request_id(&self) -> String {
+    pub(crate) fn next_request_id(&self) -> String {
         let seq = self.request_seq.fetch_add(1, Ordering::Relaxed) + 1;
         // The seed's low bits keep ids of different runs apart.
         format!("req_{:08x}{seq:016x}", self.config.seed as u32)
