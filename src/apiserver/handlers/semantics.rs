@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use gpucloud_apiserver_semantics::apply::{ApplyError, conflict_message};
 use gpucloud_apiserver_semantics::patch::PatchError;
 
 use crate::registry::ResourceInfo;
@@ -34,7 +35,13 @@ pub fn record_update(
     manager: &str,
     now: &str,
 ) {
-    let _ = (info, old, new, manager, now);
+    gpucloud_apiserver_semantics::apply::record_update(
+        old,
+        new,
+        manager,
+        info.schema.as_deref(),
+        now,
+    );
 }
 
 fn not_yet(what: &str) -> ApiError {
@@ -84,6 +91,21 @@ pub fn apply(
     force: bool,
     now: &str,
 ) -> Result<Value, ApiError> {
-    let _ = (info, live, applied, manager, force, now);
-    Err(not_yet("application/apply-patch+yaml"))
+    gpucloud_apiserver_semantics::apply::apply(
+        live,
+        applied,
+        manager,
+        force,
+        info.schema.as_deref(),
+        now,
+    )
+    .map_err(|error| match error {
+        ApplyError::Conflicts { conflicts } => ApiError::conflict_message(
+            &info.group,
+            &info.plural,
+            applied["metadata"]["name"].as_str().unwrap_or_default(),
+            conflict_message(&conflicts),
+        ),
+        ApplyError::Invalid(message) => ApiError::bad_request(message),
+    })
 }
