@@ -855,6 +855,17 @@ impl CloudClient {
         args: &[&str],
         query: Option<&[(String, String)]>,
     ) -> Result<reqwest::Url, Error> {
+        // An empty id would address a different route (`/instances//` is not an instance).
+        if let Some(name) = operation
+            .params()
+            .zip(args)
+            .find_map(|(name, value)| value.is_empty().then_some(name))
+        {
+            return Err(Error::InvalidRequest {
+                operation,
+                reason: format!("path argument {name} is empty"),
+            });
+        }
         let path = operation
             .render(args)
             .ok_or_else(|| Error::InvalidRequest {

@@ -689,3 +689,18 @@ async fn api_key_never_appears_in_log_lines() {
     assert!(text.contains("GetBalance"), "{text}");
     assert!(!text.contains(KEY), "{text}");
 }
+
+#[tokio::test]
+async fn empty_ids_are_refused_before_anything_is_sent() {
+    let server = Server::start(vec![]).await;
+    let client = CloudClient::new(config(server.url())).unwrap();
+    let err = bounded(client.delete_instance("")).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidRequest { .. }), "{err:?}");
+    assert!(err.to_string().contains("vm_id"), "{err}");
+    assert!(err.is_terminal());
+    let err = bounded(client.remove_firewall_rule("fw-1", ""))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("rule_id"), "{err}");
+    assert!(server.received().is_empty());
+}
