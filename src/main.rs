@@ -1,7 +1,9 @@
 //! `gpucloud-operator`: one binary, one subcommand per role.
 #![forbid(unsafe_code)]
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use gpucloud_telemetry::LogFormat;
 
 #[derive(Parser)]
 #[command(
@@ -10,30 +12,58 @@ use clap::{Parser, Subcommand};
     about = "Manage Cloud GPU Compute Service resources as Kubernetes objects"
 )]
 struct Cli {
+    /// Log verbosity, in RUST_LOG syntax (e.g. `info` or `gpucloud_controller=debug,info`).
+    #[arg(long, global = true, env = "RUST_LOG", default_value = "info")]
+    log_level: String,
+    /// Log line format.
+    #[arg(long, global = true, env = "GPUCLOUD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controllers against a cluster.
+    Run(gpucloud_controller::cli::Args),
     /// Print the CustomResourceDefinitions of every kind as YAML (what `crds/` holds).
     Crds,
+    /// Run the cloud API simulator.
+    Simulator(gpucloud_simulator::cli::Args),
+    /// Run the embedded Kubernetes API server on its own.
+    Apiserver(gpucloud_apiserver::cli::Args),
     /// Print version information.
     Version,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Crds => {
-            print!("{}", gpucloud_api::crds_yaml()?);
-            Ok(())
-        }
-        Command::Version => {
-            println!("gpucloud-operator {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
-        }
+    let cli = Cli::parse();
+    if matches!(cli.command, Command::Crds | Command::Version) {
+        return print_only(&cli.command);
     }
+    gpucloud_telemetry::init_logging(cli.log_format, &cli.log_level)?;
+    match cli.command {
+        Command::Run(args) => gpucloud_controller::cli::run(args)
+            .await
+            .context("operator")?,
+        Command::Simulator(args) => gpucloud_simulator::cli::run(args)
+            .await
+            .context("simulator")?,
+        Command::Apiserver(args) => gpucloud_apiserver::cli::run(args)
+            .await
+            .context("apiserver")?,
+        Command::Crds | Command::Version => {}
+    }
+    Ok(())
+}
+
+fn print_only(command: &Command) -> anyhow::Result<()> {
+    match command {
+        Command::Crds => print!("{}", gpucloud_api::crds_yaml()?),
+        _ => println!("gpucloud-operator {}", env!("CARGO_PKG_VERSION")),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -44,5 +74,19 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_role_is_a_subcommand() {
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        for role in ["run", "crds", "simulator", "apiserver", "version"] {
+            assert!(
+                names.iter().any(|n| n == role),
+                "missing subcommand {role}: {names:?}"
+            );
+        }
     }
 }

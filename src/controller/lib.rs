@@ -1,6 +1,7 @@
 //! Reconcilers for every gpucloud.io kind and the machinery they share.
 
 pub mod account;
+pub mod cli;
 pub mod conditions;
 pub mod context;
 pub mod create;
@@ -12,6 +13,7 @@ pub mod observer;
 pub mod reconcile;
 pub mod records;
 pub mod requeue;
+pub mod run;
 pub mod ssh_key;
 
 pub use error::{Category, Error};

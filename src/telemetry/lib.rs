@@ -1,1 +1,5 @@
 //! Logging, metrics and health endpoints of the operator.
+
+pub mod logging;
+
+pub use logging::{LogFormat, init_logging};

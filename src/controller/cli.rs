@@ -1,0 +1,206 @@
+//! `gpucloud-operator run`: every setting as a flag with an environment variable.
+
+use crate::account::{CloudSettings, SecretLocation};
+use crate::context::ReconcileSettings;
+use crate::observer::ObserveIntervals;
+use crate::run::OperatorConfig;
+use gpucloud_cloud::RateLimit;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use std::time::Duration;
+
+/// Run the controllers against the cluster of the current kubeconfig (or in-cluster config).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Base URL of the Cloud GPU Compute Service API.
+    #[arg(long, env = "GPUCLOUD_URL")]
+    pub cloud_url: String,
+    /// Default credentials Secret, as `namespace/name` (or `name` in the operator's namespace).
+    #[arg(long, env = "GPUCLOUD_CREDENTIALS_SECRET")]
+    pub credentials_secret: Option<String>,
+    /// Key of the API key in the credentials Secret.
+    #[arg(long, env = "GPUCLOUD_CREDENTIALS_KEY", default_value = "apiKey")]
+    pub credentials_key: String,
+    /// The operator's own namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "gpucloud-system")]
+    pub operator_namespace: String,
+    /// Namespaces to watch, comma-separated; empty watches the whole cluster.
+    #[arg(long, env = "GPUCLOUD_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Reconciles of one kind running at once.
+    #[arg(long, env = "GPUCLOUD_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: u16,
+    /// Interval of the cloud lists while nothing is in transition (e.g. `60s`, `5m`).
+    #[arg(long, env = "GPUCLOUD_RESYNC_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+    /// Interval of the cloud lists while something is in transition.
+    #[arg(long, env = "GPUCLOUD_TRANSITION_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub transition_interval: Duration,
+    /// How long a created resource may take to show in the cloud's lists.
+    #[arg(long, env = "GPUCLOUD_SETTLE_WINDOW", default_value = "30s", value_parser = parse_duration)]
+    pub settle_window: Duration,
+    /// Billed creates are refused while the account balance is below this.
+    #[arg(long, env = "GPUCLOUD_BUDGET_FLOOR", default_value_t = 0.0)]
+    pub budget_floor: f64,
+    /// Cloud requests per second per account.
+    #[arg(long, env = "GPUCLOUD_RATE_LIMIT", default_value_t = 10.0)]
+    pub rate_limit: f64,
+    /// Burst of cloud requests per account.
+    #[arg(long, env = "GPUCLOUD_RATE_BURST", default_value_t = 20)]
+    pub rate_burst: u32,
+    /// Bound on one cloud request.
+    #[arg(long, env = "GPUCLOUD_CLOUD_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub cloud_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("--credentials-secret {0:?}: expected NAME or NAMESPACE/NAME")]
+    CredentialsSecret(String),
+    #[error("--rate-limit must be positive and --rate-burst at least 1")]
+    RateLimit,
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(
+        "the CustomResourceDefinitions are not installed ({0}); install them with: gpucloud-operator crds | kubectl apply -f -"
+    )]
+    CrdsMissing(String),
+}
+
+impl Args {
+    /// The operator configuration these arguments describe.
+    pub fn config(&self) -> Result<OperatorConfig, Error> {
+        let default_secret = match &self.credentials_secret {
+            None => None,
+            Some(raw) => {
+                let (namespace, name) = match raw.split_once('/') {
+                    Some((ns, name)) => (ns.to_string(), name.to_string()),
+                    None => (self.operator_namespace.clone(), raw.clone()),
+                };
+                if namespace.is_empty() || name.is_empty() || name.contains('/') {
+                    return Err(Error::CredentialsSecret(raw.clone()));
+                }
+                Some(SecretLocation {
+                    namespace,
+                    name,
+                    key: self.credentials_key.clone(),
+                })
+            }
+        };
+        if !self.rate_limit.is_finite() || self.rate_limit <= 0.0 || self.rate_burst == 0 {
+            return Err(Error::RateLimit);
+        }
+        let observe = ObserveIntervals {
+            resync: self.resync_interval,
+            fast: self.transition_interval,
+            ..ObserveIntervals::default()
+        };
+        Ok(OperatorConfig {
+            namespaces: self
+                .namespaces
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect(),
+            concurrency: self.concurrency.max(1),
+            cloud: CloudSettings {
+                base_url: self.cloud_url.trim_end_matches('/').to_string(),
+                timeout: self.cloud_timeout,
+                rate_limit: Some(RateLimit {
+                    per_second: self.rate_limit,
+                    burst: self.rate_burst,
+                }),
+                catalog_ttl: self.resync_interval,
+                observer: None,
+            },
+            default_secret,
+            reconcile: ReconcileSettings {
+                settle_window: self.settle_window,
+                budget_floor: self.budget_floor,
+                transition_requeue: self.transition_interval,
+                observe,
+            },
+            reporter: "gpucloud-operator".into(),
+        })
+    }
+}
+
+/// Checks the CRDs are installed, then runs the controllers until Ctrl-C or SIGTERM.
+pub async fn run(args: Args) -> Result<(), Error> {
+    let config = args.config()?;
+    let client = kube::Client::try_default().await?;
+    ensure_crds_installed(&client).await?;
+    tracing::info!(namespaces = ?config.namespaces, cloud = %config.cloud.base_url, "starting controllers");
+    crate::run::run(client, config, Box::pin(shutdown_signal())).await;
+    Ok(())
+}
+
+/// Every kind's CRD must be served before the controllers start, or their watches would
+/// fail in a loop: say so once, with the fix.
+pub async fn ensure_crds_installed(client: &kube::Client) -> Result<(), Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in gpucloud_api::crds() {
+        let name = crd.metadata.name.unwrap_or_default();
+        match crds.get_opt(&name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(Error::CrdsMissing(format!("{name} not found"))),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Parses `500ms`, `30s`, `5m`, `2h`, or a bare number of seconds.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let raw = raw.trim();
+    let (digits, unit) = raw.split_at(raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len()));
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a duration such as 30s, 5m or 500ms"))?;
+    let duration = match unit {
+        "" | "s" => Duration::from_secs(value),
+        "ms" => Duration::from_millis(value),
+        "m" => Duration::from_secs(value.saturating_mul(60)),
+        "h" => Duration::from_secs(value.saturating_mul(3600)),
+        _ => return Err(format!("{raw:?}: unknown unit {unit:?}; use ms, s, m or h")),
+    };
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("five").is_err());
+        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("").is_err());
+    }
+}
