@@ -221,6 +221,9 @@ impl CloudClient {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(config.timeout)
+            // A redirect would carry the X-API-Key header to wherever it points; the API
+            // never redirects, so a 3xx is reported instead of followed.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| Error::InvalidConfig {
                 reason: format!("HTTP client: {err}"),
@@ -951,6 +954,12 @@ impl CloudClient {
                 }
             };
         if (200..300).contains(&status) {
+            // An empty success answer (e.g. 204) carries nothing beyond "it worked".
+            let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
+                br#"{"success": true}"#.to_vec()
+            } else {
+                bytes
+            };
             serde_json::from_slice::<ApiResponse<T>>(&bytes)
                 .map(|response| (status, response))
                 .map_err(|err| Error::Decode {

@@ -704,3 +704,35 @@ async fn empty_ids_are_refused_before_anything_is_sent() {
     assert!(err.to_string().contains("rule_id"), "{err}");
     assert!(server.received().is_empty());
 }
+
+#[tokio::test]
+async fn redirects_are_not_followed_so_the_key_stays_with_the_api() {
+    let elsewhere = Server::start(vec![ok_reply(json!({"balance": 1.0}))]).await;
+    // A server that answers every request with a redirect to another host.
+    let app = Router::new().fallback({
+        let target = format!("{}/balance/", elsewhere.url());
+        move || async move { (StatusCode::FOUND, [("location", target)], String::new()) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirecting = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    let client = CloudClient::new(config(format!("http://{redirecting}"))).unwrap();
+    let err = bounded(client.get_balance()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::UnexpectedStatus { status: 302, .. }),
+        "{err:?}"
+    );
+    assert!(elsewhere.received().is_empty(), "the key went elsewhere");
+}
+
+#[tokio::test]
+async fn empty_success_answers_decode_to_defaults() {
+    let mut no_content = reply(204, json!({}));
+    no_content.body = String::new();
+    let server = Server::start(vec![no_content]).await;
+    let client = CloudClient::new(config(server.url())).unwrap();
+    let deleted = bounded(client.delete_volume("vol-1")).await.unwrap();
+    assert_eq!(deleted, DeletedBody::default());
+}
