@@ -66,6 +66,29 @@ pub(crate) fn number(number: &serde_json::Number) -> String {
     float(number.as_f64().unwrap_or(f64::NAN))
 }
 
+/// Go's `%v` for a decoded JSON value (`map[a:1 b:x]`, `[a b]`).
+pub(crate) fn plain(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => number(n),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(plain).collect();
+            format!("[{}]", parts.join(" "))
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{k}:{}", plain(&map[k])))
+                .collect();
+            format!("map[{}]", parts.join(" "))
+        }
+    }
+}
+
 /// Go's `%#v` for a decoded JSON value, used for non-scalar bad values in field errors.
 pub(crate) fn sharp(value: &Value) -> String {
     match value {
@@ -112,6 +135,10 @@ mod tests {
     #[test]
     fn values_print_like_go() {
         assert_eq!(quote("a\"b\n"), "\"a\\\"b\\n\"");
+        assert_eq!(
+            plain(&json!({"b": ["a", 1], "a": null})),
+            "map[a:<nil> b:[a 1]]"
+        );
         assert_eq!(
             sharp(&json!({"name": "a", "port": 80})),
             "map[string]interface {}{\"name\":\"a\", \"port\":80}"

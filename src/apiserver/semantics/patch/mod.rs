@@ -6,6 +6,10 @@ use serde_json::{Map, Value};
 
 use crate::json::json_equal;
 
+mod strategic;
+
+pub use strategic::{MergeKeys, builtin_merge_keys, strategic_merge_patch};
+
 /// Why a patch could not be applied.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PatchError {

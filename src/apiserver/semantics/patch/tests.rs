@@ -206,3 +206,50 @@ proptest! {
         }
     }
 }
+
+fn patch_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        (-3i64..3).prop_map(Value::from),
+        prop::sample::select(vec!["a", "b", "replace", "delete", "merge", "x"])
+            .prop_map(|s| Value::String(s.into())),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "spec",
+                    "containers",
+                    "name",
+                    "env",
+                    "metadata",
+                    "finalizers",
+                    "$patch",
+                    "$retainKeys",
+                    "$deleteFromPrimitiveList/finalizers",
+                    "$setElementOrder/containers",
+                    "data",
+                ]),
+                inner,
+                0..4,
+            )
+            .prop_map(|map| Value::Object(
+                map.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+            )),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn strategic_merge_patch_never_panics(original in patch_json(), patch in patch_json()) {
+        let keys = builtin_merge_keys("", "Pod");
+        let mut target = original.clone();
+        if strategic_merge_patch(&mut target, &patch, keys.as_ref()).is_err() {
+            prop_assert_eq!(target, original);
+        }
+    }
+}
