@@ -1506,6 +1506,75 @@ mod tests {
         assert!(model.get("price_per_1M_tokens").is_some());
     }
 
+    /// Every response body decodes from an envelope that carries nothing else, and from one
+    /// with fields this version does not know.
+    #[test]
+    fn every_response_body_tolerates_missing_and_unknown_fields() {
+        fn check<T: serde::de::DeserializeOwned>(name: &str) {
+            for wire in [
+                json!({}),
+                json!({"success": true, "message": "ok", "request_id": "req_1",
+                       "added_in_a_later_version": [1, 2, 3]}),
+            ] {
+                if let Err(err) = serde_json::from_value::<ApiResponse<T>>(wire) {
+                    panic!("{name}: {err}");
+                }
+            }
+        }
+        macro_rules! check_all {
+            ($($body:ty),+ $(,)?) => { $( check::<$body>(stringify!($body)); )+ };
+        }
+        check_all!(
+            Empty,
+            InstanceBody,
+            InstanceList,
+            PowerActionBody,
+            DeleteInstanceBody,
+            AddSecurityRuleBody,
+            RemoveSecurityRuleBody,
+            InstanceBillingBody,
+            VolumeList,
+            VolumeBody,
+            VolumeAttachmentBody,
+            VolumeTypeList,
+            VolumeBillingPage,
+            SnapshotBody,
+            SnapshotList,
+            RestoreSnapshotBody,
+            DeleteSnapshotBody,
+            SnapshotBillingBody,
+            ImageBody,
+            ImageList,
+            RelationBody,
+            RelationList,
+            FirewallBody,
+            FirewallList,
+            AddFirewallRuleBody,
+            RemoveFirewallRuleBody,
+            ProtocolList,
+            SshKeyCreatedBody,
+            SshKeyBody,
+            SshKeyList,
+            StartupScriptBody,
+            StartupScriptList,
+            DeleteStartupScriptsBody,
+            DeletedBody,
+            GpuStockList,
+            GpuSpecList,
+            RegionList,
+            OsImageList,
+            PricingBody,
+            PriceQuoteBody,
+            BalanceBody,
+            AiModelsBody,
+            ChatBody,
+            AiUsageSummaryBody,
+            AiUsageHistoryBody,
+        );
+        let error: ErrorBody = serde_json::from_value(json!({"detail": "x"})).unwrap();
+        assert_eq!(error, ErrorBody::default());
+    }
+
     #[test]
     fn request_bodies_keep_required_fields_required() {
         let missing = serde_json::from_value::<RestoreSnapshotRequest>(json!({}));
