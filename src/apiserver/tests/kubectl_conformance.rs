@@ -81,13 +81,14 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Cluster {
-        let server = tokio::time::timeout(
-            Duration::from_secs(20),
-            ApiServer::start(ApiServerConfig::default()),
-        )
-        .await
-        .expect("server start timed out")
-        .expect("server starts");
+        Cluster::start_with(ApiServerConfig::default()).await
+    }
+
+    async fn start_with(config: ApiServerConfig) -> Cluster {
+        let server = tokio::time::timeout(Duration::from_secs(20), ApiServer::start(config))
+            .await
+            .expect("server start timed out")
+            .expect("server starts");
         let directory = tempfile::tempdir().unwrap();
         let kubeconfig = directory.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
@@ -753,6 +754,52 @@ async fn a_wrong_token_is_unauthorized() {
     assert!(
         refused.contains("error: You must be logged in to the server"),
         "{refused}"
+    );
+    cluster.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubeconfig_contexts_carry_distinct_identities_into_the_request_log() {
+    let cluster = Cluster::start_with(ApiServerConfig {
+        users: vec![
+            ("admin-token-for-tests".to_owned(), "admin".to_owned()),
+            (
+                "operator-token-for-tests".to_owned(),
+                "gpucloud-operator".to_owned(),
+            ),
+        ],
+        ..ApiServerConfig::default()
+    })
+    .await;
+    cluster.kubectl(&["get", "configmaps"]).await.ok();
+    cluster
+        .kubectl(&[
+            "--context",
+            "gpucloud-apiserver-gpucloud-operator",
+            "get",
+            "leases",
+            "-n",
+            "kube-system",
+        ])
+        .await
+        .ok();
+    let requests = cluster.server.requests();
+    let admin_listed = requests.iter().any(|record| {
+        record.user == "admin" && record.verb == "list" && record.resource == "configmaps"
+    });
+    let operator_listed = requests.iter().any(|record| {
+        record.user == "gpucloud-operator"
+            && record.verb == "list"
+            && record.group == "coordination.k8s.io"
+            && record.resource == "leases"
+            && record.namespace == "kube-system"
+    });
+    assert!(admin_listed, "{requests:#?}");
+    assert!(operator_listed, "{requests:#?}");
+    // Discovery and OpenAPI reads are not resource requests and are not logged as such.
+    assert!(
+        requests.iter().all(|record| !record.resource.is_empty()),
+        "{requests:#?}"
     );
     cluster.server.shutdown().await;
 }
