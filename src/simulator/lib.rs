@@ -52,6 +52,7 @@ impl Simulator {
             addr: listen,
             source,
         })?;
+        tracing::info!(%local, seed = config.seed, time_scale = config.time_scale, "simulator listening");
         let api_key = config.api_keys.first().cloned().unwrap_or_default();
         let state = Arc::new(server::AppState::new(config));
         let app = server::router(state.clone());

@@ -559,6 +559,13 @@ async fn serve_operation(
     let (response, drop) =
         answer(&state, operation, path, query, &headers, body, &request_id).await;
     state.count(Some(operation), response.status());
+    tracing::debug!(
+        operation = operation.name(),
+        status = response.status().as_u16(),
+        request_id,
+        dropped = drop.is_some(),
+        "simulated request"
+    );
     match drop {
         None => response,
         Some(DropMode::Delay { delay }) => {

@@ -337,7 +337,7 @@ impl Engine {
             }
         }
         for volume_id in &request.volume_ids {
-            self.check_attachable(volume_id, &request.region, None)?;
+            self.check_attachable(volume_id, &request.region, None, now)?;
         }
         if self.gpu_available(gpu.id, &request.region, now) < request.gpu_count {
             return Err(ApiError::conflict(format!(

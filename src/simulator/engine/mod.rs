@@ -144,9 +144,12 @@ impl Engine {
         &self.settings
     }
 
-    /// Empties the account and restores the initial balance.
+    /// Empties the account and restores the initial balance. The id counter keeps going, so
+    /// an id from before the reset never names a new resource.
     pub fn reset(&mut self, now: SimTime) {
+        let next_id = self.next_id;
         *self = Engine::new(self.settings.clone(), now);
+        self.next_id = next_id;
     }
 
     /// A new opaque id: a prefix and a zero-padded counter, so ids sort by creation order.
@@ -454,8 +457,13 @@ mod tests {
         let mut engine = engine();
         engine.set_balance(50.0, secs(100));
         assert_eq!(engine.balance(secs(100)), 50.0);
+        let before = engine.new_id("vm");
         engine.reset(secs(200));
         assert_eq!(engine.balance(secs(300)), 100.0);
+        assert!(
+            engine.new_id("vm") > before,
+            "ids are not reused after a reset"
+        );
     }
 
     #[test]

@@ -466,6 +466,7 @@ impl Engine {
         volume_id: &str,
         region: &str,
         instance_id: Option<&str>,
+        now: SimTime,
     ) -> ApiResult<()> {
         let volume = self
             .volumes
@@ -478,6 +479,11 @@ impl Engine {
             return Err(ApiError::validation(format!(
                 "volume_ids: volume {volume_id} is in region {}, the instance in {region}",
                 volume.region
+            )));
+        }
+        if volume.status(now) == VolumeStatus::Creating {
+            return Err(ApiError::invalid_state(format!(
+                "volume {volume_id} is still being created"
             )));
         }
         match &volume.instance_id {
@@ -499,12 +505,7 @@ impl Engine {
         let instance = self.instance_for_volume_change(instance_id, now)?;
         let region = instance.region.clone();
         for volume_id in volume_ids {
-            self.check_attachable(volume_id, &region, Some(instance_id))?;
-            if self.volumes.get(volume_id).map(|v| v.status(now)) == Some(VolumeStatus::Creating) {
-                return Err(ApiError::invalid_state(format!(
-                    "volume {volume_id} is still being created"
-                )));
-            }
+            self.check_attachable(volume_id, &region, Some(instance_id), now)?;
         }
         for volume_id in volume_ids {
             if let Some(volume) = self.volumes.get_mut(volume_id) {
