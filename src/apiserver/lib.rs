@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod builtin;
+pub mod cli;
 pub mod discovery;
 pub mod gc;
 pub mod handlers;

@@ -44,14 +44,6 @@ pub fn record_update(
     );
 }
 
-fn not_yet(what: &str) -> ApiError {
-    ApiError::new(
-        415,
-        "UnsupportedMediaType",
-        format!("{what} is not supported by this server yet"),
-    )
-}
-
 /// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
     gpucloud_apiserver_semantics::patch::merge_patch(target, patch);
@@ -78,8 +70,9 @@ pub fn strategic_merge_patch(
     target: &mut Value,
     patch: &Value,
 ) -> Result<(), ApiError> {
-    let _ = (info, target, patch);
-    Err(not_yet("application/strategic-merge-patch+json"))
+    let keys = gpucloud_apiserver_semantics::patch::builtin_merge_keys(&info.group, &info.kind);
+    gpucloud_apiserver_semantics::patch::strategic_merge_patch(target, patch, keys.as_ref())
+        .map_err(patch_error)
 }
 
 /// Server-side apply: the applied configuration merged onto `live` (`None`: create).

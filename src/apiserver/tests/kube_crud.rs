@@ -241,3 +241,43 @@ async fn merge_and_json_patches() {
     assert_eq!(stale.code, 409);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn strategic_merge_patch_merges_lists_by_key() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    // Real owners, so the garbage collector leaves the dependent alone.
+    let mut uids = Vec::new();
+    for name in ["o1", "o2"] {
+        let owner = create(&api, &configmap(name, json!({}), json!({}))).await;
+        uids.push(owner.metadata.uid.unwrap());
+    }
+    let owner_ref =
+        |uid: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": uid});
+    let mut object = configmap("s", json!({}), json!({"a": "1"}));
+    object.metadata.owner_references =
+        Some(vec![serde_json::from_value(owner_ref(&uids[0])).unwrap()]);
+    create(&api, &object).await;
+    // ownerReferences merge by uid in a strategic merge patch (a JSON merge patch would
+    // replace the list), as the real server's patch strategy for ObjectMeta declares.
+    let patched = bounded(api.patch(
+        "s",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({
+            "metadata": {"ownerReferences": [owner_ref(&uids[1])]},
+            "data": {"b": "2"},
+        })),
+    ))
+    .await
+    .unwrap();
+    let owners: Vec<String> = patched
+        .metadata
+        .owner_references
+        .unwrap()
+        .into_iter()
+        .map(|owner| owner.uid)
+        .collect();
+    assert_eq!(owners, uids);
+    assert_eq!(patched.data["data"], json!({"a": "1", "b": "2"}));
+    server.shutdown().await;
+}
