@@ -65,8 +65,14 @@ impl FieldError {
         bad_value: Option<Value>,
         detail: impl Into<String>,
     ) -> FieldError {
+        let field = field.into();
         FieldError {
-            field: field.into(),
+            // The apiserver prints the root (a nil field path) as "<nil>".
+            field: if field.is_empty() {
+                "<nil>".to_string()
+            } else {
+                field
+            },
             kind,
             bad_value,
             detail: detail.into(),
@@ -163,7 +169,7 @@ impl FieldError {
         if prefix.is_empty() {
             return self;
         }
-        self.field = if self.field.is_empty() {
+        self.field = if self.field.is_empty() || self.field == "<nil>" {
             prefix.to_string()
         } else if self.field.starts_with('[') {
             format!("{prefix}{}", self.field)

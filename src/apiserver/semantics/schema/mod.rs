@@ -229,8 +229,7 @@ fn child(path: &str, name: &str) -> String {
 fn compile_node(raw: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) -> Node {
     let mut node = Node::default();
     let Some(map) = raw.as_object() else {
-        let at = if path.is_empty() { "<nil>" } else { path };
-        errors.push(FieldError::invalid(at, raw.clone(), "must be an object"));
+        errors.push(FieldError::invalid(path, raw.clone(), "must be an object"));
         return node;
     };
 

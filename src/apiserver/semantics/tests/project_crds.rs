@@ -1,0 +1,146 @@
+//! The project's own CRDs (crds/*.yaml) compile, default, prune and validate as the apiserver
+//! would treat them. Expected messages follow the apiserver's wording (see src/schema/tests.rs).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use gpucloud_apiserver_semantics::schema::{FieldError, Schema};
+use serde_json::{Value, json};
+
+fn crd_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../crds")
+}
+
+fn load(name: &str) -> Value {
+    let text = std::fs::read_to_string(crd_dir().join(name)).expect("CRD file");
+    serde_yaml::from_str(&text).expect("CRD YAML")
+}
+
+fn schema_of(crd: &Value) -> Schema {
+    let raw = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    Schema::compile(raw).unwrap_or_else(|error| panic!("{}: {error}", crd["metadata"]["name"]))
+}
+
+fn messages(errors: &[FieldError]) -> Vec<String> {
+    errors.iter().map(FieldError::to_message).collect()
+}
+
+#[test]
+fn every_project_crd_compiles() {
+    let mut count = 0;
+    for entry in std::fs::read_dir(crd_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            let raw = &version["schema"]["openAPIV3Schema"];
+            if let Err(error) = Schema::compile(raw) {
+                panic!("{}: {error}", path.display());
+            }
+            count += 1;
+        }
+    }
+    assert!(count >= 6, "expected the six project CRDs, found {count}");
+}
+
+fn firewall(rules: Value) -> Value {
+    json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "Firewall",
+        "metadata": {"name": "fw", "namespace": "default"},
+        "spec": {"region": "eu-1", "rules": rules, "bogus": 1}
+    })
+}
+
+#[test]
+fn firewall_rules_are_defaulted_pruned_and_validated() {
+    let schema = schema_of(&load("firewalls.gpucloud.io.yaml"));
+    let mut object = firewall(json!([
+        {"protocol": "tcp", "portRangeMin": 22, "portRangeMax": 22, "remoteIpPrefix": "203.0.113.0/24"},
+        {"protocol": "tcp", "portRangeMin": 90, "portRangeMax": 80, "remoteIpPrefix": "not-a-cidr"},
+        {"protocol": "udp", "portRangeMin": 1, "portRangeMax": 70000, "remoteIpPrefix": "fd00::/8"}
+    ]));
+    assert_eq!(schema.prune(&mut object), vec!["spec.bogus"]);
+    schema.apply_defaults(&mut object);
+    assert_eq!(object["spec"]["rules"][0]["direction"], json!("Ingress"));
+    assert_eq!(object["spec"]["rules"][0]["etherType"], json!("IPv4"));
+    assert_eq!(object["spec"]["deletionPolicy"], json!("Delete"));
+
+    // A bound violation does not block the rules (only type errors do), as in the apiserver.
+    let found = messages(&schema.validate(&object, None));
+    assert_eq!(
+        found,
+        vec![
+            "spec.rules[2].portRangeMax: Invalid value: 70000: spec.rules[2].portRangeMax in body should be less than or equal to 65535",
+            "spec.rules[1].portRangeMin: Invalid value: \"object\": portRangeMin must not exceed portRangeMax",
+            "spec.rules[1].remoteIpPrefix: Invalid value: \"string\": remoteIpPrefix must be a CIDR such as 203.0.113.0/24",
+            "spec.rules[2].remoteIpPrefix: Invalid value: \"object\": remoteIpPrefix must be of the rule's etherType",
+        ]
+    );
+
+    object["spec"]["rules"][2]["portRangeMax"] = json!(7000);
+    let found = messages(&schema.validate(&object, None));
+    assert_eq!(
+        found,
+        vec![
+            "spec.rules[1].portRangeMin: Invalid value: \"object\": portRangeMin must not exceed portRangeMax",
+            "spec.rules[1].remoteIpPrefix: Invalid value: \"string\": remoteIpPrefix must be a CIDR such as 203.0.113.0/24",
+            "spec.rules[2].remoteIpPrefix: Invalid value: \"object\": remoteIpPrefix must be of the rule's etherType",
+        ]
+    );
+}
+
+#[test]
+fn firewall_region_is_immutable_on_update_only() {
+    let schema = schema_of(&load("firewalls.gpucloud.io.yaml"));
+    let mut old = firewall(json!([]));
+    schema.prune(&mut old);
+    schema.apply_defaults(&mut old);
+    assert!(schema.validate(&old, None).is_empty());
+    let mut moved = old.clone();
+    moved["spec"]["region"] = json!("us-2");
+    assert!(schema.validate(&moved, None).is_empty());
+    assert_eq!(
+        messages(&schema.validate(&moved, Some(&old))),
+        vec!["spec.region: Invalid value: \"object\": region is immutable"]
+    );
+}
+
+fn gpu_instance(spec: Value) -> Value {
+    json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+           "metadata": {"name": "train-1", "namespace": "default"}, "spec": spec})
+}
+
+#[test]
+fn gpu_instance_rules_hold_after_defaulting() {
+    let schema = schema_of(&load("gpuinstances.gpucloud.io.yaml"));
+    let mut valid = gpu_instance(
+        json!({"region": "eu-1", "gpuType": "H100", "gpuCount": 1, "osImage": "ubuntu-22.04"}),
+    );
+    schema.prune(&mut valid);
+    schema.apply_defaults(&mut valid);
+    assert_eq!(valid["spec"]["tier"], json!("Advanced"));
+    assert_eq!(
+        messages(&schema.validate(&valid, None)),
+        Vec::<String>::new()
+    );
+
+    let mut neither = gpu_instance(json!({"region": "eu-1", "gpuType": "H100"}));
+    schema.apply_defaults(&mut neither);
+    assert_eq!(
+        messages(&schema.validate(&neither, None)),
+        vec![
+            "spec: Invalid value: \"object\": exactly one of osImage, imageRef and source must be set"
+        ]
+    );
+
+    let mut long_name = valid.clone();
+    long_name["metadata"]["name"] = json!("x".repeat(64));
+    assert_eq!(
+        messages(&schema.validate(&long_name, None)),
+        vec![
+            "<nil>: Invalid value: \"object\": metadata.name must be at most 63 characters for a GpuInstance"
+        ]
+    );
+}
