@@ -81,8 +81,8 @@ fn validate(config: &SimulatorConfig) -> Result<(), Error> {
     if config.api_keys.is_empty() || config.api_keys.iter().any(|key| key.trim().is_empty()) {
         return invalid("at least one API key is required and keys must not be empty");
     }
-    if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
-        return invalid("time_scale must be a positive number");
+    if !(config.time_scale.is_finite() && config.time_scale > 0.0 && config.time_scale <= 1e6) {
+        return invalid("time_scale must be a positive number of at most 1000000");
     }
     if let Some(limit) = config.rate_limit
         && !(limit.per_second.is_finite() && limit.per_second > 0.0 && limit.burst >= 1)

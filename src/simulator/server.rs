@@ -131,7 +131,9 @@ impl Clock {
 
     pub fn now(&self) -> SimTime {
         let elapsed = self.origin.elapsed().as_secs_f64() * 1000.0 * self.scale;
-        self.origin_millis + elapsed as i64 + self.advanced_millis.load(Ordering::Relaxed)
+        self.origin_millis
+            .saturating_add(elapsed as i64)
+            .saturating_add(self.advanced_millis.load(Ordering::Relaxed))
     }
 
     /// Moves simulated time forward (billing accrues, pending states complete).
@@ -664,6 +666,37 @@ async fn answer(
 mod tests {
     use super::*;
     use crate::config::ThrottleBurst;
+
+    #[test]
+    fn clock_runs_scaled_and_advances_on_demand() {
+        let clock = Clock::new(3600.0);
+        let start = clock.now();
+        std::thread::sleep(Duration::from_millis(20));
+        // 20 ms of real time at 3600x is at least 72 simulated seconds.
+        assert!(clock.now() - start >= 72_000);
+        let before = clock.now();
+        clock.advance(Duration::from_secs(86_400));
+        assert!(clock.now() - before >= 86_400_000);
+    }
+
+    #[test]
+    fn latency_spikes_and_drops_follow_the_plan() {
+        let plan = FaultPlan {
+            latency: Duration::from_millis(5),
+            latency_spike: Some(crate::config::LatencySpike {
+                probability: 1.0,
+                extra: Duration::from_millis(40),
+            }),
+            act_then_drop: BTreeMap::from([("CreateInstance".to_string(), 1.0)]),
+            ..FaultPlan::default()
+        };
+        let mut state = FaultState::new(plan, 3);
+        let create = state.decide(Operation::CreateInstance);
+        assert_eq!(create.latency, Duration::from_millis(45));
+        assert_eq!(create.drop, Some(DropMode::default()));
+        assert!(!create.internal_error && create.throttle_secs.is_none());
+        assert_eq!(state.decide(Operation::GetBalance).drop, None);
+    }
 
     #[test]
     fn token_bucket_allows_the_burst_then_asks_to_wait() {

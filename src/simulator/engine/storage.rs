@@ -1308,6 +1308,33 @@ mod tests {
     }
 
     #[test]
+    fn volumes_and_snapshots_may_share_names() {
+        let mut engine = engine();
+        let a = engine
+            .create_volume(
+                &volume_request("same", "us-east-1", Tier::Advanced),
+                secs(0),
+            )
+            .unwrap();
+        let b = engine
+            .create_volume(
+                &volume_request("same", "us-east-1", Tier::Advanced),
+                secs(0),
+            )
+            .unwrap();
+        assert_ne!(a.id, b.id);
+        let vm = instance(&mut engine, Tier::Advanced);
+        let s1 = engine
+            .create_snapshot(&vm, &snapshot_request("nightly"), secs(10))
+            .unwrap();
+        let s2 = engine
+            .create_snapshot(&vm, &snapshot_request("nightly"), secs(10))
+            .unwrap();
+        assert_ne!(s1.snapshot_id, s2.snapshot_id);
+        assert_eq!(engine.list_snapshots(secs(11)).len(), 2);
+    }
+
+    #[test]
     fn resize_grows_only_and_clone_copies() {
         let mut engine = engine();
         let volume = engine
