@@ -6,7 +6,7 @@
 //!
 //! Cost: the interpreter has no cost accounting, so each evaluation is charged an estimate made
 //! before it runs: `size(self)` (the number of JSON nodes under the rule's node, at least 1)
-//! raised to the number of comprehension macros in the rule (at least 1). A rule whose estimate
+//! raised to the deepest nesting of comprehension macros in the rule (at least 1). A rule whose estimate
 //! exceeds the apiserver's per-call limit (1,000,000) is not run and reported; once the
 //! estimates of one object's rules pass the apiserver's per-object budget (10,000,000) the
 //! remaining rules are not run, with the apiserver's message.
@@ -27,8 +27,6 @@ const PER_CALL_LIMIT: u64 = 1_000_000;
 const RUNTIME_COST_BUDGET: u64 = 10_000_000;
 /// Rules longer than this are rejected at compile time, bounding parse work.
 const MAX_RULE_LENGTH: usize = 16 * 1024;
-
-const MACROS: [&str; 5] = [".all(", ".exists(", ".exists_one(", ".map(", ".filter("];
 
 const REASONS: [&str; 4] = [
     "FieldValueInvalid",
@@ -65,10 +63,11 @@ fn parse(source: &str) -> Result<cel::parser::Expression, String> {
     if source.len() > MAX_RULE_LENGTH {
         return Err(format!("rule is longer than {MAX_RULE_LENGTH} characters"));
     }
-    let expression = cel::parser::Parser::new()
+    let mut expression = cel::parser::Parser::new()
         .enable_optional_syntax(true)
         .parse(source)
         .map_err(|error| format!("ERROR: <input>: {error}"))?;
+    optional_select_as_index(&mut expression);
     let references = expression.references();
     let mut unknown: Vec<&str> = references
         .functions()
@@ -82,6 +81,90 @@ fn parse(source: &str) -> Result<cel::parser::Expression, String> {
         ));
     }
     Ok(expression)
+}
+
+/// Rewrites `x.?f` to the equivalent `x[?'f']`: the interpreter's optional select fails on a
+/// missing field instead of yielding `optional.none()`, while its optional index does not.
+fn optional_select_as_index(expression: &mut cel::parser::Expression) {
+    use cel::common::ast::{EntryExpr, Expr, operators};
+    match &mut expression.expr {
+        Expr::Call(call) => {
+            if call.func_name == operators::OPT_SELECT {
+                call.func_name = operators::OPT_INDEX.to_string();
+            }
+            if let Some(target) = call.target.as_deref_mut() {
+                optional_select_as_index(target);
+            }
+            call.args.iter_mut().for_each(optional_select_as_index);
+        }
+        Expr::Comprehension(comprehension) => {
+            optional_select_as_index(&mut comprehension.iter_range);
+            optional_select_as_index(&mut comprehension.accu_init);
+            optional_select_as_index(&mut comprehension.loop_cond);
+            optional_select_as_index(&mut comprehension.loop_step);
+            optional_select_as_index(&mut comprehension.result);
+        }
+        Expr::List(list) => list.elements.iter_mut().for_each(optional_select_as_index),
+        Expr::Map(map) => {
+            for entry in &mut map.entries {
+                if let EntryExpr::MapEntry(entry) = &mut entry.expr {
+                    optional_select_as_index(&mut entry.key);
+                    optional_select_as_index(&mut entry.value);
+                }
+            }
+        }
+        Expr::Struct(structure) => {
+            for entry in &mut structure.entries {
+                match &mut entry.expr {
+                    EntryExpr::StructField(field) => optional_select_as_index(&mut field.value),
+                    EntryExpr::MapEntry(entry) => {
+                        optional_select_as_index(&mut entry.key);
+                        optional_select_as_index(&mut entry.value);
+                    }
+                }
+            }
+        }
+        Expr::Select(select) => optional_select_as_index(&mut select.operand),
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+}
+
+/// The deepest nesting of comprehensions (macros such as `all`, `map`, `filter`) in a rule.
+fn comprehension_depth(expression: &cel::parser::Expression) -> u32 {
+    use cel::common::ast::{EntryExpr, Expr};
+    let deepest = |items: &mut dyn Iterator<Item = &cel::parser::Expression>| {
+        items.map(comprehension_depth).max().unwrap_or(0)
+    };
+    match &expression.expr {
+        Expr::Call(call) => {
+            let target = call.target.as_deref().map(comprehension_depth).unwrap_or(0);
+            target.max(deepest(&mut call.args.iter()))
+        }
+        Expr::Comprehension(c) => {
+            let range = comprehension_depth(&c.iter_range);
+            let body =
+                deepest(&mut [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result].into_iter());
+            range.max(body + 1)
+        }
+        Expr::List(list) => deepest(&mut list.elements.iter()),
+        Expr::Map(map) => deepest(&mut map.entries.iter().flat_map(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+            EntryExpr::StructField(f) => vec![&f.value],
+        })),
+        Expr::Struct(structure) => {
+            deepest(
+                &mut structure
+                    .entries
+                    .iter()
+                    .flat_map(|entry| match &entry.expr {
+                        EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+                        EntryExpr::StructField(f) => vec![&f.value],
+                    }),
+            )
+        }
+        Expr::Select(select) => comprehension_depth(&select.operand),
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => 0,
+    }
 }
 
 fn is_plain_name(name: &str) -> bool {
@@ -321,11 +404,7 @@ pub(crate) fn compile_rules(
         match parse(source) {
             Ok(expression) => {
                 let is_transition = expression.references().has_variable("oldSelf");
-                let comprehensions = MACROS
-                    .iter()
-                    .map(|m| source.matches(m).count() as u32)
-                    .sum::<u32>()
-                    .max(1);
+                let comprehensions = comprehension_depth(&expression).max(1);
                 compiled.push(CompiledRule {
                     rule: source.to_string(),
                     expression,
@@ -681,6 +760,15 @@ mod tests {
         );
         assert_eq!(render_field_path("spec"), None);
         assert_eq!(render_field_path(".x[a]"), None);
+    }
+
+    #[test]
+    fn comprehension_depth_counts_nesting_not_occurrences() {
+        let depth = |rule: &str| parse(rule).map(|e| comprehension_depth(&e)).unwrap_or(99);
+        assert_eq!(depth("self > 1"), 0);
+        assert_eq!(depth("self.all(x, x > 0) && self.exists(x, x > 1)"), 1);
+        assert_eq!(depth("self.all(x, self.exists(y, y == x))"), 2);
+        assert_eq!(depth("self.map(x, x * 2).filter(y, y > 2).size() > 0"), 1);
     }
 
     #[test]

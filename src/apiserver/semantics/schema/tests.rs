@@ -558,9 +558,8 @@ fn transition_rules_run_only_with_an_old_value() {
 
 #[test]
 fn optional_field_access_works() {
-    // `self[?'a']` is the index form of `self.?a`; see DIVERGENCES.md for the select form.
     let property = json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-validations": [
-        {"rule": "self[?'a'].orValue('none') != 'bad' && !self[?'b'].hasValue()"}]});
+        {"rule": "self.?a.orValue('none') != 'bad' && !self[?'b'].hasValue() && !self.?b.hasValue()"}]});
     assert_eq!(
         rule_messages(property.clone(), json!({}), None),
         Vec::<String>::new()
