@@ -39,6 +39,8 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // kube and reqwest both bring rustls; name the provider once for the whole process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     if matches!(cli.command, Command::Crds | Command::Version) {
         return print_only(&cli.command);
     }

@@ -1,0 +1,160 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! GpuInstance and SshKey from create to delete, through the embedded API server and the
+//! cloud simulator, with the operator running in-process.
+
+mod support;
+
+use gpucloud_api::*;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use support::{Env, eventually};
+
+fn instance(name: &str, keys: &[&str]) -> GpuInstance {
+    let mut spec: GpuInstanceSpec = serde_json::from_value(serde_json::json!({
+        "region": "us-east-1",
+        "gpuType": "H100-80G",
+        "gpuCount": 1,
+        "osImage": "ubuntu-22.04-cuda-12",
+    }))
+    .unwrap();
+    spec.ssh_key_refs = keys
+        .iter()
+        .map(|k| LocalRef { name: (*k).into() })
+        .collect();
+    GpuInstance::new(name, spec)
+}
+
+fn generated_key(name: &str) -> SshKey {
+    SshKey::new(name, serde_json::from_value(serde_json::json!({})).unwrap())
+}
+
+async fn ready<K>(env: &Env, name: &str) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Managed
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api = env.api::<K>();
+    eventually(60, &format!("{name} Ready"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await.ok()?;
+            object
+                .cloud_status()
+                .is_ready(object.meta().generation)
+                .then_some(object)
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account_empty() {
+    let mut env = Env::start().await;
+    env.api::<SshKey>()
+        .create(&PostParams::default(), &generated_key("dev-key"))
+        .await
+        .unwrap();
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &instance("train-1", &["dev-key"]))
+        .await
+        .unwrap();
+
+    let key: SshKey = ready(&env, "dev-key").await;
+    let key_status = key.status.clone().unwrap();
+    assert_eq!(key_status.generated, Some(true));
+    let secret_name = key_status.private_key_secret.clone().unwrap();
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = env.api();
+    let secret = secrets.get(&secret_name).await.unwrap();
+    let private = secret.data.as_ref().unwrap().get("ssh-privatekey").unwrap();
+    assert!(String::from_utf8_lossy(&private.0).contains("OPENSSH PRIVATE KEY"));
+    assert_eq!(
+        secret.metadata.owner_references.as_ref().unwrap()[0].uid,
+        key.metadata.uid.clone().unwrap()
+    );
+
+    let vm: GpuInstance = ready(&env, "train-1").await;
+    let status = vm.status.clone().unwrap();
+    let cloud_id = status.cloud.external_id.clone().unwrap();
+    assert_eq!(status.cloud.state.as_deref(), Some("ACTIVE"));
+    assert_eq!(status.vm_status.as_deref(), Some("RUNNING"));
+    assert_eq!(status.specs.as_ref().unwrap().gpu_type, "H100-80G");
+    assert!(status.hourly_rate.unwrap() > 0.0);
+    assert!(status.ip_address.is_some());
+    assert!(
+        vm.metadata
+            .finalizers
+            .as_ref()
+            .unwrap()
+            .contains(&FINALIZER.to_string())
+    );
+
+    let cloud = env.simulator.state();
+    assert_eq!(cloud.instances.len(), 1, "exactly one instance");
+    assert_eq!(cloud.instances[0].instance_id, cloud_id);
+    assert_eq!(
+        cloud.instances[0].ssh_key_ids,
+        vec![key_status.cloud.external_id.clone().unwrap()]
+    );
+    assert_eq!(cloud.ssh_keys.len(), 1);
+    assert_eq!(
+        cloud.ssh_keys[0].public_key.trim(),
+        String::from_utf8_lossy(&secret.data.unwrap()["ssh-publickey"].0).trim()
+    );
+
+    // Power round trip.
+    let api = env.api::<GpuInstance>();
+    api.patch(
+        "train-1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+    )
+    .await
+    .unwrap();
+    eventually(60, "instance SHUTOFF in the cloud", || async {
+        let cloud = env.simulator.state();
+        (cloud.instances[0].status.as_str() == "SHUTOFF").then_some(())
+    })
+    .await;
+    let stopped: GpuInstance = ready(&env, "train-1").await;
+    assert_eq!(
+        stopped.status.unwrap().cloud.state.as_deref(),
+        Some("SHUTOFF")
+    );
+    api.patch(
+        "train-1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Running"}})),
+    )
+    .await
+    .unwrap();
+    eventually(60, "instance running again", || async {
+        let cloud = env.simulator.state();
+        (cloud.instances[0].vm_status.as_str() == "RUNNING").then_some(())
+    })
+    .await;
+
+    // Delete: the finalizer holds the object until the cloud resource is gone.
+    api.delete("train-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.api::<SshKey>()
+        .delete("dev-key", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "objects gone", || async {
+        let vm = env.api::<GpuInstance>().get_opt("train-1").await.unwrap();
+        let key = env.api::<SshKey>().get_opt("dev-key").await.unwrap();
+        (vm.is_none() && key.is_none()).then_some(())
+    })
+    .await;
+    let cloud = env.simulator.state();
+    assert!(
+        cloud.instances.is_empty(),
+        "instance left in the cloud: {:?}",
+        cloud.instances
+    );
+    assert!(cloud.ssh_keys.is_empty(), "key left in the cloud");
+    env.stop_operator().await;
+}

@@ -1,0 +1,203 @@
+//! A whole environment in one process: the embedded API server with the CRDs installed, the
+//! cloud simulator, a default credentials Secret, and the operator running against both.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use futures::FutureExt;
+use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
+use gpucloud_controller::account::{CloudSettings, SecretLocation};
+use gpucloud_controller::context::ReconcileSettings;
+use gpucloud_controller::observer::ObserveIntervals;
+use gpucloud_controller::run::OperatorConfig;
+use gpucloud_simulator::{Simulator, SimulatorConfig, SimulatorHandle};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const NAMESPACE: &str = "team-a";
+pub const OPERATOR_NAMESPACE: &str = "gpucloud-system";
+
+pub struct Env {
+    pub apiserver: ApiServerHandle,
+    pub simulator: SimulatorHandle,
+    pub client: kube::Client,
+    stop: Option<oneshot::Sender<()>>,
+    operator: Option<JoinHandle<()>>,
+}
+
+/// Operator settings sized for tests: fast lists, short windows.
+pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
+    OperatorConfig {
+        namespaces: Vec::new(),
+        concurrency: 4,
+        cloud: CloudSettings {
+            base_url: simulator.base_url(),
+            timeout: Duration::from_secs(5),
+            rate_limit: None,
+            catalog_ttl: Duration::from_secs(5),
+            observer: None,
+        },
+        default_secret: Some(SecretLocation {
+            namespace: OPERATOR_NAMESPACE.into(),
+            name: "gpucloud-credentials".into(),
+            key: "apiKey".into(),
+        }),
+        reconcile: ReconcileSettings {
+            settle_window: Duration::from_secs(2),
+            budget_floor: 0.0,
+            transition_requeue: Duration::from_millis(200),
+            observe: ObserveIntervals {
+                resync: Duration::from_secs(2),
+                fast: Duration::from_millis(150),
+                hot_window: Duration::from_secs(10),
+                first_list_timeout: Duration::from_secs(10),
+            },
+        },
+        reporter: "gpucloud-operator".into(),
+    }
+}
+
+impl Env {
+    /// API server with CRDs, namespaces and the default credentials; simulator; no operator yet.
+    pub async fn without_operator(simulator: SimulatorConfig) -> Env {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let apiserver = ApiServer::start(ApiServerConfig::default()).await.unwrap();
+        let simulator = Simulator::start(simulator, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let client = apiserver.kube_client().await.unwrap();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in gpucloud_api::crds() {
+            let name = crd.metadata.name.clone().unwrap();
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+            within(
+                10,
+                await_condition(crds.clone(), &name, conditions::is_crd_established()),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        }
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        for ns in [NAMESPACE, OPERATOR_NAMESPACE] {
+            let namespace = Namespace {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(ns.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            namespaces
+                .create(&PostParams::default(), &namespace)
+                .await
+                .unwrap();
+        }
+        let env = Env {
+            apiserver,
+            simulator,
+            client,
+            stop: None,
+            operator: None,
+        };
+        env.put_secret(
+            OPERATOR_NAMESPACE,
+            "gpucloud-credentials",
+            env.simulator.api_key(),
+        )
+        .await;
+        env
+    }
+
+    /// The whole environment with the operator running.
+    pub async fn start() -> Env {
+        let mut env = Env::without_operator(SimulatorConfig::default()).await;
+        env.start_operator(test_config(&env.simulator));
+        env
+    }
+
+    pub fn start_operator(&mut self, config: OperatorConfig) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let client = self.client.clone();
+        let shutdown = stopped.map(|_| ()).boxed();
+        self.operator = Some(tokio::spawn(gpucloud_controller::run::run(
+            client, config, shutdown,
+        )));
+        self.stop = Some(stop);
+    }
+
+    /// Stops the operator and waits for its in-flight reconciles.
+    pub async fn stop_operator(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.operator.take() {
+            within(20, task).await.unwrap().unwrap();
+        }
+    }
+
+    pub async fn put_secret(&self, namespace: &str, name: &str, api_key: &str) {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            string_data: Some(BTreeMap::from([(
+                "apiKey".to_string(),
+                api_key.to_string(),
+            )])),
+            ..Default::default()
+        };
+        match secrets.get_opt(name).await.unwrap() {
+            Some(_) => {
+                secrets
+                    .replace(name, &PostParams::default(), &secret)
+                    .await
+                    .unwrap();
+            }
+            None => {
+                secrets
+                    .create(&PostParams::default(), &secret)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+}
+
+/// Runs `future` with a bound of `seconds`, failing the test with a clear message past it.
+pub async fn within<F: Future>(seconds: u64, future: F) -> Result<F::Output, String> {
+    tokio::time::timeout(Duration::from_secs(seconds), future)
+        .await
+        .map_err(|_| format!("not done within {seconds}s"))
+}
+
+/// Polls `check` until it returns `Some`, for at most `seconds`.
+pub async fn eventually<T, F, Fut>(seconds: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("{what}: not true within {seconds}s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
