@@ -219,6 +219,7 @@ impl CloudClient {
                 reason: "timeout must be positive".into(),
             });
         }
+        install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(config.timeout)
             // A redirect would carry the X-API-Key header to wherever it points; the API
@@ -1066,6 +1067,15 @@ impl CloudClient {
     }
 }
 
+/// Makes sure rustls has a process-wide crypto provider, which reqwest needs to build a client
+/// (it panics otherwise). Keeps one that is already installed.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race against another installer is fine: a provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// Whether a failed attempt may be repeated, given what repeating the operation does.
 pub fn may_retry(retry: Retry, error: &Error) -> bool {
     match retry {
@@ -1230,6 +1240,19 @@ mod tests {
         assert!(!may_retry(Retry::Unsafe, &timeout));
         assert!(!may_retry(Retry::BilledCreate, &server));
         assert!(!may_retry(Retry::BilledCreate, &timeout));
+    }
+
+    /// Controllers spawn client calls on a multi-threaded runtime.
+    #[test]
+    fn client_and_its_futures_are_send_and_sync() {
+        fn assert_send<T: Send>(_: &T) {}
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<CloudClient>();
+        let client =
+            CloudClient::new(ClientConfig::new("http://127.0.0.1:1", ApiKey::new("k"))).unwrap();
+        assert_send(&client.get_balance());
+        assert_send(&client.list_volumes(&VolumeListQuery::default()));
+        assert_send(&client.restore_snapshot("s", "n"));
     }
 
     #[test]
