@@ -430,10 +430,270 @@ fn parse_kube_version(version: &str) -> Option<(u8, u64, u64)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    use crate::server::{ApiServerConfig, router};
+    use axum::body::Body;
+    use axum::http::{Method, Request, StatusCode};
+    use tower::ServiceExt;
+
+    const CRD: &str = r#"{
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gpuinstances.gpucloud.io"},
+        "spec": {"group": "gpucloud.io", "scope": "Namespaced",
+            "names": {"kind": "GpuInstance", "listKind": "GpuInstanceList", "plural": "gpuinstances",
+                      "singular": "gpuinstance", "shortNames": ["gi"], "categories": ["gpucloud"]},
+            "versions": [
+                {"name": "v1beta1", "served": true, "storage": false,
+                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+                {"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}
+            ]}
+    }"#;
+
+    pub(crate) async fn call(
+        app: &axum::Router,
+        method: Method,
+        uri: &str,
+        accept: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, HeaderMap, Value) {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(accept) = accept {
+            request = request.header(header::ACCEPT, accept);
+        }
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(body.map_or_else(Body::empty, |text| Body::from(text.to_owned())))
+            .unwrap();
+        let response = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            app.clone().oneshot(request),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 64 << 20)
+            .await
+            .unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, headers, value)
+    }
+
+    /// A server router (no TLS, no auth) with the GpuInstance CRD created.
+    pub(crate) async fn app_with_crd() -> axum::Router {
+        let app = router(AppState::new(&ApiServerConfig::default()));
+        let (status, _, body) = call(
+            &app,
+            Method::POST,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            None,
+            Some(CRD),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        app
+    }
+
+    fn names(resources: &Value) -> Vec<String> {
+        resources
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|resource| resource["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn legacy_documents_list_the_core_group_and_its_resources() {
+        let app = router(AppState::new(&ApiServerConfig::default()));
+        let (status, _, versions) = call(&app, Method::GET, "/api", None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(versions["kind"], "APIVersions");
+        assert_eq!(versions["versions"], json!(["v1"]));
+
+        let (status, _, list) = call(&app, Method::GET, "/api/v1", None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(list["kind"], "APIResourceList");
+        assert_eq!(list["groupVersion"], "v1");
+        let resources = names(&list["resources"]);
+        for expected in [
+            "configmaps",
+            "events",
+            "namespaces",
+            "namespaces/status",
+            "secrets",
+            "serviceaccounts",
+        ] {
+            assert!(resources.contains(&expected.to_owned()), "{resources:?}");
+        }
+        let config_maps = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|resource| resource["name"] == "configmaps")
+            .unwrap();
+        assert_eq!(config_maps["kind"], "ConfigMap");
+        assert_eq!(config_maps["namespaced"], true);
+        assert_eq!(config_maps["shortNames"], json!(["cm"]));
+        assert!(
+            config_maps["verbs"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("watch"))
+        );
+
+        let (status, _, version) = call(&app, Method::GET, "/version", None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(version["gitVersion"], "v1.33.0");
+    }
+
+    #[tokio::test]
+    async fn crd_groups_appear_with_preferred_version_short_names_and_status() {
+        let app = app_with_crd().await;
+        let (_, _, groups) = call(&app, Method::GET, "/apis", None, None).await;
+        assert_eq!(groups["kind"], "APIGroupList");
+        let group = groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|group| group["name"] == "gpucloud.io")
+            .unwrap()
+            .clone();
+        // v1 outranks v1beta1, so it is listed first and preferred.
+        assert_eq!(
+            group["versions"],
+            json!([{"groupVersion": "gpucloud.io/v1", "version": "v1"},
+                   {"groupVersion": "gpucloud.io/v1beta1", "version": "v1beta1"}])
+        );
+        assert_eq!(group["preferredVersion"]["version"], "v1");
+
+        let (status, _, single) = call(&app, Method::GET, "/apis/gpucloud.io", None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(single["kind"], "APIGroup");
+        assert_eq!(single["preferredVersion"], group["preferredVersion"]);
+
+        let (_, _, list) = call(&app, Method::GET, "/apis/gpucloud.io/v1", None, None).await;
+        assert_eq!(list["groupVersion"], "gpucloud.io/v1");
+        assert_eq!(
+            names(&list["resources"]),
+            ["gpuinstances", "gpuinstances/status"]
+        );
+        assert_eq!(list["resources"][0]["shortNames"], json!(["gi"]));
+        assert_eq!(list["resources"][0]["categories"], json!(["gpucloud"]));
+        assert_eq!(
+            list["resources"][1]["verbs"],
+            json!(["get", "patch", "update"])
+        );
+        // v1beta1 declares no status subresource.
+        let (_, _, beta) = call(&app, Method::GET, "/apis/gpucloud.io/v1beta1", None, None).await;
+        assert_eq!(names(&beta["resources"]), ["gpuinstances"]);
+    }
+
+    #[tokio::test]
+    async fn aggregated_discovery_answers_kubectls_accept_header() {
+        let app = app_with_crd().await;
+        let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        let (status, headers, document) =
+            call(&app, Method::GET, "/apis", Some(accept), None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            headers[header::CONTENT_TYPE],
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+        );
+        assert_eq!(document["kind"], "APIGroupDiscoveryList");
+        assert_eq!(document["apiVersion"], "apidiscovery.k8s.io/v2");
+        let group = document["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item["metadata"]["name"] == "gpucloud.io")
+            .unwrap();
+        assert_eq!(group["versions"][0]["version"], "v1");
+        let resource = &group["versions"][0]["resources"][0];
+        assert_eq!(resource["resource"], "gpuinstances");
+        assert_eq!(resource["scope"], "Namespaced");
+        assert_eq!(resource["singularResource"], "gpuinstance");
+        assert_eq!(
+            resource["responseKind"],
+            json!({"group": "gpucloud.io", "version": "v1", "kind": "GpuInstance"})
+        );
+        assert_eq!(resource["subresources"][0]["subresource"], "status");
+
+        let (_, headers, core) = call(&app, Method::GET, "/api", Some(accept), None).await;
+        assert_eq!(
+            headers[header::CONTENT_TYPE],
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+        );
+        assert_eq!(core["items"].as_array().unwrap().len(), 1);
+        assert!(core["items"][0]["metadata"].get("name").is_none());
+        let namespaces = core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|resource| resource["resource"] == "namespaces")
+            .unwrap();
+        assert_eq!(namespaces["scope"], "Cluster");
+    }
+
+    #[tokio::test]
+    async fn unknown_groups_are_not_found_and_writes_are_not_allowed() {
+        let app = app_with_crd().await;
+        // What kube-apiserver answers for discovery paths it does not serve
+        // (NotFound Status from the apiserver's not-found handler).
+        for path in [
+            "/apis/nope.example.com",
+            "/apis/nope.example.com/v1",
+            "/apis/gpucloud.io/v9",
+            "/api/v2",
+        ] {
+            let (status, _, body) = call(&app, Method::GET, path, None, None).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+            assert_eq!(body["kind"], "Status", "{path}");
+            assert_eq!(body["reason"], "NotFound", "{path}");
+        }
+        // Discovery is read-only: the real server answers other verbs with 405 MethodNotAllowed.
+        let (status, _, body) = call(&app, Method::POST, "/api", None, Some("{}")).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(body["reason"], "MethodNotAllowed");
+    }
+
+    #[tokio::test]
+    async fn deleting_the_crd_removes_its_group() {
+        let app = app_with_crd().await;
+        let (status, _, body) = call(
+            &app,
+            Method::DELETE,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gpuinstances.gpucloud.io",
+            None,
+            None,
+        )
+        .await;
+        assert!(status.is_success(), "{status} {body}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (_, _, groups) = call(&app, Method::GET, "/apis", None, None).await;
+            let present = groups["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|group| group["name"] == "gpucloud.io");
+            if !present {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "group still listed");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let (status, _, _) = call(&app, Method::GET, "/apis/gpucloud.io/v1", None, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
 
     #[test]
     fn versions_sort_by_kubernetes_priority() {

@@ -978,6 +978,194 @@ mod tests {
         }
     }
 
+    use crate::discovery::tests::{app_with_crd, call};
+    use axum::http::{Method, StatusCode};
+
+    /// Every `$ref` of a document resolves to one of its own component schemas.
+    fn assert_closed(document: &Value, prefix: &str, definitions: &Value) {
+        let mut stack = vec![document];
+        while let Some(value) = stack.pop() {
+            match value {
+                Value::Object(map) => {
+                    if let Some(Value::String(reference)) = map.get("$ref") {
+                        let name = reference
+                            .strip_prefix(prefix)
+                            .unwrap_or_else(|| panic!("foreign reference {reference}"));
+                        assert!(definitions.get(name).is_some(), "dangling {reference}");
+                    }
+                    stack.extend(map.values());
+                }
+                Value::Array(items) => stack.extend(items.iter()),
+                _ => {}
+            }
+        }
+    }
+
+    fn patch_operation<'a>(document: &'a Value, path: &str) -> &'a Value {
+        &document["paths"][path]["patch"]
+    }
+
+    #[tokio::test]
+    async fn the_v3_index_points_at_hashed_group_version_documents() {
+        let app = app_with_crd().await;
+        let (status, _, index) = call(&app, Method::GET, "/openapi/v3", None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        for key in [
+            "api/v1",
+            "apis/apiextensions.k8s.io/v1",
+            "apis/gpucloud.io/v1",
+            "apis/gpucloud.io/v1beta1",
+        ] {
+            let url = index["paths"][key]["serverRelativeURL"].as_str().unwrap();
+            assert!(
+                url.starts_with(&format!("/openapi/v3/{key}?hash=")),
+                "{url}"
+            );
+            let (status, headers, document) =
+                call(&app, Method::GET, url, Some("application/json"), None).await;
+            assert_eq!(status, StatusCode::OK, "{url}");
+            assert_eq!(headers[header::CACHE_CONTROL], "public, immutable");
+            assert_eq!(document["openapi"], "3.0.0");
+            assert_closed(
+                &document,
+                "#/components/schemas/",
+                &document["components"]["schemas"],
+            );
+        }
+        // A stale or missing hash still gets the current document, but not as cacheable.
+        let (status, headers, _) = call(
+            &app,
+            Method::GET,
+            "/openapi/v3/apis/gpucloud.io/v1?hash=0",
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers[header::CACHE_CONTROL], "no-cache, private");
+        let (status, _, body) = call(
+            &app,
+            Method::GET,
+            "/openapi/v3/apis/nope.example.com/v1",
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["reason"], "NotFound");
+    }
+
+    #[tokio::test]
+    async fn custom_resource_documents_carry_the_crd_schema_and_no_strategic_patch() {
+        let app = app_with_crd().await;
+        let (_, _, document) = call(
+            &app,
+            Method::GET,
+            "/openapi/v3/apis/gpucloud.io/v1",
+            None,
+            None,
+        )
+        .await;
+        let schema = &document["components"]["schemas"]["io.gpucloud.v1.GpuInstance"];
+        assert_eq!(
+            schema["x-kubernetes-group-version-kind"],
+            json!([{"group": "gpucloud.io", "kind": "GpuInstance", "version": "v1"}])
+        );
+        assert_eq!(schema["x-kubernetes-preserve-unknown-fields"], true);
+        assert_eq!(
+            schema["properties"]["metadata"]["allOf"][0]["$ref"],
+            format!("#/components/schemas/{OBJECT_META}")
+        );
+        let list = &document["components"]["schemas"]["io.gpucloud.v1.GpuInstanceList"];
+        assert_eq!(
+            list["x-kubernetes-group-version-kind"][0]["kind"],
+            "GpuInstanceList"
+        );
+
+        let item_path = "/apis/gpucloud.io/v1/namespaces/{namespace}/gpuinstances/{name}";
+        let patch = patch_operation(&document, item_path);
+        assert_eq!(patch["x-kubernetes-action"], "patch");
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"],
+            json!({"group": "gpucloud.io", "kind": "GpuInstance", "version": "v1"})
+        );
+        // kubectl leaves validation to the server when this parameter is declared.
+        assert!(
+            patch["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|parameter| parameter["name"] == "fieldValidation"
+                    && parameter["in"] == "query")
+        );
+        let content = patch["requestBody"]["content"].as_object().unwrap();
+        assert!(content.contains_key("application/merge-patch+json"));
+        assert!(content.contains_key("application/apply-patch+yaml"));
+        assert!(!content.contains_key("application/strategic-merge-patch+json"));
+        assert!(document["paths"][format!("{item_path}/status")]["patch"].is_object());
+    }
+
+    #[tokio::test]
+    async fn builtin_documents_offer_strategic_merge_patch_and_full_schemas() {
+        let app = app_with_crd().await;
+        let (_, _, document) = call(&app, Method::GET, "/openapi/v3/api/v1", None, None).await;
+        let config_map = &document["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"];
+        assert_eq!(
+            config_map["x-kubernetes-group-version-kind"],
+            json!([{"group": "", "kind": "ConfigMap", "version": "v1"}])
+        );
+        assert!(config_map["properties"]["data"].is_object());
+        let patch = patch_operation(
+            &document,
+            "/api/v1/namespaces/{namespace}/configmaps/{name}",
+        );
+        assert!(
+            patch["requestBody"]["content"]
+                .as_object()
+                .unwrap()
+                .contains_key("application/strategic-merge-patch+json")
+        );
+        // Cluster-scoped kinds have no namespace segment.
+        assert!(document["paths"]["/api/v1/namespaces/{name}"]["get"].is_object());
+    }
+
+    #[tokio::test]
+    async fn v2_is_json_only() {
+        let app = app_with_crd().await;
+        // kubectl's Accept for /openapi/v2; a server that cannot produce it answers 406.
+        let (status, _, body) = call(
+            &app,
+            Method::GET,
+            "/openapi/v2",
+            Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
+        assert_eq!(body["reason"], "NotAcceptable");
+
+        let (status, _, document) = call(
+            &app,
+            Method::GET,
+            "/openapi/v2",
+            Some("application/json"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(document["swagger"], "2.0");
+        assert!(document["definitions"]["io.gpucloud.v1.GpuInstance"].is_object());
+        assert_closed(&document, "#/definitions/", &document["definitions"]);
+        let patch = &document["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
+        assert!(
+            patch["consumes"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("application/strategic-merge-patch+json"))
+        );
+        assert_eq!(patch["parameters"][0]["in"], "body");
+    }
+
     #[test]
     fn operation_ids_follow_the_kubernetes_pattern() {
         assert_eq!(operation_group(""), "Core");
