@@ -16,38 +16,56 @@ use crate::registry::{ResourceInfo, ResourceKey};
 use crate::server::AppState;
 use crate::store::{ObjectIndex, StoreError};
 
-/// Safety net for changes that did not wake the collector.
-const RESYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// Safety net: a full pass at least this often even without a wake-up.
+const RESYNC_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Passes are at least this far apart, so a burst of deletions costs one scan, not one each.
+const MIN_PASS_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Runs until the task is aborted.
 pub async fn run(state: AppState) {
     loop {
         let _ = tokio::time::timeout(RESYNC_INTERVAL, state.store.changed.notified()).await;
-        // Let a burst of deletions settle into one pass.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        collect(&state);
+        tokio::time::sleep(MIN_PASS_INTERVAL).await;
+        // Keep passing while passes change something: each change can enable the next step
+        // (a dependent gone lets its owner's finalizer go, an empty namespace goes).
+        for _ in 0..16 {
+            if collect(&state) == 0 {
+                break;
+            }
+        }
     }
 }
 
 /// One pass of garbage collection and namespace cleanup. Returns how many changes it made.
 pub fn collect(state: &AppState) -> usize {
-    let indexes = state.store.all_indexes();
+    let grouped = state.store.all_indexes();
+    let mut infos: HashMap<&ResourceKey, ResourceInfo> = HashMap::new();
+    for (resource, _) in &grouped {
+        if let Some(info) = state.registry.storage_entry(resource) {
+            infos.insert(resource, info);
+        }
+    }
+    let indexes: Vec<(&ResourceKey, &Arc<ObjectIndex>)> = grouped
+        .iter()
+        .flat_map(|(resource, objects)| objects.iter().map(move |index| (resource, index)))
+        .collect();
     let alive: HashSet<&str> = indexes
         .iter()
         .map(|(_, index)| index.uid.as_str())
         .collect();
-    let mut dependents: HashMap<&str, Vec<&(ResourceKey, Arc<ObjectIndex>)>> = HashMap::new();
-    for entry in &indexes {
-        for owner in &entry.1.owners {
+    let mut dependents: HashMap<&str, Vec<(&ResourceKey, &Arc<ObjectIndex>)>> = HashMap::new();
+    for (resource, index) in &indexes {
+        for owner in &index.owners {
             dependents
                 .entry(owner.uid.as_str())
                 .or_default()
-                .push(entry);
+                .push((resource, index));
         }
     }
     let mut changes = 0;
     for (resource, index) in &indexes {
-        let Some(info) = state.registry.storage_entry(resource) else {
+        let Some(info) = infos.get(resource) else {
             continue;
         };
         // Dependents whose owners are all gone are deleted; references to missing owners are
@@ -61,12 +79,12 @@ pub fn collect(state: &AppState) -> usize {
                 .collect();
             if missing.len() == index.owners.len() {
                 if !index.deleting {
-                    changes += delete_dependent(state, &info, index, Propagation::Background);
+                    changes += delete_dependent(state, info, index, Propagation::Background);
                 }
                 continue;
             }
             if !missing.is_empty() {
-                changes += edit(state, &info, index, &|object| {
+                changes += edit(state, info, index, &|object| {
                     remove_owner_references(object, &missing);
                 });
             }
@@ -80,20 +98,20 @@ pub fn collect(state: &AppState) -> usize {
             .unwrap_or_default();
         if index.finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
             for (dependent_resource, dependent) in &own_dependents {
-                if let Some(dependent_info) = state.registry.storage_entry(dependent_resource) {
+                if let Some(dependent_info) = infos.get(dependent_resource) {
                     let uid = index.uid.as_str();
-                    changes += edit(state, &dependent_info, dependent, &|object| {
+                    changes += edit(state, dependent_info, dependent, &|object| {
                         remove_owner_references(object, &[uid]);
                     });
                 }
             }
-            changes += remove_finalizer(state, &info, index, ORPHAN_FINALIZER);
+            changes += remove_finalizer(state, info, index, ORPHAN_FINALIZER);
         } else if index.finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
             // Dependents go first (in the foreground too); the owner waits for the ones
             // blocking its deletion.
             let mut blocking = 0;
             for (dependent_resource, dependent) in &own_dependents {
-                let Some(dependent_info) = state.registry.storage_entry(dependent_resource) else {
+                let Some(dependent_info) = infos.get(dependent_resource) else {
                     continue;
                 };
                 if dependent
@@ -104,20 +122,16 @@ pub fn collect(state: &AppState) -> usize {
                     blocking += 1;
                 }
                 if !dependent.deleting {
-                    changes += delete_dependent(
-                        state,
-                        &dependent_info,
-                        dependent,
-                        Propagation::Foreground,
-                    );
+                    changes +=
+                        delete_dependent(state, dependent_info, dependent, Propagation::Foreground);
                 }
             }
             if blocking == 0 {
-                changes += remove_finalizer(state, &info, index, FOREGROUND_FINALIZER);
+                changes += remove_finalizer(state, info, index, FOREGROUND_FINALIZER);
             }
         }
-        if crate::builtin::is_namespace(&info) {
-            changes += finish_namespace(state, &info, index, &indexes);
+        if crate::builtin::is_namespace(info) {
+            changes += finish_namespace(state, info, index, &indexes, &infos);
         }
     }
     changes
@@ -226,7 +240,8 @@ fn finish_namespace(
     state: &AppState,
     info: &ResourceInfo,
     namespace: &ObjectIndex,
-    indexes: &[(ResourceKey, Arc<ObjectIndex>)],
+    indexes: &[(&ResourceKey, &Arc<ObjectIndex>)],
+    infos: &HashMap<&ResourceKey, ResourceInfo>,
 ) -> usize {
     let mut changes = 0;
     let mut remaining = 0;
@@ -238,8 +253,8 @@ fn finish_namespace(
         if index.deleting {
             continue;
         }
-        if let Some(content_info) = state.registry.storage_entry(resource) {
-            changes += delete_dependent(state, &content_info, index, Propagation::Background);
+        if let Some(content_info) = infos.get(resource) {
+            changes += delete_dependent(state, content_info, index, Propagation::Background);
         }
     }
     if remaining > 0 {

@@ -294,16 +294,21 @@ impl Store {
         }
     }
 
-    /// Every object's index (for garbage collection and namespace cleanup).
-    pub fn all_indexes(&self) -> Vec<(ResourceKey, Arc<ObjectIndex>)> {
+    /// Every object's index, grouped by resource (for garbage collection and namespace
+    /// cleanup).
+    pub fn all_indexes(&self) -> Vec<(ResourceKey, Vec<Arc<ObjectIndex>>)> {
         let inner = self.lock();
         inner
             .resources
             .iter()
-            .flat_map(|(resource, objects)| {
-                objects
-                    .values()
-                    .map(move |object| (resource.clone(), object.index.clone()))
+            .map(|(resource, objects)| {
+                (
+                    resource.clone(),
+                    objects
+                        .values()
+                        .map(|object| object.index.clone())
+                        .collect(),
+                )
             })
             .collect()
     }
@@ -336,6 +341,11 @@ impl Store {
             .or_default()
             .insert(key, stored.clone());
         self.record(&mut inner, resource, EventType::Added, &stored, None);
+        drop(inner);
+        if !stored.index.owners.is_empty() {
+            // The owner may already be gone: the collector has to look.
+            self.changed.notify_one();
+        }
         Ok((stored, object))
     }
 

@@ -156,10 +156,55 @@ pub async fn dispatch(State(state): State<AppState>, request: Request) -> Respon
         .get::<AuthenticatedUser>()
         .map(|user| user.name.clone())
         .unwrap_or_else(|| ANONYMOUS_USER.to_string());
+    let yaml = prefers_yaml(&parts.headers)
+        && !Query::parse(parts.uri.query())
+            .flag("watch")
+            .unwrap_or(false);
     let result = handle(&state, parts.method, parts.uri, parts.headers, body, user).await;
-    match result {
+    let response = match result {
         Ok(response) => response,
         Err(error) => error.into_response(),
+    };
+    if yaml {
+        return into_yaml(response).await;
+    }
+    response
+}
+
+/// Whether the client accepts YAML but not JSON (`kubectl` never does; `curl` users may).
+fn prefers_yaml(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()) else {
+        return false;
+    };
+    let media: Vec<&str> = accept
+        .split(',')
+        .map(|part| part.split(';').next().unwrap_or_default().trim())
+        .collect();
+    media.contains(&"application/yaml")
+        && !media
+            .iter()
+            .any(|m| matches!(*m, "application/json" | "*/*" | "application/*"))
+}
+
+/// Re-encodes a JSON response body as YAML.
+async fn into_yaml(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("response body could not be read").into_response();
+    };
+    let yaml = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|value| serde_yaml::to_string(&value).ok());
+    match yaml {
+        Some(yaml) => {
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/yaml"),
+            );
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::from(yaml))
+        }
+        None => Response::from_parts(parts, Body::from(bytes)),
     }
 }
 
