@@ -724,7 +724,18 @@ fn to_cel(node: Option<&Node>, value: &Value) -> cel::Value {
                 },
             }
         }
-        Value::String(text) => cel::Value::String(Arc::new(text.clone())),
+        Value::String(text) => {
+            let format = node.and_then(|n| n.format.as_deref());
+            match format {
+                Some("date-time" | "datetime") => chrono::DateTime::parse_from_rfc3339(text)
+                    .map(cel::Value::Timestamp)
+                    .unwrap_or_else(|_| cel::Value::String(Arc::new(text.clone()))),
+                Some("duration") => parse_duration(text)
+                    .map(cel::Value::Duration)
+                    .unwrap_or_else(|| cel::Value::String(Arc::new(text.clone()))),
+                _ => cel::Value::String(Arc::new(text.clone())),
+            }
+        }
         Value::Array(items) => {
             let item_schema = node.and_then(|n| n.items.as_deref());
             cel::Value::List(Arc::new(
@@ -746,9 +757,70 @@ fn to_cel(node: Option<&Node>, value: &Value) -> cel::Value {
     }
 }
 
+/// A Go duration (`1h30m`, `1.5s`, `-20ms`), plus the `d` and `w` units strfmt accepts.
+fn parse_duration(text: &str) -> Option<chrono::Duration> {
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest == "0" {
+        return Some(chrono::Duration::zero());
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total_nanos: f64 = 0.0;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&end| end > 0)?;
+        let amount: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let nanos_per_unit = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            "d" => 86_400e9,
+            "w" => 604_800e9,
+            _ => return None,
+        };
+        rest = &rest[unit_end..];
+        total_nanos += amount * nanos_per_unit;
+    }
+    if !total_nanos.is_finite() || total_nanos > i64::MAX as f64 {
+        return None;
+    }
+    let duration = chrono::Duration::nanoseconds(total_nanos.round() as i64);
+    Some(if negative { -duration } else { duration })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_duration("1h30m"), Some(chrono::Duration::minutes(90)));
+        assert_eq!(
+            parse_duration("1.5s"),
+            Some(chrono::Duration::milliseconds(1500))
+        );
+        assert_eq!(
+            parse_duration("-20ms"),
+            Some(chrono::Duration::milliseconds(-20))
+        );
+        assert_eq!(parse_duration("2d"), Some(chrono::Duration::hours(48)));
+        assert_eq!(parse_duration("0"), Some(chrono::Duration::zero()));
+        assert_eq!(parse_duration("5"), None);
+        assert_eq!(parse_duration("h"), None);
+        assert_eq!(parse_duration("1y"), None);
+    }
 
     #[test]
     fn field_paths_render() {

@@ -568,6 +568,35 @@ fn optional_field_access_works() {
 }
 
 #[test]
+fn date_time_and_duration_fields_are_cel_timestamps_and_durations() {
+    let property = json!({"type": "object", "properties": {
+        "start": {"type": "string", "format": "date-time"},
+        "end": {"type": "string", "format": "date-time"},
+        "timeout": {"type": "string", "format": "duration"}
+    }, "x-kubernetes-validations": [
+        {"rule": "self.end > self.start", "message": "end must be after start"},
+        {"rule": "self.timeout <= duration('1h')", "message": "timeout at most 1h"}
+    ]});
+    assert!(rule_messages(
+        property.clone(),
+        json!({"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00+00:00", "timeout": "30m"}),
+        None
+    )
+    .is_empty());
+    assert_eq!(
+        rule_messages(
+            property,
+            json!({"start": "2026-01-02T00:00:00Z", "end": "2026-01-01T00:00:00Z", "timeout": "2h"}),
+            None
+        ),
+        vec![
+            "spec.x: Invalid value: \"object\": end must be after start",
+            "spec.x: Invalid value: \"object\": timeout at most 1h",
+        ]
+    );
+}
+
+#[test]
 fn runaway_cost_is_refused_not_run() {
     let property = json!({"type": "array", "items": {"type": "integer"}, "x-kubernetes-validations": [
         {"rule": "self.all(a, self.all(b, self.all(c, a + b + c >= 0)))"}]});
