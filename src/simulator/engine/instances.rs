@@ -613,14 +613,11 @@ impl Engine {
             status: instance.state.wire(),
         };
         let tier = instance.tier.clone();
-        let deleted_at = instance.deleted_at;
         for volume in self.volumes.values_mut() {
             if volume.instance_id.as_deref() == Some(id) {
                 if volume.is_boot_volume() {
-                    if volume.deleted_at.is_none() {
-                        volume.deleted_at = deleted_at;
-                        volume.billing.close(gone_at);
-                    }
+                    // Removed by `settle` once the instance is gone; billed until then.
+                    volume.billing.close(gone_at);
                 } else {
                     volume.instance_id = None;
                 }
@@ -831,6 +828,12 @@ mod tests {
             "NOT_FOUND"
         );
         assert!(engine.list_instances(secs(24)).is_empty());
+        // The boot volume went with the instance, billed until it was gone.
+        let volumes = engine.list_volumes(&super::super::VolumeFilters::default(), secs(24));
+        assert_eq!(volumes.total_count, 0);
+        let boot = &engine.volume_billing_records(secs(24))[0];
+        assert_eq!(boot.status, "deleted");
+        assert_eq!(boot.end_time, "2026-01-01T00:00:23");
         // Billing ran from create until the instance was gone.
         let billing = engine.instance_billing(Some(&id), secs(100));
         assert_eq!(billing.records[0].total_duration_minutes, 0);

@@ -179,6 +179,14 @@ impl Engine {
         }
         for volume in self.volumes.values_mut() {
             volume.settle(now);
+            // A boot volume goes when its instance is gone.
+            if volume.deleted_at.is_none()
+                && let Some(owner) = &volume.boot_of
+                && let Some(instance) = self.instances.get(owner)
+                && instance.state == InstanceState::Deleted
+            {
+                volume.deleted_at = instance.deleted_at;
+            }
         }
         for snapshot in self.snapshots.values_mut() {
             snapshot.settle(now);
