@@ -173,7 +173,8 @@ fn is_plain_name(name: &str) -> bool {
         && !name.starts_with('_')
 }
 
-/// Functions and macros available to rules: standard CEL plus the Kubernetes libraries.
+/// Functions and macros available to rules: standard CEL plus the Kubernetes libraries
+/// (`lists.range` is left out: it is not a Kubernetes function and allocates unboundedly).
 fn known_function(name: &str) -> bool {
     const STANDARD: [&str; 31] = [
         "has",
@@ -215,7 +216,7 @@ fn known_function(name: &str) -> bool {
         "orValue",
         "optional.ofNonZeroValue",
     ];
-    const KUBERNETES: [&str; 94] = [
+    const KUBERNETES: [&str; 93] = [
         "add",
         "asApproximateFloat",
         "asInteger",
@@ -276,7 +277,6 @@ fn known_function(name: &str) -> bool {
         "join",
         "last",
         "lastIndexOf",
-        "lists.range",
         "lowerAscii",
         "masked",
         "math.abs",
@@ -617,7 +617,23 @@ fn evaluate_rules(
         if let Some(old_value) = &old_value {
             scope.add_variable_from_value("oldSelf", old_value.clone());
         }
-        match cel::Value::resolve(&rule.expression, &scope) {
+        // The interpreter is third-party code evaluating user input: a panic inside it becomes
+        // this rule's error instead of taking the request down.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cel::Value::resolve(&rule.expression, &scope)
+        }));
+        let Ok(outcome) = outcome else {
+            errors.push(FieldError::invalid(
+                path,
+                type_label.clone(),
+                format!(
+                    "internal error evaluating rule: {}",
+                    rule_error_string(rule)
+                ),
+            ));
+            continue;
+        };
+        match outcome {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => {
                 let field = match rule.field_path.as_deref().and_then(render_field_path) {
@@ -693,8 +709,13 @@ fn rule_error_string(rule: &CompiledRule) -> String {
 /// The message of a failed rule: `messageExpression` when it yields a usable string, else
 /// `message`, else `failed rule: <rule>`.
 fn failure_message(rule: &CompiledRule, scope: &cel::Context<'_>) -> String {
-    if let Some(expression) = &rule.message_expression
-        && let Ok(cel::Value::String(text)) = cel::Value::resolve(expression, scope)
+    let evaluated = rule.message_expression.as_ref().and_then(|expression| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cel::Value::resolve(expression, scope)
+        }))
+        .ok()
+    });
+    if let Some(Ok(cel::Value::String(text))) = evaluated
         && !text.trim().is_empty()
         && !text.contains('\n')
     {

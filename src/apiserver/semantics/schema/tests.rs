@@ -615,3 +615,153 @@ fn schema_is_shareable_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Schema>();
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-3i64..300).prop_map(Value::from),
+            (-2.5f64..2.5).prop_map(Value::from),
+            "[a-c0-9./:-]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["a", "b", "name", "spec"]),
+                    inner,
+                    0..4
+                )
+                .prop_map(|map| Value::Object(
+                    map.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    /// Schemas mixing every keyword with arbitrary (often wrong) values.
+    fn schema() -> impl Strategy<Value = Value> {
+        let keyword = prop_oneof![
+            prop::sample::select(vec![
+                "object", "array", "string", "integer", "number", "boolean", "bogus"
+            ])
+            .prop_map(|t| ("type", json!(t))),
+            value().prop_map(|v| ("default", v)),
+            value().prop_map(|v| ("enum", v)),
+            value().prop_map(|v| ("maximum", v)),
+            value().prop_map(|v| ("minLength", v)),
+            value().prop_map(|v| ("maxItems", v)),
+            value().prop_map(|v| ("required", v)),
+            prop::sample::select(vec!["^a", "(", "[", "a{2,}"]).prop_map(|p| ("pattern", json!(p))),
+            prop::sample::select(vec!["date-time", "cidr", "duration", "uuid"])
+                .prop_map(|f| ("format", json!(f))),
+            prop::sample::select(vec!["set", "map", "atomic", "x"])
+                .prop_map(|t| ("x-kubernetes-list-type", json!(t))),
+            Just(("x-kubernetes-list-map-keys", json!(["name"]))),
+            Just(("x-kubernetes-int-or-string", json!(true))),
+            Just(("x-kubernetes-preserve-unknown-fields", json!(true))),
+            Just(("nullable", json!(true))),
+            prop::sample::select(vec![
+                "self == oldSelf",
+                "size(self) > 0",
+                "self.all(x, x != '')",
+                "self.a > 1",
+                "self ==",
+                "isCIDR(self)",
+                "self.?a.orValue(1) == 1",
+                "self[0] == 1",
+                "1 / 0 == 1",
+            ])
+            .prop_map(|rule| (
+                "x-kubernetes-validations",
+                json!([{"rule": rule, "messageExpression": "string(self)"}])
+            )),
+        ];
+        let node = prop::collection::vec(keyword, 0..5).prop_map(|pairs| {
+            Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+        });
+        node.prop_recursive(3, 16, 3, |inner| {
+            (
+                inner.clone(),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["a", "b", "name", "spec"]),
+                    inner.clone(),
+                    0..3,
+                ),
+                inner,
+            )
+                .prop_map(|(mut node, properties, items)| {
+                    if let Value::Object(map) = &mut node {
+                        map.insert(
+                            "properties".into(),
+                            Value::Object(
+                                properties
+                                    .into_iter()
+                                    .map(|(k, v)| (k.to_string(), v))
+                                    .collect(),
+                            ),
+                        );
+                        map.insert("items".into(), items);
+                    }
+                    node
+                })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn schemas_never_panic(raw in schema(), object in value(), old in value()) {
+            let raw = match raw {
+                Value::Object(mut map) => {
+                    map.insert("type".into(), json!("object"));
+                    Value::Object(map)
+                }
+                other => other,
+            };
+            if let Ok(schema) = Schema::compile(&raw) {
+                let mut object = json!({"spec": object});
+                let old = json!({"spec": old});
+                schema.prune(&mut object);
+                schema.apply_defaults(&mut object);
+                let errors = schema.validate(&object, Some(&old));
+                for error in errors {
+                    prop_assert!(!error.to_message().is_empty());
+                }
+                let _ = schema.list_type(&["spec", "a"]);
+            }
+        }
+
+        #[test]
+        fn a_rich_schema_never_panics_on_arbitrary_objects(spec in value(), old in value()) {
+            let raw = json!({"type": "object", "properties": {"spec": {
+                "type": "object",
+                "x-kubernetes-validations": [{"rule": "self.name == oldSelf.name", "message": "immutable"}],
+                "properties": {
+                    "name": {"type": "string", "maxLength": 3, "pattern": "^[a-c]*$", "default": "a",
+                             "x-kubernetes-validations": [{"rule": "isCIDR(self) || self.size() < 3"}]},
+                    "a": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                          "items": {"type": "object", "properties": {"name": {"type": "string"}, "b": {"x-kubernetes-int-or-string": true}},
+                                    "x-kubernetes-validations": [{"rule": "self.?b.orValue(0) != 7", "messageExpression": "'b=' + string(self.b)"}]}},
+                    "b": {"type": "number", "minimum": 0, "multipleOf": 0.5, "nullable": true},
+                    "spec": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"},
+                             "x-kubernetes-validations": [{"rule": "self.all(x, self.exists(y, y >= x))"}]}}
+                }
+            }}});
+            let schema = Schema::compile(&raw).unwrap();
+            let mut object = json!({"spec": spec});
+            schema.prune(&mut object);
+            schema.apply_defaults(&mut object);
+            for error in schema.validate(&object, Some(&json!({"spec": old}))) {
+                prop_assert!(!error.to_message().is_empty());
+            }
+        }
+    }
+}
