@@ -24,7 +24,7 @@ pub struct Args {
         hide_env_values = true,
         hide_default_value = true
     )]
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<Secret>,
     /// Seed of every random choice (faults, IP addresses).
     #[arg(long, env = "GPUCLOUD_SIM_SEED", default_value_t = 1)]
     pub seed: u64,
@@ -60,7 +60,7 @@ pub struct Args {
     pub initial_balance: f64,
     /// Bearer token of the admin API under /_admin/; the admin API is off without it.
     #[arg(long, env = "GPUCLOUD_SIM_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
     /// Milliseconds lists lag behind writes.
     #[arg(long, env = "GPUCLOUD_SIM_LIST_LAG_MS", default_value_t = 0)]
     pub list_lag_ms: u64,
@@ -105,6 +105,30 @@ pub struct Args {
     pub drop_delay_ms: u64,
 }
 
+/// A secret flag value (API key, admin token) whose `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(value.to_string()))
+    }
+}
+
 fn parse_operation_probability(value: &str) -> Result<(String, f64), String> {
     let (name, probability) = value
         .split_once('=')
@@ -120,7 +144,11 @@ impl Args {
     pub fn to_config(&self) -> SimulatorConfig {
         let millis = Duration::from_millis;
         SimulatorConfig {
-            api_keys: self.api_keys.clone(),
+            api_keys: self
+                .api_keys
+                .iter()
+                .map(|key| key.expose().to_string())
+                .collect(),
             seed: self.seed,
             time_scale: self.time_scale,
             rate_limit: self.rate_limit.map(|per_second| RateLimit {
@@ -136,7 +164,10 @@ impl Args {
                 volume: millis(self.volume_delay_ms),
             },
             initial_balance: self.initial_balance,
-            admin_token: self.admin_token.clone(),
+            admin_token: self
+                .admin_token
+                .as_ref()
+                .map(|token| token.expose().to_string()),
             faults: FaultPlan {
                 latency: millis(self.latency_ms),
                 latency_spike: (self.spike_probability > 0.0).then_some(LatencySpike {
@@ -240,5 +271,15 @@ mod tests {
         assert_eq!(config.list_lag, Duration::from_millis(250));
         assert!(config.faults.validate().is_ok());
         assert!(Cli::try_parse_from(["sim", "--error-rate-for", "nonsense"]).is_err());
+        // Secrets never show in Debug output.
+        let cli =
+            Cli::try_parse_from(["sim", "--api-key", "top-secret", "--admin-token", "hidden"])
+                .unwrap();
+        let debug = format!("{:?}", cli.args);
+        assert!(
+            !debug.contains("top-secret") && !debug.contains("hidden"),
+            "{debug}"
+        );
+        assert_eq!(cli.args.to_config().admin_token.as_deref(), Some("hidden"));
     }
 }
