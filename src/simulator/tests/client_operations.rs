@@ -429,6 +429,12 @@ async fn every_client_method_works_against_the_simulator() {
         .await
         .unwrap();
     assert_eq!(restored.body.data.boot_source, BootSource::Snapshot);
+    let hex = restored
+        .request_id
+        .strip_prefix("req_")
+        .expect("req_ prefix");
+    assert_eq!(hex.len(), 24, "{}", restored.request_id);
+    assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(restored.body.snapshot.id, snapshot_id);
     let restored_vm = restored.body.data.instance_id.clone();
     step(client.delete_image(&image.id)).await.unwrap();
