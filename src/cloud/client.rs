@@ -961,14 +961,28 @@ impl CloudClient {
             } else {
                 bytes
             };
-            serde_json::from_slice::<ApiResponse<T>>(&bytes)
-                .map(|response| (status, response))
-                .map_err(|err| Error::Decode {
+            let response =
+                serde_json::from_slice::<ApiResponse<T>>(&bytes).map_err(|err| Error::Decode {
                     operation,
                     status,
                     reason: self.scrub(&err.to_string()),
                     excerpt: self.scrub(&excerpt(&bytes)),
-                })
+                })?;
+            // A success status whose body says `"success": false` did not succeed; a body
+            // without the flag is taken at its status.
+            if !response.success
+                && serde_json::from_slice::<SuccessFlag>(&bytes)
+                    .is_ok_and(|flag| flag.success == Some(false))
+            {
+                let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_default();
+                return Err(Error::UnexpectedStatus {
+                    operation,
+                    status,
+                    code: self.scrub(&body.code),
+                    message: format!("success is false: {}", self.scrub(&body.message)),
+                });
+            }
+            Ok((status, response))
         } else {
             Err(self.status_error(operation, status, retry_after, &bytes))
         }
@@ -1074,6 +1088,13 @@ fn install_crypto_provider() {
         // Losing a race against another installer is fine: a provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+}
+
+/// Just the envelope's `success` flag, telling an explicit `false` from a missing flag.
+#[derive(serde::Deserialize)]
+struct SuccessFlag {
+    #[serde(default)]
+    success: Option<bool>,
 }
 
 /// Whether a failed attempt may be repeated, given what repeating the operation does.

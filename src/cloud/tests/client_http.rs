@@ -736,3 +736,27 @@ async fn empty_success_answers_decode_to_defaults() {
     let deleted = bounded(client.delete_volume("vol-1")).await.unwrap();
     assert_eq!(deleted, DeletedBody::default());
 }
+
+#[tokio::test]
+async fn a_success_status_whose_body_says_otherwise_is_an_error() {
+    let server = Server::start(vec![
+        reply(
+            200,
+            json!({"success": false, "message": "quota exceeded", "code": "QUOTA"}),
+        ),
+        reply(200, json!({"instance": {"instance_id": "vm-1"}})),
+    ])
+    .await;
+    let client = CloudClient::new(config(server.url())).unwrap();
+    let err = bounded(client.get_instance("vm-1")).await.unwrap_err();
+    assert!(
+        matches!(err, Error::UnexpectedStatus { status: 200, .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), Some("QUOTA"));
+    assert!(err.to_string().contains("quota exceeded"));
+    assert_eq!(server.received().len(), 1, "not retried");
+    // Without the flag the status decides.
+    let instance = bounded(client.get_instance("vm-1")).await.unwrap();
+    assert_eq!(instance.instance_id, "vm-1");
+}
