@@ -129,6 +129,117 @@ fn optional_select_as_index(expression: &mut cel::parser::Expression) {
     }
 }
 
+/// The metadata rules see at the root: only `name` and `generateName`.
+static ROOT_METADATA: std::sync::LazyLock<Node> = std::sync::LazyLock::new(|| {
+    let string = || Node {
+        type_name: Some("string".to_string()),
+        ..Node::default()
+    };
+    Node {
+        type_name: Some("object".to_string()),
+        properties: [
+            ("name".to_string(), string()),
+            ("generateName".to_string(), string()),
+        ]
+        .into_iter()
+        .collect(),
+        ..Node::default()
+    }
+});
+
+/// Rejects selections of fields the schema does not declare (`self.sise`), as the apiserver's
+/// type-checked compilation does, where the schema declares a fixed set of properties.
+fn check_fields(
+    expression: cel::parser::Expression,
+    node: &Node,
+    is_root: bool,
+) -> Result<cel::parser::Expression, String> {
+    let mut undefined = None;
+    let root = is_root.then_some(node);
+    find_undefined_field(&expression, node, root, &mut undefined);
+    match undefined {
+        Some(field) => Err(format!("ERROR: <input>: undefined field '{field}'")),
+        None => Ok(expression),
+    }
+}
+
+/// The schema node an expression denotes when it is `self`/`oldSelf` or a chain of field
+/// selections on them; records the first undefined field on the way.
+///
+/// At the root, `apiVersion` and `kind` are always declared and `metadata` offers only `name`
+/// and `generateName`, as the apiserver exposes them to rules.
+fn find_undefined_field<'a>(
+    expression: &cel::parser::Expression,
+    node: &'a Node,
+    root: Option<&'a Node>,
+    undefined: &mut Option<String>,
+) -> Option<&'a Node> {
+    use cel::common::ast::{EntryExpr, Expr};
+    match &expression.expr {
+        Expr::Ident(name) if name == "self" || name == "oldSelf" => Some(node),
+        Expr::Select(select) => {
+            let parent = find_undefined_field(&select.operand, node, root, undefined)?;
+            if root.is_some_and(|root| std::ptr::eq(root, parent)) {
+                match select.field.as_str() {
+                    "apiVersion" | "kind" => return None,
+                    "metadata" => return Some(&ROOT_METADATA),
+                    _ => {}
+                }
+            }
+            let closed = parent.type_name.as_deref() == Some("object")
+                && !parent.properties.is_empty()
+                && parent.additional_properties.is_none()
+                && !parent.preserve_unknown_fields;
+            match parent.properties.get(&select.field) {
+                Some(property) => Some(property),
+                None => {
+                    if closed && undefined.is_none() {
+                        *undefined = Some(select.field.clone());
+                    }
+                    None
+                }
+            }
+        }
+        Expr::Call(call) => {
+            if let Some(target) = call.target.as_deref() {
+                find_undefined_field(target, node, root, undefined);
+            }
+            for argument in &call.args {
+                find_undefined_field(argument, node, root, undefined);
+            }
+            None
+        }
+        Expr::Comprehension(c) => {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                find_undefined_field(part, node, root, undefined);
+            }
+            None
+        }
+        Expr::List(list) => {
+            for element in &list.elements {
+                find_undefined_field(element, node, root, undefined);
+            }
+            None
+        }
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                if let EntryExpr::MapEntry(entry) = &entry.expr {
+                    find_undefined_field(&entry.key, node, root, undefined);
+                    find_undefined_field(&entry.value, node, root, undefined);
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
 /// The deepest nesting of comprehensions (macros such as `all`, `map`, `filter`) in a rule.
 fn comprehension_depth(expression: &cel::parser::Expression) -> u32 {
     use cel::common::ast::{EntryExpr, Expr};
@@ -322,6 +433,8 @@ fn known_function(name: &str) -> bool {
 /// Compiles the rules of one node; errors name `x-kubernetes-validations[i].<field>`.
 pub(crate) fn compile_rules(
     raw: &Value,
+    node: &Node,
+    is_root: bool,
     path: &str,
     errors: &mut Vec<FieldError>,
 ) -> Vec<CompiledRule> {
@@ -388,7 +501,7 @@ pub(crate) fn compile_rules(
             ));
         }
         let message_expression = match rule.get("messageExpression").and_then(Value::as_str) {
-            Some(source) => match parse(source) {
+            Some(source) => match parse(source).and_then(|e| check_fields(e, node, is_root)) {
                 Ok(expression) => Some(expression),
                 Err(error) => {
                     errors.push(FieldError::invalid(
@@ -401,7 +514,7 @@ pub(crate) fn compile_rules(
             },
             None => None,
         };
-        match parse(source) {
+        match parse(source).and_then(|e| check_fields(e, node, is_root)) {
             Ok(expression) => {
                 let is_transition = expression.references().has_variable("oldSelf");
                 let comprehensions = comprehension_depth(&expression).max(1);
@@ -874,5 +987,37 @@ mod tests {
             "{error}"
         );
         assert!(parse("self.x ==").is_err());
+    }
+
+    #[test]
+    fn undeclared_fields_do_not_compile() {
+        let mut errors = Vec::new();
+        let node = super::super::compile_node(
+            &serde_json::json!({"type": "object", "properties": {
+                "size": {"type": "integer"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}}
+            }}),
+            "",
+            super::super::Level::Field,
+            &mut errors,
+        );
+        let check = |rule: &str| {
+            parse(rule)
+                .and_then(|e| check_fields(e, &node, false))
+                .map(|_| ())
+        };
+        assert_eq!(check("self.size > 1 && has(self.labels.anything)"), Ok(()));
+        assert_eq!(
+            check("self.sise > 1"),
+            Err("ERROR: <input>: undefined field 'sise'".to_string())
+        );
+        assert_eq!(
+            check("has(self.nope)"),
+            Err("ERROR: <input>: undefined field 'nope'".to_string())
+        );
+        assert_eq!(
+            check("self.size == oldSelf.siz"),
+            Err("ERROR: <input>: undefined field 'siz'".to_string())
+        );
     }
 }

@@ -110,7 +110,7 @@ impl Node {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Level {
+pub(crate) enum Level {
     Root,
     Field,
     Item,
@@ -226,7 +226,12 @@ fn child(path: &str, name: &str) -> String {
     }
 }
 
-fn compile_node(raw: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) -> Node {
+pub(crate) fn compile_node(
+    raw: &Value,
+    path: &str,
+    level: Level,
+    errors: &mut Vec<FieldError>,
+) -> Node {
     let mut node = Node::default();
     let Some(map) = raw.as_object() else {
         errors.push(FieldError::invalid(path, raw.clone(), "must be an object"));
@@ -460,7 +465,8 @@ fn compile_node(raw: &Value, path: &str, level: Level, errors: &mut Vec<FieldErr
     compile_list_type(&mut node, map, path, errors);
 
     if let Some(rules) = map.get("x-kubernetes-validations") {
-        node.rules = cel::compile_rules(rules, &child(path, "x-kubernetes-validations"), errors);
+        let rules_path = child(path, "x-kubernetes-validations");
+        node.rules = cel::compile_rules(rules, &node, level == Level::Root, &rules_path, errors);
     }
     node
 }
