@@ -1397,3 +1397,62 @@ async fn injected_faults_are_retried_only_where_repeating_is_safe() {
     );
     step(sim.shutdown()).await;
 }
+
+#[tokio::test]
+async fn volumes_grow_only_and_cannot_be_deleted_while_attached() {
+    let sim = start(SimulatorConfig::default()).await;
+    let client = client_for(&sim);
+    let vm = active_instance(&client, "host", Tier::Advanced).await;
+    let volume =
+        step(client.create_volume(&volume_request("data", 50, "us-east-1", Tier::Advanced)))
+            .await
+            .unwrap();
+    wait_until("volume available", || async {
+        let v = client.get_volume(&volume.id).await.unwrap();
+        (v.status == VolumeStatus::Available).then_some(())
+    })
+    .await;
+    let err = step(client.resize_volume(&volume.id, 40))
+        .await
+        .unwrap_err();
+    assert_bad_request_naming(&err, "size");
+    assert_eq!(
+        step(client.resize_volume(&volume.id, 80))
+            .await
+            .unwrap()
+            .size,
+        80
+    );
+
+    let elsewhere =
+        step(client.create_volume(&volume_request("far", 10, "eu-west-1", Tier::Advanced)))
+            .await
+            .unwrap();
+    let err = step(client.attach_volumes(&vm.instance_id, std::slice::from_ref(&elsewhere.id)))
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_terminal() || matches!(err, Error::Conflict { .. }),
+        "{err:?}"
+    );
+
+    step(client.attach_volumes(&vm.instance_id, std::slice::from_ref(&volume.id)))
+        .await
+        .unwrap();
+    let err = step(client.delete_volume(&volume.id)).await.unwrap_err();
+    assert_conflict(&err, "CONFLICT");
+    let attached = step(client.get_volume(&volume.id)).await.unwrap();
+    assert_eq!(attached.status, VolumeStatus::Attached);
+    assert_eq!(
+        attached.instance_id.as_deref(),
+        Some(vm.instance_id.as_str())
+    );
+
+    step(client.detach_volumes(&vm.instance_id, std::slice::from_ref(&volume.id)))
+        .await
+        .unwrap();
+    step(client.delete_volume(&volume.id)).await.unwrap();
+    let err = step(client.get_volume(&volume.id)).await.unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    step(sim.shutdown()).await;
+}
