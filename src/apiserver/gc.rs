@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::handlers::crd::{CLEANUP_FINALIZER, served_resource};
 use crate::handlers::delete::{
     DeleteOptions, FOREGROUND_FINALIZER, NAMESPACE_FINALIZER, ORPHAN_FINALIZER, Propagation,
     delete_object,
@@ -132,6 +133,9 @@ pub fn collect(state: &AppState) -> usize {
         }
         if crate::builtin::is_namespace(info) {
             changes += finish_namespace(state, info, index, &indexes, &infos);
+        }
+        if crate::builtin::is_crd(info) && index.finalizers.iter().any(|f| f == CLEANUP_FINALIZER) {
+            changes += finish_crd(state, info, index, &grouped);
         }
     }
     changes
@@ -291,4 +295,37 @@ fn finish_namespace(
         changes += 1;
     }
     changes
+}
+
+/// The CRD finalizer controller: deletes the CRD's custom resources (honouring their own
+/// finalizers), then releases the CRD.
+fn finish_crd(
+    state: &AppState,
+    info: &ResourceInfo,
+    crd: &ObjectIndex,
+    grouped: &[(ResourceKey, Vec<Arc<ObjectIndex>>)],
+) -> usize {
+    let Some(stored) = state.store.get(&info.storage_key(), "", &crd.name) else {
+        return 0;
+    };
+    let Ok(object) = stored.to_value() else {
+        return 0;
+    };
+    let resource = served_resource(&object);
+    let instances: Vec<&Arc<ObjectIndex>> = grouped
+        .iter()
+        .filter(|(key, _)| *key == resource)
+        .flat_map(|(_, objects)| objects.iter())
+        .collect();
+    if instances.is_empty() {
+        return remove_finalizer(state, info, crd, CLEANUP_FINALIZER);
+    }
+    let Some(instance_info) = state.registry.storage_entry(&resource) else {
+        return 0;
+    };
+    instances
+        .into_iter()
+        .filter(|instance| !instance.deleting)
+        .map(|instance| delete_dependent(state, &instance_info, instance, Propagation::Background))
+        .sum()
 }

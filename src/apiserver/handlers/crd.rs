@@ -11,6 +11,9 @@ use crate::builtin;
 use crate::registry::{ALL_VERBS, PrinterColumn, ResourceInfo, ResourceKey};
 use crate::server::AppState;
 
+/// The finalizer under which a CRD's custom resources are deleted before the CRD goes.
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
 /// Validates and defaults a CRD (create or update) and sets its status; returns field errors.
 pub fn prepare(state: &AppState, crd: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -112,6 +115,16 @@ pub fn prepare(state: &AppState, crd: &mut Value, old: Option<&Value>) -> Vec<Fi
     }
     if !errors.is_empty() {
         return errors;
+    }
+
+    if old.is_none() {
+        // Every CRD carries the cleanup finalizer from creation: deleting it first deletes its
+        // custom resources (the real apiextensions-apiserver's finalizer controller).
+        let mut finalizers = super::write::string_list(&crd["metadata"]["finalizers"]);
+        if !finalizers.iter().any(|f| f == CLEANUP_FINALIZER) {
+            finalizers.push(CLEANUP_FINALIZER.to_string());
+            crd["metadata"]["finalizers"] = json!(finalizers);
+        }
     }
 
     // Defaults the real apiserver fills in.
@@ -282,4 +295,30 @@ pub fn unregister(state: &AppState, crd: &Value) {
     };
     state.registry.remove_resource(group, plural);
     state.store.remove_resource(&resource);
+}
+
+/// The storage key of the custom resources a CRD defines.
+pub fn served_resource(crd: &Value) -> ResourceKey {
+    ResourceKey {
+        group: crd["spec"]["group"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        plural: crd["spec"]["names"]["plural"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    }
+}
+
+/// Whether the CRD serving `info` is being deleted (new objects are then refused).
+pub fn terminating(state: &AppState, info: &ResourceInfo) -> bool {
+    let crds = ResourceKey {
+        group: "apiextensions.k8s.io".into(),
+        plural: "customresourcedefinitions".into(),
+    };
+    state
+        .store
+        .get(&crds, "", &format!("{}.{}", info.plural, info.group))
+        .is_some_and(|crd| crd.index.deleting)
 }

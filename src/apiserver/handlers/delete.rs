@@ -140,9 +140,10 @@ pub fn delete(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError>
 /// The body of an immediate delete: the object for kinds whose storage returns it
 /// (`ReturnDeletedObject`), a Success Status otherwise.
 fn deleted_body(info: &ResourceInfo, object: Value) -> Value {
-    let returns_object = info.is_custom()
-        || builtin::is_crd(info)
-        || (info.group.is_empty() && info.plural == "serviceaccounts");
+    // Custom resources answer with a Status: their storage does not set ReturnDeletedObject
+    // (apiextensions-apiserver registry/customresource/etcd.go).
+    let returns_object =
+        builtin::is_crd(info) || (info.group.is_empty() && info.plural == "serviceaccounts");
     if returns_object {
         return object;
     }
@@ -265,7 +266,20 @@ pub fn delete_object(
             .store
             .update(&storage_key, marked, current.index.resource_version)
         {
-            Ok((_, value)) => return Ok(Deleted::Pending(value)),
+            Ok((_, value)) => {
+                if builtin::is_crd(info) {
+                    // Run the cleanup now rather than on the collector's next wake-up, so a
+                    // CRD without held instances is gone when the request returns (its
+                    // resources stop being served at once, also for routers run without
+                    // the background task).
+                    for _ in 0..4 {
+                        if crate::gc::collect(state) == 0 {
+                            break;
+                        }
+                    }
+                }
+                return Ok(Deleted::Pending(value));
+            }
             Err(StoreError::Conflict) => continue,
             Err(StoreError::NotFound) => return Err(not_found()),
             Err(error) => return Err(ApiError::internal(error.to_string())),

@@ -203,6 +203,11 @@ pub fn create_object(
     builtin::prepare_builtin_create(&info, &mut object);
     prepare_common(context, &info, &mut object, None)?;
     check_namespace_lifecycle(context, &info, &name)?;
+    if info.is_custom() && crd::terminating(context.state, &info) {
+        return Err(ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     if record_manager {
         super::semantics::record_update(&info, None, &mut object, &context.field_manager(), &now());
     }

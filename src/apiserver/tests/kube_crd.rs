@@ -220,15 +220,53 @@ async fn schema_and_cel_violations_are_422_with_causes() {
 async fn deleting_the_crd_removes_its_objects_and_routes() {
     let (server, client) = start().await;
     let api = install(&client).await;
-    bounded(api.create(&PostParams::default(), &instance("d", 1)))
+    let mut held = instance("held", 1);
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    bounded(api.create(&PostParams::default(), &held))
+        .await
+        .unwrap();
+    bounded(api.create(&PostParams::default(), &instance("plain", 1)))
         .await
         .unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    bounded(crds.delete("gpuinstances.gpucloud.io", &DeleteParams::default()))
+    // The real server adds the customresourcecleanup finalizer at creation, so a delete
+    // marks the CRD and its instances are deleted first (apiextensions finalizer controller).
+    let deleted = bounded(crds.delete("gpuinstances.gpucloud.io", &DeleteParams::default()))
         .await
         .unwrap();
-    let gone = status_of(bounded(api.list(&ListParams::default())).await);
-    assert_eq!(gone.code, 404);
+    let terminating = deleted
+        .left()
+        .expect("the CRD waits for its cleanup finalizer");
+    assert_eq!(
+        terminating.metadata.finalizers.unwrap(),
+        ["customresourcecleanup.apiextensions.k8s.io"]
+    );
+    eventually(|| async {
+        let plain = bounded(api.get_opt("plain")).await.unwrap();
+        plain.is_none().then_some(())
+    })
+    .await;
+    // Real: 405 for new instances while the CRD is terminating (crdHandler).
+    let refused =
+        status_of(bounded(api.create(&PostParams::default(), &instance("late", 1))).await);
+    assert_eq!(refused.code, 405);
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    bounded(api.patch("held", &PatchParams::default(), &release))
+        .await
+        .unwrap();
+    eventually(|| async {
+        match api.list(&ListParams::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        bounded(crds.get_opt("gpuinstances.gpucloud.io"))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // Re-creating the CRD serves an empty collection: the old objects went with it.
     let api = install(&client).await;
     assert!(
