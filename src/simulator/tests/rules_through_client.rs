@@ -1431,10 +1431,7 @@ async fn volumes_grow_only_and_cannot_be_deleted_while_attached() {
     let err = step(client.attach_volumes(&vm.instance_id, std::slice::from_ref(&elsewhere.id)))
         .await
         .unwrap_err();
-    assert!(
-        err.is_terminal() || matches!(err, Error::Conflict { .. }),
-        "{err:?}"
-    );
+    assert_bad_request_naming(&err, "volume_ids");
 
     step(client.attach_volumes(&vm.instance_id, std::slice::from_ref(&volume.id)))
         .await
