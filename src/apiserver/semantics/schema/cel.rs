@@ -649,7 +649,7 @@ fn walk(
                 return;
             };
             for (index, item) in items.iter().enumerate() {
-                let old_item = correlate(node, item, old);
+                let old_item = super::validate::correlate(node, item, old);
                 walk(
                     item_schema,
                     item,
@@ -663,18 +663,6 @@ fn walk(
         }
         _ => {}
     }
-}
-
-/// The old item a new list item corresponds to: only map lists correlate, by their keys.
-fn correlate<'a>(node: &Node, item: &Value, old: Option<&'a Value>) -> Option<&'a Value> {
-    if node.list_type.as_deref() != Some("map") || node.list_map_keys.is_empty() {
-        return None;
-    }
-    old?.as_array()?.iter().find(|candidate| {
-        node.list_map_keys
-            .iter()
-            .all(|key| candidate.get(key).is_some() && candidate.get(key) == item.get(key))
-    })
 }
 
 fn node_count(value: &Value) -> u64 {
@@ -698,8 +686,14 @@ fn evaluate_rules(
     let self_value = to_cel(Some(node), value);
     let old_value = old.map(|old| to_cel(Some(node), old));
     let size = node_count(value).max(1);
+    // Ratcheting: a value unchanged from the old object is not checked again, except by
+    // transition rules.
+    let unchanged = old.is_some_and(|old| crate::json::json_equal(old, value));
     for rule in &node.rules {
         if rule.is_transition && old_value.is_none() {
+            continue;
+        }
+        if unchanged && !rule.is_transition {
             continue;
         }
         let estimate = (0..rule.comprehensions).fold(1u64, |cost, _| cost.saturating_mul(size));

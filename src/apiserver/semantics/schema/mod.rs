@@ -160,11 +160,12 @@ impl Schema {
 
     /// Validates an object (after defaulting and pruning) against the schema: the OpenAPI value
     /// validations, list-type invariants and the `x-kubernetes-validations` rules. `old` is the
-    /// stored object on update; transition rules run only where the old value exists.
+    /// stored object on update; transition rules run only where the old value exists, and values
+    /// unchanged from `old` are not validated again (ratcheting, as Kubernetes 1.33 does).
     pub fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = Vec::new();
-        validate::validate_value(&self.root, object, "", &mut errors);
-        validate::validate_list_types(&self.root, object, "", &mut errors);
+        validate::validate_value(&self.root, object, old, "", &mut errors);
+        validate::validate_list_types(&self.root, object, old, "", &mut errors);
         // The apiserver skips CEL rules when a value has the wrong type, because the rules were
         // type-checked against the schema.
         if errors
@@ -683,7 +684,7 @@ fn compile_list_type(
 /// otherwise).
 fn validate_defaults(node: &Node, path: &str, errors: &mut Vec<FieldError>) {
     if let Some(default) = &node.default {
-        validate::validate_value(node, default, &child(path, "default"), errors);
+        validate::validate_value(node, default, None, &child(path, "default"), errors);
     }
     for (name, property) in &node.properties {
         validate_defaults(

@@ -557,6 +557,38 @@ fn transition_rules_run_only_with_an_old_value() {
 }
 
 #[test]
+fn unchanged_invalid_values_ratchet_on_update() {
+    // An object stored before the schema was tightened stays updatable while the invalid
+    // values are left alone (CRD validation ratcheting).
+    let compiled = schema(json!({
+        "size": {"type": "integer", "maximum": 8},
+        "name": {"type": "string", "x-kubernetes-validations": [{"rule": "self.size() < 4", "message": "short"}]},
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string", "maxLength": 2}},
+        "zone": {"type": "string"}
+    }));
+    let old = json!({"spec": {"size": 10, "name": "toolong", "tags": ["abc"], "zone": "a"}});
+    let mut new = old.clone();
+    new["spec"]["zone"] = json!("b");
+    assert!(compiled.validate(&new, Some(&old)).is_empty());
+    new["spec"]["tags"] = json!(["abc", "xyz"]);
+    assert_eq!(
+        messages(&compiled.validate(&new, Some(&old))),
+        vec!["spec.tags[1]: Too long: may not be more than 2 bytes"]
+    );
+    new["spec"]["size"] = json!(11);
+    new["spec"]["name"] = json!("stilltoolong");
+    assert_eq!(
+        messages(&compiled.validate(&new, Some(&old))),
+        vec![
+            "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 8",
+            "spec.tags[1]: Too long: may not be more than 2 bytes",
+            "spec.name: Invalid value: \"string\": short",
+        ]
+    );
+    assert_eq!(compiled.validate(&old, None).len(), 3);
+}
+
+#[test]
 fn optional_field_access_works() {
     let property = json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-validations": [
         {"rule": "self.?a.orValue('none') != 'bad' && !self[?'b'].hasValue() && !self.?b.hasValue()"}]});

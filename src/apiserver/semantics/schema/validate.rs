@@ -38,9 +38,43 @@ fn sorted_keys(map: &serde_json::Map<String, Value>) -> Vec<&String> {
     keys
 }
 
+/// The old value a new list item corresponds to: map-list items by their keys, set items by
+/// value; items of other lists do not correlate.
+pub(crate) fn correlate<'a>(
+    node: &Node,
+    item: &Value,
+    old: Option<&'a Value>,
+) -> Option<&'a Value> {
+    let old_items = old?.as_array()?;
+    match node.list_type.as_deref() {
+        Some("map") if !node.list_map_keys.is_empty() => old_items.iter().find(|candidate| {
+            node.list_map_keys
+                .iter()
+                .all(|key| candidate.get(key).is_some() && candidate.get(key) == item.get(key))
+        }),
+        Some("set") => old_items
+            .iter()
+            .find(|candidate| json_equal(candidate, item)),
+        _ => None,
+    }
+}
+
 /// Validates `value` against `node`, in kube-openapi's validator order: type, junctors,
 /// string, format, number, array, enum, object.
-pub(crate) fn validate_value(node: &Node, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+///
+/// `old` is the correlated old value on update: an unchanged value is not validated again
+/// (validation ratcheting, on by default since Kubernetes 1.30), so objects stored under an
+/// older schema stay updatable.
+pub(crate) fn validate_value(
+    node: &Node,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    if old.is_some_and(|old| json_equal(old, value)) {
+        return;
+    }
     let allowed: Vec<&str> = if node.int_or_string {
         vec!["integer", "string"]
     } else {
@@ -92,7 +126,14 @@ pub(crate) fn validate_value(node: &Node, value: &Value, path: &str, errors: &mu
     if let Value::Array(items) = value {
         if let Some(item_schema) = node.items.as_deref() {
             for (index, item) in items.iter().enumerate() {
-                validate_value(item_schema, item, &format!("{path}[{index}]"), errors);
+                let old_item = correlate(node, item, old);
+                validate_value(
+                    item_schema,
+                    item,
+                    old_item,
+                    &format!("{path}[{index}]"),
+                    errors,
+                );
             }
         }
         let size = items.len() as i64;
@@ -124,7 +165,7 @@ pub(crate) fn validate_value(node: &Node, value: &Value, path: &str, errors: &mu
         errors.push(FieldError::not_supported(path, value.clone(), &names));
     }
     if let Value::Object(map) = value {
-        validate_object(node, map, path, errors);
+        validate_object(node, map, old, path, errors);
     }
 }
 
@@ -245,6 +286,7 @@ fn validate_number(
 fn validate_object(
     node: &Node,
     map: &serde_json::Map<String, Value>,
+    old: Option<&Value>,
     path: &str,
     errors: &mut Vec<FieldError>,
 ) {
@@ -270,7 +312,8 @@ fn validate_object(
     }
     for key in sorted_keys(map) {
         if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
-            validate_value(property, child_value, &child(path, key), errors);
+            let old_child = old.and_then(|old| old.get(key));
+            validate_value(property, child_value, old_child, &child(path, key), errors);
         }
     }
 }
@@ -280,7 +323,7 @@ fn validate_object(
 fn validate_junctors(node: &Node, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
     let sub_errors = |schema: &Node| {
         let mut found = Vec::new();
-        validate_value(schema, value, path, &mut found);
+        validate_value(schema, value, None, path, &mut found);
         found
     };
     if !node.all_of.is_empty() {
@@ -347,14 +390,25 @@ fn validate_junctors(node: &Node, value: &Value, path: &str, errors: &mut Vec<Fi
 pub(crate) fn validate_list_types(
     node: &Node,
     value: &Value,
+    old: Option<&Value>,
     path: &str,
     errors: &mut Vec<FieldError>,
 ) {
+    if old.is_some_and(|old| json_equal(old, value)) {
+        return;
+    }
     match value {
         Value::Object(map) => {
             for key in sorted_keys(map) {
                 if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
-                    validate_list_types(property, child_value, &child(path, key), errors);
+                    let old_child = old.and_then(|old| old.get(key));
+                    validate_list_types(
+                        property,
+                        child_value,
+                        old_child,
+                        &child(path, key),
+                        errors,
+                    );
                 }
             }
         }
@@ -378,7 +432,9 @@ pub(crate) fn validate_list_types(
             }
             if let Some(item_schema) = node.items.as_deref() {
                 for (index, item) in items.iter().enumerate() {
-                    validate_list_types(item_schema, item, &format!("{path}[{index}]"), errors);
+                    let old_item = correlate(node, item, old);
+                    let item_path = format!("{path}[{index}]");
+                    validate_list_types(item_schema, item, old_item, &item_path, errors);
                 }
             }
         }
