@@ -182,6 +182,88 @@ pub fn unauthorized_response() -> Response<Body> {
     response
 }
 
+// === self-reviews ===
+
+/// The identity and permission self-checks kubectl uses (`kubectl auth whoami`,
+/// `kubectl auth can-i`): `SelfSubjectReview` (authentication.k8s.io/v1) and
+/// `SelfSubjectAccessReview` (authorization.k8s.io/v1). Both only read the caller's identity,
+/// so their request bodies (which kubectl sends as protobuf) are not decoded.
+pub fn review_routes<S>() -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    axum::Router::new()
+        .route(
+            SELF_SUBJECT_REVIEW_PATH,
+            axum::routing::post(self_subject_review),
+        )
+        .route(
+            SELF_SUBJECT_ACCESS_REVIEW_PATH,
+            axum::routing::post(self_subject_access_review),
+        )
+}
+
+pub const SELF_SUBJECT_REVIEW_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+pub const SELF_SUBJECT_ACCESS_REVIEW_PATH: &str =
+    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+
+fn created_json(body: serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = StatusCode::CREATED;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn caller(user: Option<axum::Extension<AuthenticatedUser>>) -> AuthenticatedUser {
+    user.map(|axum::Extension(user)| user)
+        .unwrap_or_else(|| AuthenticatedUser {
+            name: ANONYMOUS_USER.to_owned(),
+            groups: vec!["system:unauthenticated".to_owned()],
+        })
+}
+
+async fn self_subject_review(user: Option<axum::Extension<AuthenticatedUser>>) -> Response<Body> {
+    let user = caller(user);
+    created_json(serde_json::json!({
+        "kind": "SelfSubjectReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()},
+        "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+    }))
+}
+
+async fn self_subject_access_review(
+    user: Option<axum::Extension<AuthenticatedUser>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response<Body> {
+    let _ = caller(user);
+    // Echo the spec when it came as JSON; a protobuf body is answered without it.
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/json"));
+    let spec = if is_json {
+        serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|review| review.get("spec").cloned())
+            .unwrap_or_else(|| serde_json::json!({}))
+    } else {
+        serde_json::json!({})
+    };
+    created_json(serde_json::json!({
+        "kind": "SelfSubjectAccessReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "metadata": {"creationTimestamp": null},
+        "spec": spec,
+        // Every authenticated user may do everything here (no RBAC is enforced).
+        "status": {"allowed": true, "reason": "the embedded API server does not enforce authorization"},
+    }))
+}
+
 // === impl AuthLayer ===
 
 /// The tower layer that authenticates every request (see the module docs).
@@ -364,6 +446,58 @@ mod tests {
             call("/version", Some("Bearer admin-token")).await,
             (StatusCode::OK, "admin".to_owned())
         );
+    }
+
+    #[tokio::test]
+    async fn self_reviews_report_the_caller_and_allow_everything() {
+        let app: Router = review_routes().layer(layer(authenticator()));
+        let request = Request::builder()
+            .method("POST")
+            .uri(SELF_SUBJECT_REVIEW_PATH)
+            .header(header::AUTHORIZATION, "Bearer op-token")
+            // kubectl sends these bodies as protobuf; they are not needed.
+            .header(header::CONTENT_TYPE, "application/vnd.kubernetes.protobuf")
+            .body(Body::from(&b"k8s\0\x0a"[..]))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        // SelfSubjectReview create answers 201 Created, as kube-apiserver does.
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let review: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(review["kind"], "SelfSubjectReview");
+        assert_eq!(
+            review["status"]["userInfo"]["username"],
+            "gpucloud-operator"
+        );
+
+        let request = Request::builder()
+            .method("POST")
+            .uri(SELF_SUBJECT_ACCESS_REVIEW_PATH)
+            .header(header::AUTHORIZATION, "Bearer admin-token")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(
+                r#"{"spec":{"resourceAttributes":{"verb":"create","resource":"configmaps"}}}"#,
+            ))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let review: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(review["status"]["allowed"], true);
+        assert_eq!(review["spec"]["resourceAttributes"]["verb"], "create");
+
+        // Without a token these are not public.
+        let request = Request::builder()
+            .method("POST")
+            .uri(SELF_SUBJECT_REVIEW_PATH)
+            .body(Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     }
 
     #[test]

@@ -29,9 +29,14 @@ pub const KUBERNETES_VERSION: (&str, &str) = ("1", "33");
 /// The aggregated discovery media type versions this server can answer with, best first.
 const AGGREGATED_VERSIONS: &[&str] = &["v2", "v2beta1"];
 
-/// The discovery routes, merged into the server's router.
+/// The discovery routes, merged into the server's router, with the self-review endpoints
+/// whose resources discovery lists.
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .merge(crate::auth::review_routes())
+        .route("/healthz", read_only(get(health)))
+        .route("/livez", read_only(get(health)))
+        .route("/readyz", read_only(get(health)))
         .route("/version", read_only(get(version)))
         .route("/version/", read_only(get(version)))
         .route("/api", read_only(get(legacy_versions)))
@@ -54,6 +59,19 @@ fn read_only(router: MethodRouter<AppState>) -> MethodRouter<AppState> {
 }
 
 // === handlers ===
+
+/// Health endpoints answer `ok` as kube-apiserver's (`healthz.InstallHandler`); the server has
+/// no dependencies that could be unhealthy while it answers at all.
+async fn health() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        "ok",
+    )
+        .into_response()
+}
 
 async fn version() -> Response {
     let (major, minor) = KUBERNETES_VERSION;
@@ -181,14 +199,46 @@ async fn group_resources(
 
 // === documents ===
 
-/// The served resources of the registry.
+/// The served resources of the registry, plus the create-only self-review resources.
 fn served(state: &AppState) -> Vec<ResourceInfo> {
-    state
+    let mut resources: Vec<ResourceInfo> = state
         .registry
         .resources()
         .into_iter()
         .filter(|info| info.served)
-        .collect()
+        .collect();
+    resources.push(review_resource(
+        "authentication.k8s.io",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+    ));
+    resources.push(review_resource(
+        "authorization.k8s.io",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+    ));
+    resources
+}
+
+/// A create-only, cluster-scoped review resource (see [`crate::auth::review_routes`]).
+fn review_resource(group: &str, kind: &str, plural: &str) -> ResourceInfo {
+    ResourceInfo {
+        group: group.to_owned(),
+        version: "v1".to_owned(),
+        kind: kind.to_owned(),
+        list_kind: String::new(),
+        plural: plural.to_owned(),
+        singular: kind.to_ascii_lowercase(),
+        short_names: Vec::new(),
+        categories: Vec::new(),
+        namespaced: false,
+        verbs: vec!["create"],
+        has_status: false,
+        printer_columns: Vec::new(),
+        schema: None,
+        storage_version: true,
+        served: true,
+    }
 }
 
 /// Groups with their versions, each group's versions by Kubernetes version priority.
@@ -489,7 +539,11 @@ pub(crate) mod tests {
 
     /// A server router (no TLS, no auth) with the GpuInstance CRD created.
     pub(crate) async fn app_with_crd() -> axum::Router {
-        let app = router(AppState::new(&ApiServerConfig::default()));
+        let state = AppState::new(&ApiServerConfig::default());
+        // The background collector finishes CRD deletion (its cleanup finalizer), as in a
+        // running server; the task ends with the test's runtime.
+        tokio::spawn(crate::gc::run(state.clone()));
+        let app = router(state);
         let (status, _, body) = call(
             &app,
             Method::POST,
@@ -550,6 +604,11 @@ pub(crate) mod tests {
                 .contains(&json!("watch"))
         );
 
+        for path in ["/healthz", "/livez", "/readyz"] {
+            let (status, headers, _) = call(&app, Method::GET, path, None, None).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            assert_eq!(headers[header::CONTENT_TYPE], "text/plain; charset=utf-8");
+        }
         let (status, _, version) = call(&app, Method::GET, "/version", None, None).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(version["gitVersion"], "v1.33.0");

@@ -795,6 +795,22 @@ async fn kubeconfig_contexts_carry_distinct_identities_into_the_request_log() {
             && record.namespace == "kube-system"
     });
     assert!(admin_listed, "{requests:#?}");
+    // kubectl's own view of the identities (SelfSubjectReview).
+    let whoami = cluster
+        .kubectl(&[
+            "--context",
+            "gpucloud-apiserver-gpucloud-operator",
+            "auth",
+            "whoami",
+        ])
+        .await
+        .ok();
+    assert!(whoami.contains("gpucloud-operator"), "{whoami}");
+    let can = cluster
+        .kubectl(&["auth", "can-i", "create", "configmaps"])
+        .await
+        .ok();
+    assert_eq!(can.trim(), "yes");
     assert!(operator_listed, "{requests:#?}");
     // Discovery and OpenAPI reads are not resource requests and are not logged as such.
     assert!(
