@@ -786,3 +786,46 @@ async fn rate_limit_answers_429_with_retry_after_per_key() {
     assert_eq!(sim.handle.counters().operations["ListRegions"][&429], 1);
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn every_operation_refuses_junk_with_a_json_4xx() {
+    let sim = start(config()).await;
+    let key = sim.handle.api_key().to_string();
+    for op in gpucloud_cloud::routes::Operation::ALL {
+        let args: Vec<&str> = op.params().map(|_| "no-such-id").collect();
+        let path = op.render(&args).unwrap();
+        let method = Method::from_bytes(op.method().as_str().as_bytes()).unwrap();
+        for junk in [
+            "{\"unexpected\": [1, 2, {\"deep\": null}]}",
+            "not json",
+            "[]",
+        ] {
+            let answer = sim
+                .send_with(method.clone(), &path, None, |request| {
+                    request
+                        .header("X-API-Key", key.clone())
+                        .header("Content-Type", "application/json")
+                        .body(junk)
+                })
+                .await;
+            let status = answer.status.as_u16();
+            if status == 200 {
+                // Operations without a body or id may ignore unknown fields: still enveloped.
+                assert_eq!(answer.body["success"], true, "{op} {junk}: {}", answer.body);
+                continue;
+            }
+            assert!(
+                (400..500).contains(&status),
+                "{op} {junk}: {status} {}",
+                answer.body
+            );
+            assert_eq!(answer.body["success"], false, "{op}: {}", answer.body);
+            assert!(answer.body["code"].is_string(), "{op}: {}", answer.body);
+            assert_request_id(&answer.body);
+        }
+    }
+    // Nothing was created by junk.
+    let state = sim.handle.state();
+    assert!(state.instances.is_empty() && state.volumes.is_empty() && state.ssh_keys.is_empty());
+    sim.handle.shutdown().await;
+}
