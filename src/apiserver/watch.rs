@@ -83,12 +83,25 @@ pub fn watch(context: &Context<'_>) -> Result<Response, ApiError> {
             })?),
         }
     };
+    let accept = context
+        .headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .unwrap_or_default();
+    let rendering = if crate::table::wants_table(accept) {
+        let include_object = crate::table::IncludeObject::from_query(query.get("includeObject"))
+            .map_err(|error| ApiError::bad_request(error.0))?;
+        Rendering::Table(include_object)
+    } else {
+        Rendering::Object
+    };
     let namespace = context.target.namespace.clone();
     let (sender, receiver) = mpsc::channel::<Bytes>(CHANNEL_CAPACITY);
     match context.state.store.watch(&info.storage_key(), start) {
         Ok(subscription) => {
             let filter = WatchFilter {
                 info: info.clone(),
+                rendering,
                 namespace,
                 selection,
             };
@@ -136,6 +149,7 @@ pub fn watch(context: &Context<'_>) -> Result<Response, ApiError> {
 
 struct WatchFilter {
     info: ResourceInfo,
+    rendering: Rendering,
     namespace: String,
     selection: Selection,
 }
@@ -181,8 +195,30 @@ impl WatchFilter {
     }
 }
 
-fn event_line(info: &ResourceInfo, event_type: EventType, object: &Bytes) -> Bytes {
+/// How event objects are rendered: as stored, or as a one-row `Table` for `kubectl get -w`.
+#[derive(Clone, Copy)]
+enum Rendering {
+    Object,
+    Table(crate::table::IncludeObject),
+}
+
+fn event_line(
+    info: &ResourceInfo,
+    rendering: Rendering,
+    event_type: EventType,
+    object: &Bytes,
+) -> Bytes {
     let object = bytes_at_version(info, object);
+    let object = match rendering {
+        Rendering::Object => object,
+        Rendering::Table(include_object) => match serde_json::from_slice(&object) {
+            Ok(value) => {
+                let table = crate::table::render_table(info, &[value], json!({}), include_object);
+                Bytes::from(table.to_string())
+            }
+            Err(_) => object,
+        },
+    };
     let mut line = Vec::with_capacity(object.len() + 32);
     line.extend_from_slice(b"{\"type\":\"");
     line.extend_from_slice(event_type.as_str().as_bytes());
@@ -224,7 +260,12 @@ async fn run(
     for event in &subscription.initial {
         if let Some(event_type) = filter.event_type(event)
             && sender
-                .send(event_line(&filter.info, event_type, &event.object))
+                .send(event_line(
+                    &filter.info,
+                    filter.rendering,
+                    event_type,
+                    &event.object,
+                ))
                 .await
                 .is_err()
         {
@@ -262,7 +303,7 @@ async fn run(
                     }
                     sent_through = event.resource_version;
                     if let Some(event_type) = filter.event_type(&event)
-                        && sender.send(event_line(&filter.info, event_type, &event.object)).await.is_err()
+                        && sender.send(event_line(&filter.info, filter.rendering, event_type, &event.object)).await.is_err()
                     {
                         return;
                     }

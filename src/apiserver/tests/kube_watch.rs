@@ -205,3 +205,61 @@ async fn bookmarks_and_timeouts() {
     }
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn streaming_list_watch_sends_initial_events_then_a_marked_bookmark() {
+    use kube::runtime::watcher::{self, Event};
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(&api, &configmap("s1", json!({}), json!({}))).await;
+    create(&api, &configmap("s2", json!({}), json!({}))).await;
+    // kube-runtime's streaming lists send sendInitialEvents=true with
+    // resourceVersionMatch=NotOlderThan; the real server answers with ADDED events for the
+    // current state and a BOOKMARK annotated `k8s.io/initial-events-end: "true"` (KEP-3157),
+    // which the watcher turns into InitDone.
+    let config = watcher::Config::default().streaming_lists();
+    let mut stream = watcher::watcher(api.clone(), config).boxed();
+    let mut initial = Vec::new();
+    loop {
+        match bounded(stream.try_next()).await.unwrap().unwrap() {
+            Event::Init => {}
+            Event::InitApply(object) => initial.push(object.metadata.name.unwrap()),
+            Event::InitDone => break,
+            other => panic!("unexpected before InitDone: {other:?}"),
+        }
+    }
+    assert_eq!(initial, ["s1", "s2"]);
+    create(&api, &configmap("s3", json!({}), json!({}))).await;
+    match bounded(stream.try_next()).await.unwrap().unwrap() {
+        Event::Apply(object) => assert_eq!(object.metadata.name.as_deref(), Some("s3")),
+        other => panic!("expected the new object, got {other:?}"),
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn table_watch_events_carry_rows() {
+    let (server, client) = start().await;
+    create(
+        &configmaps(&client, "default"),
+        &configmap("t", json!({}), json!({})),
+    )
+    .await;
+    // kubectl get -w asks for Table rendering on the watch too; each event's object is a
+    // meta.k8s.io/v1 Table with the object's row.
+    let request = http::Request::get(
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=0&timeoutSeconds=1",
+    )
+    .header(
+        "Accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )
+    .body(Vec::new())
+    .unwrap();
+    let text = bounded(client.request_text(request)).await.unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(first["object"]["kind"], "Table");
+    assert_eq!(first["object"]["rows"][0]["cells"][0], "t");
+    server.shutdown().await;
+}
