@@ -412,7 +412,6 @@ async fn configmaps_create_get_and_patch_with_merge_and_json_patches() {
 }
 
 #[tokio::test]
-#[ignore = "needs strategic merge patch wired into the handlers (semantics crate + Core)"]
 async fn strategic_merge_patch_on_a_configmap() {
     let cluster = Cluster::start().await;
     cluster
@@ -441,7 +440,6 @@ async fn strategic_merge_patch_on_a_configmap() {
 }
 
 #[tokio::test]
-#[ignore = "needs strategic merge patch and server-side apply wired into the handlers (semantics crate + Core)"]
 async fn client_side_and_server_side_apply() {
     let cluster = Cluster::start().await;
     let first = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  keep: \"1\"\n  drop: \"2\"\n";
@@ -481,7 +479,10 @@ async fn client_side_and_server_side_apply() {
             .trim(),
         "configmap/ssa serverside-applied"
     );
-    let object = cluster.get_json(&["configmap", "ssa"]).await;
+    // kubectl hides managedFields unless asked to show them.
+    let object = cluster
+        .get_json(&["configmap", "ssa", "--show-managed-fields"])
+        .await;
     let managers: Vec<&str> = object["metadata"]["managedFields"]
         .as_array()
         .unwrap()
