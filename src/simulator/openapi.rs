@@ -30,14 +30,11 @@ fn array(items: Value) -> Value {
     json!({ "type": "array", "items": items })
 }
 
-fn nullable(schema: Value) -> Value {
-    match schema {
-        Value::Object(mut map) if !map.contains_key("$ref") => {
-            map.insert("nullable".into(), true.into());
-            Value::Object(map)
-        }
-        other => json!({ "allOf": [other], "nullable": true }),
-    }
+/// An inline schema that also admits `null` (not for `$ref`s: OpenAPI 3.0 cannot make a
+/// referenced enum nullable, so those are written inline).
+fn nullable(mut schema: Value) -> Value {
+    schema["nullable"] = true.into();
+    schema
 }
 
 fn enumeration(values: &[&str]) -> Value {
@@ -149,7 +146,12 @@ fn schemas() -> Value {
             "bootable": boolean(),
             "created_at": { "type": "string", "format": "date-time" },
             "instance_id": nullable(string()),
-            "vm_status": nullable(r("VmStatus")),
+            "vm_status": {
+                "type": "string",
+                "nullable": true,
+                "enum": ["PENDING", "BOOTING", "RUNNING", "STOPPED", "HIBERNATED", "TRANSITIONING", null],
+                "description": "power status of the instance the volume is attached to",
+            },
         })),
         "VolumeBillingRecord": object(&[], json!({
             "billing_id": string(), "volume_id": string(), "volume_name": string(),
@@ -316,7 +318,7 @@ fn operation_doc(op: Operation) -> OperationDoc {
                 &["gpu_type", "gpu_count"],
                 json!({
                     "gpu_type": string(), "gpu_count": { "type": "integer", "minimum": 1 },
-                    "hours": { "type": "number", "exclusiveMinimum": 0, "default": 1 },
+                    "hours": { "type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 8784, "default": 1 },
                 }),
             )),
             enveloped(json!({
