@@ -585,6 +585,9 @@ pub(crate) fn validate_rules(
     old: Option<&Value>,
     errors: &mut Vec<FieldError>,
 ) {
+    if !has_rules(root) {
+        return;
+    }
     let mut context = cel::Context::default();
     context.register_all();
     let mut budget = Budget {
@@ -592,6 +595,14 @@ pub(crate) fn validate_rules(
         exhausted: false,
     };
     walk(root, object, old, "", &context, &mut budget, errors);
+}
+
+/// Whether any node of the schema declares rules (building the CEL context is not free).
+fn has_rules(node: &Node) -> bool {
+    !node.rules.is_empty()
+        || node.properties.values().any(has_rules)
+        || node.additional_properties.as_deref().is_some_and(has_rules)
+        || node.items.as_deref().is_some_and(has_rules)
 }
 
 fn child(path: &str, name: &str) -> String {

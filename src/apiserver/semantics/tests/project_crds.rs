@@ -144,3 +144,24 @@ fn gpu_instance_rules_hold_after_defaulting() {
         ]
     );
 }
+
+#[test]
+fn validation_is_fast_enough_for_a_busy_server() {
+    // A watch-heavy controller test writes thousands of objects; validation must stay cheap.
+    let schema = schema_of(&load("firewalls.gpucloud.io.yaml"));
+    let mut object = firewall(json!([
+        {"protocol": "tcp", "portRangeMin": 22, "portRangeMax": 22, "remoteIpPrefix": "203.0.113.0/24"}
+    ]));
+    schema.prune(&mut object);
+    schema.apply_defaults(&mut object);
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        assert!(schema.validate(&object, Some(&object)).is_empty());
+        assert!(schema.validate(&object, None).is_empty());
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < std::time::Duration::from_secs(10),
+        "400 validations took {elapsed:?}"
+    );
+}
