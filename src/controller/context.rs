@@ -71,9 +71,13 @@ impl<K: ManagedKind> Context<K> {
         Arc::new(Context {
             client,
             accounts,
-            settings,
-            requeue: RequeuePolicy::default(),
+            requeue: RequeuePolicy::new(
+                gpucloud_cloud::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+                Duration::from_secs(300),
+                settings.transition_requeue,
+            ),
             recorder,
+            settings,
             observers: Mutex::new(HashMap::new()),
             changes,
         })

@@ -17,6 +17,10 @@ pub enum Error {
     #[error("cloud unavailable: {0}")]
     CloudUnavailable(String),
 
+    /// The cloud refuses the API key.
+    #[error("the cloud refused the API key: {0}")]
+    CredentialsInvalid(String),
+
     /// The credentials Secret, or its key, does not exist.
     #[error("{0}")]
     CredentialsMissing(String),
@@ -45,6 +49,14 @@ pub enum Error {
     #[error("hourly rate {rate:.4} exceeds maxHourlyRate {limit:.4}")]
     PriceAboveLimit { rate: f64, limit: f64 },
 
+    /// Work under way that the controller must come back to (a deletion the cloud has not
+    /// finished). An error, not a success, so that the finalizer stays until it is done.
+    #[error("{message}")]
+    InProgress {
+        reason: &'static str,
+        message: String,
+    },
+
     /// The object's status could not be encoded or decoded.
     #[error("status serialization: {0}")]
     Serialization(#[from] serde_json::Error),
@@ -64,9 +76,20 @@ pub enum Category {
     Waiting,
 }
 
+impl From<crate::observer::ListFailure> for Error {
+    fn from(failure: crate::observer::ListFailure) -> Self {
+        if failure.unauthorized {
+            Error::CredentialsInvalid(failure.message)
+        } else {
+            Error::CloudUnavailable(failure.message)
+        }
+    }
+}
+
 impl Error {
     pub fn category(&self) -> Category {
         match self {
+            Error::Cloud(CloudError::Unauthorized { .. }) => Category::Terminal,
             Error::Cloud(e) => match e.class() {
                 gpucloud_cloud::ErrorClass::Transient => Category::Transient,
                 gpucloud_cloud::ErrorClass::Terminal => Category::Terminal,
@@ -77,11 +100,12 @@ impl Error {
             // Conflicts and server errors from the API server pass with a fresh read.
             Error::Kube(_) | Error::CloudUnavailable(_) => Category::Transient,
             Error::CredentialsMissing(_)
+            | Error::CredentialsInvalid(_)
             | Error::InvalidSpec(_)
             | Error::InsufficientCredit { .. }
             | Error::PriceAboveLimit { .. }
             | Error::Serialization(_) => Category::Terminal,
-            Error::WaitingFor { .. } => Category::Waiting,
+            Error::WaitingFor { .. } | Error::InProgress { .. } => Category::Waiting,
             Error::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(e)
                 | kube::runtime::finalizer::Error::CleanupFailed(e) => e.category(),
@@ -110,8 +134,10 @@ impl Error {
             Error::Kube(_) => reason::UPDATING,
             Error::CloudUnavailable(_) => reason::CLOUD_UNAVAILABLE,
             Error::CredentialsMissing(_) => reason::CREDENTIALS_MISSING,
+            Error::CredentialsInvalid(_) => reason::CREDENTIALS_INVALID,
             Error::InvalidSpec(_) | Error::Serialization(_) => reason::INVALID_SPEC,
             Error::WaitingFor { .. } => reason::WAITING_FOR_REFERENCE,
+            Error::InProgress { reason, .. } => reason,
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
             Error::Finalizer(inner) => match inner.as_ref() {
@@ -157,8 +183,9 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::CloudUnavailable(_) => "cloud_unavailable",
             Error::CredentialsMissing(_) => "credentials_missing",
+            Error::CredentialsInvalid(_) => "credentials_invalid",
             Error::InvalidSpec(_) => "invalid_spec",
-            Error::WaitingFor { .. } => "waiting",
+            Error::WaitingFor { .. } | Error::InProgress { .. } => "waiting",
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",
             Error::Serialization(_) => "serialization",

@@ -149,13 +149,28 @@ pub struct Changes {
     pub names: HashSet<String>,
 }
 
+/// Why the latest list failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFailure {
+    /// The cloud refused the API key: no retry will help until the credentials change.
+    pub unauthorized: bool,
+    pub message: String,
+}
+
+/// What the observer knows: the latest successful list, and the outcome of the latest attempt.
+#[derive(Debug)]
+struct State<R> {
+    snapshot: Arc<Snapshot<R>>,
+    attempts: u64,
+    failure: Option<ListFailure>,
+}
+
 /// The observer of one kind in one account.
 pub struct Observer<R> {
-    snapshot: watch::Receiver<Arc<Snapshot<R>>>,
+    state: watch::Receiver<State<R>>,
     hot_until: Mutex<Instant>,
     wake: Notify,
     intervals: ObserveIntervals,
-    last_error: Mutex<Option<String>>,
 }
 
 impl<R: CloudRecord> Observer<R> {
@@ -166,13 +181,16 @@ impl<R: CloudRecord> Observer<R> {
         intervals: ObserveIntervals,
         changes: mpsc::UnboundedSender<(String, Changes)>,
     ) -> Arc<Self> {
-        let (tx, rx) = watch::channel(Arc::new(Snapshot::empty()));
+        let (tx, rx) = watch::channel(State {
+            snapshot: Arc::new(Snapshot::empty()),
+            attempts: 0,
+            failure: None,
+        });
         let observer = Arc::new(Observer {
-            snapshot: rx,
+            state: rx,
             hot_until: Mutex::new(Instant::now()),
             wake: Notify::new(),
             intervals,
-            last_error: Mutex::new(None),
         });
         let weak = Arc::downgrade(&observer);
         tokio::spawn(async move {
@@ -182,29 +200,29 @@ impl<R: CloudRecord> Observer<R> {
                     return;
                 };
                 let started = Instant::now();
-                match L::list(account.client.clone()).await {
-                    Ok(records) => {
-                        generation += 1;
-                        let next = Arc::new(Snapshot::from_records(records, generation, started));
-                        let diff = next.changes_since(&tx.borrow());
-                        tx.send_replace(next);
-                        *observer
-                            .last_error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner()) = None;
-                        if (!diff.ids.is_empty() || !diff.names.is_empty())
-                            && changes.send((account.fingerprint.clone(), diff)).is_err()
-                        {
-                            return;
+                let result = L::list(account.client.clone()).await;
+                let mut diff = None;
+                tx.send_modify(|state| {
+                    state.attempts += 1;
+                    match result {
+                        Ok(records) => {
+                            generation += 1;
+                            let next = Arc::new(Snapshot::from_records(records, generation, started));
+                            diff = Some(next.changes_since(&state.snapshot));
+                            state.snapshot = next;
+                            state.failure = None;
+                        }
+                        Err(error) => {
+                            tracing::warn!(account = %account.fingerprint, %error, "cloud list failed");
+                            let unauthorized = matches!(error, gpucloud_cloud::Error::Unauthorized { .. });
+                            state.failure = Some(ListFailure { unauthorized, message: error.to_string() });
                         }
                     }
-                    Err(error) => {
-                        tracing::warn!(account = %account.fingerprint, %error, "cloud list failed");
-                        *observer
-                            .last_error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
-                    }
+                });
+                if let Some(diff) = diff.filter(|d| !d.ids.is_empty() || !d.names.is_empty())
+                    && changes.send((account.fingerprint.clone(), diff)).is_err()
+                {
+                    return;
                 }
                 let interval = observer.interval();
                 tokio::select! {
@@ -225,42 +243,46 @@ impl<R: CloudRecord> Observer<R> {
         }
     }
 
-    /// The latest snapshot, waiting for the first list if none has succeeded yet.
-    pub async fn snapshot(&self) -> Result<Arc<Snapshot<R>>, String> {
-        let mut rx = self.snapshot.clone();
-        let first = tokio::time::timeout(
-            self.intervals.first_list_timeout,
-            rx.wait_for(|s| s.generation > 0),
-        )
-        .await;
-        match first {
-            Ok(Ok(snapshot)) => Ok(snapshot.clone()),
-            _ => Err(self
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-                .unwrap_or_else(|| "the first cloud list has not completed".into())),
-        }
+    /// The latest snapshot, waiting for the first list attempt. An older snapshot is served
+    /// through a passing failure; a refused key, or no list at all yet, is an error.
+    pub async fn snapshot(&self) -> Result<Arc<Snapshot<R>>, ListFailure> {
+        self.wait_for(|state| state.attempts > 0).await
     }
 
-    /// A snapshot from a list sent after `after`, asking for one at once.
-    pub async fn snapshot_after(&self, after: Instant) -> Result<Arc<Snapshot<R>>, String> {
+    /// A snapshot from a list sent at or after `after`, asking for one at once.
+    pub async fn snapshot_after(&self, after: Instant) -> Result<Arc<Snapshot<R>>, ListFailure> {
         self.refresh();
-        let mut rx = self.snapshot.clone();
-        let fresh = tokio::time::timeout(
-            self.intervals.first_list_timeout,
-            rx.wait_for(|s| s.listed_at.is_some_and(|t| t >= after)),
-        )
-        .await;
-        match fresh {
-            Ok(Ok(snapshot)) => Ok(snapshot.clone()),
-            _ => Err(self
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-                .unwrap_or_else(|| "no fresh cloud list in time".into())),
+        self.wait_for(|state| {
+            state.failure.is_some() && state.attempts > 0
+                || state.snapshot.listed_at.is_some_and(|t| t >= after)
+        })
+        .await
+    }
+
+    async fn wait_for(
+        &self,
+        ready: impl Fn(&State<R>) -> bool,
+    ) -> Result<Arc<Snapshot<R>>, ListFailure> {
+        let mut rx = self.state.clone();
+        let waited =
+            tokio::time::timeout(self.intervals.first_list_timeout, rx.wait_for(|s| ready(s)))
+                .await;
+        let state = self.state.borrow();
+        if waited.is_err() && state.attempts == 0 {
+            return Err(ListFailure {
+                unauthorized: false,
+                message: "the first cloud list has not completed".into(),
+            });
+        }
+        match &state.failure {
+            Some(failure) if failure.unauthorized || state.snapshot.generation == 0 => {
+                Err(failure.clone())
+            }
+            _ if waited.is_err() => Err(ListFailure {
+                unauthorized: false,
+                message: "no fresh cloud list in time".into(),
+            }),
+            _ => Ok(state.snapshot.clone()),
         }
     }
 

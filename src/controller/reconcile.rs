@@ -40,7 +40,7 @@ pub async fn reconcile<K: ManagedKind>(
     let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(object) => apply(&api, object, &cx).await,
-            FinalizerEvent::Cleanup(object) => cleanup(&api, object, &cx).await,
+            FinalizerEvent::Cleanup(object) => cleanup(object, &cx).await,
         }
     })
     .await
@@ -73,7 +73,7 @@ async fn apply<K: ManagedKind>(
         )
         .await?;
     let observer = cx.observer(&account);
-    let snapshot = observer.snapshot().await.map_err(Error::CloudUnavailable)?;
+    let snapshot = observer.snapshot().await?;
     let status = object.cloud_status();
     let adopted_id = object
         .annotations()
@@ -348,11 +348,7 @@ async fn converge<K: ManagedKind>(
 
 // === cleanup ===
 
-async fn cleanup<K: ManagedKind>(
-    api: &Api<K>,
-    object: Arc<K>,
-    cx: &Context<K>,
-) -> Result<Action, Error> {
+async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Action, Error> {
     let managed = object.managed();
     if managed.deletion_policy == DeletionPolicy::Orphan
         || managed.management_policy == ManagementPolicy::ObserveOnly
@@ -377,10 +373,7 @@ async fn cleanup<K: ManagedKind>(
     let observer = cx.observer(&account);
     let status = object.cloud_status();
     let asked_at = Instant::now();
-    let snapshot = observer
-        .snapshot_after(asked_at)
-        .await
-        .map_err(Error::CloudUnavailable)?;
+    let snapshot = observer.snapshot_after(asked_at).await?;
     let cloud_name = naming::cloud_name(
         &namespace(&*object),
         &object.name_any(),
@@ -412,18 +405,12 @@ async fn cleanup<K: ManagedKind>(
             .unwrap_or_default();
             if since < cx.settings.settle_window {
                 observer.mark_hot();
-                write_status(
-                    api,
-                    &object,
-                    status,
-                    None,
-                    &Outcome::progressing(
-                        reason::DELETING,
-                        "waiting for a recent create to show in the cloud's list before deleting",
-                    ),
-                )
-                .await?;
-                return Ok(Action::requeue(cx.settings.settle_window - since));
+                return Err(Error::InProgress {
+                    reason: reason::DELETING,
+                    message:
+                        "waiting for a recent create to show in the cloud's list before deleting"
+                            .into(),
+                });
             }
         }
         publish(
@@ -441,9 +428,11 @@ async fn cleanup<K: ManagedKind>(
     }
     observer.mark_hot();
     let ids: Vec<&str> = targets.iter().map(CloudRecord::id).collect();
-    let outcome = Outcome::progressing(reason::DELETING, format!("deleting {}", ids.join(", ")));
-    write_status(api, &object, status, targets.first(), &outcome).await?;
-    Ok(Action::requeue(cx.settings.transition_requeue))
+    // Not done until a list no longer shows them: the finalizer stays until then.
+    Err(Error::InProgress {
+        reason: reason::DELETING,
+        message: format!("deleting {}", ids.join(", ")),
+    })
 }
 
 // === status, events ===

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -79,6 +79,20 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     futures::future::join_all(controllers).await;
 }
 
+/// A hash of what a reconcile acts on: the spec (through `generation`), annotations (pause,
+/// adoption, restarts), labels (selectors), finalizers and deletion. Status is left out.
+fn intent_changed<K: Resource>(object: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = object.meta();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// An `Api` of kind `R` with the same scope (namespace or cluster) as `api`.
 fn api_for<R>(api: &ScopedApi) -> Api<R>
 where
@@ -124,8 +138,16 @@ fn controller<K: ManagedKind>(
         namespace: namespace.map(str::to_string),
     };
     let api: Api<K> = api_for(&scoped);
-    let controller = Controller::new(api, watcher::Config::default().any_semantic());
-    let store = controller.store();
+    // The store sees every change; reconciles are triggered only by changes a reconcile acts
+    // on. Without the filter, each status write would wake its own object again, and a
+    // refused create would be retried in a loop.
+    let (store, writer) = reflector::store();
+    let objects = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(intent_changed, PredicateConfig::default());
+    let controller = Controller::for_stream(objects, store.clone());
     let (trigger, triggers) = mpsc::unbounded_channel();
     let recorder = Recorder::new(
         client.clone(),

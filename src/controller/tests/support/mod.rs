@@ -140,6 +140,24 @@ impl Env {
         }
     }
 
+    /// Kills the operator mid-flight, as a crash would: nothing is finished or cleaned up.
+    pub async fn kill_operator(&mut self) {
+        self.stop = None;
+        if let Some(task) = self.operator.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Cloud calls of `operation` so far.
+    pub fn calls(&self, operation: &str) -> u64 {
+        self.simulator
+            .call_counts()
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
+    }
+
     pub async fn put_secret(&self, namespace: &str, name: &str, api_key: &str) {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let secret = Secret {

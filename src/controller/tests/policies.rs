@@ -1,0 +1,410 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Adoption, management and deletion policies, pause, credentials and terminal errors.
+
+mod support;
+
+use gpucloud_api::*;
+use gpucloud_cloud::model::CreateInstanceRequest;
+use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use std::time::Duration;
+use support::{Env, NAMESPACE, eventually};
+
+fn instance(name: &str, extra: serde_json::Value) -> GpuInstance {
+    let mut spec = serde_json::json!({
+        "region": "us-east-1",
+        "gpuType": "H100-80G",
+        "gpuCount": 1,
+        "osImage": "ubuntu-22.04-cuda-12",
+    });
+    json_merge(&mut spec, extra);
+    GpuInstance::new(name, serde_json::from_value(spec).unwrap())
+}
+
+fn json_merge(target: &mut serde_json::Value, patch: serde_json::Value) {
+    if let (Some(t), serde_json::Value::Object(p)) = (target.as_object_mut(), patch) {
+        for (k, v) in p {
+            t.insert(k, v);
+        }
+    }
+}
+
+async fn condition(env: &Env, name: &str, type_: &str, status: &str, reason: &str) -> GpuInstance {
+    let api = env.api::<GpuInstance>();
+    eventually(30, &format!("{name}: {type_}={status} {reason}"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await.ok()?;
+            let c = object.cloud_status().condition(type_)?.clone();
+            (c.status == status && c.reason == reason).then_some(object)
+        }
+    })
+    .await
+}
+
+fn cloud_client(env: &Env) -> CloudClient {
+    CloudClient::new(ClientConfig::new(
+        env.simulator.base_url(),
+        ApiKey::new(env.simulator.api_key()),
+    ))
+    .unwrap()
+}
+
+async fn foreign_instance(env: &Env, name: &str) -> String {
+    let request = CreateInstanceRequest {
+        name: name.into(),
+        region: "us-east-1".into(),
+        gpu_type: "H100-80G".into(),
+        gpu_count: 1,
+        image_id: "ubuntu-22.04-cuda-12".into(),
+        tier: None,
+        ssh_key_ids: vec![],
+        startup_script: None,
+        startup_script_id: None,
+        public_ip: None,
+        volume_ids: vec![],
+    };
+    cloud_client(env)
+        .create_instance(&request)
+        .await
+        .unwrap()
+        .instance_id
+}
+
+fn with_annotation(mut object: GpuInstance, key: &str, value: &str) -> GpuInstance {
+    object
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+    object
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_leaves_the_cloud_resource() {
+    let env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("keep", serde_json::json!({"deletionPolicy": "Orphan"})),
+    )
+    .await
+    .unwrap();
+    condition(&env, "keep", "Ready", "True", "Available").await;
+    api.delete("keep", &DeleteParams::default()).await.unwrap();
+    eventually(30, "object gone", || async {
+        api.get_opt("keep").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let cloud = env.simulator.state();
+    assert_eq!(cloud.instances.len(), 1);
+    assert_eq!(env.calls("DeleteInstance"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_waits_for_the_cloud_before_releasing_the_finalizer() {
+    let env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("gone", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    condition(&env, "gone", "Ready", "True", "Available").await;
+    api.delete("gone", &DeleteParams::default()).await.unwrap();
+    // While the cloud still lists the instance the object stays, marked for deletion.
+    let mut saw_held = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = !env.simulator.state().instances.is_empty();
+        match api.get_opt("gone").await.unwrap() {
+            Some(object) => {
+                assert!(object.metadata.deletion_timestamp.is_some());
+                saw_held |= listed;
+            }
+            None => break,
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "object not released within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        saw_held,
+        "the object was released before the cloud confirmed the delete"
+    );
+    assert!(env.simulator.state().instances.is_empty());
+    assert_eq!(env.calls("DeleteInstance"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_by_annotation_creates_nothing_and_manages_the_existing_instance() {
+    let env = Env::start().await;
+    let id = foreign_instance(&env, "pre-existing").await;
+    let api = env.api::<GpuInstance>();
+    let object = with_annotation(
+        instance("adopted", serde_json::json!({})),
+        EXTERNAL_ID_ANNOTATION,
+        &id,
+    );
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let ready = condition(&env, "adopted", "Ready", "True", "Available").await;
+    assert_eq!(
+        ready.cloud_status().external_id.as_deref(),
+        Some(id.as_str())
+    );
+    assert_eq!(env.simulator.state().instances.len(), 1);
+    assert_eq!(env.calls("CreateInstance"), 1, "only the test's own create");
+    // Managed from now on: deleting the object deletes the adopted instance.
+    api.delete("adopted", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "adopted instance deleted", || async {
+        env.simulator.state().instances.is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_only_reports_and_never_mutates() {
+    let env = Env::start().await;
+    let id = foreign_instance(&env, "watched").await;
+    let api = env.api::<GpuInstance>();
+    let object = with_annotation(
+        instance(
+            "observer",
+            serde_json::json!({"managementPolicy": "ObserveOnly", "powerState": "Stopped", "publicIp": false}),
+        ),
+        EXTERNAL_ID_ANNOTATION,
+        &id,
+    );
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let observed = condition(&env, "observer", "Ready", "True", "Available").await;
+    assert_eq!(
+        observed.cloud_status().external_id.as_deref(),
+        Some(id.as_str())
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for mutation in [
+        "StopInstance",
+        "TogglePublicIp",
+        "DeleteInstance",
+        "HibernateInstance",
+    ] {
+        assert_eq!(
+            env.calls(mutation),
+            0,
+            "{mutation} called under ObserveOnly"
+        );
+    }
+    api.delete("observer", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "object gone", || async {
+        api.get_opt("observer")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        env.simulator.state().instances.len(),
+        1,
+        "ObserveOnly never deletes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_only_without_an_external_id_is_stalled() {
+    let env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance(
+            "nothing",
+            serde_json::json!({"managementPolicy": "ObserveOnly"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let stalled = condition(&env, "nothing", "Stalled", "True", "InvalidSpec").await;
+    assert!(
+        stalled
+            .cloud_status()
+            .condition("Stalled")
+            .unwrap()
+            .message
+            .contains(EXTERNAL_ID_ANNOTATION)
+    );
+    assert_eq!(env.calls("CreateInstance"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_objects_are_left_alone_until_unpaused() {
+    let env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("p", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    condition(&env, "p", "Ready", "True", "Available").await;
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {PAUSED_ANNOTATION: "true"}},
+        "spec": {"powerState": "Stopped"},
+    });
+    api.patch("p", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        env.calls("StopInstance"),
+        0,
+        "a paused object was reconciled"
+    );
+    let unpause = serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: null}}});
+    api.patch("p", &PatchParams::default(), &Patch::Merge(unpause))
+        .await
+        .unwrap();
+    eventually(30, "stopped after unpause", || async {
+        (env.simulator.state().instances[0].status.as_str() == "SHUTOFF").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminal_cloud_errors_stall_without_a_retry_storm() {
+    let env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("bad-gpu", serde_json::json!({"gpuType": "NO-SUCH-GPU"})),
+    )
+    .await
+    .unwrap();
+    let stalled = condition(&env, "bad-gpu", "Stalled", "True", "InvalidSpec").await;
+    let message = stalled
+        .cloud_status()
+        .condition("Stalled")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains("NO-SUCH-GPU"),
+        "the cloud's message is shown: {message}"
+    );
+    assert!(
+        stalled.cloud_status().pending_create.is_none(),
+        "a refused create leaves no pending intent"
+    );
+    let calls = env.calls("CreateInstance");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        env.calls("CreateInstance"),
+        calls,
+        "a terminal error was retried"
+    );
+    assert_eq!(calls, 1);
+    assert!(env.simulator.state().instances.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_credentials_stall_until_the_secret_appears() {
+    let env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    let object = instance(
+        "creds",
+        serde_json::json!({"credentialsSecretRef": {"name": "team-key"}}),
+    );
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let stalled = condition(&env, "creds", "Stalled", "True", "CredentialsMissing").await;
+    assert!(
+        stalled
+            .cloud_status()
+            .condition("Stalled")
+            .unwrap()
+            .message
+            .contains("team-key")
+    );
+    env.put_secret(NAMESPACE, "team-key", env.simulator.api_key())
+        .await;
+    condition(&env, "creds", "Ready", "True", "Available").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_credentials_stall_and_never_leak_the_key() {
+    let env = Env::start().await;
+    env.put_secret(NAMESPACE, "wrong-key", "not-the-key-4f9a")
+        .await;
+    let api = env.api::<GpuInstance>();
+    let object = instance(
+        "wrong",
+        serde_json::json!({"credentialsSecretRef": {"name": "wrong-key"}}),
+    );
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let stalled = condition(&env, "wrong", "Stalled", "True", "CredentialsInvalid").await;
+    let text = serde_json::to_string(&stalled).unwrap();
+    assert!(
+        !text.contains("not-the-key-4f9a"),
+        "the key appears in the object"
+    );
+    // Fixing the Secret is enough: its change wakes the object.
+    env.put_secret(NAMESPACE, "wrong-key", env.simulator.api_key())
+        .await;
+    condition(&env, "wrong", "Ready", "True", "Available").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_of_other_namespaces_cannot_be_used() {
+    let env = Env::start().await;
+    // The key exists, but only in the operator's namespace.
+    env.put_secret(
+        support::OPERATOR_NAMESPACE,
+        "shared-key",
+        env.simulator.api_key(),
+    )
+    .await;
+    let api = env.api::<GpuInstance>();
+    let object = instance(
+        "cross",
+        serde_json::json!({"credentialsSecretRef": {"name": "shared-key"}}),
+    );
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let stalled = condition(&env, "cross", "Stalled", "True", "CredentialsMissing").await;
+    assert!(
+        stalled
+            .cloud_status()
+            .condition("Stalled")
+            .unwrap()
+            .message
+            .contains(&format!("{NAMESPACE}/shared-key"))
+    );
+    // A namespace in the reference is not part of the schema: it never reaches the operator.
+    let sneaky = serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+        "metadata": {"name": "cross2"},
+        "spec": {"region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
+                 "credentialsSecretRef": {"name": "shared-key", "namespace": support::OPERATOR_NAMESPACE}},
+    });
+    let created: GpuInstance = match api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(sneaky.clone()).unwrap(),
+        )
+        .await
+    {
+        Ok(o) => o,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(
+        serde_json::to_value(&created.spec).unwrap()["credentialsSecretRef"]
+            .get("namespace")
+            .is_none()
+    );
+    condition(&env, "cross2", "Stalled", "True", "CredentialsMissing").await;
+    assert!(env.simulator.state().instances.is_empty());
+}
