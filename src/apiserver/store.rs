@@ -496,9 +496,14 @@ impl Store {
                     .collect()
             }
         };
+        // A watch from a resourceVersion not yet reached starts there, not now.
+        let start_resource_version = match start {
+            WatchStart::After(requested) => current.max(requested),
+            _ => current,
+        };
         Ok(WatchSubscription {
             initial,
-            start_resource_version: current,
+            start_resource_version,
             receiver,
         })
     }

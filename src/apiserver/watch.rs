@@ -88,7 +88,9 @@ pub fn watch(context: &Context<'_>) -> Result<Response, ApiError> {
         .get(axum::http::header::ACCEPT)
         .and_then(|accept| accept.to_str().ok())
         .unwrap_or_default();
-    let rendering = if crate::table::wants_table(accept) {
+    let rendering = if crate::handlers::wants_metadata_only(&context.headers) {
+        Rendering::Metadata
+    } else if crate::table::wants_table(accept) {
         let include_object = crate::table::IncludeObject::from_query(query.get("includeObject"))
             .map_err(|error| ApiError::bad_request(error.0))?;
         Rendering::Table(include_object)
@@ -199,6 +201,7 @@ impl WatchFilter {
 #[derive(Clone, Copy)]
 enum Rendering {
     Object,
+    Metadata,
     Table(crate::table::IncludeObject),
 }
 
@@ -211,6 +214,7 @@ fn event_line(
     let object = bytes_at_version(info, object);
     let object = match rendering {
         Rendering::Object => object,
+        Rendering::Metadata => crate::handlers::partial_object_metadata(&object),
         Rendering::Table(include_object) => match serde_json::from_slice(&object) {
             Ok(value) => {
                 let table = crate::table::render_table(info, &[value], json!({}), include_object);

@@ -19,6 +19,9 @@ pub const ORPHAN_FINALIZER: &str = "orphan";
 /// The namespace finalizer the namespace controller removes once the namespace is empty.
 pub const NAMESPACE_FINALIZER: &str = "kubernetes";
 
+/// Namespaces the real server refuses to delete.
+const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Propagation {
     Background,
@@ -207,6 +210,15 @@ pub fn delete_object(
         }
         let mut finalizers = current.index.finalizers.clone();
         if builtin::is_namespace(info) {
+            if IMMORTAL_NAMESPACES.contains(&name) {
+                // The NamespaceLifecycle admission plugin protects these.
+                return Err(ApiError::forbidden(
+                    "",
+                    "namespaces",
+                    name,
+                    "this namespace may not be deleted",
+                ));
+            }
             // Namespaces always go through termination: the namespace controller (here the
             // garbage collector) empties them and removes the `kubernetes` finalizer.
             if current.index.deleting {

@@ -495,3 +495,43 @@ pub fn bytes_at_version(info: &ResourceInfo, bytes: &Bytes) -> Bytes {
         Err(_) => bytes.clone(),
     }
 }
+
+/// Whether the client asked for `PartialObjectMetadata` (kube-rs `metadata_watcher`,
+/// `Api::get_metadata`, `list_metadata`) before any plain representation.
+pub fn wants_metadata_only(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .unwrap_or_default();
+    for media in crate::table::parse_accept(accept) {
+        if !matches!(
+            media.essence.as_str(),
+            "application/json" | "application/*" | "*/*"
+        ) {
+            continue;
+        }
+        return match media.param("as") {
+            Some("PartialObjectMetadata" | "PartialObjectMetadataList") => {
+                media.param("g") == Some("meta.k8s.io")
+                    && matches!(media.param("v"), Some("v1" | "v1beta1"))
+            }
+            _ => false,
+        };
+    }
+    false
+}
+
+/// An object reduced to `PartialObjectMetadata`, as the real server converts it.
+pub fn partial_object_metadata(bytes: &Bytes) -> Bytes {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(object) => Bytes::from(
+            serde_json::json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": object["metadata"],
+            })
+            .to_string(),
+        ),
+        Err(_) => bytes.clone(),
+    }
+}

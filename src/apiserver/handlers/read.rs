@@ -6,7 +6,10 @@ use axum::response::Response;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::{Context, bytes_at_version, check_acceptable, json_response};
+use super::{
+    Context, bytes_at_version, check_acceptable, json_response, partial_object_metadata,
+    wants_metadata_only,
+};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::ObjectIndex;
@@ -24,6 +27,12 @@ pub fn get(context: &Context<'_>) -> Result<Response, ApiError> {
         )
         .ok_or_else(|| context.not_found())?;
     let bytes = bytes_at_version(info, &stored.bytes);
+    if wants_metadata_only(&context.headers) {
+        return Ok(json_response(
+            StatusCode::OK,
+            partial_object_metadata(&bytes),
+        ));
+    }
     if let Some(table) = table_for(context, std::slice::from_ref(&bytes), json!({}))? {
         return Ok(table);
     }
@@ -254,12 +263,21 @@ pub fn list(context: &Context<'_>) -> Result<Response, ApiError> {
     if let Some(table) = table_for(context, &items, metadata.clone())? {
         return Ok(table);
     }
+    let (list_kind, api_version, items) = if wants_metadata_only(&context.headers) {
+        (
+            "PartialObjectMetadataList".to_string(),
+            "meta.k8s.io/v1".to_string(),
+            items.iter().map(partial_object_metadata).collect(),
+        )
+    } else {
+        (info.list_kind.clone(), info.api_version(), items)
+    };
     let mut body = Vec::with_capacity(items.iter().map(Bytes::len).sum::<usize>() + 256);
     body.extend_from_slice(
         format!(
             "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":[",
-            json!(info.list_kind),
-            json!(info.api_version()),
+            json!(list_kind),
+            json!(api_version),
             metadata
         )
         .as_bytes(),

@@ -347,21 +347,21 @@ fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantic
         match labels.as_object() {
             Some(labels) => {
                 for (key, value) in labels {
-                    if crate::selectors::LabelSelector::parse(key).is_err() || key.contains('=') {
+                    if !crate::selectors::is_valid_label_key(key) {
                         errors.push(FieldError::invalid(
                             "metadata.labels",
                             json!(key),
-                            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
                         ));
                     }
-                    let text = value.as_str();
-                    if text.is_none_or(|text| {
-                        crate::selectors::LabelSelector::parse(&format!("k={text}")).is_err()
-                    }) {
+                    if !value
+                        .as_str()
+                        .is_some_and(crate::selectors::is_valid_label_value)
+                    {
                         errors.push(FieldError::invalid(
                             "metadata.labels",
                             value.clone(),
-                            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
                         ));
                     }
                 }
@@ -372,6 +372,17 @@ fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantic
                 "must be a map of string to string",
             )),
         }
+    }
+    if let Some(annotations) = metadata.get("annotations").filter(|a| !a.is_null())
+        && !annotations
+            .as_object()
+            .is_some_and(|map| map.values().all(Value::is_string))
+    {
+        errors.push(FieldError::invalid(
+            "metadata.annotations",
+            annotations.clone(),
+            "must be a map of string to string",
+        ));
     }
     if let Some(finalizers) = metadata.get("finalizers").filter(|f| !f.is_null())
         && !finalizers

@@ -281,3 +281,60 @@ async fn strategic_merge_patch_merges_lists_by_key() {
     assert_eq!(patched.data["data"], json!({"a": "1", "b": "2"}));
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn metadata_only_reads() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(
+        &api,
+        &configmap("meta", json!({"app": "web"}), json!({"secret-ish": "x"})),
+    )
+    .await;
+    // kube-rs asks for PartialObjectMetadata; the real server converts objects to it
+    // (apiserver endpoints/handlers/response.go asPartialObjectMetadata).
+    let object = bounded(api.get_metadata("meta")).await.unwrap();
+    assert_eq!(object.types.as_ref().unwrap().kind, "PartialObjectMetadata");
+    assert_eq!(object.metadata.labels.unwrap()["app"], "web");
+    let list = bounded(api.list_metadata(&ListParams::default()))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let raw = http::Request::get("/api/v1/namespaces/default/configmaps/meta")
+        .header(
+            "Accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let partial: serde_json::Value =
+        serde_json::from_str(&bounded(client.request_text(raw)).await.unwrap()).unwrap();
+    assert!(partial.get("data").is_none(), "{partial}");
+    assert_eq!(partial["metadata"]["name"], "meta");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn metadata_validation_and_protected_namespaces() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    // Real: 422 for a label value that is not a valid label value (ValidateLabels).
+    let bad_label = status_of(
+        bounded(api.create(
+            &PostParams::default(),
+            &configmap("l", json!({"app": "not valid!"}), json!({})),
+        ))
+        .await,
+    );
+    assert_eq!(bad_label.code, 422);
+    assert_eq!(
+        bad_label.details.unwrap().causes[0].field,
+        "metadata.labels"
+    );
+    // Real (NamespaceLifecycle): 403 Forbidden "this namespace may not be deleted".
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let refused = status_of(bounded(namespaces.delete("default", &DeleteParams::default())).await);
+    assert_eq!((refused.code, refused.reason.as_str()), (403, "Forbidden"));
+    server.shutdown().await;
+}
