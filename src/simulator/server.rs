@@ -595,7 +595,6 @@ fn broken_response() -> Response {
     response
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn answer(
     state: &AppState,
     operation: Operation,
