@@ -197,6 +197,21 @@ struct Types<'a> {
 }
 
 impl Types<'_> {
+    /// Whether the object at a path is atomic (`x-kubernetes-map-type: atomic`).
+    fn is_atomic_object(&self, path: &Path) -> bool {
+        let names: Vec<&str> = path
+            .iter()
+            .filter_map(|element| match element {
+                PathElement::Field(name) => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        !names.is_empty()
+            && self
+                .schema
+                .is_some_and(|schema| schema.is_atomic_object(&names))
+    }
+
     /// The list type at a path: ObjectMeta's lists are known; the rest comes from the schema,
     /// and lists without one are atomic.
     fn list_type(&self, path: &Path) -> ListType {
@@ -271,6 +286,7 @@ fn collect_fields(
     mark_objects: bool,
 ) {
     match value {
+        Value::Object(_) if types.is_atomic_object(path) => insert_tracked(set, path),
         Value::Object(map) => {
             if map.is_empty() || mark_objects {
                 insert_tracked(set, path);
@@ -341,6 +357,13 @@ fn compare(
         (None, None) => {}
         (None, Some(new)) => mark_subtree(new, path, types, &mut diff.added),
         (Some(old), None) => mark_subtree(old, path, types, &mut diff.removed),
+        (Some(old @ Value::Object(_)), Some(new @ Value::Object(_)))
+            if types.is_atomic_object(path) =>
+        {
+            if !json_equal(old, new) {
+                insert_tracked(&mut diff.modified, path);
+            }
+        }
         (Some(Value::Object(old)), Some(Value::Object(new))) => {
             let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
             keys.sort();
@@ -429,6 +452,7 @@ fn compare(
 /// Merges an applied configuration into the live object following the list types.
 fn merge(live: &Value, applied: &Value, path: &mut Path, types: &Types<'_>) -> Value {
     match (live, applied) {
+        (Value::Object(_), Value::Object(_)) if types.is_atomic_object(path) => applied.clone(),
         (Value::Object(live_map), Value::Object(applied_map)) => {
             let mut merged = live_map.clone();
             for (key, value) in applied_map {

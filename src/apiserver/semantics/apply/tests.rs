@@ -247,6 +247,50 @@ fn map_lists_merge_by_key_and_sets_by_value() {
 }
 
 #[test]
+fn atomic_objects_are_owned_and_replaced_whole() {
+    let schema = Schema::compile(
+        &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "selector": {"type": "object", "x-kubernetes-map-type": "atomic",
+                         "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+        }}}}),
+    )
+    .unwrap();
+    let first = apply(
+        None,
+        &object(json!({"selector": {"a": "1", "b": "2"}})),
+        "one",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    assert_eq!(entries(&first)[0].2, json!({"f:spec": {"f:selector": {}}}));
+    let forced = apply(
+        Some(&first),
+        &object(json!({"selector": {"a": "3"}})),
+        "two",
+        true,
+        Some(&schema),
+        T1,
+    )
+    .unwrap();
+    assert_eq!(spec(&forced)["selector"], json!({"a": "3"}));
+    let error = apply(
+        Some(&first),
+        &object(json!({"selector": {"a": "3"}})),
+        "two",
+        false,
+        Some(&schema),
+        T1,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Apply failed with 1 conflict: conflict with \"one\": .spec.selector"
+    );
+}
+
+#[test]
 fn lists_without_a_list_type_are_atomic() {
     let first = apply(None, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}, "list": [1, 2]}), "a", false, None, T0).unwrap();
     assert_eq!(

@@ -88,6 +88,8 @@ pub(crate) struct Node {
     pub(crate) items: Option<Box<Node>>,
     pub(crate) list_type: Option<String>,
     pub(crate) list_map_keys: Vec<String>,
+    /// `x-kubernetes-map-type: atomic`: the object is owned and replaced as a whole.
+    pub(crate) map_type_atomic: bool,
     pub(crate) all_of: Vec<Node>,
     pub(crate) any_of: Vec<Node>,
     pub(crate) one_of: Vec<Node>,
@@ -198,6 +200,11 @@ impl Schema {
             },
             _ => ListType::Atomic,
         })
+    }
+
+    /// Whether the object at a path of field names is `x-kubernetes-map-type: atomic`.
+    pub(crate) fn is_atomic_object(&self, path: &[&str]) -> bool {
+        self.node_at(path).is_some_and(|node| node.map_type_atomic)
     }
 
     fn node_at(&self, path: &[&str]) -> Option<&Node> {
@@ -464,6 +471,25 @@ pub(crate) fn compile_node(
     }
 
     compile_list_type(&mut node, map, path, errors);
+    if let Some(map_type) = map.get("x-kubernetes-map-type") {
+        let map_type_path = child(path, "x-kubernetes-map-type");
+        match map_type.as_str() {
+            Some("atomic") => node.map_type_atomic = true,
+            Some("granular") => {}
+            _ => errors.push(FieldError::not_supported(
+                map_type_path.clone(),
+                map_type.clone(),
+                &["granular".into(), "atomic".into()],
+            )),
+        }
+        if node.type_name.as_deref() != Some("object") {
+            errors.push(FieldError::invalid(
+                map_type_path,
+                map_type.clone(),
+                "must only be used if type is object",
+            ));
+        }
+    }
 
     if let Some(rules) = map.get("x-kubernetes-validations") {
         let rules_path = child(path, "x-kubernetes-validations");
@@ -667,12 +693,13 @@ fn compile_list_type(
         }
         Some("set") => {
             if let Some(items) = node.items.as_deref()
-                && matches!(items.type_name.as_deref(), Some("object" | "array"))
+                && (items.type_name.as_deref() == Some("array")
+                    || items.type_name.as_deref() == Some("object") && !items.map_type_atomic)
             {
                 errors.push(FieldError::invalid(
                     child(path, "items.type"),
                     Value::String(items.type_label().to_string()),
-                    "must be a scalar type if parent array's x-kubernetes-list-type is set",
+                    "must be a scalar type or an atomic object if parent array's x-kubernetes-list-type is set",
                 ));
             }
         }
