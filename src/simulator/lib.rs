@@ -198,3 +198,63 @@ impl Drop for SimulatorHandle {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configuration_is_checked_before_starting() {
+        assert!(validate(&SimulatorConfig::default()).is_ok());
+        let refused = [
+            SimulatorConfig {
+                api_keys: Vec::new(),
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                time_scale: 0.0,
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                time_scale: f64::INFINITY,
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                rate_limit: Some(RateLimit {
+                    per_second: 1.0,
+                    burst: 0,
+                }),
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                admin_token: Some("sim-key".to_string()),
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                faults: FaultPlan {
+                    error_rate_per_operation: BTreeMap::from([("Nope".to_string(), 0.5)]),
+                    ..FaultPlan::default()
+                },
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                max_body_bytes: 0,
+                ..SimulatorConfig::default()
+            },
+        ];
+        for config in refused {
+            assert!(
+                matches!(validate(&config), Err(Error::Config(_))),
+                "{config:?}"
+            );
+        }
+        // The configuration's Debug output hides the keys and the token.
+        let config = SimulatorConfig {
+            api_keys: vec!["very-secret".to_string()],
+            admin_token: Some("also-secret".to_string()),
+            ..SimulatorConfig::default()
+        };
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("very-secret") && !debug.contains("also-secret"));
+    }
+}

@@ -1,5 +1,6 @@
 //! Instances: create, power transitions, public IP, security rules, delete, billing.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use gpucloud_cloud::model::{
@@ -451,10 +452,27 @@ impl Engine {
 
     pub fn list_instances(&mut self, now: SimTime) -> Vec<model::Instance> {
         self.settle(now);
+        // One pass over the volumes instead of one per instance.
+        let mut data_volumes: HashMap<&str, Vec<String>> = HashMap::new();
+        for volume in self.volumes.values() {
+            if volume.deleted_at.is_none()
+                && !volume.is_boot_volume()
+                && let Some(instance_id) = &volume.instance_id
+            {
+                data_volumes
+                    .entry(instance_id.as_str())
+                    .or_default()
+                    .push(volume.id.clone());
+            }
+        }
+        let boot = self.settings.delays.boot;
         self.instances
             .values()
             .filter(|i| self.listed(i.created_at, i.deleted_at, now))
-            .map(|i| self.instance_view(i, now))
+            .map(|i| {
+                let volume_ids = data_volumes.remove(i.id.as_str()).unwrap_or_default();
+                i.view_with(now, boot, volume_ids)
+            })
             .collect()
     }
 
