@@ -270,3 +270,45 @@ async fn delete_collection_by_label() {
     assert_eq!(left, ["k3"]);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn kube_runtime_finalizer_helper_round_trip() {
+    use kube::runtime::controller::Action;
+    use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+    use std::sync::Arc;
+
+    const FINALIZER: &str = "gpucloud.io/cleanup";
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(&api, &configmap("fin", json!({}), json!({}))).await;
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // One step of what a controller does: the helper adds its finalizer with a JSON patch
+    // (test + add), runs Apply, and on deletion runs Cleanup then removes it (test + remove).
+    let step = |events: Arc<std::sync::Mutex<Vec<&'static str>>>| {
+        let api = api.clone();
+        async move {
+            let object = Arc::new(bounded(api.get("fin")).await.unwrap());
+            bounded(finalizer(&api, FINALIZER, object, |event| {
+                events.lock().unwrap().push(match event {
+                    FinalizerEvent::Apply(_) => "apply",
+                    FinalizerEvent::Cleanup(_) => "cleanup",
+                });
+                async { Ok::<_, std::convert::Infallible>(Action::await_change()) }
+            }))
+            .await
+            .unwrap();
+        }
+    };
+    step(events.clone()).await;
+    let stored = bounded(api.get("fin")).await.unwrap();
+    assert_eq!(stored.metadata.finalizers.unwrap(), [FINALIZER]);
+    step(events.clone()).await;
+    bounded(api.delete("fin", &DeleteParams::default()))
+        .await
+        .unwrap();
+    assert!(exists(&api, "fin").await, "held by the finalizer");
+    step(events.clone()).await;
+    assert!(!exists(&api, "fin").await, "released after cleanup");
+    assert_eq!(*events.lock().unwrap(), ["apply", "cleanup"]);
+    server.shutdown().await;
+}
