@@ -12,6 +12,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use axum::Router;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -121,8 +122,10 @@ async fn legacy_versions(State(state): State<AppState>, headers: HeaderMap) -> R
 
 async fn legacy_resources(
     State(state): State<AppState>,
-    Path(version): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    // A path that does not decode (bad percent-encoding) names nothing served.
+    let Path(version) = path.map_err(|_| not_found())?;
     let resources: Vec<ResourceInfo> = served(&state)
         .into_iter()
         .filter(|info| info.group.is_empty() && info.version == version)
@@ -160,8 +163,9 @@ async fn group_list(State(state): State<AppState>, headers: HeaderMap) -> Respon
 
 async fn group(
     State(state): State<AppState>,
-    Path(group): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(group) = path.map_err(|_| not_found())?;
     let resources: Vec<ResourceInfo> = served(&state)
         .into_iter()
         .filter(|info| info.group == group)
@@ -180,8 +184,9 @@ async fn group(
 
 async fn group_resources(
     State(state): State<AppState>,
-    Path((group, version)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path((group, version)) = path.map_err(|_| not_found())?;
     let resources: Vec<ResourceInfo> = served(&state)
         .into_iter()
         .filter(|info| !info.group.is_empty() && info.group == group && info.version == version)

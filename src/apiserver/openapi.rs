@@ -21,7 +21,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::OnceLock;
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
@@ -83,30 +84,37 @@ async fn v3_index(State(state): State<AppState>) -> Response {
     json_response(&json!({"paths": paths}), None)
 }
 
-#[derive(serde::Deserialize)]
-struct HashQuery {
-    hash: Option<String>,
+/// The `hash` query parameter (the last one wins; anything else is ignored).
+fn hash_parameter(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .filter(|(key, _)| key == "hash")
+        .map(|(_, value)| value.into_owned())
+        .last()
 }
 
 async fn v3_core_document(
     State(state): State<AppState>,
-    Path(version): Path<String>,
-    Query(query): Query<HashQuery>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    serve_v3(&state, "", &version, query.hash.as_deref(), &headers)
+    let Path(version) = path.map_err(|_| not_found())?;
+    let hash = hash_parameter(query.as_deref());
+    serve_v3(&state, "", &version, hash.as_deref(), &headers)
 }
 
 async fn v3_group_document(
     State(state): State<AppState>,
-    Path((group, version)): Path<(String, String)>,
-    Query(query): Query<HashQuery>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let Path((group, version)) = path.map_err(|_| not_found())?;
     if group.is_empty() {
         return Err(not_found());
     }
-    serve_v3(&state, &group, &version, query.hash.as_deref(), &headers)
+    let hash = hash_parameter(query.as_deref());
+    serve_v3(&state, &group, &version, hash.as_deref(), &headers)
 }
 
 fn serve_v3(
