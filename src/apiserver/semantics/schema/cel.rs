@@ -487,19 +487,20 @@ pub(crate) fn compile_rules(
                 continue;
             }
         };
-        let field_path = rule
-            .get("fieldPath")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        if let Some(field_path) = &field_path
-            && render_field_path(field_path).is_none()
-        {
-            errors.push(FieldError::invalid(
-                format!("{rule_path}.fieldPath"),
-                Value::String(field_path.clone()),
-                "fieldPath must be a valid path",
-            ));
-        }
+        let field_path = match rule.get("fieldPath").and_then(Value::as_str) {
+            Some(raw_path) => match normalize_field_path(raw_path, node) {
+                Ok(normalized) => Some(normalized),
+                Err(error) => {
+                    errors.push(FieldError::invalid(
+                        format!("{rule_path}.fieldPath"),
+                        Value::String(raw_path.to_string()),
+                        format!("fieldPath must be a valid path: {error}"),
+                    ));
+                    continue;
+                }
+            },
+            None => None,
+        };
         let message_expression = match rule.get("messageExpression").and_then(Value::as_str) {
             Some(source) => match parse(source).and_then(|e| check_fields(e, node, is_root)) {
                 Ok(expression) => Some(expression),
@@ -539,36 +540,53 @@ pub(crate) fn compile_rules(
     compiled
 }
 
-/// Turns a rule's `fieldPath` (`.spec.x`, `['x']`, `.list[0]`) into the suffix of a field path.
-fn render_field_path(field_path: &str) -> Option<String> {
-    let mut out = String::new();
+/// Normalizes a rule's `fieldPath` against the schema of the rule's node, as the apiserver's
+/// `ValidFieldPath` does: `.name` and `['name']` select properties (rendered `a.b`) or keys of
+/// an additionalProperties map (rendered `a[key]`).
+fn normalize_field_path(field_path: &str, node: &Node) -> Result<String, String> {
+    let mut normalized = String::new();
+    let mut current = node;
     let mut rest = field_path;
     while !rest.is_empty() {
+        let name: String;
         if let Some(after) = rest.strip_prefix('.') {
-            let end = after.find(['.', '[']).unwrap_or(after.len());
-            let name = &after[..end];
-            if name.is_empty() {
-                return None;
+            let end = after.find(['.', '[', ']']).unwrap_or(after.len());
+            if end == 0 {
+                return Err("unexpected end of JSON path".to_string());
             }
-            out.push('.');
-            out.push_str(name);
+            name = after[..end].to_string();
             rest = &after[end..];
-        } else if let Some(after) = rest.strip_prefix("['") {
-            let end = after.find("']")?;
-            out.push('.');
-            out.push_str(&after[..end]);
-            rest = &after[end + 2..];
         } else if let Some(after) = rest.strip_prefix('[') {
-            let end = after.find(']')?;
-            let index = &after[..end];
-            index.parse::<usize>().ok()?;
-            out.push_str(&format!("[{index}]"));
-            rest = &after[end + 1..];
+            let Some(quoted) = after.strip_prefix('\'') else {
+                let token: String = after.chars().take_while(|&c| c != ']').collect();
+                return Err(format!("expected single quoted string but got {token}"));
+            };
+            let end = quoted
+                .find("']")
+                .ok_or_else(|| "unexpected end of JSON path".to_string())?;
+            name = quoted[..end].replace("\\'", "'");
+            rest = &quoted[end + 2..];
         } else {
-            return None;
+            let token: String = rest.chars().take_while(|&c| c != '.' && c != '[').collect();
+            return Err(format!("expected [ or . but got: {token}"));
+        }
+        if !current.properties.is_empty() {
+            current = current
+                .properties
+                .get(&name)
+                .ok_or_else(|| "does not refer to a valid field".to_string())?;
+            if !normalized.is_empty() {
+                normalized.push('.');
+            }
+            normalized.push_str(&name);
+        } else if let Some(additional) = current.additional_properties.as_deref() {
+            current = additional;
+            normalized.push_str(&format!("[{name}]"));
+        } else {
+            return Err("does not refer to a valid field".to_string());
         }
     }
-    Some(out)
+    Ok(normalized)
 }
 
 // === evaluation ===
@@ -643,11 +661,17 @@ fn walk(
             for key in keys {
                 if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
                     let old_child = old.and_then(|old| old.get(key));
+                    // Map entries are addressed as keys (`labels[a]`), properties as fields.
+                    let child_path = if node.properties.contains_key(key) {
+                        child(path, key)
+                    } else {
+                        format!("{path}[{key}]")
+                    };
                     walk(
                         property,
                         child_value,
                         old_child,
-                        &child(path, key),
+                        &child_path,
                         context,
                         budget,
                         errors,
@@ -713,11 +737,12 @@ fn evaluate_rules(
                 path,
                 type_label.clone(),
                 format!(
-                    "call cost exceeds limit for rule: {}",
+                    "'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: {}",
                     rule_error_string(rule)
                 ),
             ));
-            continue;
+            budget.exhausted = true;
+            return;
         }
         if estimate > budget.remaining {
             errors.push(FieldError::invalid(
@@ -754,12 +779,13 @@ fn evaluate_rules(
         match outcome {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => {
-                let field = match rule.field_path.as_deref().and_then(render_field_path) {
-                    Some(suffix) if path.is_empty() => suffix.trim_start_matches('.').to_string(),
-                    Some(suffix) => format!("{path}{suffix}"),
+                let field = match rule.field_path.as_deref() {
+                    Some(suffix) if path.is_empty() => suffix.to_string(),
+                    Some(suffix) => format!("{path}.{suffix}"),
                     None => path.to_string(),
                 };
                 let detail = failure_message(rule, &scope);
+                // The bad value is the schema type, as in `fieldErrorForReason(path, sts.Type, ..)`.
                 errors.push(match rule.reason {
                     FieldErrorKind::Forbidden => FieldError::forbidden(field, detail),
                     FieldErrorKind::Required => FieldError::required(field, detail),
@@ -962,15 +988,33 @@ mod tests {
     }
 
     #[test]
-    fn field_paths_render() {
-        assert_eq!(render_field_path(".spec.x").as_deref(), Some(".spec.x"));
-        assert_eq!(render_field_path("['a.b']").as_deref(), Some(".a.b"));
-        assert_eq!(
-            render_field_path(".list[2].name").as_deref(),
-            Some(".list[2].name")
+    fn field_paths_normalize_against_the_schema() {
+        let mut errors = Vec::new();
+        let node = super::super::compile_node(
+            &serde_json::json!({"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {"x": {"type": "string"}}},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}}
+            }}),
+            "",
+            super::super::Level::Field,
+            &mut errors,
         );
-        assert_eq!(render_field_path("spec"), None);
-        assert_eq!(render_field_path(".x[a]"), None);
+        let normalize = |path: &str| normalize_field_path(path, &node);
+        assert_eq!(normalize(".spec.x").as_deref(), Ok("spec.x"));
+        assert_eq!(normalize("['spec'].x").as_deref(), Ok("spec.x"));
+        assert_eq!(normalize(".labels['a.b']").as_deref(), Ok("labels[a.b]"));
+        assert_eq!(
+            normalize(".nope"),
+            Err("does not refer to a valid field".to_string())
+        );
+        assert_eq!(
+            normalize(".spec[0]"),
+            Err("expected single quoted string but got 0".to_string())
+        );
+        assert_eq!(
+            normalize("spec"),
+            Err("expected [ or . but got: spec".to_string())
+        );
     }
 
     #[test]

@@ -496,6 +496,17 @@ fn rules_report_message_reason_and_field_path() {
 }
 
 #[test]
+fn rules_inside_maps_name_entries_as_keys() {
+    // The CEL validator walks additionalProperties with fldPath.Key(k).
+    let property = json!({"type": "object", "additionalProperties": {"type": "integer",
+        "x-kubernetes-validations": [{"rule": "self >= 0", "message": "must not be negative"}]}});
+    assert_eq!(
+        rule_messages(property, json!({"a": 1, "b": -1}), None),
+        vec!["spec.x[b]: Invalid value: \"integer\": must not be negative"]
+    );
+}
+
+#[test]
 fn firewall_cidr_rules_evaluate() {
     let property = json!({"type": "string", "x-kubernetes-validations": [
         {"rule": "isCIDR(self)", "message": "must be a CIDR"},
@@ -636,7 +647,7 @@ fn runaway_cost_is_refused_not_run() {
     assert_eq!(
         rule_messages(property.clone(), json!(big), None),
         vec![
-            "spec.x: Invalid value: \"array\": call cost exceeds limit for rule: self.all(a, self.all(b, self.all(c, a + b + c >= 0)))"
+            "spec.x: Invalid value: \"array\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: self.all(a, self.all(b, self.all(c, a + b + c >= 0)))"
         ]
     );
     assert!(rule_messages(property, json!([1, 2, 3]), None).is_empty());
