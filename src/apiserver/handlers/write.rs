@@ -290,8 +290,10 @@ fn prepare_common(
                         .map(|path| format!("unknown field \"{path}\""))
                         .collect();
                     return Err(ApiError::bad_request(format!(
-                        "strict decoding error: {}",
-                        fields.join(", ")
+                        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                        fields.join(", "),
+                        kind = info.kind,
+                        version = info.version,
                     )));
                 }
                 "Warn" => {

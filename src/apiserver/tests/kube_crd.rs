@@ -302,3 +302,112 @@ async fn strategic_merge_patch_on_a_custom_resource_is_415() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn every_served_version_reads_the_same_objects() {
+    let (server, client) = start().await;
+    let schema = json!({"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}});
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pools.gpucloud.io"},
+        "spec": {
+            "group": "gpucloud.io",
+            "scope": "Namespaced",
+            "names": {"plural": "pools", "singular": "pool", "kind": "Pool", "listKind": "PoolList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": schema}},
+                {"name": "v1beta1", "served": true, "storage": false, "schema": {"openAPIV3Schema": schema}},
+                {"name": "v1alpha1", "served": false, "storage": false, "schema": {"openAPIV3Schema": schema}},
+            ],
+        },
+    }))
+    .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    bounded(crds.create(&PostParams::default(), &crd))
+        .await
+        .unwrap();
+    let at = |version: &str| {
+        let resource = kube::core::ApiResource {
+            group: "gpucloud.io".into(),
+            version: version.into(),
+            api_version: format!("gpucloud.io/{version}"),
+            kind: "Pool".into(),
+            plural: "pools".into(),
+        };
+        Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), "default", &resource)
+    };
+    let created = bounded(at("v1beta1").create(
+        &PostParams::default(),
+        &dynamic(json!({"apiVersion": "gpucloud.io/v1beta1", "kind": "Pool",
+                        "metadata": {"name": "p"}, "spec": {"size": 2}})),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(created.types.unwrap().api_version, "gpucloud.io/v1beta1");
+    // With conversion strategy None the real server only rewrites apiVersion between versions.
+    let stored = bounded(at("v1").get("p")).await.unwrap();
+    assert_eq!(stored.types.unwrap().api_version, "gpucloud.io/v1");
+    assert_eq!(stored.data["spec"]["size"], 2);
+    let listed = bounded(at("v1beta1").list(&ListParams::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.items[0].types.as_ref().unwrap().api_version,
+        "gpucloud.io/v1beta1"
+    );
+    // A version with served: false is not there.
+    let not_served = status_of(bounded(at("v1alpha1").get("p")).await);
+    assert_eq!(not_served.code, 404);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_fields_warn_by_default_and_fail_when_strict() {
+    let (server, client) = start().await;
+    install(&client).await;
+    let body = |name: &str| {
+        serde_json::to_vec(&json!({
+            "apiVersion": "gpucloud.io/v1", "kind": "GpuInstance",
+            "metadata": {"name": name},
+            "spec": {"size": 1, "region": "eu-1", "color": "red"},
+        }))
+        .unwrap()
+    };
+    let path = "/apis/gpucloud.io/v1/namespaces/default/gpuinstances";
+    let send = |uri: String, body: Vec<u8>| {
+        let request = http::Request::post(uri)
+            .header("Content-Type", "application/json")
+            .body(kube::client::Body::from(body))
+            .unwrap();
+        client.send(request)
+    };
+    // Default (Warn): created, pruned, and a `Warning: 299 - "unknown field ..."` header, as
+    // the real server's field validation reports it.
+    let response = bounded(send(path.to_string(), body("warned")))
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let warning = response.headers()["warning"].to_str().unwrap().to_string();
+    assert_eq!(warning, "299 - \"unknown field \\\"spec.color\\\"\"");
+    // Strict (what kubectl sends): 400 BadRequest naming the field, worded as the real
+    // server's strict decoding error.
+    let response = bounded(send(
+        format!("{path}?fieldValidation=Strict"),
+        body("strict"),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let bytes = bounded(http_body_util::BodyExt::collect(response.into_body()))
+        .await
+        .unwrap()
+        .to_bytes();
+    let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        status["message"],
+        "GpuInstance in version \"v1\" cannot be handled as a GpuInstance: strict decoding error: unknown field \"spec.color\""
+    );
+    server.shutdown().await;
+}
