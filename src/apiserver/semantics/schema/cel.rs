@@ -44,6 +44,9 @@ pub(crate) struct CompiledRule {
     reason: FieldErrorKind,
     field_path: Option<String>,
     is_transition: bool,
+    /// `optionalOldSelf: true`: the transition rule also runs on create, with `oldSelf` an
+    /// optional (`optional.none()` when there is no old value).
+    optional_old_self: bool,
     comprehensions: u32,
 }
 
@@ -527,6 +530,7 @@ pub(crate) fn compile_rules(
                     reason,
                     field_path,
                     is_transition,
+                    optional_old_self: rule.get("optionalOldSelf") == Some(&Value::Bool(true)),
                     comprehensions,
                 });
             }
@@ -725,7 +729,7 @@ fn evaluate_rules(
     // transition rules.
     let unchanged = old.is_some_and(|old| crate::json::json_equal(old, value));
     for rule in &node.rules {
-        if rule.is_transition && old_value.is_none() {
+        if rule.is_transition && old_value.is_none() && !rule.optional_old_self {
             continue;
         }
         if unchanged && !rule.is_transition {
@@ -757,7 +761,13 @@ fn evaluate_rules(
 
         let mut scope = context.new_inner_scope();
         scope.add_variable_from_value("self", self_value.clone());
-        if let Some(old_value) = &old_value {
+        if rule.optional_old_self {
+            let optional = match &old_value {
+                Some(old_value) => cel::objects::OptionalValue::of(old_value.clone()),
+                None => cel::objects::OptionalValue::none(),
+            };
+            scope.add_variable_from_value("oldSelf", cel::Value::Opaque(Arc::new(optional)));
+        } else if let Some(old_value) = &old_value {
             scope.add_variable_from_value("oldSelf", old_value.clone());
         }
         // The interpreter is third-party code evaluating user input: a panic inside it becomes

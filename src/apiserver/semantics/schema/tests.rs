@@ -600,6 +600,25 @@ fn unchanged_invalid_values_ratchet_on_update() {
 }
 
 #[test]
+fn optional_old_self_rules_also_run_on_create() {
+    let property = json!({"type": "string", "x-kubernetes-validations": [{
+        "rule": "oldSelf.hasValue() ? self == oldSelf.value() : self.startsWith('v1')",
+        "message": "starts at v1 and never changes",
+        "optionalOldSelf": true
+    }]});
+    assert!(rule_messages(property.clone(), json!("v1.2"), None).is_empty());
+    assert_eq!(
+        rule_messages(property.clone(), json!("v2"), None),
+        vec!["spec.x: Invalid value: \"string\": starts at v1 and never changes"]
+    );
+    assert!(rule_messages(property.clone(), json!("v2"), Some(json!("v2"))).is_empty());
+    assert_eq!(
+        rule_messages(property, json!("v3"), Some(json!("v2"))).len(),
+        1
+    );
+}
+
+#[test]
 fn optional_field_access_works() {
     let property = json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-validations": [
         {"rule": "self.?a.orValue('none') != 'bad' && !self[?'b'].hasValue() && !self.?b.hasValue()"}]});
