@@ -228,8 +228,11 @@ async fn handle(
         namespace: target.namespace.clone(),
         name: target.name.clone().unwrap_or_default(),
     });
-    let allowed = target.info.verbs.contains(&verb)
-        || (target.subresource.is_some() && matches!(verb, "get" | "update" | "patch"));
+    // The status subresource serves get, update and patch only.
+    let allowed = match target.subresource {
+        Some(_) => matches!(verb, "get" | "update" | "patch"),
+        None => target.info.verbs.contains(&verb),
+    };
     if !allowed {
         return Err(method_not_allowed(&method));
     }

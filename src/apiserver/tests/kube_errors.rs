@@ -155,6 +155,26 @@ async fn media_types_methods_and_paths() {
         (405, "MethodNotAllowed")
     );
 
+    // The status subresource only serves get, update and patch.
+    let (code, _, _) = raw(
+        &client,
+        "DELETE",
+        "/api/v1/namespaces/default/status",
+        &[],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 405);
+    assert!(
+        bounded(
+            kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .get_opt("default")
+        )
+        .await
+        .unwrap()
+        .is_some()
+    );
+
     // Real: 404 NotFound Status for a resource the server does not serve.
     let (code, _, text) = raw(
         &client,
