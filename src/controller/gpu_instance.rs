@@ -53,23 +53,20 @@ impl ManagedKind for GpuInstance {
         object
     }
 
-    async fn create(
+    type CreatePlan = InstancePlan;
+
+    async fn plan_create(
         &self,
         cx: &Context<Self>,
         account: &Account,
-        cloud_name: &str,
-    ) -> Result<Record<Self>, Error> {
+    ) -> Result<InstancePlan, Error> {
         let namespace = self.namespace().unwrap_or_default();
         let spec = &self.spec;
         if let Some(source) = &spec.source {
-            let snapshot =
+            let snapshot_id =
                 ready_reference::<Snapshot>(cx, &namespace, &source.snapshot_ref.name, "Snapshot")
                     .await?;
-            let restored = account
-                .client
-                .restore_snapshot(&snapshot, cloud_name)
-                .await?;
-            return Ok(restored.body.data);
+            return Ok(InstancePlan::Restore { snapshot_id });
         }
         let gpu_type = spec.gpu_type.clone().ok_or_else(|| {
             Error::InvalidSpec("spec.gpuType is required unless spec.source is set".into())
@@ -119,7 +116,8 @@ impl ManagedKind for GpuInstance {
             },
         };
         let request = CreateInstanceRequest {
-            name: cloud_name.to_string(),
+            // `create` names it.
+            name: String::new(),
             region: spec.region.clone(),
             gpu_type,
             gpu_count,
@@ -131,7 +129,27 @@ impl ManagedKind for GpuInstance {
             public_ip: Some(spec.public_ip),
             volume_ids: Vec::new(),
         };
-        Ok(account.client.create_instance(&request).await?)
+        Ok(InstancePlan::Create(Box::new(request)))
+    }
+
+    async fn create(
+        _cx: &Context<Self>,
+        account: &Account,
+        plan: InstancePlan,
+        cloud_name: &str,
+    ) -> Result<Instance, Error> {
+        match plan {
+            InstancePlan::Restore { snapshot_id } => Ok(account
+                .client
+                .restore_snapshot(&snapshot_id, cloud_name)
+                .await?
+                .body
+                .data),
+            InstancePlan::Create(mut request) => {
+                request.name = cloud_name.to_string();
+                Ok(account.client.create_instance(&request).await?)
+            }
+        }
     }
 
     async fn converge(
@@ -293,6 +311,12 @@ impl ManagedKind for GpuInstance {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// How an instance comes to exist: booted from an image, or restored from a snapshot.
+pub enum InstancePlan {
+    Create(Box<CreateInstanceRequest>),
+    Restore { snapshot_id: String },
 }
 
 /// The cloud id recorded by a referenced object of this API group, once it is `Ready`.

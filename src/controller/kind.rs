@@ -42,12 +42,23 @@ pub trait ManagedKind:
     /// `record` (kept from the current status when `record` is `None`).
     fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self;
 
-    /// Creates the cloud resource under `cloud_name` and returns it as the cloud answered.
-    /// Checks that need no cloud call (references, price limits) run before the call.
-    fn create(
+    /// What a create needs, gathered before the intent to create is recorded: referenced
+    /// objects, validation, price limits. Nothing here creates anything billed, so a failure
+    /// leaves no intent behind.
+    type CreatePlan: Send + Sync;
+
+    fn plan_create(
         &self,
         cx: &Context<Self>,
         account: &Account,
+    ) -> impl Future<Output = Result<Self::CreatePlan, Error>> + Send;
+
+    /// Creates the cloud resource under `cloud_name` with one cloud call and returns it as the
+    /// cloud answered.
+    fn create(
+        cx: &Context<Self>,
+        account: &Account,
+        plan: Self::CreatePlan,
         cloud_name: &str,
     ) -> impl Future<Output = Result<Record<Self>, Error>> + Send;
 

@@ -236,6 +236,7 @@ async fn create_step<K: ManagedKind>(
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
             account.check_budget(cx.settings.budget_floor).await?;
+            let plan = object.plan_create(cx, account).await?;
             // The intent is written with the object's resourceVersion: a stale cache or a
             // second replica loses here, before any cloud call.
             let intent = CloudStatus {
@@ -249,7 +250,7 @@ async fn create_step<K: ManagedKind>(
             let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
             let object = write_status(api, &object, intent.clone(), None, &outcome).await?;
             observer.mark_hot();
-            match object.create(cx, account, &cloud_name).await {
+            match K::create(cx, account, plan, &cloud_name).await {
                 Ok(record) => {
                     publish(
                         cx,

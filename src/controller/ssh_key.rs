@@ -40,19 +40,25 @@ impl ManagedKind for SshKey {
         object
     }
 
-    async fn create(
-        &self,
-        cx: &Context<Self>,
-        account: &Account,
-        cloud_name: &str,
-    ) -> Result<Record<Self>, Error> {
-        let public_key = match &self.spec.public_key {
+    /// The public key to import.
+    type CreatePlan = String;
+
+    async fn plan_create(&self, cx: &Context<Self>, _account: &Account) -> Result<String, Error> {
+        match &self.spec.public_key {
             Some(key) => {
                 validate_public_key(key)?;
-                key.clone()
+                Ok(key.clone())
             }
-            None => generated_public_key(self, cx).await?,
-        };
+            None => generated_public_key(self, cx).await,
+        }
+    }
+
+    async fn create(
+        _cx: &Context<Self>,
+        account: &Account,
+        public_key: String,
+        cloud_name: &str,
+    ) -> Result<Record<Self>, Error> {
         let request = CreateSshKeyRequest {
             name: cloud_name.to_string(),
             public_key: Some(public_key),

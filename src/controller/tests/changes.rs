@@ -1,0 +1,294 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Allowed spec changes reach the cloud; immutable ones are refused at admission; changes
+//! made in the cloud behind the operator's back are corrected or reported.
+
+mod support;
+
+use gpucloud_api::*;
+use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
+use kube::api::{Patch, PatchParams, PostParams};
+use std::time::Duration;
+use support::{Env, eventually};
+
+fn instance(name: &str, extra: serde_json::Value) -> GpuInstance {
+    let mut spec = serde_json::json!({
+        "region": "us-east-1", "gpuType": "H100-80G", "gpuCount": 1, "osImage": "ubuntu-22.04-cuda-12",
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    GpuInstance::new(name, serde_json::from_value(spec).unwrap())
+}
+
+async fn ready(env: &Env, name: &str) -> GpuInstance {
+    let api = env.api::<GpuInstance>();
+    eventually(30, &format!("{name} Ready"), || {
+        let api = api.clone();
+        async move {
+            let o = api.get(name).await.ok()?;
+            o.cloud_status()
+                .is_ready(o.metadata.generation)
+                .then_some(o)
+        }
+    })
+    .await
+}
+
+fn cloud(env: &Env) -> CloudClient {
+    CloudClient::new(ClientConfig::new(
+        env.simulator.base_url(),
+        ApiKey::new(env.simulator.api_key()),
+    ))
+    .unwrap()
+}
+
+async fn merge(
+    env: &Env,
+    name: &str,
+    patch: serde_json::Value,
+) -> Result<GpuInstance, kube::Error> {
+    env.api::<GpuInstance>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboot_public_ip_and_security_rules_reach_the_cloud() {
+    let env = Env::start().await;
+    let rule = serde_json::json!({"protocol": "tcp", "remoteIpPrefix": "10.0.0.0/8", "portRangeMin": 22, "portRangeMax": 22});
+    env.api::<GpuInstance>()
+        .create(
+            &PostParams::default(),
+            &instance(
+                "legacy",
+                serde_json::json!({"tier": "Legacy", "securityRules": [rule]}),
+            ),
+        )
+        .await
+        .unwrap();
+    ready(&env, "legacy").await;
+    let vm = &env.simulator.state().instances[0];
+    assert_eq!(vm.security_rules.len(), 1);
+    assert_eq!(vm.security_rules[0].remote_ip_prefix, "10.0.0.0/8");
+
+    // One reboot per new restartedAt value.
+    merge(&env, "legacy", serde_json::json!({"metadata": {"annotations": {RESTARTED_AT_ANNOTATION: "2026-11-22T10:00:00Z"}}})).await.unwrap();
+    eventually(30, "rebooted once", || async {
+        (env.calls("RebootInstance") == 1).then_some(())
+    })
+    .await;
+    let after = ready(&env, "legacy").await;
+    assert_eq!(
+        after.status.unwrap().restarted_at.as_deref(),
+        Some("2026-11-22T10:00:00Z")
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        env.calls("RebootInstance"),
+        1,
+        "the same restartedAt rebooted twice"
+    );
+
+    // Public IP off, and the rule set replaced.
+    let new_rule = serde_json::json!({"protocol": "tcp", "remoteIpPrefix": "192.0.2.0/24", "portRangeMin": 443, "portRangeMax": 443});
+    merge(
+        &env,
+        "legacy",
+        serde_json::json!({"spec": {"publicIp": false, "securityRules": [new_rule]}}),
+    )
+    .await
+    .unwrap();
+    eventually(30, "public IP released and rules replaced", || async {
+        let vm = env.simulator.state().instances[0].clone();
+        let rules_ok =
+            vm.security_rules.len() == 1 && vm.security_rules[0].remote_ip_prefix == "192.0.2.0/24";
+        (!vm.public_ip_enabled && rules_ok).then_some(())
+    })
+    .await;
+    let updated = ready(&env, "legacy").await;
+    assert_eq!(
+        updated.status.unwrap().ip_status.as_deref(),
+        Some("unassigned")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_fields_are_refused_with_a_message() {
+    let env = Env::start().await;
+    env.api::<GpuInstance>()
+        .create(
+            &PostParams::default(),
+            &instance("fixed", serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+    for (patch, message) in [
+        (
+            serde_json::json!({"spec": {"region": "eu-west-1"}}),
+            "region is immutable",
+        ),
+        (
+            serde_json::json!({"spec": {"gpuType": "A100-80G"}}),
+            "gpuType is immutable",
+        ),
+        (
+            serde_json::json!({"spec": {"gpuCount": 2}}),
+            "gpuCount is immutable",
+        ),
+        (
+            serde_json::json!({"spec": {"osImage": "ubuntu-24.04-cuda-12"}}),
+            "osImage is immutable",
+        ),
+    ] {
+        match merge(&env, "fixed", patch).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422);
+                assert!(status.message.contains(message), "{}", status.message);
+            }
+            other => panic!("expected 422 with {message:?}, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_corrected_or_reported() {
+    let env = Env::start().await;
+    env.api::<SshKey>()
+        .create(
+            &PostParams::default(),
+            &SshKey::new("imported", serde_json::from_value(serde_json::json!({
+                "publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host"
+            })).unwrap()),
+        )
+        .await
+        .unwrap();
+    env.api::<GpuInstance>()
+        .create(
+            &PostParams::default(),
+            &instance("drift", serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+    let vm = ready(&env, "drift").await;
+    let vm_id = vm.cloud_status().external_id.unwrap();
+    let key_api = env.api::<SshKey>();
+    let key = eventually(30, "key ready", || {
+        let key_api = key_api.clone();
+        async move {
+            let k = key_api.get("imported").await.ok()?;
+            k.cloud_status()
+                .is_ready(k.metadata.generation)
+                .then_some(k)
+        }
+    })
+    .await;
+    assert_eq!(key.status.as_ref().unwrap().generated, Some(false));
+    let key_id = key.cloud_status().external_id.unwrap();
+
+    // Stopped in the cloud while the spec says Running: started again.
+    cloud(&env).stop_instance(&vm_id).await.unwrap();
+    eventually(30, "restarted by the operator", || async {
+        (env.calls("StartInstance") >= 1).then_some(())
+    })
+    .await;
+    eventually(30, "running again", || async {
+        (env.simulator.state().instances[0].vm_status.as_str() == "RUNNING").then_some(())
+    })
+    .await;
+
+    // A deleted key holds no data: recreated, under the same name, with a new id.
+    cloud(&env).delete_ssh_key(&key_id).await.unwrap();
+    let recreated = eventually(30, "key recreated", || {
+        let key_api = key_api.clone();
+        let key_id = key_id.clone();
+        async move {
+            let k = key_api.get("imported").await.ok()?;
+            let id = k.cloud_status().external_id?;
+            (id != key_id && k.cloud_status().is_ready(k.metadata.generation)).then_some(id)
+        }
+    })
+    .await;
+    assert_eq!(env.simulator.state().ssh_keys.len(), 1);
+    assert_eq!(env.simulator.state().ssh_keys[0].id, recreated);
+
+    // A deleted machine is reported, never silently replaced.
+    cloud(&env).delete_instance(&vm_id).await.unwrap();
+    let api = env.api::<GpuInstance>();
+    eventually(30, "ExternalDeleted", || {
+        let api = api.clone();
+        async move {
+            let o = api.get("drift").await.ok()?;
+            let ready = o.cloud_status().condition("Ready")?.clone();
+            (ready.status == "False" && ready.reason == "ExternalDeleted").then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        env.calls("CreateInstance"),
+        1,
+        "a deleted instance was recreated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_floor_and_price_limit_refuse_billed_creates() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let mut config = support::test_config(&env.simulator);
+    config.reconcile.budget_floor = 5000.0;
+    env.start_operator(config);
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("poor", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    api.create(
+        &PostParams::default(),
+        &instance("pricey", serde_json::json!({"maxHourlyRate": 0.01})),
+    )
+    .await
+    .unwrap();
+    let stalled_reason = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            eventually(30, name, || {
+                let api = api.clone();
+                async move {
+                    let o = api.get(name).await.ok()?;
+                    let c = o.cloud_status().condition("Stalled")?.clone();
+                    (c.status == "True").then_some(c.reason)
+                }
+            })
+            .await
+        }
+    };
+    assert_eq!(stalled_reason("poor").await, "InsufficientCredit");
+    // The balance check comes first for every billed create.
+    assert_eq!(stalled_reason("pricey").await, "InsufficientCredit");
+    assert_eq!(env.calls("CreateInstance"), 0);
+    env.stop_operator().await;
+
+    let mut config = support::test_config(&env.simulator);
+    config.reconcile.budget_floor = 0.0;
+    env.start_operator(config);
+    // Restarting with no floor: the price limit is what stops the second one now.
+    merge(
+        &env,
+        "pricey",
+        serde_json::json!({"metadata": {"annotations": {"touch": "1"}}}),
+    )
+    .await
+    .unwrap();
+    merge(
+        &env,
+        "poor",
+        serde_json::json!({"metadata": {"annotations": {"touch": "1"}}}),
+    )
+    .await
+    .unwrap();
+    ready(&env, "poor").await;
+    assert_eq!(stalled_reason("pricey").await, "PriceAboveLimit");
+    assert_eq!(env.simulator.state().instances.len(), 1);
+}
