@@ -214,26 +214,29 @@ enum CellSource {
 
 /// The column set for a resource: Name first, then the printer columns (or Age).
 fn columns_for(resource: &ResourceInfo) -> Vec<Column> {
-    let mut columns = vec![Column {
-        name: "Name".to_owned(),
-        type_: "string".to_owned(),
-        format: Some("name".to_owned()),
-        description: Some(NAME_DESCRIPTION.to_owned()),
-        priority: 0,
-        source: CellSource::JsonPath(".metadata.name".to_owned()),
-    }];
     if !resource.printer_columns.is_empty() {
+        let mut columns = vec![name_column(0)];
         columns.extend(resource.printer_columns.iter().map(printer_column));
         return columns;
     }
     if !resource.is_custom()
         && let Some(builtin) = builtin_columns(resource)
     {
-        columns.extend(builtin);
-        return columns;
+        return builtin;
     }
-    columns.push(age_column("Age"));
-    columns
+    vec![name_column(0), age_column("Age")]
+}
+
+/// The object's name; first and priority 0 everywhere except in the event table.
+fn name_column(priority: i32) -> Column {
+    Column {
+        name: "Name".to_owned(),
+        type_: "string".to_owned(),
+        format: Some("name".to_owned()),
+        description: Some(NAME_DESCRIPTION.to_owned()),
+        priority,
+        source: CellSource::JsonPath(".metadata.name".to_owned()),
+    }
 }
 
 fn printer_column(column: &PrinterColumn) -> Column {
@@ -274,9 +277,11 @@ fn computed(
     }
 }
 
-/// The columns kube-apiserver's built-in printers add after Name for the kinds served here.
+/// The columns of kube-apiserver's built-in printers for the kinds served here.
 fn builtin_columns(resource: &ResourceInfo) -> Option<Vec<Column>> {
-    let columns = match (resource.group.as_str(), resource.kind.as_str()) {
+    let is_event =
+        resource.kind == "Event" && matches!(resource.group.as_str(), "" | "events.k8s.io");
+    let mut columns = match (resource.group.as_str(), resource.kind.as_str()) {
         ("", "ConfigMap") => vec![
             computed(
                 "Data",
@@ -447,9 +452,52 @@ fn builtin_columns(resource: &ResourceInfo) -> Option<Vec<Column>> {
                     json!(message.and_then(Value::as_str).unwrap_or_default())
                 },
             ),
+            Column {
+                priority: 1,
+                ..computed(
+                    "First Seen",
+                    "string",
+                    "The time at which the event was first recorded.",
+                    |object, now| {
+                        let first = ["/firstTimestamp", "/deprecatedFirstTimestamp", "/eventTime"]
+                            .iter()
+                            .find_map(|pointer| {
+                                object
+                                    .pointer(pointer)
+                                    .and_then(Value::as_str)
+                                    .filter(|text| !text.is_empty())
+                            });
+                        json!(
+                            first.map_or_else(|| "<unknown>".to_owned(), |text| age_of(text, now))
+                        )
+                    },
+                )
+            },
+            Column {
+                priority: 1,
+                ..computed(
+                    "Count",
+                    "string",
+                    "The number of times this event has occurred.",
+                    |object, _| {
+                        let count = object
+                            .pointer("/series/count")
+                            .or_else(|| object.get("count"))
+                            .or_else(|| object.get("deprecatedCount"))
+                            .and_then(Value::as_i64)
+                            .unwrap_or(1);
+                        json!(count.to_string())
+                    },
+                )
+            },
+            // The event table ends with the name, shown only in wide output.
+            name_column(1),
         ],
         _ => return None,
     };
+    if !is_event {
+        columns.insert(0, name_column(0));
+    }
     Some(columns)
 }
 
@@ -914,6 +962,59 @@ mod tests {
         );
         assert_eq!(table["rows"][0]["cells"], json!(["settings", 3, "30s"]));
         assert_eq!(table["rows"][0]["object"], config_map);
+    }
+
+    #[test]
+    fn events_put_last_seen_first_and_the_name_last_at_wide_priority() {
+        let mut info = crate::registry::Registry::with_builtins()
+            .lookup("", "v1", "events")
+            .unwrap();
+        info.printer_columns = Vec::new();
+        let event = json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "ev1", "creationTimestamp": "2026-01-01T11:00:00Z"},
+            "involvedObject": {"kind": "GpuInstance", "name": "trainer"},
+            "reason": "Provisioned", "message": "up", "type": "Normal", "count": 3,
+            "firstTimestamp": "2026-01-01T11:00:00Z", "lastTimestamp": "2026-01-01T11:58:00Z"});
+        let table = render_table_at(&info, &[event], json!({}), IncludeObject::None, now());
+        let columns: Vec<(&str, i64)> = table["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|column| {
+                (
+                    column["name"].as_str().unwrap(),
+                    column["priority"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        // kube-apiserver's event printer (pkg/printers/internalversion/printers.go), minus
+        // the Subobject and Source columns.
+        assert_eq!(
+            columns,
+            [
+                ("Last Seen", 0),
+                ("Type", 0),
+                ("Reason", 0),
+                ("Object", 0),
+                ("Message", 0),
+                ("First Seen", 1),
+                ("Count", 1),
+                ("Name", 1)
+            ]
+        );
+        assert_eq!(
+            table["rows"][0]["cells"],
+            json!([
+                "2m",
+                "Normal",
+                "Provisioned",
+                "gpuinstance/trainer",
+                "up",
+                "60m",
+                "3",
+                "ev1"
+            ])
+        );
     }
 
     #[test]

@@ -820,3 +820,69 @@ async fn kubeconfig_contexts_carry_distinct_identities_into_the_request_log() {
     );
     cluster.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn builtin_kinds_print_kubectls_usual_columns() {
+    let cluster = Cluster::start().await;
+    let manifests = r#"
+apiVersion: v1
+kind: Event
+metadata:
+  name: ev1
+involvedObject:
+  kind: GpuInstance
+  name: trainer
+  namespace: default
+reason: Provisioned
+message: instance is up
+type: Normal
+count: 1
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: leader
+spec:
+  holderIdentity: operator-0
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: credentials
+stringData:
+  key: value
+"#;
+    cluster.apply_stdin(&[], manifests).await.ok();
+    let header = |table: &str| -> Vec<String> {
+        table
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split("  ")
+            .map(str::trim)
+            .filter(|cell| !cell.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    // The headers kubectl prints for these kinds against a real cluster.
+    let events = cluster.kubectl(&["get", "events"]).await.ok();
+    assert_eq!(
+        header(&events),
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{events}"
+    );
+    assert!(events.contains("gpuinstance/trainer"), "{events}");
+    let leases = cluster.kubectl(&["get", "leases"]).await.ok();
+    assert_eq!(header(&leases), ["NAME", "HOLDER", "AGE"], "{leases}");
+    assert!(leases.contains("operator-0"), "{leases}");
+    let secrets = cluster.kubectl(&["get", "secrets"]).await.ok();
+    assert_eq!(
+        header(&secrets),
+        ["NAME", "TYPE", "DATA", "AGE"],
+        "{secrets}"
+    );
+    assert!(secrets.contains("Opaque"), "{secrets}");
+    let crds = cluster.kubectl(&["get", "crds"]).await;
+    assert!(crds.success, "{crds:?}");
+    cluster.server.shutdown().await;
+}
