@@ -135,6 +135,8 @@ impl Schema {
         if errors.is_empty() {
             validate_defaults(&root, "", &mut errors);
         }
+        // The apiserver sorts structural-schema errors by message.
+        errors.sort_by_key(FieldError::to_message);
         if errors.is_empty() {
             Ok(Schema {
                 raw: open_api_v3_schema.clone(),
@@ -509,23 +511,149 @@ fn check_structure(
 ) {
     let type_path = child(path, "type");
     if matches!(level, Level::Junctor | Level::IntOrStringJunctor) {
-        for keyword in [
-            "type",
-            "default",
-            "nullable",
-            "x-kubernetes-preserve-unknown-fields",
+        // validateNestedValueValidation: what a value validation under a junctor may not say.
+        let non_empty = |key: &str| {
+            map.get(key)
+                .is_some_and(|v| !(v.is_null() || v.as_str() == Some("")))
+        };
+        let is_true = |key: &str| map.get(key) == Some(&Value::Bool(true));
+        let int_or_string_type = level == Level::IntOrStringJunctor
+            && matches!(node.type_name.as_deref(), Some("integer" | "string"));
+        let rules: [(&str, bool, &str); 11] = [
+            (
+                "type",
+                non_empty("type") && !int_or_string_type,
+                "must be empty to be structural",
+            ),
+            (
+                "additionalProperties",
+                map.contains_key("additionalProperties"),
+                "must be undefined to be structural",
+            ),
+            (
+                "default",
+                map.contains_key("default"),
+                "must be undefined to be structural",
+            ),
+            (
+                "title",
+                non_empty("title"),
+                "must be empty to be structural",
+            ),
+            (
+                "description",
+                non_empty("description"),
+                "must be empty to be structural",
+            ),
+            (
+                "nullable",
+                is_true("nullable"),
+                "must be false to be structural",
+            ),
+            (
+                "x-kubernetes-preserve-unknown-fields",
+                is_true("x-kubernetes-preserve-unknown-fields"),
+                "must be false to be structural",
+            ),
+            (
+                "x-kubernetes-embedded-resource",
+                is_true("x-kubernetes-embedded-resource"),
+                "must be false to be structural",
+            ),
+            (
+                "x-kubernetes-int-or-string",
+                is_true("x-kubernetes-int-or-string"),
+                "must be false to be structural",
+            ),
+            (
+                "x-kubernetes-list-map-keys",
+                map.get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .is_some_and(|keys| !keys.is_empty()),
+                "must be empty to be structural",
+            ),
+            (
+                "x-kubernetes-list-type",
+                map.contains_key("x-kubernetes-list-type"),
+                "must be undefined to be structural",
+            ),
+        ];
+        for (keyword, violated, detail) in rules {
+            if violated {
+                errors.push(FieldError::forbidden(child(path, keyword), detail));
+            }
+        }
+        if map
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.contains_key("metadata"))
+        {
+            errors.push(FieldError::forbidden(
+                child(path, "properties[metadata]"),
+                "must not be specified in a nested context",
+            ));
+        }
+        return;
+    }
+    if node.int_or_string && node.preserve_unknown_fields {
+        errors.push(FieldError::invalid(
+            child(path, "x-kubernetes-preserve-unknown-fields"),
+            Value::Bool(true),
+            "must be false if x-kubernetes-int-or-string is true",
+        ));
+    }
+    if node.int_or_string && node.embedded_resource {
+        errors.push(FieldError::invalid(
+            child(path, "x-kubernetes-embedded-resource"),
+            Value::Bool(true),
+            "must be false if x-kubernetes-int-or-string is true",
+        ));
+    }
+    if level == Level::Root && map.contains_key("additionalProperties") {
+        errors.push(FieldError::forbidden(
+            child(path, "additionalProperties"),
+            "must not be used at the root",
+        ));
+    }
+    if node.embedded_resource
+        && !node.preserve_unknown_fields
+        && map
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_none_or(|properties| properties.is_empty())
+    {
+        errors.push(FieldError::required(
+            child(path, "properties"),
+            "must not be empty if x-kubernetes-embedded-resource is true without x-kubernetes-preserve-unknown-fields",
+        ));
+    }
+    if level == Level::Root || node.embedded_resource {
+        let property_type = |name: &str| {
+            map.get("properties")
+                .and_then(|properties| properties.get(name))
+                .map(|property| {
+                    property
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                })
+        };
+        for (name, expected, detail) in [
+            ("kind", "string", "must be string"),
+            ("apiVersion", "string", "must be string"),
+            ("metadata", "object", "must be object"),
         ] {
-            let int_or_string_type = level == Level::IntOrStringJunctor
-                && keyword == "type"
-                && matches!(node.type_name.as_deref(), Some("integer" | "string"));
-            if map.contains_key(keyword) && !int_or_string_type {
-                errors.push(FieldError::forbidden(
-                    child(path, keyword),
-                    "must be empty to be structural",
+            if let Some(found) = property_type(name)
+                && found != expected
+            {
+                errors.push(FieldError::invalid(
+                    child(path, &format!("properties[{name}].type")),
+                    Value::String(found),
+                    detail,
                 ));
             }
         }
-        return;
     }
     if node.int_or_string && node.type_name.is_some() {
         errors.push(FieldError::invalid(
@@ -592,7 +720,7 @@ fn check_structure(
             .and_then(|properties| properties.get("metadata"))
             .and_then(Value::as_object)
     {
-        let allowed = ["type", "properties", "description"];
+        let allowed = ["type", "properties"];
         let properties_ok = metadata
             .get("properties")
             .and_then(Value::as_object)

@@ -323,7 +323,8 @@ fn preserve_unknown_fields_needs_no_type_but_embedded_resources_do() {
             json!({"type": "object", "properties": {"e": {"x-kubernetes-embedded-resource": true}}})
         ),
         vec![
-            "properties[e].type: Required value: must be object if x-kubernetes-embedded-resource is true"
+            "properties[e].properties: Required value: must not be empty if x-kubernetes-embedded-resource is true without x-kubernetes-preserve-unknown-fields",
+            "properties[e].type: Required value: must be object if x-kubernetes-embedded-resource is true",
         ]
     );
 }
