@@ -111,6 +111,22 @@ impl Cluster {
             .unwrap()
     }
 
+    /// Starts a long-running kubectl (e.g. `get -w`) whose output is collected until `stop`.
+    fn spawn_kubectl(&self, args: &[&str]) -> std::process::Child {
+        Command::new(kubectl_binary())
+            .args(args)
+            .env_clear()
+            .env("HOME", self.directory.path())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", self.directory.path().join("cache"))
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl starts")
+    }
+
     async fn kubectl(&self, args: &[&str]) -> Outcome {
         self.kubectl_with_input(args, None).await
     }
@@ -326,6 +342,10 @@ async fn discovery_and_version_work_with_kubectl() {
             "{expected} missing:\n{resources}"
         );
     }
+
+    let explained = cluster.kubectl(&["explain", "configmap.data"]).await.ok();
+    assert!(explained.contains("KIND:       ConfigMap"), "{explained}");
+    assert!(explained.contains("map[string]string"), "{explained}");
 
     let namespaces = cluster.kubectl(&["get", "namespaces"]).await.ok();
     // kubectl's table header for namespaces against a real server.
@@ -884,5 +904,68 @@ stringData:
     assert!(secrets.contains("Opaque"), "{secrets}");
     let crds = cluster.kubectl(&["get", "crds"]).await;
     assert!(crds.success, "{crds:?}");
+    cluster.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_prints_each_change_as_a_table_row() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    cluster
+        .apply_stdin(&[], &instance("watched", "L4", 1))
+        .await
+        .ok();
+    let mut watcher = cluster.spawn_kubectl(&["get", "gpuinstances", "--watch"]);
+    // Wait for the initial listing before changing the object.
+    let stdout = watcher.stdout.take().unwrap();
+    // A plain thread reads the pipe; the test awaits lines without blocking the runtime the
+    // server runs on.
+    let (lines_sender, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next_line = async |what: &str| {
+        tokio::time::timeout(Duration::from_secs(15), lines.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no {what} line from kubectl get --watch"))
+    };
+    let header: Vec<String> = next_line("header")
+        .await
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(header, ["NAME", "GPU", "COUNT", "READY", "AGE"]);
+    let initial = next_line("initial row").await;
+    assert!(initial.starts_with("watched"), "{initial}");
+    cluster
+        .kubectl(&[
+            "patch",
+            "gpuinstance",
+            "watched",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"count":2}}"#,
+        ])
+        .await
+        .ok();
+    // The change arrives as one more row with the printer columns, not a new table.
+    let changed: Vec<String> = next_line("changed row")
+        .await
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(&changed[..3], ["watched", "L4", "2"], "{changed:?}");
+    watcher.kill().ok();
+    watcher.wait().ok();
     cluster.server.shutdown().await;
 }
