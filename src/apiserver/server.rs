@@ -75,6 +75,9 @@ pub struct AppState {
     pub store: Arc<Store>,
     pub settings: Arc<Settings>,
     pub request_log: RequestLog,
+    /// Flips to true when the server stops, so open watches end and connections drain.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Request-handling limits taken from the config.
@@ -121,6 +124,7 @@ impl RequestLog {
 
 impl AppState {
     pub fn new(config: &ApiServerConfig) -> Self {
+        let (stop, stopping) = tokio::sync::watch::channel(false);
         let state = AppState {
             registry: Registry::with_builtins(),
             store: Arc::new(Store::new(config.watch_window)),
@@ -129,9 +133,17 @@ impl AppState {
                 bookmark_interval: config.bookmark_interval,
             }),
             request_log: RequestLog::default(),
+            stopping,
+            stop: Arc::new(stop),
         };
         crate::handlers::seed_namespaces(&state);
         state
+    }
+
+    /// Ends open watches (their clients see the stream close, as on a server restart).
+    pub fn stop_watches(&self) {
+        // Receivers live as long as the state: sending cannot fail while it exists.
+        let _ = self.stop.send(true);
     }
 }
 
@@ -308,6 +320,7 @@ impl ApiServerHandle {
     }
 
     pub async fn shutdown(mut self) {
+        self.state.stop_watches();
         if let Some(sender) = self.shutdown.take() {
             let _ = sender.send(());
         }

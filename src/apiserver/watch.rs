@@ -118,6 +118,7 @@ pub fn watch(context: &Context<'_>) -> Result<Response, ApiError> {
                     bookmark_interval: context.state.settings.bookmark_interval,
                 },
                 context.state.store.clone(),
+                context.state.stopping.clone(),
             ));
         }
         Err(StoreError::Expired { requested, oldest }) => {
@@ -255,6 +256,7 @@ async fn run(
     filter: WatchFilter,
     options: WatchOptions,
     store: Arc<crate::store::Store>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let deadline = tokio::time::Instant::now() + options.timeout;
     let mut receiver = subscription.receiver;
@@ -294,6 +296,12 @@ async fn run(
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => return,
             () = sender.closed() => return,
+            changed = stopping.changed() => {
+                let stop = changed.is_err() || *stopping.borrow_and_update();
+                if stop {
+                    return;
+                }
+            }
             _ = bookmark_timer.tick(), if options.allow_bookmarks => {
                 let current = store.current_resource_version().max(sent_through);
                 if sender.send(bookmark_line(&filter.info, current, false)).await.is_err() {
