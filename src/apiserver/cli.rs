@@ -165,6 +165,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_busy_listen_address_is_a_clear_error() {
+        let occupied = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let directory = tempfile::tempdir().unwrap();
+        let args = Args {
+            listen: occupied.local_addr().unwrap(),
+            kubeconfig: directory.path().join("kubeconfig"),
+            token: None,
+        };
+        let error =
+            tokio::time::timeout(Duration::from_secs(20), run_until(args, async { Ok(()) }))
+                .await
+                .unwrap()
+                .unwrap_err();
+        assert!(matches!(error, Error::Start(_)), "{error}");
+        assert!(error.to_string().contains("127.0.0.1"), "{error}");
+        assert!(!directory.path().join("kubeconfig").exists());
+    }
+
+    #[tokio::test]
     async fn an_unwritable_kubeconfig_path_is_a_clear_error() {
         let directory = tempfile::tempdir().unwrap();
         let args = Args {
