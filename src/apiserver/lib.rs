@@ -4,6 +4,32 @@
 //! plus any CustomResourceDefinition created in it: discovery, CRUD, list and watch with
 //! resourceVersion semantics, patches and server-side apply, finalizers, garbage collection,
 //! the status subresource, validation against structural schemas, over HTTPS with bearer tokens.
+//!
+//! Storage keeps each object's JSON bytes next to a small index (see [`store`]); a LIST
+//! concatenates bytes. Background work the real control plane does in controllers (garbage
+//! collection, namespace and CRD cleanup) runs in [`gc`].
+//!
+//! Known divergences of the resource handling from a real kube-apiserver:
+//! - Watch history is a window of the last `watch_window` changes across all resources (etcd
+//!   compacts by time). A watch from an older resourceVersion gets 200 with one ERROR event
+//!   (410 Expired), as the real watch cache answers; `ApiServerHandle::compact` also ends open
+//!   watches with that event. A watcher that falls more than 16,384 events behind is ended
+//!   the same way.
+//! - LIST is always served from the current state: `resourceVersionMatch=Exact` succeeds only
+//!   for the current resourceVersion (410 otherwise); `NotOlderThan` above the current version
+//!   answers 504 at once (the real server waits up to 3 s); `resourceVersion=0` ignores `limit`
+//!   (as the real watch cache does). Continue tokens never expire; a continued list shows the
+//!   current state after the last key and reports the first page's resourceVersion.
+//! - Objects are stored at the CRD's storage version; other versions differ only in
+//!   `apiVersion` (conversion strategy `None`); webhook conversion is not supported.
+//! - core/v1 and events.k8s.io/v1 Events are stored separately (the real server shares them).
+//! - CRD conditions (`NamesAccepted`, `Established`) are set in the create response itself;
+//!   `/scale` subresources are not served.
+//! - Built-in kinds are not validated against their OpenAPI schemas: only object metadata
+//!   (name, labels, annotations, finalizers), Secret `stringData` folding and Namespace phase.
+//! - No admission webhooks, no RBAC authorization (every authenticated user may do
+//!   everything), no protobuf, no graceful deletion periods (deletion is immediate unless
+//!   finalizers hold it).
 
 pub mod auth;
 pub mod builtin;
