@@ -50,6 +50,7 @@ pub struct FirewallSpec {
     /// Region code. Immutable; only instances of this region can be attached.
     #[schemars(length(min = 1, max = 64))]
     pub region: String,
+    /// Description stored with the firewall.
     #[serde(default)]
     #[schemars(length(max = 1024))]
     pub description: String,
@@ -72,8 +73,10 @@ pub struct FirewallSpec {
 pub struct FirewallStatus {
     #[serde(flatten)]
     pub cloud: CloudStatus,
+    /// Rules the cloud holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule_count: Option<i32>,
+    /// Instances the firewall is attached to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attached_count: Option<i32>,
     /// Cloud ids of the attached instances.

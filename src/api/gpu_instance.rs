@@ -72,7 +72,8 @@ pub struct GpuInstanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<InstanceSource>,
 
-    /// Service tier. Immutable.
+    /// Service tier: `Advanced`, or `Legacy` (needed for security rules and for restoring a
+    /// hibernated machine). Immutable.
     #[serde(default)]
     pub tier: Tier,
 
@@ -94,7 +95,9 @@ pub struct GpuInstanceSpec {
     #[schemars(length(max = 64))]
     pub security_rules: Vec<SecurityRule>,
 
-    /// Wanted power state.
+    /// Wanted power state: `Running`, `Stopped` or `Hibernated`. The operator starts, stops,
+    /// hibernates or restores the machine to match, and starts it again if it is stopped
+    /// outside the operator.
     #[serde(default)]
     pub power_state: PowerState,
 
@@ -190,19 +193,23 @@ impl EtherType {
     validation = Rule::new("self.etherType == 'IPv4' ? !self.remoteIpPrefix.contains(':') : self.remoteIpPrefix.contains(':')").message("remoteIpPrefix must be of the rule's etherType").field_path(".remoteIpPrefix"),
 )]
 pub struct SecurityRule {
+    /// `Ingress` or `Egress`.
     #[serde(default)]
     pub direction: Direction,
     /// Protocol from the cloud's supported-protocols catalog, e.g. `tcp`.
     #[schemars(length(min = 1, max = 16), regex(pattern = "^[a-z0-9]+$"))]
     pub protocol: String,
+    /// `IPv4` or `IPv6`; must match `remoteIpPrefix`.
     #[serde(default)]
     pub ether_type: EtherType,
     /// Source (ingress) or destination (egress) network in CIDR notation.
     #[schemars(length(min = 1, max = 64))]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("remoteIpPrefix must be a CIDR such as 203.0.113.0/24"))]
     pub remote_ip_prefix: String,
+    /// First port of the range.
     #[schemars(range(min = 1, max = 65535))]
     pub port_range_min: i32,
+    /// Last port of the range (equal to `portRangeMin` for one port).
     #[schemars(range(min = 1, max = 65535))]
     pub port_range_max: i32,
 }
@@ -216,15 +223,19 @@ pub struct GpuInstanceStatus {
     /// Power state as the cloud reports it, e.g. `RUNNING`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm_status: Option<String>,
+    /// Public IP address, when one is assigned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip_address: Option<String>,
     /// `assigned` or `unassigned`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip_status: Option<String>,
+    /// Hardware as the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub specs: Option<InstanceSpecs>,
+    /// What the instance costs per hour, in `currency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hourly_rate: Option<f64>,
+    /// Currency of `hourlyRate`, e.g. `USD`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
     /// `image`, `custom_image` or `snapshot`.
@@ -242,9 +253,14 @@ pub struct GpuInstanceStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceSpecs {
+    /// GPU model.
     pub gpu_type: String,
+    /// Number of GPUs.
     pub gpu_count: i32,
+    /// Memory in GB.
     pub ram_gb: i32,
+    /// Virtual CPUs.
     pub vcpus: i32,
+    /// Boot disk in GB.
     pub storage_gb: i32,
 }

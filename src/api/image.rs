@@ -56,8 +56,10 @@ pub struct ImageStatus {
     /// Cloud id of the snapshot the image was made from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_id: Option<String>,
+    /// Region of the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// Size as the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
 }

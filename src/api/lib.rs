@@ -11,6 +11,7 @@ pub mod common;
 pub mod firewall;
 pub mod gpu_instance;
 pub mod image;
+pub mod reference;
 pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;

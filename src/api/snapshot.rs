@@ -55,9 +55,11 @@ pub struct SnapshotSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub instance_id: Option<String>,
+    /// Description stored with the snapshot. Immutable.
     #[serde(default)]
     #[schemars(length(max = 1024))]
     pub description: String,
+    /// Labels stored with the snapshot in the cloud. Immutable.
     #[serde(default)]
     #[schemars(length(max = 32))]
     pub labels: Vec<SnapshotLabel>,
@@ -74,8 +76,10 @@ pub struct SnapshotLabel(#[schemars(length(min = 1, max = 63))] pub String);
 pub struct SnapshotStatus {
     #[serde(flatten)]
     pub cloud: CloudStatus,
+    /// Size as the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
+    /// Region of the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Cloud id of the snapshotted instance.

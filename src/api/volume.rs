@@ -62,6 +62,7 @@ pub struct VolumeSpec {
     #[serde(default = "default_volume_type")]
     #[schemars(length(min = 1, max = 32))]
     pub volume_type: String,
+    /// Service tier. Immutable.
     #[serde(default)]
     pub tier: Tier,
     /// Whether the volume can boot an instance. Immutable.
@@ -96,10 +97,13 @@ pub struct VolumeStatus {
     /// Cloud id of the instance the volume is attached to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attached_instance_id: Option<String>,
+    /// Size in GB as the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_gb: Option<i32>,
+    /// Volume type as the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_type: Option<String>,
+    /// Whether the cloud reports the volume bootable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootable: Option<bool>,
 }

@@ -131,3 +131,27 @@ fn schemas_are_structural() {
         assert!(errors.is_empty(), "{errors:#?}");
     }
 }
+
+#[test]
+fn field_reference_matches_the_crds() {
+    let file = crds_dir().join("../docs/crd-reference.md");
+    let generated = gpucloud_api::reference::markdown(&gpucloud_api::crds());
+    if std::env::var_os("UPDATE_GENERATED").is_some() {
+        std::fs::write(&file, &generated).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "docs/crd-reference.md is out of date; regenerate with UPDATE_GENERATED=1 cargo test -p gpucloud-api --test crds"
+    );
+    // Every spec field of every kind is documented.
+    for field in [
+        "spec.powerState",
+        "spec.securityRules[].remoteIpPrefix",
+        "spec.publicKey",
+        "spec.sizeGb",
+        "spec.instanceSelector",
+    ] {
+        assert!(generated.contains(&format!("`{field}`")), "{field} missing");
+    }
+}
