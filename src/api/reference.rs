@@ -71,7 +71,7 @@ fn field_rows(out: &mut String, path: &str, node: &Value) {
         );
         for constraint in constraints(child) {
             if !notes.is_empty() {
-                notes.push_str(" ");
+                notes.push(' ');
             }
             notes.push_str(&constraint);
         }
