@@ -434,6 +434,9 @@ mod tests {
 
     #[tokio::test]
     async fn public_paths_admit_anonymous_callers_but_not_bad_tokens() {
+        // A real kube-apiserver serves /version to anonymous callers
+        // (system:public-info-viewer) but answers 401 to an invalid token even there
+        // (the authentication filter runs before authorization).
         assert_eq!(
             call("/version", None).await,
             (StatusCode::OK, ANONYMOUS_USER.to_owned())

@@ -572,6 +572,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn legacy_documents_list_the_core_group_and_its_resources() {
+        // The shapes kube-apiserver serves (endpoints/discovery/legacy.go and version.go).
         let app = router(AppState::new(&ApiServerConfig::default()));
         let (status, _, versions) = call(&app, Method::GET, "/api", None, None).await;
         assert_eq!(status, StatusCode::OK);
@@ -755,6 +756,7 @@ pub(crate) mod tests {
             assert!(std::time::Instant::now() < deadline, "group still listed");
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        // Once the CRD is gone its group/version is not served: 404, as kube-apiserver.
         let (status, _, _) = call(&app, Method::GET, "/apis/gpucloud.io/v1", None, None).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
     }

@@ -1059,6 +1059,8 @@ mod tests {
             None,
         )
         .await;
+        // kube-apiserver's OpenAPI v3 handler answers 404 for a group/version it does not
+        // serve (kube-openapi handler3).
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(body["reason"], "NotFound");
     }

@@ -715,7 +715,8 @@ async fn custom_resources_print_columns_explain_validate_and_wait() {
     assert!(explained.contains("gpuType"), "{explained}");
     assert!(explained.contains("The GPU model."), "{explained}");
 
-    // Schema violations are rejected with the field named (422 Invalid).
+    // Schema violations are rejected with the field named (422 Invalid, as kube-apiserver's
+    // CRD validation reports them, apiextensions-apiserver customresource validation).
     let invalid = cluster
         .apply_stdin(&[], &instance("broken", "TPU", 0))
         .await
