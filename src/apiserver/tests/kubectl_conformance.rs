@@ -970,3 +970,50 @@ async fn kubectl_get_watch_prints_each_change_as_a_table_row() {
     watcher.wait().ok();
     cluster.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn deleting_a_namespace_or_a_crd_removes_what_it_holds() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let manifests = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\n  namespace: team\n---\napiVersion: gpucloud.io/v1\nkind: GpuInstance\nmetadata:\n  name: worker\n  namespace: team\nspec:\n  gpuType: L4\n  count: 1\n";
+    cluster.apply_stdin(&[], manifests).await.ok();
+    assert!(
+        cluster
+            .kubectl(&["get", "configmaps", "-n", "team"])
+            .await
+            .ok()
+            .contains("inside")
+    );
+
+    // `kubectl delete namespace` waits until the namespace and its contents are gone.
+    let deleted = cluster
+        .kubectl(&["delete", "namespace", "team", "--timeout=20s"])
+        .await
+        .ok();
+    assert_eq!(deleted.trim(), r#"namespace "team" deleted"#);
+    let gone = cluster.kubectl(&["get", "namespace", "team"]).await.fails();
+    assert!(gone.contains(r#"namespaces "team" not found"#), "{gone}");
+    let listed = cluster
+        .kubectl(&["get", "gpuinstances", "-A", "-o", "name"])
+        .await
+        .ok();
+    assert!(!listed.contains("worker"), "{listed}");
+
+    cluster
+        .kubectl(&["delete", "crd", "gpuinstances.gpucloud.io", "--timeout=20s"])
+        .await
+        .ok();
+    cluster
+        .eventually("the resource type is no longer served", async |cluster| {
+            let outcome = cluster.kubectl(&["get", "gpuinstances"]).await;
+            !outcome.success
+                && (outcome.stderr.contains("doesn't have a resource type")
+                    || outcome
+                        .stderr
+                        .contains("could not find the requested resource"))
+        })
+        .await;
+    let resources = cluster.kubectl(&["api-resources"]).await.ok();
+    assert!(!resources.contains("gpuinstances"), "{resources}");
+    cluster.server.shutdown().await;
+}
