@@ -427,10 +427,18 @@ fn known_function(name: &str) -> bool {
     ];
     const MORE_KUBERNETES: [&str; 6] =
         ["substring", "sum", "trim", "upperAscii", "url", "validate"];
-    STANDARD.contains(&name)
-        || OPTIONAL.contains(&name)
-        || KUBERNETES.contains(&name)
-        || MORE_KUBERNETES.contains(&name)
+    // `sets.contains(..)` parses as a member call named `contains` on `sets`, so a bare name
+    // is also known when it is the last part of a namespaced function.
+    let qualified_suffix = format!(".{name}");
+    [
+        STANDARD.as_slice(),
+        OPTIONAL.as_slice(),
+        KUBERNETES.as_slice(),
+        MORE_KUBERNETES.as_slice(),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|known| *known == name || known.ends_with(&qualified_suffix))
 }
 
 /// Compiles the rules of one node; errors name `x-kubernetes-validations[i].<field>`.

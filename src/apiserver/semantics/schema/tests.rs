@@ -528,6 +528,46 @@ fn rules_inside_maps_name_entries_as_keys() {
 }
 
 #[test]
+fn kubernetes_cel_libraries_are_available() {
+    // One rule per library the apiserver offers (k8s.io/apiserver/pkg/cel/library).
+    let rules = [
+        "quantity(self.mem).isGreaterThan(quantity('512Mi')) && quantity(self.mem).asInteger() == 1073741824",
+        "isQuantity(self.mem) && !isQuantity('lots')",
+        "url(self.endpoint).getHost() == 'api.example.com' && url(self.endpoint).getScheme() == 'https'",
+        "isURL(self.endpoint)",
+        "sets.contains(self.tags, ['a']) && sets.intersects(self.tags, ['b', 'z'])",
+        "self.tags.join(',') == 'a,b' && 'a,b'.split(',').size() == 2",
+        "self.tags.isSorted() && self.tags.indexOf('b') == 1 && self.tags.lastIndexOf('a') == 0",
+        "[1, 2, 3].sum() == 6 && [3, 1].min() == 1 && [3, 1].max() == 3",
+        "'Hello'.lowerAscii() == 'hello' && 'x'.upperAscii() == 'X' && ' a '.trim() == 'a'",
+        "'abc'.substring(1) == 'bc' && 'abc'.charAt(0) == 'a' && 'a-b'.replace('-', '_') == 'a_b'",
+        "self.mem.matches('^[0-9]+Gi$') && self.mem.startsWith('1') && self.mem.endsWith('Gi') && self.mem.contains('G')",
+        "ip('10.0.0.1').family() == 4 && ip.isCanonical('10.0.0.1') && isIP('fd00::1')",
+        "cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16') && cidr('10.0.0.0/8').ip() == ip('10.0.0.0')",
+        "self.tags.all(t, t.size() == 1) && self.tags.exists(t, t == 'a') && self.tags.exists_one(t, t == 'b')",
+        "self.tags.map(t, t + t) == ['aa', 'bb'] && self.tags.filter(t, t != 'a') == ['b']",
+        "has(self.mem) && !has(self.missing) && size(self.tags) == 2 && self.tags.size() == 2",
+        "math.greatest(1, 5) == 5 && math.abs(-2) == 2",
+        "int('5') == 5 && string(5) == '5' && double(1) == 1.0 && duration('1h') > duration('30m')",
+    ];
+    let properties = json!({
+        "mem": {"type": "string"}, "endpoint": {"type": "string"}, "missing": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}}
+    });
+    for rule in rules {
+        let property = json!({"type": "object", "properties": properties.clone(),
+                              "x-kubernetes-validations": [{"rule": rule}]});
+        let value =
+            json!({"mem": "1Gi", "endpoint": "https://api.example.com/v1", "tags": ["a", "b"]});
+        assert_eq!(
+            rule_messages(property, value, None),
+            Vec::<String>::new(),
+            "{rule}"
+        );
+    }
+}
+
+#[test]
 fn firewall_cidr_rules_evaluate() {
     let property = json!({"type": "string", "x-kubernetes-validations": [
         {"rule": "isCIDR(self)", "message": "must be a CIDR"},
