@@ -167,6 +167,25 @@ pub fn initial_namespace(name: &str) -> Value {
     })
 }
 
+/// Sets a Namespace's `status.phase`, replacing a status that is not an object.
+pub fn set_namespace_phase(namespace: &mut Value, phase: &str) {
+    if !namespace["status"].is_object() {
+        namespace["status"] = json!({});
+    }
+    namespace["status"]["phase"] = json!(phase);
+}
+
+/// Removes the `kubernetes` finalizer from a Namespace's `spec.finalizers`.
+pub fn remove_namespace_finalizer(namespace: &mut Value, finalizer: &str) {
+    if let Some(finalizers) = namespace
+        .get_mut("spec")
+        .and_then(|spec| spec.get_mut("finalizers"))
+        .and_then(Value::as_array_mut)
+    {
+        finalizers.retain(|f| f.as_str() != Some(finalizer));
+    }
+}
+
 /// Built-in strategy on create, as the real registry's `PrepareForCreate`.
 pub fn prepare_builtin_create(info: &ResourceInfo, object: &mut Value) {
     if is_namespace(info) {

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::handlers::crd::{CLEANUP_FINALIZER, served_resource};
 use crate::handlers::delete::{
@@ -31,8 +31,14 @@ pub async fn run(state: AppState) {
         // Keep passing while passes change something: each change can enable the next step
         // (a dependent gone lets its owner's finalizer go, an empty namespace goes).
         for _ in 0..16 {
-            if collect(&state) == 0 {
-                break;
+            // A bug in one pass must not end garbage collection for the server's lifetime.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| collect(&state))) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(_) => {
+                    tracing::error!("garbage collection pass failed; retrying on the next change");
+                    break;
+                }
             }
         }
     }
@@ -164,7 +170,11 @@ fn delete_dependent(
 }
 
 fn remove_owner_references(object: &mut Value, uids: &[&str]) {
-    if let Some(owners) = object["metadata"]["ownerReferences"].as_array_mut() {
+    if let Some(owners) = object
+        .get_mut("metadata")
+        .and_then(|metadata| metadata.get_mut("ownerReferences"))
+        .and_then(Value::as_array_mut)
+    {
         owners.retain(|owner| !uids.contains(&owner["uid"].as_str().unwrap_or_default()));
         if owners.is_empty()
             && let Some(metadata) = object["metadata"].as_object_mut()
@@ -181,7 +191,11 @@ fn remove_finalizer(
     finalizer: &str,
 ) -> usize {
     edit(state, info, index, &|object| {
-        if let Some(finalizers) = object["metadata"]["finalizers"].as_array_mut() {
+        if let Some(finalizers) = object
+            .get_mut("metadata")
+            .and_then(|metadata| metadata.get_mut("finalizers"))
+            .and_then(Value::as_array_mut)
+        {
             finalizers.retain(|f| f.as_str() != Some(finalizer));
         }
     })
@@ -272,14 +286,12 @@ fn finish_namespace(
     let Ok(mut object) = current.to_value() else {
         return changes;
     };
-    if let Some(finalizers) = object["spec"]["finalizers"].as_array_mut() {
-        finalizers.retain(|f| f.as_str() != Some(NAMESPACE_FINALIZER));
-    }
+    crate::builtin::remove_namespace_finalizer(&mut object, NAMESPACE_FINALIZER);
     if object["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|finalizers| !finalizers.is_empty())
     {
-        object["status"]["phase"] = json!("Terminating");
+        crate::builtin::set_namespace_phase(&mut object, "Terminating");
         let _ = state
             .store
             .update(&storage_key, object, current.index.resource_version);

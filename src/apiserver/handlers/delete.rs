@@ -226,7 +226,7 @@ pub fn delete_object(
             }
             let mut terminating = old.clone();
             mark_deleting(&mut terminating);
-            terminating["status"]["phase"] = json!("Terminating");
+            builtin::set_namespace_phase(&mut terminating, "Terminating");
             if options.dry_run {
                 return Ok(Deleted::Pending(terminating));
             }

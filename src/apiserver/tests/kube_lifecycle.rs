@@ -312,3 +312,36 @@ async fn kube_runtime_finalizer_helper_round_trip() {
     assert_eq!(*events.lock().unwrap(), ["apply", "cleanup"]);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn odd_namespace_shapes_do_not_stop_termination() {
+    let (server, client) = start().await;
+    let resource = kube::core::ApiResource::erase::<Namespace>(&());
+    let namespaces: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let namespace =
+        dynamic(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "odd"}}));
+    bounded(namespaces.create(&PostParams::default(), &namespace))
+        .await
+        .unwrap();
+    // Built-in kinds are not schema-checked here, so a status or spec of the wrong shape can
+    // be stored; the namespace controller must still finish the deletion.
+    let params = PatchParams::default();
+    bounded(namespaces.patch_status("odd", &params, &Patch::Merge(json!({"status": "weird"}))))
+        .await
+        .unwrap();
+    bounded(namespaces.patch("odd", &params, &Patch::Merge(json!({"spec": "weird"}))))
+        .await
+        .unwrap();
+    bounded(namespaces.delete("odd", &DeleteParams::default()))
+        .await
+        .unwrap();
+    eventually(|| async {
+        bounded(namespaces.get_opt("odd"))
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    server.shutdown().await;
+}
