@@ -160,10 +160,23 @@ pub async fn dispatch(State(state): State<AppState>, request: Request) -> Respon
         && !Query::parse(parts.uri.query())
             .flag("watch")
             .unwrap_or(false);
-    let result = handle(&state, parts.method, parts.uri, parts.headers, body, user).await;
-    let response = match result {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
+    let handled = std::panic::AssertUnwindSafe(handle(
+        &state,
+        parts.method,
+        parts.uri,
+        parts.headers,
+        body,
+        user,
+    ));
+    // A defect must answer as an InternalError Status, not cut the connection.
+    let response = match futures::FutureExt::catch_unwind(handled).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => error.into_response(),
+        Err(_) => {
+            tracing::error!("request handler panicked");
+            ApiError::internal("an internal error occurred while handling the request")
+                .into_response()
+        }
     };
     if yaml {
         return into_yaml(response).await;
