@@ -730,6 +730,37 @@ async fn custom_resources_print_columns_explain_validate_and_wait() {
         .fails();
     assert!(cel.contains("at most 8 H100 GPUs per instance"), "{cel}");
 
+    // kubectl diff asks the server for a dry-run of the change: exit 1 with the diff when
+    // something would change (nothing is stored), exit 0 when nothing would.
+    let diff = cluster
+        .kubectl_with_input(&["diff", "-f", "-"], Some(&instance("trainer", "A100", 6)))
+        .await;
+    assert!(!diff.success, "{diff:?}");
+    assert!(diff.stdout.contains("-  count: 4"), "{diff:?}");
+    assert!(diff.stdout.contains("+  count: 6"), "{diff:?}");
+    let unchanged = cluster.get_json(&["gpuinstance", "trainer"]).await;
+    assert_eq!(unchanged["spec"]["count"], 4);
+    let same = cluster
+        .kubectl_with_input(&["diff", "-f", "-"], Some(&instance("trainer", "A100", 4)))
+        .await;
+    assert!(same.success && same.stdout.is_empty(), "{same:?}");
+
+    // Server-side apply of a custom resource, creating and then changing it.
+    for count in [2, 3] {
+        let applied = cluster
+            .apply_stdin(&["--server-side"], &instance("inference", "L4", count))
+            .await
+            .ok();
+        assert_eq!(
+            applied.trim(),
+            "gpuinstance.gpucloud.io/inference serverside-applied"
+        );
+        assert_eq!(
+            cluster.get_json(&["gpuinstance", "inference"]).await["spec"]["count"],
+            count
+        );
+    }
+
     // kubectl wait sees a condition set through the status subresource.
     cluster
         .kubectl(&[
