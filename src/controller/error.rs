@@ -61,8 +61,18 @@ pub enum Error {
     #[error("status serialization: {0}")]
     Serialization(#[from] serde_json::Error),
 
-    #[error("finalizer: {0}")]
+    #[error("{}", finalizer_message(.0))]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// The reconcile's own error, without the finalizer helper's wrapping, which would only add
+/// noise to conditions and events.
+fn finalizer_message(error: &kube::runtime::finalizer::Error<Error>) -> String {
+    match error {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e.to_string(),
+        other => format!("finalizer: {other}"),
+    }
 }
 
 /// How the controller treats a failure.

@@ -43,7 +43,16 @@ impl ManagedKind for GpuInstance {
                 currency: Some(r.billing.currency.clone()),
                 boot_source: Some(r.boot_source.as_str().to_string()),
                 source_snapshot_id: r.snapshot_id.clone(),
-                restarted_at: previous.restarted_at,
+                // The value present when the machine is first recorded (created or adopted)
+                // asks for nothing: only a later change reboots.
+                restarted_at: previous.restarted_at.or_else(|| {
+                    previous
+                        .cloud
+                        .external_id
+                        .is_none()
+                        .then(|| self.annotations().get(RESTARTED_AT_ANNOTATION).cloned())
+                        .flatten()
+                }),
             },
             None => GpuInstanceStatus {
                 cloud: common,
