@@ -570,6 +570,72 @@ fn value_at_mut<'a>(
     Some(current)
 }
 
+/// An applied configuration must identify every map-list item by its keys, once, and list
+/// each set element once (structured-merge-diff refuses the configuration otherwise).
+fn check_lists(value: &Value, path: &mut Path, types: &Types<'_>) -> Result<(), String> {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                path.push(PathElement::Field(key.clone()));
+                check_lists(child, path, types)?;
+                path.pop();
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            let here = render_path(path);
+            match types.list_type(path) {
+                ListType::Map { keys } => {
+                    let mut seen = Vec::new();
+                    for (index, item) in items.iter().enumerate() {
+                        let Some(fields) = item.as_object() else {
+                            return Err(format!(
+                                "{here}: element {index}: associative list with keys may not have non-map elements"
+                            ));
+                        };
+                        if let Some(missing) = keys.iter().find(|key| !fields.contains_key(*key)) {
+                            return Err(format!(
+                                "{here}: element {index}: associative list with keys has an element that omits key field {} (and doesn't have default value)",
+                                gofmt::quote(missing)
+                            ));
+                        }
+                        let key = item_key(item, &keys).unwrap_or_default();
+                        if seen.contains(&key) {
+                            let mut duplicate = path.clone();
+                            duplicate.push(PathElement::Key(key));
+                            return Err(format!(
+                                "{here}: duplicate entries for key {}",
+                                render_path(&duplicate[path.len()..].to_vec())
+                            ));
+                        }
+                        path.push(PathElement::Key(key.clone()));
+                        check_lists(item, path, types)?;
+                        path.pop();
+                        seen.push(key);
+                    }
+                    Ok(())
+                }
+                ListType::Set => {
+                    for (index, item) in items.iter().enumerate() {
+                        if items[..index]
+                            .iter()
+                            .any(|earlier| json_equal(earlier, item))
+                        {
+                            return Err(format!(
+                                "{here}: duplicate entries for key [={}]",
+                                canonical_json(item)
+                            ));
+                        }
+                    }
+                    Ok(())
+                }
+                ListType::Atomic => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Drops `null`s from objects: in an applied configuration they mean "not set".
 fn strip_nulls(value: &Value) -> Value {
     match value {
@@ -616,6 +682,16 @@ pub fn apply(
     }
     let types = Types { schema };
     let applied = strip_nulls(applied);
+    if let Err(problem) = check_lists(&applied, &mut Vec::new(), &types) {
+        let api_version = applied
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = applied.get("kind").and_then(Value::as_str).unwrap_or("");
+        return Err(ApplyError::Invalid(format!(
+            "failed to create typed patch object ({api_version}, Kind={kind}): {problem}"
+        )));
+    }
     let api_version = applied
         .get("apiVersion")
         .and_then(Value::as_str)
