@@ -1048,3 +1048,71 @@ async fn deleting_a_namespace_or_a_crd_removes_what_it_holds() {
     assert!(!resources.contains("gpuinstances"), "{resources}");
     cluster.server.shutdown().await;
 }
+
+/// The repository's own CRDs and basic examples, as a newcomer would try them.
+fn repository_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(relative)
+}
+
+#[tokio::test]
+async fn the_projects_crds_and_basic_examples_apply_cleanly() {
+    let cluster = Cluster::start().await;
+    let crds = repository_path("crds");
+    let crds = crds.to_str().unwrap();
+    let created = cluster.kubectl(&["apply", "-f", crds]).await.ok();
+    let count = created.lines().count();
+    assert!(count > 0, "{created}");
+    assert!(
+        created
+            .lines()
+            .all(|line| line.starts_with("customresourcedefinition.apiextensions.k8s.io/")),
+        "{created}"
+    );
+    cluster
+        .kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=20s",
+            "--all",
+            "crd",
+        ])
+        .await
+        .ok();
+
+    let examples = repository_path("examples/basics");
+    let applied = cluster
+        .kubectl(&["apply", "-f", examples.to_str().unwrap()])
+        .await
+        .ok();
+    assert!(
+        applied.lines().all(|line| line.ends_with(" created")),
+        "{applied}"
+    );
+
+    // Every served kind prints a table starting with NAME and can be explained.
+    let resources = cluster
+        .kubectl(&["api-resources", "--api-group=gpucloud.io", "-o", "name"])
+        .await
+        .ok();
+    assert_eq!(resources.lines().count(), count, "{resources}");
+    for resource in resources.lines() {
+        let table = cluster.kubectl(&["get", resource, "-A"]).await;
+        assert!(table.success, "{resource}: {table:?}");
+        if !table.stdout.is_empty() {
+            assert!(
+                table.stdout.starts_with("NAMESPACE   NAME"),
+                "{resource}: {}",
+                table.stdout
+            );
+        }
+        let plural = resource.split('.').next().unwrap();
+        let explained = cluster
+            .kubectl(&["explain", &format!("{plural}.spec")])
+            .await
+            .ok();
+        assert!(explained.contains("FIELDS:"), "{resource}: {explained}");
+    }
+    cluster.server.shutdown().await;
+}
