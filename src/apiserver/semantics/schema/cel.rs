@@ -696,7 +696,12 @@ fn walk(
                 return;
             };
             for (index, item) in items.iter().enumerate() {
-                let old_item = super::validate::correlate(node, item, old);
+                // Only map lists correlate items with old ones for rules (upstream `makeMapList`).
+                let old_item = if node.list_type.as_deref() == Some("map") {
+                    super::validate::correlate(node, item, old)
+                } else {
+                    None
+                };
                 walk(
                     item_schema,
                     item,
