@@ -100,24 +100,32 @@ pub struct RequestRecord {
     pub name: String,
 }
 
-/// The request log shared by the handlers.
+/// How many request records are kept; older ones are dropped so a long-running sandbox does
+/// not grow without bound.
+pub const REQUEST_LOG_CAPACITY: usize = 100_000;
+
+/// The request log shared by the handlers: the most recent [`REQUEST_LOG_CAPACITY`] requests.
 #[derive(Clone, Debug, Default)]
 pub struct RequestLog {
-    records: Arc<Mutex<Vec<RequestRecord>>>,
+    records: Arc<Mutex<std::collections::VecDeque<RequestRecord>>>,
 }
 
 impl RequestLog {
     pub fn push(&self, record: RequestRecord) {
-        match self.records.lock() {
-            Ok(mut records) => records.push(record),
-            Err(poisoned) => poisoned.into_inner().push(record),
+        let mut records = match self.records.lock() {
+            Ok(records) => records,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if records.len() >= REQUEST_LOG_CAPACITY {
+            records.pop_front();
         }
+        records.push_back(record);
     }
 
     pub fn snapshot(&self) -> Vec<RequestRecord> {
         match self.records.lock() {
-            Ok(records) => records.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(records) => records.iter().cloned().collect(),
+            Err(poisoned) => poisoned.into_inner().iter().cloned().collect(),
         }
     }
 }
@@ -304,7 +312,7 @@ impl ApiServerHandle {
         kube::Client::try_from(config).map_err(|error| Error::Client(error.to_string()))
     }
 
-    /// Every request handled so far.
+    /// The requests handled so far (the most recent 100,000), oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.state.request_log.snapshot()
     }
@@ -339,5 +347,37 @@ impl Drop for ApiServerHandle {
     fn drop(&mut self) {
         self.gc_task.abort();
         self.server_task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: usize) -> RequestRecord {
+        RequestRecord {
+            user: "u".into(),
+            verb: "get".into(),
+            group: String::new(),
+            resource: "configmaps".into(),
+            subresource: String::new(),
+            namespace: "default".into(),
+            name: name.to_string(),
+        }
+    }
+
+    #[test]
+    fn request_log_keeps_the_most_recent_records() {
+        let log = RequestLog::default();
+        for name in 0..REQUEST_LOG_CAPACITY + 5 {
+            log.push(record(name));
+        }
+        let records = log.snapshot();
+        assert_eq!(records.len(), REQUEST_LOG_CAPACITY);
+        assert_eq!(records[0], record(5));
+        assert_eq!(
+            records[REQUEST_LOG_CAPACITY - 1],
+            record(REQUEST_LOG_CAPACITY + 4)
+        );
     }
 }
