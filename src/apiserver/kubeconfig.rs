@@ -107,7 +107,13 @@ pub fn write(path: &Path, yaml: &str) -> Result<(), Error> {
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_else(|| "kubeconfig".to_owned());
-    let temporary = directory.join(format!(".{file_name}.{}.tmp", std::process::id()));
+    // Unique per process and call, so concurrent writers never share a temporary file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let sequence = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temporary = directory.join(format!(
+        ".{file_name}.{}.{sequence}.tmp",
+        std::process::id()
+    ));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
