@@ -58,6 +58,16 @@ fn name_suffix() -> String {
         .collect()
 }
 
+/// The generateName prefix as the real name generator uses it: cut to 58 characters so the
+/// generated name fits in 63.
+fn generate_prefix(generate_name: &str) -> &str {
+    const MAX_PREFIX: usize = 63 - 5;
+    match generate_name.char_indices().nth(MAX_PREFIX) {
+        Some((position, _)) => &generate_name[..position],
+        None => generate_name,
+    }
+}
+
 pub fn create(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {
     let dry_run = context.query.dry_run()?;
     let object = decode_object(&context.headers, body)?;
@@ -187,7 +197,7 @@ pub fn create_object(
         ));
     }
     if name.is_empty() {
-        name = format!("{generate_name}{}", name_suffix());
+        name = format!("{}{}", generate_prefix(&generate_name), name_suffix());
         object["metadata"]["name"] = json!(name);
     }
     fill_create_metadata(&mut object);
@@ -224,7 +234,11 @@ pub fn create_object(
             }
             Err(StoreError::AlreadyExists) if !generate_name.is_empty() && attempts < 8 => {
                 attempts += 1;
-                object["metadata"]["name"] = json!(format!("{generate_name}{}", name_suffix()));
+                object["metadata"]["name"] = json!(format!(
+                    "{}{}",
+                    generate_prefix(&generate_name),
+                    name_suffix()
+                ));
             }
             Err(StoreError::AlreadyExists) => {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default();
@@ -385,6 +399,38 @@ fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantic
             annotations.clone(),
             "must be a map of string to string",
         ));
+    }
+    if let Some(owners) = metadata.get("ownerReferences").filter(|o| !o.is_null()) {
+        match owners.as_array() {
+            Some(owners) => {
+                for (position, owner) in owners.iter().enumerate() {
+                    for field in ["apiVersion", "kind", "name", "uid"] {
+                        if owner[field].as_str().is_none_or(str::is_empty) {
+                            errors.push(FieldError::required(
+                                format!("metadata.ownerReferences[{position}].{field}"),
+                                "",
+                            ));
+                        }
+                    }
+                }
+                let controllers = owners
+                    .iter()
+                    .filter(|owner| owner["controller"].as_bool() == Some(true))
+                    .count();
+                if controllers > 1 {
+                    errors.push(FieldError::invalid(
+                        "metadata.ownerReferences",
+                        owners.iter().cloned().collect(),
+                        "Only one reference can have Controller set to true",
+                    ));
+                }
+            }
+            None => errors.push(FieldError::invalid(
+                "metadata.ownerReferences",
+                owners.clone(),
+                "must be a list of owner references",
+            )),
+        }
     }
     if let Some(finalizers) = metadata.get("finalizers").filter(|f| !f.is_null())
         && !finalizers
@@ -713,6 +759,14 @@ mod tests {
         assert_eq!(uid.len(), 36);
         assert_eq!(&uid[14..15], "4");
         assert_ne!(uid, new_uid());
+    }
+
+    #[test]
+    fn generated_names_fit_in_63_characters() {
+        let long = "x".repeat(80);
+        let name = format!("{}{}", generate_prefix(&long), name_suffix());
+        assert_eq!(name.len(), 63);
+        assert_eq!(generate_prefix("short-"), "short-");
     }
 
     #[test]

@@ -338,3 +338,24 @@ async fn metadata_validation_and_protected_namespaces() {
     assert_eq!((refused.code, refused.reason.as_str()), (403, "Forbidden"));
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn owner_references_are_validated() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let mut object = configmap("o", json!({}), json!({}));
+    object.metadata.owner_references = Some(vec![
+        serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "", "uid": "1"}),
+        )
+        .unwrap(),
+    ]);
+    // Real: 422 with metadata.ownerReferences[0].name Required (ValidateOwnerReferences).
+    let invalid = status_of(bounded(api.create(&PostParams::default(), &object)).await);
+    assert_eq!(invalid.code, 422);
+    assert_eq!(
+        invalid.details.unwrap().causes[0].field,
+        "metadata.ownerReferences[0].name"
+    );
+    server.shutdown().await;
+}
