@@ -30,47 +30,76 @@ pub trait MergeKeys {
     fn merge_key(&self, path: &[&str]) -> Option<&str>;
 }
 
-/// Merge keys of the built-in kinds this server serves.
-struct BuiltinMergeKeys;
+/// Merge keys of the built-in kinds, from their Go struct tags (`patchStrategy:"merge"`,
+/// `patchMergeKey`).
+struct BuiltinMergeKeys {
+    kind: String,
+}
 
 impl MergeKeys for BuiltinMergeKeys {
     fn merge_key(&self, path: &[&str]) -> Option<&str> {
+        // ObjectMeta, on every kind.
         match path {
-            ["metadata", "ownerReferences"] => Some("uid"),
-            ["metadata", "finalizers"] => Some(""),
-            [.., "containers" | "initContainers" | "ephemeralContainers"] => Some("name"),
-            [
-                ..,
-                "containers" | "initContainers" | "ephemeralContainers",
-                "env",
-            ] => Some("name"),
-            [
-                ..,
-                "containers" | "initContainers" | "ephemeralContainers",
-                "ports",
-            ] => Some("containerPort"),
-            [
-                ..,
-                "containers" | "initContainers" | "ephemeralContainers",
-                "volumeMounts",
-            ] => Some("mountPath"),
-            [.., "spec", "volumes"] => Some("name"),
-            [.., "imagePullSecrets"] => Some("name"),
-            // ServiceAccount.secrets
-            ["secrets"] => Some("name"),
-            [.., "status", "conditions"] => Some("type"),
+            ["metadata", "ownerReferences"] => return Some("uid"),
+            ["metadata", "finalizers"] => return Some(""),
+            _ => {}
+        }
+        match self.kind.as_str() {
+            "ServiceAccount" => match path {
+                ["secrets"] => Some("name"),
+                _ => None,
+            },
+            "Namespace" | "Node" => match path {
+                ["status", "conditions"] => Some("type"),
+                _ => None,
+            },
+            // Pods and the workload kinds that embed a pod template.
+            "Pod"
+            | "PodTemplate"
+            | "Deployment"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "ReplicaSet"
+            | "ReplicationController"
+            | "Job"
+            | "CronJob" => match path {
+                [.., "containers" | "initContainers" | "ephemeralContainers"] => Some("name"),
+                [
+                    ..,
+                    "containers" | "initContainers" | "ephemeralContainers",
+                    "env",
+                ] => Some("name"),
+                [
+                    ..,
+                    "containers" | "initContainers" | "ephemeralContainers",
+                    "ports",
+                ] => Some("containerPort"),
+                [
+                    ..,
+                    "containers" | "initContainers" | "ephemeralContainers",
+                    "volumeMounts",
+                ] => Some("mountPath"),
+                [.., "volumes"] | [.., "imagePullSecrets"] => Some("name"),
+                ["status", "conditions"] => Some("type"),
+                _ => None,
+            },
+            // Secret, ConfigMap, Event, Lease, CustomResourceDefinition: no merge lists beyond
+            // ObjectMeta's.
             _ => None,
         }
     }
 }
 
-/// Merge keys of the built-in kinds this server serves (Namespace, Secret, ConfigMap, Event,
-/// Lease, ServiceAccount, CustomResourceDefinition), ObjectMeta's lists (`ownerReferences` by
-/// `uid`, `finalizers` as a set) and Pod-like lists (containers and env by `name`, ports by
-/// `containerPort`, volumeMounts by `mountPath`, volumes by `name`, conditions by `type`).
-/// The listed kinds share these: their other lists are replaced by a patch.
-pub fn builtin_merge_keys(_group: &str, _kind: &str) -> Box<dyn MergeKeys> {
-    Box::new(BuiltinMergeKeys)
+/// Merge keys of a built-in kind: ObjectMeta's lists for every kind (`ownerReferences` by
+/// `uid`, `finalizers` as a set), ServiceAccount `secrets` by `name`, Namespace/Node status
+/// conditions by `type`, and for Pods and pod-template kinds containers, env, volumes and
+/// imagePullSecrets by `name`, ports by `containerPort`, volumeMounts by `mountPath`. Every
+/// other list (including those of Secret, ConfigMap, Event, Lease and
+/// CustomResourceDefinition) is replaced by a patch.
+pub fn builtin_merge_keys(_group: &str, kind: &str) -> Box<dyn MergeKeys> {
+    Box::new(BuiltinMergeKeys {
+        kind: kind.to_string(),
+    })
 }
 
 /// Applies a strategic merge patch; on error the target is unchanged.
@@ -331,7 +360,7 @@ mod tests {
 
     fn patched(original: Value, patch: Value) -> Value {
         let mut target = original;
-        strategic_merge_patch(&mut target, &patch, &BuiltinMergeKeys).unwrap();
+        strategic_merge_patch(&mut target, &patch, builtin_merge_keys("", "Pod").as_ref()).unwrap();
         target
     }
 
@@ -368,7 +397,7 @@ mod tests {
             strategic_merge_patch(
                 &mut target,
                 &json!({"data": {"$patch": "bogus"}}),
-                &BuiltinMergeKeys
+                builtin_merge_keys("", "Pod").as_ref()
             ),
             Err(PatchError::NotApplicable(
                 "unknown patch type: bogus in map: map[$patch:bogus]".to_string()
@@ -452,7 +481,7 @@ mod tests {
             strategic_merge_patch(
                 &mut target,
                 &json!({"s": {"$retainKeys": ["a"], "b": 1}}),
-                &BuiltinMergeKeys
+                builtin_merge_keys("", "Pod").as_ref()
             ),
             Err(PatchError::NotApplicable(RETAIN_KEYS_MISMATCH.to_string()))
         );
@@ -460,7 +489,7 @@ mod tests {
             strategic_merge_patch(
                 &mut target,
                 &json!({"s": {"$retainKeys": "a"}}),
-                &BuiltinMergeKeys
+                builtin_merge_keys("", "Pod").as_ref()
             ),
             Err(PatchError::Malformed(BAD_RETAIN_KEYS.to_string()))
         );
@@ -480,6 +509,24 @@ mod tests {
             result,
             json!({"spec": {"containers": [{"name": "b", "image": "i"}, {"name": "a"}]}, "metadata": {"finalizers": ["y", "x"]}})
         );
+    }
+
+    #[test]
+    fn merge_keys_depend_on_the_kind() {
+        let service_account = builtin_merge_keys("", "ServiceAccount");
+        assert_eq!(service_account.merge_key(&["secrets"]), Some("name"));
+        assert_eq!(service_account.merge_key(&["imagePullSecrets"]), None);
+        let crd = builtin_merge_keys("apiextensions.k8s.io", "CustomResourceDefinition");
+        assert_eq!(crd.merge_key(&["status", "conditions"]), None);
+        assert_eq!(crd.merge_key(&["metadata", "finalizers"]), Some(""));
+        let deployment = builtin_merge_keys("apps", "Deployment");
+        assert_eq!(
+            deployment.merge_key(&["spec", "template", "spec", "containers", "env"]),
+            Some("name")
+        );
+        let namespace = builtin_merge_keys("", "Namespace");
+        assert_eq!(namespace.merge_key(&["status", "conditions"]), Some("type"));
+        assert_eq!(namespace.merge_key(&["spec", "finalizers"]), None);
     }
 
     #[test]
@@ -520,7 +567,7 @@ mod tests {
         ] {
             let mut target = original.clone();
             assert_eq!(
-                strategic_merge_patch(&mut target, &patch, &BuiltinMergeKeys),
+                strategic_merge_patch(&mut target, &patch, builtin_merge_keys("", "Pod").as_ref()),
                 Err(expected),
                 "{patch}"
             );
