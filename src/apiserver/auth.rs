@@ -225,43 +225,59 @@ fn caller(user: Option<axum::Extension<AuthenticatedUser>>) -> AuthenticatedUser
         })
 }
 
-async fn self_subject_review(user: Option<axum::Extension<AuthenticatedUser>>) -> Response<Body> {
-    let user = caller(user);
-    created_json(serde_json::json!({
-        "kind": "SelfSubjectReview",
-        "apiVersion": "authentication.k8s.io/v1",
-        "metadata": {"creationTimestamp": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()},
-        "status": {"userInfo": {"username": user.name, "groups": user.groups}},
-    }))
-}
-
-async fn self_subject_access_review(
-    user: Option<axum::Extension<AuthenticatedUser>>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> Response<Body> {
-    let _ = caller(user);
-    // Echo the spec when it came as JSON; a protobuf body is answered without it.
+/// A review request's JSON body, if it came as JSON. Protobuf bodies (what kubectl sends) are
+/// not decoded: nothing in them changes the answer. Malformed JSON is a 400, as the real
+/// server answers an undecodable body.
+fn review_body(
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Result<Option<serde_json::Value>, crate::status::ApiError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("application/json"));
-    let spec = if is_json {
-        serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|review| review.get("spec").cloned())
-            .unwrap_or_else(|| serde_json::json!({}))
-    } else {
-        serde_json::json!({})
-    };
-    created_json(serde_json::json!({
+    if !is_json || body.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_slice(body).map(Some).map_err(|error| {
+        crate::status::ApiError::bad_request(format!("invalid JSON body: {error}"))
+    })
+}
+
+async fn self_subject_review(
+    user: Option<axum::Extension<AuthenticatedUser>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response<Body>, crate::status::ApiError> {
+    review_body(&headers, &body)?;
+    let user = caller(user);
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    Ok(created_json(serde_json::json!({
+        "kind": "SelfSubjectReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": now},
+        "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+    })))
+}
+
+async fn self_subject_access_review(
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response<Body>, crate::status::ApiError> {
+    // Echo the spec when it came as JSON; a protobuf body is answered without it.
+    let spec = review_body(&headers, &body)?
+        .and_then(|review| review.get("spec").cloned())
+        .unwrap_or_else(|| serde_json::json!({}));
+    Ok(created_json(serde_json::json!({
         "kind": "SelfSubjectAccessReview",
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": {"creationTimestamp": null},
         "spec": spec,
         // Every authenticated user may do everything here (no RBAC is enforced).
         "status": {"allowed": true, "reason": "the embedded API server does not enforce authorization"},
-    }))
+    })))
 }
 
 // === impl AuthLayer ===
@@ -492,6 +508,23 @@ mod tests {
         let review: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(review["status"]["allowed"], true);
         assert_eq!(review["spec"]["resourceAttributes"]["verb"], "create");
+
+        // Malformed JSON is refused with a 400 BadRequest Status, as kube-apiserver answers a
+        // body it cannot decode.
+        let request = Request::builder()
+            .method("POST")
+            .uri(SELF_SUBJECT_ACCESS_REVIEW_PATH)
+            .header(header::AUTHORIZATION, "Bearer admin-token")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{not json"))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(status["reason"], "BadRequest");
 
         // Without a token these are not public.
         let request = Request::builder()
