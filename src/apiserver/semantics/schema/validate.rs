@@ -234,8 +234,13 @@ fn validate_number(
         }
     };
     if let Some(factor) = node.multiple_of {
-        let quotient = data / factor;
-        if factor > 0.0 && quotient.fract() != 0.0 {
+        // go-openapi's MultipleOf: the quotient must be a JSON integer up to a relative 1e-9.
+        let quotient = if factor < 1.0 {
+            1.0 / factor * data
+        } else {
+            data / factor
+        };
+        if factor > 0.0 && !is_json_integer(quotient) {
             errors.push(FieldError::invalid(
                 path,
                 value.clone(),
@@ -281,6 +286,20 @@ fn validate_number(
             ));
         }
     }
+}
+
+/// `swag.IsFloat64AJSONInteger`: whether a float is an integer, allowing rounding error.
+fn is_json_integer(value: f64) -> bool {
+    const EPSILON: f64 = 1e-9;
+    if !value.is_finite() || value.abs() > 9_007_199_254_740_992.0 {
+        return false;
+    }
+    let truncated = value.trunc();
+    if value == truncated {
+        return true;
+    }
+    let difference = (value - truncated).abs();
+    difference / (value.abs() + truncated.abs()) < EPSILON
 }
 
 fn validate_object(
