@@ -56,8 +56,10 @@ async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account
         .create(&PostParams::default(), &generated_key("dev-key"))
         .await
         .unwrap();
+    let mut vm = instance("train-1", &["dev-key"]);
+    vm.spec.connection_secret = Some("train-1-ssh".into());
     env.api::<GpuInstance>()
-        .create(&PostParams::default(), &instance("train-1", &["dev-key"]))
+        .create(&PostParams::default(), &vm)
         .await
         .unwrap();
 
@@ -100,7 +102,20 @@ async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account
     assert_eq!(cloud.ssh_keys.len(), 1);
     assert_eq!(
         cloud.ssh_keys[0].public_key.trim(),
-        String::from_utf8_lossy(&secret.data.unwrap()["ssh-publickey"].0).trim()
+        String::from_utf8_lossy(&secret.data.as_ref().unwrap()["ssh-publickey"].0).trim()
+    );
+
+    // The connection Secret lets a Pod reach the machine with the generated key.
+    let connection = secrets.get("train-1-ssh").await.unwrap();
+    let data = connection.data.clone().unwrap();
+    let text = |k: &str| String::from_utf8_lossy(&data[k].0).into_owned();
+    assert_eq!(text("host"), status.ip_address.clone().unwrap());
+    assert_eq!(text("port"), "22");
+    assert_eq!(text("user"), "ubuntu");
+    assert_eq!(text("ssh-privatekey"), String::from_utf8_lossy(&private.0));
+    assert_eq!(
+        connection.metadata.owner_references.as_ref().unwrap()[0].uid,
+        vm.metadata.uid.clone().unwrap()
     );
 
     // Power round trip.
