@@ -276,6 +276,16 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        // As the real server's response writer: details.retryAfterSeconds becomes Retry-After.
+        if let Some(seconds) = self
+            .details
+            .as_ref()
+            .and_then(|details| details.retry_after_seconds)
+        {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }

@@ -263,3 +263,51 @@ async fn table_watch_events_carry_rows() {
     assert_eq!(first["object"]["rows"][0]["cells"][0], "t");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn list_resource_version_semantics() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    create(&api, &configmap("v", json!({}), json!({}))).await;
+    let current = bounded(api.list(&ListParams::default()))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    // Exact at the current version and NotOlderThan at or below it are served.
+    let exact = ListParams::default()
+        .at(&current)
+        .matching(VersionMatch::Exact);
+    assert_eq!(bounded(api.list(&exact)).await.unwrap().items.len(), 1);
+    let not_older = ListParams::default()
+        .at("1")
+        .matching(VersionMatch::NotOlderThan);
+    assert_eq!(bounded(api.list(&not_older)).await.unwrap().items.len(), 1);
+    // A version the server has not reached: the real server answers 504 Timeout "Too large
+    // resource version" (after waiting for it) with retryAfterSeconds 1 and Retry-After. kube-rs
+    // retries that by default, so this asks through a client that does not.
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml(None)).unwrap();
+    let mut config = bounded(kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    ))
+    .await
+    .unwrap();
+    config.default_retry = false;
+    let no_retry = configmaps(&kube::Client::try_from(config).unwrap(), "default");
+    let future = (current.parse::<u64>().unwrap() + 1000).to_string();
+    let ahead = ListParams::default()
+        .at(&future)
+        .matching(VersionMatch::NotOlderThan);
+    let too_large = status_of(bounded(no_retry.list(&ahead)).await);
+    assert_eq!(
+        (too_large.code, too_large.reason.as_str()),
+        (504, "Timeout")
+    );
+    assert!(too_large.message.starts_with("Too large resource version"));
+    // Not a number: 400.
+    let garbage = ListParams::default().at("abc");
+    assert_eq!(status_of(bounded(api.list(&garbage)).await).code, 400);
+    server.shutdown().await;
+}
