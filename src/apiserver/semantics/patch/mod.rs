@@ -310,8 +310,16 @@ fn add(container: &mut Value, key: &str, value: Value) -> Result<(), String> {
                 items.push(value);
                 return Ok(());
             }
-            let index = resolve_index(key, items.len(), true)
-                .map_err(|cause| format!("value was not a proper array index: '{key}': {cause}"))?;
+            // Only a token that is not a number is "not a proper array index" in evanphx.
+            if key.parse::<i64>().is_err() {
+                let cause = resolve_index(key, items.len(), true)
+                    .err()
+                    .unwrap_or_default();
+                return Err(format!(
+                    "value was not a proper array index: '{key}': {cause}"
+                ));
+            }
+            let index = resolve_index(key, items.len(), true)?;
             items.insert(index, value);
             Ok(())
         }

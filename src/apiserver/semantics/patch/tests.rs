@@ -129,7 +129,7 @@ fn json_patch_errors_use_evanphx_wording_and_leave_the_target_alone() {
         ),
         (
             json!([{"op": "add", "path": "/spec/tags/5", "value": "x"}]),
-            "error in add for path: '/spec/tags/5': value was not a proper array index: '5': Unable to access invalid index: 5: invalid index referenced",
+            "error in add for path: '/spec/tags/5': Unable to access invalid index: 5: invalid index referenced",
         ),
         (
             json!([{"op": "move", "from": "/nope/a", "path": "/spec/a"}]),
