@@ -187,9 +187,10 @@ fn apply_operation(document: &mut Value, operation: &Value) -> Result<(), PatchE
                     "move operation does not apply: doc is missing from path: {from}: {MISSING}"
                 ))
             })?;
-            let moved = remove(parent, &key).map_err(|cause| {
-                not_applicable(format!("error in move for path: '{key}': {cause}"))
-            })?;
+            let in_move =
+                |cause: String| not_applicable(format!("error in move for path: '{key}': {cause}"));
+            get_mut(parent, &key).map_err(in_move)?;
+            let moved = remove(parent, &key).map_err(in_move)?;
             let path = require_path("move")?;
             let (parent, key) = find_parent(document, path).ok_or_else(|| {
                 not_applicable(format!("move operation does not apply: doc is missing destination path: {path}: {MISSING}"))
