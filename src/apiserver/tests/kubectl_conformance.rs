@@ -22,7 +22,13 @@ const KUBECTL_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn kubectl_binary() -> PathBuf {
     if let Ok(path) = std::env::var("KUBECTL") {
-        return PathBuf::from(path);
+        let path = PathBuf::from(path);
+        assert!(
+            path.exists(),
+            "kubectl not found: $KUBECTL names {}, which does not exist",
+            path.display()
+        );
+        return path;
     }
     let default = PathBuf::from("/usr/bin/kubectl");
     if default.exists() {
