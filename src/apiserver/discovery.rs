@@ -761,6 +761,51 @@ pub(crate) mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND);
     }
 
+    #[tokio::test]
+    async fn kube_rs_discovery_finds_builtin_and_crd_resources() {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let step = std::time::Duration::from_secs(10);
+        let server = tokio::time::timeout(
+            step,
+            crate::server::ApiServer::start(ApiServerConfig::default()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let client = tokio::time::timeout(step, server.kube_client())
+            .await
+            .unwrap()
+            .unwrap();
+        let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+        let crd: CustomResourceDefinition = serde_json::from_str(CRD).unwrap();
+        tokio::time::timeout(step, crds.create(&kube::api::PostParams::default(), &crd))
+            .await
+            .unwrap()
+            .unwrap();
+
+        let discovery = tokio::time::timeout(step, kube::Discovery::new(client.clone()).run())
+            .await
+            .unwrap()
+            .unwrap();
+        let group = discovery
+            .get("gpucloud.io")
+            .expect("gpucloud.io discovered");
+        assert_eq!(group.preferred_version_or_latest(), "v1");
+        let (resource, capabilities) = group.recommended_kind("GpuInstance").unwrap();
+        assert_eq!(resource.plural, "gpuinstances");
+        assert_eq!(capabilities.scope, kube::discovery::Scope::Namespaced);
+        assert!(
+            capabilities
+                .subresources
+                .iter()
+                .any(|(subresource, _)| subresource.plural == "status")
+        );
+        let core = discovery.get("").expect("core group discovered");
+        let (config_maps, _) = core.recommended_kind("ConfigMap").unwrap();
+        assert_eq!(config_maps.plural, "configmaps");
+        server.shutdown().await;
+    }
+
     #[test]
     fn versions_sort_by_kubernetes_priority() {
         let mut versions = vec![
