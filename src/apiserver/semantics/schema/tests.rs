@@ -183,6 +183,24 @@ fn each_keyword_reports_the_apiserver_message() {
             vec!["spec.x[1]: Duplicate value: map[string]interface {}{\"name\":\"a\"}"],
         ),
         (
+            json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}),
+            json!(["a", "a", "a", "b", "b"]),
+            vec![
+                "spec.x[1]: Duplicate value: \"a\"",
+                "spec.x[4]: Duplicate value: \"b\"",
+            ],
+        ),
+        (
+            json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                   "items": {"type": "object", "properties": {"name": {"type": "string"}}}}),
+            json!([{"name": "a"}, null, {}, {}]),
+            // A null item has no key, like {} (upstream's unspecifiedKeyValue).
+            vec![
+                "spec.x[1]: Invalid value: \"null\": spec.x[1] in body must be of type object: \"null\"",
+                "spec.x[2]: Duplicate value: map[string]interface {}{}",
+            ],
+        ),
+        (
             json!({"type": "string", "anyOf": [{"pattern": "^a"}, {"pattern": "^b"}]}),
             json!("b1"),
             vec![],

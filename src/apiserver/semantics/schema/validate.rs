@@ -2,8 +2,6 @@
 //! apiextensions' `kubeOpenAPIResultToFieldErrors` does, plus the list-type invariants of
 //! `pkg/apiserver/schema/listtype`.
 
-use std::collections::HashSet;
-
 use serde_json::Value;
 
 use super::errors::FieldError;
@@ -405,7 +403,9 @@ fn validate_junctors(node: &Node, value: &Value, path: &str, errors: &mut Vec<Fi
 }
 
 /// `listtype.ValidateListSetsAndMaps`: items of a `set` are unique, items of a `map` are
-/// objects with unique key tuples (a missing key counts as its default).
+/// objects with unique key tuples. As upstream, only the second occurrence of a repeated value
+/// is reported, map entries are addressed as keys (`labels[a]`), and missing key fields count as
+/// unspecified (not defaulted).
 pub(crate) fn validate_list_types(
     node: &Node,
     value: &Value,
@@ -419,31 +419,26 @@ pub(crate) fn validate_list_types(
     match value {
         Value::Object(map) => {
             for key in sorted_keys(map) {
-                if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
-                    let old_child = old.and_then(|old| old.get(key));
-                    validate_list_types(
-                        property,
-                        child_value,
-                        old_child,
-                        &child(path, key),
-                        errors,
-                    );
-                }
+                let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) else {
+                    continue;
+                };
+                let old_child = old.and_then(|old| old.get(key));
+                let child_path = if node.properties.contains_key(key) {
+                    child(path, key)
+                } else {
+                    format!("{path}[{key}]")
+                };
+                validate_list_types(property, child_value, old_child, &child_path, errors);
             }
         }
         Value::Array(items) => {
             match node.list_type.as_deref() {
                 Some("set") => {
-                    let mut seen: Vec<&Value> = Vec::new();
-                    for (index, item) in items.iter().enumerate() {
-                        if seen.iter().any(|earlier| json_equal(earlier, item)) {
-                            errors.push(FieldError::duplicate(
-                                format!("{path}[{index}]"),
-                                item.clone(),
-                            ));
-                        } else {
-                            seen.push(item);
-                        }
+                    for index in second_occurrences(items) {
+                        errors.push(FieldError::duplicate(
+                            format!("{path}[{index}]"),
+                            items[index].clone(),
+                        ));
                     }
                 }
                 Some("map") => validate_list_map(node, items, path, errors),
@@ -461,36 +456,56 @@ pub(crate) fn validate_list_types(
     }
 }
 
+/// `validateListSet`: the indices where a value appears for the second time.
+fn second_occurrences(values: &[Value]) -> Vec<usize> {
+    let mut counts: Vec<(&Value, usize)> = Vec::new();
+    let mut second = Vec::new();
+    for (index, value) in values.iter().enumerate() {
+        match counts.iter_mut().find(|(seen, _)| json_equal(seen, value)) {
+            Some((_, count)) => {
+                *count += 1;
+                if *count == 2 {
+                    second.push(index);
+                }
+            }
+            None => counts.push((value, 1)),
+        }
+    }
+    second
+}
+
 fn validate_list_map(node: &Node, items: &[Value], path: &str, errors: &mut Vec<FieldError>) {
-    let mut seen: HashSet<String> = HashSet::new();
-    for (index, item) in items.iter().enumerate() {
-        let Value::Object(entry) = item else {
-            if !item.is_null() {
-                errors.push(FieldError::type_invalid(
-                    format!("{path}[{index}]"),
-                    item.clone(),
-                    "must be an object for an array of list-type map",
-                ));
+    if let Some((index, item)) = items
+        .iter()
+        .enumerate()
+        .find(|(_, item)| !(item.is_object() || item.is_null()))
+    {
+        errors.push(FieldError::invalid(
+            format!("{path}[{index}]"),
+            item.clone(),
+            "must be an object for an array of list-type map",
+        ));
+        return;
+    }
+    if items.len() <= 1 {
+        return;
+    }
+    let keys: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let mut key = serde_json::Map::new();
+            for name in &node.list_map_keys {
+                if let Some(value) = item.get(name) {
+                    key.insert(name.clone(), value.clone());
+                }
             }
-            continue;
-        };
-        let mut key_values = serde_json::Map::new();
-        for key in &node.list_map_keys {
-            let default = node
-                .items
-                .as_deref()
-                .and_then(|items| items.properties.get(key))
-                .and_then(|property| property.default.clone());
-            if let Some(value) = entry.get(key).cloned().or(default) {
-                key_values.insert(key.clone(), value);
-            }
-        }
-        let identity = Value::Object(key_values.clone()).to_string();
-        if !seen.insert(identity) {
-            errors.push(FieldError::duplicate(
-                format!("{path}[{index}]"),
-                Value::Object(key_values),
-            ));
-        }
+            Value::Object(key)
+        })
+        .collect();
+    for index in second_occurrences(&keys) {
+        errors.push(FieldError::duplicate(
+            format!("{path}[{index}]"),
+            keys[index].clone(),
+        ));
     }
 }
