@@ -19,6 +19,8 @@ pub const ORPHAN_FINALIZER: &str = "orphan";
 /// The namespace finalizer the namespace controller removes once the namespace is empty.
 pub const NAMESPACE_FINALIZER: &str = "kubernetes";
 
+const MAX_DELETE_ATTEMPTS: usize = 32;
+
 /// Namespaces the real server refuses to delete.
 const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
@@ -174,7 +176,9 @@ pub fn delete_object(
 ) -> Result<Deleted, ApiError> {
     let storage_key = info.storage_key();
     let not_found = || ApiError::not_found(&info.group, &info.plural, name);
-    loop {
+    // Retried when a concurrent write lands between read and commit; bounded so constant
+    // contention ends in a 409 rather than a spin.
+    for _ in 0..MAX_DELETE_ATTEMPTS {
         let current = state
             .store
             .get(&storage_key, namespace, name)
@@ -297,6 +301,12 @@ pub fn delete_object(
             Err(error) => return Err(ApiError::internal(error.to_string())),
         }
     }
+    Err(ApiError::conflict(
+        &info.group,
+        &info.plural,
+        name,
+        "the object has been modified; please apply your changes to the latest version and try again",
+    ))
 }
 
 /// Sets `deletionTimestamp` as the real store's `markAsDeleting` (which also bumps a set
