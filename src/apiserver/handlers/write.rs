@@ -196,7 +196,9 @@ pub fn create_object(
             "Required value: name or generateName is required",
         ));
     }
-    if name.is_empty() {
+    // A given name wins over generateName, as on the real server.
+    let generated = name.is_empty();
+    if generated {
         name = format!("{}{}", generate_prefix(&generate_name), name_suffix());
         object["metadata"]["name"] = json!(name);
     }
@@ -232,7 +234,8 @@ pub fn create_object(
                 crd::after_write(context.state, &info, &stored);
                 return Ok(at_version(&info, stored));
             }
-            Err(StoreError::AlreadyExists) if !generate_name.is_empty() && attempts < 8 => {
+            // Generated names are retried on a collision (the real server's RetryGenerateName).
+            Err(StoreError::AlreadyExists) if generated && attempts < 8 => {
                 attempts += 1;
                 object["metadata"]["name"] = json!(format!(
                     "{}{}",
