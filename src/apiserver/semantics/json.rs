@@ -20,3 +20,73 @@ pub(crate) fn json_equal(a: &Value, b: &Value) -> bool {
         _ => a == b,
     }
 }
+
+/// A canonical text for a value, equal for values `json_equal` considers equal: object keys
+/// sorted, integral numbers written as integers. Used to compare many values in linear time.
+pub(crate) fn canonical_text(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Number(number) => match (number.as_i64(), number.as_f64()) {
+            (Some(int), _) => out.push_str(&int.to_string()),
+            (None, Some(float)) if float.fract() == 0.0 && float.abs() < 9.2e18 => {
+                out.push_str(&(float as i64).to_string());
+            }
+            _ => out.push_str(&number.to_string()),
+        },
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (index, key) in keys.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_text_agrees_with_json_equal() {
+        let pairs = [
+            (json!(1), json!(1.0), true),
+            (
+                json!({"b": 1, "a": [2.0]}),
+                json!({"a": [2], "b": 1.0}),
+                true,
+            ),
+            (json!("1"), json!(1), false),
+            (json!(1.5), json!(1.5), true),
+            (json!([1, 2]), json!([2, 1]), false),
+        ];
+        for (a, b, equal) in pairs {
+            assert_eq!(json_equal(&a, &b), equal, "{a} {b}");
+            assert_eq!(canonical_text(&a) == canonical_text(&b), equal, "{a} {b}");
+        }
+    }
+}

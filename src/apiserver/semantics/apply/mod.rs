@@ -379,68 +379,73 @@ fn compare(
                 path.pop();
             }
         }
-        (Some(Value::Array(old_items)), Some(Value::Array(new_items))) => match types
-            .list_type(path)
-        {
-            ListType::Set => {
-                for item in new_items {
-                    if !old_items.iter().any(|old| json_equal(old, item)) {
-                        path.push(PathElement::Value(canonical_json(item)));
-                        insert_tracked(&mut diff.added, path);
-                        path.pop();
-                    }
-                }
-                for item in old_items {
-                    if !new_items.iter().any(|new| json_equal(new, item)) {
-                        path.push(PathElement::Value(canonical_json(item)));
-                        insert_tracked(&mut diff.removed, path);
-                        path.pop();
-                    }
-                }
-            }
-            ListType::Map { keys } => {
-                let keyed = |items: &[Value]| -> Option<Vec<(String, Value)>> {
-                    items
-                        .iter()
-                        .map(|item| item_key(item, &keys).map(|key| (key, item.clone())))
-                        .collect()
-                };
-                match (keyed(old_items), keyed(new_items)) {
-                    (Some(old_keyed), Some(new_keyed)) => {
-                        let mut all_keys: Vec<&String> = old_keyed
-                            .iter()
-                            .chain(new_keyed.iter())
-                            .map(|(k, _)| k)
-                            .collect();
-                        all_keys.sort();
-                        all_keys.dedup();
-                        for key in all_keys {
-                            let old_item = old_keyed.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-                            let new_item = new_keyed.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-                            path.push(PathElement::Key(key.clone()));
-                            compare(old_item, new_item, path, types, diff);
+        (Some(Value::Array(old_items)), Some(Value::Array(new_items))) => {
+            match types.list_type(path) {
+                ListType::Set => {
+                    for item in new_items {
+                        if !old_items.iter().any(|old| json_equal(old, item)) {
+                            path.push(PathElement::Value(canonical_json(item)));
+                            insert_tracked(&mut diff.added, path);
                             path.pop();
                         }
                     }
-                    _ => {
-                        if !json_equal(
-                            &Value::from(old_items.clone()),
-                            &Value::from(new_items.clone()),
-                        ) {
-                            insert_tracked(&mut diff.modified, path);
+                    for item in old_items {
+                        if !new_items.iter().any(|new| json_equal(new, item)) {
+                            path.push(PathElement::Value(canonical_json(item)));
+                            insert_tracked(&mut diff.removed, path);
+                            path.pop();
                         }
                     }
                 }
-            }
-            ListType::Atomic => {
-                if !json_equal(
-                    &Value::from(old_items.clone()),
-                    &Value::from(new_items.clone()),
-                ) {
-                    insert_tracked(&mut diff.modified, path);
+                ListType::Map { keys } => {
+                    let keyed = |items: &[Value]| -> Option<Vec<(String, Value)>> {
+                        items
+                            .iter()
+                            .map(|item| item_key(item, &keys).map(|key| (key, item.clone())))
+                            .collect()
+                    };
+                    match (keyed(old_items), keyed(new_items)) {
+                        (Some(old_keyed), Some(new_keyed)) => {
+                            // Indexed by key: lists can be long.
+                            let old_by_key: std::collections::HashMap<&String, &Value> =
+                                old_keyed.iter().map(|(k, v)| (k, v)).collect();
+                            let new_by_key: std::collections::HashMap<&String, &Value> =
+                                new_keyed.iter().map(|(k, v)| (k, v)).collect();
+                            let mut all_keys: Vec<&String> = old_keyed
+                                .iter()
+                                .chain(new_keyed.iter())
+                                .map(|(k, _)| k)
+                                .collect();
+                            all_keys.sort();
+                            all_keys.dedup();
+                            for key in all_keys {
+                                let old_item = old_by_key.get(key).copied();
+                                let new_item = new_by_key.get(key).copied();
+                                path.push(PathElement::Key(key.clone()));
+                                compare(old_item, new_item, path, types, diff);
+                                path.pop();
+                            }
+                        }
+                        _ => {
+                            if !json_equal(
+                                &Value::from(old_items.clone()),
+                                &Value::from(new_items.clone()),
+                            ) {
+                                insert_tracked(&mut diff.modified, path);
+                            }
+                        }
+                    }
+                }
+                ListType::Atomic => {
+                    if !json_equal(
+                        &Value::from(old_items.clone()),
+                        &Value::from(new_items.clone()),
+                    ) {
+                        insert_tracked(&mut diff.modified, path);
+                    }
                 }
             }
-        },
+        }
         (Some(old), Some(new)) => {
             if !json_equal(old, new) {
                 insert_tracked(&mut diff.modified, path);
@@ -469,8 +474,10 @@ fn merge(live: &Value, applied: &Value, path: &mut Path, types: &Types<'_>) -> V
         (Value::Array(live_items), Value::Array(applied_items)) => match types.list_type(path) {
             ListType::Set => {
                 let mut merged = live_items.clone();
+                let mut present: std::collections::HashSet<String> =
+                    live_items.iter().map(crate::json::canonical_text).collect();
                 for item in applied_items {
-                    if !merged.iter().any(|existing| json_equal(existing, item)) {
+                    if present.insert(crate::json::canonical_text(item)) {
                         merged.push(item.clone());
                     }
                 }
@@ -478,20 +485,26 @@ fn merge(live: &Value, applied: &Value, path: &mut Path, types: &Types<'_>) -> V
             }
             ListType::Map { keys } => {
                 let mut merged = live_items.clone();
+                let mut positions: std::collections::HashMap<String, usize> = merged
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, existing)| item_key(existing, &keys).map(|k| (k, index)))
+                    .collect();
                 for item in applied_items {
                     let key = item_key(item, &keys);
-                    let position = key.as_ref().and_then(|key| {
-                        merged
-                            .iter()
-                            .position(|existing| item_key(existing, &keys).as_ref() == Some(key))
-                    });
+                    let position = key.as_ref().and_then(|key| positions.get(key).copied());
                     match (position, key) {
                         (Some(position), Some(key)) => {
                             path.push(PathElement::Key(key));
                             merged[position] = merge(&merged[position], item, path, types);
                             path.pop();
                         }
-                        _ => merged.push(item.clone()),
+                        (_, key) => {
+                            if let Some(key) = key {
+                                positions.insert(key, merged.len());
+                            }
+                            merged.push(item.clone());
+                        }
                     }
                 }
                 Value::Array(merged)
@@ -586,7 +599,7 @@ fn check_lists(value: &Value, path: &mut Path, types: &Types<'_>) -> Result<(), 
             let here = render_path(path);
             match types.list_type(path) {
                 ListType::Map { keys } => {
-                    let mut seen = Vec::new();
+                    let mut seen = std::collections::HashSet::new();
                     for (index, item) in items.iter().enumerate() {
                         let Some(fields) = item.as_object() else {
                             return Err(format!(
@@ -611,16 +624,14 @@ fn check_lists(value: &Value, path: &mut Path, types: &Types<'_>) -> Result<(), 
                         path.push(PathElement::Key(key.clone()));
                         check_lists(item, path, types)?;
                         path.pop();
-                        seen.push(key);
+                        seen.insert(key);
                     }
                     Ok(())
                 }
                 ListType::Set => {
-                    for (index, item) in items.iter().enumerate() {
-                        if items[..index]
-                            .iter()
-                            .any(|earlier| json_equal(earlier, item))
-                        {
+                    let mut seen = std::collections::HashSet::new();
+                    for item in items {
+                        if !seen.insert(crate::json::canonical_text(item)) {
                             return Err(format!(
                                 "{here}: duplicate entries for key [={}]",
                                 canonical_json(item)

@@ -395,6 +395,37 @@ fn map_list_items_need_their_keys_once() {
 }
 
 #[test]
+fn long_lists_apply_in_reasonable_time() {
+    let schema = firewall_schema();
+    let rules: Vec<Value> = (0..20_000)
+        .map(|i| json!({"name": format!("r{i}"), "port": i}))
+        .collect();
+    let tags: Vec<String> = (0..20_000).map(|i| format!("t{i}")).collect();
+    let started = std::time::Instant::now();
+    let first = apply(
+        None,
+        &object(json!({"rules": rules, "tags": tags})),
+        "a",
+        false,
+        Some(&schema),
+        T0,
+    )
+    .unwrap();
+    let mut changed = first.clone();
+    changed["spec"]["rules"][0]["port"] = json!(1);
+    record_update(Some(&first), &mut changed, "b", Some(&schema), T1);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        entries(&changed)[1].2,
+        json!({"f:spec": {"f:rules": {"k:{\"name\":\"r0\"}": {"f:port": {}}}}})
+    );
+}
+
+#[test]
 fn bad_input_is_an_error() {
     assert!(matches!(
         apply(None, &json!([1]), "m", false, None, T0),

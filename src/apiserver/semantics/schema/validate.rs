@@ -456,19 +456,18 @@ pub(crate) fn validate_list_types(
     }
 }
 
-/// `validateListSet`: the indices where a value appears for the second time.
+/// `validateListSet`: the indices where a value appears for the second time (linear time,
+/// since lists can be long).
 fn second_occurrences(values: &[Value]) -> Vec<usize> {
-    let mut counts: Vec<(&Value, usize)> = Vec::new();
+    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut second = Vec::new();
     for (index, value) in values.iter().enumerate() {
-        match counts.iter_mut().find(|(seen, _)| json_equal(seen, value)) {
-            Some((_, count)) => {
-                *count += 1;
-                if *count == 2 {
-                    second.push(index);
-                }
-            }
-            None => counts.push((value, 1)),
+        let count = counts
+            .entry(crate::json::canonical_text(value))
+            .or_insert(0);
+        *count += 1;
+        if *count == 2 {
+            second.push(index);
         }
     }
     second
