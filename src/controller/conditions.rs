@@ -28,6 +28,7 @@ pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const TIER_NOT_SUPPORTED: &str = "TierNotSupported";
     pub const EXTERNAL_DELETED: &str = "ExternalDeleted";
+    pub const SOURCE_DELETED: &str = "SourceDeleted";
     pub const NOT_FOUND_IN_CLOUD: &str = "NotFoundInCloud";
     pub const RATE_LIMITED: &str = "RateLimited";
     pub const CLOUD_UNAVAILABLE: &str = "CloudUnavailable";

@@ -321,6 +321,19 @@ impl ManagedKind for GpuInstance {
         if record.status == InstanceStatus::Deleting {
             return Ok(());
         }
+        // Data volumes are detached first, so they outlive the machine with their data
+        // whatever the cloud does with volumes still attached to a deleted instance.
+        if !record.volume_ids.is_empty() {
+            match account
+                .client
+                .detach_volumes(&record.instance_id, &record.volume_ids)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
         match account.client.delete_instance(&record.instance_id).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
@@ -454,7 +467,6 @@ pub enum InstancePlan {
     Restore { snapshot_id: String },
 }
 
-/// The cloud id recorded by a referenced object of this API group, once it is `Ready`.
 async fn ready_reference<R>(
     cx: &Context<GpuInstance>,
     namespace: &str,
@@ -468,23 +480,7 @@ where
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
 {
-    let api: Api<R> = Api::namespaced(cx.client.clone(), namespace);
-    let waiting = |detail: &str| Error::WaitingFor {
-        kind,
-        name: name.to_string(),
-        detail: detail.to_string(),
-    };
-    let object = api
-        .get_opt(name)
-        .await?
-        .ok_or_else(|| waiting("it does not exist"))?;
-    let status = object.cloud_status();
-    if !status.is_ready(object.meta().generation) {
-        return Err(waiting("it is not Ready"));
-    }
-    status
-        .external_id
-        .ok_or_else(|| waiting("it has no cloud id yet"))
+    crate::references::ready_id::<R>(&cx.client, namespace, name, kind).await
 }
 
 async fn config_map_value(
@@ -512,7 +508,7 @@ async fn config_map_value(
 
 /// Rules in the spec the cloud lacks, and rules the cloud has that the spec does not name.
 /// Rules are compared by content; the cloud's ids play no part.
-fn rule_diff<'a>(
+pub(crate) fn rule_diff<'a>(
     wanted: &'a [SecurityRule],
     actual: &'a [CloudRule],
 ) -> (Vec<&'a SecurityRule>, Vec<&'a CloudRule>) {
@@ -535,7 +531,7 @@ fn rule_diff<'a>(
     (missing, extra)
 }
 
-fn to_cloud_rule(rule: &SecurityRule) -> NewRule {
+pub(crate) fn to_cloud_rule(rule: &SecurityRule) -> NewRule {
     NewRule {
         direction: Direction::from_wire(rule.direction.cloud_value()),
         protocol: Protocol::from_wire(&rule.protocol),

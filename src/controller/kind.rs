@@ -81,6 +81,24 @@ pub trait ManagedKind:
         account: &Account,
         record: &Record<Self>,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Checked before the cloud resource is deleted: an error holds the deletion (and the
+    /// finalizer) and is reported on the object until the check passes (a snapshot that an
+    /// instance is still being restored from). Nothing holds a deletion by default.
+    fn hold_deletion(&self, _cx: &Context<Self>) -> impl Future<Output = Result<(), Error>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Why the recorded resource is gone from the cloud, when the kind can tell better than
+    /// "deleted outside the operator" (an image removed with its snapshot). `None` keeps the
+    /// generic `ExternalDeleted` report.
+    fn explain_gone(
+        &self,
+        _cx: &Context<Self>,
+        _account: &Account,
+    ) -> impl Future<Output = Option<Outcome>> + Send {
+        async { None }
+    }
 }
 
 /// What a kind does when the resource it recorded disappears from the cloud.

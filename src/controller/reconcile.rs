@@ -108,18 +108,21 @@ async fn apply<K: ManagedKind>(
         if K::WHEN_GONE == WhenGone::Report
             || managed.management_policy == ManagementPolicy::ObserveOnly
         {
-            let outcome = Outcome::stalled(
-                reason::EXTERNAL_DELETED,
-                format!(
-                    "cloud resource {id} was deleted outside the operator; delete this object or recreate it"
+            let outcome = match object.explain_gone(cx, &account).await {
+                Some(outcome) => outcome,
+                None => Outcome::stalled(
+                    reason::EXTERNAL_DELETED,
+                    format!(
+                        "cloud resource {id} was deleted outside the operator; delete this object or recreate it"
+                    ),
                 ),
-            );
+            };
             if changed_condition(&status, &outcome) {
                 publish(
                     cx,
                     &object,
                     EventType::Warning,
-                    reason::EXTERNAL_DELETED,
+                    outcome.reason(),
                     outcome.message(),
                 )
                 .await;
@@ -364,6 +367,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         .await;
         return Ok(Action::await_change());
     }
+    object.hold_deletion(cx).await?;
     let account = cx
         .accounts
         .resolve(

@@ -7,9 +7,10 @@ use crate::context::{Context, ReconcileSettings};
 use crate::kind::ManagedKind;
 use crate::reconcile::{error_policy, reconcile};
 use futures::{FutureExt, StreamExt, future::BoxFuture};
-use gpucloud_api::{GpuInstance, SshKey};
+use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -63,13 +64,146 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             scope.as_deref(),
             shutdown.clone(),
             |c, api| {
-                let store = c.store();
+                let keys = c.store();
+                let snapshots = c.store();
+                let images = c.store();
                 c.watches(
                     api_for::<SshKey>(&api),
                     watcher::Config::default(),
                     move |key| {
-                        referrers(&store, &key, |i| {
+                        referrers(&keys, &key, |i| {
                             i.spec.ssh_key_refs.iter().any(|r| r.name == key.name_any())
+                        })
+                    },
+                )
+                .watches(
+                    api_for::<Snapshot>(&api),
+                    watcher::Config::default(),
+                    move |snapshot| {
+                        referrers(&snapshots, &snapshot, |i| {
+                            i.spec
+                                .source
+                                .as_ref()
+                                .is_some_and(|s| s.snapshot_ref.name == snapshot.name_any())
+                        })
+                    },
+                )
+                .watches(
+                    api_for::<Image>(&api),
+                    watcher::Config::default(),
+                    move |image| {
+                        referrers(&images, &image, |i| {
+                            i.spec
+                                .image_ref
+                                .as_ref()
+                                .is_some_and(|r| r.name == image.name_any())
+                        })
+                    },
+                )
+            },
+        ));
+        controllers.push(controller::<Volume>(
+            &client,
+            &accounts,
+            &config,
+            scope.as_deref(),
+            shutdown.clone(),
+            |c, api| {
+                let attached = c.store();
+                let clones = c.store();
+                c.watches(
+                    api_for::<GpuInstance>(&api),
+                    watcher::Config::default(),
+                    move |instance| {
+                        referrers(&attached, &instance, |v| {
+                            v.spec
+                                .instance_ref
+                                .as_ref()
+                                .is_some_and(|r| r.name == instance.name_any())
+                        })
+                    },
+                )
+                .watches(
+                    api_for::<Volume>(&api),
+                    watcher::Config::default(),
+                    move |source| {
+                        referrers(&clones, &source, |v| {
+                            v.spec
+                                .source
+                                .as_ref()
+                                .is_some_and(|s| s.volume_ref.name == source.name_any())
+                        })
+                    },
+                )
+            },
+        ));
+        controllers.push(controller::<Snapshot>(
+            &client,
+            &accounts,
+            &config,
+            scope.as_deref(),
+            shutdown.clone(),
+            |c, api| {
+                let store = c.store();
+                // The snapshotted machine, and machines restored from a snapshot (which
+                // hold its deletion until they exist).
+                c.watches(
+                    api_for::<GpuInstance>(&api),
+                    watcher::Config::default(),
+                    move |instance| {
+                        let restored_from = instance
+                            .spec
+                            .source
+                            .as_ref()
+                            .map(|s| s.snapshot_ref.name.clone());
+                        referrers(&store, &instance, |s| {
+                            s.spec
+                                .instance_ref
+                                .as_ref()
+                                .is_some_and(|r| r.name == instance.name_any())
+                                || restored_from.as_deref() == Some(s.name_any().as_str())
+                        })
+                    },
+                )
+            },
+        ));
+        controllers.push(controller::<Image>(
+            &client,
+            &accounts,
+            &config,
+            scope.as_deref(),
+            shutdown.clone(),
+            |c, api| {
+                let store = c.store();
+                c.watches(
+                    api_for::<Snapshot>(&api),
+                    watcher::Config::default(),
+                    move |snapshot| {
+                        referrers(&store, &snapshot, |i| {
+                            i.spec.snapshot_ref.name == snapshot.name_any()
+                        })
+                    },
+                )
+            },
+        ));
+        controllers.push(controller::<Firewall>(
+            &client,
+            &accounts,
+            &config,
+            scope.as_deref(),
+            shutdown.clone(),
+            |c, api| {
+                let store = c.store();
+                c.watches(
+                    api_for::<GpuInstance>(&api),
+                    watcher::Config::default(),
+                    move |instance| {
+                        referrers(&store, &instance, |f| {
+                            f.spec
+                                .instance_refs
+                                .iter()
+                                .any(|r| r.name == instance.name_any())
+                                || selects(f, &instance)
                         })
                     },
                 )
@@ -77,6 +211,18 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         ));
     }
     futures::future::join_all(controllers).await;
+}
+
+/// Whether `firewall`'s selector matches `instance`'s labels. A firewall whose selector is
+/// not valid is woken as well, to report it.
+fn selects(firewall: &Firewall, instance: &GpuInstance) -> bool {
+    firewall
+        .spec
+        .instance_selector
+        .as_ref()
+        .is_some_and(|selector| {
+            Selector::try_from(selector.clone()).map_or(true, |s| s.matches(instance.labels()))
+        })
 }
 
 /// A hash of what a reconcile acts on: the spec (through `generation`), annotations (pause,

@@ -219,3 +219,111 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// An object of kind `K` named `name` with `spec` given as JSON.
+pub fn object<K>(name: &str, spec: serde_json::Value) -> K
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Creates `object` in the test namespace.
+pub async fn create<K>(env: &Env, object: &K)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    env.api::<K>()
+        .create(&PostParams::default(), object)
+        .await
+        .unwrap();
+}
+
+/// Waits until `name` is `Ready` for its current generation.
+pub async fn ready<K>(env: &Env, name: &str) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + gpucloud_api::Managed
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api = env.api::<K>();
+    eventually(60, &format!("{name} Ready"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await.ok()?;
+            object
+                .cloud_status()
+                .is_ready(object.meta().generation)
+                .then_some(object)
+        }
+    })
+    .await
+}
+
+/// Waits until `name`'s condition `type_` has `status` and `reason`.
+pub async fn condition<K>(env: &Env, name: &str, type_: &str, status: &str, reason: &str) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + gpucloud_api::Managed
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api = env.api::<K>();
+    eventually(60, &format!("{name}: {type_}={status} {reason}"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await.ok()?;
+            let c = object.cloud_status().condition(type_)?.clone();
+            (c.status == status && c.reason == reason).then_some(object)
+        }
+    })
+    .await
+}
+
+/// Waits until `name` is gone from the API server.
+pub async fn gone<K>(env: &Env, name: &str)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api = env.api::<K>();
+    eventually(60, &format!("{name} deleted"), || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.unwrap().is_none().then_some(()) }
+    })
+    .await
+}
+
+/// A client of the simulator's account, for changes made behind the operator's back.
+pub fn cloud_client(env: &Env) -> gpucloud_cloud::CloudClient {
+    gpucloud_cloud::CloudClient::new(gpucloud_cloud::ClientConfig::new(
+        env.simulator.base_url(),
+        gpucloud_cloud::ApiKey::new(env.simulator.api_key()),
+    ))
+    .unwrap()
+}
+
+/// The account's data volumes (the `<instance>-boot` volumes of instances left out).
+pub fn data_volumes(env: &Env) -> Vec<gpucloud_cloud::model::Volume> {
+    env.simulator
+        .state()
+        .volumes
+        .into_iter()
+        .filter(|v| !v.name.ends_with("-boot"))
+        .collect()
+}

@@ -1,0 +1,133 @@
+//! `Image`: a custom image made from a Snapshot, bootable through `GpuInstance.imageRef`.
+//!
+//! The cloud removes the images of a snapshot when the snapshot is deleted; an Image whose
+//! snapshot went that way says so (reason `SourceDeleted`) instead of reporting an error.
+
+use crate::account::Account;
+use crate::conditions::{Outcome, reason};
+use crate::context::Context;
+use crate::error::Error;
+use crate::kind::{ManagedKind, Record, WhenGone};
+use crate::records::Images;
+use crate::references;
+use gpucloud_api::{CloudStatus, Image, ImageStatus, Snapshot};
+use gpucloud_cloud::model::{CreateImageRequest, Image as CloudImage, ImageStatus as CloudState};
+use kube::{Api, Resource, ResourceExt};
+
+impl ManagedKind for Image {
+    type Lister = Images;
+    const WHEN_GONE: WhenGone = WhenGone::Report;
+
+    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
+        let mut object = self.clone();
+        let previous = self.status.clone().unwrap_or_default();
+        object.status = Some(match record {
+            Some(r) => ImageStatus {
+                cloud: common,
+                snapshot_id: Some(r.snapshot_id.clone()),
+                region: Some(r.region.clone()),
+                size: Some(i64::try_from(r.size).unwrap_or(i64::MAX)),
+            },
+            None => ImageStatus {
+                cloud: common,
+                ..previous
+            },
+        });
+        object
+    }
+
+    /// The cloud id of the snapshot.
+    type CreatePlan = String;
+
+    async fn plan_create(&self, cx: &Context<Self>, _account: &Account) -> Result<String, Error> {
+        let namespace = self.namespace().unwrap_or_default();
+        references::ready_id::<Snapshot>(
+            &cx.client,
+            &namespace,
+            &self.spec.snapshot_ref.name,
+            "Snapshot",
+        )
+        .await
+    }
+
+    async fn create(
+        _cx: &Context<Self>,
+        account: &Account,
+        snapshot_id: String,
+        cloud_name: &str,
+    ) -> Result<CloudImage, Error> {
+        let request = CreateImageRequest {
+            snapshot_id,
+            name: cloud_name.to_string(),
+        };
+        Ok(account.client.create_image(&request).await?)
+    }
+
+    async fn converge(
+        &mut self,
+        _cx: &Context<Self>,
+        _account: &Account,
+        record: &CloudImage,
+    ) -> Result<Outcome, Error> {
+        Ok(match record.status {
+            CloudState::Creating => {
+                Outcome::progressing(reason::PROVISIONING, format!("{} is creating", record.id))
+            }
+            _ => self.observed(record),
+        })
+    }
+
+    fn observed(&self, record: &CloudImage) -> Outcome {
+        match record.status {
+            CloudState::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("the cloud reports {} in error", record.id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!(
+                    "{} (from {}) is {}",
+                    record.id, record.snapshot_id, record.status
+                ),
+            ),
+        }
+    }
+
+    async fn delete(
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &CloudImage,
+    ) -> Result<(), Error> {
+        match account.client.delete_image(&record.id).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn explain_gone(&self, cx: &Context<Self>, account: &Account) -> Option<Outcome> {
+        let image_id = self.status.as_ref()?.cloud.external_id.clone()?;
+        let snapshot_name = &self.spec.snapshot_ref.name;
+        let namespace = self.namespace().unwrap_or_default();
+        let snapshots: Api<Snapshot> = Api::namespaced(cx.client.clone(), &namespace);
+        let object_gone = match snapshots.get_opt(snapshot_name).await {
+            Ok(found) => found.is_none_or(|s| s.meta().deletion_timestamp.is_some()),
+            Err(_) => false,
+        };
+        let cloud_gone = match self.status.as_ref().and_then(|s| s.snapshot_id.clone()) {
+            Some(snapshot_id) => match account.client.list_snapshots().await {
+                Ok(list) => !list.snapshots.iter().any(|s| s.snapshot_id == snapshot_id),
+                Err(_) => false,
+            },
+            None => false,
+        };
+        (object_gone || cloud_gone).then(|| {
+            Outcome::stalled(
+                reason::SOURCE_DELETED,
+                format!(
+                    "image {image_id} was removed with its snapshot (Snapshot {snapshot_name:?} was deleted); delete this Image, or recreate the Snapshot and this Image"
+                ),
+            )
+        })
+    }
+}

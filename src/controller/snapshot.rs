@@ -1,0 +1,201 @@
+//! `Snapshot`: snapshots a machine once it is `ACTIVE`, follows `creating` to `available`, and
+//! holds its deletion while a GpuInstance is still to be restored from it.
+
+use crate::account::Account;
+use crate::conditions::{Outcome, reason};
+use crate::context::Context;
+use crate::error::Error;
+use crate::kind::{ManagedKind, Record, WhenGone};
+use crate::records::Snapshots;
+use crate::references;
+use gpucloud_api::{CloudStatus, GpuInstance, Managed, Snapshot, SnapshotStatus};
+use gpucloud_cloud::model::{
+    CreateSnapshotRequest, InstanceStatus, Snapshot as CloudSnapshot, SnapshotStatus as CloudState,
+};
+use kube::api::ListParams;
+use kube::{Api, Resource, ResourceExt};
+
+/// What a snapshot create needs: the machine and the request.
+pub struct SnapshotPlan {
+    instance_id: String,
+    request: CreateSnapshotRequest,
+}
+
+impl ManagedKind for Snapshot {
+    type Lister = Snapshots;
+    const WHEN_GONE: WhenGone = WhenGone::Report;
+
+    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
+        let mut object = self.clone();
+        let previous = self.status.clone().unwrap_or_default();
+        object.status = Some(match record {
+            Some(r) => SnapshotStatus {
+                cloud: common,
+                size: Some(i64::try_from(r.size).unwrap_or(i64::MAX)),
+                region: Some(r.region.clone()),
+                source_instance_id: Some(r.instance_id.clone()),
+            },
+            None => SnapshotStatus {
+                cloud: common,
+                ..previous
+            },
+        });
+        object
+    }
+
+    type CreatePlan = SnapshotPlan;
+
+    async fn plan_create(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+    ) -> Result<SnapshotPlan, Error> {
+        let namespace = self.namespace().unwrap_or_default();
+        let instance_id = match (&self.spec.instance_ref, &self.spec.instance_id) {
+            (Some(reference), None) => {
+                references::instance_id(&cx.client, &namespace, &reference.name).await?
+            }
+            (None, Some(id)) => id.clone(),
+            _ => {
+                return Err(Error::InvalidSpec(
+                    "set exactly one of spec.instanceRef and spec.instanceId".into(),
+                ));
+            }
+        };
+        // The cloud snapshots ACTIVE machines only: wait for it rather than fail.
+        let instance = match account.client.get_instance(&instance_id).await {
+            Ok(instance) => instance,
+            Err(e) if e.is_not_found() && self.spec.instance_ref.is_some() => {
+                return Err(Error::InProgress {
+                    reason: reason::WAITING_FOR_INSTANCE,
+                    message: format!("instance {instance_id} is not in the cloud yet"),
+                });
+            }
+            Err(e) if e.is_not_found() => {
+                return Err(Error::InvalidSpec(format!(
+                    "spec.instanceId {instance_id} names no instance in the cloud"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if instance.status != InstanceStatus::Active {
+            return Err(Error::InProgress {
+                reason: reason::WAITING_FOR_INSTANCE,
+                message: format!(
+                    "instance {instance_id} is {}; the cloud snapshots ACTIVE instances only",
+                    instance.status
+                ),
+            });
+        }
+        Ok(SnapshotPlan {
+            instance_id,
+            request: CreateSnapshotRequest {
+                // `create` names it.
+                name: String::new(),
+                description: self.spec.description.clone(),
+                labels: self.spec.labels.iter().map(|l| l.0.clone()).collect(),
+            },
+        })
+    }
+
+    async fn create(
+        _cx: &Context<Self>,
+        account: &Account,
+        plan: SnapshotPlan,
+        cloud_name: &str,
+    ) -> Result<CloudSnapshot, Error> {
+        let mut request = plan.request;
+        request.name = cloud_name.to_string();
+        Ok(account
+            .client
+            .create_snapshot(&plan.instance_id, &request)
+            .await?)
+    }
+
+    async fn converge(
+        &mut self,
+        _cx: &Context<Self>,
+        _account: &Account,
+        record: &CloudSnapshot,
+    ) -> Result<Outcome, Error> {
+        Ok(match record.status {
+            CloudState::Creating => Outcome::progressing(
+                reason::PROVISIONING,
+                format!("{} is creating", record.snapshot_id),
+            ),
+            _ => self.observed(record),
+        })
+    }
+
+    fn observed(&self, record: &CloudSnapshot) -> Outcome {
+        match record.status {
+            CloudState::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("the cloud reports {} in error", record.snapshot_id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!(
+                    "{} ({} GB of {}) is {}",
+                    record.snapshot_id, record.size, record.instance_id, record.status
+                ),
+            ),
+        }
+    }
+
+    async fn delete(
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &CloudSnapshot,
+    ) -> Result<(), Error> {
+        if record.status == CloudState::Creating {
+            // The cloud refuses to delete a snapshot still being made.
+            return Err(Error::InProgress {
+                reason: reason::DELETING,
+                message: format!(
+                    "waiting for {} to finish creating before deleting it",
+                    record.snapshot_id
+                ),
+            });
+        }
+        // Deleting a deleted snapshot succeeds; an unknown one is gone as well.
+        match account.client.delete_snapshot(&record.snapshot_id).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A GpuInstance that is to be restored from this snapshot and is not yet made holds the
+    /// deletion: deleting now would leave it unable ever to be created.
+    async fn hold_deletion(&self, cx: &Context<Self>) -> Result<(), Error> {
+        let namespace = self.namespace().unwrap_or_default();
+        let instances: Api<GpuInstance> = Api::namespaced(cx.client.clone(), &namespace);
+        let name = self.name_any();
+        let waiting: Vec<String> = instances
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|i| {
+                i.meta().deletion_timestamp.is_none()
+                    && i.spec
+                        .source
+                        .as_ref()
+                        .is_some_and(|s| s.snapshot_ref.name == name)
+                    && i.cloud_status().external_id.is_none()
+            })
+            .map(|i| i.name_any())
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        Err(Error::InProgress {
+            reason: reason::DELETING,
+            message: format!(
+                "waiting for GpuInstance {} to be restored from this snapshot before deleting it",
+                waiting.join(", ")
+            ),
+        })
+    }
+}

@@ -1,0 +1,311 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Volume: create, resize, attach, move, detach, clone, refused shrink, delete, orphan and
+//! adoption, and the ordering with the instances it is attached to.
+
+mod support;
+
+use gpucloud_api::*;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::core::ObjectMeta;
+use support::*;
+
+fn machine(name: &str) -> GpuInstance {
+    object(
+        name,
+        serde_json::json!({
+            "region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+            "osImage": "ubuntu-22.04-cuda-12",
+        }),
+    )
+}
+
+fn volume(name: &str, spec: serde_json::Value) -> Volume {
+    let mut full = serde_json::json!({"region": "us-east-1", "sizeGb": 10});
+    for (k, v) in spec.as_object().unwrap() {
+        full[k] = v.clone();
+    }
+    object(name, full)
+}
+
+async fn patch_spec(env: &Env, name: &str, spec: serde_json::Value) -> Result<Volume, kube::Error> {
+    env.api::<Volume>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await
+}
+
+fn cloud_volume(env: &Env, id: &str) -> gpucloud_cloud::model::Volume {
+    data_volumes(env)
+        .into_iter()
+        .find(|v| v.id == id)
+        .unwrap_or_else(|| panic!("{id} not in the cloud"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_is_created_resized_attached_moved_detached_cloned_and_deleted() {
+    let mut env = Env::start().await;
+    create(&env, &machine("node-a")).await;
+    create(&env, &machine("node-b")).await;
+    create(
+        &env,
+        &volume(
+            "data",
+            serde_json::json!({"instanceRef": {"name": "node-a"}}),
+        ),
+    )
+    .await;
+    let a = ready::<GpuInstance>(&env, "node-a").await;
+    let b = ready::<GpuInstance>(&env, "node-b").await;
+    let a_id = a.cloud_status().external_id.unwrap();
+    let b_id = b.cloud_status().external_id.unwrap();
+
+    // Attach.
+    let data: Volume = ready(&env, "data").await;
+    let status = data.status.clone().unwrap();
+    let id = status.cloud.external_id.clone().unwrap();
+    assert_eq!(status.attached_instance_id.as_deref(), Some(a_id.as_str()));
+    assert_eq!(status.cloud.state.as_deref(), Some("attached"));
+    assert_eq!(status.size_gb, Some(10));
+    assert_eq!(status.volume_type.as_deref(), Some("NVMe"));
+    assert_eq!(status.bootable, Some(false));
+    assert_eq!(
+        cloud_volume(&env, &id).instance_id.as_deref(),
+        Some(a_id.as_str())
+    );
+    assert_eq!(env.calls("CreateVolume"), 1);
+
+    // Grow.
+    patch_spec(&env, "data", serde_json::json!({"sizeGb": 25}))
+        .await
+        .unwrap();
+    eventually(30, "volume grown in the cloud", || async {
+        (cloud_volume(&env, &id).size == 25).then_some(())
+    })
+    .await;
+    let grown: Volume = ready(&env, "data").await;
+    assert_eq!(grown.status.unwrap().size_gb, Some(25));
+
+    // Shrinking is refused at admission with a clear message.
+    let refused = patch_spec(&env, "data", serde_json::json!({"sizeGb": 5}))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("sizeGb cannot shrink"),
+        "{refused}"
+    );
+    // So are immutable fields.
+    let refused = patch_spec(&env, "data", serde_json::json!({"volumeType": "SSD"}))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("volumeType is immutable"),
+        "{refused}"
+    );
+
+    // Move to another machine.
+    patch_spec(
+        &env,
+        "data",
+        serde_json::json!({"instanceRef": {"name": "node-b"}}),
+    )
+    .await
+    .unwrap();
+    eventually(30, "volume moved to node-b", || async {
+        (cloud_volume(&env, &id).instance_id.as_deref() == Some(b_id.as_str())).then_some(())
+    })
+    .await;
+    let moved: Volume = ready(&env, "data").await;
+    assert_eq!(
+        moved.status.unwrap().attached_instance_id.as_deref(),
+        Some(b_id.as_str())
+    );
+    assert!(env.calls("DetachVolumes") >= 1);
+
+    // Detach.
+    patch_spec(&env, "data", serde_json::json!({"instanceRef": null}))
+        .await
+        .unwrap();
+    eventually(30, "volume detached", || async {
+        cloud_volume(&env, &id).instance_id.is_none().then_some(())
+    })
+    .await;
+    let detached: Volume = ready(&env, "data").await;
+    assert_eq!(detached.status.clone().unwrap().attached_instance_id, None);
+    assert_eq!(
+        detached.status.unwrap().cloud.state.as_deref(),
+        Some("available")
+    );
+
+    // Clone.
+    create(
+        &env,
+        &volume(
+            "data-copy",
+            serde_json::json!({"sizeGb": 25, "source": {"volumeRef": {"name": "data"}}}),
+        ),
+    )
+    .await;
+    let copy: Volume = ready(&env, "data-copy").await;
+    let copy_id = copy.cloud_status().external_id.unwrap();
+    assert_ne!(copy_id, id);
+    assert_eq!(cloud_volume(&env, &copy_id).size, 25);
+    assert_eq!(env.calls("CloneVolume"), 1);
+    assert_eq!(env.calls("CreateVolume"), 1, "a clone is not a create");
+
+    // Delete, with the volume attached again first: it is detached, then deleted.
+    patch_spec(
+        &env,
+        "data",
+        serde_json::json!({"instanceRef": {"name": "node-a"}}),
+    )
+    .await
+    .unwrap();
+    eventually(30, "volume attached again", || async {
+        cloud_volume(&env, &id).instance_id.is_some().then_some(())
+    })
+    .await;
+    for name in ["data", "data-copy"] {
+        env.api::<Volume>()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    gone::<Volume>(&env, "data").await;
+    gone::<Volume>(&env, "data-copy").await;
+    assert!(data_volumes(&env).is_empty(), "{:?}", data_volumes(&env));
+    assert_eq!(
+        env.simulator.state().instances.len(),
+        2,
+        "machines untouched"
+    );
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_waits_for_its_instance_and_attaches_when_it_appears() {
+    let mut env = Env::start().await;
+    create(
+        &env,
+        &volume(
+            "scratch",
+            serde_json::json!({"instanceRef": {"name": "later"}}),
+        ),
+    )
+    .await;
+    let waiting: Volume = condition(
+        &env,
+        "scratch",
+        "Reconciling",
+        "True",
+        "WaitingForReference",
+    )
+    .await;
+    let message = waiting
+        .cloud_status()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains("later"), "{message}");
+    // The volume itself exists already; only the attachment waits.
+    assert_eq!(data_volumes(&env).len(), 1);
+
+    create(&env, &machine("later")).await;
+    let vm: GpuInstance = ready(&env, "later").await;
+    let attached: Volume = ready(&env, "scratch").await;
+    assert_eq!(
+        attached.status.unwrap().attached_instance_id,
+        vm.cloud_status().external_id
+    );
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_instance_detaches_its_volumes_first_and_the_volume_says_why() {
+    let mut env = Env::start().await;
+    create(&env, &machine("worker")).await;
+    create(
+        &env,
+        &volume(
+            "keep-me",
+            serde_json::json!({"instanceRef": {"name": "worker"}}),
+        ),
+    )
+    .await;
+    let vol: Volume = ready(&env, "keep-me").await;
+    let id = vol.cloud_status().external_id.unwrap();
+    assert!(vol.status.unwrap().attached_instance_id.is_some());
+
+    env.api::<GpuInstance>()
+        .delete("worker", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone::<GpuInstance>(&env, "worker").await;
+    assert!(
+        env.calls("DetachVolumes") >= 1,
+        "detached before the delete"
+    );
+    eventually(30, "machine gone from the cloud", || async {
+        env.simulator.state().instances.is_empty().then_some(())
+    })
+    .await;
+    let kept = cloud_volume(&env, &id);
+    assert_eq!(kept.instance_id, None, "the volume outlives the machine");
+    assert_eq!(kept.size, 10);
+
+    let waiting: Volume = condition(
+        &env,
+        "keep-me",
+        "Reconciling",
+        "True",
+        "WaitingForReference",
+    )
+    .await;
+    let ready_condition = waiting.cloud_status().condition("Ready").unwrap().clone();
+    assert_eq!(ready_condition.status, "False");
+    assert!(ready_condition.message.contains("worker"));
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_volume_stays_and_is_adopted_by_a_new_object() {
+    let mut env = Env::start().await;
+    create(
+        &env,
+        &volume(
+            "old",
+            serde_json::json!({"deletionPolicy": "Orphan", "sizeGb": 12}),
+        ),
+    )
+    .await;
+    let old: Volume = ready(&env, "old").await;
+    let id = old.cloud_status().external_id.unwrap();
+    env.api::<Volume>()
+        .delete("old", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone::<Volume>(&env, "old").await;
+    assert_eq!(cloud_volume(&env, &id).size, 12, "orphaned volume stays");
+
+    let mut adopted = volume("new", serde_json::json!({"sizeGb": 12}));
+    adopted.metadata = ObjectMeta {
+        name: Some("new".into()),
+        annotations: Some([(EXTERNAL_ID_ANNOTATION.to_string(), id.clone())].into()),
+        ..Default::default()
+    };
+    create(&env, &adopted).await;
+    let new: Volume = ready(&env, "new").await;
+    assert_eq!(new.cloud_status().external_id.as_deref(), Some(id.as_str()));
+    assert_eq!(env.calls("CreateVolume"), 1, "adoption creates nothing");
+
+    env.api::<Volume>()
+        .delete("new", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone::<Volume>(&env, "new").await;
+    assert!(data_volumes(&env).is_empty());
+    env.stop_operator().await;
+}

@@ -1,0 +1,244 @@
+//! `Volume`: creates (or clones) the volume, grows it to `sizeGb`, and keeps its attachment in
+//! step with `instanceRef`: attach, detach, or move (detach, then attach elsewhere), one cloud
+//! call per step.
+
+use crate::account::Account;
+use crate::conditions::{Outcome, reason};
+use crate::context::Context;
+use crate::error::Error;
+use crate::kind::{ManagedKind, Record, WhenGone};
+use crate::records::Volumes;
+use crate::references;
+use gpucloud_api::{CloudStatus, Volume, VolumeStatus};
+use gpucloud_cloud::model::{
+    CreateVolumeRequest, Tier as CloudTier, Volume as CloudVolume, VolumeStatus as CloudState,
+};
+use kube::ResourceExt;
+
+/// How a volume comes to exist: made empty, or cloned from another volume.
+pub enum VolumePlan {
+    Create(CreateVolumeRequest),
+    Clone { source_id: String },
+}
+
+/// Where `instanceRef` says the volume belongs.
+enum Target {
+    /// No reference: the volume stays detached.
+    Detached,
+    /// The referenced machine's cloud id.
+    Instance(String),
+    /// The reference cannot be followed yet (the machine does not exist, has no id yet, or is
+    /// being deleted).
+    Waiting(Error),
+}
+
+impl ManagedKind for Volume {
+    type Lister = Volumes;
+    const WHEN_GONE: WhenGone = WhenGone::Report;
+
+    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
+        let mut object = self.clone();
+        let previous = self.status.clone().unwrap_or_default();
+        object.status = Some(match record {
+            Some(r) => VolumeStatus {
+                cloud: common,
+                attached_instance_id: r.instance_id.clone(),
+                size_gb: Some(i32::try_from(r.size).unwrap_or(i32::MAX)),
+                volume_type: Some(r.volume_type.clone()),
+                bootable: Some(r.bootable),
+            },
+            None => VolumeStatus {
+                cloud: common,
+                ..previous
+            },
+        });
+        object
+    }
+
+    type CreatePlan = VolumePlan;
+
+    async fn plan_create(
+        &self,
+        cx: &Context<Self>,
+        _account: &Account,
+    ) -> Result<VolumePlan, Error> {
+        let size = u64::try_from(self.spec.size_gb)
+            .map_err(|_| Error::InvalidSpec("spec.sizeGb must be positive".into()))?;
+        if let Some(source) = &self.spec.source {
+            let namespace = self.namespace().unwrap_or_default();
+            if source.volume_ref.name == self.name_any() {
+                return Err(Error::InvalidSpec(
+                    "spec.source.volumeRef names this Volume itself".into(),
+                ));
+            }
+            let source_id = references::ready_id::<Volume>(
+                &cx.client,
+                &namespace,
+                &source.volume_ref.name,
+                "Volume",
+            )
+            .await?;
+            return Ok(VolumePlan::Clone { source_id });
+        }
+        Ok(VolumePlan::Create(CreateVolumeRequest {
+            // `create` names it.
+            name: String::new(),
+            size,
+            region: self.spec.region.clone(),
+            volume_type: Some(self.spec.volume_type.clone()),
+            tier: Some(CloudTier::from_wire(self.spec.tier.cloud_value())),
+            bootable: Some(self.spec.bootable),
+        }))
+    }
+
+    async fn create(
+        _cx: &Context<Self>,
+        account: &Account,
+        plan: VolumePlan,
+        cloud_name: &str,
+    ) -> Result<CloudVolume, Error> {
+        match plan {
+            VolumePlan::Create(mut request) => {
+                request.name = cloud_name.to_string();
+                Ok(account.client.create_volume(&request).await?)
+            }
+            VolumePlan::Clone { source_id } => {
+                Ok(account.client.clone_volume(&source_id, cloud_name).await?)
+            }
+        }
+    }
+
+    async fn converge(
+        &mut self,
+        cx: &Context<Self>,
+        account: &Account,
+        record: &CloudVolume,
+    ) -> Result<Outcome, Error> {
+        let id = record.id.as_str();
+        let client = &account.client;
+        match record.status {
+            CloudState::Creating => {
+                return Ok(Outcome::progressing(
+                    reason::PROVISIONING,
+                    format!("{id} is creating"),
+                ));
+            }
+            CloudState::Error => {
+                return Ok(Outcome::stalled(
+                    reason::CLOUD_UNAVAILABLE,
+                    format!("the cloud reports {id} in error"),
+                ));
+            }
+            _ => {}
+        }
+
+        let wanted = u64::try_from(self.spec.size_gb).unwrap_or_default();
+        if wanted > record.size {
+            client.resize_volume(id, wanted).await?;
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("growing {id} from {} GB to {wanted} GB", record.size),
+            ));
+        }
+        if wanted < record.size {
+            // Admission refuses a shrinking spec; this is a larger clone source or an adopted
+            // volume, which cannot be made smaller either.
+            return Ok(Outcome::stalled(
+                reason::INVALID_SPEC,
+                format!(
+                    "spec.sizeGb {wanted} is smaller than {id}'s {} GB; volumes cannot shrink",
+                    record.size
+                ),
+            ));
+        }
+
+        let target = target(self, cx).await?;
+        if let Some(current) = &record.instance_id
+            && !matches!(&target, Target::Instance(wanted) if wanted == current)
+        {
+            match client
+                .detach_volumes(current, std::slice::from_ref(&record.id))
+                .await
+            {
+                Ok(_) => {}
+                // The machine is gone: the cloud lets go of its volumes by itself.
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("detaching {id} from {current}"),
+            ));
+        }
+        match target {
+            Target::Instance(instance) if record.instance_id.is_none() => {
+                client
+                    .attach_volumes(&instance, std::slice::from_ref(&record.id))
+                    .await?;
+                Ok(Outcome::progressing(
+                    reason::UPDATING,
+                    format!("attaching {id} to {instance}"),
+                ))
+            }
+            Target::Instance(instance) => Ok(Outcome::ready(
+                reason::AVAILABLE,
+                format!("{id} ({} GB) is attached to {instance}", record.size),
+            )),
+            Target::Detached => Ok(Outcome::ready(
+                reason::AVAILABLE,
+                format!("{id} ({} GB) is available", record.size),
+            )),
+            Target::Waiting(error) => Ok(error.outcome()),
+        }
+    }
+
+    fn observed(&self, record: &CloudVolume) -> Outcome {
+        match record.status {
+            CloudState::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("{} is in error", record.id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!("observing {} ({})", record.id, record.status),
+            ),
+        }
+    }
+
+    async fn delete(
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &CloudVolume,
+    ) -> Result<(), Error> {
+        // The cloud deletes detached volumes only.
+        if let Some(instance) = &record.instance_id {
+            match account
+                .client
+                .detach_volumes(instance, std::slice::from_ref(&record.id))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match account.client.delete_volume(&record.id).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> {
+    let this = volume;
+    let Some(reference) = &this.spec.instance_ref else {
+        return Ok(Target::Detached);
+    };
+    let namespace = this.namespace().unwrap_or_default();
+    match references::instance_id(&cx.client, &namespace, &reference.name).await {
+        Ok(id) => Ok(Target::Instance(id)),
+        Err(waiting @ Error::WaitingFor { .. }) => Ok(Target::Waiting(waiting)),
+        Err(other) => Err(other),
+    }
+}
