@@ -695,13 +695,13 @@ fn walk(
             let Some(item_schema) = node.items.as_deref() else {
                 return;
             };
+            // Only map lists correlate items with old ones for rules (upstream `makeMapList`).
+            let correlation = super::validate::Correlation::new(node, old);
+            let is_map_list = node.list_type.as_deref() == Some("map");
             for (index, item) in items.iter().enumerate() {
-                // Only map lists correlate items with old ones for rules (upstream `makeMapList`).
-                let old_item = if node.list_type.as_deref() == Some("map") {
-                    super::validate::correlate(node, item, old)
-                } else {
-                    None
-                };
+                let old_item = is_map_list
+                    .then(|| correlation.old_for(node, item))
+                    .flatten();
                 walk(
                     item_schema,
                     item,

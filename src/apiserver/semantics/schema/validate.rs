@@ -36,24 +36,59 @@ fn sorted_keys(map: &serde_json::Map<String, Value>) -> Vec<&String> {
     keys
 }
 
-/// The old value a new list item corresponds to: map-list items by their keys, set items by
-/// value; items of other lists do not correlate.
-pub(crate) fn correlate<'a>(
-    node: &Node,
-    item: &Value,
-    old: Option<&'a Value>,
-) -> Option<&'a Value> {
-    let old_items = old?.as_array()?;
-    match node.list_type.as_deref() {
-        Some("map") if !node.list_map_keys.is_empty() => old_items.iter().find(|candidate| {
-            node.list_map_keys
-                .iter()
-                .all(|key| candidate.get(key).is_some() && candidate.get(key) == item.get(key))
-        }),
-        Some("set") => old_items
-            .iter()
-            .find(|candidate| json_equal(candidate, item)),
-        _ => None,
+/// Finds the old value a new list item corresponds to: map-list items by their keys, set items
+/// by value; items of other lists do not correlate. Built once per list so that correlating
+/// every item stays linear.
+pub(crate) struct Correlation<'a> {
+    by_identity: std::collections::HashMap<String, &'a Value>,
+    mode: CorrelationMode,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum CorrelationMode {
+    None,
+    MapKeys,
+    SetValues,
+}
+
+impl<'a> Correlation<'a> {
+    pub(crate) fn new(node: &Node, old: Option<&'a Value>) -> Correlation<'a> {
+        let mode = match node.list_type.as_deref() {
+            Some("map") if !node.list_map_keys.is_empty() => CorrelationMode::MapKeys,
+            Some("set") => CorrelationMode::SetValues,
+            _ => CorrelationMode::None,
+        };
+        let mut by_identity = std::collections::HashMap::new();
+        if mode != CorrelationMode::None
+            && let Some(old_items) = old.and_then(Value::as_array)
+        {
+            for candidate in old_items {
+                if let Some(identity) = identity(node, mode, candidate) {
+                    by_identity.entry(identity).or_insert(candidate);
+                }
+            }
+        }
+        Correlation { by_identity, mode }
+    }
+
+    /// The old item for `item`, if any.
+    pub(crate) fn old_for(&self, node: &Node, item: &Value) -> Option<&'a Value> {
+        let identity = identity(node, self.mode, item)?;
+        self.by_identity.get(&identity).copied()
+    }
+}
+
+fn identity(node: &Node, mode: CorrelationMode, item: &Value) -> Option<String> {
+    match mode {
+        CorrelationMode::None => None,
+        CorrelationMode::SetValues => Some(crate::json::canonical_text(item)),
+        CorrelationMode::MapKeys => {
+            let mut key = serde_json::Map::new();
+            for name in &node.list_map_keys {
+                key.insert(name.clone(), item.get(name)?.clone());
+            }
+            Some(crate::json::canonical_text(&Value::Object(key)))
+        }
     }
 }
 
@@ -123,8 +158,9 @@ pub(crate) fn validate_value(
     }
     if let Value::Array(items) = value {
         if let Some(item_schema) = node.items.as_deref() {
+            let correlation = Correlation::new(node, old);
             for (index, item) in items.iter().enumerate() {
-                let old_item = correlate(node, item, old);
+                let old_item = correlation.old_for(node, item);
                 validate_value(
                     item_schema,
                     item,
@@ -445,8 +481,9 @@ pub(crate) fn validate_list_types(
                 _ => {}
             }
             if let Some(item_schema) = node.items.as_deref() {
+                let correlation = Correlation::new(node, old);
                 for (index, item) in items.iter().enumerate() {
-                    let old_item = correlate(node, item, old);
+                    let old_item = correlation.old_for(node, item);
                     let item_path = format!("{path}[{index}]");
                     validate_list_types(item_schema, item, old_item, &item_path, errors);
                 }
