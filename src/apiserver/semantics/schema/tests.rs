@@ -923,6 +923,10 @@ fn long_lists_are_checked_in_linear_time() {
     let object = json!({"spec": {"tags": tags, "rules": rules}});
     let started = std::time::Instant::now();
     assert!(compiled.validate(&object, None).is_empty());
+    // On update every item is correlated with its old self.
+    let mut updated = object.clone();
+    updated["spec"]["rules"][7]["name"] = json!("renamed");
+    assert!(compiled.validate(&updated, Some(&object)).is_empty());
     assert!(
         started.elapsed() < std::time::Duration::from_secs(10),
         "{:?}",
