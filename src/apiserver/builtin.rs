@@ -156,6 +156,118 @@ pub fn is_crd(info: &ResourceInfo) -> bool {
     info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
 }
 
+/// Whether `info` is the events.k8s.io/v1 view of Events (stored as core/v1 Events, as the
+/// real server stores both views in one place).
+pub fn is_events_v1(info: &ResourceInfo) -> bool {
+    info.group == "events.k8s.io" && info.plural == "events"
+}
+
+/// Whether `info` is core/v1 Events.
+pub fn is_core_event(info: &ResourceInfo) -> bool {
+    info.group.is_empty() && info.plural == "events"
+}
+
+/// Fields that differ only in name between core/v1 and events.k8s.io/v1 Events
+/// (k8s.io/kubernetes pkg/apis/events/v1 conversion).
+const EVENT_RENAMES: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reportingComponent", "reportingController"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+fn rename_fields(mut object: Value, to_events_v1: bool, api_version: &str) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        for (core, events_v1) in EVENT_RENAMES {
+            let (from, to) = if to_events_v1 {
+                (*core, *events_v1)
+            } else {
+                (*events_v1, *core)
+            };
+            if let Some(value) = map.remove(from) {
+                map.insert(to.to_string(), value);
+            }
+        }
+        map.insert("apiVersion".into(), json!(api_version));
+    }
+    object
+}
+
+/// A stored (core/v1) Event as events.k8s.io/v1 serves it.
+pub fn event_to_events_v1(object: Value) -> Value {
+    if object["apiVersion"] == "events.k8s.io/v1" {
+        return object;
+    }
+    rename_fields(object, true, "events.k8s.io/v1")
+}
+
+/// An events.k8s.io/v1 Event in its stored (core/v1) form.
+pub fn event_to_core(object: Value) -> Value {
+    if object["apiVersion"] == "v1" {
+        return object;
+    }
+    rename_fields(object, false, "v1")
+}
+
+/// Extra field selectors a kind supports, each mapped to the path it reads in the stored
+/// object (core/v1 Event fields from pkg/registry/core/event/strategy.go; the events.k8s.io
+/// view accepts its own names for the same fields too).
+pub fn selectable_fields(info: &ResourceInfo) -> &'static [(&'static str, &'static str)] {
+    const CORE_EVENT: &[(&str, &str)] = &[
+        ("involvedObject.kind", "involvedObject.kind"),
+        ("involvedObject.namespace", "involvedObject.namespace"),
+        ("involvedObject.name", "involvedObject.name"),
+        ("involvedObject.uid", "involvedObject.uid"),
+        ("involvedObject.apiVersion", "involvedObject.apiVersion"),
+        (
+            "involvedObject.resourceVersion",
+            "involvedObject.resourceVersion",
+        ),
+        ("involvedObject.fieldPath", "involvedObject.fieldPath"),
+        ("reason", "reason"),
+        ("reportingComponent", "reportingComponent"),
+        ("source", "source.component"),
+        ("type", "type"),
+    ];
+    const EVENTS_V1: &[(&str, &str)] = &[
+        ("involvedObject.kind", "involvedObject.kind"),
+        ("involvedObject.namespace", "involvedObject.namespace"),
+        ("involvedObject.name", "involvedObject.name"),
+        ("involvedObject.uid", "involvedObject.uid"),
+        ("involvedObject.apiVersion", "involvedObject.apiVersion"),
+        (
+            "involvedObject.resourceVersion",
+            "involvedObject.resourceVersion",
+        ),
+        ("involvedObject.fieldPath", "involvedObject.fieldPath"),
+        ("regarding.kind", "involvedObject.kind"),
+        ("regarding.namespace", "involvedObject.namespace"),
+        ("regarding.name", "involvedObject.name"),
+        ("regarding.uid", "involvedObject.uid"),
+        ("regarding.apiVersion", "involvedObject.apiVersion"),
+        (
+            "regarding.resourceVersion",
+            "involvedObject.resourceVersion",
+        ),
+        ("regarding.fieldPath", "involvedObject.fieldPath"),
+        ("reason", "reason"),
+        ("reportingComponent", "reportingComponent"),
+        ("reportingController", "reportingComponent"),
+        ("source", "source.component"),
+        ("type", "type"),
+    ];
+    if is_core_event(info) {
+        CORE_EVENT
+    } else if is_events_v1(info) {
+        EVENTS_V1
+    } else {
+        &[]
+    }
+}
+
 /// A Namespace object as created at start-up.
 pub fn initial_namespace(name: &str) -> Value {
     json!({
@@ -245,6 +357,17 @@ fn fold_string_data(object: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_convert_between_views() {
+        let core = json!({"apiVersion": "v1", "kind": "Event", "message": "m",
+                          "involvedObject": {"name": "x"}, "reason": "R"});
+        let events_v1 = event_to_events_v1(core.clone());
+        assert_eq!(events_v1["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(events_v1["note"], "m");
+        assert_eq!(events_v1["regarding"]["name"], "x");
+        assert_eq!(event_to_core(events_v1), core);
+    }
 
     #[test]
     fn secret_string_data_is_folded_into_data() {

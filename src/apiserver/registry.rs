@@ -67,8 +67,15 @@ impl ResourceInfo {
         self.schema.is_some()
     }
 
-    /// The storage key of the resource, shared by all its versions.
+    /// The storage key of the resource, shared by all its versions (and by both views of
+    /// Events, which the real server also stores once).
     pub fn storage_key(&self) -> ResourceKey {
+        if crate::builtin::is_events_v1(self) {
+            return ResourceKey {
+                group: String::new(),
+                plural: "events".into(),
+            };
+        }
         ResourceKey {
             group: self.group.clone(),
             plural: self.plural.clone(),

@@ -196,23 +196,32 @@ fn valid_value(value: &str, part: &str) -> Result<String, SelectorError> {
     }
 }
 
-/// A field selector on `metadata.name` / `metadata.namespace` (what the real server supports
-/// for every kind).
+/// A field selector: `metadata.name` and `metadata.namespace` for every kind (what the real
+/// server supports everywhere), plus the extra fields a kind declares selectable (Events).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     requirements: Vec<(FieldName, bool, String)>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum FieldName {
     Name,
     Namespace,
+    /// A path in the stored object (dot-separated), compared as a string.
+    Object(String),
 }
 
 // === impl FieldSelector ===
 
 impl FieldSelector {
+    /// Parses a selector allowing only `metadata.name` and `metadata.namespace`.
     pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        Self::parse_with(text, &[])
+    }
+
+    /// Parses a selector; `extra` maps each additional selectable field to the path it reads
+    /// in the stored object.
+    pub fn parse_with(text: &str, extra: &[(&str, &str)]) -> Result<Self, SelectorError> {
         let mut requirements = Vec::new();
         for part in text.split(',') {
             let part = part.trim();
@@ -233,11 +242,14 @@ impl FieldSelector {
             let field = match field.trim() {
                 "metadata.name" => FieldName::Name,
                 "metadata.namespace" => FieldName::Namespace,
-                other => {
-                    return Err(SelectorError::UnsupportedField(format!(
-                        "\"{other}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
-                    )));
-                }
+                other => match extra.iter().find(|(name, _)| *name == other) {
+                    Some((_, path)) => FieldName::Object((*path).to_string()),
+                    None => {
+                        return Err(SelectorError::UnsupportedField(format!(
+                            "\"{other}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                        )));
+                    }
+                },
             };
             requirements.push((field, equal, value.trim().to_string()));
         }
@@ -248,13 +260,41 @@ impl FieldSelector {
         self.matches_parts(&index.name, &index.namespace)
     }
 
+    /// The name and namespace requirements (object-field requirements are checked by
+    /// [`FieldSelector::matches_object`]).
     pub fn matches_parts(&self, name: &str, namespace: &str) -> bool {
         self.requirements.iter().all(|(field, equal, value)| {
             let actual = match field {
                 FieldName::Name => name,
                 FieldName::Namespace => namespace,
+                FieldName::Object(_) => return true,
             };
             (actual == value) == *equal
+        })
+    }
+
+    /// Whether some requirement reads the object itself.
+    pub fn needs_object(&self) -> bool {
+        self.requirements
+            .iter()
+            .any(|(field, _, _)| matches!(field, FieldName::Object(_)))
+    }
+
+    /// The object-field requirements, against the stored object. A missing field reads as "".
+    pub fn matches_object(&self, object: &serde_json::Value) -> bool {
+        self.requirements.iter().all(|(field, equal, value)| {
+            let FieldName::Object(path) = field else {
+                return true;
+            };
+            let found = path
+                .split('.')
+                .try_fold(object, |current, key| current.get(key));
+            let actual = match found {
+                Some(serde_json::Value::String(text)) => text.clone(),
+                Some(serde_json::Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            (actual == *value) == *equal
         })
     }
 
@@ -317,5 +357,21 @@ mod tests {
         assert!(!selector.matches_parts("a", "kube-system"));
         assert!(!selector.matches_parts("b", "default"));
         assert_eq!(selector.pinned_name(), Some("a"));
+    }
+
+    #[test]
+    fn extra_fields_read_the_object() {
+        let extra = [
+            ("involvedObject.name", "involvedObject.name"),
+            ("type", "type"),
+        ];
+        let selector =
+            FieldSelector::parse_with("involvedObject.name=x,type!=Warning", &extra).unwrap();
+        assert!(selector.needs_object());
+        let event = serde_json::json!({"involvedObject": {"name": "x"}, "type": "Normal"});
+        assert!(selector.matches_object(&event));
+        let warning = serde_json::json!({"involvedObject": {"name": "x"}, "type": "Warning"});
+        assert!(!selector.matches_object(&warning));
+        assert!(FieldSelector::parse("involvedObject.name=x").is_err());
     }
 }

@@ -182,6 +182,9 @@ impl WatchFilter {
         {
             return None;
         }
+        if !self.selection.matches_stored(&event.object) {
+            return None;
+        }
         let matches_now = self.selection.labels.matches(&event.labels);
         match (event.event_type, &event.previous_labels) {
             (EventType::Modified, Some(previous)) => {

@@ -340,7 +340,11 @@ pub fn delete_collection(context: &Context<'_>, body: &Bytes) -> Result<Response
             selection.matches(index)
         });
     let mut items = Vec::new();
-    for object in page.items {
+    for object in page
+        .items
+        .into_iter()
+        .filter(|object| selection.matches_stored(&object.bytes))
+    {
         match delete_object(
             context.state,
             &info,

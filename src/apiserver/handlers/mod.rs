@@ -492,6 +492,9 @@ pub fn value_response(status: StatusCode, value: &Value) -> Response {
 /// apiVersion; CRD versions share one schema shape (conversion strategy `None`), so only
 /// `apiVersion` changes.
 pub fn at_version(info: &ResourceInfo, mut object: Value) -> Value {
+    if builtin::is_events_v1(info) {
+        return builtin::event_to_events_v1(object);
+    }
     if info.is_custom() {
         let api_version = info.api_version();
         if object["apiVersion"].as_str() != Some(api_version.as_str()) {
@@ -503,7 +506,8 @@ pub fn at_version(info: &ResourceInfo, mut object: Value) -> Value {
 
 /// Stored bytes as served at the requested version.
 pub fn bytes_at_version(info: &ResourceInfo, bytes: &Bytes) -> Bytes {
-    if !info.is_custom() || info.storage_version {
+    let converted = builtin::is_events_v1(info) || (info.is_custom() && !info.storage_version);
+    if !converted {
         return bytes.clone();
     }
     match serde_json::from_slice::<Value>(bytes) {

@@ -49,13 +49,27 @@ impl Selection {
     pub fn from_query(context: &Context<'_>) -> Result<Self, ApiError> {
         let labels = LabelSelector::parse(context.query.get("labelSelector").unwrap_or_default())
             .map_err(|error| ApiError::bad_request(error.to_string()))?;
-        let fields = FieldSelector::parse(context.query.get("fieldSelector").unwrap_or_default())
-            .map_err(|error| ApiError::bad_request(error.to_string()))?;
+        let fields = FieldSelector::parse_with(
+            context.query.get("fieldSelector").unwrap_or_default(),
+            crate::builtin::selectable_fields(context.info()),
+        )
+        .map_err(|error| ApiError::bad_request(error.to_string()))?;
         Ok(Selection { labels, fields })
     }
 
     pub fn matches(&self, index: &ObjectIndex) -> bool {
         self.labels.matches(&index.labels) && self.fields.matches(index)
+    }
+
+    /// The field requirements that read the stored object itself (Event fields); objects
+    /// that cannot be parsed do not match.
+    pub fn matches_stored(&self, bytes: &[u8]) -> bool {
+        if !self.fields.needs_object() {
+            return true;
+        }
+        serde_json::from_slice::<Value>(bytes)
+            .map(|object| self.fields.matches_object(&object))
+            .unwrap_or(false)
     }
 }
 
@@ -258,6 +272,7 @@ pub fn list(context: &Context<'_>) -> Result<Response, ApiError> {
     let items: Vec<Bytes> = page
         .items
         .iter()
+        .filter(|object| selection.matches_stored(&object.bytes))
         .map(|object| bytes_at_version(info, &object.bytes))
         .collect();
     if let Some(table) = table_for(context, &items, metadata.clone())? {

@@ -332,6 +332,9 @@ fn prepare_common(
             // Objects are stored at the storage version; reads convert back.
             object["apiVersion"] = json!(storage.api_version());
         }
+        if builtin::is_events_v1(info) {
+            *object = builtin::event_to_core(std::mem::take(object));
+        }
         return Ok(());
     }
     let message = super::semantics::invalid_message(&info.kind, &info.group, &name, &errors);

@@ -49,6 +49,32 @@ async fn recorder_creates_then_patches_an_event_series() {
     let stored = &list.items[0];
     assert_eq!(stored.reason.as_deref(), Some("Provisioned"));
     assert_eq!(stored.series.as_ref().unwrap().count, 2);
+
+    // Both Event APIs show the same objects, as on a real server (one storage, two views):
+    // what kubectl describe lists through core/v1, with its involvedObject field selector.
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let selected = bounded(core.list(
+        &ListParams::default().fields("involvedObject.name=subject,involvedObject.kind=ConfigMap"),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(selected.items.len(), 1);
+    let core_event = &selected.items[0];
+    assert_eq!(core_event.message.as_deref(), Some("instance is running"));
+    assert_eq!(
+        core_event.reporting_component.as_deref(),
+        Some("gpucloud-operator")
+    );
+    assert_eq!(core_event.involved_object.name.as_deref(), Some("subject"));
+    let other = bounded(core.list(&ListParams::default().fields("involvedObject.name=other")))
+        .await
+        .unwrap();
+    assert!(other.items.is_empty());
+    let by_regarding =
+        bounded(events.list(&ListParams::default().fields("regarding.name=subject")))
+            .await
+            .unwrap();
+    assert_eq!(by_regarding.items.len(), 1);
     server.shutdown().await;
 }
 
