@@ -22,7 +22,10 @@
 //!   current state after the last key and reports the first page's resourceVersion.
 //! - Objects are stored at the CRD's storage version; other versions differ only in
 //!   `apiVersion` (conversion strategy `None`); webhook conversion is not supported.
-//! - core/v1 and events.k8s.io/v1 Events are stored separately (the real server shares them).
+//! - Field selectors: `metadata.name` and `metadata.namespace` for every kind, plus the Event
+//!   fields (`involvedObject.*`, `reason`, `type`, `source`, `reportingComponent`); CRD
+//!   `selectableFields` are not supported. A watch with an Event field selector does not turn
+//!   a change that leaves the selection into DELETED (label selectors do).
 //! - CRD conditions (`NamesAccepted`, `Established`) are set in the create response itself;
 //!   `/scale` subresources are not served.
 //! - Built-in kinds are not validated against their OpenAPI schemas: only object metadata
