@@ -186,7 +186,12 @@ impl ApiServer {
             address: config.listen,
             source,
         })?;
-        let hosts = vec![local_addr.ip().to_string(), "localhost".to_string()];
+        // The certificate names every address clients will use: the bound one, loopback,
+        // and `localhost` (a wildcard bind is reached through loopback).
+        let mut hosts = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        if !local_addr.ip().is_unspecified() && !hosts.contains(&local_addr.ip().to_string()) {
+            hosts.push(local_addr.ip().to_string());
+        }
         let tls_material = TlsMaterial::generate(&hosts)?;
         let server_config = tls_material.server_config()?;
 
@@ -243,6 +248,10 @@ impl std::fmt::Debug for ApiServerHandle {
 impl ApiServerHandle {
     /// `https://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
+        if self.local_addr.ip().is_unspecified() {
+            // Bound to all interfaces: clients on this machine come in through loopback.
+            return format!("https://127.0.0.1:{}", self.local_addr.port());
+        }
         format!("https://{}", self.local_addr)
     }
 

@@ -72,3 +72,22 @@ async fn requests_are_recorded_per_user_with_rbac_attributes() {
     assert!(!debug.contains("token-for-operator"), "{debug}");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_wildcard_bind_is_reached_through_loopback() {
+    let config = ApiServerConfig {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        ..ApiServerConfig::default()
+    };
+    let (server, client) = start_with(config).await;
+    assert!(
+        server.url().starts_with("https://127.0.0.1:"),
+        "{}",
+        server.url()
+    );
+    // The generated certificate covers the loopback address the kubeconfig names.
+    bounded(configmaps(&client, "default").list(&ListParams::default()))
+        .await
+        .unwrap();
+    server.shutdown().await;
+}
