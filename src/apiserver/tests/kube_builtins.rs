@@ -95,7 +95,8 @@ async fn leases_follow_optimistic_concurrency() {
     bounded(leases.replace("gpucloud-operator", &PostParams::default(), &taken))
         .await
         .unwrap();
-    // A second candidate holding the old resourceVersion loses: 409 Conflict.
+    // A second candidate holding the old resourceVersion loses: 409 Conflict, as a real
+    // server's optimistic concurrency answers (apiserver storage/etcd3 GuaranteedUpdate).
     let mut late = created.clone();
     late.spec.as_mut().unwrap().holder_identity = Some("c".into());
     let lost = status_of(

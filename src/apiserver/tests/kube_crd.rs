@@ -186,6 +186,8 @@ async fn schema_and_cel_violations_are_422_with_causes() {
     assert_eq!(causes[0].field, "spec.size");
     assert_eq!(causes[0].reason, "FieldValueInvalid");
 
+    // A failed x-kubernetes-validations rule is a 422 carrying the rule's message
+    // (apiextensions-apiserver pkg/apiserver/schema/cel).
     let too_big = status_of(bounded(api.create(&PostParams::default(), &instance("big", 9))).await);
     assert_eq!(too_big.code, 422);
     assert!(
@@ -254,6 +256,7 @@ async fn deleting_the_crd_removes_its_objects_and_routes() {
     bounded(api.patch("held", &PatchParams::default(), &release))
         .await
         .unwrap();
+    // Once the CRD is gone its resource path is a 404, as the real crdHandler answers.
     eventually(|| async {
         match api.list(&ListParams::default()).await {
             Err(kube::Error::Api(status)) if status.code == 404 => Some(()),
@@ -357,7 +360,7 @@ async fn every_served_version_reads_the_same_objects() {
         listed.items[0].types.as_ref().unwrap().api_version,
         "gpucloud.io/v1beta1"
     );
-    // A version with served: false is not there.
+    // A version with served: false is a 404, as the real crdHandler answers.
     let not_served = status_of(bounded(at("v1alpha1").get("p")).await);
     assert_eq!(not_served.code, 404);
     server.shutdown().await;

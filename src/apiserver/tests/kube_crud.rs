@@ -131,6 +131,7 @@ async fn generate_name_and_dry_run() {
         .await
         .unwrap();
     assert_eq!(would_be.metadata.name.as_deref(), Some("dry"));
+    // dryRun=All persists nothing (apiserver handlers/create.go): the object is a 404.
     assert!(status_of(bounded(api.get("dry")).await).code == 404);
     server.shutdown().await;
 }
@@ -227,7 +228,8 @@ async fn merge_and_json_patches() {
         .unwrap();
     assert_eq!(patched.data["data"]["z"], "3");
 
-    // A merge patch carrying a stale resourceVersion is a 409 Conflict, as on a real server.
+    // A merge patch carrying a stale resourceVersion is a 409 Conflict, as on a real server
+    // (the patched object's resourceVersion is the update precondition, handlers/patch.go).
     let stale = status_of(
         bounded(api.patch(
             "p",

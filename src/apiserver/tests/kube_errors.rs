@@ -59,11 +59,13 @@ async fn malformed_bodies_are_400_not_500() {
         assert_eq!(code, 400, "{text}");
         assert_eq!(status(&text)["reason"], "BadRequest");
     }
+    // Malformed YAML likewise.
     let yaml_type = [(CONTENT_TYPE.as_str(), "application/yaml")];
     let (code, _, text) = raw(&client, "POST", CONFIGMAPS, &yaml_type, b"a: [b".to_vec()).await;
     assert_eq!(code, 400, "{text}");
 
-    // A body whose kind does not match the URL.
+    // A body whose kind does not match the URL: 400, as the real decoder's check answers
+    // (apiserver handlers/create.go).
     let wrong_kind = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}});
     let (code, _, text) = raw(
         &client,
@@ -75,7 +77,8 @@ async fn malformed_bodies_are_400_not_500() {
     .await;
     assert_eq!(code, 400, "{text}");
 
-    // Bad patches: malformed JSON is 400; a JSON patch whose test fails is 422.
+    // Bad patches: malformed JSON is 400; a JSON patch whose test fails is 422, as the real
+    // server answers (apiserver handlers/patch.go, applyJSPatch).
     let created = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}});
     let (code, _, _) = raw(
         &client,
@@ -155,7 +158,8 @@ async fn media_types_methods_and_paths() {
         (405, "MethodNotAllowed")
     );
 
-    // The status subresource only serves get, update and patch.
+    // The status subresource only serves get, update and patch: 405 otherwise, as the real
+    // server registers no other verb on /status (apiserver endpoints/installer.go).
     let (code, _, _) = raw(
         &client,
         "DELETE",

@@ -74,7 +74,8 @@ async fn watch_without_version_starts_with_the_current_state() {
             &bounded(stream.try_next()).await.unwrap().unwrap(),
         ));
     }
-    // resourceVersion=0: synthetic ADDED events for the current objects first.
+    // resourceVersion=0: synthetic ADDED events for the current objects first, as the real
+    // server documents for "Start at Any" watches (API concepts, resource versions).
     assert_eq!(seen, ["ADDED x", "ADDED y"]);
     server.shutdown().await;
 }
@@ -148,14 +149,16 @@ async fn too_old_versions_are_410_expired() {
         other => panic!("expected a 410 ERROR event, got {}", describe(&other)),
     }
 
-    // A list at an exact old resourceVersion is a 410 response.
+    // A list at an exact old resourceVersion is a 410 Expired response, as the real server
+    // answers once etcd compacted that revision (storage/etcd3 store.go GetList).
     let exact = ListParams::default()
         .at(&start_version)
         .matching(VersionMatch::Exact);
     let gone = status_of(bounded(api.list(&exact)).await);
     assert_eq!((gone.code, gone.reason.as_str()), (410, "Expired"));
 
-    // An open watch ends with a 410 ERROR event when history is compacted.
+    // An open watch ends with a 410 ERROR event when history is compacted (a documented
+    // divergence: the real watch cache sends this to watchers that fall out of its window).
     let current = bounded(api.list(&ListParams::default()))
         .await
         .unwrap()
@@ -191,7 +194,8 @@ async fn bookmarks_and_timeouts() {
     let params = WatchParams::default().timeout(1);
     assert!(params.bookmarks, "kube-rs asks for bookmarks by default");
     let stream = bounded(api.watch(&params, &version)).await.unwrap();
-    // timeoutSeconds=1: the server ends the stream; everything in it is a bookmark here.
+    // timeoutSeconds=1: the server ends the stream; everything in it is a bookmark here. Real
+    // bookmarks carry only kind, apiVersion and metadata.resourceVersion (watch bookmarks KEP).
     let events: Vec<_> = bounded(stream.try_collect::<Vec<_>>()).await.unwrap();
     assert!(!events.is_empty());
     for event in &events {
