@@ -5,8 +5,6 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use crate::json::json_equal;
-
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum PathElement {
@@ -44,7 +42,6 @@ impl FieldSet {
         self.paths.insert(path);
     }
 
-    #[cfg(test)]
     pub(crate) fn contains(&self, path: &Path) -> bool {
         self.paths.contains(path)
     }
@@ -240,11 +237,6 @@ pub(crate) fn item_key(item: &Value, keys: &[String]) -> Option<String> {
         key.insert(name.clone(), object.get(name)?.clone());
     }
     Some(canonical_json(&Value::Object(key)))
-}
-
-/// Whether `item` is the set element encoded as `value`.
-pub(crate) fn is_set_element(item: &Value, value: &str) -> bool {
-    serde_json::from_str::<Value>(value).is_ok_and(|parsed| json_equal(&parsed, item))
 }
 
 #[cfg(test)]

@@ -15,9 +15,7 @@ use crate::gofmt;
 use crate::json::json_equal;
 use crate::schema::{ListType, Schema};
 
-use fieldset::{
-    FieldSet, Path, PathElement, canonical_json, is_set_element, item_key, render_path,
-};
+use fieldset::{FieldSet, Path, PathElement, canonical_json, item_key, render_path};
 
 /// One field another manager owns that an apply would change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -382,15 +380,19 @@ fn compare(
         (Some(Value::Array(old_items)), Some(Value::Array(new_items))) => {
             match types.list_type(path) {
                 ListType::Set => {
+                    let old_set: std::collections::HashSet<String> =
+                        old_items.iter().map(crate::json::canonical_text).collect();
+                    let new_set: std::collections::HashSet<String> =
+                        new_items.iter().map(crate::json::canonical_text).collect();
                     for item in new_items {
-                        if !old_items.iter().any(|old| json_equal(old, item)) {
+                        if !old_set.contains(&crate::json::canonical_text(item)) {
                             path.push(PathElement::Value(canonical_json(item)));
                             insert_tracked(&mut diff.added, path);
                             path.pop();
                         }
                     }
                     for item in old_items {
-                        if !new_items.iter().any(|new| json_equal(new, item)) {
+                        if !new_set.contains(&crate::json::canonical_text(item)) {
                             path.push(PathElement::Value(canonical_json(item)));
                             insert_tracked(&mut diff.removed, path);
                             path.pop();
@@ -524,63 +526,47 @@ fn is_key_field(path: &Path, types: &Types<'_>) -> bool {
     matches!(types.list_type(&list_path), ListType::Map { keys } if keys.contains(name))
 }
 
-/// Removes the value at `path`; returns whether something was removed.
-fn remove_path(object: &mut Value, path: &Path, types: &Types<'_>) -> bool {
-    let Some((last, parent_path)) = path.split_last() else {
-        return false;
-    };
-    let parent_path = parent_path.to_vec();
-    let Some(parent) = value_at_mut(object, &parent_path, types) else {
-        return false;
-    };
-    match (last, parent) {
-        (PathElement::Field(name), Value::Object(map)) => map.remove(name).is_some(),
-        (PathElement::Key(key), Value::Array(items)) => {
-            let ListType::Map { keys } = types.list_type(&parent_path) else {
-                return false;
-            };
-            let before = items.len();
-            items.retain(|item| item_key(item, &keys).as_deref() != Some(key.as_str()));
-            items.len() != before
+/// Removes every path of `removal` from `value` in one walk (so that dropping many list items
+/// stays linear); a removed map-list item or object takes its fields with it.
+fn remove_owned(value: &mut Value, path: &mut Path, removal: &FieldSet, types: &Types<'_>) {
+    match value {
+        Value::Object(map) => {
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for key in keys {
+                path.push(PathElement::Field(key.clone()));
+                if removal.contains(path) {
+                    map.remove(&key);
+                } else if removal.owns_at_or_below(path)
+                    && let Some(child) = map.get_mut(&key)
+                {
+                    remove_owned(child, path, removal, types);
+                }
+                path.pop();
+            }
         }
-        (PathElement::Value(value), Value::Array(items)) => {
-            let before = items.len();
-            items.retain(|item| !is_set_element(item, value));
-            items.len() != before
-        }
-        (PathElement::Index(index), Value::Array(items)) if *index < items.len() => {
-            items.remove(*index);
-            true
-        }
-        _ => false,
-    }
-}
-
-fn value_at_mut<'a>(
-    object: &'a mut Value,
-    path: &Path,
-    types: &Types<'_>,
-) -> Option<&'a mut Value> {
-    let mut current = object;
-    for (depth, element) in path.iter().enumerate() {
-        current = match (element, current) {
-            (PathElement::Field(name), Value::Object(map)) => map.get_mut(name)?,
-            (PathElement::Key(key), Value::Array(items)) => {
-                let ListType::Map { keys } = types.list_type(&path[..depth].to_vec()) else {
-                    return None;
+        Value::Array(items) => match types.list_type(path) {
+            ListType::Map { keys } => items.retain_mut(|item| {
+                let Some(key) = item_key(item, &keys) else {
+                    return true;
                 };
-                items
-                    .iter_mut()
-                    .find(|item| item_key(item, &keys).as_deref() == Some(key.as_str()))?
-            }
-            (PathElement::Value(value), Value::Array(items)) => {
-                items.iter_mut().find(|item| is_set_element(item, value))?
-            }
-            (PathElement::Index(index), Value::Array(items)) => items.get_mut(*index)?,
-            _ => return None,
-        };
+                path.push(PathElement::Key(key));
+                let remove = removal.contains(path);
+                if !remove && removal.owns_at_or_below(path) {
+                    remove_owned(item, path, removal, types);
+                }
+                path.pop();
+                !remove
+            }),
+            ListType::Set => items.retain(|item| {
+                path.push(PathElement::Value(canonical_json(item)));
+                let keep = !removal.contains(path);
+                path.pop();
+                keep
+            }),
+            ListType::Atomic => {}
+        },
+        _ => {}
     }
-    Some(current)
 }
 
 /// An applied configuration must identify every map-list item by its keys, once, and list
@@ -770,11 +756,14 @@ pub fn apply(
         .fold(FieldSet::default(), |all, (_, entry)| all.union(&entry.set));
     // Parents before children: a removed map-list item takes its fields with it, and the key
     // fields of an item that stays are never removed.
-    let no_longer_applied = previous.difference(&new_set);
-    for path in &no_longer_applied.paths {
+    let mut removal = FieldSet::default();
+    for path in &previous.difference(&new_set).paths {
         if !others.owns_at_or_below(path) && !is_key_field(path, &types) {
-            remove_path(&mut merged, path, &types);
+            removal.insert(path.clone());
         }
+    }
+    if !removal.is_empty() {
+        remove_owned(&mut merged, &mut Vec::new(), &removal, &types);
     }
 
     let changed_anything = merged != live_clean || previous != new_set;
