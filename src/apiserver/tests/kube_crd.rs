@@ -414,3 +414,42 @@ async fn unknown_fields_warn_by_default_and_fail_when_strict() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn invalid_crds_are_rejected_with_causes() {
+    let (server, client) = start().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let base = serde_json::to_value(crd()).unwrap();
+    let cases = [
+        (
+            "/metadata/name",
+            json!("wrong.gpucloud.io"),
+            "metadata.name",
+        ),
+        ("/spec/versions/0/storage", json!(false), "spec.versions"),
+        (
+            "/spec/versions/0/schema/openAPIV3Schema/properties/spec/type",
+            json!("nonsense"),
+            "spec.versions[0].schema.openAPIV3Schema",
+        ),
+    ];
+    for (pointer, value, field) in cases {
+        let mut broken = base.clone();
+        *broken.pointer_mut(pointer).unwrap() = value;
+        let broken: CustomResourceDefinition = serde_json::from_value(broken).unwrap();
+        // Real: 422 Invalid from the CRD validation (apiextensions-apiserver
+        // pkg/apis/apiextensions/validation), with a cause per offending field.
+        let refused = status_of(bounded(crds.create(&PostParams::default(), &broken)).await);
+        assert_eq!(
+            (refused.code, refused.reason.as_str()),
+            (422, "Invalid"),
+            "{pointer}"
+        );
+        let causes = refused.details.unwrap().causes;
+        assert!(
+            causes.iter().any(|cause| cause.field.starts_with(field)),
+            "{pointer}: {causes:?}"
+        );
+    }
+    server.shutdown().await;
+}
