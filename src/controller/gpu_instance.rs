@@ -76,8 +76,7 @@ impl ManagedKind for GpuInstance {
         let spec = &self.spec;
         if let Some(source) = &spec.source {
             let snapshot_id =
-                ready_reference::<Snapshot>(cx, &namespace, &source.snapshot_ref.name, "Snapshot")
-                    .await?;
+                restorable_snapshot(cx, &namespace, &source.snapshot_ref.name).await?;
             return Ok(InstancePlan::Restore { snapshot_id });
         }
         let gpu_type = spec.gpu_type.clone().ok_or_else(|| {
@@ -481,6 +480,30 @@ where
         + serde::de::DeserializeOwned,
 {
     crate::references::ready_id::<R>(&cx.client, namespace, name, kind).await
+}
+
+/// The cloud id of the snapshot to restore from, once it is `Ready`. A snapshot whose
+/// deletion waits for this very restore no longer reports `Ready` (its conditions say what
+/// holds it); it is still usable while the cloud lists it `available`.
+async fn restorable_snapshot(
+    cx: &Context<GpuInstance>,
+    namespace: &str,
+    name: &str,
+) -> Result<String, Error> {
+    match ready_reference::<Snapshot>(cx, namespace, name, "Snapshot").await {
+        Err(Error::WaitingFor { kind, name, detail }) => {
+            let api: Api<Snapshot> = Api::namespaced(cx.client.clone(), namespace);
+            let held = api.get_opt(&name).await?.and_then(|s| {
+                let status = s.cloud_status();
+                (s.meta().deletion_timestamp.is_some()
+                    && status.state.as_deref() == Some("available"))
+                .then_some(status.external_id)
+                .flatten()
+            });
+            held.ok_or(Error::WaitingFor { kind, name, detail })
+        }
+        other => other,
+    }
 }
 
 async fn config_map_value(
