@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 
 use super::PatchError;
 use crate::gofmt;
-use crate::json::json_equal;
+use std::collections::{HashMap, HashSet};
+
+use crate::json::canonical_text;
 
 // Error texts of k8s.io/apimachinery/pkg/util/mergepatch/errors.go.
 const BAD_JSON_DOC: &str = "invalid JSON document";
@@ -180,7 +182,8 @@ fn merge_map(
                 return Err(malformed(BAD_PRIMITIVE_LIST));
             };
             if let Some(Value::Array(items)) = original.get_mut(field) {
-                items.retain(|item| !to_delete.iter().any(|gone| json_equal(gone, item)));
+                let gone: HashSet<String> = to_delete.iter().map(canonical_text).collect();
+                items.retain(|item| !gone.contains(&canonical_text(item)));
             }
         } else if let Some(field) = key.strip_prefix(SET_ELEMENT_ORDER) {
             let Some(order) = value.as_array() else {
@@ -264,18 +267,31 @@ fn merge_list(
     let mut merged = if replace { Vec::new() } else { original };
 
     if merge_key.is_empty() {
-        // A set of primitives: union, keeping the original order.
+        // A set of primitives: union, keeping the original order (hashed: lists can be long).
+        let mut present: HashSet<String> = merged.iter().map(canonical_text).collect();
         for item in items {
             if item.is_object() {
                 return Err(malformed(BAD_PRIMITIVE_LIST));
             }
-            if !merged.iter().any(|existing| json_equal(existing, item)) {
+            if present.insert(canonical_text(item)) {
                 merged.push(item.clone());
             }
         }
         return Ok(merged);
     }
 
+    // Slots indexed by merge-key value, so that each patch item finds its original in
+    // constant time; deleted slots become `None`.
+    let mut slots: Vec<Option<Value>> = merged.into_iter().map(Some).collect();
+    let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
+    for (index, slot) in slots.iter().enumerate() {
+        if let Some(key_value) = slot.as_ref().and_then(|item| item.get(&merge_key)) {
+            by_key
+                .entry(canonical_text(key_value))
+                .or_default()
+                .push(index);
+        }
+    }
     for item in items {
         let Value::Object(fields) = item else {
             return Err(not_applicable(format!(
@@ -289,54 +305,55 @@ fn merge_list(
                 gofmt::plain(item)
             )));
         };
-        let position = merged.iter().position(|existing| {
-            existing
-                .get(&merge_key)
-                .is_some_and(|v| json_equal(v, key_value))
-        });
+        let key_text = canonical_text(key_value);
+        let position = by_key
+            .get(&key_text)
+            .and_then(|indices| indices.iter().copied().find(|&i| slots[i].is_some()));
         let directive = fields.get(DIRECTIVE).and_then(Value::as_str);
         match (directive, position) {
             (Some("delete"), _) => {
-                merged.retain(|existing| {
-                    !existing
-                        .get(&merge_key)
-                        .is_some_and(|v| json_equal(v, key_value))
-                });
+                for index in by_key.remove(&key_text).unwrap_or_default() {
+                    slots[index] = None;
+                }
             }
             (_, Some(position)) => {
-                let existing = match merged.remove(position) {
-                    Value::Object(map) => map,
+                let existing = match slots[position].take() {
+                    Some(Value::Object(map)) => map,
                     _ => Map::new(),
                 };
-                if let Some(result) = merge_map(existing, fields, path, keys)? {
-                    merged.insert(position, Value::Object(result));
-                }
+                slots[position] = merge_map(existing, fields, path, keys)?.map(Value::Object);
             }
             (_, None) => {
                 if let Some(result) = merge_map(Map::new(), fields, path, keys)? {
-                    merged.push(Value::Object(result));
+                    by_key.entry(key_text).or_default().push(slots.len());
+                    slots.push(Some(Value::Object(result)));
                 }
             }
         }
     }
-    Ok(merged)
+    Ok(slots.into_iter().flatten().collect())
 }
 
 /// Orders a list by a `$setElementOrder` list: listed items first in that order, the others
 /// after them in their current order.
 fn apply_order(items: &mut [Value], order: &[Value], merge_key: Option<&str>) {
-    let rank = |item: &Value| -> usize {
-        order
-            .iter()
-            .position(|entry| match merge_key {
-                Some(key) if !key.is_empty() => {
-                    entry.get(key).is_some() && entry.get(key) == item.get(key)
-                }
-                _ => json_equal(entry, item),
-            })
-            .unwrap_or(order.len())
+    let identity = |value: &Value| -> Option<String> {
+        match merge_key {
+            Some(key) if !key.is_empty() => value.get(key).map(canonical_text),
+            _ => Some(canonical_text(value)),
+        }
     };
-    items.sort_by_key(|item| rank(item));
+    let mut ranks: HashMap<String, usize> = HashMap::new();
+    for (rank, entry) in order.iter().enumerate() {
+        if let Some(identity) = identity(entry) {
+            ranks.entry(identity).or_insert(rank);
+        }
+    }
+    items.sort_by_cached_key(|item| {
+        identity(item)
+            .and_then(|identity| ranks.get(&identity).copied())
+            .unwrap_or(order.len())
+    });
 }
 
 /// A patch value stored as-is (replaced lists, `$patch: replace` maps) loses its directives.
@@ -527,6 +544,41 @@ mod tests {
         let namespace = builtin_merge_keys("", "Namespace");
         assert_eq!(namespace.merge_key(&["status", "conditions"]), Some("type"));
         assert_eq!(namespace.merge_key(&["spec", "finalizers"]), None);
+    }
+
+    #[test]
+    fn long_lists_merge_in_linear_time() {
+        let original: Vec<Value> = (0..20_000)
+            .map(|i| json!({"name": format!("c{i}"), "image": "a"}))
+            .collect();
+        let patch: Vec<Value> = (0..20_000)
+            .rev()
+            .map(|i| json!({"name": format!("c{i}"), "image": "b"}))
+            .collect();
+        let order: Vec<Value> = (0..20_000)
+            .rev()
+            .map(|i| json!({"name": format!("c{i}")}))
+            .collect();
+        let finalizers: Vec<String> = (0..20_000).map(|i| format!("f{i}")).collect();
+        let started = std::time::Instant::now();
+        let result = patched(
+            json!({"spec": {"containers": original}, "metadata": {"finalizers": finalizers.clone()}}),
+            json!({"spec": {"containers": patch, "$setElementOrder/containers": order},
+                   "metadata": {"finalizers": finalizers, "$deleteFromPrimitiveList/finalizers": ["f1"]}}),
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            result["spec"]["containers"][0],
+            json!({"name": "c19999", "image": "b"})
+        );
+        assert_eq!(
+            result["metadata"]["finalizers"].as_array().map(Vec::len),
+            Some(20_000)
+        );
     }
 
     #[test]
