@@ -16,6 +16,8 @@ use crate::store::StoreError;
 /// How many times a write without a caller-pinned resourceVersion is retried on a race.
 const MAX_UPDATE_ATTEMPTS: usize = 32;
 
+// === server-set metadata ===
+
 /// The current time as Kubernetes writes timestamps (RFC 3339, whole seconds, UTC).
 pub fn now() -> String {
     jiff::Timestamp::now()
@@ -67,6 +69,8 @@ fn generate_prefix(generate_name: &str) -> &str {
         None => generate_name,
     }
 }
+
+// === create and update handlers ===
 
 pub fn create(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {
     let dry_run = context.query.dry_run()?;
@@ -162,6 +166,8 @@ fn truncate(text: &str, limit: usize) -> &str {
         None => text,
     }
 }
+
+// === the create pipeline ===
 
 /// Creates an object through the whole pipeline; returns it as served at the request version.
 pub fn create_object(
@@ -279,6 +285,8 @@ fn check_namespace_lifecycle(
         Some(_) => Ok(()),
     }
 }
+
+// === validation shared by create and update ===
 
 /// Validation and defaulting shared by create and update: metadata, built-in and CRD rules,
 /// and for custom resources pruning, defaulting and schema validation.
@@ -479,6 +487,8 @@ fn name_problem(name: &str, label_only: bool) -> Option<String> {
     }
     None
 }
+
+// === the update pipeline ===
 
 /// How an update is checked and committed.
 #[derive(Clone, Copy, Debug)]
