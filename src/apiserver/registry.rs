@@ -159,6 +159,26 @@ impl Registry {
         }
     }
 
+    /// Replaces every version of `group`/`plural` with `infos` in one step, so concurrent
+    /// requests never see the resource missing while a CRD is updated.
+    pub fn replace_resource(&self, group: &str, plural: &str, infos: Vec<ResourceInfo>) {
+        let replace = |table: &mut ResourceTable| {
+            table.retain(|(g, _, p), _| !(g == group && p == plural));
+            for info in infos {
+                let key = (
+                    info.group.clone(),
+                    info.version.clone(),
+                    info.plural.clone(),
+                );
+                table.insert(key, info);
+            }
+        };
+        match self.table.write() {
+            Ok(mut table) => replace(&mut table),
+            Err(poisoned) => replace(&mut poisoned.into_inner()),
+        }
+    }
+
     /// Removes every version of `group`/`plural`.
     pub fn remove_resource(&self, group: &str, plural: &str) {
         let retain = |table: &mut ResourceTable| {

@@ -229,10 +229,11 @@ pub fn register(state: &AppState, crd: &Value) {
     let spec = &crd["spec"];
     let group = spec["group"].as_str().unwrap_or_default();
     let plural = spec["names"]["plural"].as_str().unwrap_or_default();
-    state.registry.remove_resource(group, plural);
     if !established(crd) {
+        state.registry.remove_resource(group, plural);
         return;
     }
+    let mut infos = Vec::new();
     let names = &spec["names"];
     let strings = |value: &Value| super::write::string_list(value);
     let kind = names["kind"].as_str().unwrap_or_default().to_string();
@@ -259,7 +260,7 @@ pub fn register(state: &AppState, crd: &Value) {
                     .collect()
             })
             .unwrap_or_default();
-        state.registry.insert(ResourceInfo {
+        infos.push(ResourceInfo {
             group: group.to_string(),
             version: version["name"].as_str().unwrap_or_default().to_string(),
             kind: kind.clone(),
@@ -283,6 +284,7 @@ pub fn register(state: &AppState, crd: &Value) {
             served: version["served"].as_bool().unwrap_or(true),
         });
     }
+    state.registry.replace_resource(group, plural, infos);
 }
 
 /// A CRD is gone: its objects are removed and its resources no longer served.
