@@ -133,6 +133,32 @@ async fn generate_name_and_dry_run() {
     assert_eq!(would_be.metadata.name.as_deref(), Some("dry"));
     // dryRun=All persists nothing (apiserver handlers/create.go): the object is a 404.
     assert!(status_of(bounded(api.get("dry")).await).code == 404);
+
+    // A dry-run patch answers with the patched object and changes nothing stored.
+    let dry_patch = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let before = bounded(api.get(&name)).await.unwrap();
+    let patched = bounded(api.patch(
+        &name,
+        &dry_patch,
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(patched.data["data"]["k"], "v");
+    let after = bounded(api.get(&name)).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert!(
+        after
+            .data
+            .get("data")
+            .is_none_or(|data| data.get("k").is_none())
+    );
     server.shutdown().await;
 }
 
