@@ -735,8 +735,18 @@ fn evaluate_rules(
     errors: &mut Vec<FieldError>,
 ) {
     let type_label = Value::String(node.type_label().to_string());
-    let self_value = to_cel(Some(node), value);
-    let old_value = old.map(|old| to_cel(Some(node), old));
+    // At the root, rules see only metadata.name and metadata.generateName, as upstream.
+    let visible = |object: &Value| -> Value {
+        let mut object = object.clone();
+        if path.is_empty()
+            && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            metadata.retain(|key, _| key == "name" || key == "generateName");
+        }
+        object
+    };
+    let self_value = to_cel(Some(node), &visible(value));
+    let old_value = old.map(|old| to_cel(Some(node), &visible(old)));
     let size = node_count(value).max(1);
     // Ratcheting: a value unchanged from the old object is not checked again, except by
     // transition rules.

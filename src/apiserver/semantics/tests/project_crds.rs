@@ -165,3 +165,21 @@ fn validation_is_fast_enough_for_a_busy_server() {
         "400 validations took {elapsed:?}"
     );
 }
+
+#[test]
+fn root_rules_see_only_name_and_generate_name_of_metadata() {
+    let schema = Schema::compile(&json!({
+        "type": "object",
+        "x-kubernetes-validations": [{"rule": "self.metadata == oldSelf.metadata", "message": "name is fixed"}],
+        "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}
+    }))
+    .unwrap();
+    let old = json!({"metadata": {"name": "a", "resourceVersion": "1", "labels": {"x": "1"}}, "spec": {"size": 1}});
+    let new = json!({"metadata": {"name": "a", "resourceVersion": "2", "labels": {"x": "2"}}, "spec": {"size": 2}});
+    assert!(schema.validate(&new, Some(&old)).is_empty());
+    let renamed = json!({"metadata": {"name": "b"}, "spec": {"size": 2}});
+    assert_eq!(
+        messages(&schema.validate(&renamed, Some(&old))),
+        vec!["<nil>: Invalid value: \"object\": name is fixed"]
+    );
+}
