@@ -141,6 +141,20 @@ async fn scale_figures() {
         );
     }
     for _ in 0..3 {
+        // The same LIST read as raw bytes: the server's share without client-side decoding.
+        let started = Instant::now();
+        let request =
+            http::Request::get("/apis/scale.gpucloud.io/v1/namespaces/default/items?limit=10000")
+                .body(Vec::new())
+                .unwrap();
+        let body = bounded(client.request_text(request)).await.unwrap();
+        println!(
+            "LIST of 10000 as bytes ({} kB): {} ms",
+            body.len() / 1024,
+            started.elapsed().as_millis()
+        );
+    }
+    for _ in 0..3 {
         let started = Instant::now();
         let list = bounded(api.list(&ListParams::default().labels("shard=7")))
             .await
