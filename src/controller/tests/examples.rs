@@ -93,12 +93,29 @@ async fn every_example_applies_and_becomes_ready() {
         let ready = match kind.as_str() {
             "GpuInstance" => wait_ready::<GpuInstance>(&env, name).await,
             "SshKey" => wait_ready::<SshKey>(&env, name).await,
+            "Volume" => wait_ready::<Volume>(&env, name).await,
+            "Snapshot" => wait_ready::<Snapshot>(&env, name).await,
+            "Image" => wait_ready::<Image>(&env, name).await,
+            "Firewall" => wait_ready::<Firewall>(&env, name).await,
             other => panic!("no readiness check for {other}"),
         };
         assert!(ready.is_ready(None), "{kind}/{name}");
     }
     let state = env.simulator.state();
-    assert_eq!(state.instances.len(), 2, "train-1 plus the adopted machine");
+    assert_eq!(
+        state.instances.len(),
+        4,
+        "train-1, its restored copy, the machine booted from its image, and the adopted machine"
+    );
+    assert_eq!(state.snapshots.len(), 1);
+    assert_eq!(state.images.len(), 1);
+    assert_eq!(state.firewalls.len(), 1);
+    let data_volumes = state
+        .volumes
+        .iter()
+        .filter(|v| !v.name.ends_with("-boot"))
+        .count();
+    assert_eq!(data_volumes, 2, "dataset and its clone");
     assert_eq!(
         env.calls("RebootInstance"),
         0,
