@@ -1,0 +1,65 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Once everything is settled, cloud traffic follows the number of kinds, not of objects:
+//! a list per kind per resync interval and no per-object call.
+
+mod support;
+
+use gpucloud_api::*;
+use kube::api::PostParams;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::{Env, eventually, test_config};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_objects_cost_only_periodic_lists() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let mut config = test_config(&env.simulator);
+    config.reconcile.observe.resync = Duration::from_secs(1);
+    config.reconcile.observe.hot_window = Duration::from_secs(1);
+    env.start_operator(config);
+    const N: usize = 24;
+    let api = env.api::<GpuInstance>();
+    for i in 0..N {
+        let spec = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"});
+        api.create(
+            &PostParams::default(),
+            &GpuInstance::new(&format!("vm-{i}"), serde_json::from_value(spec).unwrap()),
+        )
+        .await
+        .unwrap();
+    }
+    eventually(90, "all Ready", || async {
+        let ready = api
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .filter(|o| o.cloud_status().is_ready(o.metadata.generation))
+            .count();
+        (ready == N).then_some(())
+    })
+    .await;
+    // Let the fast lists of the transition wind down, then count a quiet window.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before: BTreeMap<String, u64> = env.simulator.call_counts();
+    let window = Duration::from_secs(5);
+    tokio::time::sleep(window).await;
+    let after = env.simulator.call_counts();
+    let made: BTreeMap<&str, u64> = after
+        .iter()
+        .map(|(op, n)| (op.as_str(), n - before.get(op).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let lists = made.get("ListInstances").copied().unwrap_or(0);
+    assert!(
+        (3..=7).contains(&lists),
+        "about one instance list per second expected, got {made:?}"
+    );
+    assert!(
+        made.keys().all(|op| op.starts_with("List")),
+        "settled objects made per-object or mutating calls: {made:?}"
+    );
+    assert_eq!(env.simulator.state().instances.len(), N);
+    env.stop_operator().await;
+}
