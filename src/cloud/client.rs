@@ -1081,9 +1081,9 @@ impl CloudClient {
     }
 }
 
-/// Makes sure rustls has a process-wide crypto provider, which reqwest needs to build a client
+/// Makes sure rustls has a process-wide crypto provider (ring), which reqwest needs to build a client
 /// (it panics otherwise). Keeps one that is already installed.
-fn install_crypto_provider() {
+pub fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race against another installer is fine: a provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();

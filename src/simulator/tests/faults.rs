@@ -120,6 +120,7 @@ async fn act_then_drop_performs_the_create_and_loses_the_response() {
         },
         ..FaultPlan::default()
     });
+    gpucloud_cloud::install_crypto_provider();
     let impatient = reqwest::Client::builder()
         .timeout(Duration::from_millis(300))
         .build()

@@ -26,6 +26,8 @@ pub async fn start(config: SimulatorConfig) -> Sim {
     .await
     .expect("simulator start timed out")
     .expect("simulator starts");
+    // reqwest is built without a TLS provider of its own; the workspace's is ring.
+    gpucloud_cloud::install_crypto_provider();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
