@@ -30,9 +30,11 @@
 //!   `/scale` subresources are not served.
 //! - Built-in kinds are not validated against their OpenAPI schemas: only object metadata
 //!   (name, labels, annotations, finalizers), Secret `stringData` folding and Namespace phase.
+//! - Protobuf request bodies are decoded for the built-in kinds (see [`protobuf`]); responses
+//!   are always JSON (kubectl and client-go list JSON as a fallback in `Accept`).
 //! - No admission webhooks, no RBAC authorization (every authenticated user may do
-//!   everything), no protobuf, no graceful deletion periods (deletion is immediate unless
-//!   finalizers hold it).
+//!   everything), no graceful deletion periods (deletion is immediate unless finalizers hold
+//!   it).
 
 pub mod auth;
 pub mod builtin;
@@ -42,6 +44,7 @@ pub mod gc;
 pub mod handlers;
 pub mod kubeconfig;
 pub mod openapi;
+pub mod protobuf;
 pub mod registry;
 pub mod selectors;
 pub mod server;

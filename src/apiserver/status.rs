@@ -179,12 +179,15 @@ impl ApiError {
         ApiError::new(401, "Unauthorized", "Unauthorized")
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// 415 listing the media types the resource really accepts (`accepted`), as the real
+    /// server's `NewUnsupportedMediaTypeError`.
+    pub fn unsupported_media_type(content_type: &str, accepted: &[&str]) -> Self {
         ApiError::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {} (got {content_type:?})",
+                accepted.join(", ")
             ),
         )
     }

@@ -75,7 +75,7 @@ pub fn parse_options(context: &Context<'_>, body: &Bytes) -> Result<DeleteOption
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        super::decode_object(&context.headers, body)?
+        super::decode_object(context.info(), &context.headers, body)?
     };
     let mut options = DeleteOptions::default();
     let policy = context

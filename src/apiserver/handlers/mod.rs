@@ -426,17 +426,47 @@ pub fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// Decodes a JSON or YAML object body.
-pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+/// Media types of object bodies for built-in kinds.
+const BUILTIN_BODY_TYPES: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    crate::protobuf::MEDIA_TYPE,
+];
+
+/// Media types of object bodies for custom resources: the real server has no protobuf
+/// serializer for them.
+const CUSTOM_BODY_TYPES: &[&str] = &["application/json", "application/yaml"];
+
+/// Decodes a JSON, YAML or (for built-in kinds) protobuf object body.
+pub fn decode_object(
+    info: &ResourceInfo,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, ApiError> {
     let media_type = content_type(headers);
+    let protobuf_allowed = !info.is_custom() && !builtin::is_crd(info);
     let value: Value = match media_type.as_str() {
+        crate::protobuf::MEDIA_TYPE if protobuf_allowed => {
+            crate::protobuf::decode(body).map_err(|error| {
+                ApiError::bad_request(format!(
+                    "the body of the request could not be decoded: {error}"
+                ))
+            })?
+        }
         "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|error| {
             ApiError::bad_request(format!(
                 "couldn't get version/kind; json parse error: {error}"
             ))
         })?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => decode_yaml(body)?,
-        other => return Err(ApiError::unsupported_media_type(other)),
+        other => {
+            let accepted = if protobuf_allowed {
+                BUILTIN_BODY_TYPES
+            } else {
+                CUSTOM_BODY_TYPES
+            };
+            return Err(ApiError::unsupported_media_type(other, accepted));
+        }
     };
     if !value.is_object() {
         return Err(ApiError::bad_request(

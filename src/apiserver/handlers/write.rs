@@ -74,14 +74,14 @@ fn generate_prefix(generate_name: &str) -> &str {
 
 pub fn create(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {
     let dry_run = context.query.dry_run()?;
-    let object = decode_object(&context.headers, body)?;
+    let object = decode_object(context.info(), &context.headers, body)?;
     let created = create_object(context, object, dry_run, true)?;
     Ok(value_response(StatusCode::CREATED, &created))
 }
 
 pub fn update(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {
     let dry_run = context.query.dry_run()?;
-    let object = decode_object(&context.headers, body)?;
+    let object = decode_object(context.info(), &context.headers, body)?;
     let body_name = object["metadata"]["name"].as_str().unwrap_or_default();
     if body_name != context.name() {
         return Err(ApiError::bad_request(format!(

@@ -453,3 +453,38 @@ async fn invalid_crds_are_rejected_with_causes() {
     }
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn protobuf_bodies_for_custom_resources_are_415() {
+    let (server, client) = start().await;
+    install(&client).await;
+    // A well-formed Kubernetes protobuf envelope naming the custom kind.
+    let mut type_meta = vec![0x0a, 14];
+    type_meta.extend_from_slice(b"gpucloud.io/v1");
+    type_meta.extend_from_slice(&[0x12, 11]);
+    type_meta.extend_from_slice(b"GpuInstance");
+    let mut body = b"k8s\0".to_vec();
+    body.push(0x0a);
+    body.push(type_meta.len() as u8);
+    body.extend_from_slice(&type_meta);
+    let request = http::Request::post("/apis/gpucloud.io/v1/namespaces/default/gpuinstances")
+        .header("Content-Type", "application/vnd.kubernetes.protobuf")
+        .body(kube::client::Body::from(body))
+        .unwrap();
+    let response = bounded(client.send(request)).await.unwrap();
+    // Real: 415, since apiextensions-apiserver has no protobuf serializer for custom
+    // resources; the message lists what it does accept.
+    assert_eq!(response.status().as_u16(), 415);
+    let bytes = bounded(http_body_util::BodyExt::collect(response.into_body()))
+        .await
+        .unwrap()
+        .to_bytes();
+    let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status["reason"], "UnsupportedMediaType");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains("accepted media types include: application/json, application/yaml ("),
+        "{message}"
+    );
+    server.shutdown().await;
+}

@@ -130,6 +130,24 @@ async fn media_types_methods_and_paths() {
         (415, "UnsupportedMediaType")
     );
 
+    // An object body in an unknown format: 415 listing what built-in kinds accept.
+    let (code, _, text) = raw(
+        &client,
+        "POST",
+        CONFIGMAPS,
+        &[(CONTENT_TYPE.as_str(), "text/plain")],
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(code, 415, "{text}");
+    assert!(
+        status(&text)["message"].as_str().unwrap().contains(
+            "accepted media types include: application/json, application/yaml, \
+             application/vnd.kubernetes.protobuf"
+        ),
+        "{text}"
+    );
+
     // Real: 406 when no acceptable representation exists.
     let (code, _, text) = raw(
         &client,
@@ -232,5 +250,54 @@ async fn oversized_bodies_are_413() {
         (code, status(&text)["reason"].as_str().unwrap()),
         (413, "RequestEntityTooLarge")
     );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_protobuf_bodies_are_400_not_500() {
+    let (server, client) = start().await;
+    let protobuf = [(CONTENT_TYPE.as_str(), "application/vnd.kubernetes.protobuf")];
+    // Pieces of a ConfigMap envelope: type meta `v1`/`ConfigMap`.
+    let type_meta = b"\x0a\x02v1\x12\x09ConfigMap";
+    let envelope = |raw: &[u8]| {
+        let mut body = b"k8s\0\x0a".to_vec();
+        body.push(type_meta.len() as u8);
+        body.extend_from_slice(type_meta);
+        body.push(0x12);
+        body.push(raw.len() as u8);
+        body.extend_from_slice(raw);
+        body
+    };
+    let bodies: Vec<Vec<u8>> = vec![
+        // JSON sent with the protobuf content type: no magic.
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#.to_vec(),
+        b"".to_vec(),
+        b"k8s\0".to_vec(),
+        // A kind this server does not serve.
+        b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod".to_vec(),
+        // A length-delimited field running past the end.
+        envelope(b"\x0a\x7f\x0a"),
+        // metadata sent as a varint.
+        envelope(b"\x08\x01"),
+        // An unterminated varint.
+        envelope(b"\x20\xff\xff"),
+    ];
+    for body in bodies {
+        let (code, _, text) = raw(&client, "POST", CONFIGMAPS, &protobuf, body.clone()).await;
+        assert_eq!(code, 400, "{body:?}: {text}");
+        assert_eq!(status(&text)["reason"], "BadRequest", "{text}");
+    }
+    // A valid one is created.
+    let (code, _, text) = raw(
+        &client,
+        "POST",
+        CONFIGMAPS,
+        &protobuf,
+        envelope(b"\x0a\x03\x0a\x01a\x12\x08\x0a\x01k\x12\x03val"),
+    )
+    .await;
+    assert_eq!(code, 201, "{text}");
+    let created: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(created["data"], json!({"k": "val"}));
     server.shutdown().await;
 }
