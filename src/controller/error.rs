@@ -173,6 +173,20 @@ impl Error {
         matches!(self, Error::Cloud(e) if e.is_terminal())
     }
 
+    /// Whether the reconcile waits for a referenced object: the watch on that object's kind
+    /// wakes the referrer, so no quick requeue is needed.
+    pub fn is_waiting_for_reference(&self) -> bool {
+        match self {
+            Error::WaitingFor { .. } => true,
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_waiting_for_reference(),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// The server's requested wait, when it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

@@ -54,6 +54,10 @@ pub async fn reconcile<K: ManagedKind>(
 
 /// Entry point for kube-runtime's `error_policy`.
 pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Context<K>>) -> Action {
+    if error.is_waiting_for_reference() {
+        // Woken by the watch on the referenced kind; the resync is only a backstop.
+        return Action::requeue(cx.settings.observe.resync);
+    }
     Action::requeue(cx.requeue.after_failure(&object.key(), error))
 }
 
@@ -342,6 +346,10 @@ async fn converge<K: ManagedKind>(
     write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
     match outcome {
         Outcome::Ready { .. } => Ok(Action::await_change()),
+        // Waiting for another object (an attachment target): its watch wakes this one.
+        Outcome::Progressing { reason, .. } if reason == reason::WAITING_FOR_REFERENCE => {
+            Ok(Action::requeue(cx.settings.observe.resync))
+        }
         Outcome::Progressing { .. } => {
             cx.observer(account).mark_hot();
             Ok(Action::requeue(cx.settings.transition_requeue))

@@ -8,9 +8,8 @@ use crate::kind::ManagedKind;
 use crate::reconcile::{error_policy, reconcile};
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
-use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -67,6 +66,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                 let keys = c.store();
                 let snapshots = c.store();
                 let images = c.store();
+                let scripts = c.store();
                 c.watches(
                     api_for::<SshKey>(&api),
                     watcher::Config::default(),
@@ -97,6 +97,21 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                                 .image_ref
                                 .as_ref()
                                 .is_some_and(|r| r.name == image.name_any())
+                        })
+                    },
+                )
+                // Startup scripts read from a ConfigMap; only metadata is watched (a change
+                // of the data changes its resourceVersion).
+                .watches(
+                    api_for::<PartialObjectMeta<ConfigMap>>(&api),
+                    watcher::Config::default(),
+                    move |map| {
+                        referrers(&scripts, &map, |i| {
+                            i.spec
+                                .startup_script
+                                .as_ref()
+                                .and_then(|s| s.config_map_ref.as_ref())
+                                .is_some_and(|r| r.name == map.name_any())
                         })
                     },
                 )
@@ -203,7 +218,8 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                                 .instance_refs
                                 .iter()
                                 .any(|r| r.name == instance.name_any())
-                                || selects(f, &instance)
+                                // Matching or not: a label removed must detach too.
+                                || f.spec.instance_selector.is_some()
                         })
                     },
                 )
@@ -211,18 +227,6 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         ));
     }
     futures::future::join_all(controllers).await;
-}
-
-/// Whether `firewall`'s selector matches `instance`'s labels. A firewall whose selector is
-/// not valid is woken as well, to report it.
-fn selects(firewall: &Firewall, instance: &GpuInstance) -> bool {
-    firewall
-        .spec
-        .instance_selector
-        .as_ref()
-        .is_some_and(|selector| {
-            Selector::try_from(selector.clone()).map_or(true, |s| s.matches(instance.labels()))
-        })
 }
 
 /// A hash of what a reconcile acts on: the spec (through `generation`), annotations (pause,
