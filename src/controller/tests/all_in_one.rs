@@ -158,3 +158,77 @@ async fn everything_declared_at_once_becomes_ready_and_deletes_to_an_empty_accou
     );
     env.stop_operator().await;
 }
+
+/// With the periodic resync far away, objects waiting for a reference can only make progress
+/// promptly if the watch on the referenced kind wakes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_objects_are_woken_by_watches_not_by_polling() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let mut config = test_config(&env.simulator);
+    config.reconcile.observe.resync = std::time::Duration::from_secs(120);
+    env.start_operator(config);
+
+    create::<Volume>(
+        &env,
+        &object(
+            "vol",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 5, "instanceRef": {"name": "vm"}}),
+        ),
+    )
+    .await;
+    create::<Firewall>(
+        &env,
+        &object(
+            "fw",
+            serde_json::json!({"region": "us-east-1", "instanceRefs": [{"name": "vm"}]}),
+        ),
+    )
+    .await;
+    create::<Snapshot>(
+        &env,
+        &object("snap", serde_json::json!({"instanceRef": {"name": "vm"}})),
+    )
+    .await;
+    create::<Image>(
+        &env,
+        &object("img", serde_json::json!({"snapshotRef": {"name": "snap"}})),
+    )
+    .await;
+    create::<GpuInstance>(
+        &env,
+        &object(
+            "booted",
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "imageRef": {"name": "img"}}),
+        ),
+    )
+    .await;
+    condition::<Volume>(&env, "vol", "Reconciling", "True", "WaitingForReference").await;
+    condition::<Firewall>(&env, "fw", "Reconciling", "True", "WaitingForReference").await;
+    condition::<GpuInstance>(&env, "booted", "Reconciling", "True", "WaitingForReference").await;
+
+    create::<GpuInstance>(
+        &env,
+        &object(
+            "vm",
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"}),
+        ),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let vm: GpuInstance = ready(&env, "vm").await;
+    let vol: Volume = ready(&env, "vol").await;
+    let fw: Firewall = ready(&env, "fw").await;
+    ready::<GpuInstance>(&env, "booted").await;
+    let waited = started.elapsed();
+    assert!(
+        waited < std::time::Duration::from_secs(20),
+        "took {waited:?}: woken by the resync, not by the watches"
+    );
+    let vm_id = vm.cloud_status().external_id;
+    assert_eq!(vol.status.unwrap().attached_instance_id, vm_id);
+    assert_eq!(
+        fw.status.unwrap().attached_instance_ids,
+        vec![vm_id.unwrap()]
+    );
+    env.stop_operator().await;
+}
