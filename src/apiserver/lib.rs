@@ -28,8 +28,10 @@
 //!   a change that leaves the selection into DELETED (label selectors do).
 //! - CRD conditions (`NamesAccepted`, `Established`) are set in the create response itself;
 //!   `/scale` subresources are not served.
-//! - Built-in kinds are not validated against their OpenAPI schemas: only object metadata
-//!   (name, labels, annotations, finalizers), Secret `stringData` folding and Namespace phase.
+//! - Built-in objects are type-checked as decoding into their Go types does (see
+//!   [`builtin_types`]), but validated only for object metadata (name, labels, annotations,
+//!   finalizers), with Secret `stringData` folding and Namespace phase; the kinds' other
+//!   validation rules (for example Secret type-specific keys) are not applied.
 //! - Protobuf request bodies are decoded for the built-in kinds (see [`protobuf`]); responses
 //!   are always JSON (kubectl and client-go list JSON as a fallback in `Accept`).
 //! - No admission webhooks, no RBAC authorization (every authenticated user may do
@@ -38,6 +40,7 @@
 
 pub mod auth;
 pub mod builtin;
+pub mod builtin_types;
 pub mod cli;
 pub mod discovery;
 pub mod gc;

@@ -687,7 +687,7 @@ fn capitalize(word: &str) -> String {
 // === built-in schemas ===
 
 /// Component schemas of the built-in kinds and everything they reference, generated once.
-fn builtin_schemas() -> &'static BTreeMap<String, Value> {
+pub(crate) fn builtin_schemas() -> &'static BTreeMap<String, Value> {
     static SCHEMAS: OnceLock<BTreeMap<String, Value>> = OnceLock::new();
     SCHEMAS.get_or_init(generate_builtin_schemas)
 }

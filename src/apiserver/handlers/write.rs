@@ -178,6 +178,7 @@ pub fn create_object(
 ) -> Result<Value, ApiError> {
     let info = context.info().clone();
     check_type_meta(&info, &mut object)?;
+    check_builtin_types(context, &info, &mut object)?;
     check_namespace(context, &object)?;
     if info.namespaced {
         object["metadata"]["namespace"] = json!(context.target.namespace);
@@ -288,6 +289,62 @@ fn check_namespace_lifecycle(
 
 // === validation shared by create and update ===
 
+/// Unknown fields as the real server's field validation treats them: `Strict` refuses the
+/// request, `Warn` (the default when the client does not say; kubectl says `Strict`) answers
+/// with a `Warning` header per field, `Ignore` drops them silently.
+fn report_unknown_fields(
+    context: &Context<'_>,
+    info: &ResourceInfo,
+    unknown_fields: &[String],
+) -> Result<(), ApiError> {
+    if unknown_fields.is_empty() {
+        return Ok(());
+    }
+    match context.query.get("fieldValidation").unwrap_or("Warn") {
+        "Strict" => {
+            let fields: Vec<String> = unknown_fields
+                .iter()
+                .map(|path| format!("unknown field \"{path}\""))
+                .collect();
+            Err(cannot_be_handled(
+                info,
+                &format!("strict decoding error: {}", fields.join(", ")),
+            ))
+        }
+        "Warn" => {
+            for path in unknown_fields {
+                context.warn(format!("unknown field \"{path}\""));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The real server's 400 for a body that does not decode into the kind's type
+/// (`transformDecodeError` in the apiserver's handlers).
+fn cannot_be_handled(info: &ResourceInfo, detail: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: {detail}",
+        kind = info.kind,
+        version = info.version,
+    ))
+}
+
+/// Built-in objects decode into their Go types on the real server: a value of the wrong type
+/// is a 400, and unknown fields are reported (see [`report_unknown_fields`]) and not stored.
+fn check_builtin_types(
+    context: &Context<'_>,
+    info: &ResourceInfo,
+    object: &mut Value,
+) -> Result<(), ApiError> {
+    let checked = crate::builtin_types::check(info, object)
+        .map_err(|error| cannot_be_handled(info, &error.to_string()))?;
+    report_unknown_fields(context, info, &checked.unknown_fields)?;
+    crate::builtin_types::drop_unknown_fields(object, &checked);
+    Ok(())
+}
+
 /// Validation and defaulting shared by create and update: metadata, built-in and CRD rules,
 /// and for custom resources pruning, defaulting and schema validation.
 fn prepare_common(
@@ -308,26 +365,7 @@ fn prepare_common(
         let pruned = super::semantics::prune(schema, object);
         if !pruned.is_empty() {
             // `Warn` is the server's default when the client does not say (kubectl says Strict).
-            match context.query.get("fieldValidation").unwrap_or("Warn") {
-                "Strict" => {
-                    let fields: Vec<String> = pruned
-                        .iter()
-                        .map(|path| format!("unknown field \"{path}\""))
-                        .collect();
-                    return Err(ApiError::bad_request(format!(
-                        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
-                        fields.join(", "),
-                        kind = info.kind,
-                        version = info.version,
-                    )));
-                }
-                "Warn" => {
-                    for path in &pruned {
-                        context.warn(format!("unknown field \"{path}\""));
-                    }
-                }
-                _ => {}
-            }
+            report_unknown_fields(context, info, &pruned)?;
         }
         super::semantics::apply_defaults(schema, object);
         errors.extend(super::semantics::validate(schema, object, old));
@@ -601,6 +639,7 @@ fn prepare_update(
 ) -> Result<Value, ApiError> {
     let require_resource_version = options.require_resource_version;
     check_type_meta(info, &mut new)?;
+    check_builtin_types(context, info, &mut new)?;
     let name = context.name().to_string();
     let new_name = new["metadata"]["name"].as_str().unwrap_or_default();
     if new_name != name {

@@ -139,3 +139,168 @@ async fn secrets_fold_string_data_and_service_accounts_return_on_delete() {
     assert!(deleted.is_left());
     server.shutdown().await;
 }
+
+/// Sends a raw JSON POST; returns the status code, the `Warning` headers and the body.
+async fn post_json(
+    client: &kube::Client,
+    uri: &str,
+    body: serde_json::Value,
+) -> (u16, Vec<String>, serde_json::Value) {
+    let request = http::Request::post(uri)
+        .header("Content-Type", "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap();
+    let response = bounded(client.send(request)).await.unwrap();
+    let code = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|value| value.to_str().unwrap().to_string())
+        .collect();
+    let bytes = bounded(http_body_util::BodyExt::collect(response.into_body()))
+        .await
+        .unwrap()
+        .to_bytes();
+    (code, warnings, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn builtin_objects_of_the_wrong_type_are_400() {
+    let (server, client) = start().await;
+    // Real: 400 BadRequest from decoding into the Go struct (apiserver handlers
+    // transformDecodeError wrapping encoding/json's UnmarshalTypeError).
+    let (code, _, status) = post_json(
+        &client,
+        "/api/v1/namespaces/default/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typed"},
+               "data": {"a": 1}}),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")));
+    assert_eq!(
+        status["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal \
+         number into Go struct field ConfigMap.data of type string"
+    );
+    let (code, _, status) = post_json(
+        &client,
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "lock"}, "spec": {"leaseDurationSeconds": "15"}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "Lease in version \"v1\" cannot be handled as a Lease: json: cannot unmarshal string \
+         into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32"
+    );
+    // Bad base64 in Secret data is a decoding error too.
+    let (code, _, status) = post_json(
+        &client,
+        "/api/v1/namespaces/default/secrets",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+               "data": {"k": "%%%"}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    // Nothing was stored.
+    let config_maps = configmaps(&client, "default");
+    assert!(
+        bounded(config_maps.get_opt("typed"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // An update (merge patch) to a wrong type is refused the same way.
+    create(
+        &config_maps,
+        &configmap("patched", json!({}), json!({"a": "b"})),
+    )
+    .await;
+    let refused = status_of(
+        bounded(config_maps.patch(
+            "patched",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"a": true}})),
+        ))
+        .await,
+    );
+    assert_eq!((refused.code, refused.reason.as_str()), (400, "BadRequest"));
+    assert!(
+        refused
+            .message
+            .ends_with("cannot unmarshal bool into Go struct field ConfigMap.data of type string"),
+        "{}",
+        refused.message
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_fields_of_builtin_objects_follow_field_validation() {
+    let (server, client) = start().await;
+    let manifest = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "colour": "red"},
+               "data": {"a": "b"}, "spec": {"replicas": 1}})
+    };
+    let path = "/api/v1/namespaces/default/configmaps";
+    // Strict (what kubectl sends): 400 naming every unknown field.
+    let (code, _, status) = post_json(
+        &client,
+        &format!("{path}?fieldValidation=Strict"),
+        manifest("strict"),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: \
+         unknown field \"metadata.colour\", unknown field \"spec\""
+    );
+    // Warn (the default): created without the unknown fields, one warning per field.
+    let (code, warnings, created) = post_json(&client, path, manifest("warned")).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"unknown field \\\"metadata.colour\\\"\"",
+            "299 - \"unknown field \\\"spec\\\"\""
+        ]
+    );
+    assert!(created.get("spec").is_none(), "{created}");
+    assert!(created["metadata"].get("colour").is_none(), "{created}");
+    // Ignore: created, no warnings.
+    let (code, warnings, _) = post_json(
+        &client,
+        &format!("{path}?fieldValidation=Ignore"),
+        manifest("ignored"),
+    )
+    .await;
+    assert_eq!((code, warnings.len()), (201, 0));
+
+    // Through kube-rs: a strict patch adding an unknown field is refused.
+    let config_maps = configmaps(&client, "default");
+    let refused = status_of(
+        bounded(config_maps.patch(
+            "warned",
+            &kube::api::PatchParams::default().validation(kube::api::ValidationDirective::Strict),
+            &kube::api::Patch::Merge(json!({"immutible": true})),
+        ))
+        .await,
+    );
+    assert_eq!((refused.code, refused.reason.as_str()), (400, "BadRequest"));
+    assert!(
+        refused
+            .message
+            .ends_with("strict decoding error: unknown field \"immutible\""),
+        "{}",
+        refused.message
+    );
+    let stored = bounded(config_maps.get("warned")).await.unwrap();
+    assert!(stored.data.get("immutible").is_none());
+    server.shutdown().await;
+}

@@ -314,7 +314,7 @@ async fn kube_runtime_finalizer_helper_round_trip() {
 }
 
 #[tokio::test]
-async fn odd_namespace_shapes_do_not_stop_termination() {
+async fn odd_namespace_shapes_are_refused_and_termination_finishes() {
     let (server, client) = start().await;
     let resource = kube::core::ApiResource::erase::<Namespace>(&());
     let namespaces: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
@@ -323,15 +323,25 @@ async fn odd_namespace_shapes_do_not_stop_termination() {
     bounded(namespaces.create(&PostParams::default(), &namespace))
         .await
         .unwrap();
-    // Built-in kinds are not schema-checked here, so a status or spec of the wrong shape can
-    // be stored; the namespace controller must still finish the deletion.
+    // A status or spec of the wrong shape does not decode into the Go type: 400, as the real
+    // server answers, and nothing is stored; the deletion then finishes as usual.
     let params = PatchParams::default();
-    bounded(namespaces.patch_status("odd", &params, &Patch::Merge(json!({"status": "weird"}))))
-        .await
-        .unwrap();
-    bounded(namespaces.patch("odd", &params, &Patch::Merge(json!({"spec": "weird"}))))
-        .await
-        .unwrap();
+    let refused = status_of(
+        bounded(namespaces.patch_status("odd", &params, &Patch::Merge(json!({"status": "weird"}))))
+            .await,
+    );
+    assert_eq!((refused.code, refused.reason.as_str()), (400, "BadRequest"));
+    assert_eq!(
+        refused.message,
+        "Namespace in version \"v1\" cannot be handled as a Namespace: json: cannot unmarshal \
+         string into Go struct field Namespace.status of type v1.NamespaceStatus"
+    );
+    let refused = status_of(
+        bounded(namespaces.patch("odd", &params, &Patch::Merge(json!({"spec": "weird"})))).await,
+    );
+    assert_eq!((refused.code, refused.reason.as_str()), (400, "BadRequest"));
+    let stored = bounded(namespaces.get("odd")).await.unwrap();
+    assert_eq!(stored.data["status"]["phase"], "Active");
     bounded(namespaces.delete("odd", &DeleteParams::default()))
         .await
         .unwrap();

@@ -1122,3 +1122,55 @@ async fn the_projects_crds_and_basic_examples_apply_cleanly() {
     }
     cluster.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn builtin_manifests_are_type_checked() {
+    let cluster = Cluster::start().await;
+    let wrong_type = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typed\ndata:\n  a: 1\n";
+    let stderr = cluster
+        .kubectl_with_input(&["create", "-f", "-"], Some(wrong_type))
+        .await
+        .fails();
+    assert_eq!(
+        stderr.trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": ConfigMap in version \
+         \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct \
+         field ConfigMap.data of type string"
+    );
+
+    let unknown_field =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  a: b\nspec:\n  x: y\n";
+    let stderr = cluster
+        .kubectl_with_input(&["create", "-f", "-"], Some(unknown_field))
+        .await
+        .fails();
+    assert_eq!(
+        stderr.trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": ConfigMap in version \
+         \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"spec\""
+    );
+    // `--validate=false` sends fieldValidation=Ignore: created without the unknown field.
+    cluster
+        .kubectl_with_input(
+            &["create", "--validate=false", "-f", "-"],
+            Some(unknown_field),
+        )
+        .await
+        .ok();
+    let stored = cluster
+        .get_json(&["configmap", "extra", "-o", "json"])
+        .await;
+    assert_eq!(stored["data"]["a"], "b");
+    assert!(stored.get("spec").is_none(), "{stored}");
+    // `--validate=warn`: created, and kubectl prints the server's warning.
+    let renamed = unknown_field.replace("name: extra", "name: warned");
+    let outcome = cluster
+        .kubectl_with_input(&["create", "--validate=warn", "-f", "-"], Some(&renamed))
+        .await;
+    let stderr = outcome.stderr.clone();
+    assert_eq!(outcome.ok().trim(), "configmap/warned created");
+    assert!(
+        stderr.contains("Warning: unknown field \"spec\""),
+        "{stderr}"
+    );
+}
