@@ -205,6 +205,10 @@ async fn builtin_objects_of_the_wrong_type_are_400() {
     )
     .await;
     assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "Secret in version \"v1\" cannot be handled as a Secret: Invalid symbol 37, offset 0."
+    );
     // Nothing was stored.
     let config_maps = configmaps(&client, "default");
     assert!(

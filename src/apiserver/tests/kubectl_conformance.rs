@@ -1157,9 +1157,7 @@ async fn builtin_manifests_are_type_checked() {
         )
         .await
         .ok();
-    let stored = cluster
-        .get_json(&["configmap", "extra", "-o", "json"])
-        .await;
+    let stored = cluster.get_json(&["configmap", "extra"]).await;
     assert_eq!(stored["data"]["a"], "b");
     assert!(stored.get("spec").is_none(), "{stored}");
     // `--validate=warn`: created, and kubectl prints the server's warning.
@@ -1173,4 +1171,81 @@ async fn builtin_manifests_are_type_checked() {
         stderr.contains("Warning: unknown field \"spec\""),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn describe_lists_events_and_both_event_apis_share_them() {
+    let cluster = Cluster::start().await;
+    cluster
+        .apply_stdin(
+            &[],
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: subject\ndata:\n  a: b\n",
+        )
+        .await
+        .ok();
+    let uid = cluster
+        .kubectl(&[
+            "get",
+            "configmap",
+            "subject",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .await
+        .ok();
+    let event = format!(
+        "apiVersion: v1\nkind: Event\nmetadata:\n  name: subject.1\ninvolvedObject:\n  \
+         apiVersion: v1\n  kind: ConfigMap\n  name: subject\n  namespace: default\n  uid: {uid}\n\
+         reason: Rotated\nmessage: keys rotated\ntype: Normal\ncount: 1\n\
+         firstTimestamp: \"2025-01-01T00:00:00Z\"\nlastTimestamp: \"2025-01-01T00:00:00Z\"\n\
+         source:\n  component: gpucloud-operator\n"
+    );
+    cluster.apply_stdin(&[], &event).await.ok();
+    // kubectl describe finds events by an involvedObject field selector (name, namespace,
+    // kind, uid), as against a real server.
+    let described = cluster
+        .kubectl(&["describe", "configmap", "subject"])
+        .await
+        .ok();
+    let events_section = described
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        events_section.contains("Rotated") && events_section.contains("keys rotated"),
+        "{described}"
+    );
+    // A core/v1 Event is also an events.k8s.io/v1 Event (one storage, two views).
+    let events_v1 = cluster
+        .get_json(&["events.v1.events.k8s.io", "subject.1"])
+        .await;
+    assert_eq!(events_v1["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(events_v1["note"], "keys rotated");
+    assert_eq!(events_v1["regarding"]["name"], "subject");
+    // Field selectors on events from kubectl.
+    let selected = cluster
+        .kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=Rotated,involvedObject.kind=ConfigMap",
+            "-o",
+            "name",
+        ])
+        .await
+        .ok();
+    assert_eq!(selected.trim(), "event/subject.1");
+    let none = cluster
+        .kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=Other",
+            "-o",
+            "name",
+        ])
+        .await
+        .ok();
+    assert_eq!(none.trim(), "");
 }
