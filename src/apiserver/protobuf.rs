@@ -821,6 +821,100 @@ mod tests {
         meta
     }
 
+    fn hex(text: &str) -> Vec<u8> {
+        let digits: Vec<u8> = text
+            .bytes()
+            .filter(u8::is_ascii_hexdigit)
+            .map(|digit| match digit {
+                b'0'..=b'9' => digit - b'0',
+                b'a'..=b'f' => digit - b'a' + 10,
+                _ => digit - b'A' + 10,
+            })
+            .collect();
+        digits
+            .chunks(2)
+            .map(|pair| pair[0] << 4 | pair[1])
+            .collect()
+    }
+
+    // Bodies captured from the installed kubectl (`-v=9` prints them; its user agent reports
+    // v1.33.1) for its imperative generators.
+    const KUBECTL_CREATE_NAMESPACE: &str = "
+        6b 38 73 00 0a 0f 0a 02  76 31 12 09 4e 61 6d 65
+        73 70 61 63 65 12 1e 0a  16 0a 06 74 65 61 6d 2d
+        61 12 00 1a 00 22 00 2a  00 32 00 38 00 42 00 12
+        00 1a 02 0a 00 1a 00 22  00";
+    const KUBECTL_CREATE_CONFIGMAP: &str = "
+        6b 38 73 00 0a 0f 0a 02  76 31 12 09 43 6f 6e 66
+        69 67 4d 61 70 12 37 0a  18 0a 08 73 65 74 74 69
+        6e 67 73 12 00 1a 00 22  00 2a 00 32 00 38 00 42
+        00 12 0c 0a 04 6d 6f 64  65 12 04 66 61 73 74 12
+        0d 0a 08 72 65 70 6c 69  63 61 73 12 01 33 1a 00
+        22 00";
+    const KUBECTL_CREATE_SECRET: &str = "
+        6b 38 73 00 0a 0c 0a 02  76 31 12 06 53 65 63 72
+        65 74 12 2e 0a 1b 0a 0b  63 72 65 64 65 6e 74 69
+        61 6c 73 12 00 1a 00 22  00 2a 00 32 00 38 00 42
+        00 12 0d 0a 04 75 73 65  72 12 05 61 64 6d 69 6e
+        1a 00 1a 00 22 00";
+    const KUBECTL_CREATE_SERVICEACCOUNT: &str = "
+        6b 38 73 00 0a 14 0a 02  76 31 12 0e 53 65 72 76
+        69 63 65 41 63 63 6f 75  6e 74 12 19 0a 17 0a 07
+        62 75 69 6c 64 65 72 12  00 1a 00 22 00 2a 00 32
+        00 38 00 42 00 1a 00 22  00";
+
+    #[test]
+    fn captured_kubectl_bodies_decode_like_kubectls_json() {
+        assert_eq!(
+            decode(&hex(KUBECTL_CREATE_NAMESPACE)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"},
+                   "spec": {}, "status": {}})
+        );
+        assert_eq!(
+            decode(&hex(KUBECTL_CREATE_CONFIGMAP)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+                   "data": {"mode": "fast", "replicas": "3"}})
+        );
+        // An empty `type` is left out, so the server's default (Opaque) applies.
+        assert_eq!(
+            decode(&hex(KUBECTL_CREATE_SECRET)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials"},
+                   "data": {"user": "YWRtaW4="}})
+        );
+        assert_eq!(
+            decode(&hex(KUBECTL_CREATE_SERVICEACCOUNT)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "builder"}})
+        );
+    }
+
+    #[test]
+    fn captured_bodies_cut_or_corrupted_fail_cleanly() {
+        for capture in [
+            KUBECTL_CREATE_NAMESPACE,
+            KUBECTL_CREATE_CONFIGMAP,
+            KUBECTL_CREATE_SECRET,
+            KUBECTL_CREATE_SERVICEACCOUNT,
+        ] {
+            let body = hex(capture);
+            // A cut between the envelope's fields leaves a valid (shorter) message, but a cut
+            // inside the type meta or the raw object is detected as truncation.
+            let type_meta_end = 6 + usize::from(body[5]);
+            let raw_end = type_meta_end + 2 + usize::from(body[type_meta_end + 1]);
+            for end in (5..type_meta_end).chain(type_meta_end + 1..raw_end) {
+                assert!(decode(&body[..end]).is_err(), "{end}");
+            }
+            for index in 4..body.len() {
+                for flip in [0x80u8, 0xff] {
+                    let mut corrupted = body.clone();
+                    corrupted[index] ^= flip;
+                    // Either a clean error or some object; never a panic.
+                    let _ = decode(&corrupted);
+                }
+            }
+        }
+    }
+
     #[test]
     fn config_map_decodes_like_its_json() {
         let mut raw = Vec::new();
