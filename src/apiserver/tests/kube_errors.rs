@@ -299,5 +299,18 @@ async fn malformed_protobuf_bodies_are_400_not_500() {
     assert_eq!(code, 201, "{text}");
     let created: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(created["data"], json!({"k": "val"}));
+    // An update (PUT) in protobuf replaces it, as client-go's typed clients send it.
+    let (code, _, text) = raw(
+        &client,
+        "PUT",
+        &format!("{CONFIGMAPS}/a"),
+        &protobuf,
+        envelope(b"\x0a\x03\x0a\x01a\x12\x08\x0a\x01k\x12\x03new"),
+    )
+    .await;
+    assert_eq!(code, 200, "{text}");
+    let updated: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(updated["data"], json!({"k": "new"}));
+    assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
     server.shutdown().await;
 }
