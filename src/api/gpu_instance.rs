@@ -189,7 +189,9 @@ impl EtherType {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("self.portRangeMin <= self.portRangeMax").message("portRangeMin must not exceed portRangeMax").field_path(".portRangeMin"),
+    validation = Rule::new("has(self.portRangeMin) == has(self.portRangeMax)").message("set both portRangeMin and portRangeMax, or neither for all ports"),
+    validation = Rule::new("!has(self.portRangeMin) || !has(self.portRangeMax) || self.portRangeMin <= self.portRangeMax").message("portRangeMin must not exceed portRangeMax").field_path(".portRangeMin"),
+    validation = Rule::new("!has(self.portRangeMin) || self.protocol == 'tcp' || self.protocol == 'udp'").message("ports apply to tcp and udp only; leave portRangeMin and portRangeMax out for other protocols").field_path(".portRangeMin"),
     validation = Rule::new("self.etherType == 'IPv4' ? !self.remoteIpPrefix.contains(':') : self.remoteIpPrefix.contains(':')").message("remoteIpPrefix must be of the rule's etherType").field_path(".remoteIpPrefix"),
 )]
 pub struct SecurityRule {
@@ -206,12 +208,14 @@ pub struct SecurityRule {
     #[schemars(length(min = 1, max = 64))]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("remoteIpPrefix must be a CIDR such as 203.0.113.0/24"))]
     pub remote_ip_prefix: String,
-    /// First port of the range.
+    /// First port of the range (`tcp` and `udp` only; leave both ports out for all ports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
-    pub port_range_min: i32,
+    pub port_range_min: Option<i32>,
     /// Last port of the range (equal to `portRangeMin` for one port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
-    pub port_range_max: i32,
+    pub port_range_max: Option<i32>,
 }
 
 /// What the operator observed of an instance.

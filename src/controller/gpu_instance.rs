@@ -540,8 +540,8 @@ pub(crate) fn rule_diff<'a>(
             && a.protocol.as_str() == w.protocol
             && a.ethertype.as_str() == w.ether_type.cloud_value()
             && a.remote_ip_prefix == w.remote_ip_prefix
-            && a.port_range_min == u32::try_from(w.port_range_min).ok()
-            && a.port_range_max == u32::try_from(w.port_range_max).ok()
+            && a.port_range_min == w.port_range_min.and_then(|p| u32::try_from(p).ok())
+            && a.port_range_max == w.port_range_max.and_then(|p| u32::try_from(p).ok())
     };
     let missing = wanted
         .iter()
@@ -560,8 +560,8 @@ pub(crate) fn to_cloud_rule(rule: &SecurityRule) -> NewRule {
         protocol: Protocol::from_wire(&rule.protocol),
         ethertype: Ethertype::from_wire(rule.ether_type.cloud_value()),
         remote_ip_prefix: rule.remote_ip_prefix.clone(),
-        port_range_min: u32::try_from(rule.port_range_min).ok(),
-        port_range_max: u32::try_from(rule.port_range_max).ok(),
+        port_range_min: rule.port_range_min.and_then(|p| u32::try_from(p).ok()),
+        port_range_max: rule.port_range_max.and_then(|p| u32::try_from(p).ok()),
     }
 }
 
@@ -576,8 +576,8 @@ mod tests {
             protocol: "tcp".into(),
             ether_type: EtherType::IPv4,
             remote_ip_prefix: cidr.into(),
-            port_range_min: port,
-            port_range_max: port,
+            port_range_min: Some(port),
+            port_range_max: Some(port),
         }
     }
 

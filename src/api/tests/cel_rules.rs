@@ -35,8 +35,8 @@ fn rule(cidr: &str, min: i32, max: i32) -> SecurityRule {
         protocol: "tcp".into(),
         ether_type: EtherType::IPv4,
         remote_ip_prefix: cidr.into(),
-        port_range_min: min,
-        port_range_max: max,
+        port_range_min: Some(min),
+        port_range_max: Some(max),
     }
 }
 
@@ -121,6 +121,19 @@ fn security_rules_need_legacy_tier_a_cidr_and_ordered_ports() {
     rejected_with(&i, None, "portRangeMin must not exceed portRangeMax");
     i.spec.security_rules = vec![rule("2001:db8::/32", 22, 22)];
     rejected_with(&i, None, "etherType");
+    // Ports: both or neither, and only for tcp and udp.
+    let mut half = rule("10.0.0.0/8", 22, 22);
+    half.port_range_max = None;
+    i.spec.security_rules = vec![half];
+    rejected_with(&i, None, "set both portRangeMin and portRangeMax");
+    let mut icmp = rule("10.0.0.0/8", 22, 22);
+    icmp.protocol = "icmp".into();
+    i.spec.security_rules = vec![icmp.clone()];
+    rejected_with(&i, None, "ports apply to tcp and udp only");
+    icmp.port_range_min = None;
+    icmp.port_range_max = None;
+    i.spec.security_rules = vec![icmp];
+    validate_cel(&i).unwrap();
 }
 
 #[test]
