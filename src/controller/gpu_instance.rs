@@ -75,8 +75,22 @@ impl ManagedKind for GpuInstance {
         let namespace = self.namespace().unwrap_or_default();
         let spec = &self.spec;
         if let Some(source) = &spec.source {
-            let snapshot_id =
-                restorable_snapshot(cx, &namespace, &source.snapshot_ref.name).await?;
+            let snapshot_name = &source.snapshot_ref.name;
+            let snapshot_id = restorable_snapshot(cx, &namespace, snapshot_name).await?;
+            // The cloud restores into the snapshot's region, whatever the spec says.
+            let snapshots: Api<Snapshot> = Api::namespaced(cx.client.clone(), &namespace);
+            let region = snapshots
+                .get_opt(snapshot_name)
+                .await?
+                .and_then(|s| s.status.and_then(|s| s.region));
+            if let Some(region) = region
+                && region != spec.region
+            {
+                return Err(Error::InvalidSpec(format!(
+                    "spec.region is {} but Snapshot {snapshot_name:?} is in {region}; a restored instance is in its snapshot's region",
+                    spec.region
+                )));
+            }
             return Ok(InstancePlan::Restore { snapshot_id });
         }
         let gpu_type = spec.gpu_type.clone().ok_or_else(|| {

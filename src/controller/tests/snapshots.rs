@@ -413,3 +413,84 @@ async fn lost_responses_of_snapshot_restore_and_image_creates_yield_one_resource
     assert_eq!(cloud.firewalls.len(), 1);
     env.stop_operator().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_by_cloud_id_and_refused_restores() {
+    let mut env = Env::start().await;
+    let foreign = cloud_client(&env)
+        .create_instance(&gpucloud_cloud::model::CreateInstanceRequest {
+            name: "made-by-hand".into(),
+            region: "us-east-1".into(),
+            gpu_type: "A100-80G".into(),
+            gpu_count: 1,
+            image_id: "ubuntu-22.04-cuda-12".into(),
+            tier: None,
+            ssh_key_ids: vec![],
+            startup_script: None,
+            startup_script_id: None,
+            public_ip: None,
+            volume_ids: vec![],
+        })
+        .await
+        .unwrap();
+    create::<Snapshot>(
+        &env,
+        &object(
+            "by-id",
+            serde_json::json!({"instanceId": foreign.instance_id}),
+        ),
+    )
+    .await;
+    let snapshot: Snapshot = ready(&env, "by-id").await;
+    assert_eq!(
+        snapshot.status.unwrap().source_instance_id.as_deref(),
+        Some(foreign.instance_id.as_str())
+    );
+
+    // An id the cloud does not know is a spec error, not a wait.
+    create::<Snapshot>(
+        &env,
+        &object(
+            "unknown",
+            serde_json::json!({"instanceId": "vm-ffffffffffff"}),
+        ),
+    )
+    .await;
+    let refused: Snapshot = condition(&env, "unknown", "Stalled", "True", "InvalidSpec").await;
+    assert!(
+        message(&refused).contains("vm-ffffffffffff"),
+        "{}",
+        message(&refused)
+    );
+
+    // A restore is in the snapshot's region: another region in the spec is refused.
+    let mut elsewhere = restored("elsewhere", "by-id");
+    elsewhere.spec.region = "eu-west-1".into();
+    create(&env, &elsewhere).await;
+    let refused: GpuInstance = condition(&env, "elsewhere", "Stalled", "True", "InvalidSpec").await;
+    assert!(
+        message(&refused).contains("us-east-1"),
+        "{}",
+        message(&refused)
+    );
+    assert_eq!(env.calls("RestoreSnapshot"), 0);
+
+    // Both sources at once, or none, is refused at admission.
+    let both = env
+        .api::<Snapshot>()
+        .create(
+            &Default::default(),
+            &object::<Snapshot>(
+                "both",
+                serde_json::json!({"instanceId": "vm-1", "instanceRef": {"name": "x"}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        both.to_string()
+            .contains("exactly one of instanceRef and instanceId"),
+        "{both}"
+    );
+    env.stop_operator().await;
+}
