@@ -180,7 +180,9 @@ async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets,
         waiting: None,
     };
     let usable = |i: &GpuInstance| {
-        i.meta().deletion_timestamp.is_none() && i.spec.region == this.spec.region
+        i.meta().deletion_timestamp.is_none()
+            && i.spec.region == this.spec.region
+            && !crate::references::machine_vanished(i)
     };
     for reference in &this.spec.instance_refs {
         let found = instances.iter().find(|i| i.name_any() == reference.name);
@@ -202,7 +204,11 @@ async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets,
             Some(i) if !usable(i) => {
                 targets
                     .waiting
-                    .get_or_insert(waiting("it is being deleted"));
+                    .get_or_insert(waiting(if crate::references::machine_vanished(i) {
+                        "its machine was deleted outside the operator"
+                    } else {
+                        "it is being deleted"
+                    }));
             }
             Some(i) => match i.cloud_status().external_id {
                 Some(id) => {

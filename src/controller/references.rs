@@ -62,8 +62,20 @@ pub async fn instance_id(
     if object.meta().deletion_timestamp.is_some() {
         return Err(waiting("it is being deleted"));
     }
+    if machine_vanished(&object) {
+        return Err(waiting("its machine was deleted outside the operator"));
+    }
     object
         .cloud_status()
         .external_id
         .ok_or_else(|| waiting("it has no cloud id yet"))
+}
+
+/// Whether the GpuInstance reports its recorded machine gone from the cloud: its id can no
+/// longer be attached to anything.
+pub fn machine_vanished(instance: &GpuInstance) -> bool {
+    instance
+        .cloud_status()
+        .condition(gpucloud_api::condition_type::READY)
+        .is_some_and(|c| c.reason == crate::conditions::reason::EXTERNAL_DELETED)
 }

@@ -232,3 +232,70 @@ async fn waiting_objects_are_woken_by_watches_not_by_polling() {
     );
     env.stop_operator().await;
 }
+
+/// A machine deleted behind the operator's back: the objects attached to it say so and wait,
+/// they do not fail against the vanished id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependents_of_a_machine_deleted_outside_the_operator_show_a_reason() {
+    let mut env = Env::start().await;
+    create::<GpuInstance>(
+        &env,
+        &object(
+            "vm",
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"}),
+        ),
+    )
+    .await;
+    create::<Volume>(
+        &env,
+        &object(
+            "vol",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 5, "instanceRef": {"name": "vm"}}),
+        ),
+    )
+    .await;
+    create::<Firewall>(
+        &env,
+        &object(
+            "fw",
+            serde_json::json!({"region": "us-east-1", "instanceRefs": [{"name": "vm"}]}),
+        ),
+    )
+    .await;
+    let vm: GpuInstance = ready(&env, "vm").await;
+    ready::<Volume>(&env, "vol").await;
+    ready::<Firewall>(&env, "fw").await;
+    let vm_id = vm.cloud_status().external_id.unwrap();
+
+    cloud_client(&env).delete_instance(&vm_id).await.unwrap();
+    condition::<GpuInstance>(&env, "vm", "Stalled", "True", "ExternalDeleted").await;
+    for kind in ["Volume", "Firewall"] {
+        let ready_condition = match kind {
+            "Volume" => {
+                condition::<Volume>(&env, "vol", "Reconciling", "True", "WaitingForReference")
+                    .await
+                    .cloud_status()
+            }
+            _ => condition::<Firewall>(&env, "fw", "Reconciling", "True", "WaitingForReference")
+                .await
+                .cloud_status(),
+        }
+        .condition("Ready")
+        .unwrap()
+        .clone();
+        assert!(
+            ready_condition
+                .message
+                .contains("deleted outside the operator"),
+            "{kind}: {}",
+            ready_condition.message
+        );
+    }
+    let volumes = data_volumes(&env);
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(
+        volumes[0].instance_id, None,
+        "the volume outlives the machine"
+    );
+    env.stop_operator().await;
+}
