@@ -15,6 +15,8 @@ use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -28,6 +30,7 @@ pub struct Env {
     pub client: kube::Client,
     stop: Option<oneshot::Sender<()>>,
     operator: Option<JoinHandle<()>>,
+    _watchdog: Watchdog,
 }
 
 /// Operator settings sized for tests: fast lists, short windows.
@@ -65,6 +68,7 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
 impl Env {
     /// API server with CRDs, namespaces and the default credentials; simulator; no operator yet.
     pub async fn without_operator(simulator: SimulatorConfig) -> Env {
+        let watchdog = watchdog(Duration::from_secs(300));
         let _ = rustls::crypto::ring::default_provider().install_default();
         let apiserver = ApiServer::start(ApiServerConfig::default()).await.unwrap();
         let simulator = Simulator::start(simulator, "127.0.0.1:0".parse().unwrap())
@@ -103,6 +107,7 @@ impl Env {
             client,
             stop: None,
             operator: None,
+            _watchdog: watchdog,
         };
         env.put_secret(
             OPERATOR_NAMESPACE,
@@ -192,6 +197,41 @@ impl Env {
         K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
     {
         Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+}
+
+/// Ends the test process if a test runs far past any of its own bounds, so a hang shows as a
+/// failure naming the test instead of stalling the whole run.
+fn watchdog(limit: Duration) -> Watchdog {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_string();
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = done.clone();
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if finished.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        eprintln!(
+            "{test}: still running after {}s; aborting the test process",
+            limit.as_secs()
+        );
+        std::process::abort();
+    });
+    Watchdog(done)
+}
+
+/// Disarms the watchdog when the environment goes.
+pub struct Watchdog(Arc<AtomicBool>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
