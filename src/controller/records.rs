@@ -5,26 +5,40 @@ use gpucloud_cloud::model::{Firewall, Image, Instance, Snapshot, SshKey, Volume,
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::jiff::Timestamp;
 
+/// A record's id and name fields, and its state: the record's `status` field, or a fixed
+/// state for resources the cloud reports none for.
+macro_rules! cloud_record {
+    ($record:ty, id: $id:ident, name: $name:ident, state: status) => {
+        cloud_record!(@impl $record, $id, $name, |r: &$record| r.status.as_str().to_string());
+    };
+    ($record:ty, id: $id:ident, name: $name:ident, state: $fixed:literal) => {
+        cloud_record!(@impl $record, $id, $name, |_: &$record| $fixed.to_string());
+    };
+    (@impl $record:ty, $id:ident, $name:ident, $state:expr) => {
+        impl CloudRecord for $record {
+            fn id(&self) -> &str {
+                &self.$id
+            }
+            fn name(&self) -> &str {
+                &self.$name
+            }
+            fn state(&self) -> String {
+                ($state)(self)
+            }
+            fn created_at(&self) -> Option<Timestamp> {
+                parse_time(&self.created_at)
+            }
+        }
+    };
+}
+
 fn parse_time(value: &str) -> Option<Timestamp> {
     value.parse().ok()
 }
 
 // === Instances ===
 
-impl CloudRecord for Instance {
-    fn id(&self) -> &str {
-        &self.instance_id
-    }
-    fn name(&self) -> &str {
-        &self.vm_name
-    }
-    fn state(&self) -> String {
-        self.status.as_str().to_string()
-    }
-    fn created_at(&self) -> Option<Timestamp> {
-        parse_time(&self.created_at)
-    }
-}
+cloud_record!(Instance, id: instance_id, name: vm_name, state: status);
 
 /// Lists instances.
 pub struct Instances;
@@ -38,21 +52,8 @@ impl Lister for Instances {
 
 // === SSH keys ===
 
-impl CloudRecord for SshKey {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn state(&self) -> String {
-        // The cloud reports no state for keys: a listed key is usable.
-        "available".to_string()
-    }
-    fn created_at(&self) -> Option<Timestamp> {
-        parse_time(&self.created_at)
-    }
-}
+// The cloud reports no state for keys: a listed key is usable.
+cloud_record!(SshKey, id: id, name: name, state: "available");
 
 /// Lists SSH keys.
 pub struct SshKeys;
@@ -66,20 +67,7 @@ impl Lister for SshKeys {
 
 // === Volumes ===
 
-impl CloudRecord for Volume {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn state(&self) -> String {
-        self.status.as_str().to_string()
-    }
-    fn created_at(&self) -> Option<Timestamp> {
-        parse_time(&self.created_at)
-    }
-}
+cloud_record!(Volume, id: id, name: name, state: status);
 
 /// Lists data volumes; the boot volumes of instances belong to their instances.
 pub struct Volumes;
@@ -97,20 +85,7 @@ impl Lister for Volumes {
 
 // === Snapshots ===
 
-impl CloudRecord for Snapshot {
-    fn id(&self) -> &str {
-        &self.snapshot_id
-    }
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn state(&self) -> String {
-        self.status.as_str().to_string()
-    }
-    fn created_at(&self) -> Option<Timestamp> {
-        parse_time(&self.created_at)
-    }
-}
+cloud_record!(Snapshot, id: snapshot_id, name: name, state: status);
 
 /// Lists snapshots.
 pub struct Snapshots;
@@ -124,20 +99,7 @@ impl Lister for Snapshots {
 
 // === Custom images ===
 
-impl CloudRecord for Image {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn state(&self) -> String {
-        self.status.as_str().to_string()
-    }
-    fn created_at(&self) -> Option<Timestamp> {
-        parse_time(&self.created_at)
-    }
-}
+cloud_record!(Image, id: id, name: name, state: status);
 
 /// Lists custom images.
 pub struct Images;
@@ -151,21 +113,8 @@ impl Lister for Images {
 
 // === Firewalls ===
 
-impl CloudRecord for Firewall {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn state(&self) -> String {
-        // The cloud reports no state for firewalls: a listed firewall is in force.
-        "available".to_string()
-    }
-    fn created_at(&self) -> Option<Timestamp> {
-        parse_time(&self.created_at)
-    }
-}
+// The cloud reports no state for firewalls: a listed firewall is in force.
+cloud_record!(Firewall, id: id, name: name, state: "available");
 
 /// Lists firewalls.
 pub struct Firewalls;
