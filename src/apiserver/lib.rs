@@ -43,6 +43,7 @@ pub mod builtin;
 pub mod builtin_types;
 pub mod cli;
 pub mod discovery;
+pub mod faults;
 pub mod gc;
 pub mod handlers;
 pub mod kubeconfig;

@@ -75,6 +75,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     pub settings: Arc<Settings>,
     pub request_log: RequestLog,
+    /// Faults injected on purpose by reliability tests (none unless a plan is set).
+    pub faults: Arc<crate::faults::ApiFaults>,
     /// Flips to true when the server stops, so open watches end and connections drain.
     pub stopping: tokio::sync::watch::Receiver<bool>,
     stop: Arc<tokio::sync::watch::Sender<bool>>,
@@ -141,6 +143,7 @@ impl AppState {
                 bookmark_interval: config.bookmark_interval,
             }),
             request_log: RequestLog::default(),
+            faults: Arc::new(crate::faults::ApiFaults::default()),
             stopping,
             stop: Arc::new(stop),
         };
@@ -329,6 +332,11 @@ impl ApiServerHandle {
     /// Drops retained watch history and ends open watches with 410 Expired.
     pub fn compact(&self) {
         self.state.store.compact();
+    }
+
+    /// Fault injection: seeded status-write conflicts and watch cuts, on-demand disconnects.
+    pub fn faults(&self) -> &crate::faults::ApiFaults {
+        &self.state.faults
     }
 
     /// The shared state (registry and store), for in-process inspection.

@@ -119,6 +119,7 @@ pub fn watch(context: &Context<'_>) -> Result<Response, ApiError> {
                 },
                 context.state.store.clone(),
                 context.state.stopping.clone(),
+                context.state.faults.clone(),
             ));
         }
         Err(StoreError::Expired { requested, oldest }) => {
@@ -260,8 +261,13 @@ async fn run(
     options: WatchOptions,
     store: Arc<crate::store::Store>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
+    faults: Arc<crate::faults::ApiFaults>,
 ) {
     let deadline = tokio::time::Instant::now() + options.timeout;
+    let mut cut = faults.watch_cut();
+    let cut_at = cut
+        .lifetime
+        .map(|lifetime| tokio::time::Instant::now() + lifetime);
     let mut receiver = subscription.receiver;
     // The highest resourceVersion covered. The subscription was taken at this version, so the
     // live receiver only holds later changes.
@@ -299,6 +305,13 @@ async fn run(
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => return,
             () = sender.closed() => return,
+            // Injected faults end the stream without an ERROR event, as a dropped
+            // connection does.
+            () = sleep_until_some(cut_at) => {
+                faults.record_watch_cut();
+                return;
+            }
+            _ = cut.disconnect.changed() => return,
             changed = stopping.changed() => {
                 let stop = changed.is_err() || *stopping.borrow_and_update();
                 if stop {
@@ -341,5 +354,13 @@ async fn run(
                 Err(broadcast::error::RecvError::Closed) => return,
             },
         }
+    }
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -252,6 +252,17 @@ async fn handle(
     if target.info.namespaced && target.namespace.is_empty() && verb == "create" {
         return Err(method_not_allowed(&method));
     }
+    if target.subresource.as_deref() == Some("status")
+        && matches!(verb, "update" | "patch")
+        && state.faults.conflict_on_status_write()
+    {
+        return Err(ApiError::conflict(
+            &target.info.group,
+            &target.info.plural,
+            target.name.as_deref().unwrap_or_default(),
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
     let context = Context {
         state,
         target,

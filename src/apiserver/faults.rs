@@ -1,0 +1,254 @@
+//! Fault injection for reliability tests: watches cut on demand or at a seeded rate, and
+//! `409 Conflict` answers to status writes at a seeded rate.
+//!
+//! A real control plane drops watches (load balancer idle timeouts, apiserver restarts) and
+//! answers writes with conflicts whenever another writer got there first. Controllers must
+//! survive both; these knobs make them happen on purpose. Forced `410 Gone` needs no knob:
+//! [`crate::ApiServerHandle::compact`] ends every open watch with it and makes older
+//! resourceVersions expire.
+//!
+//! Every random choice comes from one generator seeded with the plan's seed, so a plan replays
+//! the same sequence of decisions for the same sequence of requests.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+
+/// A fault plan was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum FaultError {
+    #[error("{what}: probability {value} is outside 0..=1")]
+    Probability { what: &'static str, value: f64 },
+    #[error("watch_lifetime: the longest lifetime must be at least the shortest")]
+    Lifetime,
+}
+
+/// What to inject. The default injects nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApiFaultPlan {
+    /// Seed of every decision.
+    pub seed: u64,
+    /// Probability that a status write (update or patch of `/status`) is answered
+    /// `409 Conflict` without being applied.
+    pub status_conflict_rate: f64,
+    /// Probability that a new watch is cut after a lifetime drawn from `watch_lifetime`.
+    pub watch_cut_rate: f64,
+    /// Shortest and longest lifetime of a watch that is to be cut.
+    pub watch_lifetime: (Duration, Duration),
+}
+
+impl ApiFaultPlan {
+    pub fn validate(&self) -> Result<(), FaultError> {
+        for (what, value) in [
+            ("status_conflict_rate", self.status_conflict_rate),
+            ("watch_cut_rate", self.watch_cut_rate),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(FaultError::Probability { what, value });
+            }
+        }
+        if self.watch_lifetime.1 < self.watch_lifetime.0 {
+            return Err(FaultError::Lifetime);
+        }
+        Ok(())
+    }
+}
+
+/// How many faults were injected so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    pub status_conflicts: u64,
+    /// Watches cut by the seeded rate.
+    pub watches_cut: u64,
+    /// Calls of [`ApiFaults::disconnect_watches`].
+    pub disconnects: u64,
+}
+
+/// The fault state one server shares between its handlers.
+pub struct ApiFaults {
+    decisions: Mutex<(ApiFaultPlan, StdRng)>,
+    /// Bumped by every on-demand disconnect; open watches end when it changes.
+    disconnect: watch::Sender<u64>,
+    status_conflicts: AtomicU64,
+    watches_cut: AtomicU64,
+}
+
+impl std::fmt::Debug for ApiFaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiFaults")
+            .field("plan", &self.plan())
+            .field("counts", &self.counts())
+            .finish()
+    }
+}
+
+impl Default for ApiFaults {
+    fn default() -> Self {
+        let (disconnect, _) = watch::channel(0);
+        ApiFaults {
+            decisions: Mutex::new((ApiFaultPlan::default(), StdRng::seed_from_u64(0))),
+            disconnect,
+            status_conflicts: AtomicU64::new(0),
+            watches_cut: AtomicU64::new(0),
+        }
+    }
+}
+
+// === impl ApiFaults ===
+
+impl ApiFaults {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (ApiFaultPlan, StdRng)> {
+        self.decisions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Replaces the plan; the decision stream restarts from the plan's seed.
+    pub fn set_plan(&self, plan: ApiFaultPlan) -> Result<(), FaultError> {
+        plan.validate()?;
+        let rng = StdRng::seed_from_u64(plan.seed);
+        *self.lock() = (plan, rng);
+        Ok(())
+    }
+
+    pub fn plan(&self) -> ApiFaultPlan {
+        self.lock().0.clone()
+    }
+
+    pub fn counts(&self) -> FaultCounts {
+        FaultCounts {
+            status_conflicts: self.status_conflicts.load(Ordering::Relaxed),
+            watches_cut: self.watches_cut.load(Ordering::Relaxed),
+            disconnects: *self.disconnect.borrow(),
+        }
+    }
+
+    /// Ends every open watch now: clients see their stream close, as on a dropped connection.
+    pub fn disconnect_watches(&self) {
+        self.disconnect.send_modify(|generation| *generation += 1);
+    }
+
+    /// Whether this status write is to be refused with a conflict.
+    pub fn conflict_on_status_write(&self) -> bool {
+        let mut guard = self.lock();
+        let (plan, rng) = &mut *guard;
+        if plan.status_conflict_rate <= 0.0 {
+            return false;
+        }
+        let conflict = rng.random::<f64>() < plan.status_conflict_rate;
+        if conflict {
+            self.status_conflicts.fetch_add(1, Ordering::Relaxed);
+        }
+        conflict
+    }
+
+    /// What ends a new watch early: a receiver that changes on the next on-demand disconnect,
+    /// and the lifetime after which the seeded rate cuts it, if it does.
+    pub fn watch_cut(&self) -> WatchCut {
+        let mut disconnect = self.disconnect.subscribe();
+        disconnect.mark_unchanged();
+        let mut guard = self.lock();
+        let (plan, rng) = &mut *guard;
+        let lifetime = (plan.watch_cut_rate > 0.0 && rng.random::<f64>() < plan.watch_cut_rate)
+            .then(|| {
+                let (shortest, longest) = plan.watch_lifetime;
+                let spread = longest.saturating_sub(shortest).as_secs_f64();
+                shortest + Duration::from_secs_f64(spread * rng.random::<f64>())
+            });
+        WatchCut {
+            disconnect,
+            lifetime,
+        }
+    }
+
+    /// Counts a watch ended by its drawn lifetime.
+    pub fn record_watch_cut(&self) {
+        self.watches_cut.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How one watch may be ended by fault injection.
+pub struct WatchCut {
+    pub disconnect: watch::Receiver<u64>,
+    pub lifetime: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_checked() {
+        let faults = ApiFaults::default();
+        assert_eq!(
+            faults.set_plan(ApiFaultPlan {
+                status_conflict_rate: 1.5,
+                ..ApiFaultPlan::default()
+            }),
+            Err(FaultError::Probability {
+                what: "status_conflict_rate",
+                value: 1.5
+            })
+        );
+        assert_eq!(
+            faults.set_plan(ApiFaultPlan {
+                watch_lifetime: (Duration::from_secs(2), Duration::from_secs(1)),
+                ..ApiFaultPlan::default()
+            }),
+            Err(FaultError::Lifetime)
+        );
+        assert_eq!(faults.plan(), ApiFaultPlan::default());
+    }
+
+    #[test]
+    fn decisions_repeat_for_a_seed_and_follow_the_rate() {
+        let plan = ApiFaultPlan {
+            seed: 7,
+            status_conflict_rate: 0.3,
+            watch_cut_rate: 0.5,
+            watch_lifetime: (Duration::from_millis(100), Duration::from_millis(300)),
+        };
+        let run = || {
+            let faults = ApiFaults::default();
+            faults.set_plan(plan.clone()).unwrap();
+            let conflicts: Vec<bool> = (0..200)
+                .map(|_| faults.conflict_on_status_write())
+                .collect();
+            let lifetimes: Vec<Option<Duration>> =
+                (0..50).map(|_| faults.watch_cut().lifetime).collect();
+            (conflicts, lifetimes, faults.counts())
+        };
+        let (conflicts, lifetimes, counts) = run();
+        assert_eq!(run().0, conflicts);
+        assert_eq!(run().1, lifetimes);
+        let injected = conflicts.iter().filter(|c| **c).count();
+        assert!((30..=90).contains(&injected), "{injected}");
+        assert_eq!(counts.status_conflicts, injected as u64);
+        assert!(
+            lifetimes
+                .iter()
+                .flatten()
+                .all(|l| (Duration::from_millis(100)..=Duration::from_millis(300)).contains(l))
+        );
+        assert!(lifetimes.iter().any(Option::is_some) && lifetimes.iter().any(Option::is_none));
+    }
+
+    #[test]
+    fn no_plan_injects_nothing_and_disconnects_reach_open_watches() {
+        let faults = ApiFaults::default();
+        assert!(!(0..100).any(|_| faults.conflict_on_status_write()));
+        let cut = faults.watch_cut();
+        assert_eq!(cut.lifetime, None);
+        assert!(!cut.disconnect.has_changed().unwrap());
+        faults.disconnect_watches();
+        assert!(cut.disconnect.has_changed().unwrap());
+        // A watch opened after the disconnect is not ended by it.
+        let later = faults.watch_cut();
+        assert!(!later.disconnect.has_changed().unwrap());
+        assert_eq!(faults.counts().disconnects, 1);
+    }
+}
