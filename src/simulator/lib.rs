@@ -30,7 +30,7 @@ pub use config::{
 };
 pub use engine::AccountSnapshot;
 pub use error::{ApiError, Error};
-pub use server::Counters;
+pub use server::{Counters, FaultCounts};
 
 /// Starts simulators.
 pub struct Simulator;
@@ -155,6 +155,11 @@ impl SimulatorHandle {
     /// Requests per operation name and status code, plus unmatched requests.
     pub fn counters(&self) -> Counters {
         self.state.counters()
+    }
+
+    /// Faults injected so far, by kind (cleared by [`SimulatorHandle::reset`]).
+    pub fn fault_counts(&self) -> FaultCounts {
+        self.state.fault_counts()
     }
 
     /// Replaces the fault plan; every operation's random stream starts again from the seed.

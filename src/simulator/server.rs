@@ -31,6 +31,7 @@ pub struct AppState {
     pub clock: Clock,
     engine: Mutex<Engine>,
     faults: Mutex<FaultState>,
+    fault_counts: Mutex<FaultCounts>,
     counters: Mutex<Counters>,
     limiter: Mutex<RateLimiter>,
     request_seq: AtomicU64,
@@ -52,6 +53,7 @@ impl AppState {
             clock,
             engine: Mutex::new(engine),
             faults: Mutex::new(faults),
+            fault_counts: Mutex::new(FaultCounts::default()),
             counters: Mutex::new(Counters::default()),
             limiter: Mutex::new(RateLimiter::default()),
             request_seq: AtomicU64::new(0),
@@ -74,11 +76,17 @@ impl AppState {
         lock(&self.faults).plan.clone()
     }
 
+    /// Faults injected since the start (or the last reset); setting a plan keeps counting.
+    pub fn fault_counts(&self) -> FaultCounts {
+        *lock(&self.fault_counts)
+    }
+
     /// Back to the start: empty account, initial balance, configured faults, no counters.
     pub fn reset(&self) {
         self.with_engine(|engine, now| engine.reset(now));
         self.set_faults(self.config.faults.clone());
         *lock(&self.counters) = Counters::default();
+        *lock(&self.fault_counts) = FaultCounts::default();
         *lock(&self.limiter) = RateLimiter::default();
     }
 
@@ -214,7 +222,35 @@ pub struct FaultDecision {
     pub throttle_secs: Option<u64>,
     pub internal_error: bool,
     pub latency: Duration,
+    /// Whether `latency` includes a spike.
+    pub spiked: bool,
     pub drop: Option<DropMode>,
+}
+
+/// Faults injected, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct FaultCounts {
+    /// Requests answered with an injected `429`.
+    pub throttled: u64,
+    /// Requests answered with an injected `500` (not performed).
+    pub internal_errors: u64,
+    /// Requests delayed by a latency spike.
+    pub latency_spikes: u64,
+    /// Operations performed whose response was then lost.
+    pub dropped_responses: u64,
+}
+
+impl FaultCounts {
+    fn add(&mut self, decision: &FaultDecision) {
+        if decision.throttle_secs.is_some() {
+            self.throttled += 1;
+        } else if decision.internal_error {
+            self.internal_errors += 1;
+        }
+        if decision.spiked {
+            self.latency_spikes += 1;
+        }
+    }
 }
 
 /// FNV-1a: a stable hash, so an operation's stream is the same in every build.
@@ -262,6 +298,7 @@ impl FaultState {
             && draws[2] < spike.probability
         {
             decision.latency += spike.extra;
+            decision.spiked = true;
         }
         if draws[3]
             < plan
@@ -614,6 +651,7 @@ async fn answer(
         return fail(ApiError::RateLimited { retry_after_secs });
     }
     let decision = lock(&state.faults).decide(operation);
+    lock(&state.fault_counts).add(&decision);
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
     }
@@ -656,7 +694,12 @@ async fn answer(
         api_key,
     };
     match handlers::execute(state, request) {
-        Ok(reply) => (reply.into_response(request_id.to_string()), decision.drop),
+        Ok(reply) => {
+            if decision.drop.is_some() {
+                lock(&state.fault_counts).dropped_responses += 1;
+            }
+            (reply.into_response(request_id.to_string()), decision.drop)
+        }
         Err(error) => fail(error),
     }
 }

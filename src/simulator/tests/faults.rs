@@ -216,3 +216,35 @@ async fn faults_are_settable_through_the_admin_api() {
     sim.get("/regions/").await.ok();
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn injected_faults_are_counted_by_kind() {
+    let sim = start(config()).await;
+    sim.handle.set_faults(FaultPlan {
+        error_rate_per_operation: BTreeMap::from([("ListRegions".to_string(), 1.0)]),
+        latency_spike: Some(gpucloud_simulator::LatencySpike {
+            probability: 1.0,
+            extra: Duration::from_millis(1),
+        }),
+        act_then_drop: BTreeMap::from([("CreateVolume".to_string(), 1.0)]),
+        drop_mode: DropMode::Delay {
+            delay: Duration::from_millis(10),
+        },
+        ..FaultPlan::default()
+    });
+    for _ in 0..3 {
+        sim.get("/regions/").await.error(500, "INTERNAL_ERROR");
+    }
+    sim.post("/volumes/", volume("dropped")).await;
+    let counts = sim.handle.fault_counts();
+    assert_eq!(counts.internal_errors, 3);
+    assert_eq!(counts.latency_spikes, 4);
+    assert_eq!(counts.dropped_responses, 1);
+    assert_eq!(counts.throttled, 0);
+    sim.handle.reset();
+    assert_eq!(
+        sim.handle.fault_counts(),
+        gpucloud_simulator::FaultCounts::default()
+    );
+    sim.handle.shutdown().await;
+}
