@@ -13,8 +13,9 @@ use gpucloud_telemetry::LogFormat;
 )]
 struct Cli {
     /// Log verbosity, in RUST_LOG syntax (e.g. `info` or `gpucloud_controller=debug,info`).
-    #[arg(long, global = true, env = "RUST_LOG", default_value = "info")]
-    log_level: String,
+    /// Defaults to `info`; `dev` defaults to `warn` so its table stays readable.
+    #[arg(long, global = true, env = "RUST_LOG")]
+    log_level: Option<String>,
     /// Log line format.
     #[arg(long, global = true, env = "GPUCLOUD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -32,6 +33,9 @@ enum Command {
     Simulator(gpucloud_simulator::cli::Args),
     /// Run the embedded Kubernetes API server on its own.
     Apiserver(gpucloud_apiserver::cli::Args),
+    /// Sandbox without a cluster: API server, CRDs, cloud simulator and controllers in one
+    /// process, a kubeconfig for kubectl, and `--apply` for manifests.
+    Dev(gpucloud_dev::Args),
     /// Print version information.
     Version,
 }
@@ -44,7 +48,13 @@ async fn main() -> anyhow::Result<()> {
     if matches!(cli.command, Command::Crds | Command::Version) {
         return print_only(&cli.command);
     }
-    gpucloud_telemetry::init_logging(cli.log_format, &cli.log_level)?;
+    let default_level = if matches!(cli.command, Command::Dev(_)) {
+        "warn"
+    } else {
+        "info"
+    };
+    let log_level = cli.log_level.as_deref().unwrap_or(default_level);
+    gpucloud_telemetry::init_logging(cli.log_format, log_level)?;
     match cli.command {
         Command::Run(args) => gpucloud_controller::cli::run(args)
             .await
@@ -55,6 +65,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Apiserver(args) => gpucloud_apiserver::cli::run(args)
             .await
             .context("apiserver")?,
+        // The sandbox's errors are one line each, shown without a cause chain.
+        Command::Dev(args) => gpucloud_dev::run(args)
+            .await
+            .map_err(|error| anyhow::anyhow!("{error}"))?,
         Command::Crds | Command::Version => {}
     }
     Ok(())
@@ -84,7 +98,7 @@ mod tests {
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        for role in ["run", "crds", "simulator", "apiserver", "version"] {
+        for role in ["run", "crds", "simulator", "apiserver", "dev", "version"] {
             assert!(
                 names.iter().any(|n| n == role),
                 "missing subcommand {role}: {names:?}"
