@@ -1,33 +1,76 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Every manifest under `examples/` is applied as a user would apply it (server-side apply)
-//! and reaches `Ready`.
+//! Every manifest under `examples/` is applied as a user would apply it (server-side apply),
+//! each example folder into its own namespace, and every gpucloud.io object reaches `Ready`.
+//! The GitOps folder's Argo CD and Flux objects are applied against minimal CRDs of their
+//! kinds, and the paths they sync are checked to exist and render.
 
 mod support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateInstanceRequest;
 use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Resource, ResourceExt};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use support::{Env, NAMESPACE, eventually};
+use support::{Env, eventually, within};
 
+fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The manifests of a folder, recursively, in name order; kustomize's own file is rendered by
+/// kustomize, not applied.
 fn manifests(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
         if path.is_dir() {
             manifests(&path, out);
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+            && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+        {
             out.push(path);
         }
     }
 }
 
+fn documents(file: &Path) -> Vec<DynamicObject> {
+    let text = std::fs::read_to_string(file).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|document| serde_json::Value::deserialize(document).unwrap())
+        .filter(|value| !value.is_null())
+        .map(|value| {
+            serde_json::from_value(value).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        })
+        .collect()
+}
+
+fn resource_of(object: &DynamicObject) -> (ApiResource, String) {
+    let types = object
+        .types
+        .clone()
+        .expect("examples carry apiVersion and kind");
+    let (group, version) = types
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", &types.api_version));
+    (
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind)),
+        types.kind,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_example_applies_and_becomes_ready() {
     let env = Env::start().await;
-    // `adopt-existing.yaml` names the account's first machine, made outside Kubernetes.
+    // `adopt-existing` names the account's first machine, made outside Kubernetes.
     let cloud = CloudClient::new(ClientConfig::new(
         env.simulator.base_url(),
         ApiKey::new(env.simulator.api_key()),
@@ -50,80 +93,264 @@ async fn every_example_applies_and_becomes_ready() {
         .await
         .unwrap();
     assert_eq!(existing.instance_id, "vm-000000000001");
+    install_gitops_crds(&env.client).await;
 
-    let mut files = Vec::new();
-    manifests(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples"),
-        &mut files,
+    let examples = repository_root().join("examples");
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&examples)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    let folder_names: Vec<String> = folders
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        folder_names,
+        [
+            "adopt-existing",
+            "gitops",
+            "quickstart",
+            "snapshot-and-restore",
+            "stop-at-night"
+        ]
     );
-    assert!(!files.is_empty());
+    // Every file is a manifest that is applied, a kustomization that is rendered, or a README.
     let mut applied = Vec::new();
-    for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_json::Value::deserialize(document).unwrap();
-            if value.is_null() {
-                continue;
+    for folder in &folders {
+        let default_namespace = folder.file_name().unwrap().to_string_lossy().into_owned();
+        let mut files = Vec::new();
+        manifests(folder, &mut files);
+        assert!(!files.is_empty(), "{} has no manifests", folder.display());
+        assert!(
+            folder.join("README.md").is_file(),
+            "{} has no README.md",
+            folder.display()
+        );
+        for file in &files {
+            for object in documents(file) {
+                let namespace = object
+                    .namespace()
+                    .unwrap_or_else(|| default_namespace.clone());
+                ensure_namespace(&env.client, &namespace).await;
+                let (resource, kind) = resource_of(&object);
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(env.client.clone(), &namespace, &resource);
+                let name = object.name_any();
+                within(
+                    20,
+                    api.patch(
+                        &name,
+                        &PatchParams::apply("examples-test"),
+                        &Patch::Apply(&object),
+                    ),
+                )
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{}: {name}: {e}", file.display()));
+                applied.push((kind, namespace, name, object));
             }
-            let object: DynamicObject = serde_json::from_value(value).unwrap();
-            let types = object
-                .types
-                .clone()
-                .expect("examples carry apiVersion and kind");
-            let (group, version) = types
-                .api_version
-                .split_once('/')
-                .unwrap_or(("", &types.api_version));
-            let resource =
-                ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(env.client.clone(), NAMESPACE, &resource);
-            let name = object.name_any();
-            api.patch(
-                &name,
-                &PatchParams::apply("examples-test"),
-                &Patch::Apply(&object),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{}: {name}: {e}", file.display()));
-            applied.push((types.kind, name));
         }
     }
-    for (kind, name) in &applied {
+
+    for (kind, namespace, name, _) in &applied {
         let ready = match kind.as_str() {
-            "GpuInstance" => wait_ready::<GpuInstance>(&env, name).await,
-            "SshKey" => wait_ready::<SshKey>(&env, name).await,
-            "Volume" => wait_ready::<Volume>(&env, name).await,
-            "Snapshot" => wait_ready::<Snapshot>(&env, name).await,
-            "Image" => wait_ready::<Image>(&env, name).await,
-            "Firewall" => wait_ready::<Firewall>(&env, name).await,
+            "GpuInstance" => wait_ready::<GpuInstance>(&env, namespace, name).await,
+            "SshKey" => wait_ready::<SshKey>(&env, namespace, name).await,
+            "Volume" => wait_ready::<Volume>(&env, namespace, name).await,
+            "Snapshot" => wait_ready::<Snapshot>(&env, namespace, name).await,
+            "Image" => wait_ready::<Image>(&env, namespace, name).await,
+            "Firewall" => wait_ready::<Firewall>(&env, namespace, name).await,
+            "Application" | "Kustomization" => continue,
             other => panic!("no readiness check for {other}"),
         };
-        assert!(ready.is_ready(None), "{kind}/{name}");
+        assert!(ready.is_ready(None), "{kind} {namespace}/{name}");
     }
+
     let state = env.simulator.state();
     assert_eq!(
         state.instances.len(),
-        4,
-        "train-1, its restored copy, the machine booted from its image, and the adopted machine"
+        7,
+        "train-1, finetune-1, its restored copy, eval-1, dev-box, nightly-eval and the adopted machine"
     );
     assert_eq!(state.snapshots.len(), 1);
     assert_eq!(state.images.len(), 1);
     assert_eq!(state.firewalls.len(), 1);
-    let data_volumes = state
-        .volumes
-        .iter()
-        .filter(|v| !v.name.ends_with("-boot"))
-        .count();
-    assert_eq!(data_volumes, 2, "dataset and its clone");
+    let data_volumes = state.volumes.iter().filter(|v| !v.bootable).count();
+    let names: Vec<&str> = state.volumes.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        data_volumes, 3,
+        "dataset, checkpoints and its clone: {names:?}"
+    );
     assert_eq!(
         env.calls("RebootInstance"),
         0,
         "the initial restartedAt value reboots nothing"
     );
+
+    stop_at_night_stops_and_starts(&env).await;
+    gitops_paths_exist_and_render(&applied);
 }
 
-async fn wait_ready<K>(env: &Env, name: &str) -> CloudStatus
+/// The stop-at-night example's one knob: powerState Stopped stops the machine, Running
+/// starts it again.
+async fn stop_at_night_stops_and_starts(env: &Env) {
+    let api: Api<GpuInstance> = Api::namespaced(env.client.clone(), "stop-at-night");
+    for (power, vm_status) in [("Stopped", "STOPPED"), ("Running", "RUNNING")] {
+        within(
+            20,
+            api.patch(
+                "dev-box",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"powerState": power}})),
+            ),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        eventually(60, &format!("dev-box {vm_status} and Ready"), || {
+            let api = api.clone();
+            async move {
+                let instance = api.get("dev-box").await.ok()?;
+                let status = instance.status.as_ref()?;
+                (status.vm_status.as_deref() == Some(vm_status)
+                    && instance.cloud_status().is_ready(instance.meta().generation))
+                .then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+/// The folders the Argo CD Applications and Flux Kustomizations sync exist in this repository
+/// and render: with `kubectl kustomize` where they are kustomizations, as plain manifests
+/// otherwise.
+fn gitops_paths_exist_and_render(applied: &[(String, String, String, DynamicObject)]) {
+    let mut paths = Vec::new();
+    for (kind, _, name, object) in applied {
+        let path = match kind.as_str() {
+            "Application" => object.data["spec"]["source"]["path"].as_str(),
+            "Kustomization" => object.data["spec"]["path"].as_str(),
+            _ => continue,
+        };
+        paths.push((name.clone(), path.expect("a synced path").to_string()));
+    }
+    assert_eq!(
+        paths.len(),
+        4,
+        "two Argo CD Applications, two Flux Kustomizations"
+    );
+    let kubectl_found = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    for (name, path) in paths {
+        let folder = repository_root().join(path.trim_start_matches("./"));
+        assert!(folder.is_dir(), "{name}: {path} is not a folder");
+        if !folder.join("kustomization.yaml").is_file() {
+            let mut files = Vec::new();
+            manifests(&folder, &mut files);
+            assert!(!files.is_empty(), "{name}: {path} holds no manifests");
+            for file in files {
+                assert!(!documents(&file).is_empty(), "{}", file.display());
+            }
+            continue;
+        }
+        if !kubectl_found {
+            println!(
+                "skipped rendering {path} with kubectl kustomize: kubectl is not on PATH (.ci/run installs it)"
+            );
+            continue;
+        }
+        let output = std::process::Command::new("kubectl")
+            .arg("kustomize")
+            .arg(&folder)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "kubectl kustomize {path}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let rendered = String::from_utf8(output.stdout).unwrap();
+        let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&rendered)
+            .map(|d| serde_json::Value::deserialize(d).unwrap())
+            .filter_map(|v| v["kind"].as_str().map(str::to_string))
+            .collect();
+        assert!(
+            kinds.iter().any(|k| k == "GpuInstance"),
+            "{path} renders {kinds:?}"
+        );
+    }
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if within(10, namespaces.get_opt(name))
+        .await
+        .unwrap()
+        .unwrap()
+        .is_some()
+    {
+        return;
+    }
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    within(10, namespaces.create(&PostParams::default(), &namespace))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Just enough of Argo CD's and Flux's CRDs for their objects to be stored: these kinds are
+/// served by those projects' controllers, not by this one.
+async fn install_gitops_crds(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (group, kind, version) in [
+        ("argoproj.io", "Application", "v1alpha1"),
+        ("kustomize.toolkit.fluxcd.io", "Kustomization", "v1"),
+    ] {
+        let plural = format!("{}s", kind.to_lowercase());
+        let name = format!("{plural}.{group}");
+        let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+                "versions": [{
+                    "name": version, "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true
+                    }}
+                }]
+            }
+        }))
+        .unwrap();
+        within(10, crds.create(&PostParams::default(), &crd))
+            .await
+            .unwrap()
+            .unwrap();
+        within(
+            10,
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+}
+
+async fn wait_ready<K>(env: &Env, namespace: &str, name: &str) -> CloudStatus
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Managed
@@ -131,8 +358,8 @@ where
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
 {
-    let api = env.api::<K>();
-    eventually(60, &format!("{name} Ready"), || {
+    let api: Api<K> = Api::namespaced(env.client.clone(), namespace);
+    eventually(90, &format!("{namespace}/{name} Ready"), || {
         let api = api.clone();
         async move {
             let o = api.get(name).await.ok()?;
