@@ -1,0 +1,122 @@
+//! Command-line flags of `scale-bench`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Scale benchmark: N GpuInstances against the simulator at latency L and rate limit R.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "scale-bench")]
+pub struct Args {
+    /// Number of GpuInstances applied in bulk (N).
+    #[arg(long, default_value_t = 10_000)]
+    pub objects: usize,
+    /// Fixed latency the simulator adds to every response, in milliseconds (L).
+    #[arg(long, default_value_t = 20)]
+    pub latency_ms: u64,
+    /// Requests per second the simulator allows per API key (R). The operator is configured
+    /// with the same rate, since the cloud does not publish its limit.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate_limit: f64,
+    /// Burst of the simulator's rate limit.
+    #[arg(long, default_value_t = 20)]
+    pub simulator_burst: u32,
+    /// Burst of the operator's client limiter (kept below the simulator's so that network
+    /// jitter never empties the simulator's bucket).
+    #[arg(long, default_value_t = 5)]
+    pub operator_burst: u32,
+    /// Reconciles of one kind at once in the operator (its default); used in the lower bound.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: u16,
+    /// The operator's resync interval (its default is 60s); settled traffic is compared with
+    /// one list per kind, and with N per-object reads, per interval.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+    /// Wait after everything is Ready before the settled window, so that the operator's fast
+    /// lists after the last transition (its hot window is 120 s) have wound down.
+    #[arg(long, default_value = "130s", value_parser = parse_duration)]
+    pub quiet_wait: Duration,
+    /// Length of the settled window in which cloud calls are counted.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub settled_window: Duration,
+    /// Objects applied one by one while N are settled, to measure the first reconcile.
+    #[arg(long, default_value_t = 100)]
+    pub new_objects: usize,
+    /// Concurrent writers applying and deleting objects.
+    #[arg(long, default_value_t = 8)]
+    pub writers: usize,
+    /// Bound on each phase; a phase that takes longer fails the run with a clear error.
+    #[arg(long, default_value = "1800s", value_parser = parse_duration)]
+    pub phase_timeout: Duration,
+    /// Directory for the result JSON, the plot and the processes' logs.
+    #[arg(long, default_value = "target/scale-bench")]
+    pub out: PathBuf,
+    /// The `gpucloud-operator` binary. Default: the one next to this executable, built first
+    /// with the same profile when this runs under cargo.
+    #[arg(long)]
+    pub operator_bin: Option<PathBuf>,
+}
+
+/// Parses `500ms`, `30s`, `5m`, or a bare number of seconds.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let raw = raw.trim();
+    let split = raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len());
+    let (digits, unit) = raw.split_at(split);
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a duration such as 30s, 5m or 500ms"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(value)),
+        "ms" => Ok(Duration::from_millis(value)),
+        "m" => Ok(Duration::from_secs(value.saturating_mul(60))),
+        _ => Err(format!("{raw:?}: unknown unit {unit:?}; use ms, s or m")),
+    }
+}
+
+impl Args {
+    /// Refuses settings the benchmark cannot run with.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.objects == 0 {
+            return Err("--objects must be at least 1".into());
+        }
+        if !self.rate_limit.is_finite() || self.rate_limit <= 0.0 {
+            return Err("--rate-limit must be a positive number".into());
+        }
+        if self.simulator_burst == 0 || self.operator_burst == 0 {
+            return Err("--simulator-burst and --operator-burst must be at least 1".into());
+        }
+        if self.writers == 0 || self.concurrency == 0 {
+            return Err("--writers and --concurrency must be at least 1".into());
+        }
+        if self.resync_interval.is_zero() || self.settled_window.is_zero() {
+            return Err("--resync-interval and --settled-window must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn defaults_are_the_issue_scenario() {
+        let args = Args::try_parse_from(["scale-bench"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.objects, 10_000);
+        assert_eq!(args.latency_ms, 20);
+        assert_eq!(args.rate_limit, 50.0);
+        assert_eq!(args.settled_window, Duration::from_secs(120));
+        assert!(args.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let args = Args::try_parse_from(["scale-bench", "--objects", "0"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(args.validate().is_err());
+        assert!(Args::try_parse_from(["scale-bench", "--settled-window", "3d"]).is_err());
+        let args = Args::try_parse_from(["scale-bench", "--rate-limit", "-1"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(args.validate().is_err());
+    }
+}

@@ -1,0 +1,222 @@
+//! The simulator's admin API: request counters by operation and status, and what the
+//! account holds.
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("simulator admin API {path}: {source}")]
+    Request {
+        path: String,
+        source: reqwest::Error,
+    },
+    #[error("simulator admin API {path} answered {status}")]
+    Status { path: String, status: u16 },
+}
+
+/// Requests by operation name, then by HTTP status.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Counters {
+    pub operations: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// Operations that change nothing in the cloud.
+pub fn is_read(operation: &str) -> bool {
+    operation.starts_with("List") || operation.starts_with("Get")
+}
+
+/// Operations that return a collection (what an observer calls).
+pub fn is_list(operation: &str) -> bool {
+    operation.starts_with("List")
+}
+
+impl Counters {
+    /// Calls made between `earlier` and `self`.
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        let mut operations = BTreeMap::new();
+        for (operation, statuses) in &self.operations {
+            let mut delta = BTreeMap::new();
+            for (status, count) in statuses {
+                let before = earlier
+                    .operations
+                    .get(operation)
+                    .and_then(|s| s.get(status))
+                    .copied()
+                    .unwrap_or(0);
+                if *count > before {
+                    delta.insert(status.clone(), count - before);
+                }
+            }
+            if !delta.is_empty() {
+                operations.insert(operation.clone(), delta);
+            }
+        }
+        Counters { operations }
+    }
+
+    /// Calls of one operation, any status.
+    pub fn calls(&self, operation: &str) -> u64 {
+        self.operations
+            .get(operation)
+            .map(|s| s.values().sum())
+            .unwrap_or(0)
+    }
+
+    /// Successful (2xx) calls of one operation.
+    pub fn succeeded(&self, operation: &str) -> u64 {
+        self.operations
+            .get(operation)
+            .map(|s| {
+                s.iter()
+                    .filter(|(status, _)| status.starts_with('2'))
+                    .map(|(_, n)| n)
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.operations.values().flat_map(|s| s.values()).sum()
+    }
+
+    /// Calls answered with a status, over every operation.
+    pub fn with_status(&self, status: &str) -> u64 {
+        self.operations.values().filter_map(|s| s.get(status)).sum()
+    }
+
+    /// Calls that may change the cloud (anything but lists and gets), any status.
+    pub fn writes(&self) -> u64 {
+        self.operations
+            .iter()
+            .filter(|(operation, _)| !is_read(operation))
+            .map(|(_, s)| s.values().sum::<u64>())
+            .sum()
+    }
+
+    /// Calls per operation, any status.
+    pub fn by_operation(&self) -> BTreeMap<String, u64> {
+        self.operations
+            .iter()
+            .map(|(operation, s)| (operation.clone(), s.values().sum()))
+            .collect()
+    }
+}
+
+/// What the simulated account holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Holdings {
+    pub instances: usize,
+    pub volumes: usize,
+    pub ssh_keys: usize,
+}
+
+impl Holdings {
+    pub fn is_empty(&self) -> bool {
+        self.instances == 0 && self.volumes == 0 && self.ssh_keys == 0
+    }
+}
+
+/// A client of the simulator's admin API.
+#[derive(Clone)]
+pub struct Admin {
+    http: reqwest::Client,
+    base_url: String,
+    token: String,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field("base_url", &self.base_url)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+impl Admin {
+    pub fn new(base_url: &str, token: String) -> Admin {
+        Admin {
+            http: reqwest::Client::new(),
+            base_url: base_url.trim_end_matches('/').to_string(),
+            token,
+        }
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        let request_error = |source| Error::Request {
+            path: path.into(),
+            source,
+        };
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base_url))
+            .bearer_auth(&self.token)
+            .timeout(std::time::Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(request_error)?;
+        if !response.status().is_success() {
+            return Err(Error::Status {
+                path: path.into(),
+                status: response.status().as_u16(),
+            });
+        }
+        response.json::<T>().await.map_err(request_error)
+    }
+
+    pub async fn counters(&self) -> Result<Counters, Error> {
+        self.get("/_admin/counters").await
+    }
+
+    pub async fn holdings(&self) -> Result<Holdings, Error> {
+        #[derive(serde::Deserialize)]
+        struct State {
+            #[serde(default)]
+            instances: Vec<serde::de::IgnoredAny>,
+            #[serde(default)]
+            volumes: Vec<serde::de::IgnoredAny>,
+            #[serde(default)]
+            ssh_keys: Vec<serde::de::IgnoredAny>,
+        }
+        let state: State = self.get("/_admin/state").await?;
+        Ok(Holdings {
+            instances: state.instances.len(),
+            volumes: state.volumes.len(),
+            ssh_keys: state.ssh_keys.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(entries: &[(&str, &str, u64)]) -> Counters {
+        let mut operations: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for (operation, status, count) in entries {
+            operations
+                .entry(operation.to_string())
+                .or_default()
+                .insert(status.to_string(), *count);
+        }
+        Counters { operations }
+    }
+
+    #[test]
+    fn differences_sum_and_classify() {
+        let before = counters(&[("ListInstances", "200", 3), ("CreateInstance", "200", 5)]);
+        let after = counters(&[
+            ("ListInstances", "200", 7),
+            ("CreateInstance", "200", 5),
+            ("CreateInstance", "429", 2),
+            ("GetInstance", "200", 1),
+        ]);
+        let delta = after.since(&before);
+        assert_eq!(delta.calls("ListInstances"), 4);
+        assert_eq!(delta.calls("CreateInstance"), 2);
+        assert_eq!(delta.succeeded("CreateInstance"), 0);
+        assert_eq!(delta.with_status("429"), 2);
+        assert_eq!(delta.writes(), 2);
+        assert_eq!(delta.total(), 7);
+    }
+}

@@ -1,0 +1,15 @@
+//! Scale benchmark of the gpucloud operator.
+//!
+//! Runs the embedded API server, the cloud simulator and the operator as three processes of
+//! the `gpucloud-operator` binary (so each one's memory and CPU time is its own), applies
+//! thousands of `GpuInstance` objects, and measures convergence, settled traffic, the
+//! latency of a new object's first reconcile, an operator restart and deletion against
+//! lower bounds computed from what the simulator counted.
+
+pub mod args;
+pub mod counters;
+pub mod plot;
+pub mod process;
+pub mod report;
+pub mod scenario;
+pub mod tracker;

@@ -1,0 +1,24 @@
+//! `scale-bench`: runs the scale scenario and prints each target's pass/fail.
+
+use clap::Parser;
+use gpucloud_bench::args::Args;
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    // kube and reqwest both bring rustls; name the provider once for the whole process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match gpucloud_bench::scenario::run(&args).await {
+        Ok(written) => {
+            print!("{}", written.result.table());
+            println!("result: {}", written.json.display());
+            println!("plot: {}", written.plot.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("scale-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The result of a run: what was measured, the issue's targets as pass/fail, the JSON file
+//! and the printed table.
+
+use crate::process::ProcessUsage;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Settings of the run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    pub objects: usize,
+    pub latency_ms: u64,
+    pub rate_limit: f64,
+    pub simulator_burst: u32,
+    pub operator_burst: u32,
+    pub concurrency: u16,
+    pub resync_interval_s: f64,
+    pub quiet_wait_s: f64,
+    pub settled_window_s: f64,
+    pub new_objects: usize,
+    pub writers: usize,
+}
+
+/// A phase bounded by the cloud: time, calls, and its lower bound.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BoundedPhase {
+    pub seconds: f64,
+    pub calls_by_operation: BTreeMap<String, u64>,
+    /// Calls any design must make: one per created (or deleted) resource plus one list per
+    /// kind to see the result.
+    pub minimum_calls: u64,
+    /// max(minimum_calls / R, L x minimum_calls / concurrency).
+    pub lower_bound_s: f64,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FirstReconcile {
+    pub count: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Settled {
+    pub window_s: f64,
+    pub objects: usize,
+    pub calls_by_operation: BTreeMap<String, u64>,
+    /// Most list calls of any one operation in the window.
+    pub max_lists_per_kind: u64,
+    /// Resync intervals in the window (window / interval).
+    pub intervals: f64,
+    /// Calls other than lists.
+    pub per_object_calls: u64,
+    /// What one read per object per resync interval would have made in the same window.
+    pub per_object_polling_calls: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Restart {
+    /// From starting the new operator process until every object was reconciled again.
+    pub seconds: f64,
+    pub objects_reconciled: usize,
+    pub calls_by_operation: BTreeMap<String, u64>,
+    pub cloud_writes: u64,
+    /// The time the bench itself needs to list every object from the API server.
+    pub kube_list_s: f64,
+    /// kube_list_s plus the cloud lists' bound (calls / R, or L per list).
+    pub lower_bound_s: f64,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Memory {
+    pub operator_idle: ProcessUsage,
+    /// When 1,000 objects were Ready (runs with more than 1,000 objects).
+    pub operator_at_1000: Option<ProcessUsage>,
+    pub operator_all_ready: ProcessUsage,
+    pub operator_settled: ProcessUsage,
+    /// The restarted operator after re-adopting everything (its peak is the re-list's).
+    pub operator_restarted: ProcessUsage,
+    /// (settled RSS - idle RSS) / objects.
+    pub slope_bytes_per_object: f64,
+    /// (RSS with N - RSS with 1,000) / (N - 1,000), when measured.
+    pub slope_1000_to_n_bytes_per_object: Option<f64>,
+    pub apiserver: ProcessUsage,
+    pub simulator: ProcessUsage,
+    /// CPU seconds of the first operator process (convergence, settled window).
+    pub operator_cpu_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Target {
+    pub name: String,
+    pub target: String,
+    pub measured: String,
+    pub pass: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BenchResult {
+    pub settings: Settings,
+    pub convergence: BoundedPhase,
+    pub first_reconcile: FirstReconcile,
+    pub settled: Settled,
+    pub restart: Restart,
+    pub deletion: BoundedPhase,
+    pub memory: Memory,
+    /// 429 answers over the whole run.
+    pub throttled: u64,
+    /// Every call over the whole run by operation.
+    pub calls_by_operation: BTreeMap<String, u64>,
+    /// (seconds since start, Ready objects).
+    pub timeline: Vec<(f64, usize)>,
+    /// Seconds since start of: all N Ready, the operator restart, the start of deletion.
+    pub marks: Vec<f64>,
+    pub targets: Vec<Target>,
+}
+
+/// max(calls / R, L x calls / concurrency), in seconds.
+pub fn lower_bound_seconds(calls: u64, rate: f64, latency_ms: u64, concurrency: u16) -> f64 {
+    let by_rate = calls as f64 / rate;
+    let by_latency = latency_ms as f64 / 1000.0 * calls as f64 / f64::from(concurrency.max(1));
+    by_rate.max(by_latency)
+}
+
+/// The value at quantile `q` (0..=1) of `values`, nearest rank.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+const MB: f64 = 1_000_000.0;
+
+impl BenchResult {
+    /// The issue's targets, judged on this run.
+    pub fn judge(&mut self) {
+        let mut targets = Vec::new();
+        let c = &self.convergence;
+        targets.push(Target {
+            name: "convergence".into(),
+            target: "<= 1.25 x lower bound".into(),
+            measured: format!(
+                "{:.1} s / {:.1} s = {:.2}x",
+                c.seconds, c.lower_bound_s, c.ratio
+            ),
+            pass: c.ratio <= 1.25,
+        });
+        let s = &self.settled;
+        let list_budget = (2.0 * s.intervals).ceil() as u64;
+        targets.push(Target {
+            name: "settled traffic".into(),
+            target: format!("<= 2 lists per kind per interval ({list_budget}), 0 per-object"),
+            measured: format!(
+                "max {} lists per kind, {} per-object (polling design: {})",
+                s.max_lists_per_kind, s.per_object_calls, s.per_object_polling_calls
+            ),
+            pass: s.max_lists_per_kind <= list_budget && s.per_object_calls == 0,
+        });
+        let m = &self.memory;
+        targets.push(Target {
+            name: "memory idle".into(),
+            target: "< 50 MB".into(),
+            measured: format!("{:.1} MB", m.operator_idle.rss_bytes as f64 / MB),
+            pass: (m.operator_idle.rss_bytes as f64) < 50.0 * MB,
+        });
+        let slope = m
+            .slope_1000_to_n_bytes_per_object
+            .unwrap_or(m.slope_bytes_per_object);
+        targets.push(Target {
+            name: "memory per object".into(),
+            target: "<= 10 KB".into(),
+            measured: format!("{:.2} KB", slope / 1000.0),
+            pass: slope <= 10_000.0,
+        });
+        let settled_rss = m.operator_settled.rss_bytes as f64;
+        let relist_peak = m.operator_restarted.peak_rss_bytes as f64;
+        targets.push(Target {
+            name: "memory on re-list".into(),
+            target: "peak <= 2 x settled".into(),
+            measured: format!(
+                "{:.1} MB peak / {:.1} MB settled",
+                relist_peak / MB,
+                settled_rss / MB
+            ),
+            pass: relist_peak <= 2.0 * settled_rss,
+        });
+        let f = &self.first_reconcile;
+        targets.push(Target {
+            name: "first reconcile".into(),
+            target: "p99 <= 1 s".into(),
+            measured: format!(
+                "p99 {:.0} ms (p50 {:.0} ms, n = {})",
+                f.p99_ms, f.p50_ms, f.count
+            ),
+            pass: f.p99_ms <= 1000.0,
+        });
+        let r = &self.restart;
+        targets.push(Target {
+            name: "restart".into(),
+            target: "0 writes, <= 1.1 x list-only bound".into(),
+            measured: format!(
+                "{} writes, {:.1} s / {:.1} s = {:.2}x",
+                r.cloud_writes, r.seconds, r.lower_bound_s, r.ratio
+            ),
+            pass: r.cloud_writes == 0 && r.ratio <= 1.1,
+        });
+        targets.push(Target {
+            name: "429 absorbed".into(),
+            target: "0 answers 429".into(),
+            measured: format!("{}", self.throttled),
+            pass: self.throttled == 0,
+        });
+        let d = &self.deletion;
+        targets.push(Target {
+            name: "deletion".into(),
+            target: "<= 1.25 x lower bound".into(),
+            measured: format!(
+                "{:.1} s / {:.1} s = {:.2}x",
+                d.seconds, d.lower_bound_s, d.ratio
+            ),
+            pass: d.ratio <= 1.25,
+        });
+        self.targets = targets;
+    }
+
+    /// The table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let s = &self.settings;
+        out.push_str(&format!(
+            "N = {}, L = {} ms, R = {}/s (operator --rate-limit {} --rate-burst {})\n",
+            s.objects, s.latency_ms, s.rate_limit, s.rate_limit, s.operator_burst
+        ));
+        let name_width = self.targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let target_width = self
+            .targets
+            .iter()
+            .map(|t| t.target.len())
+            .max()
+            .unwrap_or(0);
+        for t in &self.targets {
+            out.push_str(&format!(
+                "{:<name_width$}  {:<target_width$}  {}  {}\n",
+                t.name,
+                t.target,
+                if t.pass { "PASS" } else { "FAIL" },
+                t.measured,
+            ));
+        }
+        let m = &self.memory;
+        out.push_str(&format!(
+            "operator: idle {:.1} MB, all Ready {:.1} MB, settled {:.1} MB, peak {:.1} MB, CPU {:.1} s; \
+             apiserver peak {:.1} MB, CPU {:.1} s; simulator peak {:.1} MB, CPU {:.1} s\n",
+            m.operator_idle.rss_bytes as f64 / MB,
+            m.operator_all_ready.rss_bytes as f64 / MB,
+            m.operator_settled.rss_bytes as f64 / MB,
+            m.operator_settled.peak_rss_bytes as f64 / MB,
+            m.operator_cpu_s,
+            m.apiserver.peak_rss_bytes as f64 / MB,
+            m.apiserver.cpu_seconds,
+            m.simulator.peak_rss_bytes as f64 / MB,
+            m.simulator.cpu_seconds,
+        ));
+        out
+    }
+
+    /// Phase boundaries for the plot: converged (green), restart (orange), deletion (red).
+    pub fn timeline_marks(&self) -> Vec<(f64, plotters::style::RGBColor)> {
+        let colors = [
+            plotters::style::RGBColor(0, 160, 0),
+            plotters::style::RGBColor(230, 140, 0),
+            plotters::style::RGBColor(210, 0, 0),
+        ];
+        self.marks.iter().copied().zip(colors).collect()
+    }
+
+    pub fn all_pass(&self) -> bool {
+        self.targets.iter().all(|t| t.pass)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lower_bound_takes_the_binding_constraint() {
+        // 10,000 calls at 50/s: 200 s; at 20 ms with 8 at once: 25 s.
+        assert_eq!(lower_bound_seconds(10_000, 50.0, 20, 8), 200.0);
+        // At 5,000/s the latency binds: 10,000 x 0.02 / 8 = 25 s.
+        assert_eq!(lower_bound_seconds(10_000, 5_000.0, 20, 8), 25.0);
+    }
+
+    #[test]
+    fn quantiles_use_the_nearest_rank() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&values, 0.99), 99.0);
+        assert_eq!(quantile(&values, 0.5), 50.0);
+        assert_eq!(quantile(&[7.0], 0.99), 7.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+}

@@ -1,0 +1,806 @@
+//! The seven steps of the benchmark, in order: start the three processes, apply N objects,
+//! time a new object's first reconcile, count a settled window, restart the operator,
+//! delete everything, and write the result.
+
+use crate::args::Args;
+use crate::counters::{self, Admin, Counters};
+use crate::plot::{self, Marker};
+use crate::process::{self, ProcessUsage, RoleProcess};
+use crate::report::{
+    self, BenchResult, BoundedPhase, FirstReconcile, Memory, Restart, Settings, Settled,
+};
+use crate::tracker::Tracker;
+use futures::TryStreamExt;
+use gpucloud_api::{GpuInstance, SshKey};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Namespace of the benchmark's objects.
+pub const NAMESPACE: &str = "scale-bench";
+const OPERATOR_NAMESPACE: &str = "gpucloud-system";
+const CREDENTIALS_SECRET: &str = "gpucloud-credentials";
+const SSH_KEY_NAME: &str = "bench-key";
+/// A public key only; its private half was never kept.
+const SSH_PUBLIC_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKWIQ+QF3fCIBgjBxZfHUID/+ZdKl9sgVJ+r46Z+ucKM bench";
+const CONVERGE_MESSAGE: &str = "converging toward the listed machine";
+/// Lists any design needs to see the result of a phase: one per kind (instances, SSH keys).
+const LISTS_PER_PHASE: u64 = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Arguments(String),
+    #[error(transparent)]
+    Process(#[from] process::Error),
+    #[error(transparent)]
+    Simulator(#[from] counters::Error),
+    #[error(transparent)]
+    Plot(#[from] plot::Error),
+    #[error("Kubernetes API while {doing}: {source}")]
+    Kube {
+        doing: String,
+        source: Box<kube::Error>,
+    },
+    #[error("reading the kubeconfig {path}: {reason}")]
+    Kubeconfig { path: String, reason: String },
+    #[error("{what} did not happen within {seconds} s ({progress})")]
+    Timeout {
+        what: String,
+        seconds: u64,
+        progress: String,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("encoding the result: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("unexpected banner {0:?}")]
+    Banner(String),
+}
+
+fn kube_error(doing: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let doing = doing.into();
+    move |source| Error::Kube {
+        doing,
+        source: Box::new(source),
+    }
+}
+
+/// Where the result landed.
+#[derive(Debug)]
+pub struct Written {
+    pub result: BenchResult,
+    pub json: PathBuf,
+    pub plot: PathBuf,
+}
+
+/// Runs the whole benchmark.
+pub async fn run(args: &Args) -> Result<Written, Error> {
+    args.validate().map_err(Error::Arguments)?;
+    std::fs::create_dir_all(&args.out).map_err(|source| Error::Io {
+        path: args.out.display().to_string(),
+        source,
+    })?;
+    let binary = process::operator_binary(args.operator_bin.as_deref()).await?;
+    let env = Environment::start(args, &binary).await?;
+    let result = measure(args, &binary, &env).await;
+    env.stop().await;
+    let mut result = result?;
+    result.judge();
+    let json = args.out.join("result.json");
+    let plot_path = args.out.join("ready.png");
+    std::fs::write(&json, serde_json::to_vec_pretty(&result)?).map_err(|source| Error::Io {
+        path: json.display().to_string(),
+        source,
+    })?;
+    let markers = result_markers(&result);
+    plot::draw(&plot_path, &result.timeline, &markers)?;
+    Ok(Written {
+        result,
+        json,
+        plot: plot_path,
+    })
+}
+
+fn result_markers(result: &BenchResult) -> Vec<Marker> {
+    result
+        .timeline_marks()
+        .into_iter()
+        .map(|(seconds, color)| Marker { seconds, color })
+        .collect()
+}
+
+// === impl Environment ===
+
+/// The API server and the simulator, with a Kubernetes client and the simulator's admin API.
+struct Environment {
+    apiserver: RoleProcess,
+    simulator: RoleProcess,
+    simulator_url: String,
+    api_key: String,
+    kubeconfig: PathBuf,
+    client: Client,
+    admin: Admin,
+}
+
+impl Environment {
+    async fn start(args: &Args, binary: &Path) -> Result<Environment, Error> {
+        let kubeconfig =
+            std::path::absolute(args.out.join("kubeconfig")).map_err(|source| Error::Io {
+                path: args.out.display().to_string(),
+                source,
+            })?;
+        let (apiserver, _) = RoleProcess::start(
+            "apiserver",
+            binary,
+            &strings(&[
+                "apiserver",
+                "--listen",
+                "127.0.0.1:0",
+                "--kubeconfig",
+                &kubeconfig.display().to_string(),
+            ]),
+            &[("GPUCLOUD_APISERVER_TOKEN", random_token())],
+            &args.out,
+            "gpucloud API server listening on",
+            None,
+        )
+        .await?;
+        let admin_token = random_token();
+        let api_key = format!("bench-{}", random_token());
+        // Room for every instance, and a balance that billing cannot drain during the run.
+        let capacity = (args.objects + args.new_objects + 64).to_string();
+        let (simulator, banner) = RoleProcess::start(
+            "simulator",
+            binary,
+            &strings(&[
+                "simulator",
+                "--listen",
+                "127.0.0.1:0",
+                "--rate-limit",
+                &args.rate_limit.to_string(),
+                "--rate-burst",
+                &args.simulator_burst.to_string(),
+                "--latency-ms",
+                &args.latency_ms.to_string(),
+                "--gpu-capacity",
+                &capacity,
+                "--initial-balance",
+                "1000000000",
+            ]),
+            &[
+                ("GPUCLOUD_SIM_ADMIN_TOKEN", admin_token.clone()),
+                ("GPUCLOUD_SIM_API_KEYS", api_key.clone()),
+            ],
+            &args.out,
+            "gpucloud simulator listening on",
+            None,
+        )
+        .await?;
+        let simulator_url = banner
+            .rsplit(' ')
+            .next()
+            .filter(|url| url.starts_with("http"))
+            .ok_or_else(|| Error::Banner(banner.clone()))?
+            .to_string();
+        let client = kube_client(&kubeconfig).await?;
+        let env = Environment {
+            apiserver,
+            simulator,
+            admin: Admin::new(&simulator_url, admin_token),
+            simulator_url,
+            api_key,
+            kubeconfig,
+            client,
+        };
+        env.prepare_cluster().await?;
+        Ok(env)
+    }
+
+    /// CRDs, the two namespaces and the credentials Secret.
+    async fn prepare_cluster(&self) -> Result<(), Error> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for crd in gpucloud_api::crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .map_err(kube_error(format!("creating CRD {name}")))?;
+            wait_for(
+                Duration::from_secs(30),
+                &format!("CRD {name} established"),
+                || {
+                    let crds = crds.clone();
+                    let name = name.clone();
+                    async move {
+                        let crd = crds.get(&name).await.ok()?;
+                        let established = crd
+                            .status?
+                            .conditions?
+                            .iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True");
+                        established.then_some(())
+                    }
+                },
+            )
+            .await?;
+        }
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        for name in [NAMESPACE, OPERATOR_NAMESPACE] {
+            let namespace = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            };
+            namespaces
+                .create(&PostParams::default(), &namespace)
+                .await
+                .map_err(kube_error(format!("creating namespace {name}")))?;
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(CREDENTIALS_SECRET.into()),
+                ..ObjectMeta::default()
+            },
+            string_data: Some(BTreeMap::from([("apiKey".into(), self.api_key.clone())])),
+            ..Secret::default()
+        };
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .map_err(kube_error("creating the credentials Secret"))?;
+        Ok(())
+    }
+
+    /// Starts an operator with its defaults except the rate limit; every log line that says
+    /// an instance converged is recorded in `converged`.
+    async fn start_operator(
+        &self,
+        args: &Args,
+        binary: &Path,
+        role: &str,
+        converged: ConvergeLog,
+    ) -> Result<RoleProcess, Error> {
+        let (lines_sender, lines) = mpsc::unbounded_channel();
+        converged.follow(lines);
+        let (operator, _) = RoleProcess::start(
+            role,
+            binary,
+            &strings(&[
+                "run",
+                "--cloud-url",
+                &self.simulator_url,
+                "--credentials-secret",
+                &format!("{OPERATOR_NAMESPACE}/{CREDENTIALS_SECRET}"),
+                "--rate-limit",
+                &args.rate_limit.to_string(),
+                "--rate-burst",
+                &args.operator_burst.to_string(),
+                "--concurrency",
+                &args.concurrency.to_string(),
+                "--resync-interval",
+                &format!("{}ms", args.resync_interval.as_millis()),
+            ]),
+            &[
+                ("KUBECONFIG", self.kubeconfig.display().to_string()),
+                ("GPUCLOUD_LOG_FORMAT", "json".into()),
+                (
+                    "RUST_LOG",
+                    "info,gpucloud_controller::gpu_instance=debug".into(),
+                ),
+            ],
+            &args.out,
+            "{",
+            Some(lines_sender),
+        )
+        .await?;
+        Ok(operator)
+    }
+
+    async fn stop(self) {
+        let _ = self.simulator.kill().await;
+        let _ = self.apiserver.kill().await;
+    }
+}
+
+async fn kube_client(kubeconfig: &Path) -> Result<Client, Error> {
+    let config_error = |reason: String| Error::Kubeconfig {
+        path: kubeconfig.display().to_string(),
+        reason,
+    };
+    let parsed =
+        kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| config_error(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+        .await
+        .map_err(|e| config_error(e.to_string()))?;
+    Client::try_from(config).map_err(kube_error("building the client"))
+}
+
+/// A token for this run only: process-unique randomness from the standard library's hasher
+/// keys, mixed with the time.
+fn random_token() -> String {
+    let mut token = String::new();
+    for round in 0..2u64 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(round);
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        token.push_str(&format!("{:016x}", hasher.finish()));
+    }
+    token
+}
+
+fn strings(values: &[&str]) -> Vec<String> {
+    values.iter().map(|s| s.to_string()).collect()
+}
+
+// === impl ConvergeLog ===
+
+/// When each instance was last reported converging by an operator's log.
+#[derive(Debug, Clone, Default)]
+struct ConvergeLog {
+    seen: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+impl ConvergeLog {
+    fn follow(&self, mut lines: mpsc::UnboundedReceiver<String>) {
+        let seen = self.seen.clone();
+        tokio::spawn(async move {
+            while let Some(line) = lines.recv().await {
+                if !line.contains(CONVERGE_MESSAGE) {
+                    continue;
+                }
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                let field = |name: &str| {
+                    event
+                        .get(name)
+                        .or_else(|| event.get("fields").and_then(|f| f.get(name)))
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                };
+                if let Some(object) = field("object") {
+                    seen.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(object, Instant::now());
+                }
+            }
+        });
+    }
+
+    /// The last time among `names` if every one was seen.
+    fn all_seen_at(&self, names: &[String]) -> Option<Instant> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        names.iter().try_fold(None::<Instant>, |latest, name| {
+            let at = *seen.get(name)?;
+            Some(Some(latest.map_or(at, |l: Instant| l.max(at))))
+        })?
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+// === the steps ===
+
+async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchResult, Error> {
+    let settings = Settings {
+        objects: args.objects,
+        latency_ms: args.latency_ms,
+        rate_limit: args.rate_limit,
+        simulator_burst: args.simulator_burst,
+        operator_burst: args.operator_burst,
+        concurrency: args.concurrency,
+        resync_interval_s: args.resync_interval.as_secs_f64(),
+        quiet_wait_s: args.quiet_wait.as_secs_f64(),
+        settled_window_s: args.settled_window.as_secs_f64(),
+        new_objects: args.new_objects,
+        writers: args.writers,
+    };
+    let instances: Api<GpuInstance> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let keys: Api<SshKey> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let tracker = Tracker::start(instances.clone(), Duration::from_millis(500));
+
+    // 1. The operator, idle.
+    let first_log = ConvergeLog::default();
+    let operator = env
+        .start_operator(args, binary, "operator", first_log.clone())
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let operator_idle = operator.usage()?;
+    log(&format!(
+        "operator idle: {:.1} MB",
+        operator_idle.rss_bytes as f64 / 1e6
+    ));
+
+    // 2. N objects in bulk, until all are Ready.
+    let names: Vec<String> = (0..args.objects).map(|i| format!("gi-{i:05}")).collect();
+    let before = env.admin.counters().await?;
+    let started = Instant::now();
+    create_ssh_key(&keys).await?;
+    apply_all(&instances, &tracker, &names, args.writers).await?;
+    log(&format!(
+        "applied {} objects in {:.1} s",
+        names.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    let mut operator_at_1000 = None;
+    let converged_at = wait_for(args.phase_timeout, "every object Ready", || {
+        let ready = tracker.ready();
+        if operator_at_1000.is_none() && args.objects > 1000 && ready >= 1000 {
+            operator_at_1000 = operator.usage().ok();
+        }
+        let done = tracker.all_ready_at(&names);
+        async move { done }
+    })
+    .await?;
+    let convergence_counters = env.admin.counters().await?.since(&before);
+    let creates = convergence_counters.succeeded("CreateInstance")
+        + convergence_counters.succeeded("CreateSshKey");
+    let convergence = bounded_phase(
+        args,
+        converged_at.saturating_duration_since(started),
+        &convergence_counters,
+        creates + LISTS_PER_PHASE,
+    );
+    log(&format!(
+        "converged in {:.1} s (bound {:.1} s)",
+        convergence.seconds, convergence.lower_bound_s
+    ));
+    let converged_mark = tracker.seconds(converged_at);
+
+    // 3. New objects, one at a time, while N are settled: time to first reconcile.
+    let new_names: Vec<String> = (0..args.new_objects)
+        .map(|i| format!("gn-{i:05}"))
+        .collect();
+    for name in &new_names {
+        tracker.applying(name);
+        instances
+            .create(&PostParams::default(), &instance(name)?)
+            .await
+            .map_err(kube_error(format!("creating {name}")))?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for(args.phase_timeout, "every new object Ready", || {
+        let done = tracker.all_ready_at(&new_names);
+        async move { done }
+    })
+    .await?;
+    let latencies: Vec<f64> = tracker
+        .times(&new_names)
+        .into_iter()
+        .filter_map(|(_, t)| {
+            Some(
+                t.first_reconciled?
+                    .saturating_duration_since(t.applied?)
+                    .as_secs_f64()
+                    * 1000.0,
+            )
+        })
+        .collect();
+    let first_reconcile = FirstReconcile {
+        count: latencies.len(),
+        p50_ms: report::quantile(&latencies, 0.5),
+        p99_ms: report::quantile(&latencies, 0.99),
+        max_ms: latencies.iter().copied().fold(0.0, f64::max),
+    };
+    let operator_all_ready = operator.usage()?;
+    let all_names: Vec<String> = names.iter().chain(&new_names).cloned().collect();
+
+    // 4. Settled window.
+    log(&format!(
+        "all {} Ready; quiet for {} s, then counting {} s",
+        all_names.len(),
+        args.quiet_wait.as_secs(),
+        args.settled_window.as_secs()
+    ));
+    tokio::time::sleep(args.quiet_wait).await;
+    let window_start = env.admin.counters().await?;
+    tokio::time::sleep(args.settled_window).await;
+    let window = env.admin.counters().await?.since(&window_start);
+    let operator_settled = operator.usage()?;
+    let settled = settled_summary(args, &window, all_names.len());
+
+    // 5. Restart: kill the operator, start a new one, wait until every object converged.
+    let listing = Instant::now();
+    let listed = instances
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_error("listing the instances"))?
+        .items
+        .len();
+    keys.list(&ListParams::default())
+        .await
+        .map_err(kube_error("listing the SSH keys"))?;
+    let kube_list_s = listing.elapsed().as_secs_f64();
+    let operator_cpu_s = operator.usage()?.cpu_seconds;
+    let before_restart = env.admin.counters().await?;
+    operator.kill().await?;
+    let restart_mark = tracker.seconds(Instant::now());
+    let restarted_log = ConvergeLog::default();
+    let restart_started = Instant::now();
+    let operator = env
+        .start_operator(args, binary, "operator-restarted", restarted_log.clone())
+        .await?;
+    let readopted_at = wait_for(args.phase_timeout, "every object re-adopted", || {
+        let done = restarted_log.all_seen_at(&all_names);
+        async move { done }
+    })
+    .await
+    .map_err(|e| with_progress(e, format!("{} of {listed} seen", restarted_log.count())))?;
+    let restart_counters = env.admin.counters().await?.since(&before_restart);
+    let operator_restarted = operator.usage()?;
+    let restart_lists = restart_counters
+        .by_operation()
+        .iter()
+        .filter(|(op, _)| counters::is_list(op))
+        .map(|(_, n)| *n)
+        .sum::<u64>()
+        .max(LISTS_PER_PHASE);
+    let cloud_list_bound =
+        (restart_lists as f64 / args.rate_limit).max(args.latency_ms as f64 / 1000.0);
+    let restart_seconds = readopted_at
+        .saturating_duration_since(restart_started)
+        .as_secs_f64();
+    let restart_bound = kube_list_s + cloud_list_bound;
+    let restart = Restart {
+        seconds: restart_seconds,
+        objects_reconciled: restarted_log.count(),
+        calls_by_operation: restart_counters.by_operation(),
+        cloud_writes: restart_counters.writes(),
+        kube_list_s,
+        lower_bound_s: restart_bound,
+        ratio: restart_seconds / restart_bound,
+    };
+    log(&format!(
+        "restart re-adopted {} objects in {:.1} s with {} cloud writes",
+        restart.objects_reconciled, restart.seconds, restart.cloud_writes
+    ));
+
+    // 6. Delete everything; time until the account is empty.
+    let deletion_mark = tracker.seconds(Instant::now());
+    let before_delete = env.admin.counters().await?;
+    let deleting = Instant::now();
+    delete_all(&instances, &all_names, args.writers).await?;
+    keys.delete(SSH_KEY_NAME, &DeleteParams::default())
+        .await
+        .map_err(kube_error("deleting the SSH key"))?;
+    let emptied_at = wait_for(args.phase_timeout, "the cloud account empty", || {
+        let admin = env.admin.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let holdings = admin.holdings().await.ok()?;
+            holdings.is_empty().then(Instant::now)
+        }
+    })
+    .await?;
+    let deletion_counters = env.admin.counters().await?.since(&before_delete);
+    let deletes =
+        deletion_counters.succeeded("DeleteInstance") + deletion_counters.succeeded("DeleteSshKey");
+    let deletion = bounded_phase(
+        args,
+        emptied_at.saturating_duration_since(deleting),
+        &deletion_counters,
+        deletes + LISTS_PER_PHASE,
+    );
+    wait_for(
+        args.phase_timeout,
+        "every object gone from the API server",
+        || {
+            let instances = instances.clone();
+            async move {
+                let left = instances
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .len();
+                (left == 0).then_some(())
+            }
+        },
+    )
+    .await?;
+    log(&format!(
+        "deleted in {:.1} s (bound {:.1} s)",
+        deletion.seconds, deletion.lower_bound_s
+    ));
+
+    // 7. Totals and memory.
+    let totals = env.admin.counters().await?;
+    let slope_bytes_per_object = (operator_settled.rss_bytes as f64
+        - operator_idle.rss_bytes as f64)
+        / all_names.len() as f64;
+    let slope_1000_to_n_bytes_per_object = operator_at_1000.map(|at_1000: ProcessUsage| {
+        (operator_all_ready.rss_bytes as f64 - at_1000.rss_bytes as f64)
+            / (all_names.len() as f64 - 1000.0)
+    });
+    let memory = Memory {
+        operator_idle,
+        operator_at_1000,
+        operator_all_ready,
+        operator_settled,
+        operator_restarted,
+        slope_bytes_per_object,
+        slope_1000_to_n_bytes_per_object,
+        apiserver: env.apiserver.usage()?,
+        simulator: env.simulator.usage()?,
+        operator_cpu_s,
+    };
+    operator.kill().await?;
+    let end_mark = tracker.seconds(Instant::now());
+    let mut timeline = tracker.timeline();
+    timeline.retain(|(t, _)| *t <= end_mark);
+    Ok(BenchResult {
+        settings,
+        convergence,
+        first_reconcile,
+        settled,
+        restart,
+        deletion,
+        memory,
+        throttled: totals.with_status("429"),
+        calls_by_operation: totals.by_operation(),
+        timeline,
+        marks: vec![converged_mark, restart_mark, deletion_mark],
+        targets: Vec::new(),
+    })
+}
+
+fn bounded_phase(
+    args: &Args,
+    took: Duration,
+    counters: &Counters,
+    minimum_calls: u64,
+) -> BoundedPhase {
+    let lower_bound_s = report::lower_bound_seconds(
+        minimum_calls,
+        args.rate_limit,
+        args.latency_ms,
+        args.concurrency,
+    );
+    let seconds = took.as_secs_f64();
+    BoundedPhase {
+        seconds,
+        calls_by_operation: counters.by_operation(),
+        minimum_calls,
+        lower_bound_s,
+        ratio: seconds / lower_bound_s,
+    }
+}
+
+fn settled_summary(args: &Args, window: &Counters, objects: usize) -> Settled {
+    let intervals = args.settled_window.as_secs_f64() / args.resync_interval.as_secs_f64();
+    let by_operation = window.by_operation();
+    let max_lists_per_kind = by_operation
+        .iter()
+        .filter(|(op, _)| counters::is_list(op))
+        .map(|(_, n)| *n)
+        .max()
+        .unwrap_or(0);
+    let per_object_calls = by_operation
+        .iter()
+        .filter(|(op, _)| !counters::is_list(op))
+        .map(|(_, n)| *n)
+        .sum();
+    Settled {
+        window_s: args.settled_window.as_secs_f64(),
+        objects,
+        calls_by_operation: by_operation,
+        max_lists_per_kind,
+        intervals,
+        per_object_calls,
+        per_object_polling_calls: (objects as f64 * intervals).round() as u64,
+    }
+}
+
+fn instance(name: &str) -> Result<GpuInstance, Error> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1",
+        "kind": "GpuInstance",
+        "metadata": {"name": name},
+        "spec": {
+            "region": "us-east-1",
+            "gpuType": "L40S",
+            "osImage": "ubuntu-22.04-cuda-12",
+            "sshKeyRefs": [{"name": SSH_KEY_NAME}],
+        },
+    }))?)
+}
+
+async fn create_ssh_key(keys: &Api<SshKey>) -> Result<(), Error> {
+    let key: SshKey = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1",
+        "kind": "SshKey",
+        "metadata": {"name": SSH_KEY_NAME},
+        "spec": {"publicKey": SSH_PUBLIC_KEY},
+    }))?;
+    keys.create(&PostParams::default(), &key)
+        .await
+        .map_err(kube_error("creating the SSH key"))?;
+    Ok(())
+}
+
+/// Applies every object with `writers` concurrent creates.
+async fn apply_all(
+    api: &Api<GpuInstance>,
+    tracker: &Tracker,
+    names: &[String],
+    writers: usize,
+) -> Result<(), Error> {
+    futures::stream::iter(names.iter().map(Ok::<_, Error>))
+        .try_for_each_concurrent(writers, |name| async move {
+            tracker.applying(name);
+            api.create(&PostParams::default(), &instance(name)?)
+                .await
+                .map_err(kube_error(format!("creating {name}")))?;
+            Ok(())
+        })
+        .await
+}
+
+async fn delete_all(api: &Api<GpuInstance>, names: &[String], writers: usize) -> Result<(), Error> {
+    futures::stream::iter(names.iter().map(Ok::<_, Error>))
+        .try_for_each_concurrent(writers, |name| async move {
+            api.delete(name, &DeleteParams::default())
+                .await
+                .map_err(kube_error(format!("deleting {name}")))?;
+            Ok(())
+        })
+        .await
+}
+
+/// Polls `check` every 200 ms until it yields a value, at most `limit`.
+async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: what.into(),
+                seconds: limit.as_secs(),
+                progress: String::new(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn with_progress(error: Error, progress: String) -> Error {
+    match error {
+        Error::Timeout { what, seconds, .. } => Error::Timeout {
+            what,
+            seconds,
+            progress,
+        },
+        other => other,
+    }
+}
+
+fn log(message: &str) {
+    eprintln!("scale-bench: {message}");
+}
