@@ -121,7 +121,7 @@ fn shorten(message: &str) -> String {
 /// The table as text, one line per row under a header, columns aligned.
 pub fn render(rows: &[Row]) -> String {
     if rows.is_empty() {
-        return "  (no gpucloud.io objects yet)\n".into();
+        return "  (no gpucloud.io objects)\n".into();
     }
     let header = ["KIND", "NAME", "STATE", "READY", "MESSAGE"];
     let cells: Vec<[&str; 5]> = rows
