@@ -115,7 +115,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(args.validate().is_err());
         assert!(Args::try_parse_from(["scale-bench", "--settled-window", "3d"]).is_err());
-        let args = Args::try_parse_from(["scale-bench", "--rate-limit", "-1"])
+        let args = Args::try_parse_from(["scale-bench", "--rate-limit", "0"])
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(args.validate().is_err());
     }
