@@ -184,6 +184,9 @@ impl ManagedKind for GpuInstance {
         record: &Instance,
     ) -> Result<Outcome, Error> {
         let id = record.instance_id.as_str();
+        // One line per reconcile that found its machine listed: the scale benchmark counts
+        // these to see an operator restart re-adopt every object.
+        tracing::debug!(object = %self.name_any(), id, "converging toward the listed machine");
         let client = &account.client;
         match &record.status {
             InstanceStatus::Creating
