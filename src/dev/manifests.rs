@@ -279,7 +279,10 @@ mod tests {
         let text = "# only a comment\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\napiVersion: gpucloud.io/v1alpha1\nkind: SshKey\nmetadata: {name: k}\nspec: {}\n";
         let documents = parse(Path::new("m.yaml"), text).unwrap();
         assert_eq!(documents.len(), 2);
-        assert_eq!(documents[0].index, 1, "a comment before the first separator is no document");
+        assert_eq!(
+            documents[0].index, 1,
+            "a comment before the first separator is no document"
+        );
         assert_eq!(documents[0].kind(), "ConfigMap");
         assert_eq!(documents[1].index, 3);
         assert_eq!(documents[1].kind(), "SshKey");

@@ -387,3 +387,46 @@ async fn shutdown_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_operator_is_configured_as_run_would_be_with_the_sandbox_secret() {
+        let config = operator_config("http://127.0.0.1:8089/").unwrap();
+        assert_eq!(config.cloud.base_url, "http://127.0.0.1:8089");
+        let secret = config.default_secret.unwrap();
+        assert_eq!(
+            (
+                secret.namespace.as_str(),
+                secret.name.as_str(),
+                secret.key.as_str()
+            ),
+            (OPERATOR_NAMESPACE, CREDENTIALS_SECRET, "apiKey")
+        );
+        assert!(
+            config.namespaces.is_empty(),
+            "the sandbox watches every namespace"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cloud_url_without_a_key_is_refused_before_anything_starts() {
+        let args = Args {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            cloud_listen: "127.0.0.1:0".parse().unwrap(),
+            cloud_url: Some("https://cloud.example".into()),
+            api_key: None,
+            kubeconfig: PathBuf::from("/nonexistent/dev.kubeconfig"),
+            apply: Vec::new(),
+        };
+        let error = tokio::time::timeout(Duration::from_secs(10), run_until(args, async {}))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(matches!(error, Error::ApiKeyMissing), "{error}");
+    }
+}
