@@ -3,6 +3,7 @@
 use crate::account::{CloudSettings, SecretLocation};
 use crate::context::ReconcileSettings;
 use crate::observer::ObserveIntervals;
+use crate::orphans::OrphanSweepSettings;
 use crate::run::OperatorConfig;
 use gpucloud_cloud::RateLimit;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -51,6 +52,16 @@ pub struct Args {
     /// Bound on one cloud request.
     #[arg(long, env = "GPUCLOUD_CLOUD_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub cloud_timeout: Duration,
+    /// Time between sweeps for orphaned cloud resources (marked by the operator, claimed by no
+    /// object); `0` disables the sweeper.
+    #[arg(long, env = "GPUCLOUD_ORPHAN_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub orphan_sweep_interval: Duration,
+    /// How old an unclaimed resource must be before it counts as orphaned.
+    #[arg(long, env = "GPUCLOUD_ORPHAN_GRACE_PERIOD", default_value = "15m", value_parser = parse_duration)]
+    pub orphan_grace_period: Duration,
+    /// Delete orphaned resources; without it they are only reported.
+    #[arg(long, env = "GPUCLOUD_DELETE_ORPHANS", default_value_t = false)]
+    pub delete_orphans: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +132,13 @@ impl Args {
                 observe,
             },
             reporter: "gpucloud-operator".into(),
+            orphans: OrphanSweepSettings {
+                interval: self.orphan_sweep_interval,
+                grace_period: self.orphan_grace_period,
+                delete: self.delete_orphans,
+                summary_namespace: self.operator_namespace.clone(),
+                summary_name: "gpucloud-operator".into(),
+            },
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod image;
 pub mod kind;
 pub mod naming;
 pub mod observer;
+pub mod orphans;
 pub mod reconcile;
 pub mod records;
 pub mod references;

@@ -5,6 +5,7 @@
 use crate::account::{Accounts, CloudSettings, SecretLocation};
 use crate::context::{Context, ReconcileSettings};
 use crate::kind::ManagedKind;
+use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::reconcile::{error_policy, reconcile};
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
@@ -31,6 +32,8 @@ pub struct OperatorConfig {
     pub reconcile: ReconcileSettings,
     /// Name the operator's events carry.
     pub reporter: String,
+    /// The orphan sweeper; see `orphans.rs`.
+    pub orphans: OrphanSweepSettings,
 }
 
 /// Runs every controller until `shutdown` resolves, then lets in-flight reconciles finish.
@@ -47,6 +50,17 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         config.namespaces.iter().cloned().map(Some).collect()
     };
     let mut controllers = Vec::new();
+    controllers.push(
+        OrphanSweeper::new(
+            client.clone(),
+            accounts.clone(),
+            config.namespaces.clone(),
+            config.orphans.clone(),
+            config.reporter.clone(),
+        )
+        .run(shutdown.clone().boxed())
+        .boxed(),
+    );
     for scope in scopes {
         controllers.push(controller::<SshKey>(
             &client,

@@ -43,6 +43,7 @@ pub struct RunStats {
     pub watches_cut: u64,
     pub events: u64,
     pub converge_ms: u64,
+    pub delete_ms: u64,
 }
 
 impl RunStats {
@@ -62,6 +63,22 @@ impl RunStats {
         self.watches_cut += other.watches_cut;
         self.events += other.events;
         self.converge_ms += other.converge_ms;
+        self.delete_ms += other.delete_ms;
+    }
+}
+
+/// The invariant a failure broke, for the summary.
+fn classify(message: &str) -> &'static str {
+    if message.contains("operator resources in the cloud") {
+        "duplicate"
+    } else if message.contains("leaked") || message.contains("billing did not stop") {
+        "leak"
+    } else if message.contains("stuck finalizers") {
+        "stuck finalizer"
+    } else if message.contains("not converged") || message.contains("stuck without") {
+        "not converged"
+    } else {
+        "other"
     }
 }
 
@@ -122,17 +139,25 @@ async fn seeded_chaos_runs_keep_every_invariant() {
                     failure.seed,
                     failure.trace.join("\n    ")
                 );
-                failures.push(failure.seed);
+                failures.push((failure.seed, classify(&failure.message)));
             }
         }
     }
     let offending = capture.offending();
+    let failed_with = |class: &str| failures.iter().filter(|(_, c)| *c == class).count();
     eprintln!(
-        "chaos: {count} seeds in {:.1}s ({} passed, {} failed); {} log lines scanned\n  {total:?}",
+        "chaos: {count} seeds in {:.1}s ({} passed, {} failed: duplicates {}, leaks {}, \
+         stuck finalizers {}, not converged {}, other {}); {} log lines scanned, {} with secrets\n  {total:?}",
         started.elapsed().as_secs_f64(),
         total.runs,
         failures.len(),
+        failed_with("duplicate"),
+        failed_with("leak"),
+        failed_with("stuck finalizer"),
+        failed_with("not converged"),
+        failed_with("other"),
         capture.lines(),
+        offending.len(),
     );
     assert!(
         failures.is_empty(),

@@ -170,7 +170,10 @@ async fn a_minute_of_429s_never_pushes_the_operator_past_the_rate_limit() {
     );
     // The storm really was half of all calls.
     let share = injected as f64 / storm_calls as f64;
-    assert!(storm_calls >= 40, "only {storm_calls} calls during the storm");
+    assert!(
+        storm_calls >= 40,
+        "only {storm_calls} calls during the storm"
+    );
     assert!(
         (0.35..=0.65).contains(&share),
         "{injected} of {storm_calls} calls throttled"

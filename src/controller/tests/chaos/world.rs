@@ -325,7 +325,7 @@ impl Run {
         let mut act_then_drop = BTreeMap::new();
         for operation in creates_and_deletes {
             if rng.random_bool(0.5) {
-                act_then_drop.insert(operation.to_string(), rng.random_range(0.05..0.3));
+                act_then_drop.insert(operation.to_string(), rng.random_range(0.1..0.5));
             }
         }
         let plan = FaultPlan {
@@ -1010,10 +1010,13 @@ impl Run {
         }
         self.model.live.clear();
         self.note("everything deleted");
-        let deadline = Instant::now() + Duration::from_secs(DELETE_SECONDS);
+        let asked = Instant::now();
+        let deadline = asked + Duration::from_secs(DELETE_SECONDS);
         loop {
             let remaining = all_objects(&self.env).await.map_err(|e| e.to_string())?;
             if remaining.is_empty() {
+                self.note(format!("everything gone in {:?}", asked.elapsed()));
+                self.stats.delete_ms += asked.elapsed().as_millis() as u64;
                 return Ok(());
             }
             if Instant::now() > deadline {

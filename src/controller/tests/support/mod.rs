@@ -62,6 +62,7 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
             },
         },
         reporter: "gpucloud-operator".into(),
+        orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
     }
 }
 

@@ -1,0 +1,593 @@
+//! The orphan sweeper: finds cloud resources the operator created that no object claims.
+//!
+//! A resource becomes an orphan when the operator created it and then lost track of it: a
+//! crash between the create call and recording the id while the object was also deleted with
+//! its finalizer removed by hand, a pending-create mark lost with a restored backup, an
+//! object deleted while its finalizer was bypassed. Every `interval`, for every account the
+//! operator uses, the sweeper lists every kind's resources, keeps those whose name carries the
+//! operator's mark (`naming::carries_mark`), and drops those that any object claims:
+//!
+//! - by `status.externalId` or the `gpucloud.io/external-id` annotation (the cloud id);
+//! - by `status.cloudName`, `status.pendingCreate.cloudName`, or the name the object's
+//!   namespace, name and uid give (`naming::cloud_name`), which covers an object whose pending
+//!   mark was lost between create and record.
+//!
+//! What is left and older than `grace_period` (the cloud's creation time, or when the sweeper
+//! first saw it if the cloud gives none) is reported: a warning log line per resource and one
+//! Kubernetes Event per sweep regarding the summary object (the Lease named after the
+//! operator, in its namespace). With `delete` set, those resources are deleted too. Resources
+//! without the mark are never touched.
+//!
+//! The cloud is listed before the objects, so a resource whose object was created during the
+//! sweep is still claimed; a sweep that cannot list every kind's objects reports and deletes
+//! nothing.
+
+use crate::account::{Account, Accounts};
+use crate::kind::ManagedKind;
+use crate::naming;
+use crate::observer::{CloudRecord, Lister};
+use crate::records;
+use futures::future::BoxFuture;
+use gpucloud_api::{
+    EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Image, Snapshot, SshKey, Volume,
+};
+use gpucloud_cloud::CloudClient;
+use gpucloud_cloud::Error as CloudError;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, ResourceExt};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Event reason of a sweep that found orphans.
+pub const REASON_FOUND: &str = "OrphansFound";
+/// Event reason of a sweep that deleted orphans.
+pub const REASON_DELETED: &str = "OrphansDeleted";
+/// Event reason of a sweep whose deletes failed (retried on the next sweep).
+pub const REASON_DELETE_FAILED: &str = "OrphanDeleteFailed";
+
+/// Longest list of resources an Event names; the rest are counted.
+const EVENT_LIST_LIMIT: usize = 20;
+
+/// Settings of the sweeper (`--orphan-sweep-interval`, `--orphan-grace-period`,
+/// `--delete-orphans`).
+#[derive(Debug, Clone)]
+pub struct OrphanSweepSettings {
+    /// Time between sweeps; zero disables the sweeper.
+    pub interval: Duration,
+    /// How old an unclaimed resource must be before it counts as an orphan.
+    pub grace_period: Duration,
+    /// Delete orphans, not only report them.
+    pub delete: bool,
+    /// Namespace of the summary object the Events regard (the operator's namespace).
+    pub summary_namespace: String,
+    /// Name of the summary object: the operator's Lease.
+    pub summary_name: String,
+}
+
+impl OrphanSweepSettings {
+    /// No sweeps.
+    pub fn disabled() -> Self {
+        OrphanSweepSettings {
+            interval: Duration::ZERO,
+            grace_period: Duration::from_secs(15 * 60),
+            delete: false,
+            summary_namespace: "gpucloud-system".into(),
+            summary_name: "gpucloud-operator".into(),
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        !self.interval.is_zero()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The objects of a kind could not be listed: without every claim, nothing is reported.
+    #[error("listing {kind} objects: {source}")]
+    ListObjects {
+        kind: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    /// A kind's resources could not be listed in an account.
+    #[error("listing {kind} resources of account {account}: {source}")]
+    ListCloud {
+        kind: CloudKind,
+        account: String,
+        #[source]
+        source: CloudError,
+    },
+}
+
+/// The kinds of cloud resources the operator creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CloudKind {
+    Instance,
+    Firewall,
+    Image,
+    Snapshot,
+    Volume,
+    SshKey,
+}
+
+impl CloudKind {
+    /// In deletion order: machines before what they use, so a volume held by an orphaned
+    /// machine is free by the time it comes up (or on the next sweep).
+    pub const ALL: [CloudKind; 6] = [
+        CloudKind::Instance,
+        CloudKind::Firewall,
+        CloudKind::Image,
+        CloudKind::Snapshot,
+        CloudKind::Volume,
+        CloudKind::SshKey,
+    ];
+
+    async fn list(self, client: &CloudClient) -> Result<Vec<Candidate>, CloudError> {
+        let client = client.clone();
+        Ok(match self {
+            CloudKind::Instance => candidates(self, records::Instances::list(client).await?),
+            CloudKind::Firewall => candidates(self, records::Firewalls::list(client).await?),
+            CloudKind::Image => candidates(self, records::Images::list(client).await?),
+            CloudKind::Snapshot => candidates(self, records::Snapshots::list(client).await?),
+            CloudKind::Volume => candidates(self, records::Volumes::list(client).await?),
+            CloudKind::SshKey => candidates(self, records::SshKeys::list(client).await?),
+        })
+    }
+
+    async fn delete(self, client: &CloudClient, id: &str) -> Result<(), CloudError> {
+        let result = match self {
+            CloudKind::Instance => client.delete_instance(id).await.map(drop),
+            CloudKind::Firewall => client.delete_firewall(id).await.map(drop),
+            CloudKind::Image => client.delete_image(id).await.map(drop),
+            CloudKind::Snapshot => client.delete_snapshot(id).await.map(drop),
+            CloudKind::Volume => client.delete_volume(id).await.map(drop),
+            CloudKind::SshKey => client.delete_ssh_key(id).await.map(drop),
+        };
+        match result {
+            // Gone already: what the delete wanted.
+            Err(CloudError::NotFound { .. }) => Ok(()),
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for CloudKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            CloudKind::Instance => "instance",
+            CloudKind::Firewall => "firewall",
+            CloudKind::Image => "image",
+            CloudKind::Snapshot => "snapshot",
+            CloudKind::Volume => "volume",
+            CloudKind::SshKey => "ssh-key",
+        };
+        f.write_str(name)
+    }
+}
+
+/// A marked resource as listed.
+#[derive(Debug, Clone)]
+struct Candidate {
+    kind: CloudKind,
+    id: String,
+    name: String,
+    created_at: Option<Timestamp>,
+}
+
+fn candidates<R: CloudRecord>(kind: CloudKind, records: Vec<R>) -> Vec<Candidate> {
+    records
+        .into_iter()
+        .filter(|r| naming::carries_mark(r.name()))
+        .map(|r| Candidate {
+            kind,
+            id: r.id().to_string(),
+            name: r.name().to_string(),
+            created_at: r.created_at(),
+        })
+        .collect()
+}
+
+/// A cloud resource with the operator's mark that no object claims, past the grace period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// Fingerprint of the account's key (never the key).
+    pub account: String,
+    pub kind: CloudKind,
+    pub id: String,
+    pub name: String,
+    /// Since the cloud's creation time, or since the sweeper first saw it.
+    pub age: Duration,
+}
+
+impl fmt::Display for Orphan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} ({}, {}s old)",
+            self.kind,
+            self.id,
+            self.name,
+            self.age.as_secs()
+        )
+    }
+}
+
+/// What one sweep found and did.
+#[derive(Debug, Default)]
+pub struct SweepReport {
+    /// Accounts swept (by fingerprint).
+    pub accounts: Vec<String>,
+    /// Every orphan found, deleted or not.
+    pub orphans: Vec<Orphan>,
+    /// Orphans deleted by this sweep (only with `delete`).
+    pub deleted: Vec<Orphan>,
+    /// Orphans whose delete failed, with the cloud's answer; retried on the next sweep.
+    pub delete_failed: Vec<(Orphan, String)>,
+    /// Accounts or kinds that could not be listed; their resources were not considered.
+    pub list_errors: Vec<String>,
+}
+
+/// What objects claim: cloud ids and cloud names.
+#[derive(Debug, Default)]
+struct Claims {
+    ids: HashSet<String>,
+    names: HashSet<String>,
+}
+
+impl Claims {
+    fn claims(&self, candidate: &Candidate) -> bool {
+        self.ids.contains(&candidate.id) || self.names.contains(&candidate.name)
+    }
+
+    fn add<K: ManagedKind>(&mut self, object: &K) {
+        let status = object.cloud_status();
+        self.ids.extend(status.external_id);
+        self.names.extend(status.cloud_name);
+        self.names
+            .extend(status.pending_create.map(|p| p.cloud_name));
+        if let Some(id) = object.annotations().get(EXTERNAL_ID_ANNOTATION) {
+            self.ids.insert(id.clone());
+        }
+        let namespace = object.namespace().unwrap_or_default();
+        self.names.insert(naming::cloud_name(
+            &namespace,
+            &object.name_any(),
+            object.uid().as_deref().unwrap_or_default(),
+        ));
+    }
+}
+
+/// Sweeps the accounts of an operator.
+pub struct OrphanSweeper {
+    client: kube::Client,
+    accounts: Arc<Accounts>,
+    /// Namespaces whose objects claim resources; empty means the whole cluster.
+    namespaces: Vec<String>,
+    settings: OrphanSweepSettings,
+    recorder: Recorder,
+    /// When each unclaimed resource without a creation time was first seen, by
+    /// `account/kind/id`; forgotten once it is claimed or gone.
+    first_seen: Mutex<HashMap<String, Timestamp>>,
+}
+
+impl OrphanSweeper {
+    pub fn new(
+        client: kube::Client,
+        accounts: Arc<Accounts>,
+        namespaces: Vec<String>,
+        settings: OrphanSweepSettings,
+        reporter: String,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: reporter,
+                instance: None,
+            },
+        );
+        OrphanSweeper {
+            client,
+            accounts,
+            namespaces,
+            settings,
+            recorder,
+            first_seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sweeps every `interval` until `shutdown` resolves. Nothing when disabled.
+    pub async fn run(self, shutdown: BoxFuture<'static, ()>) {
+        if !self.settings.is_enabled() {
+            return;
+        }
+        tracing::info!(
+            interval_s = self.settings.interval.as_secs_f64(),
+            grace_s = self.settings.grace_period.as_secs_f64(),
+            delete = self.settings.delete,
+            "orphan sweeper started"
+        );
+        let sweeps = async {
+            loop {
+                tokio::time::sleep(self.settings.interval).await;
+                if let Err(error) = self.sweep().await {
+                    tracing::warn!(%error, "orphan sweep skipped");
+                }
+            }
+        };
+        tokio::select! {
+            _ = shutdown => {}
+            _ = sweeps => {}
+        }
+    }
+
+    /// One sweep over every account: list, match against claims, report, and delete when set.
+    pub async fn sweep(&self) -> Result<SweepReport, Error> {
+        let mut report = SweepReport::default();
+        let mut listed: Vec<(Arc<Account>, Vec<Candidate>)> = Vec::new();
+        for account in self.accounts_to_sweep().await {
+            report.accounts.push(account.fingerprint.clone());
+            let mut found = Vec::new();
+            for kind in CloudKind::ALL {
+                match kind.list(&account.client).await {
+                    Ok(candidates) => found.extend(candidates),
+                    Err(source) => {
+                        let error = Error::ListCloud {
+                            kind,
+                            account: account.fingerprint.clone(),
+                            source,
+                        };
+                        tracing::warn!(%error, "orphan sweep: list failed");
+                        report.list_errors.push(error.to_string());
+                    }
+                }
+            }
+            // A kind that could not be listed is left for the next sweep; the others are
+            // still swept.
+            listed.push((account, found));
+        }
+        // Objects after the cloud: an object created since the lists is still counted.
+        let claims = self.claims().await?;
+        let now = Timestamp::now();
+        let mut seen_keys = HashSet::new();
+        for (account, candidates) in &listed {
+            for candidate in candidates {
+                if claims.claims(candidate) {
+                    continue;
+                }
+                let key = format!(
+                    "{}/{}/{}",
+                    account.fingerprint, candidate.kind, candidate.id
+                );
+                let since = match candidate.created_at {
+                    Some(created) => created,
+                    None => *self
+                        .first_seen
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(key.clone())
+                        .or_insert(now),
+                };
+                seen_keys.insert(key);
+                let age = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
+                if age < self.settings.grace_period {
+                    continue;
+                }
+                report.orphans.push(Orphan {
+                    account: account.fingerprint.clone(),
+                    kind: candidate.kind,
+                    id: candidate.id.clone(),
+                    name: candidate.name.clone(),
+                    age,
+                });
+            }
+        }
+        self.first_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            // After a failed list, resources not listed may still exist: keep their times.
+            .retain(|key, _| seen_keys.contains(key) || !report.list_errors.is_empty());
+        for orphan in &report.orphans {
+            tracing::warn!(
+                account = %orphan.account,
+                kind = %orphan.kind,
+                id = %orphan.id,
+                name = %orphan.name,
+                age_s = orphan.age.as_secs(),
+                delete = self.settings.delete,
+                "orphaned cloud resource: carries the operator's mark and no object claims it"
+            );
+        }
+        if self.settings.delete {
+            for orphan in &report.orphans {
+                let Some((account, _)) =
+                    listed.iter().find(|(a, _)| a.fingerprint == orphan.account)
+                else {
+                    continue;
+                };
+                match orphan.kind.delete(&account.client, &orphan.id).await {
+                    Ok(()) => {
+                        tracing::info!(kind = %orphan.kind, id = %orphan.id, "orphan deleted");
+                        report.deleted.push(orphan.clone());
+                    }
+                    Err(error) => {
+                        tracing::warn!(kind = %orphan.kind, id = %orphan.id, %error, "orphan delete failed");
+                        report
+                            .delete_failed
+                            .push((orphan.clone(), error.to_string()));
+                    }
+                }
+            }
+        }
+        self.publish(&report).await;
+        Ok(report)
+    }
+
+    /// The accounts in use, plus the default account when one is configured (so resources
+    /// leaked before a restart are found even when no object has resolved it yet).
+    async fn accounts_to_sweep(&self) -> Vec<Arc<Account>> {
+        let mut accounts = self.accounts.all();
+        match self
+            .accounts
+            .resolve(&self.settings.summary_namespace, None)
+            .await
+        {
+            Ok(default) => {
+                if !accounts
+                    .iter()
+                    .any(|a| a.fingerprint == default.fingerprint)
+                {
+                    accounts.push(default);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, "orphan sweep: no default account");
+            }
+        }
+        accounts.sort_by(|a, b| a.fingerprint.cmp(&b.fingerprint));
+        accounts
+    }
+
+    async fn claims(&self) -> Result<Claims, Error> {
+        let mut claims = Claims::default();
+        self.claims_of::<GpuInstance>(&mut claims).await?;
+        self.claims_of::<Volume>(&mut claims).await?;
+        self.claims_of::<Snapshot>(&mut claims).await?;
+        self.claims_of::<Image>(&mut claims).await?;
+        self.claims_of::<Firewall>(&mut claims).await?;
+        self.claims_of::<SshKey>(&mut claims).await?;
+        Ok(claims)
+    }
+
+    async fn claims_of<K: ManagedKind>(&self, claims: &mut Claims) -> Result<(), Error> {
+        let apis: Vec<Api<K>> = if self.namespaces.is_empty() {
+            vec![Api::all(self.client.clone())]
+        } else {
+            self.namespaces
+                .iter()
+                .map(|ns| Api::namespaced(self.client.clone(), ns))
+                .collect()
+        };
+        for api in apis {
+            let objects =
+                api.list(&ListParams::default())
+                    .await
+                    .map_err(|source| Error::ListObjects {
+                        kind: std::any::type_name::<K>()
+                            .rsplit("::")
+                            .next()
+                            .unwrap_or("object"),
+                        source,
+                    })?;
+            for object in &objects.items {
+                claims.add(object);
+            }
+        }
+        Ok(())
+    }
+
+    /// One Event per sweep with findings, regarding the summary object.
+    async fn publish(&self, report: &SweepReport) {
+        let regarding = ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            namespace: Some(self.settings.summary_namespace.clone()),
+            name: Some(self.settings.summary_name.clone()),
+            ..ObjectReference::default()
+        };
+        let mut events = Vec::new();
+        if !report.orphans.is_empty() {
+            let action = if self.settings.delete {
+                "deleting them"
+            } else {
+                "report only; start with --delete-orphans to delete them"
+            };
+            events.push((
+                EventType::Warning,
+                REASON_FOUND,
+                format!(
+                    "{} orphaned cloud resources ({action}): {}",
+                    report.orphans.len(),
+                    list(report.orphans.iter())
+                ),
+            ));
+        }
+        if !report.deleted.is_empty() {
+            events.push((
+                EventType::Normal,
+                REASON_DELETED,
+                format!(
+                    "deleted {} orphaned cloud resources: {}",
+                    report.deleted.len(),
+                    list(report.deleted.iter())
+                ),
+            ));
+        }
+        if !report.delete_failed.is_empty() {
+            events.push((
+                EventType::Warning,
+                REASON_DELETE_FAILED,
+                format!(
+                    "{} orphan deletes failed (retried next sweep): {}",
+                    report.delete_failed.len(),
+                    list(report.delete_failed.iter().map(|(o, _)| o))
+                ),
+            ));
+        }
+        for (type_, reason, note) in events {
+            let event = Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note.chars().take(1024).collect()),
+                action: "SweepOrphans".into(),
+                secondary: None,
+            };
+            if let Err(error) = self.recorder.publish(&event, &regarding).await {
+                tracing::debug!(%error, "orphan event not published");
+            }
+        }
+    }
+}
+
+fn list<'a>(orphans: impl Iterator<Item = &'a Orphan>) -> String {
+    let orphans: Vec<&Orphan> = orphans.collect();
+    let mut text = orphans
+        .iter()
+        .take(EVENT_LIST_LIMIT)
+        .map(|o| o.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if orphans.len() > EVENT_LIST_LIMIT {
+        text.push_str(&format!(" and {} more", orphans.len() - EVENT_LIST_LIMIT));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(id: &str, name: &str) -> Candidate {
+        Candidate {
+            kind: CloudKind::Instance,
+            id: id.into(),
+            name: name.into(),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn claims_match_by_id_or_name() {
+        let mut claims = Claims::default();
+        claims.ids.insert("vm-1".into());
+        claims.names.insert("gco-a-0123456789abcdef".into());
+        assert!(claims.claims(&candidate("vm-1", "gco-other-0123456789abcdef")));
+        assert!(claims.claims(&candidate("vm-9", "gco-a-0123456789abcdef")));
+        assert!(!claims.claims(&candidate("vm-9", "gco-b-0123456789abcdef")));
+    }
+}
