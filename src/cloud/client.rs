@@ -149,6 +149,29 @@ pub trait CallObserver: Send + Sync {
     fn on_rate_limit_wait(&self, _operation: Operation, _waited: Duration) {}
 }
 
+/// Reports every call to each of several observers, in order.
+pub struct FanOut(pub Vec<Arc<dyn CallObserver>>);
+
+impl CallObserver for FanOut {
+    fn on_call(&self, operation: Operation, outcome: &CallOutcome, elapsed: Duration) {
+        for observer in &self.0 {
+            observer.on_call(operation, outcome, elapsed);
+        }
+    }
+
+    fn on_retry(&self, operation: Operation, next_attempt: u32, error: &Error, delay: Duration) {
+        for observer in &self.0 {
+            observer.on_retry(operation, next_attempt, error, delay);
+        }
+    }
+
+    fn on_rate_limit_wait(&self, operation: Operation, waited: Duration) {
+        for observer in &self.0 {
+            observer.on_rate_limit_wait(operation, waited);
+        }
+    }
+}
+
 // === impl CloudClient ===
 
 /// Client of the Cloud GPU Compute Service. Cloning is cheap; clones share the connection

@@ -13,8 +13,8 @@ pub mod routes;
 
 pub use backoff::Backoff;
 pub use client::{
-    API_KEY_HEADER, ApiKey, CallObserver, CallOutcome, ClientConfig, CloudClient, RetryPolicy,
-    install_crypto_provider,
+    API_KEY_HEADER, ApiKey, CallObserver, CallOutcome, ClientConfig, CloudClient, FanOut,
+    RetryPolicy, install_crypto_provider,
 };
 pub use error::{Error, ErrorClass};
 pub use limiter::{RateLimit, RateLimiter};

@@ -2,13 +2,20 @@
 
 use crate::account::{CloudSettings, SecretLocation};
 use crate::context::ReconcileSettings;
+use crate::leader::LeaseSettings;
 use crate::observer::ObserveIntervals;
 use crate::orphans::OrphanSweepSettings;
+use crate::replica::ReplicaSettings;
 use crate::run::OperatorConfig;
+use futures::FutureExt;
 use gpucloud_cloud::RateLimit;
+use gpucloud_telemetry::{Endpoints, Health, Metrics};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// Run the controllers against the cluster of the current kubeconfig (or in-cluster config).
 #[derive(Debug, Clone, clap::Args)]
@@ -62,6 +69,34 @@ pub struct Args {
     /// Delete orphaned resources; without it they are only reported.
     #[arg(long, env = "GPUCLOUD_DELETE_ORPHANS", default_value_t = false)]
     pub delete_orphans: bool,
+    /// Address of `/metrics` (Prometheus text format).
+    #[arg(long, env = "GPUCLOUD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    pub metrics_listen: SocketAddr,
+    /// Address of `/healthz` (liveness) and `/readyz` (readiness); may equal the metrics one.
+    #[arg(long, env = "GPUCLOUD_HEALTH_LISTEN", default_value = "0.0.0.0:8081")]
+    pub health_listen: SocketAddr,
+    /// Run only while holding the leader Lease (for more than one replica).
+    #[arg(long, env = "GPUCLOUD_LEADER_ELECT", default_value_t = false)]
+    pub leader_elect: bool,
+    /// Name of the leader Lease, in the operator's namespace.
+    #[arg(long, env = "GPUCLOUD_LEASE_NAME", default_value = "gpucloud-operator")]
+    pub lease_name: String,
+    /// How long a lease not renewed stays held; a standby takes over after it.
+    #[arg(long, env = "GPUCLOUD_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long stops reconciling (less than the duration).
+    #[arg(long, env = "GPUCLOUD_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+    /// Interval of lease renewals and of a standby's attempts to take over.
+    #[arg(long, env = "GPUCLOUD_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+    /// This replica's identity in the Lease; the pod name.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// How long in-flight reconciles may take to finish after SIGTERM (keep it below the pod's
+    /// terminationGracePeriodSeconds).
+    #[arg(long, env = "GPUCLOUD_SHUTDOWN_TIMEOUT", default_value = "25s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +111,12 @@ pub enum Error {
         "the CustomResourceDefinitions are not installed ({0}); install them with: gpucloud-operator crds | kubectl apply -f -"
     )]
     CrdsMissing(String),
+    #[error(transparent)]
+    Endpoints(#[from] gpucloud_telemetry::server::Error),
+    #[error(transparent)]
+    Replica(#[from] crate::replica::Error),
+    #[error(transparent)]
+    Election(#[from] crate::leader::Error),
 }
 
 impl Args {
@@ -137,20 +178,77 @@ impl Args {
                 grace_period: self.orphan_grace_period,
                 delete: self.delete_orphans,
                 summary_namespace: self.operator_namespace.clone(),
-                summary_name: "gpucloud-operator".into(),
+                summary_name: self.lease_name.clone(),
             },
+            metrics: Arc::new(Metrics::new()),
+            health: Arc::new(Health::default()),
         })
+    }
+
+    /// How this replica runs: leader election and shutdown.
+    pub fn replica(&self) -> Result<ReplicaSettings, Error> {
+        let leader_election = if self.leader_elect {
+            let lease = LeaseSettings {
+                namespace: self.operator_namespace.clone(),
+                name: self.lease_name.clone(),
+                identity: self.identity(),
+                lease_duration: self.lease_duration,
+                renew_deadline: self.renew_deadline,
+                retry_period: self.retry_period,
+            };
+            lease.validate()?;
+            Some(lease)
+        } else {
+            None
+        };
+        Ok(ReplicaSettings {
+            leader_election,
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
+
+    /// The pod name, or the host name with a random suffix outside a pod.
+    fn identity(&self) -> String {
+        if let Some(name) = self.pod_name.as_ref().filter(|n| !n.is_empty()) {
+            return name.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "gpucloud-operator".into());
+        format!("{host}-{:08x}", rand::random::<u32>())
     }
 }
 
-/// Checks the CRDs are installed, then runs the controllers until Ctrl-C or SIGTERM.
+/// Serves metrics and probes, checks the CRDs are installed, then runs this replica until
+/// Ctrl-C or SIGTERM (or until it loses the leader lease, which is an error: exit and start
+/// over).
 pub async fn run(args: Args) -> Result<(), Error> {
     let config = args.config()?;
+    let replica = args.replica()?;
+    let (stop_endpoints, endpoints_stopped) = oneshot::channel::<()>();
+    let endpoints = gpucloud_telemetry::server::serve(
+        Endpoints {
+            metrics: args.metrics_listen,
+            health: args.health_listen,
+        },
+        config.metrics.clone(),
+        config.health.clone(),
+        endpoints_stopped.map(drop),
+    )
+    .await?;
+    tracing::info!(metrics = %endpoints.metrics, health = %endpoints.health, "serving metrics and probes");
     let client = kube::Client::try_default().await?;
     ensure_crds_installed(&client).await?;
-    tracing::info!(namespaces = ?config.namespaces, cloud = %config.cloud.base_url, "starting controllers");
-    crate::run::run(client, config, Box::pin(shutdown_signal())).await;
-    Ok(())
+    tracing::info!(
+        namespaces = ?config.namespaces,
+        cloud = %config.cloud.base_url,
+        leader_election = replica.leader_election.is_some(),
+        "starting"
+    );
+    let result =
+        crate::replica::run_replica(client, config, replica, Box::pin(shutdown_signal())).await;
+    let _ = stop_endpoints.send(());
+    Ok(result?)
 }
 
 /// Every kind's CRD must be served before the controllers start, or their watches would

@@ -1,10 +1,12 @@
 //! Per-kind context handed to every reconcile of that kind.
 
 use crate::account::{Account, Accounts};
+use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
 use crate::observer::{Changes, ObserveIntervals, Observer};
 use crate::requeue::RequeuePolicy;
 use gpucloud_api::CloudStatus;
+use gpucloud_telemetry::Metrics;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
@@ -43,6 +45,9 @@ pub struct Context<K: ManagedKind> {
     pub settings: ReconcileSettings,
     pub requeue: RequeuePolicy,
     pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// The kind's scrape-time state, holding the controller's store.
+    pub gauges: Arc<KindGauges<K>>,
     observers: Mutex<HashMap<String, Arc<Observer<Record<K>>>>>,
     changes: mpsc::UnboundedSender<(String, Changes)>,
 }
@@ -55,13 +60,17 @@ impl<K: ManagedKind> Context<K> {
         accounts: Arc<Accounts>,
         settings: ReconcileSettings,
         recorder: Recorder,
-        store: Store<K>,
+        metrics: Arc<Metrics>,
+        gauges: Arc<KindGauges<K>>,
         trigger: mpsc::UnboundedSender<ObjectRef<K>>,
     ) -> Arc<Self> {
+        let store = gauges.store().clone();
+        let woken = gauges.clone();
         let (changes, mut received) = mpsc::unbounded_channel::<(String, Changes)>();
         tokio::spawn(async move {
             while let Some((_account, changes)) = received.recv().await {
                 for object in objects_concerned(&store, &changes) {
+                    woken.triggered(&object);
                     if trigger.send(object).is_err() {
                         return;
                     }
@@ -77,6 +86,8 @@ impl<K: ManagedKind> Context<K> {
                 settings.transition_requeue,
             ),
             recorder,
+            metrics,
+            gauges,
             settings,
             observers: Mutex::new(HashMap::new()),
             changes,

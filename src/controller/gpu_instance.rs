@@ -26,6 +26,17 @@ impl ManagedKind for GpuInstance {
     type Lister = Instances;
     const WHEN_GONE: WhenGone = WhenGone::Report;
 
+    /// The rate the cloud gave for the machine, while it has one.
+    fn hourly_cost(&self) -> Option<(f64, String)> {
+        let status = self.status.as_ref()?;
+        status.cloud.external_id.as_ref()?;
+        let rate = status.hourly_rate?;
+        Some((
+            rate,
+            status.currency.clone().unwrap_or_else(|| "USD".into()),
+        ))
+    }
+
     fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
         let mut object = self.clone();
         let previous = self.status.clone().unwrap_or_default();

@@ -89,6 +89,12 @@ pub trait ManagedKind:
         async { Ok(()) }
     }
 
+    /// What the object's cloud resource costs per hour, and in which currency, when the cloud
+    /// says (`gpucloud_hourly_cost`).
+    fn hourly_cost(&self) -> Option<(f64, String)> {
+        None
+    }
+
     /// Why the recorded resource is gone from the cloud, when the kind can tell better than
     /// "deleted outside the operator" (an image removed with its snapshot). `None` keeps the
     /// generic `ExternalDeleted` report.

@@ -19,46 +19,92 @@ use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
+use std::cell::Cell;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// Entry point for kube-runtime's `Controller::run`.
+tokio::task_local! {
+    /// The requeue the running reconcile asked for, for the queue-depth gauge (kube-runtime's
+    /// `Action` does not tell).
+    static REQUEUE: Cell<Option<Duration>>;
+}
+
+/// Requeue after `after`; every requeue of the flow goes through here.
+fn requeue(after: Duration) -> Action {
+    let _ = REQUEUE.try_with(|cell| cell.set(Some(after)));
+    Action::requeue(after)
+}
+
+/// Wait for a change; every such answer of the flow goes through here.
+fn await_change() -> Action {
+    let _ = REQUEUE.try_with(|cell| cell.set(None));
+    Action::await_change()
+}
+
+/// Entry point for kube-runtime's `Controller::run`: the flow, timed and counted.
 pub async fn reconcile<K: ManagedKind>(
     object: Arc<K>,
     cx: Arc<Context<K>>,
+) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(&*object);
+    cx.gauges.started(&key);
+    let timer = cx.metrics.reconcile_started(&K::kind(&()));
+    let (result, requeue_after) = REQUEUE
+        .scope(Cell::new(None), async {
+            let result = reconcile_flow(object, &cx).await;
+            (result, REQUEUE.with(Cell::get))
+        })
+        .await;
+    timer.finish(match &result {
+        Ok(_) => "success",
+        Err(error) => error.metric_label(),
+    });
+    // After an error, `error_policy` decides when to come back.
+    cx.gauges
+        .finished(&key, result.as_ref().ok().and(requeue_after));
+    result
+}
+
+async fn reconcile_flow<K: ManagedKind>(
+    object: Arc<K>,
+    cx: &Arc<Context<K>>,
 ) -> Result<Action, Error> {
     if object
         .annotations()
         .get(PAUSED_ANNOTATION)
         .is_some_and(|v| v == "true")
     {
-        return Ok(Action::await_change());
+        return Ok(await_change());
     }
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(cx.client.clone(), &namespace);
     let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
         match event {
-            FinalizerEvent::Apply(object) => apply(&api, object, &cx).await,
-            FinalizerEvent::Cleanup(object) => cleanup(object, &cx).await,
+            FinalizerEvent::Apply(object) => apply(&api, object, cx).await,
+            FinalizerEvent::Cleanup(object) => cleanup(object, cx).await,
         }
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     match &result {
         Ok(_) => cx.requeue.reset(&object.key()),
-        Err(error) => report_failure(&api, &object, &cx, error).await,
+        Err(error) => report_failure(&api, &object, cx, error).await,
     }
     result
 }
 
 /// Entry point for kube-runtime's `error_policy`.
 pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Context<K>>) -> Action {
-    if error.is_waiting_for_reference() {
+    let after = if error.is_waiting_for_reference() {
         // Woken by the watch on the referenced kind; the resync is only a backstop.
-        return Action::requeue(cx.settings.observe.resync);
-    }
-    Action::requeue(cx.requeue.after_failure(&object.key(), error))
+        cx.settings.observe.resync
+    } else {
+        cx.requeue.after_failure(&object.key(), error)
+    };
+    cx.gauges.due_in(&ObjectRef::from_obj(&*object), after);
+    Action::requeue(after)
 }
 
 // === apply ===
@@ -99,7 +145,7 @@ async fn apply<K: ManagedKind>(
                 format!("waiting for {id} to appear in the cloud's list"),
             );
             write_status(api, &object, status, None, &outcome).await?;
-            return Ok(Action::requeue(cx.settings.transition_requeue));
+            return Ok(requeue(cx.settings.transition_requeue));
         }
         if status.external_id.is_none() {
             let outcome = Outcome::stalled(
@@ -107,7 +153,7 @@ async fn apply<K: ManagedKind>(
                 format!("{EXTERNAL_ID_ANNOTATION} names {id}, which the cloud does not list"),
             );
             write_status(api, &object, status, None, &outcome).await?;
-            return Ok(Action::requeue(cx.settings.observe.resync));
+            return Ok(requeue(cx.settings.observe.resync));
         }
         if K::WHEN_GONE == WhenGone::Report
             || managed.management_policy == ManagementPolicy::ObserveOnly
@@ -132,7 +178,7 @@ async fn apply<K: ManagedKind>(
                 .await;
             }
             write_status(api, &object, status, None, &outcome).await?;
-            return Ok(Action::await_change());
+            return Ok(await_change());
         }
         // Stateless and gone: forget the id and create it again below.
         publish(
@@ -169,7 +215,7 @@ async fn apply<K: ManagedKind>(
             ),
         );
         write_status(api, &object, status, None, &outcome).await?;
-        return Ok(Action::await_change());
+        return Ok(await_change());
     }
     create_step(api, object, cx, &account, &snapshot).await
 }
@@ -228,7 +274,7 @@ async fn create_step<K: ManagedKind>(
             let outcome =
                 Outcome::progressing(reason::PROVISIONING, "found the cloud resource; converging");
             write_status(api, &object, status, record.as_ref(), &outcome).await?;
-            Ok(Action::requeue(std::time::Duration::ZERO))
+            Ok(requeue(Duration::ZERO))
         }
         CreateDecision::WaitForList { recheck_after } => {
             observer.mark_hot();
@@ -239,7 +285,7 @@ async fn create_step<K: ManagedKind>(
                 ),
             );
             write_status(api, &object, status, None, &outcome).await?;
-            Ok(Action::requeue(recheck_after))
+            Ok(requeue(recheck_after))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
             account.check_budget(cx.settings.budget_floor).await?;
@@ -278,7 +324,7 @@ async fn create_step<K: ManagedKind>(
                         format!("{} is {}", record.id(), record.state()),
                     );
                     write_status(api, &object, created, Some(&record), &outcome).await?;
-                    Ok(Action::requeue(cx.settings.transition_requeue))
+                    Ok(requeue(cx.settings.transition_requeue))
                 }
                 Err(error) if error.is_definite_refusal() => {
                     // The cloud refused before acting: nothing was created.
@@ -345,16 +391,16 @@ async fn converge<K: ManagedKind>(
     }
     write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
     match outcome {
-        Outcome::Ready { .. } => Ok(Action::await_change()),
+        Outcome::Ready { .. } => Ok(await_change()),
         // Waiting for another object (an attachment target): its watch wakes this one.
         Outcome::Progressing { reason, .. } if reason == reason::WAITING_FOR_REFERENCE => {
-            Ok(Action::requeue(cx.settings.observe.resync))
+            Ok(requeue(cx.settings.observe.resync))
         }
         Outcome::Progressing { .. } => {
             cx.observer(account).mark_hot();
-            Ok(Action::requeue(cx.settings.transition_requeue))
+            Ok(requeue(cx.settings.transition_requeue))
         }
-        Outcome::Stalled { .. } => Ok(Action::requeue(cx.settings.observe.resync)),
+        Outcome::Stalled { .. } => Ok(requeue(cx.settings.observe.resync)),
     }
 }
 
@@ -373,7 +419,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             "the cloud resource is left in place",
         )
         .await;
-        return Ok(Action::await_change());
+        return Ok(await_change());
     }
     object.hold_deletion(cx).await?;
     let account = cx
@@ -434,7 +480,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             "the cloud resource is gone",
         )
         .await;
-        return Ok(Action::await_change());
+        return Ok(await_change());
     }
     for record in &targets {
         K::delete(cx, &account, record).await?;

@@ -4,19 +4,23 @@
 
 use crate::account::{Accounts, CloudSettings, SecretLocation};
 use crate::context::{Context, ReconcileSettings};
+use crate::gauges::KindGauges;
 use crate::kind::ManagedKind;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::reconcile::{error_policy, reconcile};
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
+use gpucloud_cloud::{CallObserver, FanOut};
+use gpucloud_telemetry::{Health, Metrics};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -34,12 +38,39 @@ pub struct OperatorConfig {
     pub reporter: String,
     /// The orphan sweeper; see `orphans.rs`.
     pub orphans: OrphanSweepSettings,
+    pub metrics: Arc<Metrics>,
+    /// Told when each kind's cache has synced.
+    pub health: Arc<Health>,
+}
+
+/// The kinds, in the order their controllers start.
+const KINDS: [&str; 6] = [
+    "SshKey",
+    "GpuInstance",
+    "Volume",
+    "Snapshot",
+    "Image",
+    "Firewall",
+];
+
+/// What readiness waits for: a kind's watch in one namespace (or the whole cluster).
+fn sync_key(kind: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(namespace) => format!("{kind} in {namespace}"),
+        None => kind.to_string(),
+    }
 }
 
 /// Runs every controller until `shutdown` resolves, then lets in-flight reconciles finish.
 pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFuture<'static, ()>) {
+    let mut cloud = config.cloud.clone();
+    let metrics: Arc<dyn CallObserver> = config.metrics.clone();
+    cloud.observer = Some(match cloud.observer.take() {
+        Some(other) => Arc::new(FanOut(vec![other, metrics])),
+        None => metrics,
+    });
     let accounts = Arc::new(Accounts::new(
-        config.cloud.clone(),
+        cloud,
         client.clone(),
         config.default_secret.clone(),
     ));
@@ -49,7 +80,24 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     } else {
         config.namespaces.iter().cloned().map(Some).collect()
     };
+    config.health.leading(
+        scopes
+            .iter()
+            .flat_map(|scope| KINDS.map(|kind| sync_key(kind, scope.as_deref())))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str),
+    );
+    config.metrics.set_leader(true);
     let mut controllers = Vec::new();
+    controllers.push(
+        report_balances(
+            accounts.clone(),
+            config.metrics.clone(),
+            config.reconcile.observe.resync,
+        )
+        .boxed(),
+    );
     controllers.push(
         OrphanSweeper::new(
             client.clone(),
@@ -68,7 +116,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, _| c,
+            |c, _, _| c,
         ));
         controllers.push(controller::<GpuInstance>(
             &client,
@@ -76,16 +124,16 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api| {
-                let keys = c.store();
-                let snapshots = c.store();
-                let images = c.store();
-                let scripts = c.store();
+            |c, api, gauges| {
+                let keys = gauges.clone();
+                let snapshots = gauges.clone();
+                let images = gauges.clone();
+                let scripts = gauges;
                 c.watches(
                     api_for::<SshKey>(&api),
                     watcher::Config::default(),
                     move |key| {
-                        referrers(&keys, &key, |i| {
+                        keys.referrers(&key, |i| {
                             i.spec.ssh_key_refs.iter().any(|r| r.name == key.name_any())
                         })
                     },
@@ -94,7 +142,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                     api_for::<Snapshot>(&api),
                     watcher::Config::default(),
                     move |snapshot| {
-                        referrers(&snapshots, &snapshot, |i| {
+                        snapshots.referrers(&snapshot, |i| {
                             i.spec
                                 .source
                                 .as_ref()
@@ -106,7 +154,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                     api_for::<Image>(&api),
                     watcher::Config::default(),
                     move |image| {
-                        referrers(&images, &image, |i| {
+                        images.referrers(&image, |i| {
                             i.spec
                                 .image_ref
                                 .as_ref()
@@ -120,7 +168,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                     api_for::<PartialObjectMeta<ConfigMap>>(&api),
                     watcher::Config::default(),
                     move |map| {
-                        referrers(&scripts, &map, |i| {
+                        scripts.referrers(&map, |i| {
                             i.spec
                                 .startup_script
                                 .as_ref()
@@ -137,14 +185,14 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api| {
-                let attached = c.store();
-                let clones = c.store();
+            |c, api, gauges| {
+                let attached = gauges.clone();
+                let clones = gauges;
                 c.watches(
                     api_for::<GpuInstance>(&api),
                     watcher::Config::default(),
                     move |instance| {
-                        referrers(&attached, &instance, |v| {
+                        attached.referrers(&instance, |v| {
                             v.spec
                                 .instance_ref
                                 .as_ref()
@@ -156,7 +204,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                     api_for::<Volume>(&api),
                     watcher::Config::default(),
                     move |source| {
-                        referrers(&clones, &source, |v| {
+                        clones.referrers(&source, |v| {
                             v.spec
                                 .source
                                 .as_ref()
@@ -172,8 +220,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api| {
-                let store = c.store();
+            |c, api, store| {
                 // The snapshotted machine, and machines restored from a snapshot (which
                 // hold its deletion until they exist).
                 c.watches(
@@ -185,7 +232,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                             .source
                             .as_ref()
                             .map(|s| s.snapshot_ref.name.clone());
-                        referrers(&store, &instance, |s| {
+                        store.referrers(&instance, |s| {
                             s.spec
                                 .instance_ref
                                 .as_ref()
@@ -202,13 +249,12 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api| {
-                let store = c.store();
+            |c, api, store| {
                 c.watches(
                     api_for::<Snapshot>(&api),
                     watcher::Config::default(),
                     move |snapshot| {
-                        referrers(&store, &snapshot, |i| {
+                        store.referrers(&snapshot, |i| {
                             i.spec.snapshot_ref.name == snapshot.name_any()
                         })
                     },
@@ -221,13 +267,12 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api| {
-                let store = c.store();
+            |c, api, store| {
                 c.watches(
                     api_for::<GpuInstance>(&api),
                     watcher::Config::default(),
                     move |instance| {
-                        referrers(&store, &instance, |f| {
+                        store.referrers(&instance, |f| {
                             f.spec
                                 .instance_refs
                                 .iter()
@@ -240,7 +285,27 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             },
         ));
     }
-    futures::future::join_all(controllers).await;
+    // The balance reporter never ends: the controllers' end (on shutdown) ends the run.
+    let balances = controllers.remove(0);
+    tokio::select! {
+        _ = futures::future::join_all(controllers) => {}
+        _ = balances => {}
+    }
+    config.metrics.set_leader(false);
+}
+
+/// Reads each account's balance once per resync interval for `gpucloud_account_balance`:
+/// one call per account, however many objects there are.
+async fn report_balances(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Duration) {
+    loop {
+        for account in accounts.all() {
+            match account.balance().await {
+                Ok(balance) => metrics.set_balance(&account.fingerprint, balance.balance),
+                Err(error) => tracing::debug!(%error, "balance not read"),
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// A hash of what a reconcile acts on: the spec (through `generation`), annotations (pause,
@@ -274,28 +339,13 @@ pub struct ScopedApi {
     pub namespace: Option<String>,
 }
 
-/// The objects of `store` in `changed`'s namespace for which `refers` holds.
-fn referrers<K: ManagedKind>(
-    store: &Store<K>,
-    changed: &impl Resource,
-    refers: impl Fn(&K) -> bool,
-) -> Vec<ObjectRef<K>> {
-    let namespace = changed.meta().namespace.clone();
-    store
-        .state()
-        .iter()
-        .filter(|o| o.meta().namespace == namespace && refers(o))
-        .map(|o| ObjectRef::from_obj(o.as_ref()))
-        .collect()
-}
-
 fn controller<K: ManagedKind>(
     client: &kube::Client,
     accounts: &Arc<Accounts>,
     config: &OperatorConfig,
     namespace: Option<&str>,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
-    extend: impl FnOnce(Controller<K>, ScopedApi) -> Controller<K>,
+    extend: impl FnOnce(Controller<K>, ScopedApi, Arc<KindGauges<K>>) -> Controller<K>,
 ) -> BoxFuture<'static, ()> {
     let scoped = ScopedApi {
         client: client.clone(),
@@ -306,11 +356,35 @@ fn controller<K: ManagedKind>(
     // on. Without the filter, each status write would wake its own object again, and a
     // refused create would be retried in a loop.
     let (store, writer) = reflector::store();
+    let gauges = Arc::new(KindGauges::new(store.clone()));
+    config.metrics.register_state(gauges.clone());
+    let kind = K::kind(&()).to_string();
+    let scope = sync_key(&kind, namespace);
+    let (metrics, health, woken) = (
+        config.metrics.clone(),
+        config.health.clone(),
+        gauges.clone(),
+    );
+    let mut listed_before = false;
     let objects = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(writer)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
+            Ok(watcher::Event::InitDone) => {
+                listed_before = true;
+                health.synced(&scope);
+            }
+            Err(_) => metrics.watch_failed(&kind),
+            _ => {}
+        })
         .applied_objects()
-        .predicate_filter(intent_changed, PredicateConfig::default());
+        .predicate_filter(intent_changed, PredicateConfig::default())
+        .inspect(move |object| {
+            if let Ok(object) = object {
+                woken.triggered(&ObjectRef::from_obj(object));
+            }
+        });
     let controller = Controller::for_stream(objects, store.clone());
     let (trigger, triggers) = mpsc::unbounded_channel();
     let recorder = Recorder::new(
@@ -325,7 +399,8 @@ fn controller<K: ManagedKind>(
         accounts.clone(),
         config.reconcile.clone(),
         recorder,
-        store.clone(),
+        config.metrics.clone(),
+        gauges.clone(),
         trigger,
     );
 
@@ -335,7 +410,7 @@ fn controller<K: ManagedKind>(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let secret_store = store.clone();
+    let secret_gauges = gauges.clone();
     let secret_accounts = accounts.clone();
     let secret_changes = watcher(secrets, watcher::Config::default())
         .touched_objects()
@@ -344,7 +419,7 @@ fn controller<K: ManagedKind>(
                 let namespace = secret.namespace().unwrap_or_default();
                 let name = secret.name_any();
                 let is_default = secret_accounts.is_default_secret(&namespace, &name);
-                referrers(&secret_store, &secret, |o| {
+                secret_gauges.referrers(&secret, |o| {
                     is_default && o.managed().credentials_secret_ref.is_none()
                         || o.managed()
                             .credentials_secret_ref
@@ -360,6 +435,7 @@ fn controller<K: ManagedKind>(
             client: client.clone(),
             namespace: namespace.map(str::to_string),
         },
+        gauges,
     )
     .with_config(ControllerConfig::default().concurrency(config.concurrency))
     .reconcile_on(UnboundedReceiverStream::new(triggers))

@@ -1,5 +1,11 @@
 //! Logging, metrics and health endpoints of the operator.
 
+pub mod health;
 pub mod logging;
+pub mod metrics;
+pub mod server;
 
+pub use health::{Health, Role};
 pub use logging::{LogFormat, init_logging};
+pub use metrics::{KindState, Metrics, StateSource};
+pub use server::Endpoints;

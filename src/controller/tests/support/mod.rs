@@ -63,6 +63,8 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
         },
         reporter: "gpucloud-operator".into(),
         orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
+        metrics: Default::default(),
+        health: Default::default(),
     }
 }
 

@@ -1,0 +1,136 @@
+//! What one kind's controller reports at scrape time (`gpucloud_objects`,
+//! `gpucloud_hourly_cost`, `gpucloud_queue_depth`, `gpucloud_reconciles_in_flight`),
+//! computed from its reflector store and from the reconcile requests it has seen.
+//!
+//! Queue depth counts the objects due for a reconcile that has not started: woken by a watch
+//! event, a reference or Secret change, a cloud list, or a requeue whose time has come.
+
+use crate::kind::ManagedKind;
+use gpucloud_api::condition_type;
+use gpucloud_telemetry::{KindState, StateSource};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+pub struct KindGauges<K: ManagedKind> {
+    kind: String,
+    store: Store<K>,
+    /// When each object is next due for a reconcile, while one is pending.
+    due: Mutex<HashMap<ObjectRef<K>, Instant>>,
+    in_flight: AtomicI64,
+}
+
+impl<K: ManagedKind> KindGauges<K> {
+    pub fn new(store: Store<K>) -> Self {
+        KindGauges {
+            kind: K::kind(&()).to_string(),
+            store,
+            due: Mutex::new(HashMap::new()),
+            in_flight: AtomicI64::new(0),
+        }
+    }
+
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    fn with_due<T>(&self, f: impl FnOnce(&mut HashMap<ObjectRef<K>, Instant>) -> T) -> T {
+        f(&mut self.due.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// `object` was asked to reconcile now.
+    pub fn triggered(&self, object: &ObjectRef<K>) {
+        let now = Instant::now();
+        self.with_due(|due| {
+            due.entry(object.clone())
+                .and_modify(|at| *at = (*at).min(now))
+                .or_insert(now);
+        });
+    }
+
+    /// A reconcile of `object` starts.
+    pub fn started(&self, object: &ObjectRef<K>) {
+        self.with_due(|due| due.remove(object));
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A reconcile of `object` ended, asking to run again after `requeue` (if any).
+    pub fn finished(&self, object: &ObjectRef<K>, requeue: Option<Duration>) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(after) = requeue {
+            self.due_in(object, after);
+        }
+    }
+
+    /// `object` is to reconcile again after `after`.
+    pub fn due_in(&self, object: &ObjectRef<K>, after: Duration) {
+        let at = Instant::now() + after;
+        self.with_due(|due| {
+            due.entry(object.clone())
+                .and_modify(|existing| *existing = (*existing).min(at))
+                .or_insert(at);
+        });
+    }
+
+    /// The objects of the store in `changed`'s namespace for which `refers` holds, marked as
+    /// due: what a watch on another kind wakes.
+    pub fn referrers(
+        &self,
+        changed: &impl Resource,
+        refers: impl Fn(&K) -> bool,
+    ) -> Vec<ObjectRef<K>> {
+        let namespace = changed.meta().namespace.clone();
+        let woken: Vec<ObjectRef<K>> = self
+            .store
+            .state()
+            .iter()
+            .filter(|o| o.meta().namespace == namespace && refers(o))
+            .map(|o| ObjectRef::from_obj(o.as_ref()))
+            .collect();
+        for object in &woken {
+            self.triggered(object);
+        }
+        woken
+    }
+}
+
+impl<K: ManagedKind> StateSource for KindGauges<K> {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn state(&self) -> KindState {
+        let mut state = KindState::default();
+        for object in self.store.state() {
+            let status = object.cloud_status();
+            for type_ in [
+                condition_type::READY,
+                condition_type::RECONCILING,
+                condition_type::STALLED,
+            ] {
+                let value = status
+                    .condition(type_)
+                    .map_or("Unknown".to_string(), |c| c.status.clone());
+                *state
+                    .conditions
+                    .entry((type_.to_string(), value))
+                    .or_default() += 1;
+            }
+            if let Some((rate, currency)) = object.hourly_cost() {
+                let namespace = object.meta().namespace.clone().unwrap_or_default();
+                *state.hourly_cost.entry((namespace, currency)).or_default() += rate;
+            }
+        }
+        let now = Instant::now();
+        state.queue_depth = self.with_due(|due| {
+            // An object deleted while due is never reconciled again: forget it.
+            due.retain(|object, _| self.store.get(object).is_some());
+            due.values().filter(|at| **at <= now).count()
+        }) as i64;
+        state.in_flight = self.in_flight.load(Ordering::Relaxed);
+        state
+    }
+}
