@@ -65,10 +65,14 @@ async fn main() -> anyhow::Result<()> {
         Command::Apiserver(args) => gpucloud_apiserver::cli::run(args)
             .await
             .context("apiserver")?,
-        // The sandbox's errors are one line each, shown without a cause chain.
-        Command::Dev(args) => gpucloud_dev::run(args)
-            .await
-            .map_err(|error| anyhow::anyhow!("{error}"))?,
+        // The sandbox's errors are one line each, shown without a cause chain or a
+        // backtrace (whatever RUST_BACKTRACE says).
+        Command::Dev(args) => {
+            if let Err(error) = gpucloud_dev::run(args).await {
+                eprintln!("Error: {error}");
+                std::process::exit(1);
+            }
+        }
         Command::Crds | Command::Version => {}
     }
     Ok(())

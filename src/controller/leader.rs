@@ -269,6 +269,14 @@ async fn renew(api: Api<Lease>, settings: LeaseSettings, lost: watch::Sender<boo
     }
 }
 
+/// A leadership dropped without release (its replica was killed) stops renewing, so the
+/// lease expires and a standby takes over.
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
 impl Leadership {
     /// Resolves when leadership is lost.
     pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {

@@ -63,7 +63,11 @@ pub async fn run_replica(
     };
 
     let (stop, stopped) = oneshot::channel::<()>();
-    let mut controllers = tokio::spawn(run::run(client, config, stopped.map(|_| ()).boxed()));
+    let mut controllers = AbortOnDrop(tokio::spawn(run::run(
+        client,
+        config,
+        stopped.map(|_| ()).boxed(),
+    )));
     let result = tokio::select! {
         _ = shutdown => {
             health.stopping();
@@ -72,24 +76,24 @@ pub async fn run_replica(
                 "shutting down: no new reconciles; waiting for those in flight"
             );
             let _ = stop.send(());
-            if tokio::time::timeout(settings.shutdown_timeout, &mut controllers)
+            if tokio::time::timeout(settings.shutdown_timeout, &mut controllers.0)
                 .await
                 .is_err()
             {
                 tracing::warn!("in-flight reconciles did not finish in time; abandoning them");
-                controllers.abort();
-                let _ = controllers.await;
+                controllers.0.abort();
+                let _ = (&mut controllers.0).await;
             }
             Ok(())
         }
         _ = lost => {
             // Another replica may lead from now on: not one more write from this one.
-            controllers.abort();
-            let _ = controllers.await;
+            controllers.0.abort();
+            let _ = (&mut controllers.0).await;
             health.fail("lost the leader lease");
             Err(Error::LostLeadership)
         }
-        _ = &mut controllers => {
+        _ = &mut controllers.0 => {
             health.fail("the controllers stopped on their own");
             Err(Error::ControllersEnded)
         }
@@ -99,4 +103,14 @@ pub async fn run_replica(
         leadership.release().await;
     }
     result
+}
+
+/// The controllers' task, aborted when the replica's future is dropped (a killed replica
+/// leaves nothing running behind).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -354,7 +354,8 @@ impl CallObserver for Metrics {
     }
 }
 
-/// The registered [`StateSource`]s, encoded as gauges on every scrape.
+/// The registered [`StateSource`]s, encoded as gauges on every scrape (the registry adds
+/// the `gpucloud_` prefix).
 #[derive(Default)]
 struct StateSources {
     sources: Mutex<Vec<Arc<dyn StateSource>>>,
@@ -377,7 +378,7 @@ impl Collector for StateSources {
             .collect();
 
         let mut family = encoder.encode_descriptor(
-            "gpucloud_objects",
+            "objects",
             "Objects by kind and by the status of each kstatus condition",
             None,
             prometheus_client::metrics::MetricType::Gauge,
@@ -394,7 +395,7 @@ impl Collector for StateSources {
         }
 
         let mut family = encoder.encode_descriptor(
-            "gpucloud_hourly_cost",
+            "hourly_cost",
             "Summed hourly rate of the cloud resources the operator manages, by kind, namespace and currency",
             None,
             prometheus_client::metrics::MetricType::Gauge,
@@ -411,7 +412,7 @@ impl Collector for StateSources {
         }
 
         let mut family = encoder.encode_descriptor(
-            "gpucloud_queue_depth",
+            "queue_depth",
             "Objects due for a reconcile that has not started yet",
             None,
             prometheus_client::metrics::MetricType::Gauge,
@@ -422,7 +423,7 @@ impl Collector for StateSources {
         }
 
         let mut family = encoder.encode_descriptor(
-            "gpucloud_reconciles_in_flight",
+            "reconciles_in_flight",
             "Reconciles running now",
             None,
             prometheus_client::metrics::MetricType::Gauge,
@@ -458,6 +459,21 @@ mod tests {
         metrics.set_balance("fp-1234", 12.5);
         metrics.set_leader(true);
         metrics.set_orphans([("instance", 2)]);
+        let throttled = CallOutcome {
+            status: Some(429),
+            error: Some("rate_limited"),
+        };
+        metrics.on_call(
+            Operation::ListInstances,
+            &throttled,
+            Duration::from_millis(3),
+        );
+        let error = CloudError::Timeout {
+            operation: Operation::ListInstances,
+            after: Duration::from_secs(1),
+        };
+        metrics.on_retry(Operation::ListInstances, 2, &error, Duration::from_secs(1));
+        metrics.on_rate_limit_wait(Operation::CreateInstance, Duration::from_millis(250));
         let mut state = KindState::default();
         state.conditions.insert(("Ready".into(), "True".into()), 3);
         state
@@ -476,6 +492,11 @@ mod tests {
             r#"gpucloud_objects{kind="GpuInstance",condition="Ready",status="True"} 3"#,
             r#"gpucloud_hourly_cost{kind="GpuInstance",namespace="team-a",currency="USD"} 5.98"#,
             r#"gpucloud_queue_depth{kind="GpuInstance"} 1"#,
+            r#"gpucloud_cloud_requests_total{operation="ListInstances",code="429"} 1"#,
+            r#"gpucloud_cloud_throttled_total{operation="ListInstances"} 1"#,
+            r#"gpucloud_cloud_retries_total{operation="ListInstances",reason="timeout"} 1"#,
+            r#"gpucloud_cloud_rate_limit_waits_total{operation="CreateInstance"} 1"#,
+            r#"gpucloud_cloud_rate_limit_wait_seconds_total{operation="CreateInstance"} 0.25"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

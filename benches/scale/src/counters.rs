@@ -30,6 +30,12 @@ pub fn is_list(operation: &str) -> bool {
     operation.starts_with("List")
 }
 
+/// Calls made once per account whatever the number of objects (the balance behind
+/// `gpucloud_account_balance`).
+pub fn is_per_account(operation: &str) -> bool {
+    operation == "GetBalance"
+}
+
 impl Counters {
     /// Calls made between `earlier` and `self`.
     pub fn since(&self, earlier: &Counters) -> Counters {

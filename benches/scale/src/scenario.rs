@@ -698,7 +698,12 @@ fn settled_summary(args: &Args, window: &Counters, objects: usize) -> Settled {
         .unwrap_or(0);
     let per_object_calls = by_operation
         .iter()
-        .filter(|(op, _)| !counters::is_list(op))
+        .filter(|(op, _)| !counters::is_list(op) && !counters::is_per_account(op))
+        .map(|(_, n)| *n)
+        .sum();
+    let per_account_calls = by_operation
+        .iter()
+        .filter(|(op, _)| counters::is_per_account(op))
         .map(|(_, n)| *n)
         .sum();
     Settled {
@@ -708,6 +713,7 @@ fn settled_summary(args: &Args, window: &Counters, objects: usize) -> Settled {
         max_lists_per_kind,
         intervals,
         per_object_calls,
+        per_account_calls,
         per_object_polling_calls: (objects as f64 * intervals).round() as u64,
     }
 }

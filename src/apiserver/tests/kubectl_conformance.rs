@@ -878,7 +878,7 @@ async fn the_projects_crds_and_basic_examples_apply_cleanly() {
         .await
         .ok();
 
-    let examples = repository_path("examples/basics");
+    let examples = repository_path("examples/quickstart");
     let applied = cluster
         .kubectl(&["apply", "-f", examples.to_str().unwrap()])
         .await

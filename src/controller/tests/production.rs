@@ -1,0 +1,410 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The operator as production runs it: metrics and probes over HTTP through a whole run,
+//! events on the objects, two replicas behind a Lease with the leader killed mid-creation,
+//! and a leader that loses its lease.
+
+mod support;
+
+use futures::FutureExt;
+use gpucloud_api::*;
+use gpucloud_controller::leader::LeaseSettings;
+use gpucloud_controller::replica::{self, ReplicaSettings};
+use gpucloud_controller::run::OperatorConfig;
+use gpucloud_simulator::{FaultPlan, SimulatorConfig};
+use gpucloud_telemetry::{Endpoints, Health, Metrics};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::{Env, NAMESPACE, OPERATOR_NAMESPACE, eventually, object, ready, test_config};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const LEASE: &str = "gpucloud-operator";
+
+fn lease_settings(identity: &str) -> LeaseSettings {
+    LeaseSettings {
+        namespace: OPERATOR_NAMESPACE.into(),
+        name: LEASE.into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(500),
+    }
+}
+
+/// One operator replica in this process, with its own metrics, probes and lease identity.
+struct Replica {
+    endpoints: Endpoints,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), replica::Error>>>,
+}
+
+impl Replica {
+    async fn start(env: &Env, identity: &str, config: OperatorConfig) -> Replica {
+        let config = OperatorConfig {
+            metrics: Arc::new(Metrics::new()),
+            health: Arc::new(Health::default()),
+            ..config
+        };
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let endpoints = gpucloud_telemetry::server::serve(
+            Endpoints {
+                metrics: any,
+                health: any,
+            },
+            config.metrics.clone(),
+            config.health.clone(),
+            futures::future::pending(),
+        )
+        .await
+        .unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let settings = ReplicaSettings {
+            leader_election: Some(lease_settings(identity)),
+            shutdown_timeout: Duration::from_secs(10),
+        };
+        let task = tokio::spawn(replica::run_replica(
+            env.client.clone(),
+            config,
+            settings,
+            stopped.map(drop).boxed(),
+        ));
+        Replica {
+            endpoints,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let url = format!("http://{}{path}", self.endpoints.health);
+        let response = reqwest::get(url).await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    }
+
+    async fn metrics(&self) -> String {
+        let url = format!("http://{}/metrics", self.endpoints.metrics);
+        reqwest::get(url).await.unwrap().text().await.unwrap()
+    }
+
+    /// SIGTERM's path: stop, wait for the replica to finish.
+    async fn shut_down(&mut self) -> Result<(), replica::Error> {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap()
+    }
+
+    /// A crash: the replica's task is dropped mid-flight, nothing released.
+    async fn kill(&mut self) {
+        let task = self.task.take().unwrap();
+        task.abort();
+        let _ = task.await;
+    }
+}
+
+/// The value of the sample `name{labels}` (the whole prefix up to the value), or 0.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|value| value.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+async fn holder(env: &Env) -> Option<String> {
+    let leases: kube::Api<Lease> = kube::Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    leases
+        .get_opt(LEASE)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+fn instance(name: &str, extra: serde_json::Value) -> GpuInstance {
+    let mut spec = serde_json::json!({
+        "region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    object(name, spec)
+}
+
+async fn event_reasons(env: &Env, name: &str) -> BTreeSet<String> {
+    let events: kube::Api<Event> = kube::Api::namespaced(env.client.clone(), NAMESPACE);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_probes_and_events_follow_a_whole_run() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let mut replica = Replica::start(&env, "replica-a", test_config(&env.simulator)).await;
+    assert_eq!(replica.get("/healthz").await.0, 200);
+
+    eventually(30, "ready once leading with synced caches", || async {
+        let (status, body) = replica.get("/readyz").await;
+        (status == 200 && body.contains("leading: caches synced")).then_some(())
+    })
+    .await;
+    let before = replica.metrics().await;
+    assert_eq!(sample(&before, "gpucloud_leader"), 1.0, "{before}");
+
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("metered", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    api.create(
+        &PostParams::default(),
+        &instance("unknown-gpu", serde_json::json!({"gpuType": "Z9000"})),
+    )
+    .await
+    .unwrap();
+    ready::<GpuInstance>(&env, "metered").await;
+    support::condition::<GpuInstance>(
+        &env,
+        "unknown-gpu",
+        condition_type::STALLED,
+        "True",
+        "InvalidSpec",
+    )
+    .await;
+    api.patch(
+        "metered",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+    )
+    .await
+    .unwrap();
+    eventually(60, "machine stopped", || async {
+        let o = api.get("metered").await.ok()?;
+        (o.status?.vm_status.as_deref() == Some("STOPPED")).then_some(())
+    })
+    .await;
+    // A write no operator watch sees, the history compacted past it, every watch cut: each
+    // resumes from a version older than the history, gets 410 Gone and lists again.
+    let maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    maps.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": "unrelated"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    env.apiserver.compact();
+    env.apiserver.faults().disconnect_watches();
+
+    let after = eventually(30, "metrics caught up", || async {
+        let text = replica.metrics().await;
+        (sample(
+            &text,
+            r#"gpucloud_objects{kind="GpuInstance",condition="Stalled",status="True"}"#,
+        ) == 1.0
+            && sample(
+                &text,
+                r#"gpucloud_watch_restarts_total{kind="GpuInstance"}"#,
+            ) >= 1.0)
+            .then_some(text)
+    })
+    .await;
+    let moved = |series: &str| {
+        let (b, a) = (sample(&before, series), sample(&after, series));
+        assert!(a > b, "{series} did not move: {b} -> {a}\n{after}");
+    };
+    moved(r#"gpucloud_reconciles_total{kind="GpuInstance",result="success"}"#);
+    moved(r#"gpucloud_reconcile_duration_seconds_count{kind="GpuInstance"}"#);
+    moved(r#"gpucloud_cloud_requests_total{operation="CreateInstance",code="200"}"#);
+    moved(r#"gpucloud_cloud_request_duration_seconds_count{operation="ListInstances"}"#);
+    moved(r#"gpucloud_cloud_requests_total{operation="StopInstance",code="200"}"#);
+    moved(r#"gpucloud_watch_restarts_total{kind="GpuInstance"}"#);
+    assert_eq!(
+        sample(
+            &after,
+            r#"gpucloud_objects{kind="GpuInstance",condition="Ready",status="True"}"#
+        ),
+        1.0,
+        "{after}"
+    );
+    let rate = env.simulator.state().instances[0].billing.hourly_rate;
+    assert_eq!(
+        sample(
+            &after,
+            r#"gpucloud_hourly_cost{kind="GpuInstance",namespace="team-a",currency="USD"}"#
+        ),
+        rate,
+        "{after}"
+    );
+    assert!(
+        after.contains("gpucloud_account_balance{account="),
+        "{after}"
+    );
+    for family in [
+        "gpucloud_queue_depth{kind=\"GpuInstance\"}",
+        "gpucloud_reconciles_in_flight{kind=\"Volume\"}",
+    ] {
+        assert!(after.contains(family), "missing {family}\n{after}");
+    }
+    assert!(
+        !after.contains(env.simulator.api_key()),
+        "the API key is in the metrics"
+    );
+
+    api.delete("metered", &Default::default()).await.unwrap();
+    support::gone::<GpuInstance>(&env, "metered").await;
+    let reasons = event_reasons(&env, "metered").await;
+    for reason in ["Creating", "StateChanged", "Available", "Deleted"] {
+        assert!(reasons.contains(reason), "no {reason} event: {reasons:?}");
+    }
+    let reasons = event_reasons(&env, "unknown-gpu").await;
+    assert!(reasons.contains("InvalidSpec"), "{reasons:?}");
+
+    replica.shut_down().await.unwrap();
+    let (status, body) = replica.get("/readyz").await;
+    assert_eq!((status, body.trim()), (503, "shutting down"));
+    assert_eq!(replica.get("/healthz").await.0, 200, "a clean stop is live");
+    assert_eq!(holder(&env).await, None, "the lease was handed back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_a_killed_leader_without_duplicates() {
+    const COUNT: usize = 24;
+    let simulator = SimulatorConfig {
+        faults: FaultPlan {
+            latency: Duration::from_millis(150),
+            ..FaultPlan::default()
+        },
+        ..SimulatorConfig::default()
+    };
+    let env = Env::without_operator(simulator).await;
+    let mut config = test_config(&env.simulator);
+    config.concurrency = 2;
+    let mut leader = Replica::start(&env, "replica-a", config.clone()).await;
+    eventually(30, "replica-a leads", || async {
+        (holder(&env).await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let mut standby = Replica::start(&env, "replica-b", config).await;
+    eventually(30, "replica-b stands by, ready", || async {
+        let (status, body) = standby.get("/readyz").await;
+        (status == 200 && body.contains("standby: the lease is held by replica-a")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        sample(&standby.metrics().await, "gpucloud_leader"),
+        0.0,
+        "a standby does not lead"
+    );
+
+    let api = env.api::<GpuInstance>();
+    for i in 0..COUNT {
+        api.create(
+            &PostParams::default(),
+            &instance(&format!("fleet-{i}"), serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    eventually(60, "the leader is creating", || async {
+        let made = env.simulator.state().instances.len();
+        (2..COUNT).contains(&made).then_some(())
+    })
+    .await;
+    leader.kill().await;
+    let killed_at = Instant::now();
+
+    eventually(30, "replica-b takes the lease", || async {
+        (holder(&env).await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    let takeover = killed_at.elapsed();
+    // Lease duration (4 s) plus a retry period and a little scheduling slack.
+    assert!(
+        takeover < Duration::from_secs(6),
+        "took over after {takeover:?}"
+    );
+    let mut ids = BTreeSet::new();
+    for i in 0..COUNT {
+        let object = ready::<GpuInstance>(&env, &format!("fleet-{i}")).await;
+        ids.insert(object.cloud_status().external_id.unwrap());
+    }
+    let state = env.simulator.state();
+    assert_eq!(
+        state.instances.len(),
+        COUNT,
+        "exactly one machine per object"
+    );
+    let cloud: BTreeSet<String> = state
+        .instances
+        .iter()
+        .map(|i| i.instance_id.clone())
+        .collect();
+    assert_eq!(ids, cloud, "every object records its own machine");
+    standby.shut_down().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_stops_reconciling_at_once() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let mut leader = Replica::start(&env, "replica-a", test_config(&env.simulator)).await;
+    eventually(30, "replica-a leads", || async {
+        (holder(&env).await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+
+    // Another replica (or an operator by hand) takes the lease.
+    let leases: kube::Api<Lease> = kube::Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    let mut lease = leases.get(LEASE).await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
+    leases
+        .replace(LEASE, &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let taken = Instant::now();
+    let result = support::within(5, leader.task.take().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(result, Err(replica::Error::LostLeadership)),
+        "{result:?}"
+    );
+    assert!(
+        taken.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        taken.elapsed()
+    );
+    let why = leader.get("/healthz").await;
+    assert_eq!(why.0, 503, "{why:?}");
+    assert!(why.1.contains("lost the leader lease"), "{why:?}");
+
+    // Nothing reconciles any more: a new object is left alone.
+    let creates_before = env.calls("CreateInstance");
+    env.api::<GpuInstance>()
+        .create(
+            &PostParams::default(),
+            &instance("after-loss", serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let object = env.api::<GpuInstance>().get("after-loss").await.unwrap();
+    assert!(object.status.is_none(), "{:?}", object.status);
+    assert!(object.metadata.finalizers.is_none());
+    assert_eq!(env.calls("CreateInstance"), creates_before);
+}
