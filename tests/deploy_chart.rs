@@ -431,3 +431,79 @@ fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
         _ => (a != b).then(|| format!("{path}: chart {a}, kustomize {b}")),
     }
 }
+
+/// The GitOps installs of the operator (deploy/argocd/operator.yaml, deploy/flux/operator.yaml)
+/// name this chart, skip its CRDs (the CRD Application/Kustomization of examples/gitops owns
+/// them), and carry values the chart accepts.
+#[test]
+fn gitops_installs_name_the_chart_with_values_it_accepts() {
+    let read = |path: &str| -> Value {
+        let documents =
+            deploy::yaml_documents(&std::fs::read_to_string(repository_root().join(path)).unwrap());
+        assert_eq!(documents.len(), 1, "{path}");
+        documents.into_iter().next().unwrap()
+    };
+    let argocd = read("deploy/argocd/operator.yaml");
+    let source = &argocd["spec"]["source"];
+    assert_eq!(source["path"], "charts/gpucloud-operator");
+    assert_eq!(source["helm"]["skipCrds"], true);
+    assert_eq!(
+        argocd["spec"]["destination"]["namespace"],
+        RELEASE_NAMESPACE
+    );
+    render(&source["helm"]["valuesObject"]);
+
+    let flux = read("deploy/flux/operator.yaml");
+    assert_eq!(
+        flux["spec"]["chart"]["spec"]["chart"],
+        "./charts/gpucloud-operator"
+    );
+    assert_eq!(flux["spec"]["install"]["crds"], "Skip");
+    assert_eq!(flux["spec"]["upgrade"]["crds"], "Skip");
+    assert_eq!(flux["spec"]["targetNamespace"], RELEASE_NAMESPACE);
+    render(&flux["spec"]["values"]);
+
+    // The CRDs come first: Argo CD's CRD Application in an earlier sync wave, Flux's
+    // workloads depending on its CRD Kustomization.
+    let wave = |o: &Value| -> i64 {
+        o["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let applications = deploy::yaml_documents(
+        &std::fs::read_to_string(
+            repository_root().join("examples/gitops/argocd/applications.yaml"),
+        )
+        .unwrap(),
+    );
+    let crds = applications
+        .iter()
+        .find(|a| a["spec"]["source"]["path"] == "crds")
+        .unwrap();
+    assert!(wave(crds) < wave(&argocd));
+}
+
+/// The image's user is the one the pod's securityContext runs as.
+#[test]
+fn dockerfile_runs_as_the_chart_user() {
+    let dockerfile = std::fs::read_to_string(repository_root().join("Dockerfile")).unwrap();
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    let pod = render(&json!({}))
+        .find("Deployment", RELEASE)
+        .unwrap()["spec"]["template"]["spec"]["securityContext"]
+        .clone();
+    assert_eq!(
+        user.trim(),
+        format!("{}:{}", pod["runAsUser"], pod["runAsGroup"])
+    );
+    assert!(
+        dockerfile.contains("distroless"),
+        "a distroless final stage"
+    );
+}
