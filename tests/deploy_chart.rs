@@ -507,3 +507,117 @@ fn dockerfile_runs_as_the_chart_user() {
         "a distroless final stage"
     );
 }
+
+/// The example overlay of docs/install.md renders: image, namespace and settings replaced.
+#[test]
+fn the_example_overlay_renders() {
+    let output = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(repository_root().join("deploy/overlays/example"))
+        .output()
+        .expect("kubectl is needed to render the kustomize base (.ci/run installs it)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let objects = deploy::yaml_documents(&String::from_utf8(output.stdout).unwrap());
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/gpucloud-operator:0.1.0"
+    );
+    let env: BTreeMap<&str, &str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .collect();
+    assert_eq!(env["GPUCLOUD_BUDGET_FLOOR"], "50");
+    let binding = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRoleBinding")
+        .unwrap();
+    assert_eq!(binding["subjects"][0]["namespace"], RELEASE_NAMESPACE);
+}
+
+/// `--set key=value` of a helm command line as values (`{a,b}` is a list, as in Helm).
+fn helm_set_values(command: &str) -> Value {
+    let mut values = json!({});
+    let mut words = command.split_whitespace();
+    while let Some(word) = words.next() {
+        if word != "--set" {
+            continue;
+        }
+        let assignment = words.next().unwrap().trim_matches('\'');
+        let (path, raw) = assignment
+            .split_once('=')
+            .unwrap_or_else(|| panic!("--set {assignment}"));
+        let value = match raw.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+            Some(list) => json!(list.split(',').collect::<Vec<_>>()),
+            None => json!(raw),
+        };
+        let mut target = &mut values;
+        for key in path.split('.') {
+            target = &mut target[key];
+        }
+        *target = value;
+    }
+    values
+}
+
+/// The install commands of the README and docs/install.md use files that exist and values the
+/// chart accepts.
+#[test]
+fn documented_install_commands_use_these_files() {
+    for doc in ["README.md", "docs/install.md"] {
+        let text = std::fs::read_to_string(repository_root().join(doc)).unwrap();
+        let joined = text.replace("\\\n", " ");
+        let helm_installs: Vec<&str> = joined
+            .lines()
+            .filter(|l| l.starts_with("helm install "))
+            .collect();
+        assert!(!helm_installs.is_empty(), "{doc}: no helm install");
+        for line in helm_installs {
+            let chart = line.split_whitespace().nth(3).unwrap();
+            assert!(
+                repository_root().join(chart).join("Chart.yaml").is_file(),
+                "{doc}: {chart}"
+            );
+            let values = helm_set_values(line);
+            assert!(values["image"]["repository"].is_string(), "{doc}: {line}");
+            render(&values);
+        }
+        // Options shown inline (`--set ...` in prose); `...` stands for the reader's value.
+        let prose = joined.replace('\n', " ");
+        for span in prose.split('`').skip(1).step_by(2) {
+            if span.starts_with("--set ") {
+                let mut values = helm_set_values(&span.replace("=...", "=placeholder"));
+                if values["credentials"]["existingSecret"] == "" {
+                    values["credentials"]["apiKey"] = json!("placeholder");
+                }
+                render(&values);
+            }
+        }
+        for line in joined
+            .lines()
+            .filter(|l| l.contains("kubectl apply --server-side -k "))
+        {
+            let dir = line
+                .split("-k ")
+                .nth(1)
+                .unwrap()
+                .split(|c: char| c.is_whitespace() || c == '`')
+                .next()
+                .unwrap();
+            assert!(
+                repository_root()
+                    .join(dir)
+                    .join("kustomization.yaml")
+                    .is_file(),
+                "{doc}: {dir}"
+            );
+        }
+    }
+}
