@@ -621,3 +621,38 @@ fn documented_install_commands_use_these_files() {
         }
     }
 }
+
+/// Every setting the chart renders is read by the operator: `run` parses each combination's
+/// environment (variables of flags still being added are listed in `deploy::PENDING_ENV`),
+/// and the binary takes the logging variables.
+#[test]
+fn every_rendered_setting_is_taken_by_the_operator() {
+    for (label, values) in combinations() {
+        let rendered = render(&values);
+        let args = deploy::run_args(&rendered, &[]);
+        assert_eq!(args.operator_namespace, RELEASE_NAMESPACE, "{label}");
+        let watched: Vec<String> = values["watchNamespaces"]
+            .as_array()
+            .map(|l| l.iter().map(|n| n.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        assert_eq!(args.namespaces, watched, "{label}");
+        args.config().unwrap_or_else(|e| panic!("{label}: {e}"));
+
+        let env = deploy::pod_env(&rendered);
+        let logging: Vec<&(String, String)> = env
+            .iter()
+            .filter(|(n, _)| deploy::GLOBAL_ENV.contains(&n.as_str()))
+            .collect();
+        assert_eq!(logging.len(), 2, "{label}");
+        let output = Command::new(env!("CARGO_BIN_EXE_gpucloud-operator"))
+            .arg("version")
+            .envs(logging.iter().map(|(n, v)| (n, v)))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{label}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}

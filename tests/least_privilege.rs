@@ -292,34 +292,26 @@ fn used_by_operator(apiserver: &ApiServerHandle) -> BTreeSet<Use> {
         .collect()
 }
 
-/// The `run` settings of the rendered Deployment (namespaces, credentials Secret, operator
-/// namespace from the downward API), with the intervals shortened for a test.
+/// The `run` settings of the rendered Deployment, with the cloud URL of the simulator, the
+/// intervals shortened for a test, and the orphan sweeper reporting at once.
 fn operator_args(rendered: &deploy::Rendered, cloud_url: &str) -> Args {
-    let env = |name: &str| rendered.env_var(name);
-    assert!(
-        rendered.env().iter().all(|(n, _)| n != "POD_NAMESPACE"),
-        "POD_NAMESPACE comes from the downward API"
-    );
-    Args {
-        cloud_url: cloud_url.into(),
-        credentials_secret: env("GPUCLOUD_CREDENTIALS_SECRET"),
-        credentials_key: env("GPUCLOUD_CREDENTIALS_KEY").unwrap_or_else(|| "apiKey".into()),
-        operator_namespace: RELEASE_NAMESPACE.into(),
-        namespaces: env("GPUCLOUD_NAMESPACES")
-            .map(|v| v.split(',').map(str::to_string).collect())
-            .unwrap_or_default(),
-        concurrency: env("GPUCLOUD_CONCURRENCY").unwrap().parse().unwrap(),
-        resync_interval: Duration::from_secs(2),
-        transition_interval: Duration::from_millis(200),
-        settle_window: Duration::from_secs(2),
-        budget_floor: env("GPUCLOUD_BUDGET_FLOOR").unwrap().parse().unwrap(),
-        rate_limit: 1000.0,
-        rate_burst: 1000,
-        cloud_timeout: Duration::from_secs(5),
-        orphan_sweep_interval: Duration::from_secs(1),
-        orphan_grace_period: Duration::ZERO,
-        delete_orphans: false,
-    }
+    deploy::run_args(
+        rendered,
+        &[
+            ("cloud-url", cloud_url),
+            ("resync-interval", "2s"),
+            ("transition-interval", "200ms"),
+            ("settle-window", "2s"),
+            ("rate-limit", "1000"),
+            ("rate-burst", "1000"),
+            ("cloud-timeout", "5s"),
+            ("orphan-sweep-interval", "1s"),
+            ("orphan-grace-period", "0s"),
+            // Listeners of this process's own endpoints, where the build has them.
+            ("metrics-listen", "127.0.0.1:0"),
+            ("health-listen", "127.0.0.1:0"),
+        ],
+    )
 }
 
 fn resource(api_version: &str, kind: &str) -> ApiResource {

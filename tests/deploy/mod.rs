@@ -3,11 +3,13 @@
 //! server, and an RBAC rule matcher.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+use clap::{CommandFactory, Parser};
+use gpucloud_controller::cli::Args;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -295,4 +297,100 @@ pub fn allows(grant: &Grant, used: &Use) -> bool {
             .as_ref()
             .is_none_or(|ns| *ns == used.namespace)
         && (grant.names.is_empty() || grant.names.contains(&used.name))
+}
+
+// === the rendered settings as `run` reads them ===
+
+/// Environment variables the chart sets for `run` flags being added to the operator (metrics
+/// and health listeners, leader election, shutdown drain): a build without them ignores them.
+pub const PENDING_ENV: &[&str] = &[
+    "GPUCLOUD_METRICS_LISTEN",
+    "GPUCLOUD_HEALTH_LISTEN",
+    "GPUCLOUD_LEADER_ELECT",
+    "GPUCLOUD_LEASE_NAME",
+    "GPUCLOUD_LEASE_DURATION",
+    "GPUCLOUD_RENEW_DEADLINE",
+    "GPUCLOUD_RETRY_PERIOD",
+    "GPUCLOUD_SHUTDOWN_TIMEOUT",
+    "POD_NAME",
+];
+
+/// The binary's global flags (`src/main.rs`), checked by running it.
+pub const GLOBAL_ENV: &[&str] = &["RUST_LOG", "GPUCLOUD_LOG_FORMAT"];
+
+#[derive(Parser)]
+#[command(name = "run")]
+struct RunCommand {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// The pod's environment: literal values, and the downward API's fields as the kubelet
+/// fills them (pod `gpucloud-operator-0` in the release namespace).
+pub fn pod_env(rendered: &Rendered) -> Vec<(String, String)> {
+    let deployment = rendered.find("Deployment", RELEASE).expect("a Deployment");
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let name = e["name"].as_str().unwrap().to_string();
+            let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.namespace") => RELEASE_NAMESPACE.to_string(),
+                Some("metadata.name") => "gpucloud-operator-0".to_string(),
+                Some(other) => panic!("{name}: unexpected fieldRef {other}"),
+                None => e["value"].as_str().expect("a literal value").to_string(),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+/// `run`'s arguments as this build parses the rendered pod environment, with `overrides`
+/// (long flag name, value) applied on top. Overrides of flags this build does not have are
+/// left out. Panics on a value `run` refuses, and on a variable that is neither a `run` flag,
+/// a global flag nor one of [`PENDING_ENV`].
+pub fn run_args(rendered: &Rendered, overrides: &[(&str, &str)]) -> Args {
+    let command = RunCommand::command();
+    let mut flags: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    for (name, value) in pod_env(rendered) {
+        let known = command
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == name.as_str()));
+        match known {
+            Some(arg) => {
+                let is_switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+                flags.insert(arg.get_long().unwrap().to_string(), (value, is_switch));
+            }
+            None => assert!(
+                GLOBAL_ENV.contains(&name.as_str()) || PENDING_ENV.contains(&name.as_str()),
+                "the chart sets {name}, which `gpucloud-operator run` does not read"
+            ),
+        }
+    }
+    for (long, value) in overrides {
+        if let Some(arg) = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(*long))
+        {
+            let is_switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+            flags.insert(long.to_string(), (value.to_string(), is_switch));
+        }
+    }
+    let mut argv = vec!["run".to_string()];
+    for (long, (value, is_switch)) in flags {
+        if is_switch {
+            match value.as_str() {
+                "true" => argv.push(format!("--{long}")),
+                "false" => {}
+                other => panic!("--{long}: {other:?} is not true or false"),
+            }
+        } else {
+            argv.push(format!("--{long}={value}"));
+        }
+    }
+    match RunCommand::try_parse_from(&argv) {
+        Ok(parsed) => parsed.args,
+        Err(error) => panic!("`run` refuses the rendered settings {argv:?}: {error}"),
+    }
 }
