@@ -56,6 +56,11 @@ fn combinations() -> Vec<(&'static str, Value)> {
                    "serviceAccount": {"create": false, "name": "platform-operator"},
                    "leaderElection": {"enabled": true}}),
         ),
+        (
+            "namespaced, no default credentials, leader election",
+            json!({"watchNamespaces": ["team-a"], "credentials": {"existingSecret": ""},
+                   "replicas": 2}),
+        ),
     ]
 }
 
