@@ -54,6 +54,16 @@ fn schema_name(info: &ResourceInfo) -> Option<&'static str> {
         ("", "Event") => "io.k8s.api.core.v1.Event",
         ("events.k8s.io", "Event") => "io.k8s.api.events.v1.Event",
         ("coordination.k8s.io", "Lease") => "io.k8s.api.coordination.v1.Lease",
+        ("", "Service") => "io.k8s.api.core.v1.Service",
+        ("apps", "Deployment") => "io.k8s.api.apps.v1.Deployment",
+        ("policy", "PodDisruptionBudget") => "io.k8s.api.policy.v1.PodDisruptionBudget",
+        ("networking.k8s.io", "NetworkPolicy") => "io.k8s.api.networking.v1.NetworkPolicy",
+        ("rbac.authorization.k8s.io", "ClusterRole") => "io.k8s.api.rbac.v1.ClusterRole",
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            "io.k8s.api.rbac.v1.ClusterRoleBinding"
+        }
+        ("rbac.authorization.k8s.io", "Role") => "io.k8s.api.rbac.v1.Role",
+        ("rbac.authorization.k8s.io", "RoleBinding") => "io.k8s.api.rbac.v1.RoleBinding",
         _ => return None,
     };
     Some(name)
@@ -353,9 +363,15 @@ impl<'a> Walker<'a> {
 /// real server (Go fills zero values; validation reports them), so those are not reported
 /// here; `null`s are dropped first for the same reason.
 fn decode_typed(info: &ResourceInfo, object: &Value) -> Result<(), Error> {
+    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAccount};
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, Event, Namespace, Secret, Service, ServiceAccount,
+    };
     use k8s_openapi::api::events::v1::Event as EventsV1Event;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 
     fn decode<T: serde::de::DeserializeOwned>(object: Value) -> Result<(), String> {
         serde_json::from_value::<T>(object)
@@ -375,6 +391,14 @@ fn decode_typed(info: &ResourceInfo, object: &Value) -> Result<(), Error> {
             decode::<EventsV1Event>(object)
         }
         ("coordination.k8s.io", "Lease") => decode::<Lease>(object),
+        ("", "Service") => decode::<Service>(object),
+        ("apps", "Deployment") => decode::<Deployment>(object),
+        ("policy", "PodDisruptionBudget") => decode::<PodDisruptionBudget>(object),
+        ("networking.k8s.io", "NetworkPolicy") => decode::<NetworkPolicy>(object),
+        ("rbac.authorization.k8s.io", "ClusterRole") => decode::<ClusterRole>(object),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => decode::<ClusterRoleBinding>(object),
+        ("rbac.authorization.k8s.io", "Role") => decode::<Role>(object),
+        ("rbac.authorization.k8s.io", "RoleBinding") => decode::<RoleBinding>(object),
         _ => Ok(()),
     };
     match result {

@@ -267,6 +267,7 @@ fn schema_name(info: &ResourceInfo) -> String {
             "apiextensions.k8s.io" => {
                 "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions".to_owned()
             }
+            "rbac.authorization.k8s.io" => "io.k8s.api.rbac".to_owned(),
             group => format!(
                 "io.k8s.api.{}",
                 group.strip_suffix(".k8s.io").unwrap_or(group)
@@ -693,9 +694,15 @@ pub(crate) fn builtin_schemas() -> &'static BTreeMap<String, Value> {
 }
 
 fn generate_builtin_schemas() -> BTreeMap<String, Value> {
+    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAccount};
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, Event, Namespace, Secret, Service, ServiceAccount,
+    };
     use k8s_openapi::api::events::v1::Event as EventsV1Event;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, Patch, Status};
 
@@ -707,6 +714,15 @@ fn generate_builtin_schemas() -> BTreeMap<String, Value> {
     generator.subschema_for::<EventsV1Event>();
     generator.subschema_for::<ServiceAccount>();
     generator.subschema_for::<Lease>();
+    // What an operator's installation consists of (its Helm chart and kustomize base).
+    generator.subschema_for::<Service>();
+    generator.subschema_for::<Deployment>();
+    generator.subschema_for::<PodDisruptionBudget>();
+    generator.subschema_for::<NetworkPolicy>();
+    generator.subschema_for::<ClusterRole>();
+    generator.subschema_for::<ClusterRoleBinding>();
+    generator.subschema_for::<Role>();
+    generator.subschema_for::<RoleBinding>();
     generator.subschema_for::<CustomResourceDefinition>();
     generator.subschema_for::<ListMeta>();
     generator.subschema_for::<Status>();

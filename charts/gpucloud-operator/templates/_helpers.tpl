@@ -1,0 +1,80 @@
+{{/* The release's objects are named after the release, with the chart name added unless the release name contains it. */}}
+{{- define "gpucloud-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpucloud-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gpucloud-operator.labels" -}}
+{{ include "gpucloud-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: gpucloud-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "gpucloud-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpucloud-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The default credentials Secret's name, or nothing when there is none. */}}
+{{- define "gpucloud-operator.credentialsSecret" -}}
+{{- if and .Values.credentials.apiKey .Values.credentials.existingSecret -}}
+{{- fail "set credentials.existingSecret or credentials.apiKey, not both" -}}
+{{- else if .Values.credentials.apiKey -}}
+{{- printf "%s-credentials" (include "gpucloud-operator.fullname" .) -}}
+{{- else -}}
+{{- .Values.credentials.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when leader election is on: asked for, or needed by more than one replica. */}}
+{{- define "gpucloud-operator.leaderElect" -}}
+{{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The permissions on the operator's own kinds and the objects it reads and writes in every
+watched namespace; a ClusterRole's rules cluster-wide, a Role's in namespaced mode.
+docs/install.md says why each is needed; tests/least_privilege.rs proves each is used.
+*/}}
+{{- define "gpucloud-operator.namespacedRules" -}}
+- apiGroups: [gpucloud.io]
+  resources: [gpuinstances, images, snapshots, sshkeys, volumes]
+  verbs: [get, list, watch, patch]
+- apiGroups: [gpucloud.io]
+  resources: [firewalls]
+  verbs: [list, watch, patch]
+- apiGroups: [gpucloud.io]
+  resources: [firewalls/status, gpuinstances/status, images/status, snapshots/status, sshkeys/status, volumes/status]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, update]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
+
+{{/* Start-up check that the CRDs are installed: reading these six, nothing else. */}}
+{{- define "gpucloud-operator.crdRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  resourceNames: [firewalls.gpucloud.io, gpuinstances.gpucloud.io, images.gpucloud.io, snapshots.gpucloud.io, sshkeys.gpucloud.io, volumes.gpucloud.io]
+  verbs: [get]
+{{- end -}}

@@ -1,0 +1,247 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Argo CD health check (`deploy/argocd/health.lua`) run in Lua 5.1, the language of
+//! Argo CD's gopher-lua, the way Argo CD runs it (the live object as the global `obj`, the
+//! returned table read for `status` and `message`), on objects in every condition state the
+//! operator writes. Also: `deploy/argocd/argocd-cm.yaml` installs exactly that script for
+//! every kind (regenerate with `UPDATE_GENERATED=1 cargo test --test argocd_health`).
+
+use mlua::serde::SerializeOptions;
+use mlua::{Lua, LuaSerdeExt, Table};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::Path;
+
+fn argocd_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/argocd")
+}
+
+fn script() -> String {
+    std::fs::read_to_string(argocd_dir().join("health.lua")).unwrap()
+}
+
+/// (status, message) as Argo CD would show them.
+fn health(object: &Value) -> (String, String) {
+    let lua = Lua::new();
+    // Argo CD's objects have no JSON nulls: absent fields are nil.
+    let options = SerializeOptions::new()
+        .serialize_none_to_null(false)
+        .serialize_unit_to_null(false);
+    let obj = lua.to_value_with(object, options).unwrap();
+    lua.globals().set("obj", obj).unwrap();
+    let result: Table = lua.load(script()).set_name("health.lua").eval().unwrap();
+    (
+        result.get("status").unwrap(),
+        result.get("message").unwrap(),
+    )
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    json!({"type": type_, "status": status, "reason": reason, "message": message,
+           "lastTransitionTime": "2026-11-22T09:00:00Z", "observedGeneration": 2})
+}
+
+fn object(generation: i64, status: Value) -> Value {
+    let mut object = json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+        "metadata": {"name": "train-1", "namespace": "ml-team", "generation": generation},
+        "spec": {"region": "us-east-1", "gpuType": "H100-80G", "gpuCount": 1},
+    });
+    if !status.is_null() {
+        object["status"] = status;
+    }
+    object
+}
+
+fn status(observed: i64, conditions: Vec<Value>) -> Value {
+    json!({"observedGeneration": observed, "state": "ACTIVE", "conditions": conditions})
+}
+
+#[test]
+fn every_condition_state_has_its_argocd_health() {
+    let ready = || {
+        condition(
+            "Ready",
+            "True",
+            "Available",
+            "vm-7 is running (203.0.113.210)",
+        )
+    };
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "Ready",
+            object(2, status(2, vec![ready()])),
+            "Healthy",
+            "Available: vm-7 is running (203.0.113.210)",
+        ),
+        (
+            "Reconciling",
+            object(
+                2,
+                status(
+                    2,
+                    vec![
+                        condition("Ready", "False", "Provisioning", "vm-7 is CREATING"),
+                        condition("Reconciling", "True", "Provisioning", "vm-7 is CREATING"),
+                    ],
+                ),
+            ),
+            "Progressing",
+            "Provisioning: vm-7 is CREATING",
+        ),
+        (
+            "Stalled",
+            object(
+                2,
+                status(
+                    2,
+                    vec![
+                        condition("Ready", "False", "PriceAboveLimit", "3.5 > 2.0"),
+                        condition("Stalled", "True", "PriceAboveLimit", "3.5 > 2.0"),
+                    ],
+                ),
+            ),
+            "Degraded",
+            "PriceAboveLimit: 3.5 > 2.0",
+        ),
+        (
+            "no status yet",
+            object(1, Value::Null),
+            "Progressing",
+            "Waiting for the operator to report",
+        ),
+        (
+            "a status without conditions",
+            object(1, json!({"observedGeneration": 1})),
+            "Progressing",
+            "Waiting for the operator to report",
+        ),
+        (
+            "observedGeneration behind",
+            object(3, status(2, vec![ready()])),
+            "Progressing",
+            "Waiting for the operator to observe generation 3",
+        ),
+        (
+            "no observedGeneration",
+            object(1, json!({"conditions": [ready()]})),
+            "Progressing",
+            "Waiting for the operator to observe generation 1",
+        ),
+        (
+            "Ready False, nothing else",
+            object(
+                2,
+                status(
+                    2,
+                    vec![condition(
+                        "Ready",
+                        "False",
+                        "WaitingForReference",
+                        "SshKey dev-key",
+                    )],
+                ),
+            ),
+            "Progressing",
+            "WaitingForReference: SshKey dev-key",
+        ),
+        (
+            "Ready True while still reconciling",
+            object(
+                2,
+                status(
+                    2,
+                    vec![
+                        ready(),
+                        condition("Reconciling", "True", "Updating", "attaching fw-3"),
+                    ],
+                ),
+            ),
+            "Progressing",
+            "Updating: attaching fw-3",
+        ),
+        (
+            "Stalled wins over a stale Ready",
+            object(
+                2,
+                status(
+                    2,
+                    vec![
+                        ready(),
+                        condition("Stalled", "True", "ExternalDeleted", "vm-7 is gone"),
+                    ],
+                ),
+            ),
+            "Degraded",
+            "ExternalDeleted: vm-7 is gone",
+        ),
+    ];
+    for (state, object, want_status, want_message) in cases {
+        assert_eq!(
+            health(&object),
+            (want_status.to_string(), want_message.to_string()),
+            "{state}"
+        );
+    }
+
+    let mut deleting = object(2, status(2, vec![ready()]));
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-11-22T10:00:00Z");
+    deleting["metadata"]["finalizers"] = json!(["gpucloud.io/cleanup"]);
+    assert_eq!(health(&deleting).0, "Progressing", "deleting");
+
+    let mut paused = object(2, status(2, vec![ready()]));
+    paused["metadata"]["annotations"] = json!({"gpucloud.io/paused": "true"});
+    assert_eq!(health(&paused).0, "Suspended", "paused");
+}
+
+const CM_HEADER: &str =
+    "# Argo CD health checks of the gpucloud.io kinds: deploy/argocd/health.lua for each kind.
+# Generated by tests/argocd_health.rs (UPDATE_GENERATED=1 cargo test --test argocd_health).
+# Merge into Argo CD's settings:
+#   kubectl -n argocd patch configmap argocd-cm --patch-file deploy/argocd/argocd-cm.yaml
+";
+
+#[test]
+fn argocd_cm_installs_the_script_for_every_kind() {
+    let script = script();
+    let mut text = format!(
+        "{CM_HEADER}apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: argocd-cm\n  namespace: argocd\n  labels:\n    app.kubernetes.io/name: argocd-cm\n    app.kubernetes.io/part-of: argocd\ndata:\n"
+    );
+    let mut kinds: Vec<String> = gpucloud_api::crds()
+        .into_iter()
+        .map(|crd| crd.spec.names.kind)
+        .collect();
+    kinds.sort();
+    for kind in &kinds {
+        text.push_str(&format!(
+            "  resource.customizations.health.gpucloud.io_{kind}: |\n"
+        ));
+        for line in script.lines() {
+            if line.is_empty() {
+                text.push('\n');
+            } else {
+                text.push_str(&format!("    {line}\n"));
+            }
+        }
+    }
+    let path = argocd_dir().join("argocd-cm.yaml");
+    if std::env::var_os("UPDATE_GENERATED").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        on_disk == text,
+        "{} is out of date; regenerate with UPDATE_GENERATED=1 cargo test --test argocd_health",
+        path.display()
+    );
+    // What Argo CD reads: each key holds the script itself.
+    let config: Value = Value::deserialize(serde_yaml::Deserializer::from_str(&on_disk)).unwrap();
+    let data = config["data"].as_object().unwrap();
+    assert_eq!(data.len(), kinds.len());
+    for kind in &kinds {
+        assert_eq!(
+            data[&format!("resource.customizations.health.gpucloud.io_{kind}")],
+            json!(script),
+            "{kind}"
+        );
+    }
+}

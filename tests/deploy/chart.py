@@ -1,0 +1,63 @@
+"""Renders, lints and validates the Helm chart for the Rust deployment tests.
+
+Usage: chart.py CHART_DIR VALUES_JSON RELEASE NAMESPACE
+
+Prints one JSON document: {"crds": [yaml text], "manifests": [yaml text], "lint": report,
+"invalid": [messages]}. "invalid" lists schema violations of the rendered built-in objects
+(kubernetes-validate, strict, Kubernetes 1.33); custom resources of other projects (the
+ServiceMonitor) are left to the embedded API server. Values the chart's values.schema.json
+rejects exit with status 2 and the message on stderr.
+"""
+
+import json
+import sys
+
+import helm_python
+import kubernetes_validate
+import yaml
+
+KUBERNETES_VERSION = "1.33"
+
+
+def main() -> int:
+    chart_dir, values_json, release, namespace = sys.argv[1:5]
+    values = json.loads(values_json)
+    chart = helm_python.Chart.load(chart_dir)
+    try:
+        chart.validate_schema(values)
+    except helm_python.errors.HelmValuesError as error:
+        print(str(error), file=sys.stderr)
+        return 2
+    rendered = chart.render(values, name=release, namespace=namespace, is_install=True)
+    manifests = [
+        text
+        for path, text in sorted(rendered.items())
+        if not path.endswith("NOTES.txt") and text.strip()
+    ]
+    invalid = []
+    for text in manifests:
+        for document in yaml.safe_load_all(text):
+            if not document:
+                continue
+            if document.get("apiVersion", "").startswith("monitoring.coreos.com/"):
+                continue
+            try:
+                kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                name = document.get("metadata", {}).get("name")
+                invalid.append(f"{document.get('kind')} {name}: {error.message}")
+    lint = helm_python.lint(chart_dir, values, strict=True, namespace=namespace)
+    json.dump(
+        {
+            "crds": [crd["data"] for crd in chart.crds],
+            "manifests": manifests,
+            "lint": lint,
+            "invalid": invalid,
+        },
+        sys.stdout,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

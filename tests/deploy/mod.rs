@@ -1,0 +1,396 @@
+//! What the deployment tests share: the Python tools (helm-python-sdk, kubernetes-validate)
+//! that render the chart without a helm binary, applying rendered objects to the embedded API
+//! server, and an RBAC rule matcher.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use clap::{CommandFactory, Parser};
+use gpucloud_controller::cli::Args;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub const RELEASE: &str = "gpucloud-operator";
+pub const RELEASE_NAMESPACE: &str = "gpucloud-system";
+
+pub fn repository_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn chart_dir() -> PathBuf {
+    repository_root().join("charts/gpucloud-operator")
+}
+
+/// The virtualenv's interpreter, made by `.ci/python-tools.sh` on first use. Without Python
+/// the deployment cannot be checked at all, so this fails the test rather than skipping it.
+pub fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let script = repository_root().join(".ci/python-tools.sh");
+        let output = Command::new(&script).output().unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e}; the deployment tests need bash and python3 (with venv and pip)",
+                script.display()
+            )
+        });
+        assert!(
+            output.status.success(),
+            "{} failed: the deployment tests need python3 with the venv module and pip access \
+             to PyPI (helm-python-sdk, kubernetes-validate):\n{}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+    })
+}
+
+/// The chart rendered with some values.
+#[derive(Debug, Deserialize)]
+pub struct Rendered {
+    /// The chart's `crds/` files, as Helm installs them before the templates.
+    pub crds: Vec<String>,
+    /// Each template's output (NOTES.txt left out).
+    pub manifests: Vec<String>,
+    /// `helm lint --strict` with the same values.
+    pub lint: Value,
+    /// Rendered built-in objects the Kubernetes 1.33 schemas reject.
+    pub invalid: Vec<String>,
+}
+
+impl Rendered {
+    pub fn crd_objects(&self) -> Vec<Value> {
+        self.crds.iter().flat_map(|t| yaml_documents(t)).collect()
+    }
+
+    /// Every rendered object, in template order.
+    pub fn objects(&self) -> Vec<Value> {
+        self.manifests
+            .iter()
+            .flat_map(|t| yaml_documents(t))
+            .collect()
+    }
+
+    pub fn find(&self, kind: &str, name: &str) -> Option<Value> {
+        self.objects()
+            .into_iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+    }
+
+    /// The Deployment's environment variables with literal values.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let deployment = self.find("Deployment", RELEASE).expect("a Deployment");
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| Some((e["name"].as_str()?.into(), e["value"].as_str()?.into())))
+            .collect()
+    }
+
+    pub fn env_var(&self, name: &str) -> Option<String> {
+        self.env()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// Runs `tests/deploy/chart.py`: the chart rendered as release `gpucloud-operator` in
+/// `gpucloud-system`, or the values schema's refusal.
+pub fn try_render(values: &Value) -> Result<Rendered, String> {
+    let output = Command::new(python())
+        .arg(repository_root().join("tests/deploy/chart.py"))
+        .arg(chart_dir())
+        .arg(values.to_string())
+        .arg(RELEASE)
+        .arg(RELEASE_NAMESPACE)
+        .output()
+        .unwrap();
+    match output.status.code() {
+        Some(0) => Ok(serde_json::from_slice(&output.stdout).unwrap()),
+        Some(2) => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+        _ => panic!(
+            "chart.py failed with values {values}:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+}
+
+pub fn render(values: &Value) -> Rendered {
+    try_render(values).unwrap_or_else(|e| panic!("values {values} rejected: {e}"))
+}
+
+pub fn yaml_documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|document| Value::deserialize(document).unwrap())
+        .filter(|value| !value.is_null())
+        .collect()
+}
+
+fn api_resource(object: &Value) -> ApiResource {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        group,
+        version,
+        object["kind"].as_str().unwrap(),
+    ))
+}
+
+/// Server-side applies `objects` (as `kubectl apply --server-side` would), failing the test
+/// on any refusal. Namespaced objects carry their namespace (the chart sets it everywhere).
+pub async fn apply_all(client: &kube::Client, objects: &[Value]) {
+    for object in objects {
+        let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+        let resource = api_resource(object);
+        let api: Api<DynamicObject> = match dynamic.namespace() {
+            Some(ns) => Api::namespaced_with(client.clone(), &ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(
+            &dynamic.name_any(),
+            &PatchParams::apply("deploy-test").force(),
+            &Patch::Apply(&dynamic),
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} {} refused by the API server: {e}",
+                object["kind"],
+                dynamic.name_any()
+            )
+        });
+    }
+}
+
+pub async fn create_namespaces(client: &kube::Client, names: &[&str]) {
+    for name in names {
+        let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        apply_all(client, &[object]).await;
+    }
+}
+
+// === RBAC ===
+
+/// One permission: a verb on a resource (`plural` or `plural/subresource`) of a group, in a
+/// namespace (`None`: cluster-wide), for any name or only the listed ones.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    pub namespace: Option<String>,
+    pub group: String,
+    pub resource: String,
+    pub verb: String,
+    pub names: BTreeSet<String>,
+}
+
+/// The permissions the rendered bindings give `service_account` (in [`RELEASE_NAMESPACE`]),
+/// one per (rule, group, resource, verb). Panics on a wildcard anywhere in a rule.
+pub fn grants(objects: &[Value], service_account: &str) -> Vec<Grant> {
+    let bound = |binding: &Value| {
+        binding["subjects"].as_array().unwrap().iter().any(|s| {
+            s["kind"] == "ServiceAccount"
+                && s["name"] == service_account
+                && s["namespace"] == RELEASE_NAMESPACE
+        })
+    };
+    let mut grants = Vec::new();
+    for binding in objects {
+        let kind = binding["kind"].as_str().unwrap_or_default();
+        if !matches!(kind, "ClusterRoleBinding" | "RoleBinding") || !bound(binding) {
+            continue;
+        }
+        let namespace = (kind == "RoleBinding").then(|| {
+            binding["metadata"]["namespace"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        });
+        let role_kind = binding["roleRef"]["kind"].as_str().unwrap();
+        let role_name = &binding["roleRef"]["name"];
+        let role = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == role_kind
+                    && o["metadata"]["name"] == *role_name
+                    && (role_kind == "ClusterRole"
+                        || o["metadata"]["namespace"].as_str() == namespace.as_deref())
+            })
+            .unwrap_or_else(|| panic!("{kind} refers to a missing {role_kind} {role_name}"));
+        for rule in role["rules"].as_array().unwrap() {
+            let list = |field: &str| -> Vec<String> {
+                let values: Vec<String> = rule[field]
+                    .as_array()
+                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+                    .unwrap_or_default();
+                assert!(
+                    !values.iter().any(|v| v.contains('*')),
+                    "wildcard in {role_kind} {role_name}: {rule}"
+                );
+                values
+            };
+            assert!(
+                rule.get("nonResourceURLs").is_none(),
+                "nonResourceURLs in {role_name}"
+            );
+            let names: BTreeSet<String> = list("resourceNames").into_iter().collect();
+            for group in list("apiGroups") {
+                for resource in list("resources") {
+                    for verb in list("verbs") {
+                        grants.push(Grant {
+                            namespace: namespace.clone(),
+                            group: group.clone(),
+                            resource: resource.clone(),
+                            verb,
+                            names: names.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// A request as RBAC authorizes it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Use {
+    pub verb: String,
+    pub group: String,
+    /// `plural` or `plural/subresource`.
+    pub resource: String,
+    /// Empty for cluster-scoped resources and requests across all namespaces.
+    pub namespace: String,
+    /// Empty for list, watch, create and collection requests.
+    pub name: String,
+}
+
+impl Use {
+    pub fn from_record(record: &gpucloud_apiserver::RequestRecord) -> Use {
+        let resource = if record.subresource.is_empty() {
+            record.resource.clone()
+        } else {
+            format!("{}/{}", record.resource, record.subresource)
+        };
+        Use {
+            verb: record.verb.clone(),
+            group: record.group.clone(),
+            resource,
+            namespace: record.namespace.clone(),
+            name: record.name.clone(),
+        }
+    }
+}
+
+/// Whether `grant` authorizes `used`, by the RBAC authorizer's rules: a Role's grant holds in
+/// its namespace only, a ClusterRole's everywhere; resourceNames restrict requests that name
+/// an object (so never list, watch or create).
+pub fn allows(grant: &Grant, used: &Use) -> bool {
+    grant.group == used.group
+        && grant.resource == used.resource
+        && grant.verb == used.verb
+        && grant
+            .namespace
+            .as_ref()
+            .is_none_or(|ns| *ns == used.namespace)
+        && (grant.names.is_empty() || grant.names.contains(&used.name))
+}
+
+// === the rendered settings as `run` reads them ===
+
+/// Environment variables the chart sets for `run` flags being added to the operator (metrics
+/// and health listeners, leader election, shutdown drain): a build without them ignores them.
+pub const PENDING_ENV: &[&str] = &[
+    "GPUCLOUD_METRICS_LISTEN",
+    "GPUCLOUD_HEALTH_LISTEN",
+    "GPUCLOUD_LEADER_ELECT",
+    "GPUCLOUD_LEASE_NAME",
+    "GPUCLOUD_LEASE_DURATION",
+    "GPUCLOUD_RENEW_DEADLINE",
+    "GPUCLOUD_RETRY_PERIOD",
+    "GPUCLOUD_SHUTDOWN_TIMEOUT",
+    "POD_NAME",
+];
+
+/// The binary's global flags (`src/main.rs`), checked by running it.
+pub const GLOBAL_ENV: &[&str] = &["RUST_LOG", "GPUCLOUD_LOG_FORMAT"];
+
+#[derive(Parser)]
+#[command(name = "run")]
+struct RunCommand {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// The pod's environment: literal values, and the downward API's fields as the kubelet
+/// fills them (pod `gpucloud-operator-0` in the release namespace).
+pub fn pod_env(rendered: &Rendered) -> Vec<(String, String)> {
+    let deployment = rendered.find("Deployment", RELEASE).expect("a Deployment");
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let name = e["name"].as_str().unwrap().to_string();
+            let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.namespace") => RELEASE_NAMESPACE.to_string(),
+                Some("metadata.name") => "gpucloud-operator-0".to_string(),
+                Some(other) => panic!("{name}: unexpected fieldRef {other}"),
+                None => e["value"].as_str().expect("a literal value").to_string(),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+/// `run`'s arguments as this build parses the rendered pod environment, with `overrides`
+/// (long flag name, value) applied on top. Overrides of flags this build does not have are
+/// left out. Panics on a value `run` refuses, and on a variable that is neither a `run` flag,
+/// a global flag nor one of [`PENDING_ENV`].
+pub fn run_args(rendered: &Rendered, overrides: &[(&str, &str)]) -> Args {
+    let command = RunCommand::command();
+    let mut flags: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    for (name, value) in pod_env(rendered) {
+        let known = command
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == name.as_str()));
+        match known {
+            Some(arg) => {
+                let is_switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+                flags.insert(arg.get_long().unwrap().to_string(), (value, is_switch));
+            }
+            None => assert!(
+                GLOBAL_ENV.contains(&name.as_str()) || PENDING_ENV.contains(&name.as_str()),
+                "the chart sets {name}, which `gpucloud-operator run` does not read"
+            ),
+        }
+    }
+    for (long, value) in overrides {
+        if let Some(arg) = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(*long))
+        {
+            let is_switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+            flags.insert(long.to_string(), (value.to_string(), is_switch));
+        }
+    }
+    let mut argv = vec!["run".to_string()];
+    for (long, (value, is_switch)) in flags {
+        if is_switch {
+            match value.as_str() {
+                "true" => argv.push(format!("--{long}")),
+                "false" => {}
+                other => panic!("--{long}: {other:?} is not true or false"),
+            }
+        } else {
+            argv.push(format!("--{long}={value}"));
+        }
+    }
+    match RunCommand::try_parse_from(&argv) {
+        Ok(parsed) => parsed.args,
+        Err(error) => panic!("`run` refuses the rendered settings {argv:?}: {error}"),
+    }
+}

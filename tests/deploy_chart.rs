@@ -1,0 +1,663 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Helm chart and the kustomize base: rendered with the default values and the main
+//! combinations, linted (`helm lint --strict`), checked against the Kubernetes 1.33 schemas,
+//! applied to the embedded API server; the values schema refuses wrong types; the chart's
+//! CRDs and the kustomize base are the generated files they claim to be.
+//!
+//! Regenerate the copies (chart CRDs, kustomize CRDs and base) with
+//! `UPDATE_GENERATED=1 cargo test --test deploy_chart`.
+
+mod deploy;
+
+use deploy::{RELEASE, RELEASE_NAMESPACE, Rendered, render, repository_root, try_render};
+use gpucloud_apiserver::{ApiServer, ApiServerConfig};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+fn updating() -> bool {
+    std::env::var_os("UPDATE_GENERATED").is_some()
+}
+
+/// The main combinations of values, by what they turn on.
+fn combinations() -> Vec<(&'static str, Value)> {
+    vec![
+        ("defaults (cluster-wide)", json!({})),
+        (
+            "namespaced",
+            json!({"watchNamespaces": ["team-a", "team-b"]}),
+        ),
+        (
+            "namespaced, the release namespace watched",
+            json!({"watchNamespaces": ["gpucloud-system", "team-a"]}),
+        ),
+        (
+            "high availability with everything optional on",
+            json!({
+                "replicas": 2,
+                "credentials": {"existingSecret": "", "apiKey": "sk-test"},
+                "metrics": {"service": {"enabled": true},
+                            "serviceMonitor": {"enabled": true, "labels": {"release": "prom"}}},
+                "podDisruptionBudget": {"enabled": true},
+                "networkPolicy": {"enabled": true, "metricsFrom": [
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
+                "logFormat": "text", "logLevel": "debug", "resyncInterval": "5m",
+                "concurrency": 16, "budgetFloor": 25.5,
+                "extraEnv": [{"name": "GPUCLOUD_SETTLE_WINDOW", "value": "45s"}],
+                "podAnnotations": {"example.com/team": "platform"},
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            }),
+        ),
+        (
+            "no default credentials, own ServiceAccount",
+            json!({"credentials": {"existingSecret": ""},
+                   "serviceAccount": {"create": false, "name": "platform-operator"},
+                   "leaderElection": {"enabled": true}}),
+        ),
+        (
+            "namespaced, no default credentials, leader election",
+            json!({"watchNamespaces": ["team-a"], "credentials": {"existingSecret": ""},
+                   "replicas": 2}),
+        ),
+    ]
+}
+
+/// Minimal CRD of the Prometheus Operator's ServiceMonitor, as installed with it.
+fn service_monitor_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+            "names": {"plural": "servicemonitors", "singular": "servicemonitor",
+                      "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_combination_renders_lints_validates_and_applies() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    for (label, values) in combinations() {
+        let rendered = render(&values);
+        let findings: Vec<&Value> = rendered.lint["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["severity"].as_i64().unwrap() >= 2)
+            .collect();
+        assert!(
+            findings.is_empty(),
+            "{label}: helm lint --strict: {findings:#?}"
+        );
+        assert_eq!(
+            rendered.lint["errors"],
+            json!([]),
+            "{label}: helm lint --strict"
+        );
+        assert_eq!(
+            rendered.invalid,
+            Vec::<String>::new(),
+            "{label}: objects the Kubernetes 1.33 schemas reject"
+        );
+        check_pod(label, &rendered);
+
+        // What `helm install` does: the CRDs, then the templates, into a fresh cluster.
+        let server = ApiServer::start(ApiServerConfig::default()).await.unwrap();
+        let client = server.kube_client().await.unwrap();
+        let mut namespaces = vec![RELEASE_NAMESPACE];
+        if let Some(list) = values["watchNamespaces"].as_array() {
+            namespaces.extend(list.iter().map(|n| n.as_str().unwrap()));
+        }
+        deploy::create_namespaces(&client, &namespaces).await;
+        deploy::apply_all(&client, &[service_monitor_crd()]).await;
+        deploy::apply_all(&client, &rendered.crd_objects()).await;
+        deploy::apply_all(&client, &rendered.objects()).await;
+        server.shutdown().await;
+    }
+}
+
+/// Pod security (restricted profile) and the probes on the health endpoints.
+fn check_pod(label: &str, rendered: &Rendered) {
+    let deployment = rendered.find("Deployment", RELEASE).unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{label}");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+        "{label}"
+    );
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false, "{label}");
+    assert_eq!(security["readOnlyRootFilesystem"], true, "{label}");
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]), "{label}");
+    assert_eq!(
+        container["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "health"})
+    );
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "health"})
+    );
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let shutdown = rendered.env_var("GPUCLOUD_SHUTDOWN_TIMEOUT").unwrap();
+    let shutdown = gpucloud_controller::cli::parse_duration(&shutdown).unwrap();
+    assert!(
+        shutdown.as_secs() < grace,
+        "{label}: shutdown within the grace period"
+    );
+    let downward: Vec<&str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("valueFrom").is_some())
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(downward, ["POD_NAME", "POD_NAMESPACE"], "{label}");
+}
+
+#[test]
+fn values_reach_the_operator_settings() {
+    let rendered = render(&combinations()[3].1);
+    let env: BTreeMap<String, String> = rendered.env().into_iter().collect();
+    for (name, value) in [
+        (
+            "GPUCLOUD_CREDENTIALS_SECRET",
+            "gpucloud-operator-credentials",
+        ),
+        ("GPUCLOUD_LEADER_ELECT", "true"),
+        ("GPUCLOUD_LEASE_NAME", "gpucloud-operator"),
+        ("GPUCLOUD_LOG_FORMAT", "text"),
+        ("RUST_LOG", "debug"),
+        ("GPUCLOUD_RESYNC_INTERVAL", "5m"),
+        ("GPUCLOUD_CONCURRENCY", "16"),
+        ("GPUCLOUD_BUDGET_FLOOR", "25.5"),
+        ("GPUCLOUD_SETTLE_WINDOW", "45s"),
+        ("GPUCLOUD_METRICS_LISTEN", "0.0.0.0:8080"),
+        ("GPUCLOUD_HEALTH_LISTEN", "0.0.0.0:8081"),
+    ] {
+        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}");
+    }
+    let secret = rendered
+        .find("Secret", "gpucloud-operator-credentials")
+        .unwrap();
+    assert_eq!(secret["stringData"]["apiKey"], "sk-test");
+    assert!(rendered.find("ServiceMonitor", RELEASE).is_some());
+    assert!(rendered.find("PodDisruptionBudget", RELEASE).is_some());
+    assert!(rendered.find("NetworkPolicy", RELEASE).is_some());
+
+    let namespaced = render(&combinations()[1].1);
+    assert_eq!(
+        namespaced.env_var("GPUCLOUD_NAMESPACES").as_deref(),
+        Some("team-a,team-b")
+    );
+    let defaults = render(&json!({}));
+    assert_eq!(defaults.env_var("GPUCLOUD_NAMESPACES"), None);
+    let kinds: Vec<String> = defaults
+        .objects()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Deployment",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ServiceAccount"
+        ],
+        "defaults: nothing optional"
+    );
+    let none = render(&combinations()[4].1);
+    assert_eq!(none.env_var("GPUCLOUD_CREDENTIALS_SECRET"), None);
+    assert!(none.find("ServiceAccount", "platform-operator").is_none());
+}
+
+#[test]
+fn the_values_schema_refuses_wrong_types() {
+    for bad in [
+        json!({"replicas": "two"}),
+        json!({"watchNamespaces": "team-a"}),
+        json!({"watchNamespaces": ["Team_A"]}),
+        json!({"logFormat": "xml"}),
+        json!({"resyncInterval": 60}),
+        json!({"resyncInterval": "a minute"}),
+        json!({"concurrency": 0}),
+        json!({"budgetFloor": "lots"}),
+        json!({"cloud": {"url": "ftp://cloud"}}),
+        json!({"credentials": {"apiKey": 42}}),
+        json!({"leaderElection": {"enabled": "yes"}}),
+        json!({"metrics": {"port": 70000}}),
+        json!({"unknownValue": true}),
+    ] {
+        assert!(try_render(&bad).is_err(), "{bad} was accepted");
+    }
+    // Both credential sources at once is a template error, not a schema one.
+    let output = Command::new(deploy::python())
+        .arg(repository_root().join("tests/deploy/chart.py"))
+        .arg(deploy::chart_dir())
+        .arg(json!({"credentials": {"apiKey": "k"}}).to_string())
+        .arg(RELEASE)
+        .arg(RELEASE_NAMESPACE)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("set credentials.existingSecret or credentials.apiKey, not both")
+    );
+}
+
+// === generated copies ===
+
+/// Writes `content` to `path` when regenerating; otherwise asserts the file holds it.
+fn generated(path: &Path, content: &str) {
+    if updating() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; regenerate with UPDATE_GENERATED=1",
+            path.display()
+        )
+    });
+    assert!(
+        on_disk == content,
+        "{} is out of date; regenerate with UPDATE_GENERATED=1 cargo test --test deploy_chart",
+        path.display()
+    );
+}
+
+fn yaml_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn chart_and_kustomize_crds_are_the_generated_crds() {
+    let source = repository_root().join("crds");
+    for copy in ["charts/gpucloud-operator/crds", "deploy/kustomize/crds"] {
+        let copy = repository_root().join(copy);
+        for file in yaml_files(&source) {
+            let text = std::fs::read_to_string(source.join(&file)).unwrap();
+            generated(&copy.join(&file), &text);
+        }
+        assert_eq!(yaml_files(&copy), yaml_files(&source), "{}", copy.display());
+    }
+    // The copies are the Rust types' CRDs (crds/ itself is checked by gpucloud-api's tests).
+    let from_types: Vec<Value> = deploy::yaml_documents(&gpucloud_api::crds_yaml().unwrap());
+    assert_eq!(render(&json!({})).crd_objects(), from_types);
+}
+
+/// The chart's labels that say Helm manages an object; the kustomize base leaves them out.
+const HELM_LABELS: &[&str] = &["helm.sh/chart", "app.kubernetes.io/managed-by"];
+
+fn without_helm_labels(mut object: Value) -> Value {
+    fn strip(labels: &mut Value) {
+        if let Some(map) = labels.as_object_mut() {
+            for label in HELM_LABELS {
+                map.remove(*label);
+            }
+        }
+    }
+    strip(&mut object["metadata"]["labels"]);
+    if object["kind"] == "Deployment" {
+        strip(&mut object["spec"]["template"]["metadata"]["labels"]);
+    }
+    object
+}
+
+const GENERATED_HEADER: &str = "# Generated from charts/gpucloud-operator with its default values by tests/deploy_chart.rs\n# (UPDATE_GENERATED=1 cargo test --test deploy_chart); change the chart, not this file.\n";
+
+/// `deploy/kustomize/` is the chart's default rendering without Helm's labels: one file per
+/// template, and `kubectl kustomize` renders exactly those objects plus the CRDs.
+#[test]
+fn kustomize_base_renders_what_the_chart_renders() {
+    let base = repository_root().join("deploy/kustomize");
+    let rendered = render(&json!({}));
+    let mut files = Vec::new();
+    for manifest in &rendered.manifests {
+        let objects: Vec<Value> = deploy::yaml_documents(manifest)
+            .into_iter()
+            .map(without_helm_labels)
+            .collect();
+        let file = format!(
+            "{}.yaml",
+            objects[0]["kind"].as_str().unwrap().to_lowercase()
+        );
+        let file = match file.as_str() {
+            "clusterrole.yaml" => "rbac.yaml".to_string(),
+            _ => file,
+        };
+        let mut text = GENERATED_HEADER.to_string();
+        for object in &objects {
+            text.push_str("---\n");
+            text.push_str(&serde_yaml::to_string(object).unwrap());
+        }
+        generated(&base.join(&file), &text);
+        files.push(file);
+    }
+    files.sort();
+    let mut present = yaml_files(&base);
+    present.retain(|f| f != "kustomization.yaml");
+    assert_eq!(
+        present, files,
+        "deploy/kustomize holds files the chart does not render"
+    );
+
+    let output = Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(&base)
+        .output()
+        .expect("kubectl is needed to render the kustomize base (.ci/run installs it)");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let key = |o: &Value| {
+        format!(
+            "{} {}/{}",
+            o["kind"].as_str().unwrap(),
+            o["metadata"]["namespace"].as_str().unwrap_or(""),
+            o["metadata"]["name"].as_str().unwrap()
+        )
+    };
+    let from_kustomize: BTreeMap<String, Value> =
+        deploy::yaml_documents(&String::from_utf8(output.stdout).unwrap())
+            .into_iter()
+            .map(|o| (key(&o), o))
+            .collect();
+    let from_chart: BTreeMap<String, Value> = rendered
+        .crd_objects()
+        .into_iter()
+        .chain(rendered.objects().into_iter().map(without_helm_labels))
+        .map(|o| (key(&o), o))
+        .collect();
+    assert_eq!(
+        from_kustomize.keys().collect::<Vec<_>>(),
+        from_chart.keys().collect::<Vec<_>>()
+    );
+    for (name, object) in &from_chart {
+        // kustomize writes whole floats (a schema's `maximum: 65535.0`) as integers.
+        let (ours, theirs) = (
+            whole_numbers(object.clone()),
+            whole_numbers(from_kustomize[name].clone()),
+        );
+        if let Some(difference) = first_difference(&ours, &theirs, "") {
+            panic!("{name}: kustomize base and chart differ at {difference}");
+        }
+    }
+}
+
+fn whole_numbers(value: Value) -> Value {
+    match value {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e15 => json!(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(whole_numbers).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, whole_numbers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// Where two values first differ, as a JSON path with both sides.
+fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                first_difference(
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                    &format!("{path}.{k}"),
+                )
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (x, y))| first_difference(x, y, &format!("{path}[{i}]"))),
+        _ => (a != b).then(|| format!("{path}: chart {a}, kustomize {b}")),
+    }
+}
+
+/// The GitOps installs of the operator (deploy/argocd/operator.yaml, deploy/flux/operator.yaml)
+/// name this chart, skip its CRDs (the CRD Application/Kustomization of examples/gitops owns
+/// them), and carry values the chart accepts.
+#[test]
+fn gitops_installs_name_the_chart_with_values_it_accepts() {
+    let read = |path: &str| -> Value {
+        let documents =
+            deploy::yaml_documents(&std::fs::read_to_string(repository_root().join(path)).unwrap());
+        assert_eq!(documents.len(), 1, "{path}");
+        documents.into_iter().next().unwrap()
+    };
+    let argocd = read("deploy/argocd/operator.yaml");
+    let source = &argocd["spec"]["source"];
+    assert_eq!(source["path"], "charts/gpucloud-operator");
+    assert_eq!(source["helm"]["skipCrds"], true);
+    assert_eq!(
+        argocd["spec"]["destination"]["namespace"],
+        RELEASE_NAMESPACE
+    );
+    render(&source["helm"]["valuesObject"]);
+
+    let flux = read("deploy/flux/operator.yaml");
+    assert_eq!(
+        flux["spec"]["chart"]["spec"]["chart"],
+        "./charts/gpucloud-operator"
+    );
+    assert_eq!(flux["spec"]["install"]["crds"], "Skip");
+    assert_eq!(flux["spec"]["upgrade"]["crds"], "Skip");
+    assert_eq!(flux["spec"]["targetNamespace"], RELEASE_NAMESPACE);
+    render(&flux["spec"]["values"]);
+
+    // The CRDs come first: Argo CD's CRD Application in an earlier sync wave, Flux's
+    // workloads depending on its CRD Kustomization.
+    let wave = |o: &Value| -> i64 {
+        o["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let applications = deploy::yaml_documents(
+        &std::fs::read_to_string(
+            repository_root().join("examples/gitops/argocd/applications.yaml"),
+        )
+        .unwrap(),
+    );
+    let crds = applications
+        .iter()
+        .find(|a| a["spec"]["source"]["path"] == "crds")
+        .unwrap();
+    assert!(wave(crds) < wave(&argocd));
+}
+
+/// The image's user is the one the pod's securityContext runs as.
+#[test]
+fn dockerfile_runs_as_the_chart_user() {
+    let dockerfile = std::fs::read_to_string(repository_root().join("Dockerfile")).unwrap();
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    let pod = render(&json!({}))
+        .find("Deployment", RELEASE)
+        .unwrap()["spec"]["template"]["spec"]["securityContext"]
+        .clone();
+    assert_eq!(
+        user.trim(),
+        format!("{}:{}", pod["runAsUser"], pod["runAsGroup"])
+    );
+    assert!(
+        dockerfile.contains("distroless"),
+        "a distroless final stage"
+    );
+}
+
+/// The example overlay of docs/install.md renders: image, namespace and settings replaced.
+#[test]
+fn the_example_overlay_renders() {
+    let output = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(repository_root().join("deploy/overlays/example"))
+        .output()
+        .expect("kubectl is needed to render the kustomize base (.ci/run installs it)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let objects = deploy::yaml_documents(&String::from_utf8(output.stdout).unwrap());
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/gpucloud-operator:0.1.0"
+    );
+    let env: BTreeMap<&str, &str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .collect();
+    assert_eq!(env["GPUCLOUD_BUDGET_FLOOR"], "50");
+    let binding = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRoleBinding")
+        .unwrap();
+    assert_eq!(binding["subjects"][0]["namespace"], RELEASE_NAMESPACE);
+}
+
+/// `--set key=value` of a helm command line as values (`{a,b}` is a list, as in Helm).
+fn helm_set_values(command: &str) -> Value {
+    let mut values = json!({});
+    let mut words = command.split_whitespace();
+    while let Some(word) = words.next() {
+        if word != "--set" {
+            continue;
+        }
+        let assignment = words.next().unwrap().trim_matches('\'');
+        let (path, raw) = assignment
+            .split_once('=')
+            .unwrap_or_else(|| panic!("--set {assignment}"));
+        let value = match raw.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+            Some(list) => json!(list.split(',').collect::<Vec<_>>()),
+            None => json!(raw),
+        };
+        let mut target = &mut values;
+        for key in path.split('.') {
+            target = &mut target[key];
+        }
+        *target = value;
+    }
+    values
+}
+
+/// The install commands of the README and docs/install.md use files that exist and values the
+/// chart accepts.
+#[test]
+fn documented_install_commands_use_these_files() {
+    for doc in ["README.md", "docs/install.md"] {
+        let text = std::fs::read_to_string(repository_root().join(doc)).unwrap();
+        let joined = text.replace("\\\n", " ");
+        let helm_installs: Vec<&str> = joined
+            .lines()
+            .filter(|l| l.starts_with("helm install "))
+            .collect();
+        assert!(!helm_installs.is_empty(), "{doc}: no helm install");
+        for line in helm_installs {
+            let chart = line.split_whitespace().nth(3).unwrap();
+            assert!(
+                repository_root().join(chart).join("Chart.yaml").is_file(),
+                "{doc}: {chart}"
+            );
+            let values = helm_set_values(line);
+            assert!(values["image"]["repository"].is_string(), "{doc}: {line}");
+            render(&values);
+        }
+        // Options shown inline (`--set ...` in prose); `...` stands for the reader's value.
+        let prose = joined.replace('\n', " ");
+        for span in prose.split('`').skip(1).step_by(2) {
+            if span.starts_with("--set ") {
+                let mut values = helm_set_values(&span.replace("=...", "=placeholder"));
+                if values["credentials"]["existingSecret"] == "" {
+                    values["credentials"]["apiKey"] = json!("placeholder");
+                }
+                render(&values);
+            }
+        }
+        for line in joined
+            .lines()
+            .filter(|l| l.contains("kubectl apply --server-side -k "))
+        {
+            let dir = line
+                .split("-k ")
+                .nth(1)
+                .unwrap()
+                .split(|c: char| c.is_whitespace() || c == '`')
+                .next()
+                .unwrap();
+            assert!(
+                repository_root()
+                    .join(dir)
+                    .join("kustomization.yaml")
+                    .is_file(),
+                "{doc}: {dir}"
+            );
+        }
+    }
+}
+
+/// Every setting the chart renders is read by the operator: `run` parses each combination's
+/// environment (variables of flags still being added are listed in `deploy::PENDING_ENV`),
+/// and the binary takes the logging variables.
+#[test]
+fn every_rendered_setting_is_taken_by_the_operator() {
+    for (label, values) in combinations() {
+        let rendered = render(&values);
+        let args = deploy::run_args(&rendered, &[]);
+        assert_eq!(args.operator_namespace, RELEASE_NAMESPACE, "{label}");
+        let watched: Vec<String> = values["watchNamespaces"]
+            .as_array()
+            .map(|l| l.iter().map(|n| n.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        assert_eq!(args.namespaces, watched, "{label}");
+        args.config().unwrap_or_else(|e| panic!("{label}: {e}"));
+
+        let env = deploy::pod_env(&rendered);
+        let logging: Vec<&(String, String)> = env
+            .iter()
+            .filter(|(n, _)| deploy::GLOBAL_ENV.contains(&n.as_str()))
+            .collect();
+        assert_eq!(logging.len(), 2, "{label}");
+        let output = Command::new(env!("CARGO_BIN_EXE_gpucloud-operator"))
+            .arg("version")
+            .envs(logging.iter().map(|(n, v)| (n, v)))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{label}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}

@@ -1,0 +1,473 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The chart's RBAC is exactly what the operator uses.
+//!
+//! For the cluster-wide mode (default values) and the namespaced mode (`watchNamespaces`), the
+//! chart is rendered and installed into the embedded API server (CRDs, ServiceAccount, roles,
+//! bindings, Deployment); the operator runs with the rendered Deployment's settings under the
+//! rendered ServiceAccount's identity (`system:serviceaccount:gpucloud-system:gpucloud-operator`,
+//! its own bearer token), through a full scenario in every watched namespace: the quickstart
+//! and snapshot-and-restore examples plus a machine whose startup script is in a ConfigMap,
+//! all Ready, a power-state change, an orphaned cloud resource reported by the sweeper, and
+//! everything deleted. The API server's request log then gives every (verb, group, resource,
+//! namespace, name) the operator asked for, and the test asserts:
+//!
+//! - every request is allowed by the rules bound to that ServiceAccount (RBAC semantics: a
+//!   Role holds in its namespace, resourceNames restrict named requests only);
+//! - every granted (group, resource, verb, resourceName) was used, in every namespace a Role
+//!   grants it in: nothing more is granted;
+//! - no wildcards, and Secrets cluster-wide only get/list/watch/create/update.
+//!
+//! Leader election is not exercised here: the operator runs with it off (the chart's default
+//! for one replica), and the chart then grants nothing on Leases, which the test checks. With
+//! it on, the chart's Lease rules are checked against the fixed set the election needs (get,
+//! update on the one Lease by name, create) in `lease_rules_only_with_leader_election`.
+
+mod deploy;
+
+use deploy::{Grant, RELEASE, RELEASE_NAMESPACE, Use, allows, grants, render};
+use futures::FutureExt;
+use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
+use gpucloud_cloud::model::CreateSshKeyRequest;
+use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
+use gpucloud_controller::cli::Args;
+use gpucloud_simulator::{Simulator, SimulatorConfig};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const OPERATOR_USER: &str = "system:serviceaccount:gpucloud-system:gpucloud-operator";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_wide_rules_are_exactly_what_the_operator_uses() {
+    let values = json!({});
+    let used = run_scenario(&values, &["team-a"]).await;
+    let objects = render(&values).objects();
+    let granted = grants(&objects, RELEASE);
+    assert!(
+        granted.iter().all(|g| g.namespace.is_none()),
+        "cluster-wide mode: one ClusterRole, no Roles: {granted:#?}"
+    );
+    // Secrets everywhere: reads (the metadata watch, credentials by name) and writes of the
+    // connection and SSH-key Secrets the operator owns; never delete, patch or deletecollection.
+    let secret_verbs: BTreeSet<&str> = granted
+        .iter()
+        .filter(|g| g.resource == "secrets")
+        .map(|g| g.verb.as_str())
+        .collect();
+    assert!(
+        secret_verbs.is_subset(&BTreeSet::from([
+            "get", "list", "watch", "create", "update"
+        ])),
+        "{secret_verbs:?}"
+    );
+    assert_exact(&granted, &used);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaced_rules_are_exactly_what_the_operator_uses() {
+    let values = json!({"watchNamespaces": ["team-a", "team-b"]});
+    let used = run_scenario(&values, &["team-a", "team-b"]).await;
+    let objects = render(&values).objects();
+    let granted = grants(&objects, RELEASE);
+    // Cluster-wide only the start-up check of the six CRDs, by name.
+    for grant in granted.iter().filter(|g| g.namespace.is_none()) {
+        assert_eq!(
+            (
+                grant.group.as_str(),
+                grant.resource.as_str(),
+                grant.verb.as_str()
+            ),
+            ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
+            "{grant:?}"
+        );
+        assert_eq!(grant.names.len(), 6);
+    }
+    assert!(
+        used.iter()
+            .all(|u| !u.namespace.is_empty() || u.group == "apiextensions.k8s.io"),
+        "a request across all namespaces in namespaced mode"
+    );
+    assert_exact(&granted, &used);
+}
+
+#[test]
+fn lease_rules_only_with_leader_election() {
+    let leases = |values: Value| -> Vec<Grant> {
+        grants(&render(&values).objects(), RELEASE)
+            .into_iter()
+            .filter(|g| g.resource == "leases")
+            .collect()
+    };
+    assert!(leases(json!({})).is_empty(), "one replica: no election");
+    assert!(leases(json!({"watchNamespaces": ["team-a"]})).is_empty());
+    for values in [
+        json!({"replicas": 2}),
+        json!({"leaderElection": {"enabled": true}}),
+        json!({"replicas": 3, "watchNamespaces": ["team-a"]}),
+    ] {
+        let rendered = render(&values);
+        assert_eq!(
+            rendered.env_var("GPUCLOUD_LEADER_ELECT").as_deref(),
+            Some("true")
+        );
+        let granted: BTreeSet<(String, String, Vec<String>)> = leases(values)
+            .into_iter()
+            .map(|g| {
+                assert_eq!(g.namespace.as_deref(), Some(RELEASE_NAMESPACE));
+                assert_eq!(g.group, "coordination.k8s.io");
+                (g.resource, g.verb, g.names.into_iter().collect())
+            })
+            .collect();
+        let by_name = vec!["gpucloud-operator".to_string()];
+        assert_eq!(
+            granted,
+            BTreeSet::from([
+                ("leases".into(), "create".into(), vec![]),
+                ("leases".into(), "get".into(), by_name.clone()),
+                ("leases".into(), "update".into(), by_name),
+            ])
+        );
+    }
+    assert_eq!(
+        render(&json!({}))
+            .env_var("GPUCLOUD_LEADER_ELECT")
+            .as_deref(),
+        Some("false")
+    );
+}
+
+/// Every request allowed, every grant used; prints the used rule set.
+fn assert_exact(granted: &[Grant], used: &BTreeSet<Use>) {
+    let mut summary: BTreeSet<String> = BTreeSet::new();
+    for u in used {
+        let scope = if u.namespace.is_empty() {
+            "cluster".to_string()
+        } else {
+            u.namespace.clone()
+        };
+        summary.insert(format!(
+            "{:<22} {:<30} {:<8} {}",
+            if u.group.is_empty() { "core" } else { &u.group },
+            u.resource,
+            u.verb,
+            scope
+        ));
+    }
+    eprintln!(
+        "requests of {OPERATOR_USER}:\n{}",
+        summary.into_iter().collect::<Vec<_>>().join("\n")
+    );
+
+    let denied: Vec<&Use> = used
+        .iter()
+        .filter(|u| !granted.iter().any(|g| allows(g, u)))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "requests the chart does not allow: {denied:#?}"
+    );
+
+    let mut unused = Vec::new();
+    for grant in granted {
+        // A grant limited to names is used only if each name is.
+        let singles: Vec<Grant> = if grant.names.is_empty() {
+            vec![grant.clone()]
+        } else {
+            grant
+                .names
+                .iter()
+                .map(|n| Grant {
+                    names: BTreeSet::from([n.clone()]),
+                    ..grant.clone()
+                })
+                .collect()
+        };
+        for single in singles {
+            let used_here = used.iter().any(|u| {
+                allows(&single, u) && (single.names.is_empty() || single.names.contains(&u.name))
+            });
+            if !used_here {
+                unused.push(single);
+            }
+        }
+    }
+    assert!(unused.is_empty(), "granted but never used: {unused:#?}");
+}
+
+/// Installs the rendered chart, runs the operator as its ServiceAccount through the scenario
+/// in `namespaces`, and returns the distinct requests it made.
+async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rendered = render(values);
+    assert_eq!(rendered.invalid, Vec::<String>::new());
+
+    let apiserver = ApiServer::start(ApiServerConfig {
+        users: vec![
+            ("admin-token".into(), "admin".into()),
+            ("operator-token".into(), OPERATOR_USER.into()),
+        ],
+        ..ApiServerConfig::default()
+    })
+    .await
+    .unwrap();
+    let simulator = Simulator::start(SimulatorConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let admin = apiserver.kube_client().await.unwrap();
+
+    // What `helm install --namespace gpucloud-system --create-namespace` does, plus the
+    // credentials Secret the default values name, and the namespaces the scenario uses.
+    let mut all_namespaces = vec![RELEASE_NAMESPACE];
+    all_namespaces.extend_from_slice(namespaces);
+    deploy::create_namespaces(&admin, &all_namespaces).await;
+    deploy::apply_all(&admin, &rendered.crd_objects()).await;
+    deploy::apply_all(&admin, &rendered.objects()).await;
+    let secret_name = rendered
+        .env_var("GPUCLOUD_CREDENTIALS_SECRET")
+        .expect("the default values name a credentials Secret");
+    deploy::apply_all(
+        &admin,
+        &[json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret_name, "namespace": RELEASE_NAMESPACE},
+            "stringData": {"apiKey": simulator.api_key()}})],
+    )
+    .await;
+
+    let operator = apiserver.kube_client_as(Some(OPERATOR_USER)).await.unwrap();
+    let args = operator_args(&rendered, &simulator.base_url());
+    gpucloud_controller::cli::ensure_crds_installed(&operator)
+        .await
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(gpucloud_controller::run::run(
+        operator,
+        args.config().unwrap(),
+        stopped.map(|_| ()).boxed(),
+    ));
+
+    // An orphan for the sweeper to report: a resource with the operator's mark no object
+    // claims.
+    let cloud = CloudClient::new(ClientConfig::new(
+        simulator.base_url(),
+        ApiKey::new(simulator.api_key()),
+    ))
+    .unwrap();
+    cloud
+        .create_ssh_key(&CreateSshKeyRequest {
+            name: "gco-gone-object-0123456789abcdef".into(),
+            public_key: None,
+        })
+        .await
+        .unwrap();
+
+    let scenarios: Vec<_> = namespaces.iter().map(|ns| scenario(&admin, ns)).collect();
+    tokio::time::timeout(
+        Duration::from_secs(150),
+        futures::future::join_all(scenarios),
+    )
+    .await
+    .expect("scenario within 150s");
+    wait_for_sweep_event(&admin).await;
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("operator stops")
+        .unwrap();
+    let used = used_by_operator(&apiserver);
+    apiserver.shutdown().await;
+    used
+}
+
+fn used_by_operator(apiserver: &ApiServerHandle) -> BTreeSet<Use> {
+    apiserver
+        .requests()
+        .iter()
+        .filter(|r| r.user == OPERATOR_USER)
+        .map(Use::from_record)
+        .collect()
+}
+
+/// The `run` settings of the rendered Deployment, with the cloud URL of the simulator, the
+/// intervals shortened for a test, and the orphan sweeper reporting at once.
+fn operator_args(rendered: &deploy::Rendered, cloud_url: &str) -> Args {
+    deploy::run_args(
+        rendered,
+        &[
+            ("cloud-url", cloud_url),
+            ("resync-interval", "2s"),
+            ("transition-interval", "200ms"),
+            ("settle-window", "2s"),
+            ("rate-limit", "1000"),
+            ("rate-burst", "1000"),
+            ("cloud-timeout", "5s"),
+            ("orphan-sweep-interval", "1s"),
+            ("orphan-grace-period", "0s"),
+            // Listeners of this process's own endpoints, where the build has them.
+            ("metrics-listen", "127.0.0.1:0"),
+            ("health-listen", "127.0.0.1:0"),
+        ],
+    )
+}
+
+fn resource(api_version: &str, kind: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+/// The objects of the scenario in `namespace`: the quickstart and snapshot-and-restore
+/// examples, and a machine whose startup script comes from a ConfigMap.
+fn scenario_objects(namespace: &str) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for folder in ["examples/quickstart", "examples/snapshot-and-restore"] {
+        let mut files: Vec<_> = std::fs::read_dir(deploy::repository_root().join(folder))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        files.sort();
+        for file in files {
+            objects.extend(deploy::yaml_documents(
+                &std::fs::read_to_string(file).unwrap(),
+            ));
+        }
+    }
+    objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "startup"},
+        "data": {"script": "#!/bin/sh\nnvidia-smi\n"}}));
+    objects.push(
+        json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+        "metadata": {"name": "scripted"},
+        "spec": {"region": "us-east-1", "gpuType": "A100-80G", "gpuCount": 1,
+                 "osImage": "ubuntu-22.04-cuda-12",
+                 "startupScript": {"configMapRef": {"name": "startup", "key": "script"}}}}),
+    );
+    for object in &mut objects {
+        object["metadata"]["namespace"] = json!(namespace);
+    }
+    objects
+}
+
+/// Everything applied and Ready, a power-state change followed, everything deleted and gone.
+async fn scenario(admin: &kube::Client, namespace: &str) {
+    let objects = scenario_objects(namespace);
+    deploy::apply_all(admin, &objects).await;
+    let managed: Vec<(ApiResource, String)> = objects
+        .iter()
+        .filter(|o| o["apiVersion"] == "gpucloud.io/v1alpha1")
+        .map(|o| {
+            (
+                resource(
+                    o["apiVersion"].as_str().unwrap(),
+                    o["kind"].as_str().unwrap(),
+                ),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for (resource, name) in &managed {
+        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), namespace, resource);
+        eventually(&format!("{namespace}/{name} Ready"), || async {
+            let object = api.get(name).await.ok()?;
+            ready(&object).then_some(())
+        })
+        .await;
+    }
+
+    let instances: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        namespace,
+        &resource("gpucloud.io/v1alpha1", "GpuInstance"),
+    );
+    // Without a public IP the connection Secret's host changes: the operator updates it.
+    instances
+        .patch(
+            "train-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"publicIp": false}})),
+        )
+        .await
+        .unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(admin.clone(), namespace);
+    eventually(
+        &format!("{namespace}/train-1-ssh without a host"),
+        || async {
+            let secret = secrets.get("train-1-ssh").await.ok()?;
+            let host = secret.data?.get("host")?.0.clone();
+            host.is_empty().then_some(())
+        },
+    )
+    .await;
+    instances
+        .patch(
+            "train-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"powerState": "Stopped"}})),
+        )
+        .await
+        .unwrap();
+    eventually(&format!("{namespace}/train-1 STOPPED"), || async {
+        let object = instances.get("train-1").await.ok()?;
+        (object.data["status"]["vmStatus"] == "STOPPED" && ready(&object)).then_some(())
+    })
+    .await;
+
+    for (resource, name) in &managed {
+        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), namespace, resource);
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    for (resource, name) in &managed {
+        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), namespace, resource);
+        eventually(&format!("{namespace}/{name} gone"), || async {
+            api.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
+}
+
+/// The sweeper's Event about the orphan, in the operator's namespace.
+async fn wait_for_sweep_event(admin: &kube::Client) {
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        RELEASE_NAMESPACE,
+        &resource("events.k8s.io/v1", "Event"),
+    );
+    eventually("the orphan sweeper's Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| e.data["regarding"]["kind"] == "Lease" && e.name_any().contains("gpucloud"))
+            .then_some(())
+    })
+    .await;
+}
+
+/// `Ready=True` for the object's current generation (kstatus).
+fn ready(object: &DynamicObject) -> bool {
+    let status = &object.data["status"];
+    status["observedGeneration"].as_i64() == object.metadata.generation
+        && status["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<()>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while check().await.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 120s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
