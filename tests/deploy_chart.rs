@@ -628,8 +628,7 @@ fn documented_install_commands_use_these_files() {
 }
 
 /// Every setting the chart renders is read by the operator: `run` parses each combination's
-/// environment (variables of flags still being added are listed in `deploy::PENDING_ENV`),
-/// and the binary takes the logging variables.
+/// environment, and the binary takes the logging variables.
 #[test]
 fn every_rendered_setting_is_taken_by_the_operator() {
     for (label, values) in combinations() {

@@ -17,10 +17,10 @@
 //!   grants it in: nothing more is granted;
 //! - no wildcards, and Secrets cluster-wide only get/list/watch/create/update.
 //!
-//! Leader election is not exercised here: the operator runs with it off (the chart's default
-//! for one replica), and the chart then grants nothing on Leases, which the test checks. With
-//! it on, the chart's Lease rules are checked against the fixed set the election needs (get,
-//! update on the one Lease by name, create) in `lease_rules_only_with_leader_election`.
+//! The operator runs as a replica the way `run` starts it: the cluster-wide case with one
+//! replica (no leader election, and the chart grants nothing on Leases), the namespaced case
+//! with two (leader election on: the Lease rules are proven by use like every other rule).
+//! `lease_rules_only_with_leader_election` pins the Lease rules of every value combination.
 
 mod deploy;
 
@@ -69,7 +69,8 @@ async fn cluster_wide_rules_are_exactly_what_the_operator_uses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaced_rules_are_exactly_what_the_operator_uses() {
-    let values = json!({"watchNamespaces": ["team-a", "team-b"]});
+    // Two replicas: leader election on, so the Lease rules are proven by use too.
+    let values = json!({"watchNamespaces": ["team-a", "team-b"], "replicas": 2});
     let used = run_scenario(&values, &["team-a", "team-b"]).await;
     let objects = render(&values).objects();
     let granted = grants(&objects, RELEASE);
@@ -243,9 +244,11 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
         .await
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(gpucloud_controller::run::run(
+    // A replica as `run` starts it: with leader election when the values turn it on.
+    let task = tokio::spawn(gpucloud_controller::replica::run_replica(
         operator,
         args.config().unwrap(),
+        args.replica().unwrap(),
         stopped.map(|_| ()).boxed(),
     ));
 
@@ -277,6 +280,7 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
     tokio::time::timeout(Duration::from_secs(20), task)
         .await
         .expect("operator stops")
+        .unwrap()
         .unwrap();
     let used = used_by_operator(&apiserver);
     apiserver.shutdown().await;

@@ -301,20 +301,6 @@ pub fn allows(grant: &Grant, used: &Use) -> bool {
 
 // === the rendered settings as `run` reads them ===
 
-/// Environment variables the chart sets for `run` flags being added to the operator (metrics
-/// and health listeners, leader election, shutdown drain): a build without them ignores them.
-pub const PENDING_ENV: &[&str] = &[
-    "GPUCLOUD_METRICS_LISTEN",
-    "GPUCLOUD_HEALTH_LISTEN",
-    "GPUCLOUD_LEADER_ELECT",
-    "GPUCLOUD_LEASE_NAME",
-    "GPUCLOUD_LEASE_DURATION",
-    "GPUCLOUD_RENEW_DEADLINE",
-    "GPUCLOUD_RETRY_PERIOD",
-    "GPUCLOUD_SHUTDOWN_TIMEOUT",
-    "POD_NAME",
-];
-
 /// The binary's global flags (`src/main.rs`), checked by running it.
 pub const GLOBAL_ENV: &[&str] = &["RUST_LOG", "GPUCLOUD_LOG_FORMAT"];
 
@@ -348,8 +334,8 @@ pub fn pod_env(rendered: &Rendered) -> Vec<(String, String)> {
 
 /// `run`'s arguments as this build parses the rendered pod environment, with `overrides`
 /// (long flag name, value) applied on top. Overrides of flags this build does not have are
-/// left out. Panics on a value `run` refuses, and on a variable that is neither a `run` flag,
-/// a global flag nor one of [`PENDING_ENV`].
+/// left out. Panics on a value `run` refuses, and on a variable that is neither a `run` flag
+/// nor a global flag.
 pub fn run_args(rendered: &Rendered, overrides: &[(&str, &str)]) -> Args {
     let command = RunCommand::command();
     let mut flags: BTreeMap<String, (String, bool)> = BTreeMap::new();
@@ -363,7 +349,7 @@ pub fn run_args(rendered: &Rendered, overrides: &[(&str, &str)]) -> Args {
                 flags.insert(arg.get_long().unwrap().to_string(), (value, is_switch));
             }
             None => assert!(
-                GLOBAL_ENV.contains(&name.as_str()) || PENDING_ENV.contains(&name.as_str()),
+                GLOBAL_ENV.contains(&name.as_str()),
                 "the chart sets {name}, which `gpucloud-operator run` does not read"
             ),
         }
