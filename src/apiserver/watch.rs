@@ -117,7 +117,6 @@ pub fn watch(context: &Context<'_>) -> Result<Response, ApiError> {
                     timeout,
                     bookmark_interval: context.state.settings.bookmark_interval,
                 },
-                context.state.store.clone(),
                 context.state.stopping.clone(),
                 context.state.faults.clone(),
             ));
@@ -259,7 +258,6 @@ async fn run(
     subscription: crate::store::WatchSubscription,
     filter: WatchFilter,
     options: WatchOptions,
-    store: Arc<crate::store::Store>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
     faults: Arc<crate::faults::ApiFaults>,
 ) {
@@ -319,8 +317,10 @@ async fn run(
                 }
             }
             _ = bookmark_timer.tick(), if options.allow_bookmarks => {
-                let current = store.current_resource_version().max(sent_through);
-                if sender.send(bookmark_line(&filter.info, current, false)).await.is_err() {
+                // Only what this watch has passed on: the store may be further ahead with
+                // changes still queued for it, and a client resuming from a bookmark past
+                // them (after a cut) would never see them.
+                if sender.send(bookmark_line(&filter.info, sent_through, false)).await.is_err() {
                     return;
                 }
             }

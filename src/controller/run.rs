@@ -129,44 +129,31 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                 let snapshots = gauges.clone();
                 let images = gauges.clone();
                 let scripts = gauges;
-                c.watches(
-                    api_for::<SshKey>(&api),
-                    watcher::Config::default(),
-                    move |key| {
-                        keys.referrers(&key, |i| {
-                            i.spec.ssh_key_refs.iter().any(|r| r.name == key.name_any())
-                        })
-                    },
-                )
-                .watches(
-                    api_for::<Snapshot>(&api),
-                    watcher::Config::default(),
-                    move |snapshot| {
-                        snapshots.referrers(&snapshot, |i| {
-                            i.spec
-                                .source
-                                .as_ref()
-                                .is_some_and(|s| s.snapshot_ref.name == snapshot.name_any())
-                        })
-                    },
-                )
-                .watches(
-                    api_for::<Image>(&api),
-                    watcher::Config::default(),
-                    move |image| {
-                        images.referrers(&image, |i| {
-                            i.spec
-                                .image_ref
-                                .as_ref()
-                                .is_some_and(|r| r.name == image.name_any())
-                        })
-                    },
-                )
+                c.watches_stream(api.triggers::<SshKey>(), move |key| {
+                    keys.referrers(&key, |i| {
+                        i.spec.ssh_key_refs.iter().any(|r| r.name == key.name_any())
+                    })
+                })
+                .watches_stream(api.triggers::<Snapshot>(), move |snapshot| {
+                    snapshots.referrers(&snapshot, |i| {
+                        i.spec
+                            .source
+                            .as_ref()
+                            .is_some_and(|s| s.snapshot_ref.name == snapshot.name_any())
+                    })
+                })
+                .watches_stream(api.triggers::<Image>(), move |image| {
+                    images.referrers(&image, |i| {
+                        i.spec
+                            .image_ref
+                            .as_ref()
+                            .is_some_and(|r| r.name == image.name_any())
+                    })
+                })
                 // Startup scripts read from a ConfigMap; only metadata is watched (a change
                 // of the data changes its resourceVersion).
-                .watches(
-                    api_for::<PartialObjectMeta<ConfigMap>>(&api),
-                    watcher::Config::default(),
+                .watches_stream(
+                    api.triggers::<PartialObjectMeta<ConfigMap>>(),
                     move |map| {
                         scripts.referrers(&map, |i| {
                             i.spec
@@ -188,30 +175,22 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             |c, api, gauges| {
                 let attached = gauges.clone();
                 let clones = gauges;
-                c.watches(
-                    api_for::<GpuInstance>(&api),
-                    watcher::Config::default(),
-                    move |instance| {
-                        attached.referrers(&instance, |v| {
-                            v.spec
-                                .instance_ref
-                                .as_ref()
-                                .is_some_and(|r| r.name == instance.name_any())
-                        })
-                    },
-                )
-                .watches(
-                    api_for::<Volume>(&api),
-                    watcher::Config::default(),
-                    move |source| {
-                        clones.referrers(&source, |v| {
-                            v.spec
-                                .source
-                                .as_ref()
-                                .is_some_and(|s| s.volume_ref.name == source.name_any())
-                        })
-                    },
-                )
+                c.watches_stream(api.triggers::<GpuInstance>(), move |instance| {
+                    attached.referrers(&instance, |v| {
+                        v.spec
+                            .instance_ref
+                            .as_ref()
+                            .is_some_and(|r| r.name == instance.name_any())
+                    })
+                })
+                .watches_stream(api.triggers::<Volume>(), move |source| {
+                    clones.referrers(&source, |v| {
+                        v.spec
+                            .source
+                            .as_ref()
+                            .is_some_and(|s| s.volume_ref.name == source.name_any())
+                    })
+                })
             },
         ));
         controllers.push(controller::<Snapshot>(
@@ -223,24 +202,20 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             |c, api, store| {
                 // The snapshotted machine, and machines restored from a snapshot (which
                 // hold its deletion until they exist).
-                c.watches(
-                    api_for::<GpuInstance>(&api),
-                    watcher::Config::default(),
-                    move |instance| {
-                        let restored_from = instance
-                            .spec
-                            .source
+                c.watches_stream(api.triggers::<GpuInstance>(), move |instance| {
+                    let restored_from = instance
+                        .spec
+                        .source
+                        .as_ref()
+                        .map(|s| s.snapshot_ref.name.clone());
+                    store.referrers(&instance, |s| {
+                        s.spec
+                            .instance_ref
                             .as_ref()
-                            .map(|s| s.snapshot_ref.name.clone());
-                        store.referrers(&instance, |s| {
-                            s.spec
-                                .instance_ref
-                                .as_ref()
-                                .is_some_and(|r| r.name == instance.name_any())
-                                || restored_from.as_deref() == Some(s.name_any().as_str())
-                        })
-                    },
-                )
+                            .is_some_and(|r| r.name == instance.name_any())
+                            || restored_from.as_deref() == Some(s.name_any().as_str())
+                    })
+                })
             },
         ));
         controllers.push(controller::<Image>(
@@ -250,15 +225,11 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             scope.as_deref(),
             shutdown.clone(),
             |c, api, store| {
-                c.watches(
-                    api_for::<Snapshot>(&api),
-                    watcher::Config::default(),
-                    move |snapshot| {
-                        store.referrers(&snapshot, |i| {
-                            i.spec.snapshot_ref.name == snapshot.name_any()
-                        })
-                    },
-                )
+                c.watches_stream(api.triggers::<Snapshot>(), move |snapshot| {
+                    store.referrers(&snapshot, |i| {
+                        i.spec.snapshot_ref.name == snapshot.name_any()
+                    })
+                })
             },
         ));
         controllers.push(controller::<Firewall>(
@@ -268,20 +239,16 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             scope.as_deref(),
             shutdown.clone(),
             |c, api, store| {
-                c.watches(
-                    api_for::<GpuInstance>(&api),
-                    watcher::Config::default(),
-                    move |instance| {
-                        store.referrers(&instance, |f| {
-                            f.spec
+                c.watches_stream(api.triggers::<GpuInstance>(), move |instance| {
+                    store.referrers(&instance, |f| {
+                        f.spec
                                 .instance_refs
                                 .iter()
                                 .any(|r| r.name == instance.name_any())
                                 // Matching or not: a label removed must detach too.
                                 || f.spec.instance_selector.is_some()
-                        })
-                    },
-                )
+                    })
+                })
             },
         ));
     }
@@ -337,6 +304,41 @@ where
 pub struct ScopedApi {
     pub client: kube::Client,
     pub namespace: Option<String>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl ScopedApi {
+    /// The objects of kind `R` in this scope as they change: a watch with its own backoff,
+    /// whose errors are counted (`gpucloud_watch_errors`) and retried, never passed on. A
+    /// controller's triggers share one backoff: an error item from any of them would pause
+    /// them all, the controller's own object watch included.
+    pub fn triggers<R>(
+        &self,
+    ) -> impl futures::Stream<Item = Result<R, watcher::Error>> + Send + 'static
+    where
+        R: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + 'static,
+    {
+        let metrics = self.metrics.clone();
+        let kind = R::kind(&()).to_string();
+        watcher(api_for::<R>(self), watcher::Config::default())
+            .default_backoff()
+            .touched_objects()
+            .filter_map(move |object| {
+                futures::future::ready(match object {
+                    Ok(object) => Some(Ok(object)),
+                    Err(error) => {
+                        metrics.watch_failed(&kind);
+                        tracing::debug!(kind = %kind, %error, "watch failed; retrying");
+                        None
+                    }
+                })
+            })
+    }
 }
 
 fn controller<K: ManagedKind>(
@@ -350,6 +352,7 @@ fn controller<K: ManagedKind>(
     let scoped = ScopedApi {
         client: client.clone(),
         namespace: namespace.map(str::to_string),
+        metrics: config.metrics.clone(),
     };
     let api: Api<K> = api_for(&scoped);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
@@ -380,10 +383,19 @@ fn controller<K: ManagedKind>(
         })
         .applied_objects()
         .predicate_filter(intent_changed, PredicateConfig::default())
-        .inspect(move |object| {
-            if let Ok(object) = object {
-                woken.triggered(&ObjectRef::from_obj(object));
-            }
+        // Watch errors are counted above and retried by the backoff; kept out of the
+        // controller, whose queue stalls on an error item until something else wakes it.
+        .filter_map(move |object| {
+            futures::future::ready(match object {
+                Ok(object) => {
+                    woken.triggered(&ObjectRef::from_obj(&object));
+                    Some(Ok::<_, watcher::Error>(object))
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "object watch failed; retrying");
+                    None
+                }
+            })
         });
     let controller = Controller::for_stream(objects, store.clone());
     let (trigger, triggers) = mpsc::unbounded_channel();
@@ -406,14 +418,10 @@ fn controller<K: ManagedKind>(
 
     // A changed credentials Secret wakes the objects that read it. Only metadata is watched:
     // the operator never holds Secret contents it does not need.
-    let secrets: Api<PartialObjectMeta<Secret>> = match &scoped.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     let secret_gauges = gauges.clone();
     let secret_accounts = accounts.clone();
-    let secret_changes = watcher(secrets, watcher::Config::default())
-        .touched_objects()
+    let secret_changes = scoped
+        .triggers::<PartialObjectMeta<Secret>>()
         .map(move |secret| {
             secret.map(|secret| {
                 let namespace = secret.namespace().unwrap_or_default();
@@ -429,22 +437,15 @@ fn controller<K: ManagedKind>(
             })
         });
 
-    let controller = extend(
-        controller,
-        ScopedApi {
-            client: client.clone(),
-            namespace: namespace.map(str::to_string),
-        },
-        gauges,
-    )
-    .with_config(ControllerConfig::default().concurrency(config.concurrency))
-    .reconcile_on(UnboundedReceiverStream::new(triggers))
-    .reconcile_on(
-        secret_changes
-            .filter_map(|r| async move { r.ok() })
-            .flat_map(futures::stream::iter),
-    )
-    .graceful_shutdown_on(shutdown);
+    let controller = extend(controller, scoped, gauges)
+        .with_config(ControllerConfig::default().concurrency(config.concurrency))
+        .reconcile_on(UnboundedReceiverStream::new(triggers))
+        .reconcile_on(
+            secret_changes
+                .filter_map(|r| async move { r.ok() })
+                .flat_map(futures::stream::iter),
+        )
+        .graceful_shutdown_on(shutdown);
     let kind = K::kind(&()).to_string();
     controller
         .run(reconcile::<K>, error_policy::<K>, cx)
