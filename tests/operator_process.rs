@@ -211,7 +211,7 @@ async fn sigterm_mid_fleet_then_restart_converges_without_duplicates_or_leaks() 
     }
     eventually(60, "the fleet is being created", || async {
         let made = world.simulator.state().instances.len();
-        (made >= 2 && made < FLEET).then_some(())
+        (2..FLEET).contains(&made).then_some(())
     })
     .await;
     let made_before = world.simulator.state().instances.len();
