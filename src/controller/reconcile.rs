@@ -24,6 +24,7 @@ use kube::{Api, Resource, ResourceExt};
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 tokio::task_local! {
     /// The requeue the running reconcile asked for, for the queue-depth gauge (kube-runtime's
@@ -51,11 +52,22 @@ pub async fn reconcile<K: ManagedKind>(
     let key = ObjectRef::from_obj(&*object);
     cx.gauges.started(&key);
     let timer = cx.metrics.reconcile_started(&K::kind(&()));
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = %K::kind(&()),
+        namespace = %namespace(&*object),
+        name = %object.name_any(),
+        cloud_id = %object.cloud_status().external_id.unwrap_or_default(),
+    );
     let (result, requeue_after) = REQUEUE
-        .scope(Cell::new(None), async {
-            let result = reconcile_flow(object, &cx).await;
-            (result, REQUEUE.with(Cell::get))
-        })
+        .scope(
+            Cell::new(None),
+            async {
+                let result = reconcile_flow(object, &cx).await;
+                (result, REQUEUE.with(Cell::get))
+            }
+            .instrument(span),
+        )
         .await;
     timer.finish(match &result {
         Ok(_) => "success",

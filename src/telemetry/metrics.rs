@@ -501,4 +501,56 @@ mod tests {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
     }
+
+    /// Every series the sample Grafana dashboard queries is one the operator exports.
+    #[test]
+    fn the_grafana_dashboard_queries_exported_families() {
+        let metrics = Metrics::new();
+        metrics.reconcile_started("GpuInstance").finish("success");
+        metrics.watch_restarted("Volume");
+        metrics.watch_failed("Volume");
+        metrics.set_balance("fp", 1.0);
+        metrics.set_orphans([("instance", 0)]);
+        let ok = CallOutcome {
+            status: Some(429),
+            error: None,
+        };
+        metrics.on_call(Operation::ListInstances, &ok, Duration::ZERO);
+        let error = CloudError::Timeout {
+            operation: Operation::ListInstances,
+            after: Duration::ZERO,
+        };
+        metrics.on_retry(Operation::ListInstances, 2, &error, Duration::ZERO);
+        metrics.on_rate_limit_wait(Operation::ListInstances, Duration::ZERO);
+        let mut state = KindState::default();
+        state.conditions.insert(("Ready".into(), "True".into()), 1);
+        state.hourly_cost.insert(("a".into(), "USD".into()), 1.0);
+        metrics.register_state(Arc::new(Fixed(state)));
+        let exported = metrics.encode();
+
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../deploy/grafana/gpucloud-operator.json"))
+                .expect("the dashboard is JSON");
+        let panels = dashboard["panels"].as_array().expect("panels");
+        let mut checked = 0;
+        for target in panels
+            .iter()
+            .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        {
+            let expr = target["expr"].as_str().expect("an expression");
+            for (at, _) in expr.match_indices("gpucloud_") {
+                let name: String = expr[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    exported.contains(&format!("\n{name}{{"))
+                        || exported.contains(&format!("\n{name} ")),
+                    "the dashboard queries {name}, which is not exported"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 12, "only {checked} series checked");
+    }
 }
