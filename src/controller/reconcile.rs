@@ -255,10 +255,18 @@ async fn create_step<K: ManagedKind>(
         .collect();
     let pending_since = status.pending_create.as_ref().map(|p| p.started_at.0);
     let observer = cx.observer(account);
+    // The list's age, not the clock's, decides whether a lost create would show by now: a
+    // list sent before the create had settled (stale after failed lists, or a slow operator)
+    // proves nothing, however late it is read.
+    let listed_at = snapshot.listed_at.map_or(Timestamp::UNIX_EPOCH, |sent| {
+        Timestamp::now()
+            .checked_sub(sent.elapsed())
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    });
     match create::decide(
         pending_since,
         &found,
-        Timestamp::now(),
+        listed_at,
         cx.settings.settle_window,
     ) {
         CreateDecision::Adopt { id, extra } => {
