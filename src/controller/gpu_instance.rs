@@ -571,13 +571,21 @@ pub(crate) fn rule_diff<'a>(
             && a.port_range_min == w.port_range_min.and_then(|p| u32::try_from(p).ok())
             && a.port_range_max == w.port_range_max.and_then(|p| u32::try_from(p).ok())
     };
-    let missing = wanted
-        .iter()
-        .filter(|w| !actual.iter().any(|a| matches(w, a)))
-        .collect();
+    // Each cloud rule stands for one wanted rule at most, so a rule added twice (a lost
+    // answer, then a retry) shows up as extra and is removed.
+    let mut claimed = vec![false; actual.len()];
+    let mut missing = Vec::new();
+    for w in wanted {
+        match (0..actual.len()).find(|&i| !claimed[i] && matches(w, &actual[i])) {
+            Some(i) => claimed[i] = true,
+            None => missing.push(w),
+        }
+    }
     let extra = actual
         .iter()
-        .filter(|a| !wanted.iter().any(|w| matches(w, a)))
+        .zip(claimed)
+        .filter(|(_, claimed)| !claimed)
+        .map(|(a, _)| a)
         .collect();
     (missing, extra)
 }
@@ -636,6 +644,21 @@ mod tests {
         );
         let (missing, extra) = rule_diff(&wanted[..1], &actual[..1]);
         assert!(missing.is_empty() && extra.is_empty());
+    }
+
+    #[test]
+    fn a_rule_added_twice_is_extra_once() {
+        let wanted = [spec_rule("10.0.0.0/8", 22)];
+        let actual = [
+            cloud_rule("r1", "10.0.0.0/8", 22),
+            cloud_rule("r2", "10.0.0.0/8", 22),
+        ];
+        let (missing, extra) = rule_diff(&wanted, &actual);
+        assert!(missing.is_empty());
+        assert_eq!(
+            extra.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["r2"]
+        );
     }
 
     #[test]

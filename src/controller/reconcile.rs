@@ -263,12 +263,7 @@ async fn create_step<K: ManagedKind>(
             .checked_sub(sent.elapsed())
             .unwrap_or(Timestamp::UNIX_EPOCH)
     });
-    match create::decide(
-        pending_since,
-        &found,
-        listed_at,
-        cx.settings.settle_window,
-    ) {
+    match create::decide(pending_since, &found, listed_at, cx.settings.settle_window) {
         CreateDecision::Adopt { id, extra } => {
             if !extra.is_empty() {
                 publish(

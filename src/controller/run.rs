@@ -43,16 +43,6 @@ pub struct OperatorConfig {
     pub health: Arc<Health>,
 }
 
-/// The kinds, in the order their controllers start.
-const KINDS: [&str; 6] = [
-    "SshKey",
-    "GpuInstance",
-    "Volume",
-    "Snapshot",
-    "Image",
-    "Firewall",
-];
-
 /// What readiness waits for: a kind's watch in one namespace (or the whole cluster).
 fn sync_key(kind: &str, namespace: Option<&str>) -> String {
     match namespace {
@@ -80,14 +70,8 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     } else {
         config.namespaces.iter().cloned().map(Some).collect()
     };
-    config.health.leading(
-        scopes
-            .iter()
-            .flat_map(|scope| KINDS.map(|kind| sync_key(kind, scope.as_deref())))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(String::as_str),
-    );
+    // Each controller below announces its watch before any of them runs.
+    config.health.leading();
     config.metrics.set_leader(true);
     let mut controllers = Vec::new();
     controllers.push(
@@ -363,6 +347,7 @@ fn controller<K: ManagedKind>(
     config.metrics.register_state(gauges.clone());
     let kind = K::kind(&()).to_string();
     let scope = sync_key(&kind, namespace);
+    config.health.awaiting_sync(&scope);
     let (metrics, health, woken) = (
         config.metrics.clone(),
         config.health.clone(),

@@ -63,11 +63,19 @@ impl Health {
         });
     }
 
-    /// This replica now runs the controllers of `kinds`, whose watches have to sync first.
-    pub fn leading<'a>(&self, kinds: impl IntoIterator<Item = &'a str>) {
+    /// This replica now runs the controllers; each announces its watch with
+    /// [`Health::awaiting_sync`] before any of them runs.
+    pub fn leading(&self) {
         self.with(|s| {
             s.role = Role::Leading;
-            s.unsynced = kinds.into_iter().map(str::to_string).collect();
+            s.unsynced.clear();
+        });
+    }
+
+    /// Not ready until `watch` has delivered its first full list.
+    pub fn awaiting_sync(&self, watch: &str) {
+        self.with(|s| {
+            s.unsynced.insert(watch.to_string());
         });
     }
 
@@ -142,7 +150,9 @@ mod tests {
             health.ready().unwrap(),
             "standby: the lease is held by pod-b"
         );
-        health.leading(["GpuInstance", "Volume"]);
+        health.leading();
+        health.awaiting_sync("GpuInstance");
+        health.awaiting_sync("Volume");
         let why = health.ready().unwrap_err();
         assert!(why.contains("GpuInstance, Volume"), "{why}");
         health.synced("GpuInstance");
@@ -157,7 +167,7 @@ mod tests {
     #[test]
     fn a_failure_ends_liveness_and_keeps_its_first_reason() {
         let health = Health::default();
-        health.leading([]);
+        health.leading();
         assert!(health.ready().is_ok());
         health.fail("lost the leader lease");
         health.fail("something later");
