@@ -249,14 +249,25 @@ impl<R: CloudRecord> Observer<R> {
         self.wait_for(|state| state.attempts > 0).await
     }
 
-    /// A snapshot from a list sent at or after `after`, asking for one at once.
+    /// A snapshot from a list sent at or after `after`, asking for one at once. A failed list
+    /// is an error, never the older snapshot: callers conclude from absence (a deletion is
+    /// done), which only a fresh list can show.
     pub async fn snapshot_after(&self, after: Instant) -> Result<Arc<Snapshot<R>>, ListFailure> {
         self.refresh();
-        self.wait_for(|state| {
-            state.failure.is_some() && state.attempts > 0
-                || state.snapshot.listed_at.is_some_and(|t| t >= after)
-        })
-        .await
+        let snapshot = self
+            .wait_for(|state| {
+                state.failure.is_some() && state.attempts > 0
+                    || state.snapshot.listed_at.is_some_and(|t| t >= after)
+            })
+            .await?;
+        if snapshot.listed_at.is_some_and(|t| t >= after) {
+            return Ok(snapshot);
+        }
+        let failure = self.state.borrow().failure.clone();
+        Err(failure.unwrap_or_else(|| ListFailure {
+            unauthorized: false,
+            message: "no fresh cloud list yet".into(),
+        }))
     }
 
     async fn wait_for(
