@@ -9,7 +9,9 @@
 
 use gpucloud_cloud::{CallObserver, CallOutcome, Error as CloudError, Operation};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
@@ -377,63 +379,75 @@ impl Collector for StateSources {
             .map(|s| (s.kind().to_string(), s.state()))
             .collect();
 
-        let mut family = encoder.encode_descriptor(
-            "objects",
-            "Objects by kind and by the status of each kstatus condition",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
+        let mut objects = Vec::new();
+        let mut costs = Vec::new();
+        let mut queued = Vec::new();
+        let mut running = Vec::new();
         for (kind, state) in &states {
             for ((condition, status), count) in &state.conditions {
-                let labels = [
+                let labels = vec![
                     ("kind", kind.as_str()),
-                    ("condition", condition.as_str()),
-                    ("status", status.as_str()),
+                    ("condition", condition),
+                    ("status", status),
                 ];
-                ConstGauge::new(*count).encode(family.encode_family(&labels)?)?;
+                objects.push((labels, *count));
             }
+            for ((namespace, currency), cost) in &state.hourly_cost {
+                let labels = vec![
+                    ("kind", kind.as_str()),
+                    ("namespace", namespace),
+                    ("currency", currency),
+                ];
+                costs.push((labels, *cost));
+            }
+            queued.push((vec![("kind", kind.as_str())], state.queue_depth));
+            running.push((vec![("kind", kind.as_str())], state.in_flight));
         }
-
-        let mut family = encoder.encode_descriptor(
+        gauge_family(
+            &mut encoder,
+            "objects",
+            "Objects by kind and by the status of each kstatus condition",
+            &objects,
+        )?;
+        gauge_family(
+            &mut encoder,
             "hourly_cost",
             "Summed hourly rate of the cloud resources the operator manages, by kind, namespace and currency",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
+            &costs,
         )?;
-        for (kind, state) in &states {
-            for ((namespace, currency), cost) in &state.hourly_cost {
-                let labels = [
-                    ("kind", kind.as_str()),
-                    ("namespace", namespace.as_str()),
-                    ("currency", currency.as_str()),
-                ];
-                ConstGauge::new(*cost).encode(family.encode_family(&labels)?)?;
-            }
-        }
-
-        let mut family = encoder.encode_descriptor(
+        gauge_family(
+            &mut encoder,
             "queue_depth",
             "Objects due for a reconcile that has not started yet",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
+            &queued,
         )?;
-        for (kind, state) in &states {
-            ConstGauge::new(state.queue_depth)
-                .encode(family.encode_family(&[("kind", kind.as_str())])?)?;
-        }
-
-        let mut family = encoder.encode_descriptor(
+        gauge_family(
+            &mut encoder,
             "reconciles_in_flight",
             "Reconciles running now",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
+            &running,
         )?;
-        for (kind, state) in &states {
-            ConstGauge::new(state.in_flight)
-                .encode(family.encode_family(&[("kind", kind.as_str())])?)?;
-        }
         Ok(())
     }
+}
+
+/// One gauge family computed at scrape time: a sample per label set.
+fn gauge_family<N: EncodeGaugeValue + Copy>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(Vec<(&str, &str)>, N)],
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (labels, value) in samples {
+        ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
