@@ -56,8 +56,13 @@ async fn settled_objects_cost_only_periodic_lists() {
         (3..=7).contains(&lists),
         "about one instance list per second expected, got {made:?}"
     );
+    // Besides lists, one balance read per account per resync interval (2 s here) for
+    // `gpucloud_account_balance`: per account, not per object.
+    let balance_reads = made.get("GetBalance").copied().unwrap_or(0);
+    assert!(balance_reads <= 3, "balance read {balance_reads} times");
     assert!(
-        made.keys().all(|op| op.starts_with("List")),
+        made.keys()
+            .all(|op| op.starts_with("List") || *op == "GetBalance"),
         "settled objects made per-object or mutating calls: {made:?}"
     );
     assert_eq!(env.simulator.state().instances.len(), N);
