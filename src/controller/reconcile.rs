@@ -365,6 +365,10 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     if managed.deletion_policy == DeletionPolicy::Orphan
         || managed.management_policy == ManagementPolicy::ObserveOnly
     {
+        // Recorded before the finalizer goes, so the orphan sweeper never takes a resource
+        // kept on purpose for a leaked one (its name still carries the operator's mark).
+        crate::orphans::record_released(&cx.client, &cx.settings.operator_namespace, &*object)
+            .await?;
         publish(
             cx,
             &object,
