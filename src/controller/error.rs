@@ -96,10 +96,19 @@ impl From<crate::observer::ListFailure> for Error {
     }
 }
 
+/// A 409 answered to a create call: the cloud refused to create as things stand (e.g. not
+/// enough GPUs in stock in the region).
+fn is_create_conflict(error: &CloudError) -> bool {
+    matches!(error, CloudError::Conflict { operation, .. } if operation.name().starts_with("Create"))
+}
+
 impl Error {
     pub fn category(&self) -> Category {
         match self {
             Error::Cloud(CloudError::Unauthorized { .. }) => Category::Terminal,
+            // A create refused as things stand (no stock in the region): asking again at once
+            // gets the same answer, so it waits for a change or the periodic recheck.
+            Error::Cloud(e) if is_create_conflict(e) => Category::Terminal,
             Error::Cloud(e) => match e.class() {
                 gpucloud_cloud::ErrorClass::Transient => Category::Transient,
                 gpucloud_cloud::ErrorClass::Terminal => Category::Terminal,
@@ -127,6 +136,7 @@ impl Error {
     /// The condition reason for this failure; one of `conditions::reason`.
     pub fn reason(&self) -> &'static str {
         match self {
+            Error::Cloud(e) if is_create_conflict(e) => reason::CREATE_REFUSED,
             Error::Cloud(e) => match e {
                 CloudError::Unauthorized { .. } => reason::CREDENTIALS_INVALID,
                 CloudError::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,

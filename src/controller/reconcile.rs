@@ -513,8 +513,21 @@ async fn report_failure<K: ManagedKind>(
         )
         .await;
     }
-    // The object may be gone or stale; the next reconcile reports again.
-    let _ = write_status(api, object, status, None, &outcome).await;
+    match write_status(api, object, status, None, &outcome).await {
+        // The reconcile itself wrote the status (a create's intent) before it failed, so the
+        // copy it started from is stale: report on the stored object, or a failure after the
+        // intent (a create the cloud refused) would never show.
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
+            if let Ok(Some(fresh)) = api.get_opt(&object.name_any()).await
+                && fresh.meta().generation == object.meta().generation
+            {
+                let status = fresh.cloud_status();
+                let _ = write_status(api, &fresh, status, None, &outcome).await;
+            }
+        }
+        // The object may be gone; the next reconcile reports again.
+        _ => {}
+    }
 }
 
 /// Whether `outcome` would change the `Ready` condition's status or reason: events are sent
