@@ -97,9 +97,12 @@ impl From<crate::observer::ListFailure> for Error {
 }
 
 /// A 409 answered to a create call: the cloud refused to create as things stand (e.g. not
-/// enough GPUs in stock in the region).
+/// enough GPUs in stock in the region). A duplicate name is left out: it means an earlier
+/// create of ours happened, and the list will show it to be adopted.
 fn is_create_conflict(error: &CloudError) -> bool {
-    matches!(error, CloudError::Conflict { operation, .. } if operation.name().starts_with("Create"))
+    matches!(error, CloudError::Conflict { operation, code, .. }
+        if operation.name().starts_with("Create")
+            && code != gpucloud_cloud::model::error_code::DUPLICATE_NAME)
 }
 
 impl Error {

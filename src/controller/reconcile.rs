@@ -197,9 +197,15 @@ async fn create_step<K: ManagedKind>(
         .collect();
     let pending_since = status.pending_create.as_ref().map(|p| p.started_at.0);
     let observer = cx.observer(account);
+    // The list's wall-clock time, for comparison with the recorded attempt.
+    let listed_at = snapshot.listed_at.and_then(|at| {
+        let age = k8s_openapi::jiff::SignedDuration::try_from(at.elapsed()).ok()?;
+        Timestamp::now().checked_sub(age).ok()
+    });
     match create::decide(
         pending_since,
         &found,
+        listed_at,
         Timestamp::now(),
         cx.settings.settle_window,
     ) {
