@@ -186,6 +186,24 @@ impl Error {
         matches!(self, Error::Cloud(e) if e.is_terminal())
     }
 
+    /// A write refused because the object changed since it was read (409 from the API server):
+    /// the next reconcile reads it afresh, so this is no sign of trouble to back off from.
+    pub fn is_stale_write(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(status)) => status.code == 409,
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_stale_write(),
+                kube::runtime::finalizer::Error::AddFinalizer(kube::Error::Api(status))
+                | kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(status)) => {
+                    status.code == 409
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// Whether the reconcile waits for a referenced object: the watch on that object's kind
     /// wakes the referrer, so no quick requeue is needed.
     pub fn is_waiting_for_reference(&self) -> bool {
