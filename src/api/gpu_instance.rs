@@ -109,7 +109,10 @@ pub struct GpuInstanceSpec {
     /// Name of a Secret (owned by this object) to receive host, port, user and, for a
     /// generated SSH key, the private key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub connection_secret: Option<String>,
 }
 

@@ -52,7 +52,10 @@ pub struct SshKeySpec {
     /// For a generated key: the Secret (owned by this object) that receives the private key.
     /// Defaults to `<name>-ssh-key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub private_key_secret: Option<String>,
 }
 

@@ -171,6 +171,7 @@ impl Args {
                 budget_floor: self.budget_floor,
                 transition_requeue: self.transition_interval,
                 observe,
+                operator_namespace: self.operator_namespace.clone(),
             },
             reporter: "gpucloud-operator".into(),
             orphans: OrphanSweepSettings {

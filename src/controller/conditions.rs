@@ -26,6 +26,7 @@ pub mod reason {
     pub const INSUFFICIENT_CREDIT: &str = "InsufficientCredit";
     pub const PRICE_ABOVE_LIMIT: &str = "PriceAboveLimit";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const CREATE_REFUSED: &str = "CreateRefused";
     pub const TIER_NOT_SUPPORTED: &str = "TierNotSupported";
     pub const EXTERNAL_DELETED: &str = "ExternalDeleted";
     pub const SOURCE_DELETED: &str = "SourceDeleted";

@@ -25,6 +25,9 @@ pub struct ReconcileSettings {
     /// Requeue interval while an object is in transition.
     pub transition_requeue: Duration,
     pub observe: ObserveIntervals,
+    /// The operator's namespace: where resources left in the cloud on purpose
+    /// (`deletionPolicy: Orphan`) are recorded for the orphan sweeper.
+    pub operator_namespace: String,
 }
 
 impl Default for ReconcileSettings {
@@ -34,6 +37,7 @@ impl Default for ReconcileSettings {
             budget_floor: 0.0,
             transition_requeue: Duration::from_secs(2),
             observe: ObserveIntervals::default(),
+            operator_namespace: "gpucloud-system".into(),
         }
     }
 }

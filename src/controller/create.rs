@@ -10,8 +10,9 @@
 //! 2. While `pendingCreate` is set, look for the cloud name in the cloud's list first. Found:
 //!    adopt it. Not found: the create may still be on its way into the list (cloud lists lag
 //!    behind writes), so wait until the list has had `settle_window` to show it.
-//! 3. Only after that window, with the name still absent, is the create repeated (recording
-//!    the new attempt time first, again version-checked).
+//! 3. Only after that window, with the name still absent from a list *sent* after the window
+//!    (an older list proves nothing: lists fail or run late under load), is the create
+//!    repeated (recording the new attempt time first, again version-checked).
 //!
 //! This module is the pure decision; the reconcilers do the I/O around it.
 
@@ -42,10 +43,12 @@ pub enum CreateDecision {
 }
 
 /// Decides the next create step from the pending intent (if any), the resources listed under
-/// the cloud name, the current time and how long the cloud's lists may lag behind writes.
+/// the cloud name, when that list was sent, the current time and how long the cloud's lists
+/// may lag behind writes.
 pub fn decide(
     pending_since: Option<Timestamp>,
     found: &[Found],
+    listed_at: Option<Timestamp>,
     now: Timestamp,
     settle_window: Duration,
 ) -> CreateDecision {
@@ -67,11 +70,21 @@ pub fn decide(
     // A clock that moved backwards, or an attempt "in the future", counts as just now.
     let elapsed = Duration::try_from(elapsed).unwrap_or(Duration::ZERO);
     if elapsed < settle_window {
-        CreateDecision::WaitForList {
+        return CreateDecision::WaitForList {
             recheck_after: (settle_window - elapsed).max(Duration::from_millis(100)),
-        }
-    } else {
+        };
+    }
+    // The absence counts only in a list sent once the window had passed.
+    let settled = since
+        .checked_add(settle_window)
+        .ok()
+        .is_some_and(|due| listed_at.is_some_and(|listed| listed >= due));
+    if settled {
         CreateDecision::RetryCreate
+    } else {
+        CreateDecision::WaitForList {
+            recheck_after: Duration::from_millis(100),
+        }
     }
 }
 
@@ -107,7 +120,7 @@ mod tests {
     #[test]
     fn first_create_records_intent() {
         assert_eq!(
-            decide(None, &[], at(100), WINDOW),
+            decide(None, &[], None, at(100), WINDOW),
             CreateDecision::RecordIntentAndCreate
         );
     }
@@ -117,7 +130,7 @@ mod tests {
         let listed = [found("vm-1", Some(5))];
         for pending in [None, Some(at(99)), Some(at(1))] {
             assert_eq!(
-                decide(pending, &listed, at(100), WINDOW),
+                decide(pending, &listed, Some(at(100)), at(100), WINDOW),
                 CreateDecision::Adopt {
                     id: "vm-1".into(),
                     extra: vec![]
@@ -129,7 +142,7 @@ mod tests {
     #[test]
     fn a_recent_unlisted_attempt_waits_for_the_list() {
         assert_eq!(
-            decide(Some(at(90)), &[], at(100), WINDOW),
+            decide(Some(at(90)), &[], Some(at(100)), at(100), WINDOW),
             CreateDecision::WaitForList {
                 recheck_after: Duration::from_secs(20)
             }
@@ -139,19 +152,33 @@ mod tests {
     #[test]
     fn an_old_unlisted_attempt_is_retried() {
         assert_eq!(
-            decide(Some(at(60)), &[], at(100), WINDOW),
+            decide(Some(at(60)), &[], Some(at(99)), at(100), WINDOW),
             CreateDecision::RetryCreate
         );
         assert_eq!(
-            decide(Some(at(70)), &[], at(100), WINDOW),
+            decide(Some(at(70)), &[], Some(at(100)), at(100), WINDOW),
             CreateDecision::RetryCreate
         );
     }
 
     #[test]
+    fn a_list_sent_before_the_window_passed_proves_nothing() {
+        // The window has passed, but the latest list is older: lists failed or ran late.
+        for listed in [None, Some(at(65)), Some(at(89))] {
+            assert!(
+                matches!(
+                    decide(Some(at(60)), &[], listed, at(100), WINDOW),
+                    CreateDecision::WaitForList { .. }
+                ),
+                "{listed:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_clock_going_backwards_never_triggers_a_retry() {
         assert!(matches!(
-            decide(Some(at(200)), &[], at(100), WINDOW),
+            decide(Some(at(200)), &[], Some(at(100)), at(100), WINDOW),
             CreateDecision::WaitForList { .. }
         ));
     }
@@ -164,7 +191,7 @@ mod tests {
             found("vm-c", None),
         ];
         assert_eq!(
-            decide(None, &listed, at(100), WINDOW),
+            decide(None, &listed, Some(at(100)), at(100), WINDOW),
             CreateDecision::Adopt {
                 id: "vm-a".into(),
                 extra: vec!["vm-b".into(), "vm-c".into()]

@@ -96,10 +96,22 @@ impl From<crate::observer::ListFailure> for Error {
     }
 }
 
+/// A 409 answered to a create call: the cloud refused to create as things stand (e.g. not
+/// enough GPUs in stock in the region). A duplicate name is left out: it means an earlier
+/// create of ours happened, and the list will show it to be adopted.
+fn is_create_conflict(error: &CloudError) -> bool {
+    matches!(error, CloudError::Conflict { operation, code, .. }
+        if operation.name().starts_with("Create")
+            && code != gpucloud_cloud::model::error_code::DUPLICATE_NAME)
+}
+
 impl Error {
     pub fn category(&self) -> Category {
         match self {
             Error::Cloud(CloudError::Unauthorized { .. }) => Category::Terminal,
+            // A create refused as things stand (no stock in the region): asking again at once
+            // gets the same answer, so it waits for a change or the periodic recheck.
+            Error::Cloud(e) if is_create_conflict(e) => Category::Terminal,
             Error::Cloud(e) => match e.class() {
                 gpucloud_cloud::ErrorClass::Transient => Category::Transient,
                 gpucloud_cloud::ErrorClass::Terminal => Category::Terminal,
@@ -127,6 +139,7 @@ impl Error {
     /// The condition reason for this failure; one of `conditions::reason`.
     pub fn reason(&self) -> &'static str {
         match self {
+            Error::Cloud(e) if is_create_conflict(e) => reason::CREATE_REFUSED,
             Error::Cloud(e) => match e {
                 CloudError::Unauthorized { .. } => reason::CREDENTIALS_INVALID,
                 CloudError::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
@@ -171,6 +184,24 @@ impl Error {
     /// refused certainly made nothing.
     pub fn is_definite_refusal(&self) -> bool {
         matches!(self, Error::Cloud(e) if e.is_terminal())
+    }
+
+    /// A write refused because the object changed since it was read (409 from the API server):
+    /// the next reconcile reads it afresh, so this is no sign of trouble to back off from.
+    pub fn is_stale_write(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(status)) => status.code == 409,
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_stale_write(),
+                kube::runtime::finalizer::Error::AddFinalizer(kube::Error::Api(status))
+                | kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(status)) => {
+                    status.code == 409
+                }
+                _ => false,
+            },
+            _ => false,
+        }
     }
 
     /// Whether the reconcile waits for a referenced object: the watch on that object's kind

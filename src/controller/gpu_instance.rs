@@ -107,8 +107,7 @@ impl ManagedKind for GpuInstance {
         let gpu_type = spec.gpu_type.clone().ok_or_else(|| {
             Error::InvalidSpec("spec.gpuType is required unless spec.source is set".into())
         })?;
-        let gpu_count = u32::try_from(spec.gpu_count.unwrap_or(1))
-            .map_err(|_| Error::InvalidSpec("spec.gpuCount must be positive".into()))?;
+        let gpu_count = gpu_count(spec)?;
         let image_id = match (&spec.os_image, &spec.image_ref) {
             (Some(os), None) => os.clone(),
             (None, Some(image)) => {
@@ -151,20 +150,7 @@ impl ManagedKind for GpuInstance {
                 (None, None) => None,
             },
         };
-        let request = CreateInstanceRequest {
-            // `create` names it.
-            name: String::new(),
-            region: spec.region.clone(),
-            gpu_type,
-            gpu_count,
-            image_id,
-            tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
-            ssh_key_ids,
-            startup_script,
-            startup_script_id: None,
-            public_ip: Some(spec.public_ip),
-            volume_ids: Vec::new(),
-        };
+        let request = create_request(spec, gpu_type, image_id, ssh_key_ids, startup_script)?;
         Ok(InstancePlan::Create(Box::new(request)))
     }
 
@@ -555,6 +541,38 @@ async fn config_map_value(
         .and_then(|d| d.get(key))
         .cloned()
         .ok_or_else(|| waiting(format!("it has no key {key:?}")))
+}
+
+/// The GPU count a spec asks for: one when left out.
+fn gpu_count(spec: &gpucloud_api::GpuInstanceSpec) -> Result<u32, Error> {
+    u32::try_from(spec.gpu_count.unwrap_or(1))
+        .ok()
+        .filter(|count| *count > 0)
+        .ok_or_else(|| Error::InvalidSpec("spec.gpuCount must be positive".into()))
+}
+
+/// The create request of a spec whose references are resolved (unnamed: `create` names it).
+/// Pure, so the mapping is tested without a cloud.
+pub(crate) fn create_request(
+    spec: &gpucloud_api::GpuInstanceSpec,
+    gpu_type: String,
+    image_id: String,
+    ssh_key_ids: Vec<String>,
+    startup_script: Option<String>,
+) -> Result<CreateInstanceRequest, Error> {
+    Ok(CreateInstanceRequest {
+        name: String::new(),
+        region: spec.region.clone(),
+        gpu_type,
+        gpu_count: gpu_count(spec)?,
+        image_id,
+        tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
+        ssh_key_ids,
+        startup_script,
+        startup_script_id: None,
+        public_ip: Some(spec.public_ip),
+        volume_ids: Vec::new(),
+    })
 }
 
 /// Rules in the spec the cloud lacks, and rules the cloud has that the spec does not name.

@@ -25,4 +25,7 @@ pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;
 
+#[cfg(test)]
+mod mapping_props;
+
 pub use error::{Category, Error};

@@ -12,11 +12,18 @@
 //!   namespace, name and uid give (`naming::cloud_name`), which covers an object whose pending
 //!   mark was lost between create and record.
 //!
+//! - by the record of resources left in the cloud on purpose: an object deleted with
+//!   `deletionPolicy: Orphan` (or `ObserveOnly`) writes its id and cloud name into the ConfigMap
+//!   [`RELEASED_CONFIGMAP`] in the operator's namespace before its finalizer goes, because the
+//!   name of such a resource still carries the mark. Entries are pruned once the resource is
+//!   gone from the cloud.
+//!
 //! What is left and older than `grace_period` (the cloud's creation time, or when the sweeper
 //! first saw it if the cloud gives none) is reported: a warning log line per resource and one
 //! Kubernetes Event per sweep regarding the summary object (the Lease named after the
-//! operator, in its namespace). With `delete` set, those resources are deleted too. Resources
-//! without the mark are never touched.
+//! operator, in its namespace). With `delete` set, those resources are deleted too (a volume
+//! is detached and a firewall detached from every machine first, since the cloud refuses to
+//! delete them while attached). Resources without the mark are never touched.
 //!
 //! The cloud is listed before the objects, so a resource whose object was created during the
 //! sweep is still claimed; a sweep that cannot list every kind's objects reports and deletes
@@ -33,12 +40,12 @@ use gpucloud_api::{
 };
 use gpucloud_cloud::CloudClient;
 use gpucloud_cloud::Error as CloudError;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, ResourceExt};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,6 +56,9 @@ pub const REASON_FOUND: &str = "OrphansFound";
 pub const REASON_DELETED: &str = "OrphansDeleted";
 /// Event reason of a sweep whose deletes failed (retried on the next sweep).
 pub const REASON_DELETE_FAILED: &str = "OrphanDeleteFailed";
+
+/// ConfigMap (in the operator's namespace) recording resources left in the cloud on purpose.
+pub const RELEASED_CONFIGMAP: &str = "gpucloud-operator-released";
 
 /// Longest list of resources an Event names; the rest are counted.
 const EVENT_LIST_LIMIT: usize = 20;
@@ -131,16 +141,45 @@ impl CloudKind {
     async fn list(self, client: &CloudClient) -> Result<Vec<Candidate>, CloudError> {
         let client = client.clone();
         Ok(match self {
-            CloudKind::Instance => candidates(self, records::Instances::list(client).await?),
-            CloudKind::Firewall => candidates(self, records::Firewalls::list(client).await?),
-            CloudKind::Image => candidates(self, records::Images::list(client).await?),
-            CloudKind::Snapshot => candidates(self, records::Snapshots::list(client).await?),
-            CloudKind::Volume => candidates(self, records::Volumes::list(client).await?),
-            CloudKind::SshKey => candidates(self, records::SshKeys::list(client).await?),
+            CloudKind::Instance => {
+                candidates(self, records::Instances::list(client).await?, no_hold)
+            }
+            CloudKind::Firewall => candidates(self, records::Firewalls::list(client).await?, |f| {
+                if f.attachments.is_empty() {
+                    Hold::None
+                } else {
+                    Hold::FirewallAttached
+                }
+            }),
+            CloudKind::Image => candidates(self, records::Images::list(client).await?, no_hold),
+            CloudKind::Snapshot => {
+                candidates(self, records::Snapshots::list(client).await?, no_hold)
+            }
+            CloudKind::Volume => {
+                candidates(self, records::Volumes::list(client).await?, |v| {
+                    match v.instance_id.as_deref() {
+                        Some(vm) if !vm.is_empty() => Hold::VolumeAttached(vm.to_string()),
+                        _ => Hold::None,
+                    }
+                })
+            }
+            CloudKind::SshKey => candidates(self, records::SshKeys::list(client).await?, no_hold),
         })
     }
 
-    async fn delete(self, client: &CloudClient, id: &str) -> Result<(), CloudError> {
+    /// Deletes an orphan, releasing first what the cloud would refuse the delete for.
+    async fn delete(self, client: &CloudClient, id: &str, hold: &Hold) -> Result<(), CloudError> {
+        let released = match hold {
+            Hold::None => Ok(()),
+            Hold::VolumeAttached(vm) => {
+                client.detach_volumes(vm, &[id.to_string()]).await.map(drop)
+            }
+            Hold::FirewallAttached => client.attach_firewall(id, &[]).await.map(drop),
+        };
+        match released {
+            Ok(()) | Err(CloudError::NotFound { .. }) => {}
+            Err(other) => return Err(other),
+        }
         let result = match self {
             CloudKind::Instance => client.delete_instance(id).await.map(drop),
             CloudKind::Firewall => client.delete_firewall(id).await.map(drop),
@@ -171,6 +210,24 @@ impl fmt::Display for CloudKind {
     }
 }
 
+/// What must be undone before the cloud lets a resource be deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Hold {
+    None,
+    /// A volume attached to this machine.
+    VolumeAttached(String),
+    /// A firewall attached to machines.
+    FirewallAttached,
+}
+
+fn is_going(state: &str) -> bool {
+    state.eq_ignore_ascii_case("deleting") || state.eq_ignore_ascii_case("deleted")
+}
+
+fn no_hold<R>(_: &R) -> Hold {
+    Hold::None
+}
+
 /// A marked resource as listed.
 #[derive(Debug, Clone)]
 struct Candidate {
@@ -178,17 +235,24 @@ struct Candidate {
     id: String,
     name: String,
     created_at: Option<Timestamp>,
+    hold: Hold,
 }
 
-fn candidates<R: CloudRecord>(kind: CloudKind, records: Vec<R>) -> Vec<Candidate> {
+fn candidates<R: CloudRecord>(
+    kind: CloudKind,
+    records: Vec<R>,
+    hold: impl Fn(&R) -> Hold,
+) -> Vec<Candidate> {
     records
         .into_iter()
-        .filter(|r| naming::carries_mark(r.name()))
+        // A resource already being deleted is on its way out, not an orphan.
+        .filter(|r| naming::carries_mark(r.name()) && !is_going(&r.state()))
         .map(|r| Candidate {
             kind,
             id: r.id().to_string(),
             name: r.name().to_string(),
             created_at: r.created_at(),
+            hold: hold(&r),
         })
         .collect()
 }
@@ -233,16 +297,24 @@ pub struct SweepReport {
     pub list_errors: Vec<String>,
 }
 
-/// What objects claim: cloud ids and cloud names.
+/// What objects claim: cloud ids and cloud names, and what was released on purpose (as
+/// keys of [`RELEASED_CONFIGMAP`]).
 #[derive(Debug, Default)]
 struct Claims {
     ids: HashSet<String>,
     names: HashSet<String>,
+    /// Keys of the released record, with when each was written.
+    released: HashMap<String, Option<Timestamp>>,
 }
 
 impl Claims {
     fn claims(&self, candidate: &Candidate) -> bool {
-        self.ids.contains(&candidate.id) || self.names.contains(&candidate.name)
+        self.ids.contains(&candidate.id)
+            || self.names.contains(&candidate.name)
+            || self.released.contains_key(&released_id_key(&candidate.id))
+            || self
+                .released
+                .contains_key(&released_name_key(&candidate.name))
     }
 
     fn add<K: ManagedKind>(&mut self, object: &K) {
@@ -260,6 +332,109 @@ impl Claims {
             &object.name_any(),
             object.uid().as_deref().unwrap_or_default(),
         ));
+    }
+}
+
+/// Key of a released cloud id in [`RELEASED_CONFIGMAP`] (ConfigMap keys allow
+/// `[-._a-zA-Z0-9]`; anything else becomes `_`).
+fn released_id_key(id: &str) -> String {
+    format!("id.{}", configmap_key(id))
+}
+
+/// Key of a released cloud name in [`RELEASED_CONFIGMAP`].
+fn released_name_key(name: &str) -> String {
+    format!("name.{}", configmap_key(name))
+}
+
+fn configmap_key(raw: &str) -> String {
+    raw.chars()
+        .take(240)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// When an entry of the released record was written: its value ends with the time.
+fn released_at(value: &str) -> Option<Timestamp> {
+    value.rsplit(' ').next()?.parse().ok()
+}
+
+/// Records that `object`'s cloud resource is left in the cloud on purpose, so the sweeper never
+/// counts it as an orphan: its recorded and adopted ids and every name it may carry.
+pub async fn record_released<K: ManagedKind>(
+    client: &kube::Client,
+    operator_namespace: &str,
+    object: &K,
+) -> Result<(), kube::Error> {
+    let status = object.cloud_status();
+    let namespace = object.namespace().unwrap_or_default();
+    let mut keys: Vec<String> = Vec::new();
+    keys.extend(status.external_id.as_deref().map(released_id_key));
+    keys.extend(
+        object
+            .annotations()
+            .get(EXTERNAL_ID_ANNOTATION)
+            .map(|id| released_id_key(id)),
+    );
+    keys.extend(status.cloud_name.as_deref().map(released_name_key));
+    keys.extend(
+        status
+            .pending_create
+            .as_ref()
+            .map(|p| released_name_key(&p.cloud_name)),
+    );
+    keys.push(released_name_key(&naming::cloud_name(
+        &namespace,
+        &object.name_any(),
+        object.uid().as_deref().unwrap_or_default(),
+    )));
+    let value = format!(
+        "{} {}/{} {}",
+        K::kind(&()),
+        namespace,
+        object.name_any(),
+        Timestamp::now()
+    );
+    let data: BTreeMap<String, String> = keys.into_iter().map(|k| (k, value.clone())).collect();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), operator_namespace);
+    let patch = serde_json::json!({ "data": data });
+    match api
+        .patch(
+            RELEASED_CONFIGMAP,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        other => return other.map(drop),
+    }
+    let map = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(RELEASED_CONFIGMAP.into()),
+            namespace: Some(operator_namespace.into()),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &map).await {
+        Ok(_) => Ok(()),
+        // Created meanwhile by another cleanup: merge into it.
+        Err(kube::Error::Api(status)) if status.code == 409 => api
+            .patch(
+                RELEASED_CONFIGMAP,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(drop),
+        Err(error) => Err(error),
     }
 }
 
@@ -355,6 +530,7 @@ impl OrphanSweeper {
         let claims = self.claims().await?;
         let now = Timestamp::now();
         let mut seen_keys = HashSet::new();
+        let mut holds: HashMap<String, Hold> = HashMap::new();
         for (account, candidates) in &listed {
             for candidate in candidates {
                 if claims.claims(candidate) {
@@ -378,6 +554,7 @@ impl OrphanSweeper {
                 if age < self.settings.grace_period {
                     continue;
                 }
+                holds.insert(candidate.id.clone(), candidate.hold.clone());
                 report.orphans.push(Orphan {
                     account: account.fingerprint.clone(),
                     kind: candidate.kind,
@@ -392,6 +569,9 @@ impl OrphanSweeper {
             .unwrap_or_else(|p| p.into_inner())
             // After a failed list, resources not listed may still exist: keep their times.
             .retain(|key, _| seen_keys.contains(key) || !report.list_errors.is_empty());
+        if report.list_errors.is_empty() {
+            self.prune_released(&claims, &listed).await;
+        }
         for orphan in &report.orphans {
             tracing::warn!(
                 account = %orphan.account,
@@ -410,7 +590,8 @@ impl OrphanSweeper {
                 else {
                     continue;
                 };
-                match orphan.kind.delete(&account.client, &orphan.id).await {
+                let hold = holds.get(&orphan.id).unwrap_or(&Hold::None);
+                match orphan.kind.delete(&account.client, &orphan.id, hold).await {
                     Ok(()) => {
                         tracing::info!(kind = %orphan.kind, id = %orphan.id, "orphan deleted");
                         report.deleted.push(orphan.clone());
@@ -461,7 +642,61 @@ impl OrphanSweeper {
         self.claims_of::<Image>(&mut claims).await?;
         self.claims_of::<Firewall>(&mut claims).await?;
         self.claims_of::<SshKey>(&mut claims).await?;
+        let api: Api<ConfigMap> =
+            Api::namespaced(self.client.clone(), &self.settings.summary_namespace);
+        let released =
+            api.get_opt(RELEASED_CONFIGMAP)
+                .await
+                .map_err(|source| Error::ListObjects {
+                    kind: "ConfigMap",
+                    source,
+                })?;
+        for (key, value) in released.and_then(|m| m.data).unwrap_or_default() {
+            claims.released.insert(key, released_at(&value));
+        }
         Ok(claims)
+    }
+
+    /// Drops entries of the released record whose resource no longer exists in any account
+    /// (only after a sweep that listed everything, and only entries older than the grace
+    /// period, so a resource still on its way into the lists keeps its entry).
+    async fn prune_released(&self, claims: &Claims, listed: &[(Arc<Account>, Vec<Candidate>)]) {
+        let mut live: HashSet<String> = HashSet::new();
+        for (_, candidates) in listed {
+            for candidate in candidates {
+                live.insert(released_id_key(&candidate.id));
+                live.insert(released_name_key(&candidate.name));
+            }
+        }
+        let now = Timestamp::now();
+        let stale: BTreeMap<String, serde_json::Value> = claims
+            .released
+            .iter()
+            .filter(|(key, at)| {
+                !live.contains(*key)
+                    && at.is_some_and(|at| {
+                        Duration::try_from(now.duration_since(at)).unwrap_or(Duration::ZERO)
+                            >= self.settings.grace_period
+                    })
+            })
+            .map(|(key, _)| (key.clone(), serde_json::Value::Null))
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        let api: Api<ConfigMap> =
+            Api::namespaced(self.client.clone(), &self.settings.summary_namespace);
+        let patch = serde_json::json!({ "data": stale });
+        if let Err(error) = api
+            .patch(
+                RELEASED_CONFIGMAP,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            tracing::debug!(%error, "orphan sweep: released record not pruned");
+        }
     }
 
     async fn claims_of<K: ManagedKind>(&self, claims: &mut Claims) -> Result<(), Error> {
@@ -578,6 +813,7 @@ mod tests {
             id: id.into(),
             name: name.into(),
             created_at: None,
+            hold: Hold::None,
         }
     }
 

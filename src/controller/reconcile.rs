@@ -255,15 +255,18 @@ async fn create_step<K: ManagedKind>(
         .collect();
     let pending_since = status.pending_create.as_ref().map(|p| p.started_at.0);
     let observer = cx.observer(account);
-    // The list's age, not the clock's, decides whether a lost create would show by now: a
-    // list sent before the create had settled (stale after failed lists, or a slow operator)
-    // proves nothing, however late it is read.
-    let listed_at = snapshot.listed_at.map_or(Timestamp::UNIX_EPOCH, |sent| {
-        Timestamp::now()
-            .checked_sub(sent.elapsed())
-            .unwrap_or(Timestamp::UNIX_EPOCH)
+    // The list's wall-clock time, for comparison with the recorded attempt.
+    let listed_at = snapshot.listed_at.and_then(|at| {
+        let age = k8s_openapi::jiff::SignedDuration::try_from(at.elapsed()).ok()?;
+        Timestamp::now().checked_sub(age).ok()
     });
-    match create::decide(pending_since, &found, listed_at, cx.settings.settle_window) {
+    match create::decide(
+        pending_since,
+        &found,
+        listed_at,
+        Timestamp::now(),
+        cx.settings.settle_window,
+    ) {
         CreateDecision::Adopt { id, extra } => {
             if !extra.is_empty() {
                 publish(
@@ -426,6 +429,10 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     if managed.deletion_policy == DeletionPolicy::Orphan
         || managed.management_policy == ManagementPolicy::ObserveOnly
     {
+        // Recorded before the finalizer goes, so the orphan sweeper never takes a resource
+        // kept on purpose for a leaked one (its name still carries the operator's mark).
+        crate::orphans::record_released(&cx.client, &cx.settings.operator_namespace, &*object)
+            .await?;
         publish(
             cx,
             &object,
@@ -570,8 +577,21 @@ async fn report_failure<K: ManagedKind>(
         )
         .await;
     }
-    // The object may be gone or stale; the next reconcile reports again.
-    let _ = write_status(api, object, status, None, &outcome).await;
+    match write_status(api, object, status, None, &outcome).await {
+        // The reconcile itself wrote the status (a create's intent) before it failed, so the
+        // copy it started from is stale: report on the stored object, or a failure after the
+        // intent (a create the cloud refused) would never show.
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
+            if let Ok(Some(fresh)) = api.get_opt(&object.name_any()).await
+                && fresh.meta().generation == object.meta().generation
+            {
+                let status = fresh.cloud_status();
+                let _ = write_status(api, &fresh, status, None, &outcome).await;
+            }
+        }
+        // The object may be gone; the next reconcile reports again.
+        _ => {}
+    }
 }
 
 /// Whether `outcome` would change the `Ready` condition's status or reason: events are sent

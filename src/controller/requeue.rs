@@ -45,6 +45,11 @@ impl RequeuePolicy {
 
     /// The delay before the next attempt for `object` after `error`, counting the failure.
     pub fn after_failure(&self, object: &str, error: &Error) -> Duration {
+        if error.is_stale_write() {
+            // Not counted: conflicts come with every busy control plane, and counting them
+            // would push an object's next attempt out by minutes for no failure at all.
+            return Duration::from_secs(1).min(self.transient.cap);
+        }
         match error.category() {
             Category::Terminal => self.terminal_recheck,
             Category::Waiting => self.waiting,
@@ -150,6 +155,25 @@ mod tests {
             policy.after_failure("ns/a", &waiting),
             Duration::from_secs(5)
         );
+        assert_eq!(policy.failures("ns/a"), 0);
+    }
+
+    #[test]
+    fn stale_writes_retry_soon_and_do_not_count() {
+        let policy = RequeuePolicy::default();
+        let conflict = || {
+            let status = kube::core::Status::failure("the object has been modified", "Conflict")
+                .with_code(409);
+            Error::Finalizer(Box::new(kube::runtime::finalizer::Error::ApplyFailed(
+                Error::Kube(kube::Error::Api(Box::new(status))),
+            )))
+        };
+        for _ in 0..10 {
+            assert_eq!(
+                policy.after_failure("ns/a", &conflict()),
+                Duration::from_secs(1)
+            );
+        }
         assert_eq!(policy.failures("ns/a"), 0);
     }
 }

@@ -62,8 +62,6 @@ impl ManagedKind for Volume {
         cx: &Context<Self>,
         _account: &Account,
     ) -> Result<VolumePlan, Error> {
-        let size = u64::try_from(self.spec.size_gb)
-            .map_err(|_| Error::InvalidSpec("spec.sizeGb must be positive".into()))?;
         if let Some(source) = &self.spec.source {
             let namespace = self.namespace().unwrap_or_default();
             if source.volume_ref.name == self.name_any() {
@@ -80,15 +78,7 @@ impl ManagedKind for Volume {
             .await?;
             return Ok(VolumePlan::Clone { source_id });
         }
-        Ok(VolumePlan::Create(CreateVolumeRequest {
-            // `create` names it.
-            name: String::new(),
-            size,
-            region: self.spec.region.clone(),
-            volume_type: Some(self.spec.volume_type.clone()),
-            tier: Some(CloudTier::from_wire(self.spec.tier.cloud_value())),
-            bootable: Some(self.spec.bootable),
-        }))
+        Ok(VolumePlan::Create(create_request(&self.spec)?))
     }
 
     async fn create(
@@ -241,4 +231,23 @@ async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> 
         Err(waiting @ Error::WaitingFor { .. }) => Ok(Target::Waiting(waiting)),
         Err(other) => Err(other),
     }
+}
+
+/// The create request a spec asks for (unnamed: `create` names it). Pure, so the mapping is
+/// tested without a cloud.
+pub(crate) fn create_request(
+    spec: &gpucloud_api::VolumeSpec,
+) -> Result<CreateVolumeRequest, Error> {
+    let size = u64::try_from(spec.size_gb)
+        .ok()
+        .filter(|size| *size > 0)
+        .ok_or_else(|| Error::InvalidSpec("spec.sizeGb must be positive".into()))?;
+    Ok(CreateVolumeRequest {
+        name: String::new(),
+        size,
+        region: spec.region.clone(),
+        volume_type: Some(spec.volume_type.clone()),
+        tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
+        bootable: Some(spec.bootable),
+    })
 }

@@ -14,6 +14,11 @@ fn string() -> Value {
     json!({ "type": "string" })
 }
 
+/// A string the service refuses when empty (a region, a GPU type, an id it looks up).
+fn non_empty() -> Value {
+    json!({ "type": "string", "minLength": 1 })
+}
+
 fn integer() -> Value {
     json!({ "type": "integer", "minimum": 0 })
 }
@@ -63,7 +68,7 @@ fn rule_schema(with_id: bool) -> Value {
         "direction": r("Direction"),
         "protocol": r("Protocol"),
         "ethertype": r("Ethertype"),
-        "remote_ip_prefix": { "type": "string", "description": "CIDR matching the ethertype" },
+        "remote_ip_prefix": { "type": "string", "minLength": 1, "description": "CIDR matching the ethertype" },
         "port_range_min": { "type": "integer", "minimum": 1, "maximum": 65535, "nullable": true },
         "port_range_max": { "type": "integer", "minimum": 1, "maximum": 65535, "nullable": true },
     });
@@ -225,9 +230,9 @@ fn schemas() -> Value {
             "currency": string(), "created_at": { "type": "string", "format": "date-time" },
         })),
         "CreateInstanceRequest": object(&["name", "region", "gpu_type", "gpu_count", "image_id"], json!({
-            "name": name_schema(), "region": string(), "gpu_type": string(),
+            "name": name_schema(), "region": non_empty(), "gpu_type": non_empty(),
             "gpu_count": { "type": "integer", "minimum": 1 },
-            "image_id": { "type": "string", "description": "OS image id or custom image id" },
+            "image_id": { "type": "string", "minLength": 1, "description": "OS image id or custom image id" },
             "tier": r("Tier"), "ssh_key_ids": array(string()),
             "startup_script": { "type": "string", "description": "inline script; exclusive with startup_script_id" },
             "startup_script_id": string(),
@@ -237,7 +242,7 @@ fn schemas() -> Value {
         "CreateVolumeRequest": object(&["name", "size", "region"], json!({
             "name": name_schema(),
             "size": { "type": "integer", "minimum": 1, "maximum": crate::engine::MAX_VOLUME_GB },
-            "region": string(),
+            "region": non_empty(),
             "volume_type": { "type": "string", "enum": ["NVMe", "SSD"], "default": "NVMe" },
             "tier": r("Tier"),
             "bootable": { "type": "boolean", "default": false },
@@ -317,7 +322,7 @@ fn operation_doc(op: Operation) -> OperationDoc {
             Some(object(
                 &["gpu_type", "gpu_count"],
                 json!({
-                    "gpu_type": string(), "gpu_count": { "type": "integer", "minimum": 1 },
+                    "gpu_type": non_empty(), "gpu_count": { "type": "integer", "minimum": 1 },
                     "hours": { "type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 8784, "default": 1 },
                 }),
             )),
@@ -664,7 +669,7 @@ fn operation_doc(op: Operation) -> OperationDoc {
             Some(object(
                 &["name", "region"],
                 json!({
-                    "name": name_schema(), "region": string(),
+                    "name": name_schema(), "region": non_empty(),
                     "description": { "type": "string", "maxLength": 1024 },
                     "rules": array(r("NewRule")),
                 }),
@@ -721,7 +726,7 @@ fn operation_doc(op: Operation) -> OperationDoc {
                 &["name"],
                 json!({
                     "name": name_schema(),
-                    "public_key": { "type": "string", "description": "OpenSSH public key line" },
+                    "public_key": { "type": "string", "nullable": true, "description": "OpenSSH public key line; omitted or null generates a pair" },
                 }),
             )),
             json!({ "allOf": [r("Envelope"), r("SshKey"), { "type": "object", "properties": {
@@ -869,7 +874,7 @@ fn operation_doc(op: Operation) -> OperationDoc {
             Some(object(
                 &["model", "messages"],
                 json!({
-                    "model": string(),
+                    "model": non_empty(),
                     "messages": array(object(&["role", "content"], json!({
                         "role": enumeration(&["system", "user", "assistant"]), "content": string(),
                     }))),

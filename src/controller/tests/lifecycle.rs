@@ -171,5 +171,12 @@ async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account
         cloud.instances
     );
     assert!(cloud.ssh_keys.is_empty(), "key left in the cloud");
+    // The Secrets holding the private key go with the objects that own them.
+    eventually(30, "private-key Secrets garbage-collected", || async {
+        let connection = secrets.get_opt("train-1-ssh").await.unwrap();
+        let key = secrets.get_opt(&secret_name).await.unwrap();
+        (connection.is_none() && key.is_none()).then_some(())
+    })
+    .await;
     env.stop_operator().await;
 }

@@ -60,6 +60,7 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
                 hot_window: Duration::from_secs(10),
                 first_list_timeout: Duration::from_secs(10),
             },
+            operator_namespace: OPERATOR_NAMESPACE.into(),
         },
         reporter: "gpucloud-operator".into(),
         orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),

@@ -1,0 +1,397 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The orphan sweeper against leaks made the way they happen: the operator is killed after a
+//! create call and before the id is recorded, then the object's finalizer is removed by hand
+//! and the object deleted, so the pending-create mark goes with it. One sweep must find
+//! exactly those resources, report them (the sweep report and an Event on the summary object),
+//! leave foreign, claimed and deliberately orphaned resources alone, respect the grace period,
+//! and with `delete` remove them (detaching what the cloud would refuse to delete) so their
+//! billing stops.
+
+mod support;
+
+use gpucloud_api::*;
+use gpucloud_apiserver::faults::{ApiFaultPlan, ApiFaults};
+use gpucloud_cloud::model::CreateVolumeRequest;
+use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
+use gpucloud_controller::account::{Accounts, SecretLocation};
+use gpucloud_controller::orphans::{
+    CloudKind, OrphanSweepSettings, OrphanSweeper, REASON_DELETED, REASON_FOUND, RELEASED_CONFIGMAP,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use support::*;
+use tokio::sync::Notify;
+
+/// Makes every status write fail from the moment a create call returns: the operator can
+/// never record the id, exactly as if it had been killed right after the call.
+struct LoseTheRecord {
+    faults: Arc<ApiFaults>,
+    armed: AtomicBool,
+    fired: Notify,
+}
+
+impl CallObserver for LoseTheRecord {
+    fn on_call(&self, operation: Operation, _outcome: &CallOutcome, _elapsed: Duration) {
+        if operation.name().starts_with("Create") && self.armed.swap(false, Ordering::SeqCst) {
+            self.faults
+                .set_plan(ApiFaultPlan {
+                    status_conflict_rate: 1.0,
+                    ..ApiFaultPlan::default()
+                })
+                .unwrap();
+            self.fired.notify_one();
+        }
+    }
+}
+
+/// Creates `object`, kills the operator between its create call and the record of the id,
+/// and returns the object as the API server holds it then.
+async fn create_then_crash<K>(env: &mut Env, lose: &Arc<LoseTheRecord>, object: K) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Managed
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let mut config = test_config(&env.simulator);
+    config.cloud.observer = Some(lose.clone());
+    lose.armed.store(true, Ordering::SeqCst);
+    env.start_operator(config);
+    create(env, &object).await;
+    within(30, lose.fired.notified())
+        .await
+        .expect("no create call");
+    env.kill_operator().await;
+    env.apiserver
+        .faults()
+        .set_plan(ApiFaultPlan::default())
+        .unwrap();
+    let name = object.name_any();
+    let stored = env.api::<K>().get(&name).await.unwrap();
+    let status = stored.cloud_status();
+    assert!(
+        status.pending_create.is_some() && status.external_id.is_none(),
+        "{name}: expected a pending create without an id, got {status:?}"
+    );
+    stored
+}
+
+/// Deletes `name` the way people unstick a deletion: finalizers removed by hand.
+async fn delete_bypassing_finalizer<K>(env: &Env, name: &str)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let api = env.api::<K>();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    gone::<K>(env, name).await;
+}
+
+fn sweeper(env: &Env, grace_period: Duration, delete: bool) -> OrphanSweeper {
+    let config = test_config(&env.simulator);
+    let accounts = Arc::new(Accounts::new(
+        config.cloud,
+        env.client.clone(),
+        Some(SecretLocation {
+            namespace: OPERATOR_NAMESPACE.into(),
+            name: "gpucloud-credentials".into(),
+            key: "apiKey".into(),
+        }),
+    ));
+    OrphanSweeper::new(
+        env.client.clone(),
+        accounts,
+        Vec::new(),
+        OrphanSweepSettings {
+            interval: Duration::from_secs(600),
+            grace_period,
+            delete,
+            summary_namespace: OPERATOR_NAMESPACE.into(),
+            summary_name: "gpucloud-operator".into(),
+        },
+        "gpucloud-operator".into(),
+    )
+}
+
+/// Notes of the Events with `reason` regarding the summary Lease.
+async fn summary_events(env: &Env, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.involved_object.kind.as_deref() == Some("Lease")
+                && e.involved_object.name.as_deref() == Some("gpucloud-operator")
+        })
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_asked() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let lose = Arc::new(LoseTheRecord {
+        faults: env.apiserver.state().faults.clone(),
+        armed: AtomicBool::new(false),
+        fired: Notify::new(),
+    });
+    let cloud = cloud_client(&env);
+
+    // Leaks: created, operator killed before the id was recorded, object deleted by hand.
+    let lost_vm = create_then_crash(
+        &mut env,
+        &lose,
+        object::<GpuInstance>(
+            "lost-vm",
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
+                "osImage": "ubuntu-22.04-cuda-12"}),
+        ),
+    )
+    .await;
+    delete_bypassing_finalizer::<GpuInstance>(&env, "lost-vm").await;
+    let lost_vol = create_then_crash(
+        &mut env,
+        &lose,
+        object::<Volume>(
+            "lost-vol",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+        ),
+    )
+    .await;
+    delete_bypassing_finalizer::<Volume>(&env, "lost-vol").await;
+    let lost_fw = create_then_crash(
+        &mut env,
+        &lose,
+        object::<Firewall>(
+            "lost-fw",
+            serde_json::json!({"region": "us-east-1", "rules": []}),
+        ),
+    )
+    .await;
+    delete_bypassing_finalizer::<Firewall>(&env, "lost-fw").await;
+    // Same crash, object kept: its pending create still claims the key.
+    create_then_crash(
+        &mut env,
+        &lose,
+        object::<SshKey>("pending-key", serde_json::json!({})),
+    )
+    .await;
+
+    // Claimed: a Ready machine; deliberately left: a volume deleted with deletionPolicy Orphan.
+    env.start_operator(test_config(&env.simulator));
+    create(
+        &env,
+        &object::<GpuInstance>(
+            "ready-vm",
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
+                "osImage": "ubuntu-22.04-cuda-12"}),
+        ),
+    )
+    .await;
+    create(
+        &env,
+        &object::<Volume>(
+            "kept-vol",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 10, "deletionPolicy": "Orphan"}),
+        ),
+    )
+    .await;
+    let ready_vm = ready::<GpuInstance>(&env, "ready-vm").await;
+    let kept_id = ready::<Volume>(&env, "kept-vol")
+        .await
+        .cloud_status()
+        .external_id
+        .unwrap();
+    env.api::<Volume>()
+        .delete("kept-vol", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone::<Volume>(&env, "kept-vol").await;
+    env.stop_operator().await;
+    let released: Api<ConfigMap> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    let released = released.get(RELEASED_CONFIGMAP).await.unwrap();
+    assert!(
+        released
+            .data
+            .unwrap_or_default()
+            .contains_key(&format!("id.{kept_id}")),
+        "the deliberately orphaned volume is not recorded as released"
+    );
+
+    // Foreign resources: made by hand, no mark (one only looks like ours).
+    for name in ["hand-made-data", "gco-looks-like-ours"] {
+        cloud
+            .create_volume(&CreateVolumeRequest {
+                name: name.into(),
+                size: 5,
+                region: "us-east-1".into(),
+                volume_type: None,
+                tier: None,
+                bootable: None,
+            })
+            .await
+            .unwrap();
+    }
+
+    // The leaked volume and firewall are attached to the claimed machine: the cloud refuses to
+    // delete them as they are.
+    let vm_id = ready_vm.cloud_status().external_id.unwrap();
+    let state = env.simulator.state();
+    let id_named = |names: Vec<(String, String)>, cloud_name: &str| {
+        names
+            .into_iter()
+            .find(|(_, n)| n == cloud_name)
+            .map(|(id, _)| id)
+            .unwrap_or_else(|| panic!("{cloud_name} is not in the cloud"))
+    };
+    let cloud_name = |o: &dyn CloudNamed| o.pending_name();
+    let lost_vm_id = id_named(
+        state
+            .instances
+            .iter()
+            .map(|i| (i.instance_id.clone(), i.vm_name.clone()))
+            .collect(),
+        &cloud_name(&lost_vm),
+    );
+    let lost_vol_id = id_named(
+        state
+            .volumes
+            .iter()
+            .map(|v| (v.id.clone(), v.name.clone()))
+            .collect(),
+        &cloud_name(&lost_vol),
+    );
+    let lost_fw_id = id_named(
+        state
+            .firewalls
+            .iter()
+            .map(|f| (f.id.clone(), f.name.clone()))
+            .collect(),
+        &cloud_name(&lost_fw),
+    );
+    cloud
+        .attach_volumes(&vm_id, std::slice::from_ref(&lost_vol_id))
+        .await
+        .unwrap();
+    cloud
+        .attach_firewall(&lost_fw_id, std::slice::from_ref(&vm_id))
+        .await
+        .unwrap();
+    let before = env.simulator.state();
+
+    // Within the grace period nothing is an orphan yet.
+    let report = sweeper(&env, Duration::from_secs(15 * 60), false)
+        .sweep()
+        .await
+        .unwrap();
+    assert!(report.orphans.is_empty(), "{:?}", report.orphans);
+    assert_eq!(report.accounts.len(), 1);
+
+    // Past it, one report-only sweep finds exactly the three leaks.
+    let report = sweeper(&env, Duration::ZERO, false).sweep().await.unwrap();
+    let found: BTreeSet<(CloudKind, String)> = report
+        .orphans
+        .iter()
+        .map(|o| (o.kind, o.id.clone()))
+        .collect();
+    let leaked = BTreeSet::from([
+        (CloudKind::Instance, lost_vm_id.clone()),
+        (CloudKind::Volume, lost_vol_id.clone()),
+        (CloudKind::Firewall, lost_fw_id.clone()),
+    ]);
+    assert_eq!(found, leaked);
+    assert!(report.deleted.is_empty() && report.delete_failed.is_empty());
+    assert!(report.list_errors.is_empty(), "{:?}", report.list_errors);
+    let notes = summary_events(&env, REASON_FOUND).await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    for id in [&lost_vm_id, &lost_vol_id, &lost_fw_id] {
+        assert!(notes[0].contains(id.as_str()), "{id} not in {:?}", notes[0]);
+    }
+    assert!(notes[0].contains("--delete-orphans"), "{:?}", notes[0]);
+    assert!(!notes[0].contains(env.simulator.api_key()));
+    let after_report = env.simulator.state();
+    assert_eq!(after_report.instances.len(), before.instances.len());
+    assert_eq!(after_report.volumes.len(), before.volumes.len());
+    assert_eq!(after_report.firewalls.len(), before.firewalls.len());
+
+    // With delete set, the same sweep deletes them, detaching first.
+    let report = sweeper(&env, Duration::ZERO, true).sweep().await.unwrap();
+    assert!(
+        report.delete_failed.is_empty(),
+        "{:?}",
+        report.delete_failed
+    );
+    let deleted: BTreeSet<(CloudKind, String)> = report
+        .deleted
+        .iter()
+        .map(|o| (o.kind, o.id.clone()))
+        .collect();
+    assert_eq!(deleted, leaked);
+    assert_eq!(summary_events(&env, REASON_DELETED).await.len(), 1);
+
+    let state = env.simulator.state();
+    let instance = |id: &str| state.instances.iter().find(|i| i.instance_id == id);
+    assert!(
+        instance(&lost_vm_id).is_none_or(|i| i.status.to_string() == "DELETING"),
+        "the leaked machine is still there"
+    );
+    // Once its shutdown has run, only the claimed machine is billed.
+    env.simulator.advance_clock(Duration::from_secs(120));
+    let billed: Vec<String> = env
+        .simulator
+        .state()
+        .instance_billing
+        .into_iter()
+        .filter(|b| b.end_time.is_none())
+        .map(|b| b.instance_id)
+        .collect();
+    assert_eq!(billed, vec![vm_id.clone()], "billing did not stop");
+    assert!(!state.volumes.iter().any(|v| v.id == lost_vol_id));
+    assert!(!state.firewalls.iter().any(|f| f.id == lost_fw_id));
+    // Everything else stays.
+    assert!(instance(&vm_id).is_some_and(|i| i.status.to_string() == "ACTIVE"));
+    for name in ["hand-made-data", "gco-looks-like-ours"] {
+        assert!(state.volumes.iter().any(|v| v.name == name), "{name} gone");
+    }
+    assert!(
+        state.volumes.iter().any(|v| v.id == kept_id),
+        "kept-vol gone"
+    );
+    assert_eq!(state.ssh_keys.len(), before.ssh_keys.len());
+
+    // A later sweep finds nothing left (a machine still shutting down is not reported again).
+    let report = sweeper(&env, Duration::ZERO, true).sweep().await.unwrap();
+    assert!(report.orphans.is_empty(), "{:?}", report.orphans);
+}
+
+/// The cloud name an object's pending create recorded.
+trait CloudNamed {
+    fn pending_name(&self) -> String;
+}
+
+impl<K: Managed + Resource> CloudNamed for K {
+    fn pending_name(&self) -> String {
+        self.cloud_status().pending_create.unwrap().cloud_name
+    }
+}
