@@ -207,6 +207,9 @@ fn values_reach_the_operator_settings() {
             "Deployment",
             "ClusterRole",
             "ClusterRoleBinding",
+            // The record of released resources, in the operator's namespace.
+            "Role",
+            "RoleBinding",
             "ServiceAccount"
         ],
         "defaults: nothing optional"
