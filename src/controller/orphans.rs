@@ -40,6 +40,7 @@ use gpucloud_api::{
 };
 use gpucloud_cloud::CloudClient;
 use gpucloud_cloud::Error as CloudError;
+use gpucloud_telemetry::Metrics;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -196,17 +197,23 @@ impl CloudKind {
     }
 }
 
-impl fmt::Display for CloudKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match self {
+impl CloudKind {
+    /// The kind's name in logs, Events and the metric's `resource` label.
+    pub fn label(self) -> &'static str {
+        match self {
             CloudKind::Instance => "instance",
             CloudKind::Firewall => "firewall",
             CloudKind::Image => "image",
             CloudKind::Snapshot => "snapshot",
             CloudKind::Volume => "volume",
             CloudKind::SshKey => "ssh-key",
-        };
-        f.write_str(name)
+        }
+    }
+}
+
+impl fmt::Display for CloudKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
     }
 }
 
@@ -476,8 +483,9 @@ impl OrphanSweeper {
         }
     }
 
-    /// Sweeps every `interval` until `shutdown` resolves. Nothing when disabled.
-    pub async fn run(self, shutdown: BoxFuture<'static, ()>) {
+    /// Sweeps every `interval` until `shutdown` resolves, publishing each sweep's orphans by
+    /// resource kind in `metrics` (`gpucloud_orphaned_resources`). Nothing when disabled.
+    pub async fn run(self, metrics: Arc<Metrics>, shutdown: BoxFuture<'static, ()>) {
         if !self.settings.is_enabled() {
             return;
         }
@@ -490,8 +498,12 @@ impl OrphanSweeper {
         let sweeps = async {
             loop {
                 tokio::time::sleep(self.settings.interval).await;
-                if let Err(error) = self.sweep().await {
-                    tracing::warn!(%error, "orphan sweep skipped");
+                match self.sweep().await {
+                    Ok(report) => metrics.set_orphans(CloudKind::ALL.map(|kind| {
+                        let found = report.orphans.iter().filter(|o| o.kind == kind).count();
+                        (kind.label(), i64::try_from(found).unwrap_or(i64::MAX))
+                    })),
+                    Err(error) => tracing::warn!(%error, "orphan sweep skipped"),
                 }
             }
         };

@@ -90,7 +90,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             config.orphans.clone(),
             config.reporter.clone(),
         )
-        .run(shutdown.clone().boxed())
+        .run(config.metrics.clone(), shutdown.clone().boxed())
         .boxed(),
     );
     for scope in scopes {

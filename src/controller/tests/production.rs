@@ -8,6 +8,7 @@ mod support;
 use futures::FutureExt;
 use gpucloud_api::*;
 use gpucloud_controller::leader::LeaseSettings;
+use gpucloud_controller::orphans::OrphanSweepSettings;
 use gpucloud_controller::replica::{self, ReplicaSettings};
 use gpucloud_controller::run::OperatorConfig;
 use gpucloud_simulator::{FaultPlan, SimulatorConfig};
@@ -152,7 +153,21 @@ async fn event_reasons(env: &Env, name: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_probes_and_events_follow_a_whole_run() {
     let env = Env::without_operator(SimulatorConfig::default()).await;
-    let mut replica = Replica::start(&env, "replica-a", test_config(&env.simulator)).await;
+    // A resource with the operator's mark that no object claims, for the sweeper to count.
+    support::cloud_client(&env)
+        .create_ssh_key(&gpucloud_cloud::model::CreateSshKeyRequest {
+            name: "gco-gone-object-0123456789abcdef".into(),
+            public_key: None,
+        })
+        .await
+        .unwrap();
+    let mut config = test_config(&env.simulator);
+    config.orphans = OrphanSweepSettings {
+        interval: Duration::from_secs(1),
+        grace_period: Duration::ZERO,
+        ..OrphanSweepSettings::disabled()
+    };
+    let mut replica = Replica::start(&env, "replica-a", config).await;
     assert_eq!(replica.get("/healthz").await.0, 200);
 
     eventually(30, "ready once leading with synced caches", || async {
@@ -219,7 +234,8 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
             && sample(
                 &text,
                 r#"gpucloud_watch_restarts_total{kind="GpuInstance"}"#,
-            ) >= 1.0)
+            ) >= 1.0
+            && sample(&text, r#"gpucloud_orphaned_resources{resource="ssh-key"}"#) == 1.0)
             .then_some(text)
     })
     .await;
