@@ -565,6 +565,12 @@ async fn report_failure<K: ManagedKind>(
     cx: &Context<K>,
     error: &Error,
 ) {
+    if error.is_stale_write() {
+        // Not a failure: the object changed since it was read, and the retry (a second away)
+        // reads it again. Reporting it would change the object once more and make that retry
+        // stale too, for as long as the cache lags.
+        return;
+    }
     let outcome = error.outcome();
     let status = object.cloud_status();
     if changed_condition(&status, &outcome) {
@@ -584,6 +590,7 @@ async fn report_failure<K: ManagedKind>(
         Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
             if let Ok(Some(fresh)) = api.get_opt(&object.name_any()).await
                 && fresh.meta().generation == object.meta().generation
+                && changed_condition(&fresh.cloud_status(), &outcome)
             {
                 let status = fresh.cloud_status();
                 let _ = write_status(api, &fresh, status, None, &outcome).await;
