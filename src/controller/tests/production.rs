@@ -235,8 +235,10 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
                 &text,
                 r#"gpucloud_watch_restarts_total{kind="GpuInstance"}"#,
             ) >= 1.0
-            && sample(&text, r#"gpucloud_orphaned_resources{resource="ssh-key"}"#) == 1.0)
-            .then_some(text)
+            && sample(&text, r#"gpucloud_orphaned_resources{resource="ssh-key"}"#) == 1.0
+            // Read once per resync interval.
+            && text.contains("gpucloud_account_balance{account="))
+        .then_some(text)
     })
     .await;
     let moved = |series: &str| {
