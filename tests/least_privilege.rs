@@ -30,13 +30,13 @@ use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
 use gpucloud_cloud::model::CreateSshKeyRequest;
 use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
 use gpucloud_controller::cli::Args;
-use gpucloud_simulator::{Simulator, SimulatorConfig};
+use gpucloud_simulator::{FaultPlan, Simulator, SimulatorConfig};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 const OPERATOR_USER: &str = "system:serviceaccount:gpucloud-system:gpucloud-operator";
@@ -269,10 +269,36 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
         .await
         .unwrap();
 
+    // The cloud fails every Firewall create until each namespace's Firewall has reported it.
+    // That report meets the status its reconcile wrote just before the call (the create's
+    // intent) and so reads the stored object by name to report on it: a rule the chart must
+    // grant even though no object refers to a Firewall.
+    simulator.set_faults(FaultPlan {
+        error_rate_per_operation: BTreeMap::from([("CreateFirewall".to_string(), 1.0)]),
+        ..FaultPlan::default()
+    });
+    let refused_firewalls = async {
+        for namespace in namespaces {
+            let firewalls: Api<DynamicObject> = Api::namespaced_with(
+                admin.clone(),
+                namespace,
+                &resource("gpucloud.io/v1alpha1", "Firewall"),
+            );
+            eventually(
+                &format!("{namespace}/research-edge reports the failed create"),
+                || async {
+                    let object = firewalls.get("research-edge").await.ok()?;
+                    (ready_reason(&object)? == "CloudUnavailable").then_some(())
+                },
+            )
+            .await;
+        }
+        simulator.set_faults(FaultPlan::default());
+    };
     let scenarios: Vec<_> = namespaces.iter().map(|ns| scenario(&admin, ns)).collect();
     tokio::time::timeout(
         Duration::from_secs(150),
-        futures::future::join_all(scenarios),
+        futures::future::join(refused_firewalls, futures::future::join_all(scenarios)),
     )
     .await
     .expect("scenario within 150s");
@@ -461,6 +487,15 @@ fn ready(object: &DynamicObject) -> bool {
             c.iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
+}
+
+/// The reason of the `Ready` condition.
+fn ready_reason(object: &DynamicObject) -> Option<&str> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?["reason"]
+        .as_str()
 }
 
 async fn eventually<F, Fut>(what: &str, mut check: F)

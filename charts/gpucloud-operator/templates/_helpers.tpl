@@ -52,11 +52,8 @@ docs/install.md says why each is needed; tests/least_privilege.rs proves each is
 */}}
 {{- define "gpucloud-operator.namespacedRules" -}}
 - apiGroups: [gpucloud.io]
-  resources: [gpuinstances, images, snapshots, sshkeys, volumes]
+  resources: [firewalls, gpuinstances, images, snapshots, sshkeys, volumes]
   verbs: [get, list, watch, patch]
-- apiGroups: [gpucloud.io]
-  resources: [firewalls]
-  verbs: [list, watch, patch]
 - apiGroups: [gpucloud.io]
   resources: [firewalls/status, gpuinstances/status, images/status, snapshots/status, sshkeys/status, volumes/status]
   verbs: [update]
