@@ -20,6 +20,8 @@ mod capture;
 mod world;
 
 use futures::StreamExt;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Every API key of a chaos run starts with this, so any leak of any run's key is found.
@@ -67,6 +69,33 @@ impl RunStats {
     }
 }
 
+/// How long one seed may run before it counts as failed.
+const RUN_BOUND: Duration = Duration::from_secs(280);
+
+/// Seeds running now, with their start. Read from a plain thread, so a run that starves the
+/// async runtime (where no timeout can fire) is still named before the environment's
+/// watchdog ends the process.
+static IN_FLIGHT: Mutex<BTreeMap<u64, Instant>> = Mutex::new(BTreeMap::new());
+
+fn report_overdue_seeds() {
+    std::thread::spawn(|| {
+        let mut reported = BTreeSet::new();
+        loop {
+            std::thread::sleep(Duration::from_secs(5));
+            let in_flight = IN_FLIGHT.lock().map(|m| m.clone()).unwrap_or_default();
+            for (seed, started) in in_flight {
+                if started.elapsed() > RUN_BOUND + Duration::from_secs(5) && reported.insert(seed) {
+                    eprintln!(
+                        "chaos seed {seed} still running after {}s: its runtime is starved \
+                         (replay: GPUCLOUD_CHAOS_SEED={seed})",
+                        started.elapsed().as_secs()
+                    );
+                }
+            }
+        }
+    });
+}
+
 /// The invariant a failure broke, for the summary.
 fn classify(message: &str) -> &'static str {
     if message.contains("operator resources in the cloud") {
@@ -102,19 +131,24 @@ async fn seeded_chaos_runs_keep_every_invariant() {
     let concurrency = env_number("GPUCLOUD_CHAOS_CONCURRENCY").unwrap_or(8).max(1) as usize;
     let started = Instant::now();
     let count = seeds.len();
+    report_overdue_seeds();
     let mut results = futures::stream::iter(seeds)
         .map(|seed| async move {
             // Each run is its own task, so a panic inside one names its seed; a run past its
             // bound is a failure, never a hang.
-            let task = tokio::spawn(tokio::time::timeout(
-                Duration::from_secs(280),
-                world::run_seed(seed),
-            ));
-            match task.await {
+            if let Ok(mut in_flight) = IN_FLIGHT.lock() {
+                in_flight.insert(seed, Instant::now());
+            }
+            let task = tokio::spawn(tokio::time::timeout(RUN_BOUND, world::run_seed(seed)));
+            let outcome = task.await;
+            if let Ok(mut in_flight) = IN_FLIGHT.lock() {
+                in_flight.remove(&seed);
+            }
+            match outcome {
                 Ok(Ok(result)) => result,
                 Ok(Err(_)) => Err(world::Failure {
                     seed,
-                    message: "the run did not finish within 280 s".into(),
+                    message: format!("the run did not finish within {}s", RUN_BOUND.as_secs()),
                     trace: Vec::new(),
                 }),
                 Err(panic) => Err(world::Failure {

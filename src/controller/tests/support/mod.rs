@@ -225,9 +225,24 @@ fn watchdog(limit: Duration) -> Watchdog {
             "{test}: still running after {}s; aborting the test process",
             limit.as_secs()
         );
+        dump_thread_stacks();
         std::process::abort();
     });
     Watchdog(done)
+}
+
+/// Prints every thread's stack (with gdb, where installed), so a hang that starves the async
+/// runtime (no timeout inside the test can fire then) shows where the threads are stuck.
+fn dump_thread_stacks() {
+    let pid = std::process::id().to_string();
+    match std::process::Command::new("gdb")
+        .args(["-p", &pid, "-batch", "-nx", "-ex", "thread apply all bt 30"])
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(output) => eprintln!("{}", String::from_utf8_lossy(&output.stdout)),
+        Err(error) => eprintln!("no thread stacks (gdb: {error})"),
+    }
 }
 
 /// Disarms the watchdog when the environment goes.
