@@ -11,7 +11,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Settings of the reconcile flow.
@@ -54,6 +54,9 @@ pub struct Context<K: ManagedKind> {
     pub gauges: Arc<KindGauges<K>>,
     observers: Mutex<HashMap<String, Arc<Observer<Record<K>>>>>,
     changes: mpsc::UnboundedSender<(String, Changes)>,
+    /// When this process last sent the cloud delete for an object (by uid): a list sent after
+    /// it shows whether the resource is gone, with no need to wait for a newer one.
+    deletes_sent: Mutex<HashMap<String, Instant>>,
 }
 
 impl<K: ManagedKind> Context<K> {
@@ -95,7 +98,26 @@ impl<K: ManagedKind> Context<K> {
             settings,
             observers: Mutex::new(HashMap::new()),
             changes,
+            deletes_sent: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Records that the cloud delete for the object `uid` was sent now.
+    pub fn delete_sent(&self, uid: &str) {
+        let mut sent = self.deletes_sent.lock().unwrap_or_else(|p| p.into_inner());
+        sent.insert(uid.to_string(), Instant::now());
+    }
+
+    /// When this process last sent the cloud delete for the object `uid`.
+    pub fn delete_sent_at(&self, uid: &str) -> Option<Instant> {
+        let sent = self.deletes_sent.lock().unwrap_or_else(|p| p.into_inner());
+        sent.get(uid).copied()
+    }
+
+    /// Forgets the object `uid`'s delete: its finalizer is going.
+    pub fn delete_done(&self, uid: &str) {
+        let mut sent = self.deletes_sent.lock().unwrap_or_else(|p| p.into_inner());
+        sent.remove(uid);
     }
 
     /// The observer of this kind in `account`, started on first use.

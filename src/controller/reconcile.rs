@@ -453,29 +453,23 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         .await?;
     let observer = cx.observer(&account);
     let status = object.cloud_status();
-    let asked_at = Instant::now();
-    let snapshot = observer.snapshot_after(asked_at).await?;
-    let cloud_name = naming::cloud_name(
-        &namespace(&*object),
-        &object.name_any(),
-        object.uid().as_deref().unwrap_or_default(),
-    );
-
-    // Everything that may be ours: the recorded or adopted id, and whatever carries our name
-    // (a create whose answer was lost).
+    let uid = object.uid().unwrap_or_default();
+    let cloud_name = naming::cloud_name(&namespace(&*object), &object.name_any(), &uid);
     let adopted_id = object.annotations().get(EXTERNAL_ID_ANNOTATION).cloned();
-    let mut targets: Vec<Record<K>> = Vec::new();
-    for id in status.external_id.iter().chain(adopted_id.iter()) {
-        if let Some(record) = snapshot.get(id)
-            && !targets.iter().any(|t| t.id() == record.id())
-        {
-            targets.push(record.clone());
-        }
-    }
-    for record in snapshot.named(&cloud_name) {
-        if !targets.iter().any(|t| t.id() == record.id()) {
-            targets.push(record.clone());
-        }
+
+    // Deleting needs no fresh list: whatever the latest one shows is deleted. Concluding that
+    // nothing is left does: a list sent after this process's delete call, or failing that one
+    // sent after this reconcile began. Waiting for a list only then keeps a reconcile slot from
+    // being held for a whole list per object.
+    let latest = observer.snapshot().await?;
+    let sent_at = cx.delete_sent_at(&uid);
+    let mut targets = cleanup_targets::<K>(&latest, &status, adopted_id.as_deref(), &cloud_name);
+    let proves_absence = |snapshot: &Snapshot<Record<K>>| {
+        sent_at.is_some_and(|sent| snapshot.listed_at.is_some_and(|listed| listed >= sent))
+    };
+    if targets.is_empty() && !proves_absence(&latest) {
+        let fresh = observer.snapshot_after(Instant::now()).await?;
+        targets = cleanup_targets::<K>(&fresh, &status, adopted_id.as_deref(), &cloud_name);
     }
     if targets.is_empty() {
         // A create attempted moments ago may still be on its way into the list.
@@ -502,10 +496,17 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             "the cloud resource is gone",
         )
         .await;
+        cx.delete_done(&uid);
         return Ok(await_change());
     }
-    for record in &targets {
-        K::delete(cx, &account, record).await?;
+    // A list older than this process's last delete call still shows what that call removed:
+    // sending it again would only spend the rate limit.
+    let repeat = sent_at.is_some_and(|sent| latest.listed_at.is_none_or(|listed| listed < sent));
+    if !repeat {
+        cx.delete_sent(&uid);
+        for record in &targets {
+            K::delete(cx, &account, record).await?;
+        }
     }
     observer.mark_hot();
     let ids: Vec<&str> = targets.iter().map(CloudRecord::id).collect();
@@ -514,6 +515,30 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         reason: reason::DELETING,
         message: format!("deleting {}", ids.join(", ")),
     })
+}
+
+/// Everything in `snapshot` that may be the object's: the recorded or adopted id, and whatever
+/// carries its cloud name (a create whose answer was lost).
+fn cleanup_targets<K: ManagedKind>(
+    snapshot: &Snapshot<Record<K>>,
+    status: &CloudStatus,
+    adopted_id: Option<&str>,
+    cloud_name: &str,
+) -> Vec<Record<K>> {
+    let mut targets: Vec<Record<K>> = Vec::new();
+    let named = snapshot.named(cloud_name);
+    let by_id = status
+        .external_id
+        .as_deref()
+        .into_iter()
+        .chain(adopted_id)
+        .filter_map(|id| snapshot.get(id));
+    for record in by_id.chain(named) {
+        if !targets.iter().any(|t| t.id() == record.id()) {
+            targets.push(record.clone());
+        }
+    }
+    targets
 }
 
 // === status, events ===

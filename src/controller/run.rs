@@ -356,6 +356,9 @@ fn controller<K: ManagedKind>(
     let mut listed_before = false;
     let objects = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
+        // Field ownership is the API server's bookkeeping, often larger than the object
+        // itself; nothing here reads it, and an update sent without it keeps the stored one.
+        .modify(|object| object.managed_fields_mut().clear())
         .reflect(writer)
         .inspect(move |event| match event {
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
