@@ -54,8 +54,8 @@ pub struct Context<K: ManagedKind> {
     pub gauges: Arc<KindGauges<K>>,
     observers: Mutex<HashMap<String, Arc<Observer<Record<K>>>>>,
     changes: mpsc::UnboundedSender<(String, Changes)>,
-    /// When this process last sent the cloud delete for an object (by uid): a list sent after
-    /// it shows whether the resource is gone, with no need to wait for a newer one.
+    /// When the cloud last answered this process's delete for an object (by uid): a list sent
+    /// after that shows whether the resource is gone, with no need to wait for a newer one.
     deletes_sent: Mutex<HashMap<String, Instant>>,
 }
 
@@ -102,7 +102,7 @@ impl<K: ManagedKind> Context<K> {
         })
     }
 
-    /// Records that the cloud delete for the object `uid` was sent now.
+    /// Records that the cloud has just answered the delete for the object `uid`.
     pub fn delete_sent(&self, uid: &str) {
         let mut sent = self.deletes_sent.lock().unwrap_or_else(|p| p.into_inner());
         sent.insert(uid.to_string(), Instant::now());

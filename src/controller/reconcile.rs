@@ -503,10 +503,12 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     // sending it again would only spend the rate limit.
     let repeat = sent_at.is_some_and(|sent| latest.listed_at.is_none_or(|listed| listed < sent));
     if !repeat {
-        cx.delete_sent(&uid);
         for record in &targets {
             K::delete(cx, &account, record).await?;
         }
+        // Noted once the cloud has answered: a list sent before that (the call may have
+        // waited for the rate limiter) may not show the delete yet.
+        cx.delete_sent(&uid);
     }
     observer.mark_hot();
     let ids: Vec<&str> = targets.iter().map(CloudRecord::id).collect();
