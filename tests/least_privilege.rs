@@ -30,6 +30,7 @@ use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
 use gpucloud_cloud::model::CreateSshKeyRequest;
 use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
 use gpucloud_controller::cli::Args;
+use gpucloud_controller::conditions::reason;
 use gpucloud_simulator::{FaultPlan, Simulator, SimulatorConfig};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -288,7 +289,7 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
                 &format!("{namespace}/research-edge reports the failed create"),
                 || async {
                     let object = firewalls.get("research-edge").await.ok()?;
-                    (ready_reason(&object)? == "CloudUnavailable").then_some(())
+                    (ready_condition(&object)?["reason"] == reason::CLOUD_UNAVAILABLE).then_some(())
                 },
             )
             .await;
@@ -481,21 +482,16 @@ async fn wait_for_sweep_event(admin: &kube::Client) {
 
 /// `Ready=True` for the object's current generation (kstatus).
 fn ready(object: &DynamicObject) -> bool {
-    let status = &object.data["status"];
-    status["observedGeneration"].as_i64() == object.metadata.generation
-        && status["conditions"].as_array().is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
+    object.data["status"]["observedGeneration"].as_i64() == object.metadata.generation
+        && ready_condition(object).is_some_and(|c| c["status"] == "True")
 }
 
-/// The reason of the `Ready` condition.
-fn ready_reason(object: &DynamicObject) -> Option<&str> {
+/// The `Ready` condition.
+fn ready_condition(object: &DynamicObject) -> Option<&Value> {
     object.data["status"]["conditions"]
         .as_array()?
         .iter()
-        .find(|c| c["type"] == "Ready")?["reason"]
-        .as_str()
+        .find(|c| c["type"] == "Ready")
 }
 
 async fn eventually<F, Fut>(what: &str, mut check: F)

@@ -56,7 +56,7 @@ pub struct Context<K: ManagedKind> {
     changes: mpsc::UnboundedSender<(String, Changes)>,
     /// When the cloud last answered this process's delete for an object (by uid): a list sent
     /// after that shows whether the resource is gone, with no need to wait for a newer one.
-    deletes_sent: Mutex<HashMap<String, Instant>>,
+    deletes_answered: Mutex<HashMap<String, Instant>>,
 }
 
 impl<K: ManagedKind> Context<K> {
@@ -98,26 +98,30 @@ impl<K: ManagedKind> Context<K> {
             settings,
             observers: Mutex::new(HashMap::new()),
             changes,
-            deletes_sent: Mutex::new(HashMap::new()),
+            deletes_answered: Mutex::new(HashMap::new()),
         })
     }
 
     /// Records that the cloud has just answered the delete for the object `uid`.
-    pub fn delete_sent(&self, uid: &str) {
-        let mut sent = self.deletes_sent.lock().unwrap_or_else(|p| p.into_inner());
-        sent.insert(uid.to_string(), Instant::now());
+    pub fn note_delete_answered(&self, uid: &str) {
+        self.deletes_answered()
+            .insert(uid.to_string(), Instant::now());
     }
 
-    /// When this process last sent the cloud delete for the object `uid`.
-    pub fn delete_sent_at(&self, uid: &str) -> Option<Instant> {
-        let sent = self.deletes_sent.lock().unwrap_or_else(|p| p.into_inner());
-        sent.get(uid).copied()
+    /// When the cloud last answered this process's delete for the object `uid`.
+    pub fn delete_answered_at(&self, uid: &str) -> Option<Instant> {
+        self.deletes_answered().get(uid).copied()
     }
 
     /// Forgets the object `uid`'s delete: its finalizer is going.
-    pub fn delete_done(&self, uid: &str) {
-        let mut sent = self.deletes_sent.lock().unwrap_or_else(|p| p.into_inner());
-        sent.remove(uid);
+    pub fn forget_delete(&self, uid: &str) {
+        self.deletes_answered().remove(uid);
+    }
+
+    fn deletes_answered(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.deletes_answered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The observer of this kind in `account`, started on first use.

@@ -462,12 +462,11 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     // sent after this reconcile began. Waiting for a list only then keeps a reconcile slot from
     // being held for a whole list per object.
     let latest = observer.snapshot().await?;
-    let sent_at = cx.delete_sent_at(&uid);
+    let answered_at = cx.delete_answered_at(&uid);
+    let listed_since_delete = answered_at
+        .is_some_and(|answered| latest.listed_at.is_some_and(|listed| listed >= answered));
     let mut targets = cleanup_targets::<K>(&latest, &status, adopted_id.as_deref(), &cloud_name);
-    let proves_absence = |snapshot: &Snapshot<Record<K>>| {
-        sent_at.is_some_and(|sent| snapshot.listed_at.is_some_and(|listed| listed >= sent))
-    };
-    if targets.is_empty() && !proves_absence(&latest) {
+    if targets.is_empty() && !listed_since_delete {
         let fresh = observer.snapshot_after(Instant::now()).await?;
         targets = cleanup_targets::<K>(&fresh, &status, adopted_id.as_deref(), &cloud_name);
     }
@@ -496,19 +495,18 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             "the cloud resource is gone",
         )
         .await;
-        cx.delete_done(&uid);
+        cx.forget_delete(&uid);
         return Ok(await_change());
     }
-    // A list older than this process's last delete call still shows what that call removed:
+    // A list older than this process's last delete still shows what that delete removed:
     // sending it again would only spend the rate limit.
-    let repeat = sent_at.is_some_and(|sent| latest.listed_at.is_none_or(|listed| listed < sent));
-    if !repeat {
+    if answered_at.is_none() || listed_since_delete {
         for record in &targets {
             K::delete(cx, &account, record).await?;
         }
         // Noted once the cloud has answered: a list sent before that (the call may have
         // waited for the rate limiter) may not show the delete yet.
-        cx.delete_sent(&uid);
+        cx.note_delete_answered(&uid);
     }
     observer.mark_hot();
     let ids: Vec<&str> = targets.iter().map(CloudRecord::id).collect();
