@@ -1,7 +1,7 @@
 //! Server-side apply and managedFields through kube-rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use kube::api::{Patch, PatchParams};
 use kube_support::*;

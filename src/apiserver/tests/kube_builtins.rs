@@ -2,7 +2,7 @@
 //! kube-runtime Recorder, leases for leader election, secrets, service accounts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret, ServiceAccount};

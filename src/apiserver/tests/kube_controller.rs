@@ -8,7 +8,7 @@
 //! changes it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

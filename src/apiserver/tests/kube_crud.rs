@@ -1,7 +1,7 @@
 //! CRUD, lists and error Statuses through the kube-rs client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_support::*;

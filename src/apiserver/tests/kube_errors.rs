@@ -2,7 +2,7 @@
 //! the right code and reason, never a 500 or a hang.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use gpucloud_apiserver::ApiServerConfig;
 use http::header::{ACCEPT, CONTENT_TYPE};

@@ -3,7 +3,7 @@
 //! and deletecollection.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{

@@ -2,7 +2,7 @@
 //! kube-rs: every CRD is accepted and established, every example object validates.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use std::path::{Path, PathBuf};
 

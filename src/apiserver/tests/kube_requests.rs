@@ -1,7 +1,7 @@
 //! The request log: who did what, as an RBAC rule would name it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use futures::TryStreamExt;
 use gpucloud_apiserver::{ApiServerConfig, RequestRecord};

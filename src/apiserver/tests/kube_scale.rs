@@ -1,10 +1,10 @@
 //! Scale benchmark: prints figures, asserts only correctness (counts), never timings.
 //!
-//! `cargo test --release -p gpucloud-apiserver --test kube_scale -- --ignored --nocapture`
+//! `cargo test --release -p gpucloud-apiserver --test kube kube_scale -- --ignored --nocapture`
 //! (`GPUCLOUD_SCALE_OBJECTS` sets the number of custom resources, 50,000 by default).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

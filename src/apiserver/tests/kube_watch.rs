@@ -2,7 +2,7 @@
 //! transitions, bookmarks, timeouts, and 410 Expired for history that is no longer retained.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_support;
+use crate::kube_support;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use gpucloud_apiserver::ApiServerConfig;
 use serde_json::Value;
 
-mod kubectl_support;
+use crate::kubectl_support;
 
 use kubectl_support::*;
 

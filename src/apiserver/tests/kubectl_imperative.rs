@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod kubectl_support;
+use crate::kubectl_support;
 
 use kubectl_support::*;
 

@@ -3,7 +3,7 @@
 //! to, all `Ready`; then everything deleted in one go, leaving the account empty and no
 //! billing running.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use kube::api::DeleteParams;

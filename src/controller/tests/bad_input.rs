@@ -6,7 +6,7 @@
 //! calls and no retries. Afterwards a valid object still becomes `Ready`: the operator kept
 //! serving.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_simulator::SimulatorConfig;

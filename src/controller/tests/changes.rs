@@ -2,7 +2,7 @@
 //! Allowed spec changes reach the cloud; immutable ones are refused at admission; changes
 //! made in the cloud behind the operator's back are corrected or reported.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};

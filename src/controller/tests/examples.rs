@@ -4,7 +4,7 @@
 //! The GitOps folder's Argo CD and Flux objects are applied against minimal CRDs of their
 //! kinds, and the paths they sync are checked to exist and render.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateInstanceRequest;

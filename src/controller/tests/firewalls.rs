@@ -2,7 +2,7 @@
 //! Firewall: rules and attachments reconciled as a diff, selector-driven attachment, protocols
 //! checked against the cloud's catalog, refused specs, delete, orphan and adoption.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::{Direction, Ethertype, NewRule, Protocol};

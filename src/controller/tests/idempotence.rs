@@ -2,7 +2,7 @@
 //! A create whose outcome the operator never learns must not become two billed machines:
 //! lost responses, lists that lag behind writes, and an operator killed mid-create.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_simulator::{DropMode, FaultPlan, SimulatorConfig};

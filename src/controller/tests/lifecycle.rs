@@ -2,7 +2,7 @@
 //! GpuInstance and SshKey from create to delete, through the embedded API server and the
 //! cloud simulator, with the operator running in-process.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};

@@ -7,7 +7,7 @@
 //! and with `delete` remove them (detaching what the cloud would refuse to delete) so their
 //! billing stops.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_apiserver::faults::{ApiFaultPlan, ApiFaults};

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Adoption, management and deletion policies, pause, credentials and terminal errors.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateInstanceRequest;

@@ -3,7 +3,7 @@
 //! events on the objects, two replicas behind a Lease with the leader killed mid-creation,
 //! and a leader that loses its lease.
 
-mod support;
+use crate::support;
 
 use futures::FutureExt;
 use gpucloud_api::*;

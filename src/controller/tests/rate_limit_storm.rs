@@ -5,7 +5,7 @@
 //! one-second window holds more than the limit allows), and once the storm ends it is back to
 //! successful calls within twice the `Retry-After`, and every object converges.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::RateLimit as ClientRateLimit;

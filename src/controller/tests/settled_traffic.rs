@@ -2,7 +2,7 @@
 //! Once everything is settled, cloud traffic follows the number of kinds, not of objects:
 //! a list per kind per resync interval and no per-object call.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use kube::api::PostParams;

@@ -3,7 +3,7 @@
 //! restored from it, an image is made from it and boots a third machine; deletion ordering
 //! between them; no duplicates when create responses are lost.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_simulator::{DropMode, FaultPlan, SimulatorConfig};

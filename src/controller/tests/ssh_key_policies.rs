@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The shared policies hold for SshKey as for GpuInstance: Orphan, adoption, ObserveOnly, pause.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateSshKeyRequest;

@@ -2,7 +2,7 @@
 //! Volume: create, resize, attach, move, detach, clone, refused shrink, delete, orphan and
 //! adoption, and the ordering with the instances it is attached to.
 
-mod support;
+use crate::support;
 
 use gpucloud_api::*;
 use kube::api::{DeleteParams, Patch, PatchParams};

@@ -1,0 +1,6 @@
+//! The API server driven by the installed kubectl binary, linked into one test binary.
+
+mod kubectl_support;
+
+mod kubectl_conformance;
+mod kubectl_imperative;

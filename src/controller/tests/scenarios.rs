@@ -1,0 +1,22 @@
+//! The operator's scenarios, one module per topic, linked into a single test binary: every
+//! binary carries the whole operator, API server and simulator, so one binary instead of one
+//! per file keeps the build's disk use and link time down. The chaos harness stays a binary of
+//! its own because it installs a process-wide log subscriber.
+
+mod support;
+
+mod all_in_one;
+mod bad_input;
+mod changes;
+mod examples;
+mod firewalls;
+mod idempotence;
+mod lifecycle;
+mod orphans;
+mod policies;
+mod production;
+mod rate_limit_storm;
+mod settled_traffic;
+mod snapshots;
+mod ssh_key_policies;
+mod volumes;
