@@ -5,8 +5,9 @@ use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
 use crate::observer::{Changes, ObserveIntervals, Observer};
 use crate::requeue::RequeuePolicy;
-use gpucloud_api::CloudStatus;
+use gpucloud_api::{CloudStatus, PendingCreate};
 use gpucloud_telemetry::Metrics;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
@@ -57,6 +58,14 @@ pub struct Context<K: ManagedKind> {
     /// When the cloud last answered this process's delete for an object (by uid): a list sent
     /// after that shows whether the resource is gone, with no need to wait for a newer one.
     deletes_answered: Mutex<HashMap<String, Instant>>,
+    /// When this process's last create call for an object (by uid) ended: a list sent before
+    /// that may not show what it created (the call may have waited for the rate limiter, or
+    /// the cloud may have acted after the client gave up), so the settle window counts from
+    /// there.
+    creates_ended: Mutex<HashMap<String, Timestamp>>,
+    /// When this context was made. A create call of an earlier process (one killed mid-call)
+    /// ended at the latest then.
+    started: Timestamp,
 }
 
 impl<K: ManagedKind> Context<K> {
@@ -99,34 +108,53 @@ impl<K: ManagedKind> Context<K> {
             observers: Mutex::new(HashMap::new()),
             changes,
             deletes_answered: Mutex::new(HashMap::new()),
+            creates_ended: Mutex::new(HashMap::new()),
+            started: Timestamp::now(),
         })
     }
 
     /// Records that the cloud has just answered the delete for the object `uid`.
     pub fn note_delete_answered(&self, uid: &str) {
-        self.deletes_answered()
-            .insert(uid.to_string(), Instant::now());
+        lock(&self.deletes_answered).insert(uid.to_string(), Instant::now());
     }
 
     /// When the cloud last answered this process's delete for the object `uid`.
     pub fn delete_answered_at(&self, uid: &str) -> Option<Instant> {
-        self.deletes_answered().get(uid).copied()
+        lock(&self.deletes_answered).get(uid).copied()
     }
 
     /// Forgets the object `uid`'s delete: its finalizer is going.
     pub fn forget_delete(&self, uid: &str) {
-        self.deletes_answered().remove(uid);
+        lock(&self.deletes_answered).remove(uid);
     }
 
-    fn deletes_answered(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.deletes_answered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Records that this process's create call for the object `uid` has just ended.
+    pub fn note_create_call_ended(&self, uid: &str) {
+        lock(&self.creates_ended).insert(uid.to_string(), Timestamp::now());
+    }
+
+    /// Forgets the object `uid`'s create call: a list has shown the resource, or the object
+    /// is going.
+    pub fn forget_create(&self, uid: &str) {
+        lock(&self.creates_ended).remove(uid);
+    }
+
+    /// The last moment a create recorded in `pending` may have been in flight: the attempt's
+    /// start, the end of this process's call if it outlived that, and never before this
+    /// process started (an earlier process's call ended at the latest when it stopped). The
+    /// settle window counts from here.
+    pub fn create_in_flight_until(&self, uid: &str, pending: &PendingCreate) -> Timestamp {
+        let ended = lock(&self.creates_ended).get(uid).copied();
+        [pending.started_at.0, self.started]
+            .into_iter()
+            .chain(ended)
+            .max()
+            .unwrap_or(pending.started_at.0)
     }
 
     /// The observer of this kind in `account`, started on first use.
     pub fn observer(&self, account: &Arc<Account>) -> Arc<Observer<Record<K>>> {
-        let mut observers = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut observers = lock(&self.observers);
         observers
             .entry(account.fingerprint.clone())
             .or_insert_with(|| {
@@ -138,6 +166,10 @@ impl<K: ManagedKind> Context<K> {
             })
             .clone()
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The objects whose recorded id, cloud name or pending create matches a change. One pass

@@ -253,21 +253,21 @@ async fn create_step<K: ManagedKind>(
             created_at: r.created_at(),
         })
         .collect();
-    let pending_since = status.pending_create.as_ref().map(|p| p.started_at.0);
+    let uid = object.uid().unwrap_or_default();
+    let pending_since = status
+        .pending_create
+        .as_ref()
+        .map(|p| cx.create_in_flight_until(&uid, p));
     let observer = cx.observer(account);
-    // The list's wall-clock time, for comparison with the recorded attempt.
-    let listed_at = snapshot.listed_at.and_then(|at| {
-        let age = k8s_openapi::jiff::SignedDuration::try_from(at.elapsed()).ok()?;
-        Timestamp::now().checked_sub(age).ok()
-    });
     match create::decide(
         pending_since,
         &found,
-        listed_at,
+        listed_wall_clock(snapshot),
         Timestamp::now(),
         cx.settings.settle_window,
     ) {
         CreateDecision::Adopt { id, extra } => {
+            cx.forget_create(&uid);
             if !extra.is_empty() {
                 publish(
                     cx,
@@ -321,7 +321,11 @@ async fn create_step<K: ManagedKind>(
             let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
             let object = write_status(api, &object, intent.clone(), None, &outcome).await?;
             observer.mark_hot();
-            match K::create(cx, account, plan, &cloud_name).await {
+            let created = K::create(cx, account, plan, &cloud_name).await;
+            // Whatever the answer, a list sent before now may not show the resource: if a
+            // status write below fails, the next reconcile's settle window counts from here.
+            cx.note_create_call_ended(&uid);
+            match created {
                 Ok(record) => {
                     publish(
                         cx,
@@ -374,6 +378,10 @@ async fn converge<K: ManagedKind>(
     } else {
         working.converge(cx, account, &record).await?
     };
+    if status.pending_create.is_some() {
+        // Listed: the create's settle window no longer matters.
+        cx.forget_create(&object.uid().unwrap_or_default());
+    }
     let previous_state = status.state.clone();
     let status = CloudStatus {
         external_id: Some(record.id().to_string()),
@@ -465,19 +473,25 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     let answered_at = cx.delete_answered_at(&uid);
     let listed_since_delete = answered_at
         .is_some_and(|answered| latest.listed_at.is_some_and(|listed| listed >= answered));
-    let mut targets = cleanup_targets::<K>(&latest, &status, adopted_id.as_deref(), &cloud_name);
+    let mut snapshot = latest;
+    let mut targets = cleanup_targets::<K>(&snapshot, &status, adopted_id.as_deref(), &cloud_name);
     if targets.is_empty() && !listed_since_delete {
-        let fresh = observer.snapshot_after(Instant::now()).await?;
-        targets = cleanup_targets::<K>(&fresh, &status, adopted_id.as_deref(), &cloud_name);
+        snapshot = observer.snapshot_after(Instant::now()).await?;
+        targets = cleanup_targets::<K>(&snapshot, &status, adopted_id.as_deref(), &cloud_name);
     }
     if targets.is_empty() {
-        // A create attempted moments ago may still be on its way into the list.
+        // A create whose answer was lost may still be on its way into the list: its absence
+        // counts only in a list sent once the settle window has passed, as before a retry.
         if let Some(pending) = &status.pending_create {
-            let since = std::time::Duration::try_from(
-                Timestamp::now().duration_since(pending.started_at.0),
-            )
-            .unwrap_or_default();
-            if since < cx.settings.settle_window {
+            let since = cx.create_in_flight_until(&uid, pending);
+            let decision = create::decide(
+                Some(since),
+                &[],
+                listed_wall_clock(&snapshot),
+                Timestamp::now(),
+                cx.settings.settle_window,
+            );
+            if decision != CreateDecision::RetryCreate {
                 observer.mark_hot();
                 return Err(Error::InProgress {
                     reason: reason::DELETING,
@@ -496,6 +510,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         )
         .await;
         cx.forget_delete(&uid);
+        cx.forget_create(&uid);
         return Ok(await_change());
     }
     // A list older than this process's last delete still shows what that delete removed:
@@ -515,6 +530,12 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         reason: reason::DELETING,
         message: format!("deleting {}", ids.join(", ")),
     })
+}
+
+/// The wall-clock time the snapshot's list was sent, for comparison with recorded attempts.
+fn listed_wall_clock<R>(snapshot: &Snapshot<R>) -> Option<Timestamp> {
+    let age = k8s_openapi::jiff::SignedDuration::try_from(snapshot.listed_at?.elapsed()).ok()?;
+    Timestamp::now().checked_sub(age).ok()
 }
 
 /// Everything in `snapshot` that may be the object's: the recorded or adopted id, and whatever

@@ -174,6 +174,7 @@ impl Args {
                     probability: self.spike_probability,
                     extra: millis(self.spike_ms),
                 }),
+                latency_ms_per_operation: BTreeMap::new(),
                 error_rate: self.error_rate,
                 error_rate_per_operation: self
                     .error_rate_for

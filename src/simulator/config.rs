@@ -143,6 +143,10 @@ pub struct FaultPlan {
     pub latency: Duration,
     /// Occasional extra latency.
     pub latency_spike: Option<LatencySpike>,
+    /// Extra milliseconds for one operation, keyed by operation name. Like all latency it
+    /// comes before the operation acts, so a client that gives up sooner sees a timeout for an
+    /// operation the cloud still performs afterwards.
+    pub latency_ms_per_operation: BTreeMap<String, u64>,
     /// Probability of a 500 `INTERNAL_ERROR` (before acting) for every operation.
     pub error_rate: f64,
     /// Per-operation override of `error_rate`, keyed by operation name (e.g. `CreateInstance`).
@@ -228,6 +232,9 @@ impl FaultPlan {
                 return Err(format!("unknown operation name {name:?}"));
             }
             check(name, p)?;
+        }
+        if let Some(name) = self.latency_ms_per_operation.keys().find(|n| !known(n)) {
+            return Err(format!("unknown operation name {name:?}"));
         }
         if let Some(spike) = self.latency_spike {
             check("latency_spike.probability", spike.probability)?;

@@ -293,6 +293,9 @@ impl FaultState {
                 decision.throttle_secs = Some(burst.retry_after_secs.max(1));
             }
         }
+        if let Some(extra) = plan.latency_ms_per_operation.get(operation.name()) {
+            decision.latency += Duration::from_millis(*extra);
+        }
         decision.internal_error = draws[1] < plan.error_rate_for(operation.name());
         if let Some(spike) = plan.latency_spike
             && draws[2] < spike.probability
@@ -595,16 +598,34 @@ async fn serve_operation(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let request_id = state.next_request_id();
-    let (response, drop) =
-        answer(&state, operation, path, query, &headers, body, &request_id).await;
-    state.count(Some(operation), response.status());
-    tracing::debug!(
-        operation = operation.name(),
-        status = response.status().as_u16(),
-        request_id,
-        dropped = drop.is_some(),
-        "simulated request"
-    );
+    // A request the server has received is carried out, and counted, even if the client stops
+    // waiting (a timeout during the latency before acting): as with a real service, the client
+    // cannot tell a request that never arrived from one that acted after it gave up.
+    let answering = tokio::spawn(async move {
+        let (response, drop) =
+            answer(&state, operation, path, query, &headers, body, &request_id).await;
+        state.count(Some(operation), response.status());
+        tracing::debug!(
+            operation = operation.name(),
+            status = response.status().as_u16(),
+            request_id,
+            dropped = drop.is_some(),
+            "simulated request"
+        );
+        (response, drop)
+    });
+    let (response, drop) = match answering.await {
+        Ok(answered) => answered,
+        Err(failed) => (
+            error_response(
+                &ApiError::Internal {
+                    message: format!("the request's task failed: {failed}"),
+                },
+                "none".to_string(),
+            ),
+            None,
+        ),
+    };
     match drop {
         None => response,
         Some(DropMode::Delay { delay }) => {

@@ -103,6 +103,50 @@ async fn lost_create_responses_behind_a_lagging_list_yield_one_resource_each() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_the_cloud_performs_after_the_client_gave_up_is_adopted_not_repeated() {
+    // Each create acts 6 s after it arrives; the client gives up after 4 s. Counted from the
+    // intent, the 3 s settle window has passed when the reconcile after the timeout looks, so a
+    // second create would be sent before the first lands; counted from the end of the
+    // unanswered call, the window ends at 7 s and a list shows the first.
+    let simulator = SimulatorConfig {
+        faults: FaultPlan {
+            latency_ms_per_operation: BTreeMap::from([("CreateInstance".to_string(), 6000)]),
+            ..FaultPlan::default()
+        },
+        ..SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    let mut config = test_config(&env.simulator);
+    config.cloud.timeout = Duration::from_secs(4);
+    config.reconcile.settle_window = Duration::from_secs(3);
+    env.start_operator(config);
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &instance("late"))
+        .await
+        .unwrap();
+    let vm = ready(&env, "late", 60).await;
+    // A second create sent before Ready would land up to 6 s later.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let state = env.simulator.state();
+    assert_eq!(
+        state.instances.len(),
+        1,
+        "duplicates: {:?}",
+        state
+            .instances
+            .iter()
+            .map(|i| (&i.instance_id, &i.vm_name))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(env.calls("CreateInstance"), 1);
+    assert_eq!(
+        vm.cloud_status().external_id.as_deref(),
+        Some(state.instances[0].instance_id.as_str())
+    );
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_killed_mid_create_is_replaced_without_a_duplicate() {
     let simulator = SimulatorConfig {
         faults: dropping_creates(DropMode::Delay {

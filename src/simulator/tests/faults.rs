@@ -111,6 +111,42 @@ async fn fixed_latency_delays_every_response() {
 }
 
 #[tokio::test]
+async fn a_slow_operation_acts_after_its_client_gave_up() {
+    let sim = start(config()).await;
+    sim.handle.set_faults(FaultPlan {
+        latency_ms_per_operation: BTreeMap::from([("CreateVolume".to_string(), 600)]),
+        ..FaultPlan::default()
+    });
+    gpucloud_cloud::install_crypto_provider();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let outcome = impatient
+        .post(sim.url("/volumes/"))
+        .header("X-API-Key", sim.handle.api_key())
+        .json(&volume("late"))
+        .send()
+        .await;
+    assert!(outcome.expect_err("slower than the timeout").is_timeout());
+    // Not yet acted when the client gave up; acted (and counted) once the latency passed.
+    assert!(sim.handle.state().volumes.is_empty());
+    tokio::time::sleep(Duration::from_millis(600).saturating_sub(started.elapsed())).await;
+    let mut acted = false;
+    for _ in 0..50 {
+        if sim.handle.state().volumes.iter().any(|v| v.name == "late") {
+            acted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(acted, "the create was dropped with its client");
+    assert_eq!(sim.handle.counters().operations["CreateVolume"][&200], 1);
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn act_then_drop_performs_the_create_and_loses_the_response() {
     let sim = start(config()).await;
     sim.handle.set_faults(FaultPlan {

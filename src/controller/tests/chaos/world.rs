@@ -29,6 +29,8 @@ const DELETE_SECONDS: u64 = 90;
 const EXPLAIN_WITHIN: Duration = Duration::from_secs(10);
 /// The operator's bound on one cloud call; latency spikes go beyond it.
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(600);
+/// The longest a latency spike holds a request before the cloud acts on it.
+const MAX_ACT_DELAY: Duration = Duration::from_millis(1400);
 
 /// A failed run: the seed, what broke, and what happened before.
 pub struct Failure {
@@ -171,7 +173,9 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
     let mut operator = test_config(&env.simulator);
     operator.cloud.timeout = CLIENT_TIMEOUT;
     operator.cloud.observer = Some(observer.clone());
-    operator.reconcile.settle_window = list_lag + Duration::from_secs(1);
+    // The cloud acts on a request up to MAX_ACT_DELAY after receiving it, and a killed
+    // process's call may have been sent just before the kill: the window covers both.
+    operator.reconcile.settle_window = list_lag + MAX_ACT_DELAY + Duration::from_millis(200);
     operator.reconcile.transition_requeue = Duration::from_millis(150);
     operator.reconcile.observe.resync = Duration::from_secs(1);
     operator.reconcile.observe.fast = Duration::from_millis(100);
@@ -330,10 +334,15 @@ impl Run {
         }
         let plan = FaultPlan {
             latency: Duration::ZERO,
+            // Past the client's timeout: the cloud acts after the client gave up.
             latency_spike: Some(LatencySpike {
                 probability: rng.random_range(0.02..0.08),
-                extra: CLIENT_TIMEOUT + Duration::from_millis(rng.random_range(100..800)),
+                extra: CLIENT_TIMEOUT
+                    + Duration::from_millis(
+                        rng.random_range(100..(MAX_ACT_DELAY - CLIENT_TIMEOUT).as_millis() as u64),
+                    ),
             }),
+            latency_ms_per_operation: BTreeMap::new(),
             error_rate: rng.random_range(0.1..0.3),
             error_rate_per_operation: BTreeMap::new(),
             throttle_burst: Some(ThrottleBurst {
