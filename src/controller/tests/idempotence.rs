@@ -46,6 +46,22 @@ async fn ready(env: &Env, name: &str, seconds: u64) -> GpuInstance {
     .await
 }
 
+/// The account holds exactly one machine, made by one create call and recorded on `vm`.
+fn assert_one_machine_made_by_one_call(env: &Env, vm: &GpuInstance) {
+    let state = env.simulator.state();
+    let machines: Vec<_> = state
+        .instances
+        .iter()
+        .map(|i| (&i.instance_id, &i.vm_name))
+        .collect();
+    assert_eq!(machines.len(), 1, "duplicates: {machines:?}");
+    assert_eq!(env.calls("CreateInstance"), 1);
+    assert_eq!(
+        vm.cloud_status().external_id.as_deref(),
+        Some(state.instances[0].instance_id.as_str())
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_create_responses_behind_a_lagging_list_yield_one_resource_each() {
     let simulator = SimulatorConfig {
@@ -127,22 +143,7 @@ async fn a_create_the_cloud_performs_after_the_client_gave_up_is_adopted_not_rep
     let vm = ready(&env, "late", 60).await;
     // A second create sent before Ready would land up to 6 s later.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let state = env.simulator.state();
-    assert_eq!(
-        state.instances.len(),
-        1,
-        "duplicates: {:?}",
-        state
-            .instances
-            .iter()
-            .map(|i| (&i.instance_id, &i.vm_name))
-            .collect::<Vec<_>>()
-    );
-    assert_eq!(env.calls("CreateInstance"), 1);
-    assert_eq!(
-        vm.cloud_status().external_id.as_deref(),
-        Some(state.instances[0].instance_id.as_str())
-    );
+    assert_one_machine_made_by_one_call(&env, &vm);
     env.stop_operator().await;
 }
 
@@ -181,13 +182,7 @@ async fn an_operator_killed_mid_create_is_replaced_without_a_duplicate() {
     env.simulator.set_faults(FaultPlan::default());
     env.start_operator(test_config(&env.simulator));
     let vm = ready(&env, "crash", 30).await;
-    let state = env.simulator.state();
-    assert_eq!(state.instances.len(), 1);
-    assert_eq!(
-        vm.cloud_status().external_id.as_deref(),
-        Some(state.instances[0].instance_id.as_str())
-    );
-    assert_eq!(env.calls("CreateInstance"), 1);
+    assert_one_machine_made_by_one_call(&env, &vm);
     env.stop_operator().await;
 }
 

@@ -760,7 +760,14 @@ impl Run {
     async fn converge(&mut self) -> Result<(), String> {
         let lifted = Instant::now();
         let deadline = lifted + Duration::from_secs(CONVERGE_SECONDS);
+        // Cloud calls near the end, to tell an operator still acting on a stale view from one
+        // that stopped reconciling.
+        let watch_calls_from = deadline - Duration::from_secs(10);
+        let mut calls_before: Option<BTreeMap<String, u64>> = None;
         loop {
+            if calls_before.is_none() && Instant::now() > watch_calls_from {
+                calls_before = Some(self.env.simulator.call_counts());
+            }
             let problems = self.convergence_problems().await;
             if problems.is_empty() {
                 self.note(format!("converged in {:?}", lifted.elapsed()));
@@ -773,9 +780,26 @@ impl Run {
                 return Err(format!("stuck without a condition explaining why: {stuck}"));
             }
             if Instant::now() > deadline {
+                let before = calls_before.unwrap_or_default();
+                let recent: Vec<String> = self
+                    .env
+                    .simulator
+                    .call_counts()
+                    .into_iter()
+                    .filter_map(|(operation, count)| {
+                        let new =
+                            count.saturating_sub(before.get(&operation).copied().unwrap_or(0));
+                        (new > 0).then(|| format!("{operation} {new}"))
+                    })
+                    .collect();
                 return Err(format!(
-                    "not converged {CONVERGE_SECONDS}s after the faults were lifted:\n  {}",
-                    problems.join("\n  ")
+                    "not converged {CONVERGE_SECONDS}s after the faults were lifted:\n  {}\n  cloud calls in the last 10 s: {}",
+                    problems.join("\n  "),
+                    if recent.is_empty() {
+                        "none".to_string()
+                    } else {
+                        recent.join(", ")
+                    }
                 ));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -821,8 +845,15 @@ impl Run {
                     .iter()
                     .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
                     .collect();
+                // What the cloud holds under the recorded id, to tell a stale view of the
+                // operator's from a cloud that keeps undoing its calls.
+                let in_cloud = status
+                    .external_id
+                    .as_deref()
+                    .map(|id| format!("; the cloud's record: {}", cloud_record(&state, id)))
+                    .unwrap_or_default();
                 problems.push(format!(
-                    "{} {name}: not Ready (generation {:?}, observed {:?}; {}){}",
+                    "{} {name}: not Ready (generation {:?}, observed {:?}; {}){}{in_cloud}",
                     kind_name(*kind),
                     meta.generation,
                     status.observed_generation,
@@ -1247,4 +1278,21 @@ mod erased {
                 .collect()
         }
     }
+}
+
+/// The account's record carrying `id` (any kind), as JSON, or a note that there is none.
+fn cloud_record(state: &gpucloud_simulator::AccountSnapshot, id: &str) -> String {
+    let account = serde_json::to_value(state).unwrap_or_default();
+    account
+        .as_object()
+        .into_iter()
+        .flat_map(|kinds| kinds.values())
+        .filter_map(Value::as_array)
+        .flatten()
+        .find(|record| {
+            record
+                .as_object()
+                .is_some_and(|fields| fields.values().any(|v| v.as_str() == Some(id)))
+        })
+        .map_or_else(|| "none".to_string(), Value::to_string)
 }
