@@ -144,12 +144,11 @@ impl<K: ManagedKind> Context<K> {
     /// process started (an earlier process's call ended at the latest when it stopped). The
     /// settle window counts from here.
     pub fn create_in_flight_until(&self, uid: &str, pending: &PendingCreate) -> Timestamp {
-        let ended = lock(&self.creates_ended).get(uid).copied();
-        [pending.started_at.0, self.started]
-            .into_iter()
-            .chain(ended)
-            .max()
-            .unwrap_or(pending.started_at.0)
+        let latest = pending.started_at.0.max(self.started);
+        match lock(&self.creates_ended).get(uid) {
+            Some(ended) => latest.max(*ended),
+            None => latest,
+        }
     }
 
     /// The observer of this kind in `account`, started on first use.

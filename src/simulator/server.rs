@@ -601,7 +601,9 @@ async fn serve_operation(
     // A request the server has received is carried out, and counted, even if the client stops
     // waiting (a timeout during the latency before acting): as with a real service, the client
     // cannot tell a request that never arrived from one that acted after it gave up.
+    let task_request_id = request_id.clone();
     let answering = tokio::spawn(async move {
+        let request_id = task_request_id;
         let (response, drop) =
             answer(&state, operation, path, query, &headers, body, &request_id).await;
         state.count(Some(operation), response.status());
@@ -621,7 +623,7 @@ async fn serve_operation(
                 &ApiError::Internal {
                     message: format!("the request's task failed: {failed}"),
                 },
-                "none".to_string(),
+                request_id,
             ),
             None,
         ),

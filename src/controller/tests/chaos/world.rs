@@ -809,6 +809,8 @@ impl Run {
     async fn convergence_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let state = self.env.simulator.state();
+        // Serialized once, and only when an object is stuck.
+        let account = std::cell::OnceCell::new();
         let objects = match all_objects(&self.env).await {
             Ok(objects) => objects,
             Err(error) => return vec![format!("listing objects: {error}")],
@@ -850,7 +852,11 @@ impl Run {
                 let in_cloud = status
                     .external_id
                     .as_deref()
-                    .map(|id| format!("; the cloud's record: {}", cloud_record(&state, id)))
+                    .map(|id| {
+                        let account = account
+                            .get_or_init(|| serde_json::to_value(&state).unwrap_or_default());
+                        format!("; the cloud's record: {}", cloud_record(account, id))
+                    })
                     .unwrap_or_default();
                 problems.push(format!(
                     "{} {name}: not Ready (generation {:?}, observed {:?}; {}){}{in_cloud}",
@@ -1280,9 +1286,8 @@ mod erased {
     }
 }
 
-/// The account's record carrying `id` (any kind), as JSON, or a note that there is none.
-fn cloud_record(state: &gpucloud_simulator::AccountSnapshot, id: &str) -> String {
-    let account = serde_json::to_value(state).unwrap_or_default();
+/// The record carrying `id` (any kind) in the account's JSON, or a note that there is none.
+fn cloud_record(account: &Value, id: &str) -> String {
     account
         .as_object()
         .into_iter()
