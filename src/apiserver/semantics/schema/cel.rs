@@ -27,6 +27,11 @@ const PER_CALL_LIMIT: u64 = 1_000_000;
 const RUNTIME_COST_BUDGET: u64 = 10_000_000;
 /// Rules longer than this are rejected at compile time, bounding parse work.
 const MAX_RULE_LENGTH: usize = 16 * 1024;
+/// Deepest nesting a rule may have, both in the parser's rules (parentheses, literals, calls)
+/// and in the expression tree (including chains such as `a + b + c`). The parser, the checks
+/// here and the interpreter all recurse once per level, so this bounds the stack a rule needs;
+/// the CEL specification asks for at least 12.
+pub(crate) const MAX_NESTING: u16 = 32;
 
 const REASONS: [&str; 4] = [
     "FieldValueInvalid",
@@ -68,8 +73,14 @@ fn parse(source: &str) -> Result<cel::parser::Expression, String> {
     }
     let mut expression = cel::parser::Parser::new()
         .enable_optional_syntax(true)
+        .max_recursion_depth(MAX_NESTING)
         .parse(source)
         .map_err(|error| format!("ERROR: <input>: {error}"))?;
+    if nesting(&expression) > u32::from(MAX_NESTING) {
+        return Err(format!(
+            "ERROR: <input>: expression nesting exceeds the limit of {MAX_NESTING}"
+        ));
+    }
     optional_select_as_index(&mut expression);
     let references = expression.references();
     let mut unknown: Vec<&str> = references
@@ -245,39 +256,67 @@ fn find_undefined_field<'a>(
 
 /// The deepest nesting of comprehensions (macros such as `all`, `map`, `filter`) in a rule.
 fn comprehension_depth(expression: &cel::parser::Expression) -> u32 {
-    use cel::common::ast::{EntryExpr, Expr};
-    let deepest = |items: &mut dyn Iterator<Item = &cel::parser::Expression>| {
-        items.map(comprehension_depth).max().unwrap_or(0)
-    };
+    use cel::common::ast::Expr;
     match &expression.expr {
-        Expr::Call(call) => {
-            let target = call.target.as_deref().map(comprehension_depth).unwrap_or(0);
-            target.max(deepest(&mut call.args.iter()))
-        }
         Expr::Comprehension(c) => {
             let range = comprehension_depth(&c.iter_range);
-            let body =
-                deepest(&mut [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result].into_iter());
+            let body = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result]
+                .into_iter()
+                .map(comprehension_depth)
+                .max()
+                .unwrap_or(0);
             range.max(body + 1)
         }
-        Expr::List(list) => deepest(&mut list.elements.iter()),
-        Expr::Map(map) => deepest(&mut map.entries.iter().flat_map(|entry| match &entry.expr {
-            EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
-            EntryExpr::StructField(f) => vec![&f.value],
-        })),
-        Expr::Struct(structure) => {
-            deepest(
-                &mut structure
-                    .entries
-                    .iter()
-                    .flat_map(|entry| match &entry.expr {
-                        EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
-                        EntryExpr::StructField(f) => vec![&f.value],
-                    }),
-            )
+        _ => children(expression)
+            .into_iter()
+            .map(comprehension_depth)
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+/// Depth of the expression tree (a literal or identifier is 1).
+fn nesting(expression: &cel::parser::Expression) -> u32 {
+    1 + children(expression)
+        .into_iter()
+        .map(nesting)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The direct subexpressions of an expression.
+fn children(expression: &cel::parser::Expression) -> Vec<&cel::parser::Expression> {
+    use cel::common::ast::{EntryExpr, Expr, IdedEntryExpr};
+    fn entries(entries: &[IdedEntryExpr]) -> Vec<&cel::parser::Expression> {
+        entries
+            .iter()
+            .flat_map(|entry| match &entry.expr {
+                EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect()
+    }
+    match &expression.expr {
+        Expr::Call(call) => call
+            .target
+            .as_deref()
+            .into_iter()
+            .chain(&call.args)
+            .collect(),
+        Expr::Comprehension(c) => {
+            vec![
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
         }
-        Expr::Select(select) => comprehension_depth(&select.operand),
-        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => 0,
+        Expr::List(list) => list.elements.iter().collect(),
+        Expr::Map(map) => entries(&map.entries),
+        Expr::Struct(structure) => entries(&structure.entries),
+        Expr::Select(select) => vec![&select.operand],
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => Vec::new(),
     }
 }
 
@@ -615,9 +654,6 @@ pub(crate) fn validate_rules(
     old: Option<&Value>,
     errors: &mut Vec<FieldError>,
 ) {
-    if !has_rules(root) {
-        return;
-    }
     let mut context = cel::Context::default();
     context.register_all();
     let mut budget = Budget {
@@ -628,7 +664,7 @@ pub(crate) fn validate_rules(
 }
 
 /// Whether any node of the schema declares rules (building the CEL context is not free).
-fn has_rules(node: &Node) -> bool {
+pub(crate) fn has_rules(node: &Node) -> bool {
     !node.rules.is_empty()
         || node.properties.values().any(has_rules)
         || node.additional_properties.as_deref().is_some_and(has_rules)

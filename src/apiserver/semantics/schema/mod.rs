@@ -124,12 +124,41 @@ pub(crate) enum Level {
 
 const SUPPORTED_TYPES: [&str; 6] = ["array", "boolean", "integer", "number", "object", "string"];
 
+/// Stack for parsing and evaluating CEL rules. ANTLR's prediction and the interpreter recurse
+/// per nesting level with large frames: a rule at [`cel::MAX_NESTING`] needs up to 8 MiB in an
+/// unoptimised build, far more than an async worker thread's 2 MiB. Only the pages a rule
+/// touches are committed.
+const CEL_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Runs `work` on a thread with [`CEL_STACK_BYTES`] of stack, so a deeply nested rule is an
+/// error (or a result) instead of a stack overflow that aborts the whole server. Where no
+/// thread can be started the work runs on the caller's thread.
+fn on_cel_stack<T: Send>(work: impl Fn() -> T + Sync) -> T {
+    let on_own_stack = std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("cel".to_string())
+            .stack_size(CEL_STACK_BYTES)
+            .spawn_scoped(scope, &work)
+            .ok()?;
+        Some(
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        )
+    });
+    on_own_stack.unwrap_or_else(work)
+}
+
 // === impl Schema ===
 
 impl Schema {
     /// Compiles a schema, rejecting it as the real apiserver's CRD validation would when it is
     /// not structural or a validation rule does not compile.
     pub fn compile(open_api_v3_schema: &Value) -> Result<Schema, SchemaError> {
+        on_cel_stack(|| Schema::compile_here(open_api_v3_schema))
+    }
+
+    fn compile_here(open_api_v3_schema: &Value) -> Result<Schema, SchemaError> {
         let mut errors = Vec::new();
         let root = compile_node(open_api_v3_schema, "", Level::Root, &mut errors);
         if errors.is_empty() {
@@ -184,7 +213,13 @@ impl Schema {
             ));
             return errors;
         }
-        cel::validate_rules(&self.root, object, old, &mut errors);
+        if cel::has_rules(&self.root) {
+            errors.extend(on_cel_stack(|| {
+                let mut rule_errors = Vec::new();
+                cel::validate_rules(&self.root, object, old, &mut rule_errors);
+                rule_errors
+            }));
+        }
         errors
     }
 

@@ -751,6 +751,58 @@ fn runaway_cost_is_refused_not_run() {
     assert!(rule_messages(property, json!([1, 2, 3]), None).is_empty());
 }
 
+fn rule_schema(rule: &str) -> Value {
+    json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": rule}],
+    })
+}
+
+#[test]
+fn rules_nested_past_the_limit_are_refused_at_compile_time() {
+    let parenthesized = format!("{}self.a{} > 1", "(".repeat(500), ")".repeat(500));
+    let long_chain = format!("self.a{} > 1", " + 1".repeat(3000));
+    let nested_calls = format!("{}self.a{} > 1", "int(".repeat(40), ")".repeat(40));
+    for rule in [parenthesized, long_chain, nested_calls] {
+        let messages = compile_messages(rule_schema(&rule));
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(
+            messages[0].contains("compilation failed")
+                && (messages[0].contains("Recursion limit of 33 exceeded")
+                    || messages[0].contains("expression nesting exceeds the limit of 32")),
+            "{}",
+            &messages[0][messages[0].len().saturating_sub(200)..]
+        );
+    }
+}
+
+/// Parsing and evaluating a rule near the nesting limit takes several MiB of stack in an
+/// unoptimised build; a caller on a small stack (an async worker thread has 2 MiB) must still
+/// get an answer, not a process-wide abort.
+#[test]
+fn rules_at_the_nesting_limit_compile_and_run_from_a_small_stack() {
+    let thread = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let calls = format!("{}self.a{} > 1", "int(".repeat(28), ")".repeat(28));
+            let chain = format!("self.a{} > 1", " + 1".repeat(28));
+            let parentheses = format!("{}self.a{} > 1", "(".repeat(30), ")".repeat(30));
+            let mut outcomes = Vec::new();
+            for rule in [calls, chain, parentheses] {
+                let schema = Schema::compile(&rule_schema(&rule));
+                let schema = schema.unwrap_or_else(|e| panic!("{e}"));
+                outcomes.push((
+                    schema.validate(&json!({"a": 5}), None).len(),
+                    schema.validate(&json!({"a": -100}), None).len(),
+                ));
+            }
+            outcomes
+        })
+        .unwrap();
+    assert_eq!(thread.join().unwrap(), vec![(0, 1); 3]);
+}
+
 #[test]
 fn schema_is_shareable_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
