@@ -65,6 +65,21 @@ impl std::fmt::Debug for Account {
 }
 
 impl Account {
+    /// An account on a client that is never called (for tests of code that only passes the
+    /// client on).
+    #[cfg(test)]
+    pub(crate) fn for_tests(base_url: &str) -> Arc<Account> {
+        let config = ClientConfig::new(base_url, ApiKey::new("test-key"));
+        let client = CloudClient::new(config).unwrap_or_else(|e| panic!("{e}"));
+        Arc::new(Account {
+            fingerprint: fingerprint(&ApiKey::new("test-key")),
+            client,
+            catalog_ttl: Duration::from_secs(60),
+            balance: Mutex::new(None),
+            pricing: Mutex::new(None),
+        })
+    }
+
     /// The balance, read from the cloud at most once per catalog TTL.
     pub async fn balance(&self) -> Result<BalanceBody, Error> {
         if let Some((at, body)) = self

@@ -151,19 +151,22 @@ impl<K: ManagedKind> Context<K> {
         }
     }
 
-    /// The observer of this kind in `account`, started on first use.
+    /// The observer of this kind in `account`, started on first use (and again should its
+    /// list loop have ended, so no reconcile works from a frozen list).
     pub fn observer(&self, account: &Arc<Account>) -> Arc<Observer<Record<K>>> {
         let mut observers = lock(&self.observers);
-        observers
-            .entry(account.fingerprint.clone())
-            .or_insert_with(|| {
-                Observer::spawn::<K::Lister>(
+        match observers.get(&account.fingerprint) {
+            Some(observer) if observer.is_running() => observer.clone(),
+            _ => {
+                let observer = Observer::spawn::<K::Lister>(
                     account.clone(),
                     self.settings.observe,
                     self.changes.clone(),
-                )
-            })
-            .clone()
+                );
+                observers.insert(account.fingerprint.clone(), observer.clone());
+                observer
+            }
+        }
     }
 }
 

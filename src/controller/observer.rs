@@ -278,6 +278,13 @@ impl<R: CloudRecord> Observer<R> {
         let waited =
             tokio::time::timeout(self.intervals.first_list_timeout, rx.wait_for(|s| ready(s)))
                 .await;
+        if !self.is_running() {
+            // The list loop has ended: what it last saw is frozen, not current.
+            return Err(ListFailure {
+                unauthorized: false,
+                message: "the cloud list loop has stopped".into(),
+            });
+        }
         let state = self.state.borrow();
         if waited.is_err() && state.attempts == 0 {
             return Err(ListFailure {
@@ -295,6 +302,12 @@ impl<R: CloudRecord> Observer<R> {
             }),
             _ => Ok(state.snapshot.clone()),
         }
+    }
+
+    /// Whether the list loop still runs. It ends only when nothing holds the observer or no
+    /// one takes its changes any more; an observer whose loop ended must be replaced.
+    pub fn is_running(&self) -> bool {
+        self.state.has_changed().is_ok()
     }
 
     /// Lists fast for a while: some object of this kind is in transition.
@@ -379,6 +392,54 @@ mod tests {
             HashSet::from(["b".to_string(), "c".to_string(), "d".to_string()])
         );
         assert_eq!(after.changes_since(&after), Changes::default());
+    }
+
+    /// Lists one machine whose state alternates, so every list is a change.
+    struct Flapping;
+
+    impl Lister for Flapping {
+        type Record = Rec;
+        fn list(
+            _client: CloudClient,
+        ) -> impl Future<Output = Result<Vec<Rec>, CloudError>> + Send + 'static {
+            static LISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = LISTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let state = if n.is_multiple_of(2) {
+                "ACTIVE"
+            } else {
+                "SHUTOFF"
+            };
+            async move { Ok(vec![rec("1", "a", state)]) }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_observer_whose_loop_ended_serves_no_frozen_list() {
+        let account = Account::for_tests("http://127.0.0.1:9");
+        let intervals = ObserveIntervals {
+            resync: Duration::from_millis(20),
+            fast: Duration::from_millis(20),
+            hot_window: Duration::from_secs(1),
+            first_list_timeout: Duration::from_secs(5),
+        };
+        let (changes, received) = mpsc::unbounded_channel();
+        let observer = Observer::spawn::<Flapping>(account, intervals, changes);
+        assert_eq!(observer.snapshot().await.map(|s| s.len()), Ok(1));
+        assert!(observer.is_running());
+
+        // No one takes the changes any more: the loop ends at its next change.
+        drop(received);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while observer.is_running() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!observer.is_running());
+        let failure = observer.snapshot().await.err();
+        assert_eq!(
+            failure.map(|f| f.message),
+            Some("the cloud list loop has stopped".to_string())
+        );
+        assert!(observer.snapshot_after(Instant::now()).await.is_err());
     }
 
     #[test]
