@@ -134,17 +134,30 @@ async fn seeded_chaos_runs_keep_every_invariant() {
     report_overdue_seeds();
     let mut results = futures::stream::iter(seeds)
         .map(|seed| async move {
+            let capture = capture::install();
             // Each run is its own task, so a panic inside one names its seed; a run past its
             // bound is a failure, never a hang.
             if let Ok(mut in_flight) = IN_FLIGHT.lock() {
                 in_flight.insert(seed, Instant::now());
             }
-            let task = tokio::spawn(tokio::time::timeout(RUN_BOUND, world::run_seed(seed)));
+            let run = tokio::time::timeout(RUN_BOUND, world::run_seed(seed));
+            let task = tokio::spawn(tracing::Instrument::instrument(
+                run,
+                tracing::info_span!("world", seed),
+            ));
             let outcome = task.await;
             if let Ok(mut in_flight) = IN_FLIGHT.lock() {
                 in_flight.remove(&seed);
             }
+            let log = capture.take_world(seed);
             match outcome {
+                Ok(Ok(Err(mut failure))) => {
+                    let stuck = capture::log_of_stuck_objects(&failure.message, &log);
+                    if !stuck.is_empty() {
+                        failure.trace.push(stuck);
+                    }
+                    Err(failure)
+                }
                 Ok(Ok(result)) => result,
                 Ok(Err(_)) => Err(world::Failure {
                     seed,

@@ -2,6 +2,7 @@
 //! HTTP and TLS plumbing at info) and scans each line for secret markers as it is written.
 //! Lines are not kept, so a run of thousands of worlds stays small; only offending lines are.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -18,7 +19,13 @@ pub struct Capture {
     echo: bool,
     lines: AtomicU64,
     offending: Mutex<Vec<String>>,
+    /// The lines of each running world (those logged under its `world{seed=N}` span), so a
+    /// failed run can show what the operator did with the objects that did not converge.
+    worlds: Mutex<HashMap<u64, Vec<String>>>,
 }
+
+/// Lines kept per world; a run logs about 1,400 on average.
+const WORLD_LINES: usize = 50_000;
 
 impl Capture {
     pub fn lines(&self) -> u64 {
@@ -33,12 +40,25 @@ impl Capture {
             .clone()
     }
 
+    /// The lines logged under the world of `seed`, forgotten from here.
+    pub fn take_world(&self, seed: u64) -> Vec<String> {
+        let mut worlds = self.worlds.lock().unwrap_or_else(|p| p.into_inner());
+        worlds.remove(&seed).unwrap_or_default()
+    }
+
     fn scan(&self, text: &str) {
         if self.echo {
             eprint!("{text}");
         }
         for line in text.lines() {
             self.lines.fetch_add(1, Ordering::Relaxed);
+            if let Some(seed) = world_of(line) {
+                let mut worlds = self.worlds.lock().unwrap_or_else(|p| p.into_inner());
+                let kept = worlds.entry(seed).or_default();
+                if kept.len() < WORLD_LINES {
+                    kept.push(line.to_string());
+                }
+            }
             if SECRET_MARKERS.iter().any(|marker| line.contains(marker)) {
                 let mut offending = self.offending.lock().unwrap_or_else(|p| p.into_inner());
                 if offending.len() < 20 {
@@ -47,6 +67,43 @@ impl Capture {
             }
         }
     }
+}
+
+/// The seed of the `world{seed=N}` span a line was logged under.
+fn world_of(line: &str) -> Option<u64> {
+    let start = line.find("world{seed=")? + "world{seed=".len();
+    let digits: String = line[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// For each object a convergence failure names (`  Kind name: not Ready ...`), the last
+/// lines of the world's log that concern it.
+pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
+    let mut out = String::new();
+    for problem in message.lines().filter(|l| l.contains(": not Ready")) {
+        let mut words = problem.split_whitespace();
+        let (Some(kind), Some(name)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let name = name.trim_end_matches(':');
+        let (kind_field, name_field) = (format!("kind={kind}"), format!("name={name} "));
+        let lines: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains(&kind_field) && l.contains(&name_field))
+            .collect();
+        out.push_str(&format!(
+            "\n  the operator's last log lines for {kind} {name} ({} in all):",
+            lines.len()
+        ));
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            out.push_str("\n    ");
+            out.push_str(line);
+        }
+    }
+    out
 }
 
 static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();

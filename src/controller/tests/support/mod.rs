@@ -133,8 +133,9 @@ impl Env {
         let (stop, stopped) = oneshot::channel::<()>();
         let client = self.client.clone();
         let shutdown = stopped.map(|_| ()).boxed();
-        self.operator = Some(tokio::spawn(gpucloud_controller::run::run(
-            client, config, shutdown,
+        // The operator's log lines carry the caller's span (a chaos run's seed, say).
+        self.operator = Some(tokio::spawn(tracing::Instrument::in_current_span(
+            gpucloud_controller::run::run(client, config, shutdown),
         )));
         self.stop = Some(stop);
     }
