@@ -275,9 +275,13 @@ impl<R: CloudRecord> Observer<R> {
         ready: impl Fn(&State<R>) -> bool,
     ) -> Result<Arc<Snapshot<R>>, ListFailure> {
         let mut rx = self.state.clone();
-        let waited =
-            tokio::time::timeout(self.intervals.first_list_timeout, rx.wait_for(|s| ready(s)))
-                .await;
+        // The guard `wait_for` answers with holds the channel's read lock: it goes at once,
+        // since taking the lock again below while the list loop waits to write deadlocks.
+        let timed_out = tokio::time::timeout(self.intervals.first_list_timeout, async {
+            drop(rx.wait_for(|s| ready(s)).await);
+        })
+        .await
+        .is_err();
         if !self.is_running() {
             // The list loop has ended: what it last saw is frozen, not current.
             return Err(ListFailure {
@@ -286,7 +290,7 @@ impl<R: CloudRecord> Observer<R> {
             });
         }
         let state = self.state.borrow();
-        if waited.is_err() && state.attempts == 0 {
+        if timed_out && state.attempts == 0 {
             return Err(ListFailure {
                 unauthorized: false,
                 message: "the first cloud list has not completed".into(),
@@ -296,7 +300,7 @@ impl<R: CloudRecord> Observer<R> {
             Some(failure) if failure.unauthorized || state.snapshot.generation == 0 => {
                 Err(failure.clone())
             }
-            _ if waited.is_err() => Err(ListFailure {
+            _ if timed_out => Err(ListFailure {
                 unauthorized: false,
                 message: "no fresh cloud list in time".into(),
             }),
@@ -440,6 +444,57 @@ mod tests {
             Some("the cloud list loop has stopped".to_string())
         );
         assert!(observer.snapshot_after(Instant::now()).await.is_err());
+    }
+
+    /// Readers of the snapshot and the list loop's writes share one lock: a reader that held
+    /// its guard while taking the lock again would deadlock with a writer queued in between,
+    /// blocking the runtime's threads for good.
+    #[test]
+    fn readers_and_the_list_loop_never_deadlock() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let intervals = ObserveIntervals {
+                    resync: Duration::ZERO,
+                    fast: Duration::ZERO,
+                    hot_window: Duration::ZERO,
+                    first_list_timeout: Duration::from_secs(5),
+                };
+                let (changes, mut received) = mpsc::unbounded_channel();
+                tokio::spawn(async move { while received.recv().await.is_some() {} });
+                let observer = Observer::spawn::<Flapping>(
+                    Account::for_tests("http://127.0.0.1:9"),
+                    intervals,
+                    changes,
+                );
+                let readers: Vec<_> = (0..4)
+                    .map(|_| {
+                        let observer = observer.clone();
+                        tokio::spawn(async move {
+                            for _ in 0..20_000 {
+                                // Keeps the list loop writing as often as it can.
+                                observer.refresh();
+                                let _ = observer.snapshot().await;
+                                tokio::task::yield_now().await;
+                            }
+                        })
+                    })
+                    .collect();
+                for reader in readers {
+                    reader.await.unwrap();
+                }
+            });
+            let _ = done.send(());
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "snapshot readers and the list loop deadlocked"
+        );
     }
 
     #[test]
