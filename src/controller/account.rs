@@ -137,6 +137,24 @@ pub struct Accounts {
     kube: kube::Client,
     default_secret: Option<SecretLocation>,
     by_fingerprint: Mutex<HashMap<String, Arc<Account>>>,
+    resolved: Mutex<ResolvedSecrets>,
+}
+
+/// How long a Secret's account is reused without reading the Secret again. A change to a
+/// Secret in a watched namespace ends the reuse at once ([`Accounts::forget_secret`]); this
+/// bounds it for Secrets no watch covers (the default Secret when only some namespaces are
+/// watched).
+const SECRET_REUSE: Duration = Duration::from_secs(60);
+
+/// The account each Secret resolved to, so that reconciles do not read the Secret from the
+/// API server every time (10,000 objects sharing one Secret would read it 10,000 times per
+/// pass). Only the account is kept, never the Secret.
+#[derive(Default)]
+struct ResolvedSecrets {
+    by_location: HashMap<SecretLocation, (Instant, Arc<Account>)>,
+    /// Bumped by every forget: a read that started before a forget may have seen the old
+    /// Secret, so it is not kept.
+    forgets: u64,
 }
 
 impl Accounts {
@@ -150,7 +168,17 @@ impl Accounts {
             kube,
             default_secret,
             by_fingerprint: Mutex::new(HashMap::new()),
+            resolved: Mutex::new(ResolvedSecrets::default()),
         }
+    }
+
+    /// Forgets what the Secret `namespace`/`name` resolved to: it changed or went away.
+    pub fn forget_secret(&self, namespace: &str, name: &str) {
+        let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        resolved.forgets += 1;
+        resolved
+            .by_location
+            .retain(|location, _| location.namespace != namespace || location.name != name);
     }
 
     /// The Secret an object in `namespace` with `reference` reads its key from.
@@ -190,6 +218,15 @@ impl Accounts {
                     .into(),
             ));
         };
+        let forgets = {
+            let resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, account)) = resolved.by_location.get(&location)
+                && at.elapsed() < SECRET_REUSE
+            {
+                return Ok(account.clone());
+            }
+            resolved.forgets
+        };
         let secrets: Api<Secret> = Api::namespaced(self.kube.clone(), &location.namespace);
         let secret = secrets.get_opt(&location.name).await?.ok_or_else(|| {
             Error::CredentialsMissing(format!(
@@ -203,7 +240,14 @@ impl Accounts {
                 location.namespace, location.name, location.key
             ))
         })?;
-        self.account_for(key)
+        let account = self.account_for(key)?;
+        let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        if resolved.forgets == forgets {
+            resolved
+                .by_location
+                .insert(location, (Instant::now(), account.clone()));
+        }
+        Ok(account)
     }
 
     /// The account for an API key, creating its client on first use.

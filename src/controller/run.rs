@@ -414,6 +414,7 @@ fn controller<K: ManagedKind>(
             secret.map(|secret| {
                 let namespace = secret.namespace().unwrap_or_default();
                 let name = secret.name_any();
+                secret_accounts.forget_secret(&namespace, &name);
                 let is_default = secret_accounts.is_default_secret(&namespace, &name);
                 secret_gauges.referrers(&secret, |o| {
                     is_default && o.managed().credentials_secret_ref.is_none()

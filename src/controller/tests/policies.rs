@@ -336,6 +336,40 @@ async fn missing_credentials_stall_until_the_secret_appears() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_credentials_secret_is_read_once_not_per_reconcile() {
+    let env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    let names: Vec<String> = (0..12).map(|i| format!("shared-{i}")).collect();
+    for name in &names {
+        api.create(
+            &PostParams::default(),
+            &instance(name, serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    for name in &names {
+        condition(&env, name, "Ready", "True", "Available").await;
+    }
+    let requests = env.apiserver.requests();
+    let secret_reads = requests
+        .iter()
+        .filter(|r| r.resource == "secrets" && r.verb == "get")
+        .count();
+    let status_writes = requests
+        .iter()
+        .filter(|r| r.resource == "gpuinstances" && r.subresource == "status")
+        .count();
+    // Every status write came from a reconcile that needed the key; reading the Secret for
+    // each would be one read per write. The reads left are those after a (re)list of the
+    // Secret watches, which may have changed it.
+    assert!(
+        status_writes >= 2 * names.len() && secret_reads < names.len(),
+        "{secret_reads} Secret reads for {status_writes} status writes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_credentials_stall_and_never_leak_the_key() {
     let env = Env::start().await;
     env.put_secret(NAMESPACE, "wrong-key", "not-the-key-4f9a")
