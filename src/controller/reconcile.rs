@@ -73,6 +73,14 @@ pub async fn reconcile<K: ManagedKind>(
         Ok(_) => "success",
         Err(error) => error.metric_label(),
     });
+    match &result {
+        Ok(_) => tracing::debug!(
+            kind = %K::kind(&()), name = %key.name, requeue = ?requeue_after, "reconcile done"
+        ),
+        Err(error) => tracing::debug!(
+            kind = %K::kind(&()), name = %key.name, %error, "reconcile failed"
+        ),
+    }
     // After an error, `error_policy` decides when to come back.
     cx.gauges
         .finished(&key, result.as_ref().ok().and(requeue_after));
@@ -116,6 +124,9 @@ pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Conte
         cx.requeue.after_failure(&object.key(), error)
     };
     cx.gauges.due_in(&ObjectRef::from_obj(&*object), after);
+    tracing::debug!(
+        kind = %K::kind(&()), name = %object.name_any(), retry_in = ?after, "retrying after an error"
+    );
     Action::requeue(after)
 }
 

@@ -439,8 +439,10 @@ fn controller<K: ManagedKind>(
     controller
         .run(reconcile::<K>, error_policy::<K>, cx)
         .for_each(move |result| {
-            if let Err(error) = result {
-                tracing::debug!(kind = %kind, %error, "reconcile failed");
+            match result {
+                // Logged by the reconcile itself, with the object's name.
+                Ok(_) | Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                Err(error) => tracing::debug!(kind = %kind, %error, "controller error"),
             }
             futures::future::ready(())
         })

@@ -103,6 +103,27 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
             out.push_str(line);
         }
     }
+    if !out.is_empty() {
+        // What else went wrong in the world: warnings, errors, ended streams.
+        let notable: Vec<&String> = log
+            .iter()
+            .filter(|l| {
+                l.contains(" WARN ")
+                    || l.contains(" ERROR ")
+                    || l.contains("terminated")
+                    || l.contains("shutdown")
+                    || l.contains("controller error")
+            })
+            .collect();
+        out.push_str(&format!(
+            "\n  the world's warnings, errors and ended streams ({} in all):",
+            notable.len()
+        ));
+        for line in &notable[notable.len().saturating_sub(30)..] {
+            out.push_str("\n    ");
+            out.push_str(line);
+        }
+    }
     out
 }
 
