@@ -65,19 +65,28 @@ impl std::fmt::Debug for Account {
 }
 
 impl Account {
+    fn new(fingerprint: String, client: CloudClient, catalog_ttl: Duration) -> Arc<Account> {
+        Arc::new(Account {
+            fingerprint,
+            client,
+            catalog_ttl,
+            balance: Mutex::new(None),
+            pricing: Mutex::new(None),
+        })
+    }
+
     /// An account on a client that is never called (for tests of code that only passes the
     /// client on).
     #[cfg(test)]
     pub(crate) fn for_tests(base_url: &str) -> Arc<Account> {
-        let config = ClientConfig::new(base_url, ApiKey::new("test-key"));
-        let client = CloudClient::new(config).unwrap_or_else(|e| panic!("{e}"));
-        Arc::new(Account {
-            fingerprint: fingerprint(&ApiKey::new("test-key")),
-            client,
-            catalog_ttl: Duration::from_secs(60),
-            balance: Mutex::new(None),
-            pricing: Mutex::new(None),
-        })
+        let key = ApiKey::new("test-key");
+        let fingerprint = fingerprint(&key);
+        let client = CloudClient::new(ClientConfig::new(base_url, key));
+        Account::new(
+            fingerprint,
+            client.unwrap_or_else(|e| panic!("{e}")),
+            Duration::from_secs(60),
+        )
     }
 
     /// The balance, read from the cloud at most once per catalog TTL.
@@ -267,13 +276,7 @@ impl Accounts {
         if let Some(observer) = &self.settings.observer {
             client = client.with_observer(observer.clone());
         }
-        let account = Arc::new(Account {
-            fingerprint: fingerprint.clone(),
-            client,
-            catalog_ttl: self.settings.catalog_ttl,
-            balance: Mutex::new(None),
-            pricing: Mutex::new(None),
-        });
+        let account = Account::new(fingerprint.clone(), client, self.settings.catalog_ttl);
         accounts.insert(fingerprint, account.clone());
         Ok(account)
     }

@@ -38,6 +38,16 @@ fn requeue(after: Duration) -> Action {
     Action::requeue(after)
 }
 
+/// When a Ready object is looked at again though nothing woke it: the cloud list interval,
+/// spread by up to a tenth so that objects settled together do not come due together. A wake
+/// can be missed: a reconcile that ran on a cached copy older than its own last status write
+/// finds nothing to change (the copy still shows the earlier Ready) while the write it missed
+/// said otherwise, and status-only changes wake no one. This bounds how long that lasts.
+fn settled_recheck<K: ManagedKind>(cx: &Context<K>) -> Duration {
+    let resync = cx.settings.observe.resync;
+    resync + resync.mul_f64(rand::random_range(0.0..0.1))
+}
+
 /// Wait for a change; every such answer of the flow goes through here.
 fn await_change() -> Action {
     let _ = REQUEUE.try_with(|cell| cell.set(None));
@@ -428,7 +438,7 @@ async fn converge<K: ManagedKind>(
     }
     write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
     match outcome {
-        Outcome::Ready { .. } => Ok(await_change()),
+        Outcome::Ready { .. } => Ok(requeue(settled_recheck(cx))),
         // Waiting for another object (an attachment target): its watch wakes this one.
         Outcome::Progressing { reason, .. } if reason == reason::WAITING_FOR_REFERENCE => {
             Ok(requeue(cx.settings.observe.resync))

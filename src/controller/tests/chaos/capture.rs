@@ -94,14 +94,8 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
             .iter()
             .filter(|l| l.contains(&kind_field) && l.contains(&name_field))
             .collect();
-        out.push_str(&format!(
-            "\n  the operator's last log lines for {kind} {name} ({} in all):",
-            lines.len()
-        ));
-        for line in &lines[lines.len().saturating_sub(40)..] {
-            out.push_str("\n    ");
-            out.push_str(line);
-        }
+        let title = format!("the operator's last log lines for {kind} {name}");
+        append_tail(&mut out, &title, &lines, 40);
     }
     if !out.is_empty() {
         // What else went wrong in the world: warnings, errors, ended streams.
@@ -115,16 +109,19 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
                     || l.contains("controller error")
             })
             .collect();
-        out.push_str(&format!(
-            "\n  the world's warnings, errors and ended streams ({} in all):",
-            notable.len()
-        ));
-        for line in &notable[notable.len().saturating_sub(30)..] {
-            out.push_str("\n    ");
-            out.push_str(line);
-        }
+        let title = "the world's warnings, errors and ended streams";
+        append_tail(&mut out, title, &notable, 30);
     }
     out
+}
+
+/// Appends `title`, the number of `lines`, and the last `keep` of them.
+fn append_tail(out: &mut String, title: &str, lines: &[&String], keep: usize) {
+    out.push_str(&format!("\n  {title} ({} in all):", lines.len()));
+    for line in &lines[lines.len().saturating_sub(keep)..] {
+        out.push_str("\n    ");
+        out.push_str(line);
+    }
 }
 
 static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
