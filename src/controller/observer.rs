@@ -417,15 +417,20 @@ mod tests {
         }
     }
 
+    /// Intervals that list every `interval`, hot or not.
+    fn listing_every(interval: Duration) -> ObserveIntervals {
+        ObserveIntervals {
+            resync: interval,
+            fast: interval,
+            hot_window: Duration::ZERO,
+            first_list_timeout: Duration::from_secs(5),
+        }
+    }
+
     #[tokio::test]
     async fn an_observer_whose_loop_ended_serves_no_frozen_list() {
         let account = Account::for_tests("http://127.0.0.1:9");
-        let intervals = ObserveIntervals {
-            resync: Duration::from_millis(20),
-            fast: Duration::from_millis(20),
-            hot_window: Duration::from_secs(1),
-            first_list_timeout: Duration::from_secs(5),
-        };
+        let intervals = listing_every(Duration::from_millis(20));
         let (changes, received) = mpsc::unbounded_channel();
         let observer = Observer::spawn::<Flapping>(account, intervals, changes);
         assert_eq!(observer.snapshot().await.map(|s| s.len()), Ok(1));
@@ -459,12 +464,7 @@ mod tests {
                 .build()
                 .unwrap();
             runtime.block_on(async {
-                let intervals = ObserveIntervals {
-                    resync: Duration::ZERO,
-                    fast: Duration::ZERO,
-                    hot_window: Duration::ZERO,
-                    first_list_timeout: Duration::from_secs(5),
-                };
+                let intervals = listing_every(Duration::ZERO);
                 let (changes, mut received) = mpsc::unbounded_channel();
                 tokio::spawn(async move { while received.recv().await.is_some() {} });
                 let observer = Observer::spawn::<Flapping>(

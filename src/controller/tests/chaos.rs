@@ -134,7 +134,6 @@ async fn seeded_chaos_runs_keep_every_invariant() {
     report_overdue_seeds();
     let mut results = futures::stream::iter(seeds)
         .map(|seed| async move {
-            let capture = capture::install();
             // Each run is its own task, so a panic inside one names its seed; a run past its
             // bound is a failure, never a hang.
             if let Ok(mut in_flight) = IN_FLIGHT.lock() {
