@@ -1,6 +1,7 @@
 //! Per-kind context handed to every reconcile of that kind.
 
 use crate::account::{Account, Accounts};
+use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
 use crate::observer::{Changes, ObserveIntervals, Observer};
@@ -8,7 +9,6 @@ use crate::requeue::RequeuePolicy;
 use gpucloud_api::{CloudStatus, PendingCreate};
 use gpucloud_telemetry::Metrics;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -49,7 +49,7 @@ pub struct Context<K: ManagedKind> {
     pub accounts: Arc<Accounts>,
     pub settings: ReconcileSettings,
     pub requeue: RequeuePolicy,
-    pub recorder: Recorder,
+    pub events: Arc<EventPublisher>,
     pub metrics: Arc<Metrics>,
     /// The kind's scrape-time state, holding the controller's store.
     pub gauges: Arc<KindGauges<K>>,
@@ -75,7 +75,7 @@ impl<K: ManagedKind> Context<K> {
         client: kube::Client,
         accounts: Arc<Accounts>,
         settings: ReconcileSettings,
-        recorder: Recorder,
+        events: Arc<EventPublisher>,
         metrics: Arc<Metrics>,
         gauges: Arc<KindGauges<K>>,
         trigger: mpsc::UnboundedSender<ObjectRef<K>>,
@@ -101,7 +101,7 @@ impl<K: ManagedKind> Context<K> {
                 Duration::from_secs(300),
                 settings.transition_requeue,
             ),
-            recorder,
+            events,
             metrics,
             gauges,
             settings,

@@ -6,6 +6,7 @@ pub mod conditions;
 pub mod context;
 pub mod create;
 pub mod error;
+pub mod events;
 pub mod firewall;
 pub mod gauges;
 pub mod gpu_instance;

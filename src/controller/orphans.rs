@@ -30,6 +30,7 @@
 //! nothing.
 
 use crate::account::{Account, Accounts};
+use crate::events::{Event, EventPublisher, EventType};
 use crate::kind::ManagedKind;
 use crate::naming;
 use crate::observer::{CloudRecord, Lister};
@@ -44,7 +45,6 @@ use gpucloud_telemetry::Metrics;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -452,7 +452,7 @@ pub struct OrphanSweeper {
     /// Namespaces whose objects claim resources; empty means the whole cluster.
     namespaces: Vec<String>,
     settings: OrphanSweepSettings,
-    recorder: Recorder,
+    events: Arc<EventPublisher>,
     /// When each unclaimed resource without a creation time was first seen, by
     /// `account/kind/id`; forgotten once it is claimed or gone.
     first_seen: Mutex<HashMap<String, Timestamp>>,
@@ -464,21 +464,14 @@ impl OrphanSweeper {
         accounts: Arc<Accounts>,
         namespaces: Vec<String>,
         settings: OrphanSweepSettings,
-        reporter: String,
+        events: Arc<EventPublisher>,
     ) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: reporter,
-                instance: None,
-            },
-        );
         OrphanSweeper {
             client,
             accounts,
             namespaces,
             settings,
-            recorder,
+            events,
             first_seen: Mutex::new(HashMap::new()),
         }
     }
@@ -794,7 +787,7 @@ impl OrphanSweeper {
                 action: "SweepOrphans".into(),
                 secondary: None,
             };
-            if let Err(error) = self.recorder.publish(&event, &regarding).await {
+            if let Err(error) = self.events.publish(&event, &regarding).await {
                 tracing::debug!(%error, "orphan event not published");
             }
         }

@@ -6,6 +6,7 @@ use crate::conditions::{self, Outcome, reason};
 use crate::context::Context;
 use crate::create::{self, CreateDecision, Found};
 use crate::error::Error;
+use crate::events::{Event, EventType};
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
 use crate::observer::{CloudRecord, Snapshot};
@@ -17,7 +18,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -694,7 +694,7 @@ async fn publish<K: ManagedKind>(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(error) = cx.recorder.publish(&event, &object.object_ref(&())).await {
+    if let Err(error) = cx.events.publish(&event, &object.object_ref(&())).await {
         tracing::debug!(%error, "event not published");
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::account::{Accounts, CloudSettings, SecretLocation};
 use crate::context::{Context, ReconcileSettings};
+use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::ManagedKind;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
@@ -15,7 +16,6 @@ use gpucloud_telemetry::{Health, Metrics};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -43,6 +43,47 @@ pub struct OperatorConfig {
     pub health: Arc<Health>,
 }
 
+/// A kind's object changes (applied or deleted), passed from the controller that watches the
+/// kind to controllers woken by them: each kind is listed and watched once, however many
+/// controllers follow it.
+pub struct Relay<K> {
+    subscribers: std::sync::Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>,
+}
+
+impl<K> Default for Relay<K> {
+    fn default() -> Self {
+        Relay {
+            subscribers: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<K: Clone> Relay<K> {
+    /// The changes seen from now on.
+    pub fn subscribe(&self) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
+    where
+        K: Send + Sync + 'static,
+    {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.lock().push(sender);
+        UnboundedReceiverStream::new(receiver)
+    }
+
+    fn send(&self, object: &K) {
+        let mut subscribers = self.lock();
+        if subscribers.is_empty() {
+            return;
+        }
+        let object = Arc::new(object.clone());
+        // A subscriber whose controller has ended is dropped.
+        subscribers.retain(|s| s.send(object.clone()).is_ok());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::UnboundedSender<Arc<K>>>> {
+        self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// What readiness waits for: a kind's watch in one namespace (or the whole cluster).
 fn sync_key(kind: &str, namespace: Option<&str>) -> String {
     match namespace {
@@ -64,6 +105,8 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         client.clone(),
         config.default_secret.clone(),
     ));
+    // One publisher for every controller: its memory of recent events is bounded once.
+    let events = Arc::new(EventPublisher::new(client.clone(), config.reporter.clone()));
     let shutdown = shutdown.shared();
     let scopes: Vec<Option<String>> = if config.namespaces.is_empty() {
         vec![None]
@@ -88,26 +131,34 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             accounts.clone(),
             config.namespaces.clone(),
             config.orphans.clone(),
-            config.reporter.clone(),
+            events.clone(),
         )
         .run(config.metrics.clone(), shutdown.clone().boxed())
         .boxed(),
     );
     for scope in scopes {
+        // Kinds other controllers follow; each is watched once, by its own controller.
+        let instances = Arc::new(Relay::<GpuInstance>::default());
+        let volumes = Arc::new(Relay::<Volume>::default());
+        let snapshots = Arc::new(Relay::<Snapshot>::default());
         controllers.push(controller::<SshKey>(
             &client,
             &accounts,
+            &events,
             &config,
             scope.as_deref(),
             shutdown.clone(),
+            None,
             |c, _, _| c,
         ));
         controllers.push(controller::<GpuInstance>(
             &client,
             &accounts,
+            &events,
             &config,
             scope.as_deref(),
             shutdown.clone(),
+            Some(instances.clone()),
             |c, api, gauges| {
                 let keys = gauges.clone();
                 let snapshots = gauges.clone();
@@ -153,22 +204,24 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         controllers.push(controller::<Volume>(
             &client,
             &accounts,
+            &events,
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api, gauges| {
+            Some(volumes.clone()),
+            |c, _, gauges| {
                 let attached = gauges.clone();
                 let clones = gauges;
-                c.watches_stream(api.triggers::<GpuInstance>(), move |instance| {
-                    attached.referrers(&instance, |v| {
+                c.watches_shared_stream(instances.subscribe(), move |instance| {
+                    attached.referrers(instance.as_ref(), |v| {
                         v.spec
                             .instance_ref
                             .as_ref()
                             .is_some_and(|r| r.name == instance.name_any())
                     })
                 })
-                .watches_stream(api.triggers::<Volume>(), move |source| {
-                    clones.referrers(&source, |v| {
+                .watches_shared_stream(volumes.subscribe(), move |source| {
+                    clones.referrers(source.as_ref(), |v| {
                         v.spec
                             .source
                             .as_ref()
@@ -180,19 +233,21 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         controllers.push(controller::<Snapshot>(
             &client,
             &accounts,
+            &events,
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api, store| {
+            Some(snapshots.clone()),
+            |c, _, store| {
                 // The snapshotted machine, and machines restored from a snapshot (which
                 // hold its deletion until they exist).
-                c.watches_stream(api.triggers::<GpuInstance>(), move |instance| {
+                c.watches_shared_stream(instances.subscribe(), move |instance| {
                     let restored_from = instance
                         .spec
                         .source
                         .as_ref()
                         .map(|s| s.snapshot_ref.name.clone());
-                    store.referrers(&instance, |s| {
+                    store.referrers(instance.as_ref(), |s| {
                         s.spec
                             .instance_ref
                             .as_ref()
@@ -205,12 +260,14 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         controllers.push(controller::<Image>(
             &client,
             &accounts,
+            &events,
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api, store| {
-                c.watches_stream(api.triggers::<Snapshot>(), move |snapshot| {
-                    store.referrers(&snapshot, |i| {
+            None,
+            |c, _, store| {
+                c.watches_shared_stream(snapshots.subscribe(), move |snapshot| {
+                    store.referrers(snapshot.as_ref(), |i| {
                         i.spec.snapshot_ref.name == snapshot.name_any()
                     })
                 })
@@ -219,12 +276,14 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         controllers.push(controller::<Firewall>(
             &client,
             &accounts,
+            &events,
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            |c, api, store| {
-                c.watches_stream(api.triggers::<GpuInstance>(), move |instance| {
-                    store.referrers(&instance, |f| {
+            None,
+            |c, _, store| {
+                c.watches_shared_stream(instances.subscribe(), move |instance| {
+                    store.referrers(instance.as_ref(), |f| {
                         f.spec
                                 .instance_refs
                                 .iter()
@@ -328,9 +387,11 @@ impl ScopedApi {
 fn controller<K: ManagedKind>(
     client: &kube::Client,
     accounts: &Arc<Accounts>,
+    events: &Arc<EventPublisher>,
     config: &OperatorConfig,
     namespace: Option<&str>,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
+    relay: Option<Arc<Relay<K>>>,
     extend: impl FnOnce(Controller<K>, ScopedApi, Arc<KindGauges<K>>) -> Controller<K>,
 ) -> BoxFuture<'static, ()> {
     let scoped = ScopedApi {
@@ -361,6 +422,15 @@ fn controller<K: ManagedKind>(
         .modify(|object| object.managed_fields_mut().clear())
         .reflect(writer)
         .inspect(move |event| match event {
+            Ok(
+                watcher::Event::Apply(object)
+                | watcher::Event::InitApply(object)
+                | watcher::Event::Delete(object),
+            ) => {
+                if let Some(relay) = &relay {
+                    relay.send(object);
+                }
+            }
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
             Ok(watcher::Event::InitDone) => {
                 listed_before = true;
@@ -387,18 +457,11 @@ fn controller<K: ManagedKind>(
         });
     let controller = Controller::for_stream(objects, store.clone());
     let (trigger, triggers) = mpsc::unbounded_channel();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: config.reporter.clone(),
-            instance: None,
-        },
-    );
     let cx = Context::new(
         client.clone(),
         accounts.clone(),
         config.reconcile.clone(),
-        recorder,
+        events.clone(),
         config.metrics.clone(),
         gauges.clone(),
         trigger,

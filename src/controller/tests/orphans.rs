@@ -14,6 +14,7 @@ use gpucloud_apiserver::faults::{ApiFaultPlan, ApiFaults};
 use gpucloud_cloud::model::CreateVolumeRequest;
 use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
 use gpucloud_controller::account::{Accounts, SecretLocation};
+use gpucloud_controller::events::EventPublisher;
 use gpucloud_controller::orphans::{
     CloudKind, OrphanSweepSettings, OrphanSweeper, REASON_DELETED, REASON_FOUND, RELEASED_CONFIGMAP,
 };
@@ -126,7 +127,7 @@ fn sweeper(env: &Env, grace_period: Duration, delete: bool) -> OrphanSweeper {
             summary_namespace: OPERATOR_NAMESPACE.into(),
             summary_name: "gpucloud-operator".into(),
         },
-        "gpucloud-operator".into(),
+        Arc::new(EventPublisher::new(env.client.clone(), "gpucloud-operator")),
     )
 }
 

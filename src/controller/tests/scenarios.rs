@@ -8,6 +8,7 @@ mod support;
 mod all_in_one;
 mod bad_input;
 mod changes;
+mod events;
 mod examples;
 mod firewalls;
 mod idempotence;

@@ -1,0 +1,227 @@
+//! Kubernetes Events (`events.k8s.io/v1`) about the objects the operator manages.
+//!
+//! An event that repeats for the same object (same type, action, reason and related object)
+//! within six minutes is folded into a series on the first one, as client-go's recorder does.
+//! What the publisher remembers for that is a 64-bit key, the event's name and a count, for at
+//! most `REMEMBERED_LIMIT` events by default, so its memory stays small and bounded however many objects
+//! there are: a copy of every event sent, kept six minutes, would hold more than the objects
+//! themselves during a bulk creation.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as KubeEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub use kube::runtime::events::{Event, EventType};
+
+/// How long a sent event can still grow into a series (client-go's value).
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// How often expired entries are dropped; at most once per interval, on a publish.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
+/// Events remembered at most. Past it an event is still sent; a repeat of it within the
+/// window becomes a new event instead of a series.
+pub const REMEMBERED_LIMIT: usize = 8192;
+
+/// Publishes events under one reporting controller name.
+pub struct EventPublisher {
+    client: kube::Client,
+    controller: String,
+    remembered: Mutex<Remembered>,
+    limit: usize,
+}
+
+struct Remembered {
+    by_key: HashMap<u64, Sent>,
+    pruned_at: Instant,
+}
+
+/// An event already sent, enough to extend its series.
+struct Sent {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Instant,
+}
+
+impl EventPublisher {
+    pub fn new(client: kube::Client, controller: impl Into<String>) -> Self {
+        Self::with_limit(client, controller, REMEMBERED_LIMIT)
+    }
+
+    /// A publisher that remembers at most `limit` events for series.
+    pub fn with_limit(client: kube::Client, controller: impl Into<String>, limit: usize) -> Self {
+        EventPublisher {
+            client,
+            controller: controller.into(),
+            remembered: Mutex::new(Remembered {
+                by_key: HashMap::new(),
+                pruned_at: Instant::now(),
+            }),
+            limit,
+        }
+    }
+
+    /// Sends `event` about `regarding` (in its namespace, or `default` for cluster-scoped
+    /// objects): a new Event, or the next count of the series it repeats.
+    pub async fn publish(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let key = self.key(event, regarding);
+        let now = Instant::now();
+        let repeat = self.with_remembered(|r| {
+            r.prune(now);
+            r.by_key
+                .get(&key)
+                .map(|sent| (sent.namespace.clone(), sent.name.clone(), sent.count + 1))
+        });
+        if let Some((namespace, name, count)) = repeat {
+            let series = serde_json::json!({
+                "series": EventSeries {
+                    count,
+                    last_observed_time: MicroTime(Timestamp::now()),
+                }
+            });
+            let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+            match events
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
+                .await
+            {
+                Ok(_) => {
+                    self.with_remembered(|r| {
+                        if let Some(sent) = r.by_key.get_mut(&key) {
+                            sent.count = sent.count.max(count);
+                            sent.last = now;
+                        }
+                    });
+                    return Ok(());
+                }
+                // The first event expired or was deleted: start again with a new one.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let created = self.to_kube_event(event, regarding);
+        let namespace = created.metadata.namespace.clone().unwrap_or_default();
+        let name = created.metadata.name.clone().unwrap_or_default();
+        Api::<KubeEvent>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &created)
+            .await?;
+        self.with_remembered(|r| {
+            if r.by_key.len() < self.limit || r.by_key.contains_key(&key) {
+                r.by_key.insert(
+                    key,
+                    Sent {
+                        namespace,
+                        name,
+                        count: 1,
+                        last: now,
+                    },
+                );
+            }
+        });
+        Ok(())
+    }
+
+    /// How many sent events are remembered for series.
+    pub fn remembered(&self) -> usize {
+        self.with_remembered(|r| r.by_key.len())
+    }
+
+    fn with_remembered<T>(&self, f: impl FnOnce(&mut Remembered) -> T) -> T {
+        // A panic while holding the lock leaves the map consistent: recover it.
+        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut remembered)
+    }
+
+    /// What makes two events the same series: client-go's key (the note is not part of it).
+    fn key(&self, event: &Event, regarding: &ObjectReference) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let type_ = match event.type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        (type_, &event.action, &event.reason).hash(&mut hasher);
+        reference_key(regarding).hash(&mut hasher);
+        event
+            .secondary
+            .as_ref()
+            .map(reference_key)
+            .hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn to_kube_event(&self, event: &Event, regarding: &ObjectReference) -> KubeEvent {
+        let now = Timestamp::now();
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let subject = regarding.name.as_deref().unwrap_or(&self.controller);
+        KubeEvent {
+            metadata: ObjectMeta {
+                // client-go's naming: unique per object and nanosecond.
+                name: Some(format!("{subject}.{:x}", now.as_nanosecond())),
+                namespace: Some(namespace),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: event.note.clone(),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .into(),
+            ),
+            regarding: Some(regarding.clone()),
+            related: event.secondary.clone(),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.controller.clone()),
+            ..KubeEvent::default()
+        }
+    }
+}
+
+impl Remembered {
+    fn prune(&mut self, now: Instant) {
+        if now.duration_since(self.pruned_at) < PRUNE_INTERVAL {
+            return;
+        }
+        self.pruned_at = now;
+        self.by_key
+            .retain(|_, sent| now.duration_since(sent.last) < SERIES_WINDOW);
+        // Give back what a burst grew the table to.
+        if self.by_key.capacity() > 4 * self.by_key.len().max(64) {
+            self.by_key.shrink_to_fit();
+        }
+    }
+}
+
+/// The identifying fields of a reference (not its resourceVersion, which changes with every
+/// write of the object).
+fn reference_key(
+    reference: &ObjectReference,
+) -> (
+    &Option<String>,
+    &Option<String>,
+    &Option<String>,
+    &Option<String>,
+    &Option<String>,
+) {
+    (
+        &reference.api_version,
+        &reference.kind,
+        &reference.namespace,
+        &reference.name,
+        &reference.uid,
+    )
+}

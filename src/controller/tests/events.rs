@@ -1,0 +1,134 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The operator's event publisher against the API server: repeats become a series on the
+//! first event, and what it remembers for that is bounded.
+
+use crate::support::*;
+use gpucloud_controller::events::{Event, EventPublisher, EventType};
+use gpucloud_simulator::SimulatorConfig;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use kube::api::{Api, DeleteParams, ListParams};
+
+fn regarding(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("gpucloud.io/v1alpha1".into()),
+        kind: Some("GpuInstance".into()),
+        name: Some(name.into()),
+        namespace: Some(NAMESPACE.into()),
+        uid: Some(format!("uid-{name}")),
+        ..ObjectReference::default()
+    }
+}
+
+fn event(reason: &str) -> Event {
+    Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(format!("note for {reason}")),
+        action: "Reconcile".into(),
+        secondary: None,
+    }
+}
+
+/// (regarding name, reason, series count) of every event, sorted.
+async fn sent(env: &Env) -> Vec<(String, String, i32)> {
+    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let mut sent: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| {
+            (
+                e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+            )
+        })
+        .collect();
+    sent.sort();
+    sent
+}
+
+fn expected(events: &[(&str, &str, i32)]) -> Vec<(String, String, i32)> {
+    events
+        .iter()
+        .map(|(name, reason, count)| (name.to_string(), reason.to_string(), *count))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_event_becomes_a_series_on_the_first() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let publisher = EventPublisher::new(env.client.clone(), "gpucloud-operator");
+    for _ in 0..3 {
+        publisher
+            .publish(&event("Created"), &regarding("a"))
+            .await
+            .unwrap();
+    }
+    publisher
+        .publish(&event("Ready"), &regarding("a"))
+        .await
+        .unwrap();
+    publisher
+        .publish(&event("Created"), &regarding("b"))
+        .await
+        .unwrap();
+    assert_eq!(
+        sent(&env).await,
+        expected(&[("a", "Created", 3), ("a", "Ready", 1), ("b", "Created", 1)])
+    );
+    assert_eq!(publisher.remembered(), 3);
+
+    // The first event is gone (expired, deleted): a repeat starts a new one.
+    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
+    for e in events.list(&ListParams::default()).await.unwrap().items {
+        if e.reason.as_deref() == Some("Ready") {
+            let name = e.metadata.name.unwrap();
+            events
+                .delete(&name, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+    }
+    publisher
+        .publish(&event("Ready"), &regarding("a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        sent(&env).await,
+        expected(&[("a", "Created", 3), ("a", "Ready", 1), ("b", "Created", 1)])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_past_the_limit_are_sent_but_not_remembered() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let publisher = EventPublisher::with_limit(env.client.clone(), "gpucloud-operator", 2);
+    for name in ["a", "b", "c"] {
+        publisher
+            .publish(&event("Created"), &regarding(name))
+            .await
+            .unwrap();
+    }
+    assert_eq!(publisher.remembered(), 2);
+    // A remembered one grows its series; the forgotten one is sent again as a new event.
+    for name in ["a", "c"] {
+        publisher
+            .publish(&event("Created"), &regarding(name))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        sent(&env).await,
+        expected(&[
+            ("a", "Created", 2),
+            ("b", "Created", 1),
+            ("c", "Created", 1),
+            ("c", "Created", 1),
+        ])
+    );
+    assert_eq!(publisher.remembered(), 2);
+}
