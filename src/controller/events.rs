@@ -143,17 +143,11 @@ impl EventPublisher {
     /// What makes two events the same series: client-go's key (the note is not part of it).
     fn key(&self, event: &Event, regarding: &ObjectReference) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        let type_ = match event.type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        };
-        (type_, &event.action, &event.reason).hash(&mut hasher);
-        reference_key(regarding).hash(&mut hasher);
-        event
-            .secondary
-            .as_ref()
-            .map(reference_key)
-            .hash(&mut hasher);
+        (type_name(event.type_), &event.action, &event.reason).hash(&mut hasher);
+        hash_reference(regarding, &mut hasher);
+        if let Some(related) = &event.secondary {
+            hash_reference(related, &mut hasher);
+        }
         hasher.finish()
     }
 
@@ -175,13 +169,7 @@ impl EventPublisher {
             action: Some(event.action.clone()),
             reason: Some(event.reason.clone()),
             note: event.note.clone(),
-            type_: Some(
-                match event.type_ {
-                    EventType::Normal => "Normal",
-                    EventType::Warning => "Warning",
-                }
-                .into(),
-            ),
+            type_: Some(type_name(event.type_).into()),
             regarding: Some(regarding.clone()),
             related: event.secondary.clone(),
             reporting_controller: Some(self.controller.clone()),
@@ -206,22 +194,19 @@ impl Remembered {
     }
 }
 
-/// The identifying fields of a reference (not its resourceVersion, which changes with every
-/// write of the object).
-fn reference_key(
-    reference: &ObjectReference,
-) -> (
-    &Option<String>,
-    &Option<String>,
-    &Option<String>,
-    &Option<String>,
-    &Option<String>,
-) {
-    (
-        &reference.api_version,
-        &reference.kind,
-        &reference.namespace,
-        &reference.name,
-        &reference.uid,
-    )
+fn type_name(type_: EventType) -> &'static str {
+    match type_ {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
+    }
+}
+
+/// Hashes the identifying fields of a reference (not its resourceVersion, which changes with
+/// every write of the object).
+fn hash_reference(reference: &ObjectReference, hasher: &mut impl Hasher) {
+    reference.api_version.hash(hasher);
+    reference.kind.hash(hasher);
+    reference.namespace.hash(hasher);
+    reference.name.hash(hasher);
+    reference.uid.hash(hasher);
 }

@@ -84,6 +84,13 @@ impl<K: Clone> Relay<K> {
     }
 }
 
+/// What every controller shares.
+struct Shared {
+    client: kube::Client,
+    accounts: Arc<Accounts>,
+    events: Arc<EventPublisher>,
+}
+
 /// What readiness waits for: a kind's watch in one namespace (or the whole cluster).
 fn sync_key(kind: &str, namespace: Option<&str>) -> String {
     match namespace {
@@ -107,6 +114,11 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     ));
     // One publisher for every controller: its memory of recent events is bounded once.
     let events = Arc::new(EventPublisher::new(client.clone(), config.reporter.clone()));
+    let shared = Shared {
+        client: client.clone(),
+        accounts: accounts.clone(),
+        events: events.clone(),
+    };
     let shutdown = shutdown.shared();
     let scopes: Vec<Option<String>> = if config.namespaces.is_empty() {
         vec![None]
@@ -142,9 +154,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         let volumes = Arc::new(Relay::<Volume>::default());
         let snapshots = Arc::new(Relay::<Snapshot>::default());
         controllers.push(controller::<SshKey>(
-            &client,
-            &accounts,
-            &events,
+            &shared,
             &config,
             scope.as_deref(),
             shutdown.clone(),
@@ -152,9 +162,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             |c, _, _| c,
         ));
         controllers.push(controller::<GpuInstance>(
-            &client,
-            &accounts,
-            &events,
+            &shared,
             &config,
             scope.as_deref(),
             shutdown.clone(),
@@ -202,9 +210,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             },
         ));
         controllers.push(controller::<Volume>(
-            &client,
-            &accounts,
-            &events,
+            &shared,
             &config,
             scope.as_deref(),
             shutdown.clone(),
@@ -231,9 +237,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             },
         ));
         controllers.push(controller::<Snapshot>(
-            &client,
-            &accounts,
-            &events,
+            &shared,
             &config,
             scope.as_deref(),
             shutdown.clone(),
@@ -258,9 +262,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             },
         ));
         controllers.push(controller::<Image>(
-            &client,
-            &accounts,
-            &events,
+            &shared,
             &config,
             scope.as_deref(),
             shutdown.clone(),
@@ -274,9 +276,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             },
         ));
         controllers.push(controller::<Firewall>(
-            &client,
-            &accounts,
-            &events,
+            &shared,
             &config,
             scope.as_deref(),
             shutdown.clone(),
@@ -385,15 +385,18 @@ impl ScopedApi {
 }
 
 fn controller<K: ManagedKind>(
-    client: &kube::Client,
-    accounts: &Arc<Accounts>,
-    events: &Arc<EventPublisher>,
+    shared: &Shared,
     config: &OperatorConfig,
     namespace: Option<&str>,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
     relay: Option<Arc<Relay<K>>>,
     extend: impl FnOnce(Controller<K>, ScopedApi, Arc<KindGauges<K>>) -> Controller<K>,
 ) -> BoxFuture<'static, ()> {
+    let Shared {
+        client,
+        accounts,
+        events,
+    } = shared;
     let scoped = ScopedApi {
         client: client.clone(),
         namespace: namespace.map(str::to_string),
