@@ -954,7 +954,9 @@ impl CloudClient {
             {
                 return Err(oversized(operation, status, &[]));
             }
-            let mut bytes = Vec::new();
+            // Sized once from the announced length (checked above), not grown by doubling.
+            let announced = response.content_length().unwrap_or(0) as usize;
+            let mut bytes = Vec::with_capacity(announced);
             while let Some(chunk) = response
                 .chunk()
                 .await
@@ -984,13 +986,12 @@ impl CloudClient {
             } else {
                 bytes
             };
-            let response =
-                serde_json::from_slice::<ApiResponse<T>>(&bytes).map_err(|err| Error::Decode {
-                    operation,
-                    status,
-                    reason: self.scrub(&err.to_string()),
-                    excerpt: self.scrub(&excerpt(&bytes)),
-                })?;
+            let response = ApiResponse::<T>::from_json(&bytes).map_err(|err| Error::Decode {
+                operation,
+                status,
+                reason: self.scrub(&err.to_string()),
+                excerpt: self.scrub(&excerpt(&bytes)),
+            })?;
             // A success status whose body says `"success": false` did not succeed; a body
             // without the flag is taken at its status.
             if !response.success

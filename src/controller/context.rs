@@ -1,6 +1,6 @@
 //! Per-kind context handed to every reconcile of that kind.
 
-use crate::account::{Account, Accounts};
+use crate::account::{Account, Accounts, SecretLocation};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
@@ -10,7 +10,7 @@ use gpucloud_api::{CloudStatus, PendingCreate};
 use gpucloud_telemetry::Metrics;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -63,6 +63,8 @@ pub struct Context<K: ManagedKind> {
     /// the cloud may have acted after the client gave up), so the settle window counts from
     /// there.
     creates_ended: Mutex<HashMap<String, Timestamp>>,
+    /// Credentials whose observer `prepare` has started.
+    prepared: Mutex<HashSet<SecretLocation>>,
     /// When this context was made. A create call of an earlier process (one killed mid-call)
     /// ended at the latest then.
     started: Timestamp,
@@ -109,6 +111,7 @@ impl<K: ManagedKind> Context<K> {
             changes,
             deletes_answered: Mutex::new(HashMap::new()),
             creates_ended: Mutex::new(HashMap::new()),
+            prepared: Mutex::new(HashSet::new()),
             started: Timestamp::now(),
         })
     }
@@ -149,6 +152,31 @@ impl<K: ManagedKind> Context<K> {
             Some(ended) => latest.max(*ended),
             None => latest,
         }
+    }
+
+    /// Starts the observer `object`'s reconcile will read, once per credentials Secret. A
+    /// controller runs no reconcile before its whole list has arrived from the API server:
+    /// started from the first listed object, the cloud's first list runs meanwhile.
+    pub fn prepare(self: &Arc<Self>, object: &K) {
+        let managed = object.managed();
+        let namespace = object.meta().namespace.clone().unwrap_or_default();
+        let Some(location) = self
+            .accounts
+            .secret_for(&namespace, managed.credentials_secret_ref.as_ref())
+        else {
+            return;
+        };
+        if !lock(&self.prepared).insert(location) {
+            return;
+        }
+        let cx = self.clone();
+        let reference = managed.credentials_secret_ref.clone();
+        tokio::spawn(async move {
+            // A failure is the first reconcile's to report.
+            if let Ok(account) = cx.accounts.resolve(&namespace, reference.as_ref()).await {
+                cx.observer(&account);
+            }
+        });
     }
 
     /// The observer of this kind in `account`, started on first use (and again should its

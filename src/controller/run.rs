@@ -412,10 +412,21 @@ fn controller<K: ManagedKind>(
     let kind = K::kind(&()).to_string();
     let scope = sync_key(&kind, namespace);
     config.health.awaiting_sync(&scope);
-    let (metrics, health, woken) = (
+    let (trigger, triggers) = mpsc::unbounded_channel();
+    let cx = Context::new(
+        client.clone(),
+        accounts.clone(),
+        config.reconcile.clone(),
+        events.clone(),
+        config.metrics.clone(),
+        gauges.clone(),
+        trigger,
+    );
+    let (metrics, health, woken, listing) = (
         config.metrics.clone(),
         config.health.clone(),
         gauges.clone(),
+        cx.clone(),
     );
     let mut listed_before = false;
     let objects = watcher(api, watcher::Config::default().any_semantic())
@@ -425,11 +436,13 @@ fn controller<K: ManagedKind>(
         .modify(|object| object.managed_fields_mut().clear())
         .reflect(writer)
         .inspect(move |event| match event {
-            Ok(
-                watcher::Event::Apply(object)
-                | watcher::Event::InitApply(object)
-                | watcher::Event::Delete(object),
-            ) => {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                listing.prepare(object);
+                if let Some(relay) = &relay {
+                    relay.send(object);
+                }
+            }
+            Ok(watcher::Event::Delete(object)) => {
                 if let Some(relay) = &relay {
                     relay.send(object);
                 }
@@ -459,16 +472,6 @@ fn controller<K: ManagedKind>(
             })
         });
     let controller = Controller::for_stream(objects, store.clone());
-    let (trigger, triggers) = mpsc::unbounded_channel();
-    let cx = Context::new(
-        client.clone(),
-        accounts.clone(),
-        config.reconcile.clone(),
-        events.clone(),
-        config.metrics.clone(),
-        gauges.clone(),
-        trigger,
-    );
 
     // A changed credentials Secret wakes the objects that read it. Only metadata is watched:
     // the operator never holds Secret contents it does not need.
