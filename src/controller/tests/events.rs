@@ -51,6 +51,13 @@ async fn sent(env: &Env) -> Vec<(String, String, i32)> {
     sent
 }
 
+async fn send(publisher: &EventPublisher, reason: &str, name: &str) {
+    publisher
+        .publish(&event(reason), &regarding(name))
+        .await
+        .unwrap();
+}
+
 fn expected(events: &[(&str, &str, i32)]) -> Vec<(String, String, i32)> {
     events
         .iter()
@@ -63,19 +70,10 @@ async fn a_repeated_event_becomes_a_series_on_the_first() {
     let env = Env::without_operator(SimulatorConfig::default()).await;
     let publisher = EventPublisher::new(env.client.clone(), "gpucloud-operator");
     for _ in 0..3 {
-        publisher
-            .publish(&event("Created"), &regarding("a"))
-            .await
-            .unwrap();
+        send(&publisher, "Created", "a").await;
     }
-    publisher
-        .publish(&event("Ready"), &regarding("a"))
-        .await
-        .unwrap();
-    publisher
-        .publish(&event("Created"), &regarding("b"))
-        .await
-        .unwrap();
+    send(&publisher, "Ready", "a").await;
+    send(&publisher, "Created", "b").await;
     assert_eq!(
         sent(&env).await,
         expected(&[("a", "Created", 3), ("a", "Ready", 1), ("b", "Created", 1)])
@@ -93,10 +91,7 @@ async fn a_repeated_event_becomes_a_series_on_the_first() {
                 .unwrap();
         }
     }
-    publisher
-        .publish(&event("Ready"), &regarding("a"))
-        .await
-        .unwrap();
+    send(&publisher, "Ready", "a").await;
     assert_eq!(
         sent(&env).await,
         expected(&[("a", "Created", 3), ("a", "Ready", 1), ("b", "Created", 1)])
@@ -108,18 +103,12 @@ async fn events_past_the_limit_are_sent_but_not_remembered() {
     let env = Env::without_operator(SimulatorConfig::default()).await;
     let publisher = EventPublisher::with_limit(env.client.clone(), "gpucloud-operator", 2);
     for name in ["a", "b", "c"] {
-        publisher
-            .publish(&event("Created"), &regarding(name))
-            .await
-            .unwrap();
+        send(&publisher, "Created", name).await;
     }
     assert_eq!(publisher.remembered(), 2);
     // A remembered one grows its series; the forgotten one is sent again as a new event.
     for name in ["a", "c"] {
-        publisher
-            .publish(&event("Created"), &regarding(name))
-            .await
-            .unwrap();
+        send(&publisher, "Created", name).await;
     }
     assert_eq!(
         sent(&env).await,
