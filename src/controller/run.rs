@@ -45,8 +45,9 @@ pub struct OperatorConfig {
 
 /// A kind's object changes (applied or deleted), passed from the controller that watches the
 /// kind to controllers woken by them: each kind is listed and watched once, however many
-/// controllers follow it.
-pub struct Relay<K> {
+/// controllers follow it. Subscribers are controllers' trigger streams, which the controllers
+/// drain as they come (a mapping to object references, no I/O), so the channels stay short.
+struct Relay<K> {
     subscribers: std::sync::Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>,
 }
 
@@ -60,7 +61,7 @@ impl<K> Default for Relay<K> {
 
 impl<K: Clone> Relay<K> {
     /// The changes seen from now on.
-    pub fn subscribe(&self) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
+    fn subscribe(&self) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
     where
         K: Send + Sync + 'static,
     {
