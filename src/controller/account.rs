@@ -7,6 +7,7 @@
 //! limiters against the same account.
 
 use crate::error::Error;
+use crate::lock;
 use gpucloud_api::SecretKeyRef;
 use gpucloud_cloud::model::{BalanceBody, PricingBody};
 use gpucloud_cloud::{ApiKey, CallObserver, ClientConfig, CloudClient, RateLimit};
@@ -91,35 +92,25 @@ impl Account {
 
     /// The balance, read from the cloud at most once per catalog TTL.
     pub async fn balance(&self) -> Result<BalanceBody, Error> {
-        if let Some((at, body)) = self
-            .balance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
+        if let Some((at, body)) = lock(&self.balance).as_ref()
             && at.elapsed() < self.catalog_ttl
         {
             return Ok(body.clone());
         }
         let body = self.client.get_balance().await?;
-        *self.balance.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((Instant::now(), body.clone()));
+        *lock(&self.balance) = Some((Instant::now(), body.clone()));
         Ok(body)
     }
 
     /// The price list, read from the cloud at most once per catalog TTL.
     pub async fn pricing(&self) -> Result<Arc<PricingBody>, Error> {
-        if let Some((at, body)) = self
-            .pricing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
+        if let Some((at, body)) = lock(&self.pricing).as_ref()
             && at.elapsed() < self.catalog_ttl
         {
             return Ok(body.clone());
         }
         let body = Arc::new(self.client.get_pricing().await?);
-        *self.pricing.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((Instant::now(), body.clone()));
+        *lock(&self.pricing) = Some((Instant::now(), body.clone()));
         Ok(body)
     }
 
@@ -183,7 +174,7 @@ impl Accounts {
 
     /// Forgets what the Secret `namespace`/`name` resolved to: it changed or went away.
     pub fn forget_secret(&self, namespace: &str, name: &str) {
-        let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        let mut resolved = lock(&self.resolved);
         resolved.forgets += 1;
         resolved
             .by_location
@@ -228,7 +219,7 @@ impl Accounts {
             ));
         };
         let forgets = {
-            let resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+            let resolved = lock(&self.resolved);
             if let Some((at, account)) = resolved.by_location.get(&location)
                 && at.elapsed() < SECRET_REUSE
             {
@@ -250,7 +241,7 @@ impl Accounts {
             ))
         })?;
         let account = self.account_for(key)?;
-        let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        let mut resolved = lock(&self.resolved);
         if resolved.forgets == forgets {
             resolved
                 .by_location
@@ -262,10 +253,7 @@ impl Accounts {
     /// The account for an API key, creating its client on first use.
     pub fn account_for(&self, key: ApiKey) -> Result<Arc<Account>, Error> {
         let fingerprint = fingerprint(&key);
-        let mut accounts = self
-            .by_fingerprint
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut accounts = lock(&self.by_fingerprint);
         if let Some(account) = accounts.get(&fingerprint) {
             return Ok(account.clone());
         }
@@ -283,12 +271,7 @@ impl Accounts {
 
     /// Every account seen so far.
     pub fn all(&self) -> Vec<Arc<Account>> {
-        self.by_fingerprint
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        lock(&self.by_fingerprint).values().cloned().collect()
     }
 }
 

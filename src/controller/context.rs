@@ -4,6 +4,7 @@ use crate::account::{Account, Accounts, SecretLocation};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
+use crate::lock;
 use crate::observer::{Changes, ObserveIntervals, Observer};
 use crate::requeue::RequeuePolicy;
 use gpucloud_api::{CloudStatus, PendingCreate};
@@ -196,10 +197,6 @@ impl<K: ManagedKind> Context<K> {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The objects whose recorded id, cloud name or pending create matches a change. One pass

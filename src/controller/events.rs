@@ -7,6 +7,7 @@
 //! there are: a copy of every event sent, kept six minutes, would hold more than the objects
 //! themselves during a bulk creation.
 
+use crate::lock;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as KubeEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -135,9 +136,7 @@ impl EventPublisher {
     }
 
     fn with_remembered<T>(&self, f: impl FnOnce(&mut Remembered) -> T) -> T {
-        // A panic while holding the lock leaves the map consistent: recover it.
-        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut remembered)
+        f(&mut lock(&self.remembered))
     }
 
     /// What makes two events the same series: client-go's key (the note is not part of it).

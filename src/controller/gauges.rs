@@ -6,6 +6,7 @@
 //! event, a reference or Secret change, a cloud list, or a requeue whose time has come.
 
 use crate::kind::ManagedKind;
+use crate::lock;
 use gpucloud_api::condition_type;
 use gpucloud_telemetry::{KindState, StateSource};
 use kube::Resource;
@@ -38,7 +39,7 @@ impl<K: ManagedKind> KindGauges<K> {
     }
 
     fn with_due<T>(&self, f: impl FnOnce(&mut HashMap<ObjectRef<K>, Instant>) -> T) -> T {
-        f(&mut self.due.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut lock(&self.due))
     }
 
     /// `object` was asked to reconcile now.

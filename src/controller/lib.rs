@@ -30,3 +30,9 @@ pub mod volume;
 mod mapping_props;
 
 pub use error::{Category, Error};
+
+/// Locks `mutex`, recovering it from a panic in another holder: every lock here guards
+/// bookkeeping that stays consistent between statements, so a panic leaves nothing half done.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

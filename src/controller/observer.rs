@@ -8,6 +8,7 @@
 //! objects (by recorded id or by cloud name), and only those objects are reconciled.
 
 use crate::account::Account;
+use crate::lock;
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{HashMap, HashSet};
@@ -235,7 +236,7 @@ impl<R: CloudRecord> Observer<R> {
     }
 
     fn interval(&self) -> Duration {
-        let hot = *self.hot_until.lock().unwrap_or_else(|p| p.into_inner()) > Instant::now();
+        let hot = *lock(&self.hot_until) > Instant::now();
         if hot {
             self.intervals.fast
         } else {
@@ -317,7 +318,7 @@ impl<R: CloudRecord> Observer<R> {
     /// Lists fast for a while: some object of this kind is in transition.
     pub fn mark_hot(&self) {
         let until = Instant::now() + self.intervals.hot_window;
-        let mut hot = self.hot_until.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hot = lock(&self.hot_until);
         if *hot < until {
             let was_cold = *hot <= Instant::now();
             *hot = until;

@@ -32,6 +32,7 @@
 use crate::account::{Account, Accounts};
 use crate::events::{Event, EventPublisher, EventType};
 use crate::kind::ManagedKind;
+use crate::lock;
 use crate::naming;
 use crate::observer::{CloudRecord, Lister};
 use crate::records;
@@ -547,12 +548,7 @@ impl OrphanSweeper {
                 );
                 let since = match candidate.created_at {
                     Some(created) => created,
-                    None => *self
-                        .first_seen
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .entry(key.clone())
-                        .or_insert(now),
+                    None => *lock(&self.first_seen).entry(key.clone()).or_insert(now),
                 };
                 seen_keys.insert(key);
                 let age = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
@@ -569,9 +565,7 @@ impl OrphanSweeper {
                 });
             }
         }
-        self.first_seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.first_seen)
             // After a failed list, resources not listed may still exist: keep their times.
             .retain(|key, _| seen_keys.contains(key) || !report.list_errors.is_empty());
         if report.list_errors.is_empty() {

@@ -5,6 +5,7 @@
 //! another's.
 
 use crate::error::{Category, Error};
+use crate::lock;
 use gpucloud_cloud::Backoff;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -55,7 +56,7 @@ impl RequeuePolicy {
             Category::Waiting => self.waiting,
             Category::Transient => {
                 let attempt = {
-                    let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut failures = lock(&self.failures);
                     let count = failures.entry(object.to_string()).or_insert(0);
                     let attempt = *count;
                     *count = count.saturating_add(1);
@@ -72,20 +73,12 @@ impl RequeuePolicy {
 
     /// Forgets `object`'s failures after a successful reconcile or its deletion.
     pub fn reset(&self, object: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(object);
+        lock(&self.failures).remove(object);
     }
 
     /// Consecutive transient failures recorded for `object`.
     pub fn failures(&self, object: &str) -> u32 {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(object)
-            .copied()
-            .unwrap_or(0)
+        lock(&self.failures).get(object).copied().unwrap_or(0)
     }
 }
 

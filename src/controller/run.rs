@@ -7,6 +7,7 @@ use crate::context::{Context, ReconcileSettings};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::ManagedKind;
+use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::reconcile::{error_policy, reconcile};
 use futures::{FutureExt, StreamExt, future::BoxFuture};
@@ -19,7 +20,7 @@ use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -48,13 +49,13 @@ pub struct OperatorConfig {
 /// controllers follow it. Subscribers are controllers' trigger streams, which the controllers
 /// drain as they come (a mapping to object references, no I/O), so the channels stay short.
 struct Relay<K> {
-    subscribers: std::sync::Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>,
+    subscribers: Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>,
 }
 
 impl<K> Default for Relay<K> {
     fn default() -> Self {
         Relay {
-            subscribers: std::sync::Mutex::new(Vec::new()),
+            subscribers: Mutex::new(Vec::new()),
         }
     }
 }
@@ -66,22 +67,18 @@ impl<K: Clone> Relay<K> {
         K: Send + Sync + 'static,
     {
         let (sender, receiver) = mpsc::unbounded_channel();
-        self.lock().push(sender);
+        lock(&self.subscribers).push(sender);
         UnboundedReceiverStream::new(receiver)
     }
 
     fn send(&self, object: &K) {
-        let mut subscribers = self.lock();
+        let mut subscribers = lock(&self.subscribers);
         if subscribers.is_empty() {
             return;
         }
         let object = Arc::new(object.clone());
         // A subscriber whose controller has ended is dropped.
         subscribers.retain(|s| s.send(object.clone()).is_ok());
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::UnboundedSender<Arc<K>>>> {
-        self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -437,13 +434,16 @@ fn controller<K: ManagedKind>(
         .modify(|object| object.managed_fields_mut().clear())
         .reflect(writer)
         .inspect(move |event| match event {
-            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
-                listing.prepare(object);
-                if let Some(relay) = &relay {
-                    relay.send(object);
+            Ok(
+                watcher::Event::Apply(object)
+                | watcher::Event::InitApply(object)
+                | watcher::Event::Delete(object),
+            ) => {
+                // Only a list holds reconciles back; after it, the first reconcile starts
+                // the observer itself, so status writes do not pay for this.
+                if matches!(event, Ok(watcher::Event::InitApply(_))) {
+                    listing.prepare(object);
                 }
-            }
-            Ok(watcher::Event::Delete(object)) => {
                 if let Some(relay) = &relay {
                     relay.send(object);
                 }
