@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Firewall",
     namespaced,
+    derive = "PartialEq",
     status = "FirewallStatus",
     shortname = "gpufw",
     category = "gpucloud",

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "GpuInstance",
     namespaced,
+    derive = "PartialEq",
     status = "GpuInstanceStatus",
     shortname = "gpui",
     category = "gpucloud",

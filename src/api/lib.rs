@@ -58,6 +58,8 @@ pub trait Managed {
     fn managed(&self) -> &ManagedFields;
     /// The common part of the status (default when there is no status yet).
     fn cloud_status(&self) -> CloudStatus;
+    /// The common part of the status, borrowed; `None` when there is no status yet.
+    fn cloud_status_ref(&self) -> Option<&CloudStatus>;
 }
 
 macro_rules! impl_managed {
@@ -67,7 +69,10 @@ macro_rules! impl_managed {
                 &self.spec.managed
             }
             fn cloud_status(&self) -> CloudStatus {
-                self.status.as_ref().map(|s| s.cloud.clone()).unwrap_or_default()
+                self.cloud_status_ref().cloned().unwrap_or_default()
+            }
+            fn cloud_status_ref(&self) -> Option<&CloudStatus> {
+                self.status.as_ref().map(|s| &s.cloud)
             }
         }
     )*};

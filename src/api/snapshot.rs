@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Snapshot",
     namespaced,
+    derive = "PartialEq",
     status = "SnapshotStatus",
     shortname = "gpus",
     category = "gpucloud",

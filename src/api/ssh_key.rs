@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "SshKey",
     namespaced,
+    derive = "PartialEq",
     status = "SshKeyStatus",
     shortname = "gpuk",
     category = "gpucloud",

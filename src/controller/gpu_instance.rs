@@ -37,6 +37,14 @@ impl ManagedKind for GpuInstance {
         ))
     }
 
+    /// A `restartedAt` value not yet recorded in the status asks for a reboot.
+    fn annotations_observed(&self) -> bool {
+        let done = self.status.as_ref().and_then(|s| s.restarted_at.as_deref());
+        self.annotations()
+            .get(RESTARTED_AT_ANNOTATION)
+            .is_none_or(|requested| done == Some(requested.as_str()))
+    }
+
     fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
         let mut object = self.clone();
         let previous = self.status.clone().unwrap_or_default();

@@ -25,6 +25,7 @@ pub trait ManagedKind:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Managed
     + Clone
+    + PartialEq
     + Debug
     + Serialize
     + DeserializeOwned
@@ -87,6 +88,14 @@ pub trait ManagedKind:
     /// instance is still being restored from). Nothing holds a deletion by default.
     fn hold_deletion(&self, _cx: &Context<Self>) -> impl Future<Output = Result<(), Error>> + Send {
         async { Ok(()) }
+    }
+
+    /// Whether the status shows every request the object makes outside its spec, through
+    /// annotations (which do not move `metadata.generation`): a starting controller
+    /// re-adopts an object without a reconcile only then (`readopt.rs`). Nothing is asked
+    /// that way by default.
+    fn annotations_observed(&self) -> bool {
+        true
     }
 
     /// What the object's cloud resource costs per hour, and in which currency, when the cloud

@@ -16,6 +16,7 @@ pub mod leader;
 pub mod naming;
 pub mod observer;
 pub mod orphans;
+pub mod readopt;
 pub mod reconcile;
 pub mod records;
 pub mod references;

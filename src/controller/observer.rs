@@ -4,8 +4,8 @@
 //! object of the kind is in transition, slowly once everything is settled) and keeps the
 //! latest list as a [`Snapshot`]. Reconcilers read the snapshot instead of calling the cloud
 //! per object, so cloud traffic follows the number of kinds and accounts, not the number of
-//! objects. After each list the resources whose record changed are mapped back to their
-//! objects (by recorded id or by cloud name), and only those objects are reconciled.
+//! objects. After each list but the first, the resources whose record changed are mapped back
+//! to their objects (by recorded id or by cloud name), and only those objects are reconciled.
 
 use crate::account::Account;
 use crate::lock;
@@ -209,7 +209,12 @@ impl<R: CloudRecord> Observer<R> {
                         Ok(records) => {
                             generation += 1;
                             let next = Arc::new(Snapshot::from_records(records, generation, started));
-                            diff = Some(next.changes_since(&state.snapshot));
+                            // The first list changes nothing anyone has seen: every reconcile
+                            // waits for it, and a starting controller checks its objects
+                            // against it (`readopt.rs`).
+                            if generation > 1 {
+                                diff = Some(next.changes_since(&state.snapshot));
+                            }
                             state.snapshot = next;
                             state.failure = None;
                         }

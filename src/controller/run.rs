@@ -9,6 +9,7 @@ use crate::gauges::KindGauges;
 use crate::kind::ManagedKind;
 use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
+use crate::readopt::Readoption;
 use crate::reconcile::{error_policy, reconcile};
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
@@ -366,12 +367,23 @@ impl ScopedApi {
     {
         let metrics = self.metrics.clone();
         let kind = R::kind(&()).to_string();
+        let mut listed_before = false;
         watcher(api_for::<R>(self), watcher::Config::default())
             .default_backoff()
-            .touched_objects()
-            .filter_map(move |object| {
-                futures::future::ready(match object {
-                    Ok(object) => Some(Ok(object)),
+            .filter_map(move |event| {
+                futures::future::ready(match event {
+                    Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
+                        Some(Ok(object))
+                    }
+                    // The first list says what exists, not what changed: a starting
+                    // controller looks at all its objects anyway (see `readopt.rs`). A
+                    // later list (after the watch was lost) may hold missed changes.
+                    Ok(watcher::Event::InitApply(object)) if listed_before => Some(Ok(object)),
+                    Ok(watcher::Event::InitDone) => {
+                        listed_before = true;
+                        None
+                    }
+                    Ok(_) => None,
                     Err(error) => {
                         metrics.watch_failed(&kind);
                         tracing::debug!(kind = %kind, %error, "watch failed; retrying");
@@ -418,13 +430,15 @@ fn controller<K: ManagedKind>(
         events.clone(),
         config.metrics.clone(),
         gauges.clone(),
-        trigger,
+        trigger.clone(),
     );
-    let (metrics, health, woken, listing) = (
+    let readoption = Arc::new(Readoption::start(cx.clone(), trigger));
+    let (metrics, health, woken, listing, checked) = (
         config.metrics.clone(),
         config.health.clone(),
         gauges.clone(),
         cx.clone(),
+        readoption.clone(),
     );
     let mut listed_before = false;
     let objects = watcher(api, watcher::Config::default().any_semantic())
@@ -439,17 +453,21 @@ fn controller<K: ManagedKind>(
                 | watcher::Event::InitApply(object)
                 | watcher::Event::Delete(object),
             ) => {
+                let listed = matches!(event, Ok(watcher::Event::InitApply(_)));
                 // Only a list holds reconciles back; after it, the first reconcile starts
                 // the observer itself, so status writes do not pay for this.
-                if matches!(event, Ok(watcher::Event::InitApply(_))) {
+                if listed {
                     listing.prepare(object);
                 }
-                if let Some(relay) = &relay {
+                // The first list tells followers nothing: each looks at all its objects
+                // when it starts (see `readopt.rs`).
+                if let Some(relay) = relay.as_ref().filter(|_| listed_before || !listed) {
                     relay.send(object);
                 }
             }
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
             Ok(watcher::Event::InitDone) => {
+                readoption.listed();
                 listed_before = true;
                 health.synced(&scope);
             }
@@ -462,10 +480,12 @@ fn controller<K: ManagedKind>(
         // controller, whose queue stalls on an error item until something else wakes it.
         .filter_map(move |object| {
             futures::future::ready(match object {
-                Ok(object) => {
+                // Settled objects of the first list are checked against the cloud's list
+                // instead of each being reconciled at once.
+                Ok(object) => checked.offer(object).map(|object| {
                     woken.triggered(&ObjectRef::from_obj(&object));
-                    Some(Ok::<_, watcher::Error>(object))
-                }
+                    Ok::<_, watcher::Error>(object)
+                }),
                 Err(error) => {
                     tracing::debug!(%error, "object watch failed; retrying");
                     None

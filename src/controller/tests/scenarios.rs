@@ -17,6 +17,7 @@ mod orphans;
 mod policies;
 mod production;
 mod rate_limit_storm;
+mod readoption;
 mod settled_traffic;
 mod snapshots;
 mod ssh_key_policies;

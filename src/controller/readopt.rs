@@ -1,0 +1,319 @@
+//! Re-adoption when a controller starts (an operator restart, or a new leader).
+//!
+//! A starting controller finds its objects in one list from the API server and their cloud
+//! resources in one list per kind and account. An object that list shows settled (Ready for
+//! its generation, finalizer in place, nothing pending or asked for outside the spec) whose
+//! resource the cloud's first list shows as its status records it is re-adopted from the two
+//! lists alone: nothing would change, so it is not reconciled at once. Its next reconcile
+//! comes as any settled object's does, once per resync interval, spread over the first
+//! interval so that a restart does not wake every object at the same moment. Everything else
+//! (not settled, missing from the cloud's list, or listed otherwise than its status says) is
+//! reconciled at once.
+//!
+//! A change the status does not show (a security rule edited in the cloud while no operator
+//! ran) is found by that first recheck, within one resync interval, as a settled operator
+//! finds it with its next list.
+
+use crate::context::Context;
+use crate::kind::{ManagedKind, Record};
+use crate::lock;
+use crate::observer::CloudRecord;
+use gpucloud_api::{FINALIZER, PAUSED_ANNOTATION};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The startup check of one controller: fed with the objects of its first list, until that
+/// list is complete.
+pub struct Readoption<K: ManagedKind> {
+    listing: Mutex<Option<mpsc::UnboundedSender<K>>>,
+}
+
+impl<K: ManagedKind> Readoption<K> {
+    /// Starts the check: objects found to need a reconcile, and later the rechecks of the
+    /// re-adopted ones, are sent on `trigger`.
+    pub fn start(cx: Arc<Context<K>>, trigger: mpsc::UnboundedSender<ObjectRef<K>>) -> Self {
+        let (sender, received) = mpsc::unbounded_channel();
+        tokio::spawn(check(cx, received, trigger));
+        Readoption {
+            listing: Mutex::new(Some(sender)),
+        }
+    }
+
+    /// An object of the first list: taken for the check when settled, handed back (to be
+    /// reconciled as usual) otherwise or once the first list is complete.
+    pub fn offer(&self, object: K) -> Option<K> {
+        let listing = lock(&self.listing);
+        match listing.as_ref() {
+            Some(check) if settled(&object) => match check.send(object) {
+                Ok(()) => None,
+                Err(mpsc::error::SendError(object)) => Some(object),
+            },
+            _ => Some(object),
+        }
+    }
+
+    /// The first list is complete: objects from now on are reconciled as they come.
+    pub fn listed(&self) {
+        lock(&self.listing).take();
+    }
+}
+
+/// Whether the object's status says everything is done: Ready for the current generation,
+/// the finalizer in place, the resource recorded, no create pending, not being deleted, not
+/// paused, and nothing asked for through annotations that the status does not show.
+pub fn settled<K: ManagedKind>(object: &K) -> bool {
+    let meta = object.meta();
+    let Some(status) = object.cloud_status_ref() else {
+        return false;
+    };
+    meta.deletion_timestamp.is_none()
+        && meta.generation.is_some()
+        && status.is_ready(meta.generation)
+        && status.external_id.is_some()
+        && status.pending_create.is_none()
+        && object.finalizers().iter().any(|f| f == FINALIZER)
+        && object.annotations().get(PAUSED_ANNOTATION).is_none()
+        && object.annotations_observed()
+}
+
+/// Whether `record` is what the object's status shows: the state, and every field the kind
+/// takes from the record into its status.
+pub fn listed_as_recorded<K: ManagedKind>(object: &K, record: &Record<K>) -> bool {
+    let Some(status) = object.cloud_status_ref() else {
+        return false;
+    };
+    status.state.as_deref() == Some(record.state().as_str())
+        && object.with_status(status.clone(), Some(record)) == *object
+}
+
+/// Checks the settled objects of the first list against the cloud's first list, then spreads
+/// the re-adopted objects' first rechecks over one resync interval.
+async fn check<K: ManagedKind>(
+    cx: Arc<Context<K>>,
+    mut received: mpsc::UnboundedReceiver<K>,
+    trigger: mpsc::UnboundedSender<ObjectRef<K>>,
+) {
+    // A set: a first list retried after an error offers its objects again.
+    let mut readopted = HashSet::new();
+    let mut reconciled = 0_usize;
+    while let Some(object) = received.recv().await {
+        let key = ObjectRef::from_obj(&object);
+        if matches_cloud(&cx, &object).await {
+            readopted.insert(key);
+        } else {
+            reconciled += 1;
+            cx.gauges.triggered(&key);
+            if trigger.send(key).is_err() {
+                return;
+            }
+        }
+    }
+    tracing::info!(
+        kind = %K::kind(&()),
+        readopted = readopted.len(),
+        reconciled,
+        "first list checked against the cloud"
+    );
+    spread(&cx, readopted, cx.settings.observe.resync, &trigger).await;
+}
+
+/// Whether the cloud's first list shows the object's resource as its status records it. Any
+/// failure (credentials, the list) is the reconcile's to report.
+async fn matches_cloud<K: ManagedKind>(cx: &Context<K>, object: &K) -> bool {
+    let Some(id) = object
+        .cloud_status_ref()
+        .and_then(|s| s.external_id.as_ref())
+    else {
+        return false;
+    };
+    let namespace = object.namespace().unwrap_or_default();
+    let reference = object.managed().credentials_secret_ref.as_ref();
+    let Ok(account) = cx.accounts.resolve(&namespace, reference).await else {
+        return false;
+    };
+    let Ok(snapshot) = cx.observer(&account).snapshot().await else {
+        return false;
+    };
+    snapshot
+        .get(id)
+        .is_some_and(|record| listed_as_recorded(object, record))
+}
+
+/// Wakes `objects` one after another, evenly over `over` and in no particular order: the
+/// recheck each would have had one resync interval after its last reconcile.
+async fn spread<K: ManagedKind>(
+    cx: &Context<K>,
+    objects: HashSet<ObjectRef<K>>,
+    over: Duration,
+    trigger: &mpsc::UnboundedSender<ObjectRef<K>>,
+) {
+    let count = u32::try_from(objects.len()).unwrap_or(u32::MAX).max(1);
+    let step = over / count;
+    for (n, key) in (1..).zip(&objects) {
+        cx.gauges.due_in(key, step * n);
+    }
+    let start = tokio::time::Instant::now();
+    for (n, key) in (1..).zip(objects) {
+        tokio::time::sleep_until(start + step * n).await;
+        // Deleted meanwhile: its watch event has already woken it.
+        if cx.gauges.store().get(&key).is_none() {
+            continue;
+        }
+        cx.gauges.triggered(&key);
+        if trigger.send(key).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucloud_api::{GpuInstance, RESTARTED_AT_ANNOTATION, SshKey};
+    use gpucloud_cloud::model::SshKey as CloudSshKey;
+    use serde_json::json;
+
+    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKWIQ key";
+
+    /// An SshKey as a reconcile leaves it once its key is imported.
+    fn settled_key() -> serde_json::Value {
+        json!({
+            "apiVersion": "gpucloud.io/v1alpha1",
+            "kind": "SshKey",
+            "metadata": {
+                "name": "key", "namespace": "team", "uid": "u-1", "generation": 2,
+                "finalizers": [FINALIZER],
+            },
+            "spec": {"publicKey": KEY},
+            "status": {
+                "externalId": "key-1", "cloudName": "team-key-u1", "state": "available",
+                "observedGeneration": 2,
+                "conditions": [{
+                    "type": "Ready", "status": "True", "reason": "Available", "message": "",
+                    "lastTransitionTime": "2026-11-25T00:00:00Z", "observedGeneration": 2,
+                }],
+                "generated": false, "publicKey": KEY,
+            },
+        })
+    }
+
+    /// A JSON merge patch (RFC 7386): `null` removes a field.
+    fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+        let (Some(target), Some(patch)) = (target.as_object_mut(), patch.as_object()) else {
+            *target = patch.clone();
+            return;
+        };
+        for (field, value) in patch {
+            if value.is_null() {
+                target.remove(field);
+            } else {
+                merge(target.entry(field.clone()).or_insert(json!({})), value);
+            }
+        }
+    }
+
+    fn key(value: serde_json::Value) -> SshKey {
+        serde_json::from_value(value).expect("a valid SshKey")
+    }
+
+    fn record(public_key: &str) -> CloudSshKey {
+        CloudSshKey {
+            id: "key-1".into(),
+            name: "team-key-u1".into(),
+            public_key: public_key.into(),
+            created_at: "2026-11-25T00:00:00Z".into(),
+            metadata: Default::default(),
+        }
+    }
+
+    #[test]
+    fn ready_for_its_generation_with_the_finalizer_is_settled() {
+        assert!(settled(&key(settled_key())));
+    }
+
+    #[test]
+    fn anything_left_to_do_is_not_settled() {
+        let changes: [(&str, serde_json::Value); 7] = [
+            ("a newer spec", json!({"metadata": {"generation": 3}})),
+            ("no finalizer", json!({"metadata": {"finalizers": null}})),
+            (
+                "being deleted",
+                json!({"metadata": {"deletionTimestamp": "2026-11-25T01:00:00Z"}}),
+            ),
+            (
+                "paused",
+                json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "true"}}}),
+            ),
+            (
+                "no resource recorded",
+                json!({"status": {"externalId": null}}),
+            ),
+            (
+                "a create pending",
+                json!({"status": {"pendingCreate": {
+                    "cloudName": "team-key-u1", "startedAt": "2026-11-25T00:00:00Z",
+                }}}),
+            ),
+            (
+                "not Ready",
+                json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "False", "reason": "Creating", "message": "",
+                    "lastTransitionTime": "2026-11-25T00:00:00Z", "observedGeneration": 2,
+                }]}}),
+            ),
+        ];
+        for (what, change) in changes {
+            let mut object = settled_key();
+            merge(&mut object, &change);
+            assert!(!settled(&key(object)), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_restart_asked_for_and_not_done_is_not_settled() {
+        let instance = |annotation: Option<&str>, done: Option<&str>| -> GpuInstance {
+            serde_json::from_value(json!({
+                "apiVersion": "gpucloud.io/v1alpha1",
+                "kind": "GpuInstance",
+                "metadata": {
+                    "name": "gpu", "namespace": "team", "generation": 1,
+                    "finalizers": [FINALIZER],
+                    "annotations": annotation.map(|a| json!({RESTARTED_AT_ANNOTATION: a})),
+                },
+                "spec": {"region": "us-east-1", "gpuType": "A100", "osImage": "ubuntu-22.04"},
+                "status": {
+                    "externalId": "vm-1", "state": "ACTIVE", "observedGeneration": 1,
+                    "restartedAt": done,
+                    "conditions": [{
+                        "type": "Ready", "status": "True", "reason": "Available", "message": "",
+                        "lastTransitionTime": "2026-11-25T00:00:00Z", "observedGeneration": 1,
+                    }],
+                },
+            }))
+            .expect("a valid GpuInstance")
+        };
+        assert!(settled(&instance(None, None)));
+        assert!(settled(&instance(Some("t1"), Some("t1"))));
+        assert!(!settled(&instance(Some("t2"), Some("t1"))));
+        assert!(!settled(&instance(Some("t1"), None)));
+    }
+
+    #[test]
+    fn a_record_matches_when_the_status_shows_it() {
+        let object = key(settled_key());
+        assert!(listed_as_recorded(&object, &record(KEY)));
+        // A field the kind takes into its status differs.
+        assert!(!listed_as_recorded(
+            &object,
+            &record("ssh-ed25519 AAAAother key")
+        ));
+        // The state recorded differs from the listed one.
+        let mut other_state = settled_key();
+        merge(&mut other_state, &json!({"status": {"state": "pending"}}));
+        assert!(!listed_as_recorded(&key(other_state), &record(KEY)));
+    }
+}

@@ -1,0 +1,130 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! A starting operator re-adopts settled objects from its lists and reconciles at once only
+//! what is not settled or changed in the cloud while no operator ran (`readopt.rs`).
+
+use crate::support;
+
+use gpucloud_api::*;
+use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
+use kube::api::PostParams;
+use std::time::Duration;
+use support::{Env, eventually, test_config};
+
+const KEYS: usize = 5;
+
+/// A key the operator generates (its pair kept in an owned Secret).
+fn key(n: usize) -> SshKey {
+    SshKey::new(
+        &format!("key-{n}"),
+        serde_json::from_value(serde_json::json!({})).unwrap(),
+    )
+}
+
+fn instance(name: &str) -> GpuInstance {
+    GpuInstance::new(
+        name,
+        serde_json::from_value(serde_json::json!({
+            "region": "us-east-1", "gpuType": "H100-80G", "gpuCount": 1,
+            "osImage": "ubuntu-22.04-cuda-12",
+        }))
+        .unwrap(),
+    )
+}
+
+async fn ready<K>(env: &Env, name: &str) -> K
+where
+    K: Managed
+        + kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api = env.api::<K>();
+    eventually(60, &format!("{name} Ready"), || {
+        let api = api.clone();
+        async move {
+            let o = api.get(name).await.ok()?;
+            o.cloud_status().is_ready(o.meta().generation).then_some(o)
+        }
+    })
+    .await
+}
+
+/// Reconciles of `kind` counted by the operator's metrics, whatever their result.
+fn reconciles(metrics: &gpucloud_telemetry::Metrics, kind: &str) -> f64 {
+    let series = format!("gpucloud_reconciles_total{{kind=\"{kind}\"");
+    metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with(&series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reconciles_only_what_is_not_as_the_status_recorded_it() {
+    let mut env = Env::start().await;
+    for n in 0..KEYS {
+        env.api::<SshKey>()
+            .create(&PostParams::default(), &key(n))
+            .await
+            .unwrap();
+    }
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &instance("gpu"))
+        .await
+        .unwrap();
+    for n in 0..KEYS {
+        ready::<SshKey>(&env, &format!("key-{n}")).await;
+    }
+    let vm = ready::<GpuInstance>(&env, "gpu").await;
+    env.stop_operator().await;
+
+    // While no operator runs, the machine is stopped in the cloud.
+    let cloud = CloudClient::new(ClientConfig::new(
+        env.simulator.base_url(),
+        ApiKey::new(env.simulator.api_key()),
+    ))
+    .unwrap();
+    cloud
+        .stop_instance(&vm.cloud_status().external_id.unwrap())
+        .await
+        .unwrap();
+
+    // No settled object comes due during the test.
+    let mut config = test_config(&env.simulator);
+    config.reconcile.observe.resync = Duration::from_secs(600);
+    let metrics = config.metrics.clone();
+    env.start_operator(config);
+
+    // The machine's state differs from its status: reconciled at once, and started again.
+    eventually(30, "the stopped machine started again", || async {
+        (env.calls("StartInstance") >= 1).then_some(())
+    })
+    .await;
+    ready::<GpuInstance>(&env, "gpu").await;
+    assert!(reconciles(&metrics, "GpuInstance") >= 1.0);
+    // The keys are as their status recorded them: re-adopted, not reconciled.
+    assert_eq!(reconciles(&metrics, "SshKey"), 0.0, "{}", metrics.encode());
+    env.stop_operator().await;
+
+    // With the usual interval, each re-adopted object is looked at within one interval.
+    let config = test_config(&env.simulator);
+    let resync = config.reconcile.observe.resync;
+    let metrics = config.metrics.clone();
+    env.start_operator(config);
+    tokio::time::sleep(resync / 4).await;
+    let early = reconciles(&metrics, "SshKey");
+    assert!(
+        early < KEYS as f64,
+        "{early} reconciles a quarter interval in"
+    );
+    eventually(10, "every key rechecked", || async {
+        (reconciles(&metrics, "SshKey") >= KEYS as f64).then_some(())
+    })
+    .await;
+    // Nothing was written to the cloud by either start but the one start of the machine.
+    assert_eq!(env.calls("StartInstance"), 1);
+    assert_eq!(env.calls("CreateSshKey"), KEYS as u64);
+    env.stop_operator().await;
+}
