@@ -14,14 +14,15 @@
 //! ran) is found by that first recheck, within one resync interval, as a settled operator
 //! finds it with its next list.
 
+use crate::account::SecretLocation;
 use crate::context::Context;
 use crate::kind::{ManagedKind, Record};
 use crate::lock;
-use crate::observer::CloudRecord;
-use gpucloud_api::{FINALIZER, PAUSED_ANNOTATION};
+use crate::observer::{CloudRecord, Snapshot};
+use gpucloud_api::{FINALIZER, PAUSED_ANNOTATION, SecretKeyRef};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -97,12 +98,29 @@ async fn check<K: ManagedKind>(
     mut received: mpsc::UnboundedReceiver<K>,
     trigger: mpsc::UnboundedSender<ObjectRef<K>>,
 ) {
+    // The cloud's first list per credentials, or `None` when the credentials or the list
+    // failed: asked once each, so a cloud that does not answer holds the check up once, not
+    // once per object.
+    let mut first_lists: HashMap<SecretLocation, Option<Arc<Snapshot<Record<K>>>>> = HashMap::new();
     // A set: a first list retried after an error offers its objects again.
     let mut readopted = HashSet::new();
     let mut reconciled = 0_usize;
     while let Some(object) = received.recv().await {
+        let namespace = object.namespace().unwrap_or_default();
+        let reference = object.managed().credentials_secret_ref.as_ref();
+        let listed = match cx.accounts.secret_for(&namespace, reference) {
+            Some(location) => match first_lists.get(&location) {
+                Some(listed) => listed.clone(),
+                None => {
+                    let listed = first_list(&cx, &namespace, reference).await;
+                    first_lists.insert(location, listed.clone());
+                    listed
+                }
+            },
+            None => None,
+        };
         let key = ObjectRef::from_obj(&object);
-        if matches_cloud(&cx, &object).await {
+        if listed.is_some_and(|snapshot| matches_cloud(&snapshot, &object)) {
             readopted.insert(key);
         } else {
             reconciled += 1;
@@ -121,25 +139,23 @@ async fn check<K: ManagedKind>(
     spread(&cx, readopted, cx.settings.observe.resync, &trigger).await;
 }
 
-/// Whether the cloud's first list shows the object's resource as its status records it. Any
-/// failure (credentials, the list) is the reconcile's to report.
-async fn matches_cloud<K: ManagedKind>(cx: &Context<K>, object: &K) -> bool {
-    let Some(id) = object
+/// The cloud's first list for the credentials an object names. A failure is the reconcile's
+/// to report.
+async fn first_list<K: ManagedKind>(
+    cx: &Context<K>,
+    namespace: &str,
+    reference: Option<&SecretKeyRef>,
+) -> Option<Arc<Snapshot<Record<K>>>> {
+    let account = cx.accounts.resolve(namespace, reference).await.ok()?;
+    cx.observer(&account).snapshot().await.ok()
+}
+
+/// Whether `listed` shows the object's resource as its status records it.
+fn matches_cloud<K: ManagedKind>(listed: &Snapshot<Record<K>>, object: &K) -> bool {
+    object
         .cloud_status_ref()
-        .and_then(|s| s.external_id.as_ref())
-    else {
-        return false;
-    };
-    let namespace = object.namespace().unwrap_or_default();
-    let reference = object.managed().credentials_secret_ref.as_ref();
-    let Ok(account) = cx.accounts.resolve(&namespace, reference).await else {
-        return false;
-    };
-    let Ok(snapshot) = cx.observer(&account).snapshot().await else {
-        return false;
-    };
-    snapshot
-        .get(id)
+        .and_then(|s| s.external_id.as_deref())
+        .and_then(|id| listed.get(id))
         .is_some_and(|record| listed_as_recorded(object, record))
 }
 
