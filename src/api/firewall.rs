@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Firewall",
     namespaced,
-    derive = "PartialEq",
     status = "FirewallStatus",
     shortname = "gpufw",
     category = "gpucloud",

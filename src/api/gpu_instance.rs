@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "GpuInstance",
     namespaced,
-    derive = "PartialEq",
     status = "GpuInstanceStatus",
     shortname = "gpui",
     category = "gpucloud",

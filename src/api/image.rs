@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Image",
     namespaced,
-    derive = "PartialEq",
     status = "ImageStatus",
     shortname = "gpuimg",
     category = "gpucloud",

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Snapshot",
     namespaced,
-    derive = "PartialEq",
     status = "SnapshotStatus",
     shortname = "gpus",
     category = "gpucloud",

@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "SshKey",
     namespaced,
-    derive = "PartialEq",
     status = "SshKeyStatus",
     shortname = "gpuk",
     category = "gpucloud",

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Volume",
     namespaced,
-    derive = "PartialEq",
     status = "VolumeStatus",
     shortname = "gpuv",
     category = "gpucloud",

@@ -23,10 +23,8 @@ impl ManagedKind for Firewall {
     type Lister = Firewalls;
     const WHEN_GONE: WhenGone = WhenGone::Recreate;
 
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
-        let mut object = self.clone();
-        let previous = self.status.clone().unwrap_or_default();
-        object.status = Some(match record {
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        match record {
             Some(r) => {
                 let attached: Vec<String> = r.attachments.iter().map(|a| a.vm.id.clone()).collect();
                 FirewallStatus {
@@ -38,10 +36,9 @@ impl ManagedKind for Firewall {
             }
             None => FirewallStatus {
                 cloud: common,
-                ..previous
+                ..self.status.clone().unwrap_or_default()
             },
-        });
-        object
+        }
     }
 
     type CreatePlan = CreateFirewallRequest;

@@ -45,10 +45,9 @@ impl ManagedKind for GpuInstance {
             .is_none_or(|requested| done == Some(requested.as_str()))
     }
 
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
-        let mut object = self.clone();
-        let previous = self.status.clone().unwrap_or_default();
-        object.status = Some(match record {
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        let previous = self.status.as_ref();
+        match record {
             Some(r) => GpuInstanceStatus {
                 cloud: common,
                 vm_status: Some(r.vm_status.as_str().to_string()),
@@ -67,21 +66,18 @@ impl ManagedKind for GpuInstance {
                 source_snapshot_id: r.snapshot_id.clone(),
                 // The value present when the machine is first recorded (created or adopted)
                 // asks for nothing: only a later change reboots.
-                restarted_at: previous.restarted_at.or_else(|| {
+                restarted_at: previous.and_then(|p| p.restarted_at.clone()).or_else(|| {
                     previous
-                        .cloud
-                        .external_id
-                        .is_none()
+                        .is_none_or(|p| p.cloud.external_id.is_none())
                         .then(|| self.annotations().get(RESTARTED_AT_ANNOTATION).cloned())
                         .flatten()
                 }),
             },
             None => GpuInstanceStatus {
                 cloud: common,
-                ..previous
+                ..previous.cloned().unwrap_or_default()
             },
-        });
-        object
+        }
     }
 
     type CreatePlan = InstancePlan;

@@ -18,10 +18,8 @@ impl ManagedKind for Image {
     type Lister = Images;
     const WHEN_GONE: WhenGone = WhenGone::Report;
 
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
-        let mut object = self.clone();
-        let previous = self.status.clone().unwrap_or_default();
-        object.status = Some(match record {
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        match record {
             Some(r) => ImageStatus {
                 cloud: common,
                 snapshot_id: Some(r.snapshot_id.clone()),
@@ -30,10 +28,9 @@ impl ManagedKind for Image {
             },
             None => ImageStatus {
                 cloud: common,
-                ..previous
+                ..self.status.clone().unwrap_or_default()
             },
-        });
-        object
+        }
     }
 
     /// The cloud id of the snapshot.

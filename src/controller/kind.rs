@@ -8,6 +8,7 @@ use crate::observer::Lister;
 use gpucloud_api::{CloudStatus, Managed};
 use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
+use kube::core::object::HasStatus;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
@@ -24,8 +25,8 @@ pub type Record<K> = <<K as ManagedKind>::Lister as Lister>::Record;
 pub trait ManagedKind:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Managed
+    + HasStatus<Status: PartialEq>
     + Clone
-    + PartialEq
     + Debug
     + Serialize
     + DeserializeOwned
@@ -39,9 +40,16 @@ pub trait ManagedKind:
     /// What to do when a resource the object recorded is gone from the cloud.
     const WHEN_GONE: WhenGone;
 
-    /// A copy of the object whose status holds `common` plus the kind's own fields taken from
-    /// `record` (kept from the current status when `record` is `None`).
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self;
+    /// The status holding `common` plus the kind's own fields taken from `record` (kept from
+    /// the current status when `record` is `None`).
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status;
+
+    /// A copy of the object with `status_with`'s status.
+    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
+        let mut object = self.clone();
+        *object.status_mut() = Some(self.status_with(common, record));
+        object
+    }
 
     /// What a create needs, gathered before the intent to create is recorded: referenced
     /// objects, validation, price limits. Nothing here creates anything billed, so a failure

@@ -19,7 +19,8 @@ use crate::context::Context;
 use crate::kind::{ManagedKind, Record};
 use crate::lock;
 use crate::observer::{CloudRecord, Snapshot};
-use gpucloud_api::{FINALIZER, PAUSED_ANNOTATION, SecretKeyRef};
+use crate::reconcile::paused;
+use gpucloud_api::{FINALIZER, SecretKeyRef};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::{HashMap, HashSet};
@@ -77,7 +78,7 @@ pub fn settled<K: ManagedKind>(object: &K) -> bool {
         && status.external_id.is_some()
         && status.pending_create.is_none()
         && object.finalizers().iter().any(|f| f == FINALIZER)
-        && object.annotations().get(PAUSED_ANNOTATION).is_none()
+        && !paused(object)
         && object.annotations_observed()
 }
 
@@ -88,7 +89,7 @@ pub fn listed_as_recorded<K: ManagedKind>(object: &K, record: &Record<K>) -> boo
         return false;
     };
     status.state.as_deref() == Some(record.state().as_str())
-        && object.with_status(status.clone(), Some(record)) == *object
+        && object.status() == Some(&object.status_with(status.clone(), Some(record)))
 }
 
 /// Checks the settled objects of the first list against the cloud's first list, then spreads
@@ -189,7 +190,7 @@ async fn spread<K: ManagedKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpucloud_api::{GpuInstance, RESTARTED_AT_ANNOTATION, SshKey};
+    use gpucloud_api::{GpuInstance, PAUSED_ANNOTATION, RESTARTED_AT_ANNOTATION, SshKey};
     use gpucloud_cloud::model::SshKey as CloudSshKey;
     use serde_json::json;
 

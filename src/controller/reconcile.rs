@@ -101,11 +101,7 @@ async fn reconcile_flow<K: ManagedKind>(
     object: Arc<K>,
     cx: &Arc<Context<K>>,
 ) -> Result<Action, Error> {
-    if object
-        .annotations()
-        .get(PAUSED_ANNOTATION)
-        .is_some_and(|v| v == "true")
-    {
+    if paused(&*object) {
         return Ok(await_change());
     }
     let namespace = object.namespace().unwrap_or_default();
@@ -123,6 +119,14 @@ async fn reconcile_flow<K: ManagedKind>(
         Err(error) => report_failure(&api, &object, cx, error).await,
     }
     result
+}
+
+/// Whether the object asks the operator to leave it alone for now.
+pub fn paused<K: Resource>(object: &K) -> bool {
+    object
+        .annotations()
+        .get(PAUSED_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 /// Entry point for kube-runtime's `error_policy`.

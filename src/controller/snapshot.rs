@@ -25,10 +25,8 @@ impl ManagedKind for Snapshot {
     type Lister = Snapshots;
     const WHEN_GONE: WhenGone = WhenGone::Report;
 
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
-        let mut object = self.clone();
-        let previous = self.status.clone().unwrap_or_default();
-        object.status = Some(match record {
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        match record {
             Some(r) => SnapshotStatus {
                 cloud: common,
                 size: Some(i64::try_from(r.size).unwrap_or(i64::MAX)),
@@ -37,10 +35,9 @@ impl ManagedKind for Snapshot {
             },
             None => SnapshotStatus {
                 cloud: common,
-                ..previous
+                ..self.status.clone().unwrap_or_default()
             },
-        });
-        object
+        }
     }
 
     type CreatePlan = SnapshotPlan;

@@ -27,17 +27,16 @@ impl ManagedKind for SshKey {
     type Lister = SshKeys;
     const WHEN_GONE: WhenGone = WhenGone::Recreate;
 
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
-        let mut object = self.clone();
-        let previous = self.status.clone().unwrap_or_default();
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
         let generated = self.spec.public_key.is_none();
-        object.status = Some(SshKeyStatus {
+        SshKeyStatus {
             cloud: common,
             generated: Some(generated),
-            public_key: record.map(|r| r.public_key.clone()).or(previous.public_key),
+            public_key: record
+                .map(|r| r.public_key.clone())
+                .or_else(|| self.status.as_ref()?.public_key.clone()),
             private_key_secret: generated.then(|| private_key_secret_name(self)),
-        });
-        object
+        }
     }
 
     /// The public key to import.

@@ -36,10 +36,8 @@ impl ManagedKind for Volume {
     type Lister = Volumes;
     const WHEN_GONE: WhenGone = WhenGone::Report;
 
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
-        let mut object = self.clone();
-        let previous = self.status.clone().unwrap_or_default();
-        object.status = Some(match record {
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        match record {
             Some(r) => VolumeStatus {
                 cloud: common,
                 attached_instance_id: r.instance_id.clone(),
@@ -49,10 +47,9 @@ impl ManagedKind for Volume {
             },
             None => VolumeStatus {
                 cloud: common,
-                ..previous
+                ..self.status.clone().unwrap_or_default()
             },
-        });
-        object
+        }
     }
 
     type CreatePlan = VolumePlan;

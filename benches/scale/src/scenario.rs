@@ -389,10 +389,8 @@ impl ConvergeLog {
                 };
                 let mut seen = inner.lock().unwrap_or_else(|e| e.into_inner());
                 if checked {
-                    let readopted = field("readopted").and_then(|v| v.as_u64());
-                    if field("kind").and_then(|v| v.as_str().map(str::to_string))
-                        == Some("GpuInstance".into())
-                        && let Some(readopted) = readopted
+                    if field("kind").is_some_and(|kind| kind == "GpuInstance")
+                        && let Some(readopted) = field("readopted").and_then(|v| v.as_u64())
                     {
                         seen.checked = Some((Instant::now(), readopted as usize));
                     }
@@ -405,10 +403,10 @@ impl ConvergeLog {
         });
     }
 
-    /// When all of `names` were re-adopted: the startup check is done, and each instance it
-    /// did not re-adopt has been reconciled. The earliest reconciles are taken: with both
-    /// kinds in one restart, a re-adopted instance's first recheck could stand in for one not
-    /// re-adopted (the benchmark restarts with every instance settled, where none is needed).
+    /// When all of `names` were re-adopted: the startup check is done, and as many instances
+    /// as it did not re-adopt have been reconciled. With some of each, a re-adopted
+    /// instance's first recheck could stand in for a reconcile still to come, making this
+    /// early; the benchmark restarts with every instance settled, where none is waited for.
     fn all_readopted_at(&self, names: &[String]) -> Option<Instant> {
         let seen = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let (checked_at, readopted) = seen.checked?;
