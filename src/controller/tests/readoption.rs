@@ -5,10 +5,8 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
-use kube::api::PostParams;
 use std::time::Duration;
-use support::{Env, eventually, test_config};
+use support::{Env, cloud_client, create, eventually, ready, test_config};
 
 const KEYS: usize = 5;
 
@@ -31,25 +29,6 @@ fn instance(name: &str) -> GpuInstance {
     )
 }
 
-async fn ready<K>(env: &Env, name: &str) -> K
-where
-    K: Managed
-        + kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api = env.api::<K>();
-    eventually(60, &format!("{name} Ready"), || {
-        let api = api.clone();
-        async move {
-            let o = api.get(name).await.ok()?;
-            o.cloud_status().is_ready(o.meta().generation).then_some(o)
-        }
-    })
-    .await
-}
-
 /// Reconciles of `kind` counted by the operator's metrics, whatever their result.
 fn reconciles(metrics: &gpucloud_telemetry::Metrics, kind: &str) -> f64 {
     let series = format!("gpucloud_reconciles_total{{kind=\"{kind}\"");
@@ -65,15 +44,9 @@ fn reconciles(metrics: &gpucloud_telemetry::Metrics, kind: &str) -> f64 {
 async fn a_restart_reconciles_only_what_is_not_as_the_status_recorded_it() {
     let mut env = Env::start().await;
     for n in 0..KEYS {
-        env.api::<SshKey>()
-            .create(&PostParams::default(), &key(n))
-            .await
-            .unwrap();
+        create(&env, &key(n)).await;
     }
-    env.api::<GpuInstance>()
-        .create(&PostParams::default(), &instance("gpu"))
-        .await
-        .unwrap();
+    create(&env, &instance("gpu")).await;
     for n in 0..KEYS {
         ready::<SshKey>(&env, &format!("key-{n}")).await;
     }
@@ -81,12 +54,7 @@ async fn a_restart_reconciles_only_what_is_not_as_the_status_recorded_it() {
     env.stop_operator().await;
 
     // While no operator runs, the machine is stopped in the cloud.
-    let cloud = CloudClient::new(ClientConfig::new(
-        env.simulator.base_url(),
-        ApiKey::new(env.simulator.api_key()),
-    ))
-    .unwrap();
-    cloud
+    cloud_client(&env)
         .stop_instance(&vm.cloud_status().external_id.unwrap())
         .await
         .unwrap();
