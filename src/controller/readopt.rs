@@ -191,6 +191,7 @@ async fn spread<K: ManagedKind>(
 mod tests {
     use super::*;
     use gpucloud_api::{GpuInstance, PAUSED_ANNOTATION, RESTARTED_AT_ANNOTATION, SshKey};
+    use gpucloud_apiserver_semantics::patch::merge_patch as merge;
     use gpucloud_cloud::model::SshKey as CloudSshKey;
     use serde_json::json;
 
@@ -216,21 +217,6 @@ mod tests {
                 "generated": false, "publicKey": KEY,
             },
         })
-    }
-
-    /// A JSON merge patch (RFC 7386): `null` removes a field.
-    fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
-        let (Some(target), Some(patch)) = (target.as_object_mut(), patch.as_object()) else {
-            *target = patch.clone();
-            return;
-        };
-        for (field, value) in patch {
-            if value.is_null() {
-                target.remove(field);
-            } else {
-                merge(target.entry(field.clone()).or_insert(json!({})), value);
-            }
-        }
     }
 
     fn key(value: serde_json::Value) -> SshKey {

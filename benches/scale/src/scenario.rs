@@ -598,10 +598,11 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         .saturating_duration_since(restart_started)
         .as_secs_f64();
     let restart_bound = kube_list_s + cloud_list_bound;
+    let (objects_readopted, objects_reconciled) = restarted_log.counts(readopted_at);
     let restart = Restart {
         seconds: restart_seconds,
-        objects_readopted: restarted_log.counts(readopted_at).0,
-        objects_reconciled: restarted_log.counts(readopted_at).1,
+        objects_readopted,
+        objects_reconciled,
         calls_by_operation: restart_counters.by_operation(),
         cloud_writes: restart_counters.writes(),
         kube_list_s,
