@@ -159,19 +159,16 @@ impl<K: ManagedKind> Context<K> {
     /// controller runs no reconcile before its whole list has arrived from the API server:
     /// started from the first listed object, the cloud's first list runs meanwhile.
     pub fn prepare(self: &Arc<Self>, object: &K) {
-        let managed = object.managed();
-        let namespace = object.meta().namespace.clone().unwrap_or_default();
-        let Some(location) = self
-            .accounts
-            .secret_for(&namespace, managed.credentials_secret_ref.as_ref())
-        else {
+        let namespace = object.meta().namespace.as_deref().unwrap_or_default();
+        let reference = object.managed().credentials_secret_ref.as_ref();
+        let Some(location) = self.accounts.secret_for(namespace, reference) else {
             return;
         };
         if !lock(&self.prepared).insert(location) {
             return;
         }
         let cx = self.clone();
-        let reference = managed.credentials_secret_ref.clone();
+        let (namespace, reference) = (namespace.to_string(), reference.cloned());
         tokio::spawn(async move {
             // A failure is the first reconcile's to report.
             if let Ok(account) = cx.accounts.resolve(&namespace, reference.as_ref()).await {

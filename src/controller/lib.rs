@@ -13,6 +13,7 @@ pub mod gpu_instance;
 pub mod image;
 pub mod kind;
 pub mod leader;
+pub mod lean;
 pub mod naming;
 pub mod observer;
 pub mod orphans;

@@ -7,11 +7,12 @@ use crate::context::{Context, ReconcileSettings};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::ManagedKind;
+use crate::lean::Lean;
 use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::readopt::Readoption;
 use crate::reconcile::{error_policy, reconcile};
-use futures::{FutureExt, StreamExt, future::BoxFuture};
+use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
 use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
 use gpucloud_cloud::{CallObserver, FanOut};
 use gpucloud_telemetry::{Health, Metrics};
@@ -368,8 +369,9 @@ impl ScopedApi {
         let metrics = self.metrics.clone();
         let kind = R::kind(&()).to_string();
         let mut listed_before = false;
-        watcher(api_for::<R>(self), watcher::Config::default())
+        watcher(api_for::<Lean<R>>(self), watcher::Config::default())
             .default_backoff()
+            .map_ok(Lean::event)
             .filter_map(move |event| {
                 futures::future::ready(match event {
                     Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
@@ -412,7 +414,7 @@ fn controller<K: ManagedKind>(
         namespace: namespace.map(str::to_string),
         metrics: config.metrics.clone(),
     };
-    let api: Api<K> = api_for(&scoped);
+    let api: Api<Lean<K>> = api_for(&scoped);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
     // on. Without the filter, each status write would wake its own object again, and a
     // refused create would be retried in a loop.
@@ -443,9 +445,7 @@ fn controller<K: ManagedKind>(
     let mut listed_before = false;
     let objects = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
-        // Field ownership is the API server's bookkeeping, often larger than the object
-        // itself; nothing here reads it, and an update sent without it keeps the stored one.
-        .modify(|object| object.managed_fields_mut().clear())
+        .map_ok(Lean::event)
         .reflect(writer)
         .inspect(move |event| match event {
             Ok(

@@ -54,16 +54,23 @@ impl Request<'_> {
 }
 
 fn list<T: serde::Serialize>(message: &str, key: &str, items: Vec<T>) -> Result<Reply, ApiError> {
-    let total = items.len() as u64;
-    let mut body = serde_json::Map::new();
-    body.insert(
-        key.to_string(),
-        serde_json::to_value(items).map_err(|err| ApiError::Internal {
-            message: format!("response encoding failed: {err}"),
-        })?,
-    );
-    body.insert("total_count".to_string(), total.into());
-    Reply::new(message, body)
+    Reply::new(message, Listed { key, items })
+}
+
+/// A list body: `{"<key>": [items], "total_count": n}`, encoded straight from the items.
+struct Listed<'a, T> {
+    key: &'a str,
+    items: Vec<T>,
+}
+
+impl<T: serde::Serialize> serde::Serialize for Listed<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry(self.key, &self.items)?;
+        map.serialize_entry("total_count", &(self.items.len() as u64))?;
+        map.end()
+    }
 }
 
 /// Runs one operation.

@@ -321,17 +321,27 @@ impl FaultState {
 /// A successful answer before the envelope is added.
 pub struct Reply {
     pub message: String,
-    pub body: serde_json::Value,
+    /// The operation's own fields, encoded once: a JSON object, merged into the envelope's.
+    body: Vec<u8>,
     pub tier: Option<Tier>,
     pub timestamp: Option<String>,
     pub code: Option<&'static str>,
 }
 
+/// The envelope's own fields, for `Reply::into_response` to merge the body into.
+#[derive(Serialize)]
+struct NoBody {}
+
 impl Reply {
     pub fn new(message: impl Into<String>, body: impl Serialize) -> Result<Reply, ApiError> {
-        let body = serde_json::to_value(body).map_err(|err| ApiError::Internal {
+        let body = serde_json::to_vec(&body).map_err(|err| ApiError::Internal {
             message: format!("response encoding failed: {err}"),
         })?;
+        if body.first() != Some(&b'{') {
+            return Err(ApiError::Internal {
+                message: "response encoding failed: the body is not a JSON object".into(),
+            });
+        }
         Ok(Reply {
             message: message.into(),
             body,
@@ -357,27 +367,41 @@ impl Reply {
     }
 
     fn into_response(self, request_id: String) -> Response {
-        let mut envelope = ApiResponse::ok(self.message, request_id, self.body);
+        let mut envelope = ApiResponse::ok(self.message, request_id, NoBody {});
         envelope.tier = self.tier;
         envelope.timestamp = self.timestamp;
         envelope.code = self.code.map(str::to_string);
-        json_response(StatusCode::OK, &envelope)
+        let Ok(mut bytes) = serde_json::to_vec(&envelope) else {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        // `{envelope}` and `{body}` become one object, the envelope's fields first, as
+        // `ApiResponse`'s flattened body serializes.
+        if self.body.len() > 2 && bytes.pop() == Some(b'}') {
+            bytes.reserve(self.body.len());
+            bytes.push(b',');
+            bytes.extend_from_slice(&self.body[1..]);
+        }
+        json_bytes_response(StatusCode::OK, bytes)
     }
 }
 
 fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
     match serde_json::to_vec(body) {
-        Ok(bytes) => (
-            status,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            bytes,
-        )
-            .into_response(),
+        Ok(bytes) => json_bytes_response(status, bytes),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+fn json_bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response()
 }
 
 pub fn error_response(error: &ApiError, request_id: String) -> Response {
@@ -731,6 +755,34 @@ async fn answer(
 mod tests {
     use super::*;
     use crate::config::ThrottleBurst;
+
+    async fn reply_json(reply: Reply) -> serde_json::Value {
+        let response = reply.into_response("req_0".into());
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_reply_is_the_envelope_and_the_body_in_one_object() {
+        let body = serde_json::json!({"instances": [{"id": "vm-1"}], "total_count": 1});
+        let reply = Reply::new("instances listed", &body)
+            .unwrap()
+            .tier(Tier::Advanced);
+        let mut expected =
+            serde_json::to_value(ApiResponse::ok("instances listed", "req_0", body.clone()))
+                .unwrap();
+        expected["tier"] = serde_json::to_value(Tier::Advanced).unwrap();
+        assert_eq!(reply_json(reply).await, expected);
+
+        let empty = Reply::new("done", serde_json::json!({})).unwrap();
+        assert_eq!(
+            reply_json(empty).await,
+            serde_json::json!({"success": true, "message": "done", "request_id": "req_0"})
+        );
+        assert!(Reply::new("bad", [1, 2]).is_err());
+    }
 
     #[test]
     fn clock_runs_scaled_and_advances_on_demand() {
