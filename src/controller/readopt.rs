@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 /// The startup check of one controller: fed with the objects of its first list, until that
 /// list is complete.
 pub struct Readoption<K: ManagedKind> {
+    cx: Arc<Context<K>>,
     listing: Mutex<Option<mpsc::UnboundedSender<K>>>,
 }
 
@@ -39,8 +40,9 @@ impl<K: ManagedKind> Readoption<K> {
     /// re-adopted ones, are sent on `trigger`.
     pub fn start(cx: Arc<Context<K>>, trigger: mpsc::UnboundedSender<ObjectRef<K>>) -> Self {
         let (sender, received) = mpsc::unbounded_channel();
-        tokio::spawn(check(cx, received, trigger));
+        tokio::spawn(check(cx.clone(), received, trigger));
         Readoption {
+            cx,
             listing: Mutex::new(Some(sender)),
         }
     }
@@ -49,12 +51,17 @@ impl<K: ManagedKind> Readoption<K> {
     /// reconciled as usual) otherwise or once the first list is complete.
     pub fn offer(&self, object: K) -> Option<K> {
         let listing = lock(&self.listing);
-        match listing.as_ref() {
-            Some(check) if settled(&object) => match check.send(object) {
-                Ok(()) => None,
-                Err(mpsc::error::SendError(object)) => Some(object),
-            },
-            _ => Some(object),
+        let Some(check) = listing.as_ref() else {
+            return Some(object);
+        };
+        if !settled(&object) {
+            // Reconciled once the whole list is in: the cloud's first list runs meanwhile.
+            self.cx.prepare(&object);
+            return Some(object);
+        }
+        match check.send(object) {
+            Ok(()) => None,
+            Err(mpsc::error::SendError(object)) => Some(object),
         }
     }
 

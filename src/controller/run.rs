@@ -435,11 +435,10 @@ fn controller<K: ManagedKind>(
         trigger.clone(),
     );
     let readoption = Arc::new(Readoption::start(cx.clone(), trigger));
-    let (metrics, health, woken, listing, checked) = (
+    let (metrics, health, woken, checked) = (
         config.metrics.clone(),
         config.health.clone(),
         gauges.clone(),
-        cx.clone(),
         readoption.clone(),
     );
     let mut listed_before = false;
@@ -454,11 +453,6 @@ fn controller<K: ManagedKind>(
                 | watcher::Event::Delete(object),
             ) => {
                 let listed = matches!(event, Ok(watcher::Event::InitApply(_)));
-                // Only a list holds reconciles back; after it, the first reconcile starts
-                // the observer itself, so status writes do not pay for this.
-                if listed {
-                    listing.prepare(object);
-                }
                 // The first list tells followers nothing: each looks at all its objects
                 // when it starts (see `readopt.rs`).
                 if let Some(relay) = relay.as_ref().filter(|_| listed_before || !listed) {

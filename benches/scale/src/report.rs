@@ -70,8 +70,11 @@ pub struct Restart {
     pub objects_reconciled: usize,
     pub calls_by_operation: BTreeMap<String, u64>,
     pub cloud_writes: u64,
-    /// The time the bench itself needs to list every object from the API server.
+    /// The time the bench itself needs to list every object from the API server, decoded as
+    /// the operator decodes them (without `managedFields`).
     pub kube_list_s: f64,
+    /// The same list decoded whole, as a plain client decodes it: for comparison, not a bound.
+    pub kube_plain_list_s: f64,
     /// kube_list_s plus the cloud lists' bound (calls / R, or L per list).
     pub lower_bound_s: f64,
     pub ratio: f64,
