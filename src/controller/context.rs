@@ -157,7 +157,8 @@ impl<K: ManagedKind> Context<K> {
 
     /// Starts the observer `object`'s reconcile will read, once per credentials Secret. A
     /// controller runs no reconcile before its whole list has arrived from the API server:
-    /// started from the first listed object, the cloud's first list runs meanwhile.
+    /// started from the first listed object to be reconciled, the cloud's first list runs
+    /// meanwhile.
     pub fn prepare(self: &Arc<Self>, object: &K) {
         let namespace = object.meta().namespace.as_deref().unwrap_or_default();
         let reference = object.managed().credentials_secret_ref.as_ref();

@@ -553,27 +553,8 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
 
     // 5. Restart: kill the operator, start a new one, wait until every object converged.
     // The list-only bound lists what the operator lists, decoded as the operator decodes it.
-    let listing = Instant::now();
-    let listed = Api::<Lean<GpuInstance>>::namespaced(env.client.clone(), NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error("listing the instances"))?
-        .items
-        .len();
-    Api::<Lean<SshKey>>::namespaced(env.client.clone(), NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error("listing the SSH keys"))?;
-    let kube_list_s = listing.elapsed().as_secs_f64();
-    let plain_listing = Instant::now();
-    instances
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error("listing the instances"))?;
-    keys.list(&ListParams::default())
-        .await
-        .map_err(kube_error("listing the SSH keys"))?;
-    let kube_plain_list_s = plain_listing.elapsed().as_secs_f64();
+    let (listed, kube_list_s) = timed_list::<Lean<GpuInstance>, Lean<SshKey>>(&env.client).await?;
+    let (_, kube_plain_list_s) = timed_list::<GpuInstance, SshKey>(&env.client).await?;
     let operator_cpu_s = operator.usage()?.cpu_seconds;
     let before_restart = env.admin.counters().await?;
     operator.kill().await?;
@@ -832,6 +813,33 @@ async fn delete_all(api: &Api<GpuInstance>, names: &[String], writers: usize) ->
 }
 
 /// Polls `check` every 200 ms until it yields a value, at most `limit`.
+/// How many instances there are, and the seconds it takes to list the instances and the SSH
+/// keys decoded as `I` and `S`.
+async fn timed_list<I, S>(client: &Client) -> Result<(usize, f64), Error>
+where
+    I: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    S: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let started = Instant::now();
+    let instances = Api::<I>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_error("listing the instances"))?
+        .items
+        .len();
+    Api::<S>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_error("listing the SSH keys"))?;
+    Ok((instances, started.elapsed().as_secs_f64()))
+}
+
 async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
