@@ -256,15 +256,19 @@ pub async fn run(args: Args) -> Result<(), Error> {
 /// fail in a loop: say so once, with the fix.
 pub async fn ensure_crds_installed(client: &kube::Client) -> Result<(), Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in gpucloud_api::crds() {
-        let name = crd.metadata.name.unwrap_or_default();
-        match crds.get_opt(&name).await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Err(Error::CrdsMissing(format!("{name} not found"))),
-            Err(e) => return Err(e.into()),
+    // Asked all at once: the operator's start waits for the answers.
+    let lookups = gpucloud_api::crds().into_iter().map(|crd| {
+        let crds = crds.clone();
+        async move {
+            let name = crd.metadata.name.unwrap_or_default();
+            match crds.get_opt(&name).await {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => Err(Error::CrdsMissing(format!("{name} not found"))),
+                Err(e) => Err(e.into()),
+            }
         }
-    }
-    Ok(())
+    });
+    futures::future::try_join_all(lookups).await.map(drop)
 }
 
 async fn shutdown_signal() {

@@ -332,6 +332,35 @@ fn intent_changed<K: Resource>(object: &K) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// How many watch events an object watch decodes ahead of the controller: more than one list
+/// page (kube-runtime's 500), so that the next page is requested and decoded while the
+/// previous one is stored, filtered and checked.
+const READ_AHEAD: usize = 1024;
+
+/// `stream`, polled on a task of its own up to `capacity` items ahead of its consumer: what
+/// produces the items (a watch decoding them) and what consumes them run on separate cores.
+/// The task ends when the stream does or the consumer is dropped.
+fn read_ahead<T: Send + 'static>(
+    stream: impl futures::Stream<Item = T> + Send + 'static,
+    capacity: usize,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    let (sender, receiver) = mpsc::channel(capacity);
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let item = tokio::select! {
+                () = sender.closed() => return,
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { return };
+            if sender.send(item).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(receiver)
+}
+
 /// An `Api` of kind `R` with the same scope (namespace or cluster) as `api`.
 fn api_for<R>(api: &ScopedApi) -> Api<R>
 where
@@ -442,9 +471,10 @@ fn controller<K: ManagedKind>(
         readoption.clone(),
     );
     let mut listed_before = false;
-    let objects = watcher(api, watcher::Config::default().any_semantic())
+    let watch = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
-        .map_ok(Lean::event)
+        .map_ok(Lean::event);
+    let objects = read_ahead(watch, READ_AHEAD)
         .reflect(writer)
         .inspect(move |event| match event {
             Ok(
@@ -531,4 +561,37 @@ fn controller<K: ManagedKind>(
             futures::future::ready(())
         })
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn read_ahead_passes_every_item_in_order_and_ends_with_the_stream() {
+        let items: Vec<u32> = read_ahead(futures::stream::iter(0..2500), 1024)
+            .collect()
+            .await;
+        assert_eq!(items, (0..2500).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn read_ahead_stays_within_its_capacity_and_stops_when_dropped() {
+        let (polled, mut seen) = tokio::sync::watch::channel(0_usize);
+        let counting = futures::stream::iter(0..).inspect(move |n| {
+            let _ = polled.send(n + 1);
+        });
+        let mut ahead = Box::pin(read_ahead(counting, 4));
+        assert_eq!(ahead.next().await, Some(0));
+        // One taken, four buffered, at most one more held by the task waiting to send.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(*seen.borrow_and_update() <= 6, "{}", *seen.borrow());
+        drop(ahead);
+        // The task ends: the stream (and the watch's sender with it) is dropped.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while seen.changed().await.is_ok() {}
+        })
+        .await
+        .expect("the read-ahead task ended");
+    }
 }

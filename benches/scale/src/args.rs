@@ -41,6 +41,9 @@ pub struct Args {
     /// Objects applied one by one while N are settled, to measure the first reconcile.
     #[arg(long, default_value_t = 100)]
     pub new_objects: usize,
+    /// Operator restarts with everything settled; the restart target is judged on the median.
+    #[arg(long, default_value_t = 3)]
+    pub restarts: usize,
     /// Concurrent writers applying and deleting objects.
     #[arg(long, default_value_t = 8)]
     pub writers: usize,
@@ -84,8 +87,8 @@ impl Args {
         if self.simulator_burst == 0 || self.operator_burst == 0 {
             return Err("--simulator-burst and --operator-burst must be at least 1".into());
         }
-        if self.writers == 0 || self.concurrency == 0 {
-            return Err("--writers and --concurrency must be at least 1".into());
+        if self.writers == 0 || self.concurrency == 0 || self.restarts == 0 {
+            return Err("--writers, --concurrency and --restarts must be at least 1".into());
         }
         if self.resync_interval.is_zero() || self.settled_window.is_zero() {
             return Err("--resync-interval and --settled-window must be positive".into());
@@ -116,6 +119,9 @@ mod tests {
         assert!(args.validate().is_err());
         assert!(Args::try_parse_from(["scale-bench", "--settled-window", "3d"]).is_err());
         let args = Args::try_parse_from(["scale-bench", "--rate-limit", "0"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(args.validate().is_err());
+        let args = Args::try_parse_from(["scale-bench", "--restarts", "0"])
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(args.validate().is_err());
     }

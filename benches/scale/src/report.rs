@@ -59,8 +59,35 @@ pub struct Settled {
     pub per_object_polling_calls: u64,
 }
 
+/// The operator restarted with everything settled, several times: one restart takes a
+/// fraction of a second, and a single one moves with whatever else the machine does.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Restart {
+    /// Each restart, in order.
+    pub runs: Vec<RestartRun>,
+    /// The run with the median ratio (of an even number, the higher of the middle two).
+    pub median: RestartRun,
+    /// Cloud writes over all runs.
+    pub cloud_writes: u64,
+}
+
+impl Restart {
+    /// `None` without runs.
+    pub fn from_runs(runs: Vec<RestartRun>) -> Option<Restart> {
+        let mut by_ratio: Vec<&RestartRun> = runs.iter().collect();
+        by_ratio.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        let median = (*by_ratio.get(by_ratio.len() / 2)?).clone();
+        Some(Restart {
+            cloud_writes: runs.iter().map(|r| r.cloud_writes).sum(),
+            median,
+            runs,
+        })
+    }
+}
+
+/// One restart.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RestartRun {
     /// From starting the new operator process until every object was re-adopted: checked
     /// against the cloud's list, or reconciled.
     pub seconds: f64,
@@ -70,8 +97,8 @@ pub struct Restart {
     pub objects_reconciled: usize,
     pub calls_by_operation: BTreeMap<String, u64>,
     pub cloud_writes: u64,
-    /// The time the bench itself needs to list every object from the API server, decoded as
-    /// the operator decodes them (without `managedFields`).
+    /// The time the bench itself needs, just before the restart, to list every object from
+    /// the API server, decoded as the operator decodes them (without `managedFields`).
     pub kube_list_s: f64,
     /// The same list decoded whole, as a plain client decodes it: for comparison, not a bound.
     pub kube_plain_list_s: f64,
@@ -87,7 +114,8 @@ pub struct Memory {
     pub operator_at_1000: Option<ProcessUsage>,
     pub operator_all_ready: ProcessUsage,
     pub operator_settled: ProcessUsage,
-    /// The restarted operator after re-adopting everything (its peak is the re-list's).
+    /// The restarted operator with the highest peak, after re-adopting everything (its peak
+    /// is the re-list's).
     pub operator_restarted: ProcessUsage,
     /// (settled RSS - idle RSS) / objects.
     pub slope_bytes_per_object: f64,
@@ -218,14 +246,23 @@ impl BenchResult {
             pass: f.p99_ms <= 1000.0,
         });
         let r = &self.restart;
+        let ratios: Vec<String> = r
+            .runs
+            .iter()
+            .map(|run| format!("{:.2}x", run.ratio))
+            .collect();
         targets.push(Target {
             name: "restart".into(),
-            target: "0 writes, <= 1.1 x list-only bound".into(),
+            target: "0 writes, median <= 1.1 x list-only bound".into(),
             measured: format!(
-                "{} writes, {:.2} s / {:.2} s = {:.2}x",
-                r.cloud_writes, r.seconds, r.lower_bound_s, r.ratio
+                "{} writes, median {:.2} s / {:.2} s = {:.2}x ({})",
+                r.cloud_writes,
+                r.median.seconds,
+                r.median.lower_bound_s,
+                r.median.ratio,
+                ratios.join(", ")
             ),
-            pass: r.cloud_writes == 0 && r.ratio <= 1.1,
+            pass: r.cloud_writes == 0 && r.median.ratio <= 1.1,
         });
         targets.push(Target {
             name: "429 absorbed".into(),
@@ -312,6 +349,33 @@ mod tests {
         assert_eq!(lower_bound_seconds(10_000, 50.0, 20, 8), 200.0);
         // At 5,000/s the latency binds: 10,000 x 0.02 / 8 = 25 s.
         assert_eq!(lower_bound_seconds(10_000, 5_000.0, 20, 8), 25.0);
+    }
+
+    fn run(ratio: f64, cloud_writes: u64) -> RestartRun {
+        RestartRun {
+            seconds: ratio,
+            objects_readopted: 10,
+            objects_reconciled: 0,
+            calls_by_operation: BTreeMap::new(),
+            cloud_writes,
+            kube_list_s: 1.0,
+            kube_plain_list_s: 1.5,
+            lower_bound_s: 1.0,
+            ratio,
+        }
+    }
+
+    #[test]
+    fn restarts_are_judged_on_the_median_run_and_every_write() {
+        let restart = Restart::from_runs(vec![run(1.4, 0), run(0.9, 1), run(1.05, 0)])
+            .unwrap_or_else(|| panic!("three runs"));
+        assert_eq!(restart.median, run(1.05, 0));
+        assert_eq!(restart.cloud_writes, 1);
+        // Of an even number, the higher of the middle two.
+        let restart = Restart::from_runs(vec![run(1.2, 0), run(1.0, 0)])
+            .unwrap_or_else(|| panic!("two runs"));
+        assert_eq!(restart.median.ratio, 1.2);
+        assert_eq!(Restart::from_runs(Vec::new()), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::counters::{self, Admin, Counters};
 use crate::plot::{self, Marker};
 use crate::process::{self, ProcessUsage, RoleProcess};
 use crate::report::{
-    self, BenchResult, BoundedPhase, FirstReconcile, Memory, Restart, Settings, Settled,
+    self, BenchResult, BoundedPhase, FirstReconcile, Memory, Restart, RestartRun, Settings, Settled,
 };
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
@@ -551,68 +551,39 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
     let operator_settled = operator.usage()?;
     let settled = settled_summary(args, &window, all_names.len());
 
-    // 5. Restart: kill the operator, start a new one, wait until every object converged.
-    // The list-only bound lists what the operator lists, decoded as the operator decodes it.
-    let (listed, kube_list_s) = timed_list::<Lean<GpuInstance>, Lean<SshKey>>(&env.client).await?;
-    let (_, kube_plain_list_s) = timed_list::<GpuInstance, SshKey>(&env.client).await?;
+    // 5. Restarts: kill the operator, start a new one, wait until every object is re-adopted.
     let operator_cpu_s = operator.usage()?.cpu_seconds;
-    let before_restart = env.admin.counters().await?;
-    operator.kill().await?;
     let restart_mark = tracker.seconds(Instant::now());
-    let restarted_log = ConvergeLog::default();
-    let restart_started = Instant::now();
-    let operator = env
-        .start_operator(args, binary, "operator-restarted", restarted_log.clone())
-        .await?;
-    let readopted_at = wait_for(args.phase_timeout, "every object re-adopted", || {
-        let done = restarted_log.all_readopted_at(&all_names);
-        async move { done }
-    })
-    .await
-    .map_err(|e| {
-        let (readopted, reconciled) = restarted_log.counts(Instant::now());
-        with_progress(
-            e,
-            format!("{readopted} re-adopted and {reconciled} reconciled of {listed}"),
-        )
-    })?;
-    let restart_counters = env.admin.counters().await?.since(&before_restart);
-    let operator_restarted = operator.usage()?;
-    let restart_lists = restart_counters
-        .by_operation()
-        .iter()
-        .filter(|(op, _)| counters::is_list(op))
-        .map(|(_, n)| *n)
-        .sum::<u64>()
-        .max(LISTS_PER_PHASE);
-    let cloud_list_bound =
-        (restart_lists as f64 / args.rate_limit).max(args.latency_ms as f64 / 1000.0);
-    let restart_seconds = readopted_at
-        .saturating_duration_since(restart_started)
-        .as_secs_f64();
-    let restart_bound = kube_list_s + cloud_list_bound;
-    let (objects_readopted, objects_reconciled) = restarted_log.counts(readopted_at);
-    let restart = Restart {
-        seconds: restart_seconds,
-        objects_readopted,
-        objects_reconciled,
-        calls_by_operation: restart_counters.by_operation(),
-        cloud_writes: restart_counters.writes(),
-        kube_list_s,
-        kube_plain_list_s,
-        lower_bound_s: restart_bound,
-        ratio: restart_seconds / restart_bound,
+    let mut operator = operator;
+    let mut runs = Vec::with_capacity(args.restarts);
+    let mut operator_restarted: Option<ProcessUsage> = None;
+    for run in 1..=args.restarts {
+        let (restarted, measured, usage) =
+            restart(args, binary, env, operator, &all_names, run).await?;
+        operator = restarted;
+        log(&format!(
+            "restart {run} re-adopted {} objects from the lists and reconciled {} in {:.2} s \
+             with {} cloud writes (the API server's list: {:.2} s decoded as the operator does, \
+             {:.2} s decoded whole)",
+            measured.objects_readopted,
+            measured.objects_reconciled,
+            measured.seconds,
+            measured.cloud_writes,
+            measured.kube_list_s,
+            measured.kube_plain_list_s
+        ));
+        runs.push(measured);
+        if operator_restarted
+            .as_ref()
+            .is_none_or(|peak| usage.peak_rss_bytes > peak.peak_rss_bytes)
+        {
+            operator_restarted = Some(usage);
+        }
+    }
+    let (Some(restart), Some(operator_restarted)) = (Restart::from_runs(runs), operator_restarted)
+    else {
+        return Err(Error::Arguments("--restarts must be at least 1".into()));
     };
-    log(&format!(
-        "restart re-adopted {} objects from the lists and reconciled {} in {:.2} s with {} cloud writes \
-         (the API server's list: {:.2} s decoded as the operator does, {:.2} s decoded whole)",
-        restart.objects_readopted,
-        restart.objects_reconciled,
-        restart.seconds,
-        restart.cloud_writes,
-        restart.kube_list_s,
-        restart.kube_plain_list_s
-    ));
 
     // 6. Delete everything; time until the account is empty.
     let deletion_mark = tracker.seconds(Instant::now());
@@ -812,7 +783,71 @@ async fn delete_all(api: &Api<GpuInstance>, names: &[String], writers: usize) ->
         .await
 }
 
-/// Polls `check` every 200 ms until it yields a value, at most `limit`.
+/// Kills `operator` and starts another, which re-adopts `names`; the list-only bound is
+/// measured just before, listing what the operator lists, decoded as the operator decodes it.
+async fn restart(
+    args: &Args,
+    binary: &Path,
+    env: &Environment,
+    operator: RoleProcess,
+    names: &[String],
+    run: usize,
+) -> Result<(RoleProcess, RestartRun, ProcessUsage), Error> {
+    let (listed, kube_list_s) = timed_list::<Lean<GpuInstance>, Lean<SshKey>>(&env.client).await?;
+    let (_, kube_plain_list_s) = timed_list::<GpuInstance, SshKey>(&env.client).await?;
+    let before = env.admin.counters().await?;
+    operator.kill().await?;
+    let converged = ConvergeLog::default();
+    let started = Instant::now();
+    let operator = env
+        .start_operator(
+            args,
+            binary,
+            &format!("operator-restarted-{run}"),
+            converged.clone(),
+        )
+        .await?;
+    let readopted_at = wait_for(args.phase_timeout, "every object re-adopted", || {
+        let done = converged.all_readopted_at(names);
+        async move { done }
+    })
+    .await
+    .map_err(|e| {
+        let (readopted, reconciled) = converged.counts(Instant::now());
+        with_progress(
+            e,
+            format!("{readopted} re-adopted and {reconciled} reconciled of {listed}"),
+        )
+    })?;
+    let counters = env.admin.counters().await?.since(&before);
+    let usage = operator.usage()?;
+    let lists = counters
+        .by_operation()
+        .iter()
+        .filter(|(op, _)| counters::is_list(op))
+        .map(|(_, n)| *n)
+        .sum::<u64>()
+        .max(LISTS_PER_PHASE);
+    let cloud_list_bound = (lists as f64 / args.rate_limit).max(args.latency_ms as f64 / 1000.0);
+    let seconds = readopted_at
+        .saturating_duration_since(started)
+        .as_secs_f64();
+    let lower_bound_s = kube_list_s + cloud_list_bound;
+    let (objects_readopted, objects_reconciled) = converged.counts(readopted_at);
+    let measured = RestartRun {
+        seconds,
+        objects_readopted,
+        objects_reconciled,
+        calls_by_operation: counters.by_operation(),
+        cloud_writes: counters.writes(),
+        kube_list_s,
+        kube_plain_list_s,
+        lower_bound_s,
+        ratio: seconds / lower_bound_s,
+    };
+    Ok((operator, measured, usage))
+}
+
 /// How many instances there are, and the seconds it takes to list the instances and the SSH
 /// keys decoded as `I` and `S`.
 async fn timed_list<I, S>(client: &Client) -> Result<(usize, f64), Error>
@@ -840,6 +875,7 @@ where
     Ok((instances, started.elapsed().as_secs_f64()))
 }
 
+/// Polls `check` every 200 ms until it yields a value, at most `limit`.
 async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,

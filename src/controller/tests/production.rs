@@ -426,3 +426,36 @@ async fn a_leader_that_loses_its_lease_stops_reconciling_at_once() {
     assert!(object.metadata.finalizers.is_none());
     assert_eq!(env.calls("CreateInstance"), creates_before);
 }
+
+/// Started before its CRDs are installed (or with some missing), the operator stops at once
+/// and says which one is missing and how to install them, instead of watching in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_refuses_to_start_without_its_crds() {
+    use gpucloud_apiserver::{ApiServer, ApiServerConfig};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let apiserver = ApiServer::start(ApiServerConfig::default()).await.unwrap();
+    let client = apiserver.kube_client().await.unwrap();
+    let check = || gpucloud_controller::cli::ensure_crds_installed(&client);
+
+    let error = check().await.expect_err("no CRD is installed").to_string();
+    assert!(error.contains("not installed"), "{error}");
+    assert!(
+        error.contains("gpucloud-operator crds | kubectl apply -f -"),
+        "{error}"
+    );
+
+    // All but the last: the error names that one.
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let mut all = gpucloud_api::crds();
+    let last = all.pop().unwrap();
+    for crd in &all {
+        crds.create(&PostParams::default(), crd).await.unwrap();
+    }
+    let error = check().await.expect_err("one CRD is missing").to_string();
+    let missing = last.metadata.name.clone().unwrap();
+    assert!(error.contains(&format!("{missing} not found")), "{error}");
+
+    crds.create(&PostParams::default(), &last).await.unwrap();
+    check().await.unwrap();
+}
