@@ -258,15 +258,13 @@ pub async fn ensure_crds_installed(client: &kube::Client) -> Result<(), Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     // Asked all at once, for metadata only (a CRD's schema is large, and only its existence
     // matters here): the operator's start waits for the answers.
-    let lookups = gpucloud_api::crds().into_iter().map(|crd| {
-        let crds = crds.clone();
-        async move {
-            let name = crd.metadata.name.unwrap_or_default();
-            match crds.get_metadata_opt(&name).await {
-                Ok(Some(_)) => Ok(()),
-                Ok(None) => Err(Error::CrdsMissing(format!("{name} not found"))),
-                Err(e) => Err(e.into()),
-            }
+    let crds = &crds;
+    let lookups = gpucloud_api::crds().into_iter().map(|crd| async move {
+        let name = crd.metadata.name.unwrap_or_default();
+        match crds.get_metadata_opt(&name).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(Error::CrdsMissing(format!("{name} not found"))),
+            Err(e) => Err(e.into()),
         }
     });
     futures::future::try_join_all(lookups).await.map(drop)

@@ -453,7 +453,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
 
     // 1. The operator, idle.
     let first_log = ConvergeLog::default();
-    let operator = env
+    let mut operator = env
         .start_operator(args, binary, "operator", first_log.clone())
         .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -554,7 +554,6 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
     // 5. Restarts: kill the operator, start a new one, wait until every object is re-adopted.
     let operator_cpu_s = operator.usage()?.cpu_seconds;
     let restart_mark = tracker.seconds(Instant::now());
-    let mut operator = operator;
     let mut runs = Vec::with_capacity(args.restarts);
     let mut operator_restarted: Option<ProcessUsage> = None;
     for run in 1..=args.restarts {
