@@ -57,6 +57,10 @@ pub struct Args {
     /// with the same profile when this runs under cargo.
     #[arg(long)]
     pub operator_bin: Option<PathBuf>,
+    /// Lists the benchmark's objects with this kubeconfig, prints `listed N` and exits: the
+    /// restart's list-only bound, measured in a process as fresh as the restarted operator.
+    #[arg(long, hide = true)]
+    pub list_only: Option<PathBuf>,
 }
 
 /// Parses `500ms`, `30s`, `5m`, or a bare number of seconds.

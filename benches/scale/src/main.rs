@@ -9,6 +9,18 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     // kube and reqwest both bring rustls; name the provider once for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Some(kubeconfig) = &args.list_only {
+        return match gpucloud_bench::scenario::list_only(kubeconfig).await {
+            Ok(listed) => {
+                println!("{}{listed}", gpucloud_bench::scenario::LISTED_PREFIX);
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("scale-bench --list-only: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match gpucloud_bench::scenario::run(&args).await {
         Ok(written) => {
             print!("{}", written.result.table());

@@ -97,9 +97,13 @@ pub struct RestartRun {
     pub objects_reconciled: usize,
     pub calls_by_operation: BTreeMap<String, u64>,
     pub cloud_writes: u64,
-    /// The time the bench itself needs, just before the restart, to list every object from
-    /// the API server, decoded as the operator decodes them (without `managedFields`).
+    /// The time a new process needs, just before the restart, from its start until it has
+    /// listed every object from the API server, decoded as the operator decodes them (without
+    /// `managedFields`): `scale-bench --list-only`.
     pub kube_list_s: f64,
+    /// The same list by the bench itself, whose process, connection and heap are warm: for
+    /// comparison, not a bound (no restarted process starts warm).
+    pub kube_list_in_bench_s: f64,
     /// The same list decoded whole, as a plain client decodes it: for comparison, not a bound.
     pub kube_plain_list_s: f64,
     /// kube_list_s plus the cloud lists' bound (calls / R, or L per list).
@@ -359,6 +363,7 @@ mod tests {
             calls_by_operation: BTreeMap::new(),
             cloud_writes,
             kube_list_s: 1.0,
+            kube_list_in_bench_s: 0.8,
             kube_plain_list_s: 1.5,
             lower_bound_s: 1.0,
             ratio,

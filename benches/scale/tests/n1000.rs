@@ -92,6 +92,12 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
             "{run:?}"
         );
         assert!(run.lower_bound_s > 0.0 && run.seconds > 0.0, "{run:?}");
+        // The bound's list comes from a new `scale-bench --list-only` process.
+        assert!(
+            run.kube_list_s > 0.0 && run.lower_bound_s > run.kube_list_s,
+            "{run:?}"
+        );
+        assert!(run.kube_list_in_bench_s > 0.0, "{run:?}");
     }
     assert!(result.restart.runs.contains(&result.restart.median));
     assert_eq!(result.restart.cloud_writes, 0, "{:?}", result.restart);
