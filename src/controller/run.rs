@@ -1,6 +1,7 @@
 //! Wiring: one kube-runtime `Controller` per kind (and per watched namespace), each fed by
-//! its object watch, its cloud observers, and the watches that wake it when something it
-//! depends on changes (credentials Secrets, referenced objects).
+//! its object watch, its cloud observers, and the changes that wake it when something it
+//! depends on changes (credentials Secrets, referenced objects), relayed from the one watch
+//! of each kind.
 
 use crate::account::{Accounts, CloudSettings, SecretLocation};
 use crate::context::{Context, ReconcileSettings};
@@ -46,10 +47,11 @@ pub struct OperatorConfig {
     pub health: Arc<Health>,
 }
 
-/// A kind's object changes (applied or deleted), passed from the controller that watches the
-/// kind to controllers woken by them: each kind is listed and watched once, however many
-/// controllers follow it. Subscribers are controllers' trigger streams, which the controllers
-/// drain as they come (a mapping to object references, no I/O), so the channels stay short.
+/// A kind's object changes (applied or deleted), passed from the one watch of the kind (its
+/// controller's; the Secrets' in `relay_secrets`) to controllers woken by them: each kind is
+/// listed and watched once, however many controllers follow it. Subscribers are controllers'
+/// trigger streams, which the controllers drain as they come (a mapping to object references,
+/// no I/O), so the channels stay short.
 struct Relay<K> {
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>,
 }
@@ -150,15 +152,20 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     );
     for scope in scopes {
         // Kinds other controllers follow; each is watched once, by its own controller.
+        let keys = Arc::new(Relay::<SshKey>::default());
         let instances = Arc::new(Relay::<GpuInstance>::default());
         let volumes = Arc::new(Relay::<Volume>::default());
         let snapshots = Arc::new(Relay::<Snapshot>::default());
+        let images = Arc::new(Relay::<Image>::default());
+        // Credentials Secrets, which every kind reads: watched once for all controllers.
+        let secrets = Arc::new(Relay::<PartialObjectMeta<Secret>>::default());
         controllers.push(controller::<SshKey>(
             &shared,
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            None,
+            Some(keys.clone()),
+            &secrets,
             |c, _, _| c,
         ));
         controllers.push(controller::<GpuInstance>(
@@ -167,26 +174,27 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             scope.as_deref(),
             shutdown.clone(),
             Some(instances.clone()),
+            &secrets,
             |c, api, gauges| {
-                let keys = gauges.clone();
-                let snapshots = gauges.clone();
-                let images = gauges.clone();
+                let by_key = gauges.clone();
+                let by_snapshot = gauges.clone();
+                let by_image = gauges.clone();
                 let scripts = gauges;
-                c.watches_stream(api.triggers::<SshKey>(), move |key| {
-                    keys.referrers(&key, |i| {
+                c.watches_shared_stream(keys.subscribe(), move |key| {
+                    by_key.referrers(key.as_ref(), |i| {
                         i.spec.ssh_key_refs.iter().any(|r| r.name == key.name_any())
                     })
                 })
-                .watches_stream(api.triggers::<Snapshot>(), move |snapshot| {
-                    snapshots.referrers(&snapshot, |i| {
+                .watches_shared_stream(snapshots.subscribe(), move |snapshot| {
+                    by_snapshot.referrers(snapshot.as_ref(), |i| {
                         i.spec
                             .source
                             .as_ref()
                             .is_some_and(|s| s.snapshot_ref.name == snapshot.name_any())
                     })
                 })
-                .watches_stream(api.triggers::<Image>(), move |image| {
-                    images.referrers(&image, |i| {
+                .watches_shared_stream(images.subscribe(), move |image| {
+                    by_image.referrers(image.as_ref(), |i| {
                         i.spec
                             .image_ref
                             .as_ref()
@@ -215,6 +223,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             scope.as_deref(),
             shutdown.clone(),
             Some(volumes.clone()),
+            &secrets,
             |c, _, gauges| {
                 let attached = gauges.clone();
                 let clones = gauges;
@@ -242,6 +251,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             scope.as_deref(),
             shutdown.clone(),
             Some(snapshots.clone()),
+            &secrets,
             |c, _, store| {
                 // The snapshotted machine, and machines restored from a snapshot (which
                 // hold its deletion until they exist).
@@ -266,7 +276,8 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config,
             scope.as_deref(),
             shutdown.clone(),
-            None,
+            Some(images),
+            &secrets,
             |c, _, store| {
                 c.watches_shared_stream(snapshots.subscribe(), move |snapshot| {
                     store.referrers(snapshot.as_ref(), |i| {
@@ -281,6 +292,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             scope.as_deref(),
             shutdown.clone(),
             None,
+            &secrets,
             |c, _, store| {
                 c.watches_shared_stream(instances.subscribe(), move |instance| {
                     store.referrers(instance.as_ref(), |f| {
@@ -294,6 +306,13 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                 })
             },
         ));
+        let scoped = ScopedApi {
+            client: client.clone(),
+            namespace: scope.clone(),
+            metrics: config.metrics.clone(),
+        };
+        controllers
+            .push(relay_secrets(scoped, accounts.clone(), secrets, shutdown.clone()).boxed());
     }
     // The balance reporter never ends: the controllers' end (on shutdown) ends the run.
     let balances = controllers.remove(0);
@@ -302,6 +321,27 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         _ = balances => {}
     }
     config.metrics.set_leader(false);
+}
+
+/// Watches the Secrets of a scope for every controller, metadata only (the operator never
+/// holds Secret contents it does not need): a change ends the reuse of the account the Secret
+/// resolved to, then wakes the objects that read it. Ends on shutdown.
+async fn relay_secrets(
+    api: ScopedApi,
+    accounts: Arc<Accounts>,
+    relay: Arc<Relay<PartialObjectMeta<Secret>>>,
+    shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
+) {
+    api.triggers::<PartialObjectMeta<Secret>>()
+        .take_until(shutdown)
+        .for_each(|secret| {
+            if let Ok(secret) = secret {
+                accounts.forget_secret(&secret.namespace().unwrap_or_default(), &secret.name_any());
+                relay.send(&secret);
+            }
+            futures::future::ready(())
+        })
+        .await;
 }
 
 /// Reads each account's balance once per resync interval for `gpucloud_account_balance`:
@@ -431,6 +471,7 @@ fn controller<K: ManagedKind>(
     namespace: Option<&str>,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
     relay: Option<Arc<Relay<K>>>,
+    secrets: &Relay<PartialObjectMeta<Secret>>,
     extend: impl FnOnce(Controller<K>, ScopedApi, Arc<KindGauges<K>>) -> Controller<K>,
 ) -> BoxFuture<'static, ()> {
     let Shared {
@@ -518,36 +559,26 @@ fn controller<K: ManagedKind>(
         });
     let controller = Controller::for_stream(objects, store.clone());
 
-    // A changed credentials Secret wakes the objects that read it. Only metadata is watched:
-    // the operator never holds Secret contents it does not need.
+    // A changed credentials Secret wakes the objects that read it.
     let secret_gauges = gauges.clone();
     let secret_accounts = accounts.clone();
-    let secret_changes = scoped
-        .triggers::<PartialObjectMeta<Secret>>()
-        .map(move |secret| {
-            secret.map(|secret| {
-                let namespace = secret.namespace().unwrap_or_default();
-                let name = secret.name_any();
-                secret_accounts.forget_secret(&namespace, &name);
-                let is_default = secret_accounts.is_default_secret(&namespace, &name);
-                secret_gauges.referrers(&secret, |o| {
-                    is_default && o.managed().credentials_secret_ref.is_none()
-                        || o.managed()
-                            .credentials_secret_ref
-                            .as_ref()
-                            .is_some_and(|r| r.name == name)
-                })
-            })
-        });
+    let secret_changes = secrets.subscribe().flat_map(move |secret| {
+        let namespace = secret.namespace().unwrap_or_default();
+        let name = secret.name_any();
+        let is_default = secret_accounts.is_default_secret(&namespace, &name);
+        futures::stream::iter(secret_gauges.referrers(secret.as_ref(), |o| {
+            is_default && o.managed().credentials_secret_ref.is_none()
+                || o.managed()
+                    .credentials_secret_ref
+                    .as_ref()
+                    .is_some_and(|r| r.name == name)
+        }))
+    });
 
     let controller = extend(controller, scoped, gauges)
         .with_config(ControllerConfig::default().concurrency(config.concurrency))
         .reconcile_on(UnboundedReceiverStream::new(triggers))
-        .reconcile_on(
-            secret_changes
-                .filter_map(|r| async move { r.ok() })
-                .flat_map(futures::stream::iter),
-        )
+        .reconcile_on(secret_changes)
         .graceful_shutdown_on(shutdown);
     let kind = K::kind(&()).to_string();
     controller

@@ -68,3 +68,39 @@ async fn settled_objects_cost_only_periodic_lists() {
     assert_eq!(env.simulator.state().instances.len(), N);
     env.stop_operator().await;
 }
+
+/// Each kind is listed and watched once, however many controllers follow it (GpuInstances by
+/// Volumes, Snapshots and Firewalls; SshKeys and Images by GpuInstances), and the credentials
+/// Secrets once for all six controllers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_and_the_secrets_are_listed_and_watched_once() {
+    let mut env = Env::start().await;
+    const WATCHED: [&str; 7] = [
+        "gpuinstances",
+        "volumes",
+        "snapshots",
+        "images",
+        "firewalls",
+        "sshkeys",
+        "secrets",
+    ];
+    let count = |verb: &str| -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for r in env.apiserver.requests() {
+            if r.verb == verb && WATCHED.contains(&r.resource.as_str()) {
+                *counts.entry(r.resource).or_default() += 1;
+            }
+        }
+        counts
+    };
+    eventually(30, "every watch open", || async {
+        (count("watch").len() == WATCHED.len()).then_some(())
+    })
+    .await;
+    // Time for a second watch of any of them to open too.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let once: BTreeMap<String, usize> = WATCHED.iter().map(|r| (r.to_string(), 1)).collect();
+    assert_eq!(count("list"), once, "lists");
+    assert_eq!(count("watch"), once, "watches");
+    env.stop_operator().await;
+}
