@@ -244,6 +244,11 @@ where
             // Reap finished connection tasks so the set does not grow without bound.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
+        // As Go servers do (kube-apiserver among them): a response's last small segment is
+        // sent at once, not held back until the client acknowledges the one before.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "TCP_NODELAY not set");
+        }
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(router.clone());
         let watcher = graceful.watcher();

@@ -57,6 +57,13 @@ impl Simulator {
         let state = Arc::new(server::AppState::new(config));
         let app = server::router(state.clone());
         let (stop, stopped) = oneshot::channel::<()>();
+        // As the service's servers are expected to (and Go's do by default): a reply's last
+        // small segment goes out at once, not after the client acknowledges the one before.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "TCP_NODELAY not set");
+            }
+        });
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async {

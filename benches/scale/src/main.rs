@@ -4,6 +4,10 @@ use clap::Parser;
 use gpucloud_bench::args::Args;
 use std::process::ExitCode;
 
+/// The operator's allocator, so that `--list-only` decodes as fast as the operator can.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
