@@ -244,8 +244,9 @@ where
             // Reap finished connection tasks so the set does not grow without bound.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        // As Go servers do (kube-apiserver among them): a response's last small segment is
-        // sent at once, not held back until the client acknowledges the one before.
+        // TCP_NODELAY, as Go servers (kube-apiserver among them) set it: a response's last
+        // small segment is sent at once, not held back until the client acknowledges the one
+        // before, which a client delays by 40 ms or more.
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%peer, %error, "TCP_NODELAY not set");
         }

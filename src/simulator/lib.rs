@@ -57,8 +57,9 @@ impl Simulator {
         let state = Arc::new(server::AppState::new(config));
         let app = server::router(state.clone());
         let (stop, stopped) = oneshot::channel::<()>();
-        // As the service's servers are expected to (and Go's do by default): a reply's last
-        // small segment goes out at once, not after the client acknowledges the one before.
+        // TCP_NODELAY, as the embedded API server sets it (`gpucloud_apiserver`'s tls.rs): a
+        // reply's last small segment goes out at once instead of waiting for the client's
+        // delayed acknowledgement.
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             if let Err(error) = tcp.set_nodelay(true) {
                 tracing::debug!(%error, "TCP_NODELAY not set");
