@@ -306,11 +306,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                 })
             },
         ));
-        let scoped = ScopedApi {
-            client: client.clone(),
-            namespace: scope.clone(),
-            metrics: config.metrics.clone(),
-        };
+        let scoped = ScopedApi::new(&client, scope.as_deref(), &config.metrics);
         controllers
             .push(relay_secrets(scoped, accounts.clone(), secrets, shutdown.clone()).boxed());
     }
@@ -420,6 +416,14 @@ pub struct ScopedApi {
 }
 
 impl ScopedApi {
+    fn new(client: &kube::Client, namespace: Option<&str>, metrics: &Arc<Metrics>) -> Self {
+        ScopedApi {
+            client: client.clone(),
+            namespace: namespace.map(str::to_string),
+            metrics: metrics.clone(),
+        }
+    }
+
     /// The objects of kind `R` in this scope as they change: a watch with its own backoff,
     /// whose errors are counted (`gpucloud_watch_errors`) and retried, never passed on. A
     /// controller's triggers share one backoff: an error item from any of them would pause
@@ -479,11 +483,7 @@ fn controller<K: ManagedKind>(
         accounts,
         events,
     } = shared;
-    let scoped = ScopedApi {
-        client: client.clone(),
-        namespace: namespace.map(str::to_string),
-        metrics: config.metrics.clone(),
-    };
+    let scoped = ScopedApi::new(client, namespace, &config.metrics);
     let api: Api<Lean<K>> = api_for(&scoped);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
     // on. Without the filter, each status write would wake its own object again, and a
