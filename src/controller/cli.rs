@@ -69,6 +69,11 @@ pub struct Args {
     /// Delete orphaned resources; without it they are only reported.
     #[arg(long, env = "GPUCLOUD_DELETE_ORPHANS", default_value_t = false)]
     pub delete_orphans: bool,
+    /// Let objects adopt cloud resources the operator did not create for them
+    /// (`gpucloud.io/external-id`, `Snapshot.spec.instanceId`), in namespaces labelled
+    /// `gpucloud.io/adoption=allowed`; without it every such adoption is refused.
+    #[arg(long, env = "GPUCLOUD_ALLOW_ADOPTION", default_value_t = false)]
+    pub allow_adoption: bool,
     /// Address of `/metrics` (Prometheus text format).
     #[arg(long, env = "GPUCLOUD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
@@ -172,6 +177,7 @@ impl Args {
                 transition_requeue: self.transition_interval,
                 observe,
                 operator_namespace: self.operator_namespace.clone(),
+                allow_adoption: self.allow_adoption,
             },
             reporter: "gpucloud-operator".into(),
             orphans: OrphanSweepSettings {

@@ -31,6 +31,8 @@ pub mod reason {
     pub const EXTERNAL_DELETED: &str = "ExternalDeleted";
     pub const SOURCE_DELETED: &str = "SourceDeleted";
     pub const NOT_FOUND_IN_CLOUD: &str = "NotFoundInCloud";
+    pub const ALREADY_OWNED: &str = "AlreadyOwned";
+    pub const ADOPTION_NOT_ALLOWED: &str = "AdoptionNotAllowed";
     pub const RATE_LIMITED: &str = "RateLimited";
     pub const CLOUD_UNAVAILABLE: &str = "CloudUnavailable";
 }

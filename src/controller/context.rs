@@ -6,6 +6,7 @@ use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
 use crate::lock;
 use crate::observer::{Changes, ObserveIntervals, Observer};
+use crate::ownership::Ownership;
 use crate::requeue::RequeuePolicy;
 use gpucloud_api::{CloudStatus, PendingCreate};
 use gpucloud_telemetry::Metrics;
@@ -30,6 +31,9 @@ pub struct ReconcileSettings {
     /// The operator's namespace: where resources left in the cloud on purpose
     /// (`deletionPolicy: Orphan`) are recorded for the orphan sweeper.
     pub operator_namespace: String,
+    /// Whether objects may adopt cloud resources the operator did not create for them, in
+    /// namespaces labelled for it (`ownership.rs`).
+    pub allow_adoption: bool,
 }
 
 impl Default for ReconcileSettings {
@@ -40,8 +44,18 @@ impl Default for ReconcileSettings {
             transition_requeue: Duration::from_secs(2),
             observe: ObserveIntervals::default(),
             operator_namespace: "gpucloud-system".into(),
+            allow_adoption: false,
         }
     }
+}
+
+/// What every controller shares.
+pub struct Shared {
+    pub client: kube::Client,
+    pub accounts: Arc<Accounts>,
+    pub events: Arc<EventPublisher>,
+    /// Every kind's objects: who owns which cloud resource.
+    pub ownership: Arc<Ownership>,
 }
 
 /// Everything a reconcile of kind `K` needs.
@@ -54,6 +68,8 @@ pub struct Context<K: ManagedKind> {
     pub metrics: Arc<Metrics>,
     /// The kind's scrape-time state, holding the controller's store.
     pub gauges: Arc<KindGauges<K>>,
+    /// Every kind's objects: who owns which cloud resource.
+    pub ownership: Arc<Ownership>,
     observers: Mutex<HashMap<String, Arc<Observer<Record<K>>>>>,
     changes: mpsc::UnboundedSender<(String, Changes)>,
     /// When the cloud last answered this process's delete for an object (by uid): a list sent
@@ -75,10 +91,8 @@ impl<K: ManagedKind> Context<K> {
     /// Builds the context and the task that turns cloud changes into reconcile requests for
     /// the objects they concern, found through `store`.
     pub fn new(
-        client: kube::Client,
-        accounts: Arc<Accounts>,
+        shared: &Shared,
         settings: ReconcileSettings,
-        events: Arc<EventPublisher>,
         metrics: Arc<Metrics>,
         gauges: Arc<KindGauges<K>>,
         trigger: mpsc::UnboundedSender<ObjectRef<K>>,
@@ -97,16 +111,17 @@ impl<K: ManagedKind> Context<K> {
             }
         });
         Arc::new(Context {
-            client,
-            accounts,
+            client: shared.client.clone(),
+            accounts: shared.accounts.clone(),
             requeue: RequeuePolicy::new(
                 gpucloud_cloud::Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
                 Duration::from_secs(300),
                 settings.transition_requeue,
             ),
-            events,
+            events: shared.events.clone(),
             metrics,
             gauges,
+            ownership: shared.ownership.clone(),
             settings,
             observers: Mutex::new(HashMap::new()),
             changes,

@@ -29,6 +29,14 @@ pub enum Error {
     #[error("{0}")]
     InvalidSpec(String),
 
+    /// A cloud resource named by id belongs to another object, or may not be adopted here
+    /// (`ownership.rs`). `reason` is `AlreadyOwned` or `AdoptionNotAllowed`.
+    #[error("{message}")]
+    AdoptionRefused {
+        reason: &'static str,
+        message: String,
+    },
+
     /// A referenced object does not exist yet or is not ready.
     #[error("waiting for {kind} {name:?}: {detail}")]
     WaitingFor {
@@ -124,6 +132,7 @@ impl Error {
             Error::CredentialsMissing(_)
             | Error::CredentialsInvalid(_)
             | Error::InvalidSpec(_)
+            | Error::AdoptionRefused { .. }
             | Error::InsufficientCredit { .. }
             | Error::PriceAboveLimit { .. }
             | Error::Serialization(_) => Category::Terminal,
@@ -160,7 +169,7 @@ impl Error {
             Error::CredentialsInvalid(_) => reason::CREDENTIALS_INVALID,
             Error::InvalidSpec(_) | Error::Serialization(_) => reason::INVALID_SPEC,
             Error::WaitingFor { .. } => reason::WAITING_FOR_REFERENCE,
-            Error::InProgress { reason, .. } => reason,
+            Error::InProgress { reason, .. } | Error::AdoptionRefused { reason, .. } => reason,
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
             Error::Finalizer(inner) => match inner.as_ref() {
@@ -240,6 +249,7 @@ impl Error {
             Error::CredentialsMissing(_) => "credentials_missing",
             Error::CredentialsInvalid(_) => "credentials_invalid",
             Error::InvalidSpec(_) => "invalid_spec",
+            Error::AdoptionRefused { .. } => "adoption_refused",
             Error::WaitingFor { .. } | Error::InProgress { .. } => "waiting",
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",

@@ -17,6 +17,7 @@ pub mod lean;
 pub mod naming;
 pub mod observer;
 pub mod orphans;
+pub mod ownership;
 pub mod readopt;
 pub mod reconcile;
 pub mod records;

@@ -33,6 +33,13 @@ pub trait Lister: Send + Sync + 'static {
     fn list(
         client: CloudClient,
     ) -> impl Future<Output = Result<Vec<Self::Record>, CloudError>> + Send + 'static;
+
+    /// Reads one resource by id; `None` when the cloud answers that it does not exist. The
+    /// confirmation a list's silence needs before anything irreversible follows from it.
+    fn get(
+        client: CloudClient,
+        id: String,
+    ) -> impl Future<Output = Result<Option<Self::Record>, CloudError>> + Send + 'static;
 }
 
 /// How often observers list.
@@ -420,6 +427,9 @@ mod tests {
                 "SHUTOFF"
             };
             async move { Ok(vec![rec("1", "a", state)]) }
+        }
+        async fn get(_client: CloudClient, _id: String) -> Result<Option<Rec>, CloudError> {
+            Ok(None)
         }
     }
 

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::events::{Event, EventType};
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
-use crate::observer::{CloudRecord, Snapshot};
+use crate::observer::{CloudRecord, Lister, Snapshot};
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
     PAUSED_ANNOTATION, PendingCreate,
@@ -167,11 +167,49 @@ async fn apply<K: ManagedKind>(
         .get(EXTERNAL_ID_ANNOTATION)
         .filter(|id| !id.is_empty())
         .cloned();
+    if let Some(adopted) = &adopted_id
+        && status.external_id.as_ref() != Some(adopted)
+    {
+        let listed_name = snapshot.get(adopted).map(|r| r.name().to_string());
+        cx.ownership
+            .check_adoption::<K>(
+                &cx.client,
+                cx.settings.allow_adoption,
+                &*object,
+                &format!("{EXTERNAL_ID_ANNOTATION} {adopted}"),
+                adopted,
+                listed_name.as_deref(),
+            )
+            .await?;
+        // The annotation is fixed once its resource is recorded: changed later, it would
+        // point the object (and its delete) at another resource.
+        if let Some(recorded) = &status.external_id {
+            return Err(Error::InvalidSpec(format!(
+                "{EXTERNAL_ID_ANNOTATION} cannot change once its resource is recorded: this object manages {recorded}; set it back, or create a new object to manage {adopted}"
+            )));
+        }
+    }
     let known_id = status.external_id.clone().or_else(|| adopted_id.clone());
 
     if let Some(id) = known_id {
         if let Some(record) = snapshot.get(&id) {
             let record = record.clone();
+            return converge(api, &object, cx, &account, status, record).await;
+        }
+        // Every conclusion below (missing, deleted outside, to be created again) is drawn from
+        // the list's silence alone; a list can leave out what exists (a lagging index, a
+        // pagination fault), so the resource is read by id first. A create of moments ago is
+        // expected to be missing from lists for a while and is not read.
+        let create_settling = status.pending_create.as_ref().is_some_and(|pending| {
+            let since = cx.create_in_flight_until(&object.uid().unwrap_or_default(), pending);
+            let elapsed = Duration::try_from(Timestamp::now().duration_since(since));
+            elapsed.unwrap_or(Duration::ZERO) < cx.settings.settle_window
+        });
+        if !create_settling
+            && let Some(record) = K::Lister::get(account.client.clone(), id.clone()).await?
+        {
+            tracing::info!(cloud_id = %id, "the cloud's list left out a resource its read by id found");
+            observer.mark_hot();
             return converge(api, &object, cx, &account, status, record).await;
         }
         if status.pending_create.is_some() {
@@ -270,27 +308,40 @@ async fn create_step<K: ManagedKind>(
         object.uid().as_deref().unwrap_or_default(),
     );
     let status = object.cloud_status();
-    let found: Vec<Found> = snapshot
-        .named(&cloud_name)
-        .into_iter()
-        .map(|r| Found {
-            id: r.id().to_string(),
-            created_at: r.created_at(),
-        })
-        .collect();
     let uid = object.uid().unwrap_or_default();
     let pending_since = status
         .pending_create
         .as_ref()
         .map(|p| cx.create_in_flight_until(&uid, p));
     let observer = cx.observer(account);
-    match create::decide(
-        pending_since,
-        &found,
-        listed_wall_clock(snapshot),
-        Timestamp::now(),
-        cx.settings.settle_window,
-    ) {
+    let decide = |snapshot: &Snapshot<Record<K>>| {
+        let found: Vec<Found> = snapshot
+            .named(&cloud_name)
+            .into_iter()
+            .map(|r| Found {
+                id: r.id().to_string(),
+                created_at: r.created_at(),
+            })
+            .collect();
+        create::decide(
+            pending_since,
+            &found,
+            listed_wall_clock(snapshot),
+            Timestamp::now(),
+            cx.settings.settle_window,
+        )
+    };
+    let mut decision = decide(snapshot);
+    let fresh;
+    let mut snapshot = snapshot;
+    if decision == CreateDecision::RetryCreate {
+        // Creating again is irreversible: one list's silence is not enough, a second list
+        // sent now must not show the resource either.
+        fresh = observer.snapshot_after(Instant::now()).await?;
+        snapshot = &fresh;
+        decision = decide(snapshot);
+    }
+    match decision {
         CreateDecision::Adopt { id, extra } => {
             cx.forget_create(&uid);
             if !extra.is_empty() {
@@ -488,7 +539,6 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     let status = object.cloud_status();
     let uid = object.uid().unwrap_or_default();
     let cloud_name = naming::cloud_name(&namespace(&*object), &object.name_any(), &uid);
-    let adopted_id = object.annotations().get(EXTERNAL_ID_ANNOTATION).cloned();
 
     // Deleting needs no fresh list: whatever the latest one shows is deleted. Concluding that
     // nothing is left does: a list sent after this process's delete call, or failing that one
@@ -499,10 +549,20 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     let listed_since_delete = answered_at
         .is_some_and(|answered| latest.listed_at.is_some_and(|listed| listed >= answered));
     let mut snapshot = latest;
-    let mut targets = cleanup_targets::<K>(&snapshot, &status, adopted_id.as_deref(), &cloud_name);
+    let mut targets = cleanup_targets::<K>(&snapshot, &status, &cloud_name);
     if targets.is_empty() && !listed_since_delete {
         snapshot = observer.snapshot_after(Instant::now()).await?;
-        targets = cleanup_targets::<K>(&snapshot, &status, adopted_id.as_deref(), &cloud_name);
+        targets = cleanup_targets::<K>(&snapshot, &status, &cloud_name);
+        // Silence in a list is no proof that a resource is gone: unless the cloud answered a
+        // delete of ours that this list follows, the recorded resource is read by id.
+        if targets.is_empty()
+            && answered_at.is_none()
+            && let Some(id) = &status.external_id
+            && let Some(record) = K::Lister::get(account.client.clone(), id.clone()).await?
+        {
+            tracing::info!(cloud_id = %id, "the cloud's list left out a resource its read by id found");
+            targets.push(record);
+        }
     }
     if targets.is_empty() {
         // A create whose answer was lost may still be on its way into the list: its absence
@@ -516,7 +576,15 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
                 Timestamp::now(),
                 cx.settings.settle_window,
             );
-            if decision != CreateDecision::RetryCreate {
+            // One list's silence is not enough to give the resource up: a second list, sent
+            // now, must not show it either.
+            let confirmed = decision == CreateDecision::RetryCreate
+                && observer
+                    .snapshot_after(Instant::now())
+                    .await?
+                    .named(&cloud_name)
+                    .is_empty();
+            if !confirmed {
                 observer.mark_hot();
                 return Err(Error::InProgress {
                     reason: reason::DELETING,
@@ -563,12 +631,13 @@ fn listed_wall_clock<R>(snapshot: &Snapshot<R>) -> Option<Timestamp> {
     Timestamp::now().checked_sub(age).ok()
 }
 
-/// Everything in `snapshot` that may be the object's: the recorded or adopted id, and whatever
-/// carries its cloud name (a create whose answer was lost).
+/// Everything in `snapshot` that is the object's: the recorded id, and whatever carries its
+/// cloud name (a create whose answer was lost). An `external-id` annotation the status has not
+/// recorded is never a target: its adoption was refused or has not happened, and the resource
+/// it names may be anyone's.
 fn cleanup_targets<K: ManagedKind>(
     snapshot: &Snapshot<Record<K>>,
     status: &CloudStatus,
-    adopted_id: Option<&str>,
     cloud_name: &str,
 ) -> Vec<Record<K>> {
     let mut targets: Vec<Record<K>> = Vec::new();
@@ -577,7 +646,6 @@ fn cleanup_targets<K: ManagedKind>(
         .external_id
         .as_deref()
         .into_iter()
-        .chain(adopted_id)
         .filter_map(|id| snapshot.get(id));
     for record in by_id.chain(named) {
         if !targets.iter().any(|t| t.id() == record.id()) {

@@ -36,6 +36,15 @@ fn parse_time(value: &str) -> Option<Timestamp> {
     value.parse().ok()
 }
 
+/// A read by id, with the cloud's 404 as `None`.
+fn found<R>(read: Result<R, CloudError>) -> Result<Option<R>, CloudError> {
+    match read {
+        Ok(record) => Ok(Some(record)),
+        Err(error) if error.is_not_found() => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 // === Instances ===
 
 cloud_record!(Instance, id: instance_id, name: vm_name, state: status);
@@ -47,6 +56,9 @@ impl Lister for Instances {
     type Record = Instance;
     async fn list(client: CloudClient) -> Result<Vec<Instance>, CloudError> {
         Ok(client.list_instances().await?.instances)
+    }
+    async fn get(client: CloudClient, id: String) -> Result<Option<Instance>, CloudError> {
+        found(client.get_instance(&id).await)
     }
 }
 
@@ -62,6 +74,9 @@ impl Lister for SshKeys {
     type Record = SshKey;
     async fn list(client: CloudClient) -> Result<Vec<SshKey>, CloudError> {
         Ok(client.list_ssh_keys().await?.ssh_keys)
+    }
+    async fn get(client: CloudClient, id: String) -> Result<Option<SshKey>, CloudError> {
+        found(client.get_ssh_key(&id).await)
     }
 }
 
@@ -81,6 +96,9 @@ impl Lister for Volumes {
         };
         Ok(client.list_volumes(&query).await?.volumes)
     }
+    async fn get(client: CloudClient, id: String) -> Result<Option<Volume>, CloudError> {
+        found(client.get_volume(&id).await)
+    }
 }
 
 // === Snapshots ===
@@ -94,6 +112,9 @@ impl Lister for Snapshots {
     type Record = Snapshot;
     async fn list(client: CloudClient) -> Result<Vec<Snapshot>, CloudError> {
         Ok(client.list_snapshots().await?.snapshots)
+    }
+    async fn get(client: CloudClient, id: String) -> Result<Option<Snapshot>, CloudError> {
+        found(client.get_snapshot(&id).await)
     }
 }
 
@@ -109,6 +130,9 @@ impl Lister for Images {
     async fn list(client: CloudClient) -> Result<Vec<Image>, CloudError> {
         Ok(client.list_images().await?.images)
     }
+    async fn get(client: CloudClient, id: String) -> Result<Option<Image>, CloudError> {
+        found(client.get_image(&id).await)
+    }
 }
 
 // === Firewalls ===
@@ -123,5 +147,8 @@ impl Lister for Firewalls {
     type Record = Firewall;
     async fn list(client: CloudClient) -> Result<Vec<Firewall>, CloudError> {
         Ok(client.list_firewalls().await?.firewalls)
+    }
+    async fn get(client: CloudClient, id: String) -> Result<Option<Firewall>, CloudError> {
+        found(client.get_firewall(&id).await)
     }
 }

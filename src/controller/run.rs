@@ -4,13 +4,14 @@
 //! of each kind.
 
 use crate::account::{Accounts, CloudSettings, SecretLocation};
-use crate::context::{Context, ReconcileSettings};
+use crate::context::{Context, ReconcileSettings, Shared};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::ManagedKind;
 use crate::lean::Lean;
 use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
+use crate::ownership::Ownership;
 use crate::readopt::Readoption;
 use crate::reconcile::{error_policy, reconcile};
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
@@ -86,13 +87,6 @@ impl<K: Clone> Relay<K> {
     }
 }
 
-/// What every controller shares.
-struct Shared {
-    client: kube::Client,
-    accounts: Arc<Accounts>,
-    events: Arc<EventPublisher>,
-}
-
 /// What readiness waits for: a kind's watch in one namespace (or the whole cluster).
 fn sync_key(kind: &str, namespace: Option<&str>) -> String {
     match namespace {
@@ -120,6 +114,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         client: client.clone(),
         accounts: accounts.clone(),
         events: events.clone(),
+        ownership: Arc::new(Ownership::default()),
     };
     let shutdown = shutdown.shared();
     let scopes: Vec<Option<String>> = if config.namespaces.is_empty() {
@@ -478,11 +473,7 @@ fn controller<K: ManagedKind>(
     secrets: &Relay<PartialObjectMeta<Secret>>,
     extend: impl FnOnce(Controller<K>, ScopedApi, Arc<KindGauges<K>>) -> Controller<K>,
 ) -> BoxFuture<'static, ()> {
-    let Shared {
-        client,
-        accounts,
-        events,
-    } = shared;
+    let client = &shared.client;
     let scoped = ScopedApi::new(client, namespace, &config.metrics);
     let api: Api<Lean<K>> = api_for(&scoped);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
@@ -491,15 +482,14 @@ fn controller<K: ManagedKind>(
     let (store, writer) = reflector::store();
     let gauges = Arc::new(KindGauges::new(store.clone()));
     config.metrics.register_state(gauges.clone());
+    shared.ownership.register(store.clone());
     let kind = K::kind(&()).to_string();
     let scope = sync_key(&kind, namespace);
     config.health.awaiting_sync(&scope);
     let (trigger, triggers) = mpsc::unbounded_channel();
     let cx = Context::new(
-        client.clone(),
-        accounts.clone(),
+        shared,
         config.reconcile.clone(),
-        events.clone(),
         config.metrics.clone(),
         gauges.clone(),
         trigger.clone(),
@@ -561,7 +551,7 @@ fn controller<K: ManagedKind>(
 
     // A changed credentials Secret wakes the objects that read it.
     let secret_gauges = gauges.clone();
-    let secret_accounts = accounts.clone();
+    let secret_accounts = shared.accounts.clone();
     let secret_changes = secrets.subscribe().flat_map(move |secret| {
         let namespace = secret.namespace().unwrap_or_default();
         let name = secret.name_any();

@@ -52,7 +52,20 @@ impl ManagedKind for Snapshot {
             (Some(reference), None) => {
                 references::instance_id(&cx.client, &namespace, &reference.name).await?
             }
-            (None, Some(id)) => id.clone(),
+            (None, Some(id)) => {
+                // Checked before the first cloud call: another team's machine is not this
+                // namespace's to copy.
+                cx.ownership
+                    .check_reference::<GpuInstance>(
+                        &cx.client,
+                        cx.settings.allow_adoption,
+                        self,
+                        &format!("spec.instanceId {id}"),
+                        id,
+                    )
+                    .await?;
+                id.clone()
+            }
             _ => {
                 return Err(Error::InvalidSpec(
                     "set exactly one of spec.instanceRef and spec.instanceId".into(),

@@ -103,6 +103,9 @@ pub struct Args {
     /// Milliseconds a lost response is held back in `delay` mode.
     #[arg(long, env = "GPUCLOUD_SIM_DROP_DELAY_MS", default_value_t = 60_000)]
     pub drop_delay_ms: u64,
+    /// Probability that a list of resources leaves out each existing item (0 to 1).
+    #[arg(long, env = "GPUCLOUD_SIM_LIST_OMISSION_RATE", default_value_t = 0.0)]
+    pub list_omission_rate: f64,
 }
 
 /// A secret flag value (API key, admin token) whose `Debug` never shows it.
@@ -194,6 +197,8 @@ impl Args {
                         delay: millis(self.drop_delay_ms),
                     }
                 },
+                omit_from_lists: Default::default(),
+                list_omission_rate: self.list_omission_rate,
             },
             list_lag: millis(self.list_lag_ms),
             max_body_bytes: self.max_body_bytes,

@@ -1,6 +1,6 @@
 //! Settings of a simulator run: keys, clock, delays, limits and the fault plan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -157,6 +157,12 @@ pub struct FaultPlan {
     pub act_then_drop: BTreeMap<String, f64>,
     /// How a response is lost.
     pub drop_mode: DropMode,
+    /// Ids every list leaves out although the resource exists (a pagination bug, a lagging
+    /// index, a proxy); a read by id still finds them.
+    pub omit_from_lists: BTreeSet<String>,
+    /// Probability that a list leaves out each of its items, drawn per item from the list
+    /// operation's seeded stream.
+    pub list_omission_rate: f64,
 }
 
 /// Extra latency added with some probability.
@@ -222,6 +228,7 @@ impl FaultPlan {
             }
         };
         check("error_rate", self.error_rate)?;
+        check("list_omission_rate", self.list_omission_rate)?;
         for (name, p) in self
             .error_rate_per_operation
             .iter()

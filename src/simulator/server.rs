@@ -213,6 +213,7 @@ struct FaultState {
     plan: FaultPlan,
     seed: u64,
     streams: HashMap<&'static str, StdRng>,
+    omission_streams: HashMap<&'static str, StdRng>,
     throttle_remaining: u32,
 }
 
@@ -238,6 +239,8 @@ pub struct FaultCounts {
     pub latency_spikes: u64,
     /// Operations performed whose response was then lost.
     pub dropped_responses: u64,
+    /// Existing resources left out of a list.
+    pub omitted_from_lists: u64,
 }
 
 impl FaultCounts {
@@ -266,8 +269,24 @@ impl FaultState {
             plan,
             seed,
             streams: HashMap::new(),
+            omission_streams: HashMap::new(),
             throttle_remaining: 0,
         }
+    }
+
+    /// Whether a list leaves out one more item: drawn from a stream of the operation's own,
+    /// apart from the per-request draws, so the request faults of a seed stay the same.
+    fn draw_omission(&mut self, operation: Operation) -> bool {
+        let rate = self.plan.list_omission_rate;
+        if rate <= 0.0 {
+            return false;
+        }
+        let seed = self.seed ^ stable_hash(operation.name()) ^ stable_hash("list omission");
+        let rng = self
+            .omission_streams
+            .entry(operation.name())
+            .or_insert_with(|| StdRng::seed_from_u64(seed));
+        rng.random::<f64>() < rate
     }
 
     /// Draws the same four numbers for every request of an operation, whatever the plan,
@@ -364,6 +383,36 @@ impl Reply {
     pub fn code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
+    }
+
+    /// Keeps the items of the body's array `array` whose `id_field` `omit` refuses; returns
+    /// how many were left out.
+    fn retain_listed(
+        &mut self,
+        array: &str,
+        id_field: &str,
+        mut omit: impl FnMut(&str) -> bool,
+    ) -> u64 {
+        let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&self.body) else {
+            return 0;
+        };
+        let Some(items) = body.get_mut(array).and_then(|a| a.as_array_mut()) else {
+            return 0;
+        };
+        let before = items.len();
+        items.retain(|item| {
+            !item
+                .get(id_field)
+                .and_then(|id| id.as_str())
+                .is_some_and(&mut omit)
+        });
+        let omitted = (before - items.len()) as u64;
+        if omitted > 0
+            && let Ok(bytes) = serde_json::to_vec(&body)
+        {
+            self.body = bytes;
+        }
+        omitted
     }
 
     fn into_response(self, request_id: String) -> Response {
@@ -741,7 +790,8 @@ async fn answer(
         api_key,
     };
     match handlers::execute(state, request) {
-        Ok(reply) => {
+        Ok(mut reply) => {
+            omit_from_list(state, operation, &mut reply);
             if decision.drop.is_some() {
                 lock(&state.fault_counts).dropped_responses += 1;
             }
@@ -749,6 +799,35 @@ async fn answer(
         }
         Err(error) => fail(error),
     }
+}
+
+/// The array and id field of each list of resources the operator observes.
+fn listed_items(operation: Operation) -> Option<(&'static str, &'static str)> {
+    Some(match operation {
+        Operation::ListInstances => ("instances", "instance_id"),
+        Operation::ListVolumes => ("volumes", "id"),
+        Operation::ListSnapshots => ("snapshots", "snapshot_id"),
+        Operation::ListImages => ("images", "id"),
+        Operation::ListFirewalls => ("firewalls", "id"),
+        Operation::ListSshKeys => ("ssh_keys", "id"),
+        _ => return None,
+    })
+}
+
+/// The list-omission faults: a list that leaves out resources that exist.
+fn omit_from_list(state: &AppState, operation: Operation, reply: &mut Reply) {
+    let Some((array, id_field)) = listed_items(operation) else {
+        return;
+    };
+    let mut faults = lock(&state.faults);
+    if faults.plan.omit_from_lists.is_empty() && faults.plan.list_omission_rate <= 0.0 {
+        return;
+    }
+    let omitted = reply.retain_listed(array, id_field, |id| {
+        faults.plan.omit_from_lists.contains(id) || faults.draw_omission(operation)
+    });
+    drop(faults);
+    lock(&state.fault_counts).omitted_from_lists += omitted;
 }
 
 #[cfg(test)]

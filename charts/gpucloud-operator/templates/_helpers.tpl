@@ -75,3 +75,12 @@ docs/install.md says why each is needed; tests/least_privilege.rs proves each is
   resourceNames: [firewalls.gpucloud.io, gpuinstances.gpucloud.io, images.gpucloud.io, snapshots.gpucloud.io, sshkeys.gpucloud.io, volumes.gpucloud.io]
   verbs: [get]
 {{- end -}}
+
+{{/* Adoption, where allowed: the namespace's label says whether its objects may adopt. */}}
+{{- define "gpucloud-operator.adoptionRules" -}}
+{{- if .Values.adoption.allowed }}
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
+{{- end }}
+{{- end -}}

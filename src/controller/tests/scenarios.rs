@@ -5,6 +5,7 @@
 
 mod support;
 
+mod adoption;
 mod all_in_one;
 mod bad_input;
 mod changes;
@@ -21,4 +22,5 @@ mod readoption;
 mod settled_traffic;
 mod snapshots;
 mod ssh_key_policies;
+mod untrusted_lists;
 mod volumes;

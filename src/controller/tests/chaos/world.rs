@@ -358,6 +358,13 @@ impl Run {
                     delay: Duration::from_millis(1500),
                 }
             },
+            omit_from_lists: Default::default(),
+            // Lists that leave out resources that exist: nothing irreversible may follow.
+            list_omission_rate: if rng.random_bool(0.5) {
+                rng.random_range(0.02..0.2)
+            } else {
+                0.0
+            },
         };
         let api = ApiFaultPlan {
             seed: self.seed,

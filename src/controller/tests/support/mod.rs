@@ -61,6 +61,7 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
                 first_list_timeout: Duration::from_secs(10),
             },
             operator_namespace: OPERATOR_NAMESPACE.into(),
+            allow_adoption: true,
         },
         reporter: "gpucloud-operator".into(),
         orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
@@ -93,9 +94,18 @@ impl Env {
         }
         let namespaces: Api<Namespace> = Api::all(client.clone());
         for ns in [NAMESPACE, OPERATOR_NAMESPACE] {
+            // The tests' own namespace may adopt what the operator did not create (with the
+            // operator's `allow_adoption` of `test_config`); `adoption.rs` covers the rest.
+            let labels = (ns == NAMESPACE).then(|| {
+                BTreeMap::from([(
+                    gpucloud_controller::ownership::ADOPTION_LABEL.to_string(),
+                    gpucloud_controller::ownership::ADOPTION_ALLOWED.to_string(),
+                )])
+            });
             let namespace = Namespace {
                 metadata: kube::api::ObjectMeta {
                     name: Some(ns.into()),
+                    labels,
                     ..Default::default()
                 },
                 ..Default::default()

@@ -1,0 +1,314 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Teams sharing one cloud account: what a tenant of one namespace can write must never make
+//! the operator touch another team's resources. Every attack here is refused with its reason
+//! and without a single cloud call that changes anything.
+
+use crate::support;
+
+use gpucloud_api::*;
+use gpucloud_cloud::model::CreateVolumeRequest;
+use gpucloud_controller::conditions::reason;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
+use support::*;
+
+/// The tenant's namespace: not labelled for adoption.
+const TENANT: &str = "team-b";
+
+async fn tenant_namespace(env: &Env) {
+    let namespaces: Api<Namespace> = Api::all(env.client.clone());
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(TENANT.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+}
+
+fn in_tenant<K>(mut object: K, external_id: Option<&str>) -> K
+where
+    K: kube::Resource,
+{
+    object.meta_mut().namespace = Some(TENANT.into());
+    if let Some(id) = external_id {
+        object.meta_mut().annotations = Some(BTreeMap::from([(
+            EXTERNAL_ID_ANNOTATION.to_string(),
+            id.to_string(),
+        )]));
+    }
+    object
+}
+
+fn tenant_api<K>(env: &Env) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    Api::namespaced(env.client.clone(), TENANT)
+}
+
+fn machine(name: &str, spec: serde_json::Value) -> GpuInstance {
+    let mut full = serde_json::json!({
+        "region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+        "osImage": "ubuntu-22.04-cuda-12",
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        full[k] = v.clone();
+    }
+    object(name, full)
+}
+
+/// Every cloud call that is not a read, so far.
+fn writes(env: &Env) -> BTreeMap<String, u64> {
+    env.simulator
+        .call_counts()
+        .into_iter()
+        .filter(|(operation, _)| !operation.starts_with("List") && !operation.starts_with("Get"))
+        .collect()
+}
+
+/// Waits until the tenant's object `name` is Stalled with `reason`, and returns its message.
+async fn stalled_in_tenant<K>(env: &Env, name: &str, wanted: &str) -> String
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Managed
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api = tenant_api::<K>(env);
+    eventually(30, &format!("{TENANT}/{name} Stalled {wanted}"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await.ok()?;
+            let stalled = object
+                .cloud_status()
+                .condition(condition_type::STALLED)?
+                .clone();
+            (stalled.status == "True" && stalled.reason == wanted).then_some(stalled.message)
+        }
+    })
+    .await
+}
+
+async fn delete_in_tenant<K>(env: &Env, name: &str)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api = tenant_api::<K>(env);
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    eventually(30, &format!("{TENANT}/{name} deleted"), || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.unwrap().is_none().then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_teams_machine_cannot_be_taken_by_annotation_at_create_or_later() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim = ready::<GpuInstance>(&env, "victim")
+        .await
+        .cloud_status()
+        .external_id
+        .unwrap();
+
+    // The tenant's own machine, to which the annotation is added later.
+    let own = tenant_api::<GpuInstance>(&env);
+    own.create(
+        &PostParams::default(),
+        &in_tenant(machine("mine", serde_json::json!({})), None),
+    )
+    .await
+    .unwrap();
+    let mine = eventually(60, "the tenant's machine Ready", || {
+        let own = own.clone();
+        async move {
+            let object = own.get("mine").await.ok()?;
+            let status = object.cloud_status();
+            status
+                .is_ready(object.metadata.generation)
+                .then(|| status.external_id.clone().unwrap())
+        }
+    })
+    .await;
+    let before = writes(&env);
+
+    // At create: stop the other team's machine and delete it with the object.
+    own.create(
+        &PostParams::default(),
+        &in_tenant(
+            machine("thief", serde_json::json!({"powerState": "Stopped"})),
+            Some(&victim),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = stalled_in_tenant::<GpuInstance>(&env, "thief", reason::ALREADY_OWNED).await;
+    assert!(
+        !message.contains("team-a") && !message.contains("victim"),
+        "the owner's namespace is not the tenant's to see: {message}"
+    );
+
+    // Later: the annotation added to a machine that manages its own.
+    own.patch(
+        "mine",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({
+            "metadata": {"annotations": {EXTERNAL_ID_ANNOTATION: victim}},
+            "spec": {"powerState": "Stopped"},
+        })),
+    )
+    .await
+    .unwrap();
+    stalled_in_tenant::<GpuInstance>(&env, "mine", reason::ALREADY_OWNED).await;
+    assert_eq!(writes(&env), before, "no cloud call changed anything");
+
+    delete_in_tenant::<GpuInstance>(&env, "thief").await;
+    delete_in_tenant::<GpuInstance>(&env, "mine").await;
+    let instances = env.simulator.state().instances;
+    assert!(
+        instances
+            .iter()
+            .any(|i| i.instance_id == victim && i.status.to_string() == "ACTIVE"),
+        "the other team's machine is still there and running: {instances:?}"
+    );
+    assert!(
+        !instances.iter().any(|i| i.instance_id == mine),
+        "the tenant's own machine went with its object"
+    );
+    assert_eq!(
+        env.calls("DeleteInstance"),
+        1,
+        "only the tenant's own machine"
+    );
+    assert_eq!(env.calls("StopInstance"), 0);
+    ready::<GpuInstance>(&env, "victim").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_teams_firewall_cannot_be_adopted() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    let rule = serde_json::json!({
+        "direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
+        "remoteIpPrefix": "192.0.2.0/24", "portRangeMin": 22, "portRangeMax": 22,
+    });
+    let firewall: Firewall = object(
+        "edge",
+        serde_json::json!({"region": "us-east-1", "rules": [rule]}),
+    );
+    create(&env, &firewall).await;
+    let id = ready::<Firewall>(&env, "edge")
+        .await
+        .cloud_status()
+        .external_id
+        .unwrap();
+    let rules_before = env.simulator.state().firewalls[0].rules.clone();
+    let before = writes(&env);
+
+    let open_to_the_world = serde_json::json!({
+        "direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
+        "remoteIpPrefix": "0.0.0.0/0", "portRangeMin": 1, "portRangeMax": 65535,
+    });
+    let hostile: Firewall = object(
+        "open",
+        serde_json::json!({"region": "us-east-1", "rules": [open_to_the_world]}),
+    );
+    tenant_api::<Firewall>(&env)
+        .create(&PostParams::default(), &in_tenant(hostile, Some(&id)))
+        .await
+        .unwrap();
+    stalled_in_tenant::<Firewall>(&env, "open", reason::ALREADY_OWNED).await;
+    delete_in_tenant::<Firewall>(&env, "open").await;
+
+    assert_eq!(writes(&env), before, "no cloud call changed anything");
+    let state = env.simulator.state();
+    assert_eq!(state.firewalls.len(), 1);
+    assert_eq!(state.firewalls[0].rules, rules_before);
+    ready::<Firewall>(&env, "edge").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_the_operator_did_not_create_is_adopted_only_where_allowed() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    let foreign = cloud_client(&env)
+        .create_volume(&CreateVolumeRequest {
+            name: "someone-elses-data".into(),
+            size: 10,
+            region: "us-east-1".into(),
+            volume_type: None,
+            tier: None,
+            bootable: None,
+        })
+        .await
+        .unwrap();
+    let before = writes(&env);
+
+    let volume: Volume = object(
+        "taken",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 20}),
+    );
+    tenant_api::<Volume>(&env)
+        .create(
+            &PostParams::default(),
+            &in_tenant(volume, Some(&foreign.id)),
+        )
+        .await
+        .unwrap();
+    let message = stalled_in_tenant::<Volume>(&env, "taken", reason::ADOPTION_NOT_ALLOWED).await;
+    assert!(
+        message.contains("--allow-adoption") && message.contains("gpucloud.io/adoption"),
+        "the message says how to allow it: {message}"
+    );
+    delete_in_tenant::<Volume>(&env, "taken").await;
+    assert_eq!(writes(&env), before, "no cloud call changed anything");
+    let volumes = data_volumes(&env);
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(
+        (volumes[0].id.as_str(), volumes[0].size),
+        (foreign.id.as_str(), 10)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_teams_machine_cannot_be_snapshotted_by_id() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim = ready::<GpuInstance>(&env, "victim")
+        .await
+        .cloud_status()
+        .external_id
+        .unwrap();
+    let gets_before = env.calls("GetInstance");
+    let before = writes(&env);
+
+    let copy: Snapshot = object("copy", serde_json::json!({"instanceId": victim}));
+    tenant_api::<Snapshot>(&env)
+        .create(&PostParams::default(), &in_tenant(copy, None))
+        .await
+        .unwrap();
+    stalled_in_tenant::<Snapshot>(&env, "copy", reason::ALREADY_OWNED).await;
+    delete_in_tenant::<Snapshot>(&env, "copy").await;
+
+    assert_eq!(writes(&env), before, "no cloud call changed anything");
+    assert_eq!(env.calls("CreateSnapshot"), 0);
+    assert_eq!(
+        env.calls("GetInstance"),
+        gets_before,
+        "not even a read of the other team's machine"
+    );
+    assert!(env.simulator.state().snapshots.is_empty());
+}
