@@ -16,6 +16,7 @@ use kube::Api;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// Where the operator-wide default API key lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -55,6 +56,12 @@ pub struct Account {
     catalog_ttl: Duration,
     balance: Mutex<Option<(Instant, BalanceBody)>>,
     pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
+    /// Since when the account's cloud has not answered (a list or a call failed as a server
+    /// that is down fails); `None` while it answers.
+    down_since: Mutex<Option<Instant>>,
+    /// Counts the account's recoveries: objects that failed during an outage wait on this
+    /// rather than each on a growing timer of its own.
+    recoveries: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Account {
@@ -73,7 +80,37 @@ impl Account {
             catalog_ttl,
             balance: Mutex::new(None),
             pricing: Mutex::new(None),
+            down_since: Mutex::new(None),
+            recoveries: watch::Sender::new(0),
         })
+    }
+
+    /// Marks the account's cloud as not answering.
+    pub fn mark_down(&self) {
+        let mut down = lock(&self.down_since);
+        if down.is_none() {
+            *down = Some(Instant::now());
+            tracing::warn!(account = %self.fingerprint, "the cloud is not answering; objects wait for it to come back");
+        }
+    }
+
+    /// Marks the account's cloud as answering again; wakes whatever waits for that.
+    pub fn mark_up(&self) {
+        let since = lock(&self.down_since).take();
+        if let Some(since) = since {
+            tracing::info!(account = %self.fingerprint, down_for = ?since.elapsed(), "the cloud answers again");
+            self.recoveries.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Whether the account's cloud is marked as not answering.
+    pub fn is_down(&self) -> bool {
+        lock(&self.down_since).is_some()
+    }
+
+    /// Changes at each recovery of the account's cloud.
+    pub fn recoveries(&self) -> watch::Receiver<u64> {
+        self.recoveries.subscribe()
     }
 
     /// An account on a client that is never called (for tests of code that only passes the
@@ -270,6 +307,14 @@ impl Accounts {
     }
 
     /// Every account seen so far.
+    /// The account the Secret at `location` last resolved to, without reading it again.
+    pub fn resolved(&self, location: &SecretLocation) -> Option<Arc<Account>> {
+        lock(&self.resolved)
+            .by_location
+            .get(location)
+            .map(|(_, account)| account.clone())
+    }
+
     pub fn all(&self) -> Vec<Arc<Account>> {
         lock(&self.by_fingerprint).values().cloned().collect()
     }

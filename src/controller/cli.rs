@@ -1,7 +1,7 @@
 //! `gpucloud-operator run`: every setting as a flag with an environment variable.
 
 use crate::account::{CloudSettings, SecretLocation};
-use crate::context::ReconcileSettings;
+use crate::context::{DuplicateSettings, ReconcileSettings};
 use crate::leader::LeaseSettings;
 use crate::observer::ObserveIntervals;
 use crate::orphans::OrphanSweepSettings;
@@ -74,6 +74,13 @@ pub struct Args {
     /// `gpucloud.io/adoption=allowed`; without it every such adoption is refused.
     #[arg(long, env = "GPUCLOUD_ALLOW_ADOPTION", default_value_t = false)]
     pub allow_adoption: bool,
+    /// How long a duplicate (a second cloud resource under an object's cloud name) is only
+    /// reported before it is deleted.
+    #[arg(long, env = "GPUCLOUD_DUPLICATE_GRACE_PERIOD", default_value = "10m", value_parser = parse_duration)]
+    pub duplicate_grace_period: Duration,
+    /// Delete duplicates past their grace period (never one in use); `false` only reports them.
+    #[arg(long, env = "GPUCLOUD_DELETE_DUPLICATES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub delete_duplicates: bool,
     /// Address of `/metrics` (Prometheus text format).
     #[arg(long, env = "GPUCLOUD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
@@ -178,6 +185,10 @@ impl Args {
                 observe,
                 operator_namespace: self.operator_namespace.clone(),
                 allow_adoption: self.allow_adoption,
+                duplicates: DuplicateSettings {
+                    grace_period: self.duplicate_grace_period,
+                    delete: self.delete_duplicates,
+                },
             },
             reporter: "gpucloud-operator".into(),
             orphans: OrphanSweepSettings {

@@ -34,6 +34,27 @@ pub struct ReconcileSettings {
     /// Whether objects may adopt cloud resources the operator did not create for them, in
     /// namespaces labelled for it (`ownership.rs`).
     pub allow_adoption: bool,
+    /// What happens to a second resource under an object's cloud name.
+    pub duplicates: DuplicateSettings,
+}
+
+/// Duplicates: resources carrying an object's cloud name other than the one it recorded (a
+/// create the cloud carried out long after the client gave up, and the create that followed).
+#[derive(Debug, Clone, Copy)]
+pub struct DuplicateSettings {
+    /// How long a duplicate is only reported before it is deleted.
+    pub grace_period: Duration,
+    /// Delete duplicates past the grace period (never one in use); off, they are only reported.
+    pub delete: bool,
+}
+
+impl Default for DuplicateSettings {
+    fn default() -> Self {
+        DuplicateSettings {
+            grace_period: Duration::from_secs(600),
+            delete: true,
+        }
+    }
 }
 
 impl Default for ReconcileSettings {
@@ -45,6 +66,7 @@ impl Default for ReconcileSettings {
             observe: ObserveIntervals::default(),
             operator_namespace: "gpucloud-system".into(),
             allow_adoption: false,
+            duplicates: DuplicateSettings::default(),
         }
     }
 }
@@ -80,6 +102,15 @@ pub struct Context<K: ManagedKind> {
     /// the cloud may have acted after the client gave up), so the settle window counts from
     /// there.
     creates_ended: Mutex<HashMap<String, Timestamp>>,
+    /// When this process first saw each duplicate (by cloud id): its grace period counts from
+    /// there, so a restart only makes it longer.
+    duplicates_seen: Mutex<HashMap<String, Instant>>,
+    /// Objects waiting for an account's cloud to answer again, by account fingerprint, and
+    /// the accounts whose recoveries are listened to.
+    outage_waiters: Arc<Mutex<HashMap<String, HashSet<ObjectRef<K>>>>>,
+    recovery_listeners: Mutex<HashSet<String>>,
+    /// Asks the controller to reconcile an object now.
+    trigger: mpsc::UnboundedSender<ObjectRef<K>>,
     /// Credentials whose observer `prepare` has started.
     prepared: Mutex<HashSet<SecretLocation>>,
     /// When this context was made. A create call of an earlier process (one killed mid-call)
@@ -99,6 +130,7 @@ impl<K: ManagedKind> Context<K> {
     ) -> Arc<Self> {
         let store = gauges.store().clone();
         let woken = gauges.clone();
+        let triggers = trigger.clone();
         let (changes, mut received) = mpsc::unbounded_channel::<(String, Changes)>();
         tokio::spawn(async move {
             while let Some((_account, changes)) = received.recv().await {
@@ -127,6 +159,10 @@ impl<K: ManagedKind> Context<K> {
             changes,
             deletes_answered: Mutex::new(HashMap::new()),
             creates_ended: Mutex::new(HashMap::new()),
+            duplicates_seen: Mutex::new(HashMap::new()),
+            outage_waiters: Arc::new(Mutex::new(HashMap::new())),
+            recovery_listeners: Mutex::new(HashSet::new()),
+            trigger: triggers,
             prepared: Mutex::new(HashSet::new()),
             started: Timestamp::now(),
         })
@@ -145,6 +181,57 @@ impl<K: ManagedKind> Context<K> {
     /// Forgets the object `uid`'s delete: its finalizer is going.
     pub fn forget_delete(&self, uid: &str) {
         lock(&self.deletes_answered).remove(uid);
+    }
+
+    /// When the duplicate `id` was first seen, and whether that is now.
+    pub fn duplicate_seen(&self, id: &str) -> (Instant, bool) {
+        let mut seen = lock(&self.duplicates_seen);
+        match seen.get(id) {
+            Some(first) => (*first, false),
+            None => {
+                let now = Instant::now();
+                seen.insert(id.to_string(), now);
+                (now, true)
+            }
+        }
+    }
+
+    /// Forgets the duplicate `id`: it is gone.
+    pub fn forget_duplicate(&self, id: &str) {
+        lock(&self.duplicates_seen).remove(id);
+    }
+
+    /// Makes `object` wait for `account`'s cloud to answer again: it is reconciled at the
+    /// account's recovery (found by its observers, which list fast meanwhile), not on a
+    /// per-object timer that grew through the outage.
+    pub fn wait_for_recovery(&self, account: &Arc<Account>, object: ObjectRef<K>) {
+        account.mark_down();
+        self.observer(account).mark_hot();
+        lock(&self.outage_waiters)
+            .entry(account.fingerprint.clone())
+            .or_default()
+            .insert(object);
+        if !lock(&self.recovery_listeners).insert(account.fingerprint.clone()) {
+            return;
+        }
+        let mut recoveries = account.recoveries();
+        let (waiters, trigger, woken) = (
+            self.outage_waiters.clone(),
+            self.trigger.clone(),
+            self.gauges.clone(),
+        );
+        let fingerprint = account.fingerprint.clone();
+        tokio::spawn(async move {
+            while recoveries.changed().await.is_ok() {
+                let waiting = lock(&waiters).remove(&fingerprint).unwrap_or_default();
+                for object in waiting {
+                    woken.triggered(&object);
+                    if trigger.send(object).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// Records that this process's create call for the object `uid` has just ended.

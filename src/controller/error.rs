@@ -145,6 +145,21 @@ impl Error {
         }
     }
 
+    /// Whether the failure says the account's cloud is not answering: the object then waits
+    /// for the account to recover instead of backing off on its own.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            Error::CloudUnavailable(_) => true,
+            Error::Cloud(e) => crate::observer::is_outage(e),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_outage(),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// The condition reason for this failure; one of `conditions::reason`.
     pub fn reason(&self) -> &'static str {
         match self {

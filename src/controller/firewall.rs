@@ -131,6 +131,10 @@ impl ManagedKind for Firewall {
         )
     }
 
+    fn in_use(record: &CloudFirewall) -> bool {
+        !record.attachments.is_empty()
+    }
+
     async fn delete(
         _cx: &Context<Self>,
         account: &Account,

@@ -98,6 +98,12 @@ pub trait ManagedKind:
         async { Ok(()) }
     }
 
+    /// Whether a resource is in use by another (a volume attached to a machine, a firewall
+    /// attached to machines): a duplicate in use is reported, never deleted.
+    fn in_use(_record: &Record<Self>) -> bool {
+        false
+    }
+
     /// Whether the status shows every request the object makes outside its spec, through
     /// annotations (which do not move `metadata.generation`): a starting controller
     /// re-adopts an object without a reconcile only then (`readopt.rs`). Nothing is asked

@@ -42,6 +42,13 @@ pub trait Lister: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Self::Record>, CloudError>> + Send + 'static;
 }
 
+/// Whether a failure says the cloud is not answering (server errors, timeouts, broken
+/// connections), as opposed to refusing this request (4xx) or throttling it (429).
+pub fn is_outage(error: &CloudError) -> bool {
+    error.class() == gpucloud_cloud::ErrorClass::Transient
+        && !matches!(error, CloudError::RateLimited { .. })
+}
+
 /// How often observers list.
 #[derive(Debug, Clone, Copy)]
 pub struct ObserveIntervals {
@@ -214,6 +221,7 @@ impl<R: CloudRecord> Observer<R> {
                     state.attempts += 1;
                     match result {
                         Ok(records) => {
+                            account.mark_up();
                             generation += 1;
                             let next = Arc::new(Snapshot::from_records(records, generation, started));
                             // The first list changes nothing anyone has seen: every reconcile
@@ -228,6 +236,9 @@ impl<R: CloudRecord> Observer<R> {
                         Err(error) => {
                             tracing::warn!(account = %account.fingerprint, %error, "cloud list failed");
                             let unauthorized = matches!(error, gpucloud_cloud::Error::Unauthorized { .. });
+                            if is_outage(&error) {
+                                account.mark_down();
+                            }
                             state.failure = Some(ListFailure { unauthorized, message: error.to_string() });
                         }
                     }

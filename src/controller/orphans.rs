@@ -56,6 +56,9 @@ use std::time::Duration;
 pub const REASON_FOUND: &str = "OrphansFound";
 /// Event reason of a sweep that deleted orphans.
 pub const REASON_DELETED: &str = "OrphansDeleted";
+/// Event reason of a sweep that found duplicates (reported here, deleted by their object's
+/// reconcile after its grace period).
+pub const REASON_DUPLICATES: &str = "DuplicatesFound";
 /// Event reason of a sweep whose deletes failed (retried on the next sweep).
 pub const REASON_DELETE_FAILED: &str = "OrphanDeleteFailed";
 
@@ -299,6 +302,10 @@ pub struct SweepReport {
     pub orphans: Vec<Orphan>,
     /// Orphans deleted by this sweep (only with `delete`).
     pub deleted: Vec<Orphan>,
+    /// Duplicates: resources claimed only by a cloud name whose object recorded another
+    /// resource under that name (a create carried out after the client gave up). Not orphans:
+    /// their object's reconcile reports and removes them.
+    pub duplicates: Vec<Orphan>,
     /// Orphans whose delete failed, with the cloud's answer; retried on the next sweep.
     pub delete_failed: Vec<(Orphan, String)>,
     /// Accounts or kinds that could not be listed; their resources were not considered.
@@ -538,8 +545,28 @@ impl OrphanSweeper {
         let mut seen_keys = HashSet::new();
         let mut holds: HashMap<String, Hold> = HashMap::new();
         for (account, candidates) in &listed {
+            // Names under which some resource is claimed by its id.
+            let recorded_names: HashSet<&str> = candidates
+                .iter()
+                .filter(|c| claims.ids.contains(&c.id))
+                .map(|c| c.name.as_str())
+                .collect();
             for candidate in candidates {
                 if claims.claims(candidate) {
+                    if !claims.ids.contains(&candidate.id)
+                        && recorded_names.contains(candidate.name.as_str())
+                    {
+                        report.duplicates.push(Orphan {
+                            account: account.fingerprint.clone(),
+                            kind: candidate.kind,
+                            id: candidate.id.clone(),
+                            name: candidate.name.clone(),
+                            age: candidate.created_at.map_or(Duration::ZERO, |created| {
+                                Duration::try_from(now.duration_since(created))
+                                    .unwrap_or(Duration::ZERO)
+                            }),
+                        });
+                    }
                     continue;
                 }
                 let key = format!(
@@ -580,6 +607,15 @@ impl OrphanSweeper {
                 age_s = orphan.age.as_secs(),
                 delete = self.settings.delete,
                 "orphaned cloud resource: carries the operator's mark and no object claims it"
+            );
+        }
+        for duplicate in &report.duplicates {
+            tracing::warn!(
+                account = %duplicate.account,
+                kind = %duplicate.kind,
+                id = %duplicate.id,
+                name = %duplicate.name,
+                "duplicate cloud resource: carries an object's cloud name while the object manages another"
             );
         }
         if self.settings.delete {
@@ -759,6 +795,17 @@ impl OrphanSweeper {
                     "deleted {} orphaned cloud resources: {}",
                     report.deleted.len(),
                     list(report.deleted.iter())
+                ),
+            ));
+        }
+        if !report.duplicates.is_empty() {
+            events.push((
+                EventType::Warning,
+                REASON_DUPLICATES,
+                format!(
+                    "{} duplicate cloud resources (each object's reconcile removes its own after the grace period): {}",
+                    report.duplicates.len(),
+                    list(report.duplicates.iter())
                 ),
             ));
         }

@@ -131,8 +131,22 @@ pub fn paused<K: Resource>(object: &K) -> bool {
 
 /// Entry point for kube-runtime's `error_policy`.
 pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Context<K>>) -> Action {
+    let account = || {
+        let namespace = object.meta().namespace.as_deref().unwrap_or_default();
+        let reference = object.managed().credentials_secret_ref.as_ref();
+        cx.accounts
+            .secret_for(namespace, reference)
+            .and_then(|location| cx.accounts.resolved(&location))
+    };
     let after = if error.is_waiting_for_reference() {
         // Woken by the watch on the referenced kind; the resync is only a backstop.
+        cx.settings.observe.resync
+    } else if error.is_outage()
+        && let Some(account) = account()
+    {
+        // The account's cloud is down: wait for it to answer again (the resync is only a
+        // backstop), without growing this object's own backoff.
+        cx.wait_for_recovery(&account, ObjectRef::from_obj(&*object));
         cx.settings.observe.resync
     } else {
         cx.requeue.after_failure(&object.key(), error)
@@ -194,6 +208,9 @@ async fn apply<K: ManagedKind>(
     if let Some(id) = known_id {
         if let Some(record) = snapshot.get(&id) {
             let record = record.clone();
+            if status.external_id.as_deref() == Some(id.as_str()) {
+                settle_duplicates(cx, &object, &account, &snapshot, &id).await;
+            }
             return converge(api, &object, cx, &account, status, record).await;
         }
         // Every conclusion below (missing, deleted outside, to be created again) is drawn from
@@ -342,22 +359,9 @@ async fn create_step<K: ManagedKind>(
         decision = decide(snapshot);
     }
     match decision {
-        CreateDecision::Adopt { id, extra } => {
+        // The others under the name are duplicates, settled once this one is recorded.
+        CreateDecision::Adopt { id, extra: _ } => {
             cx.forget_create(&uid);
-            if !extra.is_empty() {
-                publish(
-                    cx,
-                    &object,
-                    EventType::Warning,
-                    "DuplicateCloudResources",
-                    &format!(
-                        "the cloud lists {} more resources named {cloud_name}: {}",
-                        extra.len(),
-                        extra.join(", ")
-                    ),
-                )
-                .await;
-            }
             let record = snapshot.get(&id).cloned();
             let status = CloudStatus {
                 external_id: Some(id),
@@ -503,6 +507,76 @@ async fn converge<K: ManagedKind>(
             Ok(requeue(cx.settings.transition_requeue))
         }
         Outcome::Stalled { .. } => Ok(requeue(cx.settings.observe.resync)),
+    }
+}
+
+/// Resources carrying the object's own cloud name besides the one it recorded: a create the
+/// cloud carried out after the client gave up (and past the settle window), next to the create
+/// that followed. Each is reported once (Event, log line, metric) and, past the grace period,
+/// deleted unless the settings say otherwise or it is in use. A failed delete is tried again
+/// at the next reconcile.
+async fn settle_duplicates<K: ManagedKind>(
+    cx: &Context<K>,
+    object: &K,
+    account: &Account,
+    snapshot: &Snapshot<Record<K>>,
+    recorded: &str,
+) {
+    let cloud_name = naming::cloud_name(
+        &namespace(object),
+        &object.name_any(),
+        object.uid().as_deref().unwrap_or_default(),
+    );
+    let settings = cx.settings.duplicates;
+    let kind = K::kind(&());
+    for duplicate in snapshot
+        .named(&cloud_name)
+        .into_iter()
+        .filter(|r| r.id() != recorded)
+    {
+        let id = duplicate.id();
+        let (first_seen, new) = cx.duplicate_seen(id);
+        if new {
+            tracing::warn!(cloud_id = %id, recorded, "duplicate cloud resource found");
+            cx.metrics.duplicate_found(&kind);
+            let fate = if settings.delete {
+                format!(
+                    "it is deleted after {}s unless in use",
+                    settings.grace_period.as_secs()
+                )
+            } else {
+                "it is left in place (duplicate deletion is off)".to_string()
+            };
+            publish(
+                cx,
+                object,
+                EventType::Warning,
+                "DuplicateFound",
+                &format!("{id} also carries this object's cloud name {cloud_name}; this object manages {recorded}, so {fate}"),
+            )
+            .await;
+        }
+        if !settings.delete || K::in_use(duplicate) || first_seen.elapsed() < settings.grace_period
+        {
+            continue;
+        }
+        match K::delete(cx, account, duplicate).await {
+            Ok(()) => {
+                cx.forget_duplicate(id);
+                cx.metrics.duplicate_deleted(&kind);
+                publish(
+                    cx,
+                    object,
+                    EventType::Normal,
+                    "DuplicateDeleted",
+                    &format!("deleted {id}, a duplicate of {recorded}"),
+                )
+                .await;
+            }
+            Err(error) => {
+                tracing::warn!(cloud_id = %id, %error, "duplicate not deleted; trying again later");
+            }
+        }
     }
 }
 

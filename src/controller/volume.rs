@@ -192,6 +192,10 @@ impl ManagedKind for Volume {
         }
     }
 
+    fn in_use(record: &CloudVolume) -> bool {
+        record.instance_id.is_some()
+    }
+
     async fn delete(
         _cx: &Context<Self>,
         account: &Account,

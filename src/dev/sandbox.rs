@@ -276,6 +276,9 @@ pub fn operator_config(cloud_url: &str) -> Result<gpucloud_controller::run::Oper
         "apiKey",
         "--operator-namespace",
         OPERATOR_NAMESPACE,
+        // The sandbox's user is its cluster administrator: adoption still needs the
+        // namespace's label, as in any cluster.
+        "--allow-adoption",
     ])
     .map_err(|error| Error::Settings(first_line(&error.to_string())))?;
     flags

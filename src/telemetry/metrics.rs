@@ -104,6 +104,8 @@ pub struct Metrics {
     balance: Family<AccountLabels, Gauge<f64, AtomicU64>>,
     orphans: Family<ResourceKindLabels, Gauge>,
     orphan_sweeps: Counter,
+    duplicates_found: Family<KindLabels, Counter>,
+    duplicates_deleted: Family<KindLabels, Counter>,
     leader: Gauge,
     sources: Arc<StateSources>,
 }
@@ -138,6 +140,8 @@ impl Metrics {
             balance: Family::default(),
             orphans: Family::default(),
             orphan_sweeps: Counter::default(),
+            duplicates_found: Family::default(),
+            duplicates_deleted: Family::default(),
             leader: Gauge::default(),
             sources: Arc::new(StateSources::default()),
         };
@@ -208,6 +212,16 @@ impl Metrics {
             metrics.orphan_sweeps.clone(),
         );
         r.register(
+            "duplicates_found",
+            "Second cloud resources found under an object's cloud name (a create carried out after the client gave up, then created again)",
+            metrics.duplicates_found.clone(),
+        );
+        r.register(
+            "duplicates_deleted",
+            "Duplicates deleted after their grace period",
+            metrics.duplicates_deleted.clone(),
+        );
+        r.register(
             "leader",
             "1 while this replica holds the leader lease (or runs without leader election)",
             metrics.leader.clone(),
@@ -238,6 +252,18 @@ impl Metrics {
     /// A kind's object watch started over with a full list.
     pub fn watch_restarted(&self, kind: &str) {
         self.watch_restarts
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
+    }
+
+    pub fn duplicate_found(&self, kind: &str) {
+        self.duplicates_found
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
+    }
+
+    pub fn duplicate_deleted(&self, kind: &str) {
+        self.duplicates_deleted
             .get_or_create(&KindLabels { kind: kind.into() })
             .inc();
     }

@@ -295,9 +295,19 @@ async fn ensure_namespace(client: &kube::Client, name: &str) {
     {
         return;
     }
+    // `adopt-existing` adopts a machine made outside Kubernetes: its README has the
+    // namespace labelled for adoption first.
+    let labels = (name == "adopt-existing").then(|| {
+        [(
+            gpucloud_controller::ownership::ADOPTION_LABEL.to_string(),
+            gpucloud_controller::ownership::ADOPTION_ALLOWED.to_string(),
+        )]
+        .into()
+    });
     let namespace = Namespace {
         metadata: kube::api::ObjectMeta {
             name: Some(name.into()),
+            labels,
             ..Default::default()
         },
         ..Default::default()

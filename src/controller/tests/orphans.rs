@@ -105,7 +105,7 @@ where
     gone::<K>(env, name).await;
 }
 
-fn sweeper(env: &Env, grace_period: Duration, delete: bool) -> OrphanSweeper {
+pub fn sweeper(env: &Env, grace_period: Duration, delete: bool) -> OrphanSweeper {
     let config = test_config(&env.simulator);
     let accounts = Arc::new(Accounts::new(
         config.cloud,

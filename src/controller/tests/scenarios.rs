@@ -15,6 +15,7 @@ mod firewalls;
 mod idempotence;
 mod lifecycle;
 mod orphans;
+mod outage;
 mod policies;
 mod production;
 mod rate_limit_storm;

@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Cloud lists that leave out resources that exist (a lagging index, a pagination fault, a
-//! proxy): nothing irreversible follows from one list's silence. A recorded resource missing
-//! from the lists is read by id before it is reported deleted, created again, or its deletion
-//! taken as done.
+//! A cloud whose lists leave out resources that exist (a lagging index, a pagination fault, a
+//! proxy), or that carries out a create long after the client gave up: nothing irreversible
+//! follows from one list's silence (a recorded resource missing from the lists is read by id
+//! before it is reported deleted, created again, or its deletion taken as done), and a
+//! duplicate left by a late create is reported, then removed.
 
 use crate::support;
 
@@ -130,4 +131,96 @@ async fn a_firewall_and_a_key_left_out_of_lists_are_not_created_twice() {
     assert_eq!(env.calls("DeleteSshKey"), 1);
     let state = env.simulator.state();
     assert!(state.firewalls.is_empty() && state.ssh_keys.is_empty());
+}
+
+/// Reasons of the events about `name`.
+async fn event_reasons(env: &Env, name: &str) -> Vec<String> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(env.client.clone(), NAMESPACE);
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported_then_removed() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let mut config = test_config(&env.simulator);
+    config.reconcile.duplicates.delete = false;
+    env.start_operator(config.clone());
+
+    // The first create is carried out 25 s after it was sent, long after the client (5 s
+    // timeout) and the settle window (2 s) gave up on it; the retry goes through at once.
+    env.simulator.set_faults(FaultPlan {
+        latency_ms_per_operation: [("CreateVolume".to_string(), 25_000)].into(),
+        ..FaultPlan::default()
+    });
+    let volume: Volume = object(
+        "data",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+    );
+    create(&env, &volume).await;
+    eventually(10, "the first create sent", || async {
+        (env.calls("CreateVolume") >= 1).then_some(())
+    })
+    .await;
+    env.simulator.set_faults(FaultPlan::default());
+    let recorded = ready::<Volume>(&env, "data")
+        .await
+        .cloud_status()
+        .external_id
+        .unwrap();
+    eventually(40, "the late create carried out", || async {
+        (data_volumes(&env).len() == 2).then_some(())
+    })
+    .await;
+    eventually(20, "the duplicate reported", || async {
+        event_reasons(&env, "data")
+            .await
+            .contains(&"DuplicateFound".to_string())
+            .then_some(())
+    })
+    .await;
+
+    // With deletion off it stays, well past the grace period (3 s in the tests' settings).
+    tokio::time::sleep(config.reconcile.duplicates.grace_period * 3).await;
+    assert_eq!(data_volumes(&env).len(), 2, "deletion is off: left alone");
+    assert_eq!(env.calls("DeleteVolume"), 0);
+    // The orphan sweeper reports it as a duplicate, not as an orphan.
+    let duplicate = data_volumes(&env)
+        .into_iter()
+        .find(|v| v.id != recorded)
+        .unwrap();
+    let report = crate::orphans::sweeper(&env, std::time::Duration::ZERO, false)
+        .sweep()
+        .await
+        .unwrap();
+    let reported: Vec<&str> = report.duplicates.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(reported, [duplicate.id.as_str()]);
+    assert!(report.orphans.is_empty(), "{:?}", report.orphans);
+
+    // With deletion on, it goes after the grace period; the recorded volume stays.
+    env.stop_operator().await;
+    config.reconcile.duplicates.delete = true;
+    env.start_operator(config);
+    eventually(30, "the duplicate deleted", || async {
+        let volumes = data_volumes(&env);
+        (volumes.len() == 1 && volumes[0].id == recorded).then_some(())
+    })
+    .await;
+    assert_eq!(env.calls("DeleteVolume"), 1);
+    eventually(10, "the deletion reported", || async {
+        event_reasons(&env, "data")
+            .await
+            .contains(&"DuplicateDeleted".to_string())
+            .then_some(())
+    })
+    .await;
+    ready::<Volume>(&env, "data").await;
 }

@@ -62,6 +62,10 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
             },
             operator_namespace: OPERATOR_NAMESPACE.into(),
             allow_adoption: true,
+            duplicates: gpucloud_controller::context::DuplicateSettings {
+                grace_period: Duration::from_secs(3),
+                delete: true,
+            },
         },
         reporter: "gpucloud-operator".into(),
         orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
