@@ -397,12 +397,28 @@ async fn write_connection_secret(
         if key.spec.public_key.is_some() {
             continue;
         }
+        // Only the Secret this SshKey created holds its key: a name alone could point at any
+        // Secret of the namespace (a deploy key, say), which must never be copied.
+        let Some(key_uid) = key.uid() else {
+            continue;
+        };
         let key_secret = crate::ssh_key::private_key_secret_name(&key);
-        if let Some(secret) = secrets.get_opt(&key_secret).await?
-            && let Some(private) = secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(crate::ssh_key::PRIVATE_KEY_FIELD))
+        let Some(secret) = secrets.get_opt(&key_secret).await? else {
+            continue;
+        };
+        if !crate::secrets::controlled_by(&secret, &key_uid) {
+            tracing::debug!(
+                object = %instance.name_any(),
+                ssh_key = %key.name_any(),
+                secret = %key_secret,
+                "the SshKey's Secret was not created by it; no private key is copied from it"
+            );
+            continue;
+        }
+        if let Some(private) = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(crate::ssh_key::PRIVATE_KEY_FIELD))
         {
             data.insert(
                 connection::PRIVATE_KEY.to_string(),
@@ -413,13 +429,9 @@ async fn write_connection_secret(
     }
     let current = secrets.get_opt(name).await?;
     if let Some(existing) = &current {
-        if !existing
-            .owner_references()
-            .iter()
-            .any(|r| r.uid == owner.uid)
-        {
+        if !crate::secrets::controlled_by(existing, &owner.uid) {
             return Err(Error::InvalidSpec(format!(
-                "Secret {namespace}/{name} exists and is not owned by this GpuInstance; choose another spec.connectionSecret"
+                "Secret {namespace}/{name} exists and was not created by this GpuInstance; recreate the GpuInstance with another spec.connectionSecret"
             )));
         }
         let same = existing.data.as_ref().is_some_and(|d| {
