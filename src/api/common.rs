@@ -52,9 +52,22 @@ pub struct ManagedFields {
     #[serde(default)]
     pub management_policy: ManagementPolicy,
     /// A Secret in this object's namespace holding the cloud API key, overriding the
-    /// operator-wide default. Secrets of other namespaces can never be used.
+    /// operator-wide default. Secrets of other namespaces can never be used. Immutable: set
+    /// or left out at creation; rotate the key by updating the Secret itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<SecretKeyRef>,
+}
+
+/// The CEL transition rule keeping `spec.credentialsSecretRef` as it was at creation (set,
+/// changed or removed later is refused). Every kind's spec carries it in its own
+/// `#[x_kube(..)]`: rules on the flattened `ManagedFields` would not reach the CRD, since a
+/// flattened schema's `x-kubernetes-validations` give way to the spec's own.
+pub fn credentials_secret_ref_is_immutable() -> kube::core::Rule {
+    kube::core::Rule::new(
+        "has(self.credentialsSecretRef) == has(oldSelf.credentialsSecretRef) && (!has(self.credentialsSecretRef) || self.credentialsSecretRef == oldSelf.credentialsSecretRef)",
+    )
+    .message("credentialsSecretRef is immutable: delete and recreate the object to use another Secret (to rotate the key, update the Secret's content)")
+    .field_path(".credentialsSecretRef")
 }
 
 /// A key of a Secret in the referring object's namespace.

@@ -43,7 +43,10 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"))]
+#[x_kube(
+    validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"),
+    validation = crate::common::credentials_secret_ref_is_immutable(),
+)]
 pub struct FirewallSpec {
     #[serde(flatten)]
     pub managed: ManagedFields,

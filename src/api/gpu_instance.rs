@@ -39,6 +39,8 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("has(self.osImage) == has(oldSelf.osImage) && (!has(self.osImage) || self.osImage == oldSelf.osImage)").message("osImage is immutable").field_path(".osImage"),
     validation = Rule::new("has(self.imageRef) == has(oldSelf.imageRef) && (!has(self.imageRef) || self.imageRef == oldSelf.imageRef)").message("imageRef is immutable").field_path(".imageRef"),
     validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("source is immutable").field_path(".source"),
+    validation = Rule::new("has(self.connectionSecret) == has(oldSelf.connectionSecret) && (!has(self.connectionSecret) || self.connectionSecret == oldSelf.connectionSecret)").message("connectionSecret is immutable: delete and recreate the GpuInstance to write the connection details to another Secret").field_path(".connectionSecret"),
+    validation = crate::common::credentials_secret_ref_is_immutable(),
 )]
 pub struct GpuInstanceSpec {
     #[serde(flatten)]
@@ -107,7 +109,8 @@ pub struct GpuInstanceSpec {
     pub max_hourly_rate: Option<f64>,
 
     /// Name of a Secret (owned by this object) to receive host, port, user and, for a
-    /// generated SSH key, the private key.
+    /// generated SSH key, the private key (read only from the Secret that SshKey created).
+    /// Immutable. A Secret of that name this object did not create is never overwritten.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 253),

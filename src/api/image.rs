@@ -39,7 +39,10 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.snapshotRef == oldSelf.snapshotRef").message("snapshotRef is immutable").field_path(".snapshotRef"))]
+#[x_kube(
+    validation = Rule::new("self.snapshotRef == oldSelf.snapshotRef").message("snapshotRef is immutable").field_path(".snapshotRef"),
+    validation = crate::common::credentials_secret_ref_is_immutable(),
+)]
 pub struct ImageSpec {
     #[serde(flatten)]
     pub managed: ManagedFields,

@@ -37,6 +37,8 @@ use serde::{Deserialize, Serialize};
 #[x_kube(
     validation = Rule::new("has(self.publicKey) == has(oldSelf.publicKey) && (!has(self.publicKey) || self.publicKey == oldSelf.publicKey)").message("publicKey is immutable").field_path(".publicKey"),
     validation = Rule::new("!has(self.publicKey) || !has(self.privateKeySecret)").message("privateKeySecret applies only to generated keys; leave it out when publicKey is given").field_path(".privateKeySecret"),
+    validation = Rule::new("has(self.privateKeySecret) == has(oldSelf.privateKeySecret) && (!has(self.privateKeySecret) || self.privateKeySecret == oldSelf.privateKeySecret)").message("privateKeySecret is immutable: delete and recreate the SshKey to write its key to another Secret").field_path(".privateKeySecret"),
+    validation = crate::common::credentials_secret_ref_is_immutable(),
 )]
 pub struct SshKeySpec {
     #[serde(flatten)]
@@ -50,7 +52,8 @@ pub struct SshKeySpec {
     pub public_key: Option<String>,
 
     /// For a generated key: the Secret (owned by this object) that receives the private key.
-    /// Defaults to `<name>-ssh-key`.
+    /// Defaults to `<name>-ssh-key`. Immutable. A Secret of that name this SshKey did not
+    /// create (its controller owner) is never written, and no private key is copied from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 253),

@@ -25,6 +25,7 @@ pub mod references;
 pub mod replica;
 pub mod requeue;
 pub mod run;
+pub mod secrets;
 pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;

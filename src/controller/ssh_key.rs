@@ -123,13 +123,9 @@ async fn generated_public_key(key: &SshKey, cx: &Context<SshKey>) -> Result<Stri
         .controller_owner_ref(&())
         .ok_or_else(|| Error::InvalidSpec("the SshKey has no uid yet".into()))?;
     if let Some(existing) = secrets.get_opt(&name).await? {
-        let owned = existing
-            .owner_references()
-            .iter()
-            .any(|r| r.uid == owner.uid);
-        if !owned {
+        if !crate::secrets::controlled_by(&existing, &owner.uid) {
             return Err(Error::InvalidSpec(format!(
-                "Secret {namespace}/{name} exists and is not owned by this SshKey; choose another spec.privateKeySecret"
+                "Secret {namespace}/{name} exists and was not created by this SshKey; recreate the SshKey with another spec.privateKeySecret"
             )));
         }
         let public = existing

@@ -241,3 +241,130 @@ fn firewall_region_is_immutable() {
     new.spec.region = "eu-west-1".into();
     rejected_with(&new, Some(&old), "region is immutable");
 }
+
+/// An object of kind `T` with `spec`, through its JSON form (as a user would write it).
+fn from_spec<T: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned>(
+    spec: serde_json::Value,
+) -> T {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": T::api_version(&()),
+        "kind": T::kind(&()),
+        "metadata": {"name": "x", "namespace": "team-a"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// The Secret a spec names is fixed at creation: naming one later, naming another or
+/// dropping it is refused, with a message naming the field and saying to recreate.
+fn secret_reference_is_immutable<T>(
+    base: serde_json::Value,
+    field: &str,
+    first: serde_json::Value,
+    second: serde_json::Value,
+) where
+    T: kube::CustomResourceExt
+        + kube::Resource<DynamicType = ()>
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let with = |value: Option<&serde_json::Value>| {
+        let mut spec = base.clone();
+        if let Some(value) = value {
+            spec[field] = value.clone();
+        }
+        from_spec::<T>(spec)
+    };
+    let kind = T::kind(&());
+    let without = with(None);
+    let named = with(Some(&first));
+    let other = with(Some(&second));
+    validate_cel(&named).unwrap_or_else(|e| panic!("{kind}: {e:?}"));
+    validate_cel_update(&named, &named).unwrap_or_else(|e| panic!("{kind}: {e:?}"));
+    validate_cel_update(&without, &without).unwrap_or_else(|e| panic!("{kind}: {e:?}"));
+    for (new, old, what) in [
+        (&other, &named, "changed"),
+        (&without, &named, "removed"),
+        (&named, &without, "added"),
+    ] {
+        let result = validate_cel_update(new, old);
+        let err = result.expect_err(&format!("{kind}: {field} {what} was accepted"));
+        let text = format!("{err:?}");
+        assert!(
+            text.contains(&format!("{field} is immutable")) && text.contains("recreate"),
+            "{kind}: {field} {what}: {text}"
+        );
+    }
+}
+
+#[test]
+fn the_credentials_secret_reference_is_immutable_on_every_kind() {
+    let field = "credentialsSecretRef";
+    let first = serde_json::json!({"name": "team-key"});
+    let second = serde_json::json!({"name": "deploy-key"});
+    let rule = serde_json::json!({"direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
+        "remoteIpPrefix": "0.0.0.0/0", "portRangeMin": 22, "portRangeMax": 22});
+    secret_reference_is_immutable::<GpuInstance>(
+        serde_json::to_value(&instance().spec).unwrap(),
+        field,
+        first.clone(),
+        second.clone(),
+    );
+    secret_reference_is_immutable::<Volume>(
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+        field,
+        first.clone(),
+        second.clone(),
+    );
+    secret_reference_is_immutable::<Snapshot>(
+        serde_json::json!({"instanceId": "vm-1"}),
+        field,
+        first.clone(),
+        second.clone(),
+    );
+    secret_reference_is_immutable::<Image>(
+        serde_json::json!({"snapshotRef": {"name": "s"}}),
+        field,
+        first.clone(),
+        second.clone(),
+    );
+    secret_reference_is_immutable::<SshKey>(
+        serde_json::json!({}),
+        field,
+        first.clone(),
+        second.clone(),
+    );
+    secret_reference_is_immutable::<Firewall>(
+        serde_json::json!({"region": "us-east-1", "rules": [rule]}),
+        field,
+        first.clone(),
+        second,
+    );
+    // Another key of the same Secret is another reference too.
+    secret_reference_is_immutable::<Volume>(
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+        field,
+        first,
+        serde_json::json!({"name": "team-key", "key": "otherKey"}),
+    );
+}
+
+#[test]
+fn the_private_key_secret_of_an_ssh_key_is_immutable() {
+    secret_reference_is_immutable::<SshKey>(
+        serde_json::json!({}),
+        "privateKeySecret",
+        serde_json::json!("dev-key-ssh"),
+        serde_json::json!("deploy-key"),
+    );
+}
+
+#[test]
+fn the_connection_secret_of_an_instance_is_immutable() {
+    secret_reference_is_immutable::<GpuInstance>(
+        serde_json::to_value(&instance().spec).unwrap(),
+        "connectionSecret",
+        serde_json::json!("train-1-ssh"),
+        serde_json::json!("deploy-key"),
+    );
+}

@@ -310,6 +310,20 @@ fn cases() -> Vec<Case> {
             "gpuCount",
         )
         .update_of(vm()),
+        spec(
+            "credentials Secret named after creation",
+            "GpuInstance",
+            json!({"credentialsSecretRef": {"name": "deploy-key"}}),
+            "credentialsSecretRef is immutable",
+        )
+        .update_of(vm()),
+        spec(
+            "connectionSecret changed",
+            "GpuInstance",
+            json!({"connectionSecret": "deploy-key"}),
+            "connectionSecret is immutable",
+        )
+        .update_of(with(vm(), json!({"connectionSecret": "conn"}))),
         // Volume
         spec(
             "sizeGb negative",
@@ -417,6 +431,13 @@ fn cases() -> Vec<Case> {
             "region",
         )
         .update_of(json!({"region": "us-east-1"})),
+        spec(
+            "credentials Secret changed",
+            "Firewall",
+            json!({"credentialsSecretRef": {"name": "deploy-key"}}),
+            "credentialsSecretRef is immutable",
+        )
+        .update_of(json!({"region": "us-east-1", "credentialsSecretRef": {"name": "team-key"}})),
         // SshKey
         spec(
             "publicKey not a key",
@@ -449,6 +470,20 @@ fn cases() -> Vec<Case> {
             "publicKey",
         )
         .update_of(json!({"publicKey": key})),
+        spec(
+            "privateKeySecret changed",
+            "SshKey",
+            json!({"privateKeySecret": "deploy-key"}),
+            "privateKeySecret is immutable",
+        )
+        .update_of(json!({"privateKeySecret": "own-key"})),
+        spec(
+            "credentials Secret removed",
+            "SshKey",
+            json!({"credentialsSecretRef": null}),
+            "credentialsSecretRef is immutable",
+        )
+        .update_of(json!({"publicKey": key, "credentialsSecretRef": {"name": "team-key"}})),
         // Snapshot
         spec(
             "two sources",

@@ -20,6 +20,7 @@ mod policies;
 mod production;
 mod rate_limit_storm;
 mod readoption;
+mod secret_isolation;
 mod settled_traffic;
 mod snapshots;
 mod ssh_key_policies;
