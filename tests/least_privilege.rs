@@ -311,9 +311,45 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
         .expect("operator stops")
         .unwrap()
         .unwrap();
+    assert_secret_reads(&apiserver, &secret_name);
     let used = used_by_operator(&apiserver);
     apiserver.shutdown().await;
     used
+}
+
+/// A Secret each scenario namespace holds that the operator must never read the data of.
+const PLANTED_SECRET: &str = "deploy-key";
+
+/// RBAC cannot narrow Secret reads by label, so the operator narrows its own, and the request
+/// log shows it: its Secret lists and watches select credentials Secrets by label or the
+/// default Secret by name, and the planted Secret was read for its metadata only.
+fn assert_secret_reads(apiserver: &ApiServerHandle, default_secret: &str) {
+    let requests = apiserver.requests();
+    let secret_reads: Vec<_> = requests
+        .iter()
+        .filter(|r| r.user == OPERATOR_USER && r.resource == "secrets")
+        .collect();
+    assert!(
+        secret_reads
+            .iter()
+            .any(|r| r.name == PLANTED_SECRET && r.metadata_only),
+        "the planted Secret's metadata was read"
+    );
+    for read in &secret_reads {
+        match read.verb.as_str() {
+            "list" | "watch" => assert!(
+                read.label_selector == "gpucloud.io/credentials=true"
+                    || read.name == default_secret,
+                "a Secret {} of all Secrets: {read:?}",
+                read.verb
+            ),
+            "get" => assert!(
+                read.name != PLANTED_SECRET || read.metadata_only,
+                "the planted Secret's data was read: {read:?}"
+            ),
+            _ => {}
+        }
+    }
 }
 
 fn used_by_operator(apiserver: &ApiServerHandle) -> BTreeSet<Use> {
@@ -449,6 +485,40 @@ async fn scenario(admin: &kube::Client, namespace: &str) {
         (object.data["status"]["vmStatus"] == "STOPPED" && ready(&object)).then_some(())
     })
     .await;
+
+    // A tenant names a Secret the operator was not meant to read (a Git deploy key) as cloud
+    // credentials and as an SshKey's private-key Secret: both are refused on the Secret's
+    // metadata, and its data is never fetched (checked in `assert_secret_reads`).
+    deploy::apply_all(
+        admin,
+        &[
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": PLANTED_SECRET, "namespace": namespace},
+                "stringData": {"apiKey": "not-for-the-operator", "ssh-privatekey": "not-for-the-operator"}}),
+            json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "Volume",
+                "metadata": {"name": "planted-credentials", "namespace": namespace},
+                "spec": {"region": "us-east-1", "sizeGb": 10,
+                         "credentialsSecretRef": {"name": PLANTED_SECRET}}}),
+            json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "SshKey",
+                "metadata": {"name": "planted-key", "namespace": namespace},
+                "spec": {"privateKeySecret": PLANTED_SECRET}}),
+        ],
+    )
+    .await;
+    let mut managed = managed;
+    for (kind, name, reason) in [
+        ("Volume", "planted-credentials", reason::CREDENTIALS_MISSING),
+        ("SshKey", "planted-key", reason::INVALID_SPEC),
+    ] {
+        let resource = resource("gpucloud.io/v1alpha1", kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), namespace, &resource);
+        eventually(&format!("{namespace}/{name} refused"), || async {
+            let object = api.get(name).await.ok()?;
+            (ready_condition(&object)?["reason"] == reason).then_some(())
+        })
+        .await;
+        managed.push((resource, name.to_string()));
+    }
 
     for (resource, name) in &managed {
         let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), namespace, resource);

@@ -99,7 +99,13 @@ pub struct RequestRecord {
     pub resource: String,
     pub subresource: String,
     pub namespace: String,
+    /// The object's name; for a list or watch with a `metadata.name=NAME` field selector, that
+    /// name (kube-apiserver's RequestInfo does the same, so RBAC `resourceNames` apply).
     pub name: String,
+    /// The `labelSelector` of a list or watch, as sent.
+    pub label_selector: String,
+    /// Whether only metadata was asked for (`Accept: ...;as=PartialObjectMetadata...`).
+    pub metadata_only: bool,
 }
 
 /// How many request records are kept; older ones are dropped so a long-running sandbox does
@@ -380,6 +386,8 @@ mod tests {
             subresource: String::new(),
             namespace: "default".into(),
             name: name.to_string(),
+            label_selector: String::new(),
+            metadata_only: false,
         }
     }
 

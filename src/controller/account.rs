@@ -8,6 +8,9 @@
 
 use crate::error::Error;
 use crate::lock;
+use crate::secrets::{
+    CREDENTIALS_LABEL, CREDENTIALS_LABEL_VALUE, Read, labelled_as_credentials, read_if,
+};
 use gpucloud_api::SecretKeyRef;
 use gpucloud_cloud::model::{BalanceBody, PricingBody};
 use gpucloud_cloud::{ApiKey, CallObserver, ClientConfig, CloudClient, RateLimit};
@@ -265,12 +268,28 @@ impl Accounts {
             resolved.forgets
         };
         let secrets: Api<Secret> = Api::namespaced(self.kube.clone(), &location.namespace);
-        let secret = secrets.get_opt(&location.name).await?.ok_or_else(|| {
-            Error::CredentialsMissing(format!(
-                "Secret {}/{} not found",
-                location.namespace, location.name
-            ))
-        })?;
+        // A Secret a spec names is read only when labelled for it; the one the administrator
+        // named with `--credentials-secret` needs no label.
+        let is_default = self.default_secret.as_ref() == Some(&location);
+        let secret = match read_if(&secrets, &location.name, |meta| {
+            is_default || labelled_as_credentials(meta)
+        })
+        .await?
+        {
+            Read::Admitted(secret) => secret,
+            Read::Missing => {
+                return Err(Error::CredentialsMissing(format!(
+                    "Secret {}/{} not found",
+                    location.namespace, location.name
+                )));
+            }
+            Read::Refused => {
+                return Err(Error::CredentialsMissing(format!(
+                    "Secret {}/{} is not labelled {CREDENTIALS_LABEL}={CREDENTIALS_LABEL_VALUE}; the operator reads only Secrets labelled as cloud credentials",
+                    location.namespace, location.name
+                )));
+            }
+        };
         let key = read_key(&secret, &location.key).ok_or_else(|| {
             Error::CredentialsMissing(format!(
                 "Secret {}/{} has no non-empty key {:?}",

@@ -7,6 +7,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Record, WhenGone};
 use crate::records::Instances;
+use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::{
     CloudStatus, GpuInstance, GpuInstanceStatus, Image, Managed, PowerState,
@@ -405,18 +406,21 @@ async fn write_connection_secret(
             continue;
         };
         let key_secret = crate::ssh_key::private_key_secret_name(&key);
-        let Some(secret) = secrets.get_opt(&key_secret).await? else {
-            continue;
+        let secret = match read_if(&secrets, &key_secret, |meta| controlled_by(meta, &key_uid))
+            .await?
+        {
+            Read::Admitted(secret) => secret,
+            Read::Missing => continue,
+            Read::Refused => {
+                tracing::debug!(
+                    object = %instance.name_any(),
+                    ssh_key = %key.name_any(),
+                    secret = %key_secret,
+                    "the SshKey's Secret was not created by it; no private key is copied from it"
+                );
+                continue;
+            }
         };
-        if !crate::secrets::controlled_by(&secret, &key_uid) {
-            tracing::debug!(
-                object = %instance.name_any(),
-                ssh_key = %key.name_any(),
-                secret = %key_secret,
-                "the SshKey's Secret was not created by it; no private key is copied from it"
-            );
-            continue;
-        }
         if let Some(private) = secret
             .data
             .as_ref()
@@ -429,13 +433,16 @@ async fn write_connection_secret(
             break;
         }
     }
-    let current = secrets.get_opt(name).await?;
-    if let Some(existing) = &current {
-        if !crate::secrets::controlled_by(existing, &owner.uid) {
+    let current = match read_if(&secrets, name, |meta| controlled_by(meta, &owner.uid)).await? {
+        Read::Admitted(existing) => Some(existing),
+        Read::Missing => None,
+        Read::Refused => {
             return Err(Error::InvalidSpec(format!(
                 "Secret {namespace}/{name} exists and was not created by this GpuInstance; recreate the GpuInstance with another spec.connectionSecret"
             )));
         }
+    };
+    if let Some(existing) = &current {
         let same = existing.data.as_ref().is_some_and(|d| {
             d.len() == data.len()
                 && data

@@ -602,15 +602,35 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         return Ok(await_change());
     }
     object.hold_deletion(cx).await?;
-    let account = cx
+    let status = object.cloud_status();
+    let account = match cx
         .accounts
         .resolve(
             &namespace(&*object),
             managed.credentials_secret_ref.as_ref(),
         )
-        .await?;
+        .await
+    {
+        Ok(account) => account,
+        // Never usable credentials and nothing recorded: nothing was ever asked of the cloud
+        // for this object (an intent is recorded before any create), so its deletion needs
+        // none. Without this, an object refused for its credentials could not be deleted.
+        Err(Error::CredentialsMissing(why))
+            if status.external_id.is_none() && status.pending_create.is_none() =>
+        {
+            publish(
+                cx,
+                &object,
+                EventType::Normal,
+                "Deleted",
+                &format!("nothing was created in the cloud ({why})"),
+            )
+            .await;
+            return Ok(await_change());
+        }
+        Err(error) => return Err(error),
+    };
     let observer = cx.observer(&account);
-    let status = object.cloud_status();
     let uid = object.uid().unwrap_or_default();
     let cloud_name = naming::cloud_name(&namespace(&*object), &object.name_any(), &uid);
 

@@ -302,8 +302,15 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             },
         ));
         let scoped = ScopedApi::new(&client, scope.as_deref(), &config.metrics);
-        controllers
-            .push(relay_secrets(scoped, accounts.clone(), secrets, shutdown.clone()).boxed());
+        let default = config.default_secret.as_ref().map(|secret| {
+            (
+                ScopedApi::new(&client, Some(&secret.namespace), &config.metrics),
+                secret.name.clone(),
+            )
+        });
+        controllers.push(
+            relay_secrets(scoped, default, accounts.clone(), secrets, shutdown.clone()).boxed(),
+        );
     }
     // The balance reporter never ends: the controllers' end (on shutdown) ends the run.
     let balances = controllers.remove(0);
@@ -314,16 +321,27 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     config.metrics.set_leader(false);
 }
 
-/// Watches the Secrets of a scope for every controller, metadata only (the operator never
-/// holds Secret contents it does not need): a change ends the reuse of the account the Secret
-/// resolved to, then wakes the objects that read it. Ends on shutdown.
+/// Watches the credentials Secrets of a scope for every controller, metadata only (the
+/// operator never holds Secret contents it does not need): those labelled as credentials
+/// (`crate::secrets::CREDENTIALS_LABEL`), and the operator's default Secret by name (`default`,
+/// watched in its own namespace). A change ends the reuse of the account the Secret resolved
+/// to, then wakes the objects that read it. Ends on shutdown.
 async fn relay_secrets(
     api: ScopedApi,
+    default: Option<(ScopedApi, String)>,
     accounts: Arc<Accounts>,
     relay: Arc<Relay<PartialObjectMeta<Secret>>>,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
 ) {
-    api.triggers::<PartialObjectMeta<Secret>>()
+    let labelled = api.selected_triggers::<PartialObjectMeta<Secret>>(
+        watcher::Config::default().labels(&crate::secrets::credentials_selector()),
+    );
+    let default = default.map(|(api, name)| {
+        api.selected_triggers::<PartialObjectMeta<Secret>>(
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+    });
+    futures::stream::select(labelled, futures::stream::iter(default).flatten())
         .take_until(shutdown)
         .for_each(|secret| {
             if let Ok(secret) = secret {
@@ -434,10 +452,26 @@ impl ScopedApi {
             + Send
             + 'static,
     {
+        self.selected_triggers(watcher::Config::default())
+    }
+
+    /// As `triggers`, for the objects `selection` selects (a label or field selector).
+    pub fn selected_triggers<R>(
+        &self,
+        selection: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<R, watcher::Error>> + Send + use<R>
+    where
+        R: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + 'static,
+    {
         let metrics = self.metrics.clone();
         let kind = R::kind(&()).to_string();
         let mut listed_before = false;
-        watcher(api_for::<Lean<R>>(self), watcher::Config::default())
+        watcher(api_for::<Lean<R>>(self), selection)
             .default_backoff()
             .map_ok(Lean::event)
             .filter_map(move |event| {

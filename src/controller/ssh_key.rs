@@ -11,6 +11,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Record, WhenGone};
 use crate::records::SshKeys;
+use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::{CloudStatus, SshKey, SshKeyStatus};
 use gpucloud_cloud::model::{CreateSshKeyRequest, SshKey as CloudSshKey};
 use k8s_openapi::ByteString;
@@ -122,12 +123,13 @@ async fn generated_public_key(key: &SshKey, cx: &Context<SshKey>) -> Result<Stri
     let owner = key
         .controller_owner_ref(&())
         .ok_or_else(|| Error::InvalidSpec("the SshKey has no uid yet".into()))?;
-    if let Some(existing) = secrets.get_opt(&name).await? {
-        if !crate::secrets::controlled_by(&existing, &owner.uid) {
-            return Err(Error::InvalidSpec(format!(
-                "Secret {namespace}/{name} exists and was not created by this SshKey; recreate the SshKey with another spec.privateKeySecret"
-            )));
-        }
+    let read = read_if(&secrets, &name, |meta| controlled_by(meta, &owner.uid)).await?;
+    if let Read::Refused = read {
+        return Err(Error::InvalidSpec(format!(
+            "Secret {namespace}/{name} exists and was not created by this SshKey; recreate the SshKey with another spec.privateKeySecret"
+        )));
+    }
+    if let Read::Admitted(existing) = read {
         let public = existing
             .data
             .as_ref()

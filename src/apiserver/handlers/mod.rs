@@ -232,6 +232,17 @@ async fn handle(
     let query = Query::parse(uri.query());
     let target = parse_target(state, uri.path())?;
     let verb = verb_of(&method, &target, &query)?;
+    let selected_name = || {
+        query
+            .get("fieldSelector")
+            .filter(|_| matches!(verb, "list" | "watch"))
+            .and_then(|selector| {
+                let (field, value) = selector.split_once('=')?;
+                let value = value.strip_prefix('=').unwrap_or(value);
+                (field.trim() == "metadata.name" && !selector.contains(','))
+                    .then(|| value.trim().to_string())
+            })
+    };
     state.request_log.push(RequestRecord {
         user: user.clone(),
         verb: verb.to_string(),
@@ -239,7 +250,16 @@ async fn handle(
         resource: target.info.plural.clone(),
         subresource: target.subresource.clone().unwrap_or_default(),
         namespace: target.namespace.clone(),
-        name: target.name.clone().unwrap_or_default(),
+        name: target
+            .name
+            .clone()
+            .or_else(selected_name)
+            .unwrap_or_default(),
+        label_selector: query.get("labelSelector").unwrap_or_default().to_string(),
+        metadata_only: headers
+            .get(axum::http::header::ACCEPT)
+            .and_then(|accept| accept.to_str().ok())
+            .is_some_and(|accept| accept.contains("as=PartialObjectMetadata")),
     });
     // The status subresource serves get, update and patch only.
     let allowed = match target.subresource {

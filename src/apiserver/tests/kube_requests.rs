@@ -51,6 +51,8 @@ async fn requests_are_recorded_per_user_with_rbac_attributes() {
         subresource: String::new(),
         namespace: "default".into(),
         name: name.into(),
+        label_selector: String::new(),
+        metadata_only: false,
     };
     let operator_requests: Vec<RequestRecord> = server
         .requests()

@@ -187,6 +187,10 @@ impl Env {
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.into()),
+                labels: Some(BTreeMap::from([(
+                    gpucloud_controller::secrets::CREDENTIALS_LABEL.to_string(),
+                    gpucloud_controller::secrets::CREDENTIALS_LABEL_VALUE.to_string(),
+                )])),
                 ..Default::default()
             },
             string_data: Some(BTreeMap::from([(
