@@ -52,8 +52,9 @@ pub struct ManagedFields {
     #[serde(default)]
     pub management_policy: ManagementPolicy,
     /// A Secret in this object's namespace holding the cloud API key, overriding the
-    /// operator-wide default. Secrets of other namespaces can never be used. Immutable: set
-    /// or left out at creation; rotate the key by updating the Secret itself.
+    /// operator-wide default. Secrets of other namespaces can never be used, and the operator
+    /// reads only a Secret labelled `gpucloud.io/credentials=true`. Immutable: set or left out
+    /// at creation; rotate the key by updating the Secret itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<SecretKeyRef>,
 }

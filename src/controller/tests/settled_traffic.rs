@@ -70,37 +70,65 @@ async fn settled_objects_cost_only_periodic_lists() {
 }
 
 /// Each kind is listed and watched once, however many controllers follow it (GpuInstances by
-/// Volumes, Snapshots and Firewalls; SshKeys and Images by GpuInstances), and the credentials
-/// Secrets once for all six controllers.
+/// Volumes, Snapshots and Firewalls; SshKeys and Images by GpuInstances), and the Secrets by
+/// two metadata watches for all six controllers: the credentials Secrets by their label, and
+/// the operator's default Secret by its name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_kind_and_the_secrets_are_listed_and_watched_once() {
     let mut env = Env::start().await;
-    const WATCHED: [&str; 7] = [
+    const KINDS: [&str; 6] = [
         "gpuinstances",
         "volumes",
         "snapshots",
         "images",
         "firewalls",
         "sshkeys",
-        "secrets",
     ];
     let count = |verb: &str| -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
         for r in env.apiserver.requests() {
-            if r.verb == verb && WATCHED.contains(&r.resource.as_str()) {
+            if r.verb == verb && (KINDS.contains(&r.resource.as_str()) || r.resource == "secrets") {
                 *counts.entry(r.resource).or_default() += 1;
             }
         }
         counts
     };
     eventually(30, "every watch open", || async {
-        (count("watch").len() == WATCHED.len()).then_some(())
+        (count("watch").values().sum::<usize>() == KINDS.len() + 2).then_some(())
     })
     .await;
     // Time for a second watch of any of them to open too.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let once: BTreeMap<String, usize> = WATCHED.iter().map(|r| (r.to_string(), 1)).collect();
-    assert_eq!(count("list"), once, "lists");
-    assert_eq!(count("watch"), once, "watches");
+    let mut expected: BTreeMap<String, usize> = KINDS.iter().map(|r| (r.to_string(), 1)).collect();
+    expected.insert("secrets".into(), 2);
+    assert_eq!(count("list"), expected, "lists");
+    assert_eq!(count("watch"), expected, "watches");
+    // Both Secret watches are narrowed and read metadata only: by the credentials label, and
+    // the default Secret by name. No watch reads every Secret's data.
+    let secret_watches: Vec<(String, String, bool)> = env
+        .apiserver
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "watch" && r.resource == "secrets")
+        .map(|r| (r.label_selector, r.name, r.metadata_only))
+        .collect();
+    assert!(
+        secret_watches
+            .iter()
+            .all(|(_, _, metadata_only)| *metadata_only),
+        "{secret_watches:?}"
+    );
+    assert!(
+        secret_watches
+            .iter()
+            .any(|(labels, name, _)| labels.contains("gpucloud.io/credentials") && name.is_empty()),
+        "{secret_watches:?}"
+    );
+    assert!(
+        secret_watches
+            .iter()
+            .any(|(labels, name, _)| labels.is_empty() && !name.is_empty()),
+        "{secret_watches:?}"
+    );
     env.stop_operator().await;
 }

@@ -155,10 +155,10 @@ async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported
     config.reconcile.duplicates.delete = false;
     env.start_operator(config.clone());
 
-    // The first create is carried out 25 s after it was sent, long after the client (5 s
-    // timeout) and the settle window (2 s) gave up on it; the retry goes through at once.
+    // The first create is carried out 30 s after it was sent: 25 s after the client (5 s
+    // timeout) gave up on it, long past the settle window (2 s); the retry goes through.
     env.simulator.set_faults(FaultPlan {
-        latency_ms_per_operation: [("CreateVolume".to_string(), 25_000)].into(),
+        latency_ms_per_operation: [("CreateVolume".to_string(), 30_000)].into(),
         ..FaultPlan::default()
     });
     let volume: Volume = object(
@@ -184,7 +184,7 @@ async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported
         .cloud_status()
         .external_id
         .unwrap();
-    eventually(40, "the late create carried out", || async {
+    eventually(45, "the late create carried out", || async {
         (data_volumes(&env).len() == 2).then_some(())
     })
     .await;
