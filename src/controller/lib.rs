@@ -27,6 +27,7 @@ pub mod run;
 pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;
+pub mod watch_health;
 
 #[cfg(test)]
 mod mapping_props;
