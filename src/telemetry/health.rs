@@ -441,7 +441,10 @@ mod tests {
             /// Failing for this many seconds, with this many errors.
             Failing(u64, u64),
         }
-        let cases: Vec<(&str, Vec<(u64, WatchSignal)>, u64, Expect)> = vec![
+        /// A case: its name, signals at seconds from the start, the second it is judged at,
+        /// and the verdict.
+        type Case = (&'static str, Vec<(u64, WatchSignal)>, u64, Expect);
+        let cases: Vec<Case> = vec![
             ("nothing yet", vec![], 100, Expect::Unsynced),
             (
                 "a list started, not done",
