@@ -1,5 +1,6 @@
-//! Fault injection for reliability tests: watches cut on demand or at a seeded rate, and
-//! `409 Conflict` answers to status writes at a seeded rate.
+//! Fault injection for reliability tests: watches cut on demand or at a seeded rate,
+//! `409 Conflict` answers to status writes at a seeded rate, and outages on demand (every
+//! request answered with one error status).
 //!
 //! A real control plane drops watches (load balancer idle timeouts, apiserver restarts) and
 //! answers writes with conflicts whenever another writer got there first. Controllers must
@@ -11,7 +12,7 @@
 //! the same sequence of decisions for the same sequence of requests.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -75,6 +76,8 @@ pub struct ApiFaults {
     disconnect: watch::Sender<u64>,
     status_conflicts: AtomicU64,
     watches_cut: AtomicU64,
+    /// The status of an outage on demand, 0 for none: see [`ApiFaults::set_outage`].
+    outage: AtomicU16,
 }
 
 impl std::fmt::Debug for ApiFaults {
@@ -82,6 +85,7 @@ impl std::fmt::Debug for ApiFaults {
         f.debug_struct("ApiFaults")
             .field("plan", &self.plan())
             .field("counts", &self.counts())
+            .field("outage", &self.outage())
             .finish()
     }
 }
@@ -94,6 +98,7 @@ impl Default for ApiFaults {
             disconnect,
             status_conflicts: AtomicU64::new(0),
             watches_cut: AtomicU64::new(0),
+            outage: AtomicU16::new(0),
         }
     }
 }
@@ -130,6 +135,25 @@ impl ApiFaults {
     /// Ends every open watch now: clients see their stream close, as on a dropped connection.
     pub fn disconnect_watches(&self) {
         self.disconnect.send_modify(|generation| *generation += 1);
+    }
+
+    /// An outage, as while etcd is unreachable or the server restarts behind its load
+    /// balancer: from `Some(code)` on, every request is answered with the error status `code`
+    /// (500 `InternalError`, 503 `ServiceUnavailable`, ...) and the open watches end at once (a
+    /// disconnect, counted as one); `None` ends the outage. kube-rs clients retry 429, 503
+    /// and 504 answers themselves for minutes before a caller sees them; 500 reaches the
+    /// caller at once.
+    pub fn set_outage(&self, code: Option<u16>) {
+        self.outage.store(code.unwrap_or(0), Ordering::SeqCst);
+        if code.is_some() {
+            self.disconnect_watches();
+        }
+    }
+
+    /// The status every request is answered with, during an outage (see
+    /// [`ApiFaults::set_outage`]).
+    pub fn outage(&self) -> Option<u16> {
+        Some(self.outage.load(Ordering::SeqCst)).filter(|code| *code != 0)
     }
 
     /// Whether this status write is to be refused with a conflict.
@@ -249,6 +273,19 @@ mod tests {
         // A watch opened after the disconnect is not ended by it.
         let later = faults.watch_cut();
         assert!(!later.disconnect.has_changed().unwrap());
+        assert_eq!(faults.counts().disconnects, 1);
+    }
+
+    #[test]
+    fn an_outage_ends_open_watches_and_lasts_until_lifted() {
+        let faults = ApiFaults::default();
+        assert_eq!(faults.outage(), None);
+        let cut = faults.watch_cut();
+        faults.set_outage(Some(500));
+        assert_eq!(faults.outage(), Some(500));
+        assert!(cut.disconnect.has_changed().unwrap());
+        faults.set_outage(None);
+        assert_eq!(faults.outage(), None);
         assert_eq!(faults.counts().disconnects, 1);
     }
 }

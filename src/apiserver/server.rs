@@ -170,7 +170,36 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::discovery::routes())
         .merge(crate::openapi::routes())
         .fallback(crate::handlers::dispatch)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refuse_during_outage,
+        ))
         .with_state(state)
+}
+
+/// An injected outage ([`crate::faults::ApiFaults::set_outage`]) answers every request with
+/// its status, as kube-apiserver does while it cannot serve.
+async fn refuse_during_outage(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if let Some(code) = state.faults.outage() {
+        let reason = match code {
+            429 => "TooManyRequests",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "InternalError",
+        };
+        return crate::status::ApiError::new(
+            code,
+            reason,
+            "the server is currently unable to handle the request",
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Starts the server.

@@ -9,13 +9,16 @@ use crate::replica::ReplicaSettings;
 use crate::run::OperatorConfig;
 use futures::FutureExt;
 use gpucloud_cloud::RateLimit;
-use gpucloud_telemetry::{Endpoints, Health, Metrics};
+use gpucloud_telemetry::{Endpoints, Health, HealthSettings, Metrics};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// The shortest `--runtime-stall-threshold`: a few heartbeats, so scheduling jitter is no stall.
+const MIN_RUNTIME_STALL: Duration = Duration::from_secs(5);
 
 /// Run the controllers against the cluster of the current kubeconfig (or in-cluster config).
 #[derive(Debug, Clone, clap::Args)]
@@ -87,6 +90,14 @@ pub struct Args {
     /// Address of `/healthz` (liveness) and `/readyz` (readiness); may equal the metrics one.
     #[arg(long, env = "GPUCLOUD_HEALTH_LISTEN", default_value = "0.0.0.0:8081")]
     pub health_listen: SocketAddr,
+    /// A watch failing (API server unreachable, 5xx, 403) this long without a successful list
+    /// or watch makes the leader not ready.
+    #[arg(long, env = "GPUCLOUD_WATCH_FAILURE_THRESHOLD", default_value = "30s", value_parser = parse_duration)]
+    pub watch_failure_threshold: Duration,
+    /// The async runtime not running its once-a-second heartbeat for this long makes the
+    /// process not live (at least 5s; a busy runtime still beats, so keep it generous).
+    #[arg(long, env = "GPUCLOUD_RUNTIME_STALL_THRESHOLD", default_value = "60s", value_parser = parse_duration)]
+    pub runtime_stall_threshold: Duration,
     /// Run only while holding the leader Lease (for more than one replica).
     #[arg(long, env = "GPUCLOUD_LEADER_ELECT", default_value_t = false)]
     pub leader_elect: bool,
@@ -117,6 +128,11 @@ pub enum Error {
     CredentialsSecret(String),
     #[error("--rate-limit must be positive and --rate-burst at least 1")]
     RateLimit,
+    #[error(
+        "--runtime-stall-threshold must be at least {}s (the heartbeat ticks every second)",
+        MIN_RUNTIME_STALL.as_secs()
+    )]
+    RuntimeStall,
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error(
@@ -153,6 +169,9 @@ impl Args {
         };
         if !self.rate_limit.is_finite() || self.rate_limit <= 0.0 || self.rate_burst == 0 {
             return Err(Error::RateLimit);
+        }
+        if self.runtime_stall_threshold < MIN_RUNTIME_STALL {
+            return Err(Error::RuntimeStall);
         }
         let observe = ObserveIntervals {
             resync: self.resync_interval,
@@ -199,7 +218,10 @@ impl Args {
                 summary_name: self.lease_name.clone(),
             },
             metrics: Arc::new(Metrics::new()),
-            health: Arc::new(Health::default()),
+            health: Arc::new(Health::new(HealthSettings {
+                watch_failure: self.watch_failure_threshold,
+                runtime_stall: self.runtime_stall_threshold,
+            })),
         })
     }
 

@@ -29,6 +29,7 @@ pub mod secrets;
 pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;
+pub mod watch_health;
 
 #[cfg(test)]
 mod mapping_props;

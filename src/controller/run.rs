@@ -14,6 +14,7 @@ use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::ownership::Ownership;
 use crate::readopt::Readoption;
 use crate::reconcile::{error_policy, reconcile};
+use crate::watch_health;
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
 use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
 use gpucloud_cloud::{CallObserver, FanOut};
@@ -44,7 +45,7 @@ pub struct OperatorConfig {
     /// The orphan sweeper; see `orphans.rs`.
     pub orphans: OrphanSweepSettings,
     pub metrics: Arc<Metrics>,
-    /// Told when each kind's cache has synced.
+    /// Told when each watch has synced, and when it fails (see `watch_health.rs`).
     pub health: Arc<Health>,
 }
 
@@ -87,11 +88,28 @@ impl<K: Clone> Relay<K> {
     }
 }
 
-/// What readiness waits for: a kind's watch in one namespace (or the whole cluster).
+/// The name readiness knows a watch by: a kind's watch in one namespace (or the whole cluster).
 fn sync_key(kind: &str, namespace: Option<&str>) -> String {
     match namespace {
         Some(namespace) => format!("{kind} in {namespace}"),
         None => kind.to_string(),
+    }
+}
+
+/// The name readiness knows a watch by: `sync_key`, with the selection of a watch narrowed by
+/// one (the Secrets are watched twice in a scope: by label, and the default one by name).
+fn watch_name(kind: &str, namespace: Option<&str>, selection: &watcher::Config) -> String {
+    let key = sync_key(kind, namespace);
+    match (&selection.label_selector, &selection.field_selector) {
+        (None, None) => key,
+        (labels, fields) => {
+            let selectors: Vec<&str> = [labels, fields]
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            format!("{key} ({})", selectors.join(", "))
+        }
     }
 }
 
@@ -301,15 +319,22 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                 })
             },
         ));
-        let scoped = ScopedApi::new(&client, scope.as_deref(), &config.metrics);
+        let scoped = ScopedApi::new(&client, scope.as_deref(), &config);
         let default = config.default_secret.as_ref().map(|secret| {
             (
-                ScopedApi::new(&client, Some(&secret.namespace), &config.metrics),
+                ScopedApi::new(&client, Some(&secret.namespace), &config),
                 secret.name.clone(),
             )
         });
         controllers.push(
-            relay_secrets(scoped, default, accounts.clone(), secrets, shutdown.clone()).boxed(),
+            relay_secrets(
+                &scoped,
+                default,
+                accounts.clone(),
+                secrets,
+                shutdown.clone(),
+            )
+            .boxed(),
         );
     }
     // The balance reporter never ends: the controllers' end (on shutdown) ends the run.
@@ -325,14 +350,15 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
 /// operator never holds Secret contents it does not need): those labelled as credentials
 /// (`crate::secrets::CREDENTIALS_LABEL`), and the operator's default Secret by name (`default`,
 /// watched in its own namespace). A change ends the reuse of the account the Secret resolved
-/// to, then wakes the objects that read it. Ends on shutdown.
-async fn relay_secrets(
-    api: ScopedApi,
+/// to, then wakes the objects that read it. Ends on shutdown. The watches are built (and
+/// announced to readiness) at once, with the controllers' own.
+fn relay_secrets(
+    api: &ScopedApi,
     default: Option<(ScopedApi, String)>,
     accounts: Arc<Accounts>,
     relay: Arc<Relay<PartialObjectMeta<Secret>>>,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
-) {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let labelled = api.selected_triggers::<PartialObjectMeta<Secret>>(
         watcher::Config::default().labels(&crate::secrets::credentials_selector()),
     );
@@ -343,14 +369,13 @@ async fn relay_secrets(
     });
     futures::stream::select(labelled, futures::stream::iter(default).flatten())
         .take_until(shutdown)
-        .for_each(|secret| {
+        .for_each(move |secret| {
             if let Ok(secret) = secret {
                 accounts.forget_secret(&secret.namespace().unwrap_or_default(), &secret.name_any());
                 relay.send(&secret);
             }
             futures::future::ready(())
         })
-        .await;
 }
 
 /// Reads each account's balance once per resync interval for `gpucloud_account_balance`:
@@ -410,14 +435,14 @@ fn read_ahead<T: Send + 'static>(
     tokio_stream::wrappers::ReceiverStream::new(receiver)
 }
 
-/// An `Api` of kind `R` with the same scope (namespace or cluster) as `api`.
-fn api_for<R>(api: &ScopedApi) -> Api<R>
+/// An `Api` of kind `R` in `namespace` (or the whole cluster).
+fn api_for<R>(client: kube::Client, namespace: Option<&str>) -> Api<R>
 where
     R: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
 {
-    match &api.namespace {
-        Some(ns) => Api::namespaced(api.client.clone(), ns),
-        None => Api::all(api.client.clone()),
+    match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
     }
 }
 
@@ -426,15 +451,49 @@ pub struct ScopedApi {
     pub client: kube::Client,
     pub namespace: Option<String>,
     pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
 }
 
 impl ScopedApi {
-    fn new(client: &kube::Client, namespace: Option<&str>, metrics: &Arc<Metrics>) -> Self {
+    fn new(client: &kube::Client, namespace: Option<&str>, config: &OperatorConfig) -> Self {
         ScopedApi {
             client: client.clone(),
             namespace: namespace.map(str::to_string),
-            metrics: metrics.clone(),
+            metrics: config.metrics.clone(),
+            health: config.health.clone(),
         }
+    }
+
+    /// Every watch of the operator is built here: kube-runtime's watcher of `K` in this scope
+    /// (decoded without managedFields), with its own backoff, reporting to readiness as the
+    /// watch `sync_key(kind, namespace)` (see `watch_health.rs`): readiness waits until the
+    /// reader says the first list is in place (`Health::synced`), and fails while the watch
+    /// has been failing for too long. Each kind is watched once per scope, so the name is the
+    /// watch's own.
+    fn watch<K>(
+        &self,
+        config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + 'static,
+    {
+        let name = watch_name(&K::kind(&()), self.namespace.as_deref(), &config);
+        self.health.awaiting_sync(&name);
+        let client =
+            watch_health::reporting_client(&self.client, self.health.clone(), name.clone());
+        let health = self.health.clone();
+        watcher(
+            api_for::<Lean<K>>(client, self.namespace.as_deref()),
+            config,
+        )
+        .default_backoff()
+        .inspect(move |item| health.watch_signal(&name, watch_health::signal(item)))
+        .map_ok(Lean::event)
     }
 
     /// The objects of kind `R` in this scope as they change: a watch with its own backoff,
@@ -470,31 +529,33 @@ impl ScopedApi {
     {
         let metrics = self.metrics.clone();
         let kind = R::kind(&()).to_string();
+        let (health, name) = (
+            self.health.clone(),
+            watch_name(&kind, self.namespace.as_deref(), &selection),
+        );
         let mut listed_before = false;
-        watcher(api_for::<Lean<R>>(self), selection)
-            .default_backoff()
-            .map_ok(Lean::event)
-            .filter_map(move |event| {
-                futures::future::ready(match event {
-                    Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
-                        Some(Ok(object))
-                    }
-                    // The first list says what exists, not what changed: a starting
-                    // controller looks at all its objects anyway (see `readopt.rs`). A
-                    // later list (after the watch was lost) may hold missed changes.
-                    Ok(watcher::Event::InitApply(object)) if listed_before => Some(Ok(object)),
-                    Ok(watcher::Event::InitDone) => {
-                        listed_before = true;
-                        None
-                    }
-                    Ok(_) => None,
-                    Err(error) => {
-                        metrics.watch_failed(&kind);
-                        tracing::debug!(kind = %kind, %error, "watch failed; retrying");
-                        None
-                    }
-                })
+        self.watch::<R>(selection).filter_map(move |event| {
+            futures::future::ready(match event {
+                Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
+                    Some(Ok(object))
+                }
+                // The first list says what exists, not what changed: a starting
+                // controller looks at all its objects anyway (see `readopt.rs`). A
+                // later list (after the watch was lost) may hold missed changes.
+                Ok(watcher::Event::InitApply(object)) if listed_before => Some(Ok(object)),
+                Ok(watcher::Event::InitDone) => {
+                    listed_before = true;
+                    health.synced(&name);
+                    None
+                }
+                Ok(_) => None,
+                Err(error) => {
+                    metrics.watch_failed(&kind);
+                    tracing::debug!(kind = %kind, %error, "watch failed; retrying");
+                    None
+                }
             })
+        })
     }
 }
 
@@ -508,8 +569,7 @@ fn controller<K: ManagedKind>(
     extend: impl FnOnce(Controller<K>, ScopedApi, Arc<KindGauges<K>>) -> Controller<K>,
 ) -> BoxFuture<'static, ()> {
     let client = &shared.client;
-    let scoped = ScopedApi::new(client, namespace, &config.metrics);
-    let api: Api<Lean<K>> = api_for(&scoped);
+    let scoped = ScopedApi::new(client, namespace, config);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
     // on. Without the filter, each status write would wake its own object again, and a
     // refused create would be retried in a loop.
@@ -519,7 +579,6 @@ fn controller<K: ManagedKind>(
     shared.ownership.register(store.clone());
     let kind = K::kind(&()).to_string();
     let scope = sync_key(&kind, namespace);
-    config.health.awaiting_sync(&scope);
     let (trigger, triggers) = mpsc::unbounded_channel();
     let cx = Context::new(
         shared,
@@ -536,9 +595,7 @@ fn controller<K: ManagedKind>(
         readoption.clone(),
     );
     let mut listed_before = false;
-    let watch = watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .map_ok(Lean::event);
+    let watch = scoped.watch::<K>(watcher::Config::default().any_semantic());
     let objects = read_ahead(watch, READ_AHEAD)
         .reflect(writer)
         .inspect(move |event| match event {
@@ -558,6 +615,7 @@ fn controller<K: ManagedKind>(
             Ok(watcher::Event::InitDone) => {
                 readoption.listed();
                 listed_before = true;
+                // In the cache now; the watch reports its own health (`ScopedApi::watch`).
                 health.synced(&scope);
             }
             Err(_) => metrics.watch_failed(&kind),

@@ -5,7 +5,7 @@ pub mod logging;
 pub mod metrics;
 pub mod server;
 
-pub use health::{Health, Role};
+pub use health::{Health, HealthSettings, Role, WatchSignal};
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{KindState, Metrics, StateSource};
 pub use server::Endpoints;

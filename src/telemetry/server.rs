@@ -1,5 +1,9 @@
 //! The HTTP endpoints: `/metrics` on one address, `/healthz` and `/readyz` on another (or
 //! all three on one address when both settings name the same one).
+//!
+//! The probes are answered from a thread with a runtime of its own, so that they still answer
+//! when the operator's runtime is stuck, and say so: liveness then fails on the heartbeat that
+//! [`serve`] starts on the caller's runtime (see `health.rs`).
 
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -23,6 +27,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot start the thread that answers the probes: {0}")]
+    ProbeThread(#[source] std::io::Error),
 }
 
 /// Where the endpoints listen.
@@ -38,45 +44,54 @@ struct Shared {
     health: Arc<Health>,
 }
 
-/// Binds the listeners (so a taken port is an error at start-up, not later), then serves
-/// until `shutdown` resolves. Returns the bound addresses (port 0 picks a free one).
+/// Binds the listeners (so a taken port is an error at start-up, not later), starts the
+/// runtime heartbeat on the caller's runtime, then serves until `shutdown` resolves (or the
+/// caller's runtime ends). Returns the bound addresses (port 0 picks a free one).
 pub async fn serve(
     endpoints: Endpoints,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Endpoints, Error> {
+    let shutdown = shutdown.shared();
+    let beating = health.clone();
+    let until = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = crate::health::heartbeat(beating) => {}
+            () = until => {}
+        }
+    });
     let shared = Shared { metrics, health };
     let metrics_routes = Router::new().route("/metrics", get(metrics_text));
     let health_routes = Router::new()
         .route("/healthz", get(live))
         .route("/readyz", get(ready));
-    let shutdown = shutdown.shared();
     if endpoints.metrics == endpoints.health {
-        let listener = bind("metrics and health", endpoints.metrics).await?;
-        let address = local(&listener, endpoints.metrics);
-        spawn(
+        let listener = bind_std("metrics and health", endpoints.metrics)?;
+        let address = listener.local_addr().unwrap_or(endpoints.metrics);
+        spawn_isolated(
             listener,
             metrics_routes.merge(health_routes).with_state(shared),
             shutdown,
-        );
+        )?;
         return Ok(Endpoints {
             metrics: address,
             health: address,
         });
     }
     let metrics_listener = bind("metrics", endpoints.metrics).await?;
-    let health_listener = bind("health", endpoints.health).await?;
+    let health_listener = bind_std("health", endpoints.health)?;
     let bound = Endpoints {
         metrics: local(&metrics_listener, endpoints.metrics),
-        health: local(&health_listener, endpoints.health),
+        health: health_listener.local_addr().unwrap_or(endpoints.health),
     };
     spawn(
         metrics_listener,
         metrics_routes.with_state(shared.clone()),
         shutdown.clone(),
     );
-    spawn(health_listener, health_routes.with_state(shared), shutdown);
+    spawn_isolated(health_listener, health_routes.with_state(shared), shutdown)?;
     Ok(bound)
 }
 
@@ -88,6 +103,17 @@ async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, Er
             address,
             source,
         })
+}
+
+/// A listener not tied to the caller's runtime, for [`spawn_isolated`].
+fn bind_std(what: &'static str, address: SocketAddr) -> Result<std::net::TcpListener, Error> {
+    let bound = std::net::TcpListener::bind(address)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener));
+    bound.map_err(|source| Error::Bind {
+        what,
+        address,
+        source,
+    })
 }
 
 fn local(listener: &TcpListener, asked: SocketAddr) -> SocketAddr {
@@ -107,6 +133,51 @@ fn spawn(
             tracing::error!(%error, "telemetry endpoint stopped");
         }
     });
+}
+
+/// Serves `routes` on a thread with a single-threaded runtime of its own until `shutdown`
+/// resolves or the caller's runtime ends (a task on it holds the thread's lease on life).
+fn spawn_isolated(
+    listener: std::net::TcpListener,
+    routes: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::ProbeThread)?;
+    let (alive, caller_gone) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _alive = alive;
+        std::future::pending::<()>().await;
+    });
+    std::thread::Builder::new()
+        .name("gpucloud-probes".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(error) => {
+                        tracing::error!(%error, "probe endpoint not started");
+                        return;
+                    }
+                };
+                let stop = async move {
+                    tokio::select! {
+                        () = shutdown => {}
+                        _ = caller_gone => {}
+                    }
+                };
+                if let Err(error) = axum::serve(listener, routes)
+                    .with_graceful_shutdown(stop)
+                    .await
+                {
+                    tracing::error!(%error, "probe endpoint stopped");
+                }
+            });
+        })
+        .map(drop)
+        .map_err(Error::ProbeThread)
 }
 
 async fn metrics_text(State(shared): State<Shared>) -> impl IntoResponse {

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The operator as production runs it: metrics and probes over HTTP through a whole run,
 //! events on the objects, two replicas behind a Lease with the leader killed mid-creation,
-//! and a leader that loses its lease.
+//! a leader that loses its lease, and readiness through an API server outage.
 
 use crate::support;
 
@@ -12,7 +12,7 @@ use gpucloud_controller::orphans::OrphanSweepSettings;
 use gpucloud_controller::replica::{self, ReplicaSettings};
 use gpucloud_controller::run::OperatorConfig;
 use gpucloud_simulator::{FaultPlan, SimulatorConfig};
-use gpucloud_telemetry::{Endpoints, Health, Metrics};
+use gpucloud_telemetry::{Endpoints, Health, HealthSettings, Metrics};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -45,9 +45,19 @@ struct Replica {
 
 impl Replica {
     async fn start(env: &Env, identity: &str, config: OperatorConfig) -> Replica {
+        Replica::start_with(env, Some(lease_settings(identity)), config).await
+    }
+
+    /// A replica with `config`'s health settings, elected by `lease` or running without an
+    /// election.
+    async fn start_with(
+        env: &Env,
+        lease: Option<LeaseSettings>,
+        config: OperatorConfig,
+    ) -> Replica {
         let config = OperatorConfig {
             metrics: Arc::new(Metrics::new()),
-            health: Arc::new(Health::default()),
+            health: Arc::new(Health::new(config.health.settings())),
             ..config
         };
         let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -64,7 +74,7 @@ impl Replica {
         .unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let settings = ReplicaSettings {
-            leader_election: Some(lease_settings(identity)),
+            leader_election: lease,
             shutdown_timeout: Duration::from_secs(10),
         };
         let task = tokio::spawn(replica::run_replica(
@@ -425,6 +435,63 @@ async fn a_leader_that_loses_its_lease_stops_reconciling_at_once() {
     assert!(object.status.is_none(), "{:?}", object.status);
     assert!(object.metadata.finalizers.is_none());
     assert_eq!(env.calls("CreateInstance"), creates_before);
+}
+
+/// The API server stops serving (every request a 500, as with etcd unreachable; every open
+/// watch cut): once the watches have been failing for longer than the threshold, `/readyz`
+/// says so, naming them; liveness is not affected. When the API server is back, the watches
+/// resume (quietly: nothing changed in between) and the replica is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_api_server_away_and_back() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let config = OperatorConfig {
+        health: Arc::new(Health::new(HealthSettings {
+            watch_failure: Duration::from_secs(2),
+            ..HealthSettings::default()
+        })),
+        ..test_config(&env.simulator)
+    };
+    // Without an election: a leader would lose its lease in the outage and exit, which says
+    // nothing about the watches.
+    let mut replica = Replica::start_with(&env, None, config).await;
+    eventually(30, "ready once every watch has listed", || async {
+        let (status, body) = replica.get("/readyz").await;
+        (status == 200 && body.contains("leading: caches synced")).then_some(())
+    })
+    .await;
+
+    env.apiserver.faults().set_outage(Some(500));
+    // An object watch and a trigger watch, each named with how long and why.
+    let why = eventually(30, "not ready, naming the failing watches", || async {
+        let (status, body) = replica.get("/readyz").await;
+        (status == 503
+            && body.contains("the watch of GpuInstance has been failing for")
+            && body.contains(
+                "the watch of Secret (gpucloud.io/credentials=true) has been failing for",
+            )
+            && body.contains("(metadata.name="))
+        .then_some(body)
+    })
+    .await;
+    assert!(why.contains("since "), "{why}");
+    assert!(why.contains("last: HTTP 500 InternalError"), "{why}");
+    assert!(
+        !why.contains(env.simulator.api_key()),
+        "the API key is in the readiness message"
+    );
+    let live = replica.get("/healthz").await;
+    assert_eq!(
+        live.0, 200,
+        "an unreachable API server is no reason to restart: {live:?}"
+    );
+
+    env.apiserver.faults().set_outage(None);
+    eventually(60, "ready again once the API server is back", || async {
+        let (status, body) = replica.get("/readyz").await;
+        (status == 200 && body.contains("leading: caches synced")).then_some(())
+    })
+    .await;
+    replica.shut_down().await.unwrap();
 }
 
 /// Started before its CRDs are installed (or with some missing), the operator stops at once
