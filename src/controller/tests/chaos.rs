@@ -16,6 +16,8 @@ mod support;
 
 #[path = "chaos/capture.rs"]
 mod capture;
+#[path = "chaos/tenant.rs"]
+mod tenant;
 #[path = "chaos/world.rs"]
 mod world;
 
@@ -46,6 +48,14 @@ pub struct RunStats {
     pub events: u64,
     pub converge_ms: u64,
     pub delete_ms: u64,
+    /// The hostile tenant's objects naming another's resource (created so, or patched).
+    pub attacks: u64,
+    /// Hostile objects found refused (`AlreadyOwned`, `AdoptionNotAllowed`) at the end.
+    pub attacks_refused: u64,
+    /// Hostile objects deleted during the fault phase.
+    pub hostile_deleted: u64,
+    /// Samples of the tenant invariants (no foreign id recorded, team-a ids unchanged).
+    pub tenant_samples: u64,
 }
 
 impl RunStats {
@@ -66,6 +76,10 @@ impl RunStats {
         self.events += other.events;
         self.converge_ms += other.converge_ms;
         self.delete_ms += other.delete_ms;
+        self.attacks += other.attacks;
+        self.attacks_refused += other.attacks_refused;
+        self.hostile_deleted += other.hostile_deleted;
+        self.tenant_samples += other.tenant_samples;
     }
 }
 
@@ -98,7 +112,9 @@ fn report_overdue_seeds() {
 
 /// The invariant a failure broke, for the summary.
 fn classify(message: &str) -> &'static str {
-    if message.contains("operator resources in the cloud") {
+    if message.starts_with("tenant:") || message.contains("not refused with") {
+        "tenant"
+    } else if message.contains("operator resources in the cloud") {
         "duplicate"
     } else if message.contains("leaked") || message.contains("billing did not stop") {
         "leak"
@@ -193,7 +209,7 @@ async fn seeded_chaos_runs_keep_every_invariant() {
     let failed_with = |class: &str| failures.iter().filter(|(_, c)| *c == class).count();
     eprintln!(
         "chaos: {count} seeds in {:.1}s ({} passed, {} failed: duplicates {}, leaks {}, \
-         stuck finalizers {}, not converged {}, other {}); {} log lines scanned, {} with secrets\n  {total:?}",
+         stuck finalizers {}, not converged {}, tenant {}, other {}); {} log lines scanned, {} with secrets\n  {total:?}",
         started.elapsed().as_secs_f64(),
         total.runs,
         failures.len(),
@@ -201,6 +217,7 @@ async fn seeded_chaos_runs_keep_every_invariant() {
         failed_with("leak"),
         failed_with("stuck finalizer"),
         failed_with("not converged"),
+        failed_with("tenant"),
         failed_with("other"),
         capture.lines(),
         offending.len(),
