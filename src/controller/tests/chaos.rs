@@ -8,6 +8,18 @@
 //! are untouched, deleting everything leaves nothing billed behind and no finalizer, and no
 //! secret appears in any log line, event, status or error.
 //!
+//! Meanwhile a hostile tenant (`chaos/tenant.rs`, namespace `team-b`, not labelled for
+//! adoption, with its own random stream) names team-a's resources (read from their objects'
+//! status, or from the account) and the foreign ones by id: objects created with the
+//! `gpucloud.io/external-id` annotation and hostile specs (machines stopped, firewalls open to
+//! the world), ordinary objects of its own patched to such an annotation later, Snapshots of
+//! others' machines by `spec.instanceId`, and random deletes of all of these. Sampled at every
+//! attack and at the end: no tenant object ever records a resource not its own, and no team-a
+//! object's recorded id ever changes. Once the faults are lifted every hostile object must be
+//! `Stalled` with `AlreadyOwned` or `AdoptionNotAllowed` (only the latter for a foreign
+//! resource) without naming team-a, the deleted ones gone; deleting everything includes the
+//! tenant's objects, and no snapshot may ever have been created.
+//!
 //! `GPUCLOUD_CHAOS_SEED=N` replays one seed (printing its trace); `GPUCLOUD_CHAOS_SEEDS=N`
 //! runs seeds 1..=N (default 200); `GPUCLOUD_CHAOS_CONCURRENCY` sets how many worlds run at
 //! once (default 8). See docs/reliability.md.
