@@ -143,7 +143,7 @@ impl Tenant {
 
     /// Milliseconds to the next attack.
     pub fn pause(&mut self) -> u64 {
-        self.rng.random_range(100..500)
+        self.rng.random_range(150..700)
     }
 
     /// One attack, chosen at random; then a sample of the invariants.
