@@ -816,21 +816,34 @@ async fn report_failure<K: ManagedKind>(
         )
         .await;
     }
-    match write_status(api, object, status, None, &outcome).await {
+    let reported = match write_status(api, object, status, None, &outcome).await {
+        Ok(_) => true,
         // The reconcile itself wrote the status (a create's intent) before it failed, so the
         // copy it started from is stale: report on the stored object, or a failure after the
         // intent (a create the cloud refused) would never show.
         Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
-            if let Ok(Some(fresh)) = api.get_opt(&object.name_any()).await
-                && fresh.meta().generation == object.meta().generation
-                && changed_condition(&fresh.cloud_status(), &outcome)
-            {
-                let status = fresh.cloud_status();
-                let _ = write_status(api, &fresh, status, None, &outcome).await;
+            match api.get_opt(&object.name_any()).await {
+                Ok(Some(fresh))
+                    if fresh.meta().generation == object.meta().generation
+                        && changed_condition(&fresh.cloud_status(), &outcome) =>
+                {
+                    let status = fresh.cloud_status();
+                    write_status(api, &fresh, status, None, &outcome)
+                        .await
+                        .is_ok()
+                }
+                // Already shown, or the spec changed (its watch event brings a reconcile).
+                Ok(_) => true,
+                Err(_) => false,
             }
         }
         // The object may be gone; the next reconcile reports again.
-        _ => {}
+        Err(_) => false,
+    };
+    if !reported {
+        // Status writes do not wake the object: without this, a terminal failure whose
+        // report was lost would show nothing until the terminal recheck, minutes away.
+        cx.requeue.unreported(&object.key());
     }
 }
 

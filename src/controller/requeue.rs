@@ -7,7 +7,7 @@
 use crate::error::{Category, Error};
 use crate::lock;
 use gpucloud_cloud::Backoff;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -22,6 +22,10 @@ pub struct RequeuePolicy {
     /// Waiting on a reference or on the cloud: a steady, short poll.
     waiting: Duration,
     failures: Mutex<HashMap<String, u32>>,
+    /// Objects whose last failure could not be put on their status: a terminal one is then
+    /// retried like a transient one, since nothing else (status writes do not wake an object)
+    /// would show the reason before the terminal recheck.
+    unreported: Mutex<HashSet<String>>,
 }
 
 impl Default for RequeuePolicy {
@@ -41,6 +45,7 @@ impl RequeuePolicy {
             terminal_recheck,
             waiting,
             failures: Mutex::new(HashMap::new()),
+            unreported: Mutex::new(HashSet::new()),
         }
     }
 
@@ -51,10 +56,11 @@ impl RequeuePolicy {
             // would push an object's next attempt out by minutes for no failure at all.
             return Duration::from_secs(1).min(self.transient.cap);
         }
+        let unreported = lock(&self.unreported).remove(object);
         match error.category() {
-            Category::Terminal => self.terminal_recheck,
+            Category::Terminal if !unreported => self.terminal_recheck,
             Category::Waiting => self.waiting,
-            Category::Transient => {
+            Category::Terminal | Category::Transient => {
                 let attempt = {
                     let mut failures = lock(&self.failures);
                     let count = failures.entry(object.to_string()).or_insert(0);
@@ -74,6 +80,13 @@ impl RequeuePolicy {
     /// Forgets `object`'s failures after a successful reconcile or its deletion.
     pub fn reset(&self, object: &str) {
         lock(&self.failures).remove(object);
+        lock(&self.unreported).remove(object);
+    }
+
+    /// Notes that `object`'s failure could not be written to its status, so its next attempt
+    /// comes after a backoff, not the terminal recheck.
+    pub fn unreported(&self, object: &str) {
+        lock(&self.unreported).insert(object.to_string());
     }
 
     /// Consecutive transient failures recorded for `object`.
@@ -129,6 +142,25 @@ mod tests {
             message: String::new(),
         });
         assert!(policy.after_failure("ns/a", &throttled) >= Duration::from_secs(42));
+    }
+
+    #[test]
+    fn a_terminal_failure_not_reported_is_retried_with_backoff() {
+        let policy = RequeuePolicy::default();
+        let terminal = Error::InvalidSpec("bad".into());
+        policy.unreported("ns/a");
+        assert!(policy.after_failure("ns/a", &terminal) <= Duration::from_secs(1));
+        // Reported the next time: back to the terminal recheck.
+        assert_eq!(
+            policy.after_failure("ns/a", &terminal),
+            Duration::from_secs(300)
+        );
+        policy.unreported("ns/a");
+        policy.reset("ns/a");
+        assert_eq!(
+            policy.after_failure("ns/a", &terminal),
+            Duration::from_secs(300)
+        );
     }
 
     #[test]

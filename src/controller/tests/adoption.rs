@@ -312,3 +312,45 @@ async fn another_teams_machine_cannot_be_snapshotted_by_id() {
     );
     assert!(env.simulator.state().snapshots.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_whose_report_was_lost_shows_soon_after() {
+    // Status writes do not wake an object; a refusal whose status write failed used to show
+    // nothing until the terminal recheck, five minutes later (found by the chaos runs'
+    // hostile tenant under status-write conflicts).
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim = ready::<GpuInstance>(&env, "victim")
+        .await
+        .cloud_status()
+        .external_id
+        .unwrap();
+    let conflicts = gpucloud_apiserver::faults::ApiFaultPlan {
+        seed: 1,
+        status_conflict_rate: 1.0,
+        watch_cut_rate: 0.0,
+        watch_lifetime: (
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_millis(1500),
+        ),
+    };
+    env.apiserver.faults().set_plan(conflicts).unwrap();
+    let own = tenant_api::<GpuInstance>(&env);
+    own.create(
+        &PostParams::default(),
+        &in_tenant(machine("thief", serde_json::json!({})), Some(&victim)),
+    )
+    .await
+    .unwrap();
+    // Refused at least once, its report lost.
+    eventually(30, "the refusal's report refused", || async {
+        (env.apiserver.faults().counts().status_conflicts >= 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    env.apiserver.faults().set_plan(Default::default()).unwrap();
+    stalled_in_tenant::<GpuInstance>(&env, "thief", reason::ALREADY_OWNED).await;
+    delete_in_tenant::<GpuInstance>(&env, "thief").await;
+    ready::<GpuInstance>(&env, "victim").await;
+}

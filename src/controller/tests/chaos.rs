@@ -8,6 +8,18 @@
 //! are untouched, deleting everything leaves nothing billed behind and no finalizer, and no
 //! secret appears in any log line, event, status or error.
 //!
+//! Meanwhile a hostile tenant (`chaos/tenant.rs`, namespace `team-b`, not labelled for
+//! adoption, with its own random stream) names team-a's resources (read from their objects'
+//! status, or from the account) and the foreign ones by id: objects created with the
+//! `gpucloud.io/external-id` annotation and hostile specs (machines stopped, firewalls open to
+//! the world), ordinary objects of its own patched to such an annotation later, Snapshots of
+//! others' machines by `spec.instanceId`, and random deletes of all of these. Sampled at every
+//! attack and at the end: no tenant object ever records a resource not its own, and no team-a
+//! object's recorded id ever changes. Once the faults are lifted every hostile object must be
+//! `Stalled` with `AlreadyOwned` or `AdoptionNotAllowed` (only the latter for a foreign
+//! resource) without naming team-a, the deleted ones gone; deleting everything includes the
+//! tenant's objects, and no snapshot may ever have been created.
+//!
 //! `GPUCLOUD_CHAOS_SEED=N` replays one seed (printing its trace); `GPUCLOUD_CHAOS_SEEDS=N`
 //! runs seeds 1..=N (default 200); `GPUCLOUD_CHAOS_CONCURRENCY` sets how many worlds run at
 //! once (default 8). See docs/reliability.md.
@@ -16,6 +28,8 @@ mod support;
 
 #[path = "chaos/capture.rs"]
 mod capture;
+#[path = "chaos/tenant.rs"]
+mod tenant;
 #[path = "chaos/world.rs"]
 mod world;
 
@@ -46,6 +60,14 @@ pub struct RunStats {
     pub events: u64,
     pub converge_ms: u64,
     pub delete_ms: u64,
+    /// The hostile tenant's objects naming another's resource (created so, or patched).
+    pub attacks: u64,
+    /// Hostile objects found refused (`AlreadyOwned`, `AdoptionNotAllowed`) at the end.
+    pub attacks_refused: u64,
+    /// Hostile objects deleted during the fault phase.
+    pub hostile_deleted: u64,
+    /// Samples of the tenant invariants (no foreign id recorded, team-a ids unchanged).
+    pub tenant_samples: u64,
 }
 
 impl RunStats {
@@ -66,6 +88,10 @@ impl RunStats {
         self.events += other.events;
         self.converge_ms += other.converge_ms;
         self.delete_ms += other.delete_ms;
+        self.attacks += other.attacks;
+        self.attacks_refused += other.attacks_refused;
+        self.hostile_deleted += other.hostile_deleted;
+        self.tenant_samples += other.tenant_samples;
     }
 }
 
@@ -98,7 +124,9 @@ fn report_overdue_seeds() {
 
 /// The invariant a failure broke, for the summary.
 fn classify(message: &str) -> &'static str {
-    if message.contains("operator resources in the cloud") {
+    if message.starts_with("tenant:") || message.contains("not refused with") {
+        "tenant"
+    } else if message.contains("operator resources in the cloud") {
         "duplicate"
     } else if message.contains("leaked") || message.contains("billing did not stop") {
         "leak"
@@ -193,7 +221,7 @@ async fn seeded_chaos_runs_keep_every_invariant() {
     let failed_with = |class: &str| failures.iter().filter(|(_, c)| *c == class).count();
     eprintln!(
         "chaos: {count} seeds in {:.1}s ({} passed, {} failed: duplicates {}, leaks {}, \
-         stuck finalizers {}, not converged {}, other {}); {} log lines scanned, {} with secrets\n  {total:?}",
+         stuck finalizers {}, not converged {}, tenant {}, other {}); {} log lines scanned, {} with secrets\n  {total:?}",
         started.elapsed().as_secs_f64(),
         total.runs,
         failures.len(),
@@ -201,6 +229,7 @@ async fn seeded_chaos_runs_keep_every_invariant() {
         failed_with("leak"),
         failed_with("stuck finalizer"),
         failed_with("not converged"),
+        failed_with("tenant"),
         failed_with("other"),
         capture.lines(),
         offending.len(),

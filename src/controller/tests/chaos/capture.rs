@@ -83,16 +83,24 @@ fn world_of(line: &str) -> Option<u64> {
 /// lines of the world's log that concern it.
 pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
     let mut out = String::new();
-    for problem in message.lines().filter(|l| l.contains(": not Ready")) {
+    let stuck = |l: &&str| l.contains(": not Ready") || l.contains(" but not refused");
+    for problem in message.lines().filter(stuck) {
         let mut words = problem.split_whitespace();
         let (Some(kind), Some(name)) = (words.next(), words.next()) else {
             continue;
         };
         let name = name.trim_end_matches(':');
+        // The tenant's objects are named `namespace/name`.
+        let (namespace_field, name) = match name.split_once('/') {
+            Some((namespace, name)) => (format!("namespace={namespace} "), name),
+            None => (String::new(), name),
+        };
         let (kind_field, name_field) = (format!("kind={kind}"), format!("name={name} "));
         let lines: Vec<&String> = log
             .iter()
-            .filter(|l| l.contains(&kind_field) && l.contains(&name_field))
+            .filter(|l| {
+                l.contains(&kind_field) && l.contains(&name_field) && l.contains(&namespace_field)
+            })
             .collect();
         let title = format!("the operator's last log lines for {kind} {name}");
         append_tail(&mut out, &title, &lines, 40);

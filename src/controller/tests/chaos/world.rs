@@ -2,8 +2,9 @@
 //! then the invariants checked against the simulator's admin view.
 
 use crate::support::{Env, NAMESPACE, OPERATOR_NAMESPACE, cloud_client, test_config};
+use crate::tenant::{TENANT, Tenant};
 use crate::{API_KEY_MARK, RunStats};
-use gpucloud_api::{CloudStatus, Firewall, GpuInstance, Managed, SshKey, Volume};
+use gpucloud_api::{CloudStatus, Firewall, GpuInstance, Managed, Snapshot, SshKey, Volume};
 use gpucloud_apiserver::faults::ApiFaultPlan;
 use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
 use gpucloud_simulator::{
@@ -42,7 +43,7 @@ pub struct Failure {
 // === The model of what should exist ===
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Kind {
+pub(crate) enum Kind {
     SshKey,
     Instance,
     Volume,
@@ -50,9 +51,9 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::SshKey, Kind::Instance, Kind::Volume, Kind::Firewall];
+    pub(crate) const ALL: [Kind; 4] = [Kind::SshKey, Kind::Instance, Kind::Volume, Kind::Firewall];
 
-    fn prefix(self) -> &'static str {
+    pub(crate) fn prefix(self) -> &'static str {
         match self {
             Kind::SshKey => "key",
             Kind::Instance => "vm",
@@ -155,6 +156,8 @@ struct Run {
     /// The cloud fault plan in force during the fault phase.
     cloud_plan: FaultPlan,
     next_index: BTreeMap<Kind, u32>,
+    /// The hostile tenant of namespace `team-b`, with its own random stream.
+    tenant: Tenant,
 }
 
 pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
@@ -193,6 +196,7 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
         operator_down_until: None,
         cloud_plan: FaultPlan::default(),
         next_index: BTreeMap::new(),
+        tenant: Tenant::new(seed),
     };
     run.note(format!("list lag {list_lag:?}"));
     let outcome = run.play().await;
@@ -201,6 +205,11 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
     if std::env::var_os("GPUCLOUD_CHAOS_SEED").is_some() {
         eprintln!("chaos seed {seed} trace:\n    {}", run.trace.join("\n    "));
     }
+    let tenant = &run.tenant.stats;
+    run.stats.attacks += tenant.attacks;
+    run.stats.attacks_refused += tenant.refused;
+    run.stats.hostile_deleted += tenant.deleted;
+    run.stats.tenant_samples += tenant.samples;
     match outcome {
         Ok(()) => Ok(run.stats),
         Err(message) => Err(Failure {
@@ -223,6 +232,7 @@ impl Run {
         self.note(format!(
             "foreign resources made; drain {baseline_drain:.6}/h"
         ));
+        self.tenant.setup(&self.env).await?;
 
         self.env.start_operator(self.operator.clone());
         self.inject_faults()?;
@@ -419,6 +429,8 @@ impl Run {
         let mut before_create_poll = tokio::time::interval(Duration::from_millis(20));
         let mut done = 0;
         let mut next_action = Instant::now();
+        // The hostile tenant attacks on its own schedule, from its own random stream.
+        let mut next_attack = Instant::now() + Duration::from_millis(self.tenant.pause());
         while done < actions {
             let down_until = self.operator_down_until;
             let polling =
@@ -442,7 +454,19 @@ impl Run {
                     done += 1;
                     next_action = Instant::now() + Duration::from_millis(self.rng.random_range(20..300));
                 }
+                () = tokio::time::sleep_until(next_attack) => {
+                    let notes = self.tenant.attack(&self.env).await?;
+                    for note in notes {
+                        self.note(note);
+                    }
+                    next_attack = Instant::now() + Duration::from_millis(self.tenant.pause());
+                }
             }
+        }
+        // The tenant's ordinary objects turn hostile too, so each ends refused.
+        let notes = self.tenant.finish(&self.env).await?;
+        for note in notes {
+            self.note(note);
         }
         Ok(())
     }
@@ -775,8 +799,13 @@ impl Run {
             if calls_before.is_none() && Instant::now() > watch_calls_from {
                 calls_before = Some(self.env.simulator.call_counts());
             }
-            let problems = self.convergence_problems().await;
+            let mut problems = self.convergence_problems().await;
             if problems.is_empty() {
+                // Team-a is done; the tenant's objects must be refused (or gone).
+                problems = self.tenant.problems(&self.env).await?;
+            }
+            if problems.is_empty() {
+                self.tenant.sample(&self.env).await?;
                 self.note(format!("converged in {:?}", lifted.elapsed()));
                 self.stats.converge_ms += lifted.elapsed().as_millis() as u64;
                 return Ok(());
@@ -878,8 +907,10 @@ impl Run {
         if !problems.is_empty() {
             return problems;
         }
-        // Exactly one cloud resource per object, and nothing else carrying the operator's mark.
-        let marked = |name: &str| name.starts_with("gco-") && !name.ends_with("-boot");
+        // Exactly one cloud resource per object, and nothing else carrying the operator's mark
+        // for this namespace (the tenant's own resources are checked when deleted).
+        let team_mark = format!("gco-{NAMESPACE}-");
+        let marked = |name: &str| name.starts_with(&team_mark) && !name.ends_with("-boot");
         let cloud_names: BTreeMap<Kind, Vec<(String, String)>> = BTreeMap::from([
             (
                 Kind::Instance,
@@ -1030,6 +1061,7 @@ impl Run {
         texts.extend(list_json::<GpuInstance>(&self.env).await?);
         texts.extend(list_json::<Volume>(&self.env).await?);
         texts.extend(list_json::<Firewall>(&self.env).await?);
+        texts.extend(list_json::<Snapshot>(&self.env).await?);
         let events: Api<Event> = Api::all(self.env.client.clone());
         let events = events
             .list(&ListParams::default())
@@ -1062,18 +1094,20 @@ impl Run {
             self.delete(kind, &name).await?;
         }
         self.model.live.clear();
+        self.tenant.delete_all(&self.env).await?;
         self.note("everything deleted");
         let asked = Instant::now();
         let deadline = asked + Duration::from_secs(DELETE_SECONDS);
         loop {
             let remaining = all_objects(&self.env).await.map_err(|e| e.to_string())?;
-            if remaining.is_empty() {
+            let tenant = self.tenant.remaining(&self.env).await?;
+            if remaining.is_empty() && tenant.is_empty() {
                 self.note(format!("everything gone in {:?}", asked.elapsed()));
                 self.stats.delete_ms += asked.elapsed().as_millis() as u64;
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let stuck: Vec<String> = remaining
+                let mut stuck: Vec<String> = remaining
                     .iter()
                     .map(|(name, (kind, status, meta))| {
                         format!(
@@ -1091,6 +1125,7 @@ impl Run {
                         )
                     })
                     .collect();
+                stuck.extend(tenant);
                 return Err(format!(
                     "stuck finalizers {DELETE_SECONDS}s after deleting everything:\n  {}",
                     stuck.join("\n  ")
@@ -1131,8 +1166,21 @@ impl Run {
                 .filter(|k| k.name.starts_with("gco-"))
                 .map(|k| format!("ssh key {} {}", k.id, k.name)),
         );
+        // Team-a makes no snapshot: any would be the tenant's copy of another's disk.
+        leaks.extend(
+            state
+                .snapshots
+                .iter()
+                .map(|s| format!("snapshot {}", serde_json::to_string(s).unwrap_or_default())),
+        );
         if !leaks.is_empty() {
             return Err(format!("leaked after deleting every object: {leaks:?}"));
+        }
+        let snapshots = self.env.calls("CreateSnapshot");
+        if snapshots != 0 {
+            return Err(format!(
+                "tenant: {snapshots} CreateSnapshot calls; the tenant's snapshots of others' machines were all to be refused"
+            ));
         }
         self.check_foreign(foreign)?;
         let drain = self.hourly_drain();
@@ -1147,7 +1195,7 @@ impl Run {
 
 // === Helpers ===
 
-fn kind_name(kind: Kind) -> &'static str {
+pub(crate) fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::SshKey => "SshKey",
         Kind::Instance => "GpuInstance",
@@ -1263,7 +1311,7 @@ where
         + serde::de::DeserializeOwned,
 {
     let mut texts = Vec::new();
-    for namespace in [NAMESPACE, OPERATOR_NAMESPACE] {
+    for namespace in [NAMESPACE, TENANT, OPERATOR_NAMESPACE] {
         let api: Api<K> = Api::namespaced(env.client.clone(), namespace);
         let list = api
             .list(&ListParams::default())

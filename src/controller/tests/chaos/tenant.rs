@@ -1,0 +1,723 @@
+//! A hostile tenant: namespace `team-b` (not labelled for adoption) shares the cloud account
+//! with `team-a`, and during the fault phase tries to take team-a's resources and the foreign
+//! ones by id. Every attempt must be refused (`AlreadyOwned`, `AdoptionNotAllowed`) without
+//! a hostile object ever recording another's resource, and deleting the hostile objects must
+//! touch nothing but the tenant's own resources.
+
+use crate::support::{Env, NAMESPACE};
+use crate::world::{Kind, kind_name};
+use gpucloud_api::{
+    CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Managed, Snapshot, SshKey, Volume,
+    condition_type,
+};
+use gpucloud_controller::conditions::reason;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The tenant's namespace: not labelled for adoption.
+pub const TENANT: &str = "team-b";
+
+/// What a hostile object is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Of {
+    /// One of the four kinds team-a has, named by the external-id annotation.
+    Managed(Kind),
+    /// A Snapshot naming a machine by `spec.instanceId`.
+    Snapshot,
+}
+
+impl Of {
+    fn name(self) -> &'static str {
+        match self {
+            Of::Managed(kind) => kind_name(kind),
+            Of::Snapshot => "Snapshot",
+        }
+    }
+}
+
+/// Whose resource a hostile object names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Target {
+    /// Not yet: an ordinary object of the tenant's, to be turned hostile later.
+    None,
+    /// A resource of team-a's (recorded by a team-a object, or read from the account).
+    TeamA(String),
+    /// One of the foreign resources the operator did not create.
+    Foreign(String),
+}
+
+impl Target {
+    fn id(&self) -> Option<&str> {
+        match self {
+            Target::None => None,
+            Target::TeamA(id) | Target::Foreign(id) => Some(id),
+        }
+    }
+}
+
+struct Hostile {
+    of: Of,
+    target: Target,
+}
+
+/// The tenant's counts, added to the run's.
+#[derive(Default, Debug, Clone)]
+pub struct TenantStats {
+    pub attacks: u64,
+    pub refused: u64,
+    pub deleted: u64,
+    pub samples: u64,
+}
+
+pub struct Tenant {
+    rng: StdRng,
+    /// Hostile objects that exist (as far as the tenant asked), by name.
+    live: BTreeMap<String, Hostile>,
+    /// Hostile objects deleted, which must be gone once the faults are lifted.
+    deleted: BTreeMap<String, Of>,
+    next: BTreeMap<Of, u32>,
+    /// The foreign resources' ids, by kind.
+    foreign: BTreeMap<Kind, String>,
+    /// Every id the tenant must never record: team-a's (named or seen) and the foreign ones.
+    not_ours: BTreeSet<String>,
+    /// The id each team-a object (by uid) recorded first; it never changes while it lives.
+    team_a_ids: BTreeMap<String, (String, String)>,
+    pub stats: TenantStats,
+}
+
+/// Trace lines for the run, and the first broken invariant.
+pub type Step = Result<Vec<String>, String>;
+
+impl Tenant {
+    /// A tenant with its own random stream, so the harness's own actions stay as they were for
+    /// every seed.
+    pub fn new(seed: u64) -> Tenant {
+        Tenant {
+            rng: StdRng::seed_from_u64(seed ^ 0x7e4a_17b0_5eed_0b0b),
+            live: BTreeMap::new(),
+            deleted: BTreeMap::new(),
+            next: BTreeMap::new(),
+            foreign: BTreeMap::new(),
+            not_ours: BTreeSet::new(),
+            team_a_ids: BTreeMap::new(),
+            stats: TenantStats::default(),
+        }
+    }
+
+    /// The tenant's namespace (without the adoption label), and the foreign resources' ids.
+    pub async fn setup(&mut self, env: &Env) -> Result<(), String> {
+        let namespaces: Api<Namespace> = Api::all(env.client.clone());
+        let namespace = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(TENANT.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .map_err(|e| format!("creating namespace {TENANT}: {e}"))?;
+        let state = env.simulator.state();
+        let foreign = |name: &str| name.starts_with("foreign-");
+        for (kind, ids) in [
+            (Kind::Instance, cloud_ids(&state, Kind::Instance)),
+            (Kind::Volume, cloud_ids(&state, Kind::Volume)),
+            (Kind::Firewall, cloud_ids(&state, Kind::Firewall)),
+            (Kind::SshKey, cloud_ids(&state, Kind::SshKey)),
+        ] {
+            let (id, _) = ids
+                .into_iter()
+                .find(|(_, name)| foreign(name))
+                .ok_or_else(|| format!("no foreign {}", kind_name(kind)))?;
+            self.not_ours.insert(id.clone());
+            self.foreign.insert(kind, id);
+        }
+        Ok(())
+    }
+
+    /// Milliseconds to the next attack.
+    pub fn pause(&mut self) -> u64 {
+        self.rng.random_range(150..700)
+    }
+
+    /// One attack, chosen at random; then a sample of the invariants.
+    pub async fn attack(&mut self, env: &Env) -> Step {
+        let mut notes = Vec::new();
+        let roll = self.rng.random_range(0..100);
+        let decoys: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, h)| h.target == Target::None)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let note = match roll {
+            // (a) and (e): a new object naming another's resource by annotation.
+            0..40 => self.annotated(env).await?,
+            // (b): an ordinary object, turned hostile by a later patch.
+            40..52 => self.decoy(env).await?,
+            52..70 if !decoys.is_empty() => {
+                let name = decoys[self.rng.random_range(0..decoys.len())].clone();
+                self.turn(env, &name).await?
+            }
+            // (c): a snapshot of another's machine by id.
+            52..82 => self.snapshot(env).await?,
+            // (d): a hostile object deleted.
+            _ => self.delete_one(env).await?,
+        };
+        notes.extend(note);
+        self.sample(env).await?;
+        Ok(notes)
+    }
+
+    /// Turns every ordinary object the tenant still has hostile, so each ends refused.
+    pub async fn finish(&mut self, env: &Env) -> Step {
+        let decoys: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, h)| h.target == Target::None)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut notes = Vec::new();
+        for name in decoys {
+            notes.extend(self.turn(env, &name).await?);
+        }
+        self.sample(env).await?;
+        Ok(notes)
+    }
+
+    fn new_name(&mut self, of: Of) -> String {
+        // The same names as team-a's objects, in another namespace: never reused here.
+        let prefix = match of {
+            Of::Managed(kind) => kind.prefix(),
+            Of::Snapshot => "snap",
+        };
+        let index = self.next.entry(of).or_insert(0);
+        let name = format!("{prefix}-{index}");
+        *index += 1;
+        name
+    }
+
+    /// A resource of team-a's of `kind` to name: mostly one a team-a object recorded (read
+    /// from its status), sometimes one read from the account by its cloud name (possibly not
+    /// recorded yet: a create whose answer was lost).
+    async fn team_a_target(&mut self, env: &Env, kind: Kind) -> Result<Option<String>, String> {
+        let mut ids: Vec<String> = if self.rng.random_bool(0.7) {
+            team_a_objects(env, kind)
+                .await?
+                .into_iter()
+                .filter_map(|(_, _, status)| status.external_id)
+                .collect()
+        } else {
+            cloud_ids(&env.simulator.state(), kind)
+                .into_iter()
+                .filter(|(_, name)| name.starts_with(&format!("gco-{NAMESPACE}-")))
+                .map(|(id, _)| id)
+                .collect()
+        };
+        ids.sort();
+        Ok((!ids.is_empty()).then(|| ids[self.rng.random_range(0..ids.len())].clone()))
+    }
+
+    /// Whose resource to name: a foreign one a quarter of the time (or when team-a has none).
+    async fn target(&mut self, env: &Env, kind: Kind) -> Result<Target, String> {
+        if self.rng.random_bool(0.75)
+            && let Some(id) = self.team_a_target(env, kind).await?
+        {
+            self.not_ours.insert(id.clone());
+            return Ok(Target::TeamA(id));
+        }
+        Ok(Target::Foreign(self.foreign[&kind].clone()))
+    }
+
+    /// A spec that would harm the resource it names, were it adopted.
+    fn hostile_spec(&mut self, kind: Kind) -> Value {
+        match kind {
+            Kind::SshKey => json!({}),
+            Kind::Instance => {
+                let power = if self.rng.random_bool(0.7) {
+                    "Stopped"
+                } else {
+                    "Running"
+                };
+                json!({"region": "us-east-1", "gpuType": "L40S",
+                    "osImage": "ubuntu-22.04-cuda-12", "powerState": power})
+            }
+            Kind::Volume => {
+                json!({"region": "us-east-1", "sizeGb": self.rng.random_range(10..200)})
+            }
+            Kind::Firewall => {
+                let rules = if self.rng.random_bool(0.7) {
+                    json!([{"direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
+                        "remoteIpPrefix": "0.0.0.0/0", "portRangeMin": 1, "portRangeMax": 65535}])
+                } else {
+                    json!([])
+                };
+                json!({"region": "us-east-1", "rules": rules, "instanceRefs": []})
+            }
+        }
+    }
+
+    fn random_kind(&mut self) -> Kind {
+        Kind::ALL[self.rng.random_range(0..4)]
+    }
+
+    /// (a) and (e): created with the annotation naming another's resource.
+    async fn annotated(&mut self, env: &Env) -> Step {
+        let kind = self.random_kind();
+        let target = self.target(env, kind).await?;
+        let name = self.new_name(Of::Managed(kind));
+        let spec = self.hostile_spec(kind);
+        let id = target.id().unwrap_or_default().to_string();
+        let object = json!({
+            "apiVersion": "gpucloud.io/v1alpha1",
+            "kind": kind_name(kind),
+            "metadata": {"name": name, "namespace": TENANT,
+                "annotations": {EXTERNAL_ID_ANNOTATION: id}},
+            "spec": spec,
+        });
+        post(env, Of::Managed(kind), &object).await?;
+        self.stats.attacks += 1;
+        let note = format!(
+            "tenant: {} {TENANT}/{name} annotated with {target:?}, spec {spec}",
+            kind_name(kind)
+        );
+        self.live.insert(
+            name,
+            Hostile {
+                of: Of::Managed(kind),
+                target,
+            },
+        );
+        Ok(vec![note])
+    }
+
+    /// (b), first half: an ordinary object of the tenant's own.
+    async fn decoy(&mut self, env: &Env) -> Step {
+        let kind = self.random_kind();
+        let name = self.new_name(Of::Managed(kind));
+        let spec = match kind {
+            Kind::SshKey => json!({}),
+            Kind::Instance => json!({"region": "us-east-1", "gpuType": "L40S",
+                "osImage": "ubuntu-22.04-cuda-12", "powerState": "Running"}),
+            Kind::Volume => json!({"region": "us-east-1", "sizeGb": 10}),
+            Kind::Firewall => json!({"region": "us-east-1", "rules": [], "instanceRefs": []}),
+        };
+        let object = json!({
+            "apiVersion": "gpucloud.io/v1alpha1",
+            "kind": kind_name(kind),
+            "metadata": {"name": name, "namespace": TENANT},
+            "spec": spec,
+        });
+        post(env, Of::Managed(kind), &object).await?;
+        let note = format!(
+            "tenant: {} {TENANT}/{name} created, its own",
+            kind_name(kind)
+        );
+        self.live.insert(
+            name,
+            Hostile {
+                of: Of::Managed(kind),
+                target: Target::None,
+            },
+        );
+        Ok(vec![note])
+    }
+
+    /// (b), second half: the annotation added after the object exists (with a hostile spec).
+    async fn turn(&mut self, env: &Env, name: &str) -> Step {
+        let Some(Hostile {
+            of: Of::Managed(kind),
+            ..
+        }) = self.live.get(name)
+        else {
+            return Ok(Vec::new());
+        };
+        let kind = *kind;
+        let target = self.target(env, kind).await?;
+        let id = target.id().unwrap_or_default().to_string();
+        let mut spec = self.hostile_spec(kind);
+        // Fields fixed at creation stay as they were.
+        if let Some(fields) = spec.as_object_mut() {
+            fields.remove("region");
+            fields.remove("gpuType");
+            fields.remove("osImage");
+        }
+        let patch = json!({
+            "metadata": {"annotations": {EXTERNAL_ID_ANNOTATION: id}},
+            "spec": spec,
+        });
+        let result = match kind {
+            Kind::SshKey => merge_patch::<SshKey>(env, name, &patch).await,
+            Kind::Instance => merge_patch::<GpuInstance>(env, name, &patch).await,
+            Kind::Volume => merge_patch::<Volume>(env, name, &patch).await,
+            Kind::Firewall => merge_patch::<Firewall>(env, name, &patch).await,
+        };
+        result.map_err(|e| format!("tenant: patch {TENANT}/{name}: {e}"))?;
+        self.stats.attacks += 1;
+        let note = format!(
+            "tenant: {} {TENANT}/{name} patched to {target:?}, spec {spec}",
+            kind_name(kind)
+        );
+        if let Some(hostile) = self.live.get_mut(name) {
+            hostile.target = target;
+        }
+        Ok(vec![note])
+    }
+
+    /// (c): a snapshot of another's machine, named by id.
+    async fn snapshot(&mut self, env: &Env) -> Step {
+        let target = self.target(env, Kind::Instance).await?;
+        let name = self.new_name(Of::Snapshot);
+        let id = target.id().unwrap_or_default().to_string();
+        let object = json!({
+            "apiVersion": "gpucloud.io/v1alpha1",
+            "kind": "Snapshot",
+            "metadata": {"name": name, "namespace": TENANT},
+            "spec": {"instanceId": id, "description": "a copy of someone else's disk"},
+        });
+        post(env, Of::Snapshot, &object).await?;
+        self.stats.attacks += 1;
+        let note = format!("tenant: Snapshot {TENANT}/{name} of instance {target:?}");
+        self.live.insert(
+            name,
+            Hostile {
+                of: Of::Snapshot,
+                target,
+            },
+        );
+        Ok(vec![note])
+    }
+
+    /// (d): a hostile object deleted (its finalizer must go, taking nothing of another's).
+    async fn delete_one(&mut self, env: &Env) -> Step {
+        let names: Vec<String> = self.live.keys().cloned().collect();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let name = names[self.rng.random_range(0..names.len())].clone();
+        let Some(hostile) = self.live.remove(&name) else {
+            return Ok(Vec::new());
+        };
+        remove(env, hostile.of, &name).await?;
+        self.deleted.insert(name.clone(), hostile.of);
+        self.stats.deleted += 1;
+        Ok(vec![format!(
+            "tenant: {} {TENANT}/{name} deleted ({:?})",
+            hostile.of.name(),
+            hostile.target
+        )])
+    }
+
+    /// Every object the tenant has, for the final delete.
+    pub async fn delete_all(&mut self, env: &Env) -> Result<(), String> {
+        let live: Vec<(String, Of)> = self
+            .live
+            .iter()
+            .map(|(name, hostile)| (name.clone(), hostile.of))
+            .collect();
+        for (name, of) in live {
+            remove(env, of, &name).await?;
+            self.deleted.insert(name.clone(), of);
+        }
+        self.live.clear();
+        Ok(())
+    }
+
+    /// The tenant's objects still in the API server, described for a stuck-finalizer report.
+    pub async fn remaining(&self, env: &Env) -> Result<Vec<String>, String> {
+        Ok(tenant_objects(env)
+            .await?
+            .into_iter()
+            .map(|(of, name, _, status, meta)| {
+                format!(
+                    "{} {TENANT}/{name}: finalizers {:?}, conditions {:?}",
+                    of.name(),
+                    meta.finalizers,
+                    conditions(&status)
+                )
+            })
+            .collect())
+    }
+
+    /// Checks what must hold at every moment: no tenant object recorded a resource that is
+    /// not its own (team-a's, or a foreign one), and no team-a object's recorded resource was
+    /// replaced by another (it would have been if one was deleted under it).
+    pub async fn sample(&mut self, env: &Env) -> Result<(), String> {
+        self.stats.samples += 1;
+        let state = env.simulator.state();
+        let mut names: BTreeMap<String, String> = BTreeMap::new();
+        for kind in Kind::ALL {
+            for (id, name) in cloud_ids(&state, kind) {
+                if !name.starts_with(&format!("gco-{TENANT}-")) {
+                    self.not_ours.insert(id.clone());
+                }
+                names.insert(id, name);
+            }
+        }
+        for kind in Kind::ALL {
+            for (name, uid, status) in team_a_objects(env, kind).await? {
+                let Some(id) = status.external_id else {
+                    continue;
+                };
+                self.not_ours.insert(id.clone());
+                let (_, first) = self
+                    .team_a_ids
+                    .entry(uid)
+                    .or_insert_with(|| (name.clone(), id.clone()));
+                if *first != id {
+                    return Err(format!(
+                        "tenant: {} {NAMESPACE}/{name} recorded {first}, now {id}: its resource was replaced",
+                        kind_name(kind)
+                    ));
+                }
+            }
+        }
+        for (of, name, _, status, _) in tenant_objects(env).await? {
+            let Some(id) = status.external_id else {
+                continue;
+            };
+            let own = names
+                .get(&id)
+                .is_none_or(|cloud| cloud.starts_with(&format!("gco-{TENANT}-")));
+            if self.not_ours.contains(&id) || !own {
+                return Err(format!(
+                    "tenant: hostile {} {TENANT}/{name} recorded {id} ({:?}), not its own",
+                    of.name(),
+                    names.get(&id)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What keeps the tenant's objects from their end state: every live hostile object
+    /// `Stalled` with a refusal (`AdoptionNotAllowed` for a foreign resource), every deleted
+    /// one gone. Counts the refusals when there is nothing left to wait for.
+    pub async fn problems(&mut self, env: &Env) -> Result<Vec<String>, String> {
+        let objects = tenant_objects(env).await?;
+        let mut problems = Vec::new();
+        let mut refused = 0;
+        for (of, name, _, status, meta) in &objects {
+            let Some(hostile) = self.live.get(name).filter(|h| h.of == *of) else {
+                if self.deleted.contains_key(name) {
+                    problems.push(format!(
+                        "{} {TENANT}/{name}: deleted but still present (finalizers {:?}, conditions {:?})",
+                        of.name(),
+                        meta.finalizers,
+                        conditions(status)
+                    ));
+                }
+                continue;
+            };
+            let stalled = status.condition(condition_type::STALLED);
+            let wanted: &[&str] = match hostile.target {
+                Target::Foreign(_) => &[reason::ADOPTION_NOT_ALLOWED],
+                _ => &[reason::ALREADY_OWNED, reason::ADOPTION_NOT_ALLOWED],
+            };
+            match stalled {
+                Some(c) if c.status == "True" && wanted.contains(&c.reason.as_str()) => {
+                    if c.message.contains(NAMESPACE) {
+                        return Err(format!(
+                            "tenant: {} {TENANT}/{name}'s refusal names the other namespace: {}",
+                            of.name(),
+                            c.message
+                        ));
+                    }
+                    refused += 1;
+                }
+                _ => problems.push(format!(
+                    "{} {TENANT}/{name}: hostile ({:?}) but not refused with {wanted:?}: {}",
+                    of.name(),
+                    hostile.target,
+                    conditions(status).join("; ")
+                )),
+            }
+        }
+        for name in self.live.keys() {
+            if !objects.iter().any(|(_, n, ..)| n == name) {
+                problems.push(format!("{TENANT}/{name}: missing from the API server"));
+            }
+        }
+        if problems.is_empty() {
+            self.stats.refused += refused;
+        }
+        Ok(problems)
+    }
+}
+
+// === Helpers ===
+
+fn conditions(status: &CloudStatus) -> Vec<String> {
+    status
+        .conditions
+        .iter()
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect()
+}
+
+/// `(id, cloud name)` of every resource of `kind` in the account.
+fn cloud_ids(state: &gpucloud_simulator::AccountSnapshot, kind: Kind) -> Vec<(String, String)> {
+    match kind {
+        Kind::Instance => state
+            .instances
+            .iter()
+            .map(|i| (i.instance_id.clone(), i.vm_name.clone()))
+            .collect(),
+        Kind::Volume => state
+            .volumes
+            .iter()
+            .map(|v| (v.id.clone(), v.name.clone()))
+            .collect(),
+        Kind::Firewall => state
+            .firewalls
+            .iter()
+            .map(|f| (f.id.clone(), f.name.clone()))
+            .collect(),
+        Kind::SshKey => state
+            .ssh_keys
+            .iter()
+            .map(|k| (k.id.clone(), k.name.clone()))
+            .collect(),
+    }
+}
+
+async fn list_in<K>(namespace: &str, env: &Env) -> Result<Vec<K>, String>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    Api::<K>::namespaced(env.client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .map_err(|e| format!("tenant: listing {namespace}: {e}"))
+}
+
+/// `(name, uid, status)` of team-a's objects of `kind`.
+async fn team_a_objects(
+    env: &Env,
+    kind: Kind,
+) -> Result<Vec<(String, String, CloudStatus)>, String> {
+    fn rows<K: Managed + Resource>(items: Vec<K>) -> Vec<(String, String, CloudStatus)> {
+        items
+            .into_iter()
+            .map(|o| (o.name_any(), o.uid().unwrap_or_default(), o.cloud_status()))
+            .collect()
+    }
+    Ok(match kind {
+        Kind::SshKey => rows(list_in::<SshKey>(NAMESPACE, env).await?),
+        Kind::Instance => rows(list_in::<GpuInstance>(NAMESPACE, env).await?),
+        Kind::Volume => rows(list_in::<Volume>(NAMESPACE, env).await?),
+        Kind::Firewall => rows(list_in::<Firewall>(NAMESPACE, env).await?),
+    })
+}
+
+type Row = (Of, String, String, CloudStatus, kube::api::ObjectMeta);
+
+/// Every object in the tenant's namespace, of the five kinds it uses.
+async fn tenant_objects(env: &Env) -> Result<Vec<Row>, String> {
+    fn rows<K: Managed + Resource>(of: Of, items: Vec<K>) -> Vec<Row> {
+        items
+            .into_iter()
+            .map(|o| {
+                (
+                    of,
+                    o.name_any(),
+                    o.uid().unwrap_or_default(),
+                    o.cloud_status(),
+                    o.meta().clone(),
+                )
+            })
+            .collect()
+    }
+    let mut all = Vec::new();
+    all.extend(rows(
+        Of::Managed(Kind::SshKey),
+        list_in::<SshKey>(TENANT, env).await?,
+    ));
+    all.extend(rows(
+        Of::Managed(Kind::Instance),
+        list_in::<GpuInstance>(TENANT, env).await?,
+    ));
+    all.extend(rows(
+        Of::Managed(Kind::Volume),
+        list_in::<Volume>(TENANT, env).await?,
+    ));
+    all.extend(rows(
+        Of::Managed(Kind::Firewall),
+        list_in::<Firewall>(TENANT, env).await?,
+    ));
+    all.extend(rows(Of::Snapshot, list_in::<Snapshot>(TENANT, env).await?));
+    Ok(all)
+}
+
+async fn post(env: &Env, of: Of, object: &Value) -> Result<(), String> {
+    async fn create<K>(env: &Env, object: &Value) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let object: K = serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+        Api::<K>::namespaced(env.client.clone(), TENANT)
+            .create(&PostParams::default(), &object)
+            .await
+            .map(|_| ())
+    }
+    let result = match of {
+        Of::Managed(Kind::SshKey) => create::<SshKey>(env, object).await,
+        Of::Managed(Kind::Instance) => create::<GpuInstance>(env, object).await,
+        Of::Managed(Kind::Volume) => create::<Volume>(env, object).await,
+        Of::Managed(Kind::Firewall) => create::<Firewall>(env, object).await,
+        Of::Snapshot => create::<Snapshot>(env, object).await,
+    };
+    result.map_err(|e| format!("tenant: create {object}: {e}"))
+}
+
+async fn remove(env: &Env, of: Of, name: &str) -> Result<(), String> {
+    async fn delete<K>(env: &Env, name: &str) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let api = Api::<K>::namespaced(env.client.clone(), TENANT);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+    let result = match of {
+        Of::Managed(Kind::SshKey) => delete::<SshKey>(env, name).await,
+        Of::Managed(Kind::Instance) => delete::<GpuInstance>(env, name).await,
+        Of::Managed(Kind::Volume) => delete::<Volume>(env, name).await,
+        Of::Managed(Kind::Firewall) => delete::<Firewall>(env, name).await,
+        Of::Snapshot => delete::<Snapshot>(env, name).await,
+    };
+    result.map_err(|e| format!("tenant: delete {TENANT}/{name}: {e}"))
+}
+
+async fn merge_patch<K>(env: &Env, name: &str, patch: &Value) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    Api::<K>::namespaced(env.client.clone(), TENANT)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+}
