@@ -14,6 +14,8 @@
 
 pub mod apply;
 mod gofmt;
+#[cfg(test)]
+mod growth;
 mod json;
 pub mod patch;
 pub mod schema;
