@@ -18,6 +18,8 @@ pub mod condition_type {
     pub const READY: &str = "Ready";
     pub const RECONCILING: &str = "Reconciling";
     pub const STALLED: &str = "Stalled";
+    /// Present (`True`) while the object carries `gpucloud.io/paused: "true"`.
+    pub const PAUSED: &str = "Paused";
 }
 
 /// What happens to the cloud resource when the Kubernetes object is deleted.

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("!has(self.source) || (!has(self.gpuType) && !has(self.gpuCount))").message("gpuType and gpuCount are inherited from the snapshot when source is set; leave them out"),
     validation = Rule::new("has(self.source) || has(self.gpuType)").message("gpuType is required unless the instance is restored from a snapshot"),
     validation = Rule::new("!has(self.securityRules) || size(self.securityRules) == 0 || self.tier == 'Legacy'").message("securityRules are supported on the Legacy tier only").field_path(".securityRules"),
+    validation = Rule::new("self.powerState != 'Hibernated' || self.tier == 'Legacy'").message("powerState Hibernated needs tier Legacy: the cloud wakes a hibernated machine on the Legacy tier only, so on Advanced it could never run again (and keeps billing); use Stopped").field_path(".powerState"),
     validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"),
     validation = Rule::new("self.tier == oldSelf.tier").message("tier is immutable").field_path(".tier"),
     validation = Rule::new("has(self.gpuType) == has(oldSelf.gpuType) && (!has(self.gpuType) || self.gpuType == oldSelf.gpuType)").message("gpuType is immutable").field_path(".gpuType"),
@@ -40,6 +41,8 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("has(self.imageRef) == has(oldSelf.imageRef) && (!has(self.imageRef) || self.imageRef == oldSelf.imageRef)").message("imageRef is immutable").field_path(".imageRef"),
     validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("source is immutable").field_path(".source"),
     validation = Rule::new("has(self.connectionSecret) == has(oldSelf.connectionSecret) && (!has(self.connectionSecret) || self.connectionSecret == oldSelf.connectionSecret)").message("connectionSecret is immutable: delete and recreate the GpuInstance to write the connection details to another Secret").field_path(".connectionSecret"),
+    validation = Rule::new("has(self.sshKeyRefs) == has(oldSelf.sshKeyRefs) && (!has(self.sshKeyRefs) || self.sshKeyRefs == oldSelf.sshKeyRefs)").message("sshKeyRefs is immutable: the cloud installs SSH keys only when it creates a machine; delete and recreate the GpuInstance to change them").field_path(".sshKeyRefs"),
+    validation = Rule::new("has(self.startupScript) == has(oldSelf.startupScript) && (!has(self.startupScript) || self.startupScript == oldSelf.startupScript)").message("startupScript is immutable: the cloud runs it at first boot only; delete and recreate the GpuInstance to change it").field_path(".startupScript"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
 )]
 pub struct GpuInstanceSpec {
@@ -79,12 +82,13 @@ pub struct GpuInstanceSpec {
     #[serde(default)]
     pub tier: Tier,
 
-    /// `SshKey` objects in this namespace whose keys are installed on the machine.
+    /// `SshKey` objects in this namespace whose keys are installed on the machine when it is
+    /// created. Immutable: the cloud cannot change a machine's keys later.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub ssh_key_refs: Vec<LocalRef>,
 
-    /// Script run at first boot.
+    /// Script run at first boot. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_script: Option<StartupScript>,
 
@@ -97,9 +101,10 @@ pub struct GpuInstanceSpec {
     #[schemars(length(max = 64))]
     pub security_rules: Vec<SecurityRule>,
 
-    /// Wanted power state: `Running`, `Stopped` or `Hibernated`. The operator starts, stops,
-    /// hibernates or restores the machine to match, and starts it again if it is stopped
-    /// outside the operator.
+    /// Wanted power state: `Running`, `Stopped` or `Hibernated` (Legacy tier only: the cloud
+    /// wakes hibernated machines on that tier alone). The operator starts, stops, hibernates or
+    /// restores the machine to match, and starts it again if it is stopped outside the
+    /// operator.
     #[serde(default)]
     pub power_state: PowerState,
 
@@ -131,14 +136,20 @@ pub struct InstanceSource {
     pub snapshot_ref: LocalRef,
 }
 
-/// Startup script given inline or read from a ConfigMap.
+/// The largest startup script the operator sends: the cloud refuses request bodies over 64 KiB
+/// (`413`), and the rest of a create request fits in the remaining 4 KiB.
+pub const MAX_STARTUP_SCRIPT_BYTES: usize = 61_440;
+
+/// Startup script given inline or read from a ConfigMap. Read once, when the machine is
+/// created: the cloud runs it at first boot and has no way to change it later.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.inline) != has(self.configMapRef)").message("set exactly one of inline and configMapRef"))]
 pub struct StartupScript {
-    /// The script's text.
+    /// The script's text, at most 61,440 characters (the cloud refuses a create request over
+    /// 64 KiB; a script read from a ConfigMap is held to 61,440 bytes before the create).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 65536))]
+    #[schemars(length(max = MAX_STARTUP_SCRIPT_BYTES))]
     pub inline: Option<String>,
     /// A ConfigMap key in this namespace holding the script.
     #[serde(default, skip_serializing_if = "Option::is_none")]

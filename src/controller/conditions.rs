@@ -3,9 +3,11 @@
 //! health checks read it correctly.
 //!
 //! kstatus treats `Reconciling` and `Stalled` as "abnormal-true": present only while true.
-//! `Ready` is always present once the operator has looked at the object.
+//! `Ready` is always present once the operator has looked at the object. `Paused` is present
+//! while the object is paused, and says how to resume; kstatus ignores it.
 
-use gpucloud_api::condition_type::{READY, RECONCILING, STALLED};
+use gpucloud_api::PAUSED_ANNOTATION;
+use gpucloud_api::condition_type::{PAUSED, READY, RECONCILING, STALLED};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -20,6 +22,7 @@ pub mod reason {
     pub const WAITING_FOR_CLOUD_LIST: &str = "WaitingForCloudList";
     pub const WAITING_FOR_REFERENCE: &str = "WaitingForReference";
     pub const WAITING_FOR_INSTANCE: &str = "WaitingForInstance";
+    pub const REFERENCE_CYCLE: &str = "ReferenceCycle";
     pub const PAUSED: &str = "Paused";
     pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
     pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
@@ -111,6 +114,24 @@ pub fn apply(
         Some(status) => set(conditions, STALLED, status, outcome, generation, now),
         None => conditions.retain(|c| c.type_ != STALLED),
     }
+    // An outcome is what a reconcile found, so the object is not paused (any more).
+    conditions.retain(|c| c.type_ != PAUSED);
+    *conditions != before
+}
+
+/// Adds the `Paused` condition of a paused object, leaving the others as the last reconcile
+/// wrote them: the operator does not look at the cloud while paused, so it has nothing new to
+/// say about readiness. Returns whether anything changed.
+pub fn pause(conditions: &mut Vec<Condition>, generation: Option<i64>, now: Timestamp) -> bool {
+    let before = conditions.clone();
+    let outcome = Outcome::stalled(
+        reason::PAUSED,
+        format!(
+            "the operator leaves this object and its cloud resource alone while it carries \
+             {PAUSED_ANNOTATION}: \"true\"; remove the annotation to resume"
+        ),
+    );
+    set(conditions, PAUSED, "True", &outcome, generation, now);
     *conditions != before
 }
 
@@ -246,6 +267,37 @@ mod tests {
             find(&conditions, READY).unwrap().last_transition_time,
             Time(at(5))
         );
+    }
+
+    #[test]
+    fn a_paused_object_says_so_and_the_next_outcome_clears_it() {
+        let mut conditions = Vec::new();
+        apply(
+            &mut conditions,
+            &Outcome::ready("Available", "up"),
+            Some(1),
+            at(1),
+        );
+        assert!(pause(&mut conditions, Some(1), at(2)));
+        let paused = find(&conditions, PAUSED).unwrap();
+        assert_eq!(
+            (paused.status.as_str(), paused.reason.as_str()),
+            ("True", "Paused")
+        );
+        assert!(paused.message.contains("remove the annotation"));
+        // Readiness is left as the last reconcile found it.
+        assert_eq!(find(&conditions, READY).unwrap().status, "True");
+        assert!(
+            !pause(&mut conditions, Some(1), at(3)),
+            "nothing new to write"
+        );
+        apply(
+            &mut conditions,
+            &Outcome::ready("Available", "up"),
+            Some(1),
+            at(4),
+        );
+        assert!(find(&conditions, PAUSED).is_none());
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub enum Error {
         message: String,
     },
 
+    /// The object's create waits, through its references, for its own create.
+    #[error("{0}")]
+    ReferenceCycle(String),
+
     /// A referenced object does not exist yet or is not ready.
     #[error("waiting for {kind} {name:?}: {detail}")]
     WaitingFor {
@@ -132,6 +136,7 @@ impl Error {
             Error::CredentialsMissing(_)
             | Error::CredentialsInvalid(_)
             | Error::InvalidSpec(_)
+            | Error::ReferenceCycle(_)
             | Error::AdoptionRefused { .. }
             | Error::InsufficientCredit { .. }
             | Error::PriceAboveLimit { .. }
@@ -184,6 +189,7 @@ impl Error {
             Error::CredentialsInvalid(_) => reason::CREDENTIALS_INVALID,
             Error::InvalidSpec(_) | Error::Serialization(_) => reason::INVALID_SPEC,
             Error::WaitingFor { .. } => reason::WAITING_FOR_REFERENCE,
+            Error::ReferenceCycle(_) => reason::REFERENCE_CYCLE,
             Error::InProgress { reason, .. } | Error::AdoptionRefused { reason, .. } => reason,
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
@@ -264,6 +270,7 @@ impl Error {
             Error::CredentialsMissing(_) => "credentials_missing",
             Error::CredentialsInvalid(_) => "credentials_invalid",
             Error::InvalidSpec(_) => "invalid_spec",
+            Error::ReferenceCycle(_) => "reference_cycle",
             Error::AdoptionRefused { .. } => "adoption_refused",
             Error::WaitingFor { .. } | Error::InProgress { .. } => "waiting",
             Error::InsufficientCredit { .. } => "insufficient_credit",

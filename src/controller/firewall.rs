@@ -1,6 +1,7 @@
 //! `Firewall`: keeps the cloud firewall's rules and attachments equal to the spec, as a diff:
-//! what is missing is added, what is extra is removed, the rest is left alone. A rule changed
-//! in the cloud by hand is extra (removed) and its spec version missing (added back).
+//! what is missing is added first, what is extra is removed after, the rest is left alone. A
+//! rule changed in the cloud by hand is extra (removed) and its spec version missing (added
+//! back).
 //!
 //! Attachments are the machines named by `instanceRefs` plus every GpuInstance of the namespace
 //! whose labels match `instanceSelector`, in the firewall's region, once they have a cloud id.
@@ -77,21 +78,24 @@ impl ManagedKind for Firewall {
         let id = record.id.as_str();
         let client = &account.client;
         let (missing, extra) = rule_diff(&self.spec.rules, &record.rules);
-        if let Some(rule) = extra.first() {
-            client.remove_firewall_rule(id, &rule.id).await?;
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("removing rule {} from {id}", rule.id),
-            ));
-        }
+        // The whole new rule set is checked before the first call, and rules are added before
+        // any is removed: a change refused half-way never leaves the firewall with fewer rules
+        // than both the old and the new set.
         if !missing.is_empty() {
-            check_protocols(account, &missing).await?;
+            check_protocols(account, &self.spec.rules.iter().collect::<Vec<_>>()).await?;
             for rule in &missing {
                 client.add_firewall_rule(id, &to_cloud_rule(rule)).await?;
             }
             return Ok(Outcome::progressing(
                 reason::UPDATING,
                 format!("adding {} rules to {id}", missing.len()),
+            ));
+        }
+        if let Some(rule) = extra.first() {
+            client.remove_firewall_rule(id, &rule.id).await?;
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("removing rule {} from {id}", rule.id),
             ));
         }
 

@@ -10,8 +10,8 @@ use crate::records::Instances;
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::{
-    CloudStatus, GpuInstance, GpuInstanceStatus, Image, Managed, PowerState,
-    RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
+    CloudStatus, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES, Managed,
+    PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
 };
 use gpucloud_cloud::model::{
     CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
@@ -90,6 +90,17 @@ impl ManagedKind for GpuInstance {
     ) -> Result<InstancePlan, Error> {
         let namespace = self.namespace().unwrap_or_default();
         let spec = &self.spec;
+        // Refused before a machine is billed, not after: the Secret is written once it runs.
+        if let Some(name) = &spec.connection_secret {
+            let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
+            if let Some(meta) = secrets.get_metadata_opt(name).await?
+                && !self
+                    .uid()
+                    .is_some_and(|uid| controlled_by(&meta.metadata, &uid))
+            {
+                return Err(foreign_connection_secret(&namespace, name));
+            }
+        }
         if let Some(source) = &spec.source {
             let snapshot_name = &source.snapshot_ref.name;
             let snapshot_id = restorable_snapshot(cx, &namespace, snapshot_name).await?;
@@ -291,19 +302,21 @@ impl ManagedKind for GpuInstance {
             ));
         }
 
+        // Added before removed, as for firewalls: a change never leaves the machine with fewer
+        // rules than both the old and the new set.
         let (missing, extra) = rule_diff(&self.spec.security_rules, &record.security_rules);
-        if let Some(rule) = extra.first() {
-            client.remove_security_rule(id, &rule.id).await?;
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("removing security rule {} from {id}", rule.id),
-            ));
-        }
         if let Some(rule) = missing.first() {
             client.add_security_rule(id, &to_cloud_rule(rule)).await?;
             return Ok(Outcome::progressing(
                 reason::UPDATING,
                 format!("adding a security rule to {id}"),
+            ));
+        }
+        if let Some(rule) = extra.first() {
+            client.remove_security_rule(id, &rule.id).await?;
+            return Ok(Outcome::progressing(
+                reason::UPDATING,
+                format!("removing security rule {} from {id}", rule.id),
             ));
         }
 
@@ -436,11 +449,7 @@ async fn write_connection_secret(
     let current = match read_if(&secrets, name, |meta| controlled_by(meta, &owner.uid)).await? {
         Read::Admitted(existing) => Some(existing),
         Read::Missing => None,
-        Read::Refused => {
-            return Err(Error::InvalidSpec(format!(
-                "Secret {namespace}/{name} exists and was not created by this GpuInstance; recreate the GpuInstance with another spec.connectionSecret"
-            )));
-        }
+        Read::Refused => return Err(foreign_connection_secret(&namespace, name)),
     };
     if let Some(existing) = &current {
         let same = existing.data.as_ref().is_some_and(|d| {
@@ -545,6 +554,13 @@ async fn restorable_snapshot(
     }
 }
 
+/// The refusal of a `spec.connectionSecret` naming a Secret this GpuInstance did not create.
+fn foreign_connection_secret(namespace: &str, name: &str) -> Error {
+    Error::InvalidSpec(format!(
+        "spec.connectionSecret: Secret {namespace}/{name} exists and was not created by this GpuInstance; recreate the GpuInstance with another spec.connectionSecret"
+    ))
+}
+
 async fn config_map_value(
     cx: &Context<GpuInstance>,
     namespace: &str,
@@ -585,6 +601,14 @@ pub(crate) fn create_request(
     ssh_key_ids: Vec<String>,
     startup_script: Option<String>,
 ) -> Result<CreateInstanceRequest, Error> {
+    if let Some(script) = &startup_script
+        && script.len() > MAX_STARTUP_SCRIPT_BYTES
+    {
+        return Err(Error::InvalidSpec(format!(
+            "spec.startupScript is {} bytes; the cloud accepts at most {MAX_STARTUP_SCRIPT_BYTES}",
+            script.len()
+        )));
+    }
     Ok(CreateInstanceRequest {
         name: String::new(),
         region: spec.region.clone(),

@@ -10,6 +10,7 @@ use crate::events::{Event, EventType};
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
 use crate::observer::{CloudRecord, Lister, Snapshot};
+use crate::references;
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
     PAUSED_ANNOTATION, PendingCreate,
@@ -101,11 +102,12 @@ async fn reconcile_flow<K: ManagedKind>(
     object: Arc<K>,
     cx: &Arc<Context<K>>,
 ) -> Result<Action, Error> {
-    if paused(&*object) {
-        return Ok(await_change());
-    }
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(cx.client.clone(), &namespace);
+    if paused(&*object) {
+        show_paused(&api, &object).await;
+        return Ok(await_change());
+    }
     let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(object) => apply(&api, object, cx).await,
@@ -127,6 +129,55 @@ pub fn paused<K: Resource>(object: &K) -> bool {
         .annotations()
         .get(PAUSED_ANNOTATION)
         .is_some_and(|v| v == "true")
+}
+
+/// The refusal of an object whose create waits, link by link, for its own (clones of each
+/// other, a machine restored from a snapshot of itself): waiting would never end.
+async fn reference_cycle<K: ManagedKind>(
+    cx: &Context<K>,
+    object: &K,
+) -> Result<Option<Error>, Error> {
+    let namespace = namespace(object);
+    let Some(kind) = references::CHAINED_KINDS
+        .into_iter()
+        .find(|kind| *kind == K::kind(&()))
+    else {
+        return Ok(None);
+    };
+    let start = references::Link {
+        kind,
+        name: object.name_any(),
+    };
+    let cycle = references::cycle_through(start, |link| {
+        references::waits_for(&cx.client, &namespace, link)
+    })
+    .await?;
+    Ok(cycle.map(|chain| {
+        let chain: Vec<String> = chain.iter().map(ToString::to_string).collect();
+        Error::ReferenceCycle(format!(
+            "the references form a cycle ({}): none of these can be created before the others; change the source of one of them",
+            chain.join(" -> ")
+        ))
+    }))
+}
+
+/// Best effort: a paused object says so in its `Paused` condition (the next reconcile after
+/// the annotation is removed clears it). A failed write is shown by the next change.
+async fn show_paused<K: ManagedKind>(api: &Api<K>, object: &K) {
+    let mut status = object.cloud_status();
+    if conditions::pause(
+        &mut status.conditions,
+        object.meta().generation,
+        Timestamp::now(),
+    ) {
+        let updated = object.with_status(status, None);
+        if let Err(error) = api
+            .replace_status(&object.name_any(), &PostParams::default(), &updated)
+            .await
+        {
+            tracing::debug!(%error, "the Paused condition was not written");
+        }
+    }
 }
 
 /// Entry point for kube-runtime's `error_policy`.
@@ -387,7 +438,12 @@ async fn create_step<K: ManagedKind>(
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
             account.check_budget(cx.settings.budget_floor).await?;
-            let plan = object.plan_create(cx, account).await?;
+            let plan = match object.plan_create(cx, account).await {
+                Err(error) if error.is_waiting_for_reference() => {
+                    return Err(reference_cycle(cx, &*object).await?.unwrap_or(error));
+                }
+                plan => plan?,
+            };
             // The intent is written with the object's resourceVersion: a stale cache or a
             // second replica loses here, before any cloud call.
             let intent = CloudStatus {

@@ -5,8 +5,9 @@
 //! referenced kind when that object appears or changes.
 
 use crate::error::Error;
-use gpucloud_api::{GpuInstance, Managed};
+use gpucloud_api::{GpuInstance, Image, Managed, Snapshot, Volume};
 use kube::{Api, Resource};
+use std::future::Future;
 
 /// The cloud id recorded by a referenced object, once it is `Ready`.
 pub async fn ready_id<R>(
@@ -78,4 +79,202 @@ pub fn machine_vanished(instance: &GpuInstance) -> bool {
         .cloud_status()
         .condition(gpucloud_api::condition_type::READY)
         .is_some_and(|c| c.reason == crate::conditions::reason::EXTERNAL_DELETED)
+}
+
+/// An object of a namespace, as a link in a chain of creates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    pub kind: &'static str,
+    pub name: String,
+}
+
+impl std::fmt::Display for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.name)
+    }
+}
+
+/// The kinds whose create can wait for another object's create.
+pub const CHAINED_KINDS: [&str; 4] = ["Volume", "GpuInstance", "Image", "Snapshot"];
+
+/// Longest chain of creates followed before giving up (a chain that long is a reference
+/// graph nobody writes by hand; it is left waiting, not called a cycle).
+const MAX_CHAIN: usize = 64;
+
+/// The chain of creates from `start` back to `start`, if the object `start` waits for (its
+/// clone, restore or image source, through `waits_for`) waits, link by link, for `start`
+/// itself: none of them can ever be created. `None` when the chain ends, or loops without
+/// passing through `start` (the objects on that loop report it themselves).
+pub async fn cycle_through<F, Fut>(
+    start: Link,
+    mut waits_for: F,
+) -> Result<Option<Vec<Link>>, Error>
+where
+    F: FnMut(Link) -> Fut,
+    Fut: Future<Output = Result<Option<Link>, Error>>,
+{
+    let mut chain = vec![start.clone()];
+    while chain.len() <= MAX_CHAIN {
+        let last = chain[chain.len() - 1].clone();
+        let Some(next) = waits_for(last).await? else {
+            return Ok(None);
+        };
+        if next == start {
+            chain.push(next);
+            return Ok(Some(chain));
+        }
+        if chain.contains(&next) {
+            return Ok(None);
+        }
+        chain.push(next);
+    }
+    Ok(None)
+}
+
+/// The object `link` waits for before its cloud resource can be created: a Volume its clone
+/// source, a GpuInstance its restore snapshot or image, an Image its snapshot, a Snapshot its
+/// machine. `None` once it has a cloud resource (nothing to wait for), or when it does not
+/// exist or names nothing.
+pub async fn waits_for(
+    client: &kube::Client,
+    namespace: &str,
+    link: Link,
+) -> Result<Option<Link>, Error> {
+    fn uncreated<K: Managed>(object: Option<K>) -> Option<K> {
+        object.filter(|o| o.cloud_status().external_id.is_none())
+    }
+    let next = |kind: &'static str, name: &str| Link {
+        kind,
+        name: name.to_string(),
+    };
+    Ok(match link.kind {
+        "Volume" => {
+            let api: Api<Volume> = Api::namespaced(client.clone(), namespace);
+            uncreated(api.get_opt(&link.name).await?)
+                .and_then(|v| v.spec.source.map(|s| next("Volume", &s.volume_ref.name)))
+        }
+        "GpuInstance" => {
+            let api: Api<GpuInstance> = Api::namespaced(client.clone(), namespace);
+            uncreated(api.get_opt(&link.name).await?).and_then(|i| {
+                match (i.spec.source, i.spec.image_ref) {
+                    (Some(source), _) => Some(next("Snapshot", &source.snapshot_ref.name)),
+                    (None, Some(image)) => Some(next("Image", &image.name)),
+                    (None, None) => None,
+                }
+            })
+        }
+        "Image" => {
+            let api: Api<Image> = Api::namespaced(client.clone(), namespace);
+            uncreated(api.get_opt(&link.name).await?)
+                .map(|i| next("Snapshot", &i.spec.snapshot_ref.name))
+        }
+        "Snapshot" => {
+            let api: Api<Snapshot> = Api::namespaced(client.clone(), namespace);
+            uncreated(api.get_opt(&link.name).await?)
+                .and_then(|s| s.spec.instance_ref.map(|r| next("GpuInstance", &r.name)))
+        }
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// An edge of a reference graph: (kind, name) waits for (kind, name).
+    type Edge<'a> = ((&'static str, &'a str), (&'static str, &'a str));
+
+    fn link(kind: &'static str, name: &str) -> Link {
+        Link {
+            kind,
+            name: name.to_string(),
+        }
+    }
+
+    async fn cycle(edges: &[Edge<'_>], start: (&'static str, &str)) -> Option<Vec<String>> {
+        let edges: BTreeMap<(&str, String), Link> = edges
+            .iter()
+            .map(|((k, n), (to_k, to_n))| ((*k, n.to_string()), link(to_k, to_n)))
+            .collect();
+        cycle_through(link(start.0, start.1), |l| {
+            let next = edges.get(&(l.kind, l.name.clone())).cloned();
+            async move { Ok(next) }
+        })
+        .await
+        .unwrap()
+        .map(|chain| chain.iter().map(ToString::to_string).collect())
+    }
+
+    #[tokio::test]
+    async fn chains_of_creates_that_come_back_are_cycles() {
+        // Two volumes cloning each other.
+        let clones = [
+            (("Volume", "a"), ("Volume", "b")),
+            (("Volume", "b"), ("Volume", "a")),
+        ];
+        assert_eq!(
+            cycle(&clones, ("Volume", "a")).await,
+            Some(vec![
+                "Volume a".into(),
+                "Volume b".into(),
+                "Volume a".into()
+            ])
+        );
+        // A machine restored from a snapshot of itself.
+        let restore = [
+            (("GpuInstance", "vm"), ("Snapshot", "s")),
+            (("Snapshot", "s"), ("GpuInstance", "vm")),
+        ];
+        assert_eq!(
+            cycle(&restore, ("Snapshot", "s")).await.map(|c| c.len()),
+            Some(3)
+        );
+        // Booting from an image of a snapshot of itself.
+        let image = [
+            (("GpuInstance", "vm"), ("Image", "i")),
+            (("Image", "i"), ("Snapshot", "s")),
+            (("Snapshot", "s"), ("GpuInstance", "vm")),
+        ];
+        assert_eq!(
+            cycle(&image, ("GpuInstance", "vm")).await.map(|c| c.len()),
+            Some(4)
+        );
+        // A volume cloning itself.
+        assert!(
+            cycle(&[(("Volume", "a"), ("Volume", "a"))], ("Volume", "a"))
+                .await
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn chains_that_end_or_loop_elsewhere_are_not() {
+        let chain = [
+            (("Volume", "a"), ("Volume", "b")),
+            (("Volume", "b"), ("Volume", "c")),
+        ];
+        assert_eq!(cycle(&chain, ("Volume", "a")).await, None);
+        // a waits on a loop between b and c: b and c report it, a waits.
+        let elsewhere = [
+            (("Volume", "a"), ("Volume", "b")),
+            (("Volume", "b"), ("Volume", "c")),
+            (("Volume", "c"), ("Volume", "b")),
+        ];
+        assert_eq!(cycle(&elsewhere, ("Volume", "a")).await, None);
+        assert!(cycle(&elsewhere, ("Volume", "b")).await.is_some());
+        // Same names, other kinds: no cycle.
+        let kinds = [(("Volume", "x"), ("Snapshot", "x"))];
+        assert_eq!(cycle(&kinds, ("Volume", "x")).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_very_long_chain_is_left_waiting() {
+        let names: Vec<String> = (0..200).map(|i| format!("v{i}")).collect();
+        let edges: Vec<_> = names
+            .windows(2)
+            .map(|w| (("Volume", w[0].as_str()), ("Volume", w[1].as_str())))
+            .collect();
+        assert_eq!(cycle(&edges, ("Volume", "v0")).await, None);
+    }
 }

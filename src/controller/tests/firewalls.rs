@@ -312,3 +312,51 @@ async fn firewall_waits_for_its_instances_and_is_orphaned_and_adopted() {
     assert!(env.simulator.state().firewalls.is_empty());
     env.stop_operator().await;
 }
+
+/// A rules change with one rule the cloud does not support is refused before any call: the
+/// rules in place stay (today's set is never emptied for a set that cannot be applied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_with_an_unsupported_rule_leaves_the_rules_in_place() {
+    let env = Env::start().await;
+    let three = [
+        rule("10.0.0.0/8", 22),
+        rule("10.0.0.0/8", 80),
+        rule("10.0.0.0/8", 443),
+    ];
+    create::<Firewall>(
+        &env,
+        &object(
+            "edge",
+            serde_json::json!({"region": "us-east-1", "rules": three}),
+        ),
+    )
+    .await;
+    ready::<Firewall>(&env, "edge").await;
+    let before = rules(&env);
+    assert_eq!(before.len(), 3);
+
+    let mut gre = rule("192.168.0.0/16", 0);
+    gre["protocol"] = "gre".into();
+    gre.as_object_mut().unwrap().remove("portRangeMin");
+    gre.as_object_mut().unwrap().remove("portRangeMax");
+    patch_spec(
+        &env,
+        serde_json::json!({"rules": [rule("10.0.0.0/8", 8443), gre]}),
+    )
+    .await
+    .unwrap();
+    let refused: Firewall = condition(&env, "edge", "Stalled", "True", "InvalidSpec").await;
+    let ready_condition = refused
+        .cloud_status()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert!(
+        ready_condition.message.contains("gre"),
+        "{ready_condition:?}"
+    );
+    assert_eq!(rules(&env), before, "the rules in place were changed");
+    assert_eq!(env.calls("RemoveFirewallRule"), 0);
+    assert_eq!(env.calls("AddFirewallRule"), 0);
+}

@@ -260,6 +260,20 @@ async fn paused_objects_are_left_alone_until_unpaused() {
     api.patch("p", &PatchParams::default(), &Patch::Merge(patch))
         .await
         .unwrap();
+    // Paused says so, and how to resume; Ready is still the last reconcile's (generation 1),
+    // not a claim about the stop that has not happened.
+    let paused = condition(&env, "p", "Paused", "True", "Paused").await;
+    let status = paused.cloud_status();
+    assert!(
+        status
+            .condition("Paused")
+            .unwrap()
+            .message
+            .contains("remove the annotation"),
+        "{status:?}"
+    );
+    let ready = status.condition("Ready").unwrap();
+    assert_eq!(ready.observed_generation, Some(1), "{ready:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         env.calls("StopInstance"),
@@ -272,6 +286,11 @@ async fn paused_objects_are_left_alone_until_unpaused() {
         .unwrap();
     eventually(30, "stopped after unpause", || async {
         (env.simulator.state().instances[0].status.as_str() == "SHUTOFF").then_some(())
+    })
+    .await;
+    eventually(30, "Paused gone once resumed and Ready again", || async {
+        let status = api.get("p").await.ok()?.cloud_status();
+        (status.condition("Paused").is_none() && status.is_ready(Some(2))).then_some(())
     })
     .await;
 }

@@ -170,6 +170,8 @@ async fn secrets_the_operator_did_not_create_are_never_overwritten() {
         assert!(!message.contains(FOREIGN_MARK));
     }
     assert_eq!(env.calls("CreateSshKey"), 0, "a key was imported");
+    // Refused before a machine was billed, not once it runs.
+    assert_eq!(env.calls("CreateInstance"), 0, "a machine was created");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let secrets = env.api::<Secret>();
     for before in [key_secret, conn_secret] {

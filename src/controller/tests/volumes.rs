@@ -309,3 +309,84 @@ async fn orphaned_volume_stays_and_is_adopted_by_a_new_object() {
     assert!(data_volumes(&env).is_empty());
     env.stop_operator().await;
 }
+
+/// Two volumes cloning each other (and a machine restored from a snapshot of itself) can never
+/// be created: each says so, `Stalled` with reason `ReferenceCycle` naming the chain, instead
+/// of waiting for ever, and nothing is called in the cloud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_that_wait_for_each_other_stall_as_a_cycle() {
+    let env = Env::start().await;
+    create(
+        &env,
+        &volume(
+            "a",
+            serde_json::json!({"source": {"volumeRef": {"name": "b"}}}),
+        ),
+    )
+    .await;
+    create(
+        &env,
+        &volume(
+            "b",
+            serde_json::json!({"source": {"volumeRef": {"name": "a"}}}),
+        ),
+    )
+    .await;
+    create::<GpuInstance>(
+        &env,
+        &object(
+            "vm",
+            serde_json::json!({"region": "us-east-1", "source": {"snapshotRef": {"name": "s"}}}),
+        ),
+    )
+    .await;
+    create::<Snapshot>(
+        &env,
+        &object("s", serde_json::json!({"instanceRef": {"name": "vm"}})),
+    )
+    .await;
+    for name in ["a", "b"] {
+        let stalled: Volume = condition(&env, name, "Stalled", "True", "ReferenceCycle").await;
+        let message = stalled
+            .cloud_status()
+            .condition("Stalled")
+            .unwrap()
+            .message
+            .clone();
+        assert!(
+            message.contains("Volume a -> Volume b") || message.contains("Volume b -> Volume a"),
+            "{message}"
+        );
+    }
+    let vm: GpuInstance = condition(&env, "vm", "Stalled", "True", "ReferenceCycle").await;
+    let message = vm
+        .cloud_status()
+        .condition("Stalled")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains("GpuInstance vm -> Snapshot s -> GpuInstance vm"),
+        "{message}"
+    );
+    for operation in [
+        "CreateVolume",
+        "CloneVolume",
+        "CreateInstance",
+        "RestoreSnapshot",
+        "CreateSnapshot",
+    ] {
+        assert_eq!(env.calls(operation), 0, "{operation} was called");
+    }
+
+    // Breaking the cycle lets both go on: b becomes a plain volume (recreated, since the source
+    // is immutable), and a clones it.
+    env.api::<Volume>()
+        .delete("b", &Default::default())
+        .await
+        .unwrap();
+    gone::<Volume>(&env, "b").await;
+    create(&env, &volume("b", serde_json::json!({}))).await;
+    ready::<Volume>(&env, "b").await;
+    ready::<Volume>(&env, "a").await;
+}
