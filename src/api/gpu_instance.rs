@@ -108,7 +108,9 @@ pub struct GpuInstanceSpec {
     #[serde(default)]
     pub power_state: PowerState,
 
-    /// Refuse to create the machine when its hourly rate would exceed this.
+    /// Refuse to create the machine when its hourly rate would exceed this. Lowered below the
+    /// rate of a running machine, it is reported (`PriceAboveLimit`), not enforced: the machine
+    /// is stopped only when `powerState` says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0001))]
     pub max_hourly_rate: Option<f64>,

@@ -324,6 +324,12 @@ impl ManagedKind for GpuInstance {
             write_connection_secret(self, cx, secret, record).await?;
         }
 
+        // A limit lowered below what the running machine costs is reported, not enforced: a
+        // machine is stopped only when its spec says so.
+        if let Some(outcome) = above_price_limit(self.spec.max_hourly_rate, record) {
+            return Ok(outcome);
+        }
+
         let address = record.ip_address.as_deref().unwrap_or("no public IP");
         Ok(Outcome::ready(
             reason::AVAILABLE,
@@ -552,6 +558,21 @@ async fn restorable_snapshot(
         }
         other => other,
     }
+}
+
+/// `PriceAboveLimit` for a running machine that costs more per hour than `limit`.
+fn above_price_limit(limit: Option<f64>, record: &Instance) -> Option<Outcome> {
+    let limit = limit?;
+    let rate = record.billing.hourly_rate;
+    (record.status == InstanceStatus::Active && rate > limit).then(|| {
+        Outcome::stalled(
+            reason::PRICE_ABOVE_LIMIT,
+            format!(
+                "{} costs {rate:.4} {} per hour, above spec.maxHourlyRate {limit:.4}; it keeps running: raise the limit, or stop or delete the machine",
+                record.instance_id, record.billing.currency
+            ),
+        )
+    })
 }
 
 /// The refusal of a `spec.connectionSecret` naming a Secret this GpuInstance did not create.

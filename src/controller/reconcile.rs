@@ -539,17 +539,15 @@ async fn converge<K: ManagedKind>(
         )
         .await;
     }
-    if changed_condition(&object.cloud_status(), &outcome)
-        && matches!(outcome, Outcome::Ready { .. })
-    {
-        publish(
-            cx,
-            object,
-            EventType::Normal,
-            outcome.reason(),
-            outcome.message(),
-        )
-        .await;
+    if changed_condition(&object.cloud_status(), &outcome) {
+        let event_type = match outcome {
+            Outcome::Ready { .. } => Some(EventType::Normal),
+            Outcome::Stalled { .. } => Some(EventType::Warning),
+            Outcome::Progressing { .. } => None,
+        };
+        if let Some(event_type) = event_type {
+            publish(cx, object, event_type, outcome.reason(), outcome.message()).await;
+        }
     }
     write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
     match outcome {

@@ -294,4 +294,53 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
     ready(&env, "poor").await;
     assert_eq!(stalled_reason("pricey").await, "PriceAboveLimit");
     assert_eq!(env.simulator.state().instances.len(), 1);
+
+    // A limit lowered below what the running machine costs: reported (not Ready, a Warning
+    // event), and the machine is left running, since nothing asked for it to stop.
+    merge(
+        &env,
+        "poor",
+        serde_json::json!({"spec": {"maxHourlyRate": 0.01}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stalled_reason("poor").await, "PriceAboveLimit");
+    let message = api
+        .get("poor")
+        .await
+        .unwrap()
+        .cloud_status()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains("maxHourlyRate 0.0100") && message.contains("keeps running"),
+        "{message}"
+    );
+    assert!(
+        support::event_reasons(&env, "poor")
+            .await
+            .iter()
+            .any(|r| r == "PriceAboveLimit"),
+        "no PriceAboveLimit event"
+    );
+    assert_eq!(env.calls("StopInstance"), 0, "the machine was stopped");
+    assert_eq!(env.simulator.state().instances[0].status.as_str(), "ACTIVE");
+    // Raised again: Ready for that generation.
+    merge(
+        &env,
+        "poor",
+        serde_json::json!({"spec": {"maxHourlyRate": 1000}}),
+    )
+    .await
+    .unwrap();
+    eventually(30, "Ready again under the raised limit", || async {
+        let object = api.get("poor").await.ok()?;
+        object
+            .cloud_status()
+            .is_ready(object.metadata.generation)
+            .then_some(())
+    })
+    .await;
 }

@@ -14,12 +14,11 @@ use gpucloud_controller::run::OperatorConfig;
 use gpucloud_simulator::{FaultPlan, SimulatorConfig};
 use gpucloud_telemetry::{Endpoints, Health, HealthSettings, Metrics};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{Env, NAMESPACE, OPERATOR_NAMESPACE, eventually, object, ready, test_config};
+use support::{Env, OPERATOR_NAMESPACE, event_reasons, eventually, object, ready, test_config};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -145,19 +144,6 @@ fn instance(name: &str, extra: serde_json::Value) -> GpuInstance {
         spec.extend(extra.clone());
     }
     object(name, spec)
-}
-
-async fn event_reasons(env: &Env, name: &str) -> BTreeSet<String> {
-    let events: kube::Api<Event> = kube::Api::namespaced(env.client.clone(), NAMESPACE);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter_map(|e| e.reason)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,10 +283,13 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     support::gone::<GpuInstance>(&env, "metered").await;
     let reasons = event_reasons(&env, "metered").await;
     for reason in ["Creating", "StateChanged", "Available", "Deleted"] {
-        assert!(reasons.contains(reason), "no {reason} event: {reasons:?}");
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event: {reasons:?}"
+        );
     }
     let reasons = event_reasons(&env, "unknown-gpu").await;
-    assert!(reasons.contains("InvalidSpec"), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r == "InvalidSpec"), "{reasons:?}");
 
     replica.shut_down().await.unwrap();
     let (status, body) = replica.get("/readyz").await;

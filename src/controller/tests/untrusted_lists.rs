@@ -133,21 +133,6 @@ async fn a_firewall_and_a_key_left_out_of_lists_are_not_created_twice() {
     assert!(state.firewalls.is_empty() && state.ssh_keys.is_empty());
 }
 
-/// Reasons of the events about `name`.
-async fn event_reasons(env: &Env, name: &str) -> Vec<String> {
-    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
-        kube::Api::namespaced(env.client.clone(), NAMESPACE);
-    events
-        .list(&kube::api::ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter_map(|e| e.reason)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported_then_removed() {
     let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;

@@ -405,3 +405,18 @@ pub fn data_volumes(env: &Env) -> Vec<gpucloud_cloud::model::Volume> {
         .filter(|v| !v.name.ends_with("-boot"))
         .collect()
 }
+
+/// Reasons of the events about the object `name` in the test namespace, oldest first.
+pub async fn event_reasons(env: &Env, name: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), NAMESPACE);
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason)
+        .collect()
+}
