@@ -106,9 +106,9 @@ pub struct Attributes<'a> {
     pub operation: Operation,
     pub namespace: &'a str,
     pub name: &'a str,
-    /// The object to be stored, at the request's version; `None` on delete.
+    /// The object to be stored, in its stored form; `None` on delete.
     pub object: Option<&'a Value>,
-    /// The stored object, at the request's version; `None` on create.
+    /// The stored object; `None` on create.
     pub old_object: Option<&'a Value>,
     pub dry_run: bool,
 }
@@ -224,6 +224,10 @@ pub fn validate(
     bound.sort_by(|a, b| a.0.name().cmp(b.0.name()));
 
     let info = attributes.info;
+    // Policies see the objects at the request's version, as its client does.
+    let at_version = |object: &Value| crate::handlers::at_version(info, object.clone());
+    let object = attributes.object.map(at_version);
+    let old_object = attributes.old_object.map(at_version);
     let other_versions: Vec<String> = state
         .registry
         .resources()
@@ -233,7 +237,7 @@ pub fn validate(
         .filter(|version| *version != info.version)
         .collect();
     let namespace_object = if crate::builtin::is_namespace(info) {
-        attributes.object.or(attributes.old_object).cloned()
+        object.clone().or_else(|| old_object.clone())
     } else if attributes.namespace.is_empty() {
         None
     } else {
@@ -257,8 +261,8 @@ pub fn validate(
         other_versions: &other_versions,
         namespace: attributes.namespace,
         name: attributes.name,
-        object: attributes.object,
-        old_object: attributes.old_object,
+        object: object.as_ref(),
+        old_object: old_object.as_ref(),
         namespace_object: namespace_object.as_ref(),
         username: requester.user,
         groups: &groups,

@@ -236,7 +236,7 @@ pub fn delete_object(
                 namespace,
                 name,
                 object: None,
-                old_object: Some(&at_version(info, old.clone())),
+                old_object: Some(&old),
                 dry_run: options.dry_run,
             },
         )?;

@@ -231,17 +231,16 @@ pub fn create_object(
     if record_manager {
         super::semantics::record_update(&info, None, &mut object, &context.field_manager(), &now());
     }
-    let served = at_version(&info, object.clone());
     admit(
         context,
         Operation::Create,
         &name,
-        Some(&served),
+        Some(&object),
         None,
         dry_run,
     )?;
     if dry_run {
-        return Ok(served);
+        return Ok(at_version(&info, object));
     }
     let storage_key = info.storage_key();
     let mut attempts = 0;
@@ -610,8 +609,8 @@ pub fn update_object(
             context,
             Operation::Update,
             context.name(),
-            Some(&at_version(&info, new.clone())),
-            Some(&at_version(&info, old.clone())),
+            Some(&new),
+            Some(&old),
             options.dry_run,
         )?;
         if unchanged(&old, &new) {
