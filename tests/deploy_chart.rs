@@ -204,6 +204,8 @@ fn values_reach_the_operator_settings() {
     assert_eq!(
         kinds,
         [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Deployment",
             "ClusterRole",
             "ClusterRoleBinding",
@@ -212,7 +214,14 @@ fn values_reach_the_operator_settings() {
             "RoleBinding",
             "ServiceAccount"
         ],
-        "defaults: nothing optional"
+        "defaults: nothing optional but deletion protection"
+    );
+    let unprotected = render(&json!({"deletionProtection": {"enabled": false}}));
+    assert!(
+        unprotected
+            .objects()
+            .iter()
+            .all(|o| o["apiVersion"] != "admissionregistration.k8s.io/v1")
     );
     let none = render(&combinations()[4].1);
     assert_eq!(none.env_var("GPUCLOUD_CREDENTIALS_SECRET"), None);
@@ -235,6 +244,7 @@ fn the_values_schema_refuses_wrong_types() {
         json!({"leaderElection": {"enabled": "yes"}}),
         json!({"metrics": {"port": 70000}}),
         json!({"unknownValue": true}),
+        json!({"deletionProtection": {"enabled": "yes"}}),
     ] {
         assert!(try_render(&bad).is_err(), "{bad} was accepted");
     }
@@ -319,6 +329,10 @@ fn without_helm_labels(mut object: Value) -> Value {
     object
 }
 
+/// The kustomize base's copy of the deletion-protection policy, which the dev sandbox and the
+/// tests install (`gpucloud_api::deletion_protection::POLICY_MANIFEST`).
+const DELETION_PROTECTION: &str = "deletion-protection.yaml";
+
 const GENERATED_HEADER: &str = "# Generated from charts/gpucloud-operator with its default values by tests/deploy_chart.rs\n# (UPDATE_GENERATED=1 cargo test --test deploy_chart); change the chart, not this file.\n";
 
 /// `deploy/kustomize/` is the chart's default rendering without Helm's labels: one file per
@@ -339,6 +353,7 @@ fn kustomize_base_renders_what_the_chart_renders() {
         );
         let file = match file.as_str() {
             "clusterrole.yaml" => "rbac.yaml".to_string(),
+            "validatingadmissionpolicy.yaml" => DELETION_PROTECTION.to_string(),
             _ => file,
         };
         let mut text = GENERATED_HEADER.to_string();

@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! What the README promises, done with the installed `kubectl` against the built binary:
 //! `gpucloud-operator dev` in the background, the quickstart applied and Ready, the table
-//! columns, a powerState change followed by the cloud, deletion leaving nothing billed, and a
-//! clean stop on SIGTERM. Also the sandbox's one-line errors.
+//! columns, a powerState change followed by the cloud, a protected instance's delete refused,
+//! deletion leaving nothing billed, and a clean stop on SIGTERM. Also the sandbox's one-line
+//! errors.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -272,6 +273,12 @@ async fn readme_session_with_kubectl() {
         .find(|word| word.starts_with("http://"))
         .expect("the simulator's URL")
         .to_string();
+    sandbox
+        .line_starting(
+            "deletion protection: ValidatingAdmissionPolicy gpucloud-operator-deletion-protection",
+            60,
+        )
+        .await;
     let export = sandbox.line_starting("export KUBECONFIG=", 60).await;
     assert_eq!(
         export,
@@ -393,6 +400,41 @@ async fn readme_session_with_kubectl() {
         .until(60, "train-1 ACTIVE again in the cloud", |state| {
             train_1_status(state).as_deref() == Some("ACTIVE")
         })
+        .await;
+
+    // Deletion protection: the sandbox installs the chart's policy, so a protected instance's
+    // delete is refused (the machine stays) until the annotation is removed.
+    kubectl
+        .ok(&[
+            "annotate",
+            "gpuinstance",
+            "train-1",
+            "gpucloud.io/deletion-protection=true",
+        ])
+        .await;
+    let refused = kubectl.run(&["delete", "gpuinstance", "train-1"]).await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.starts_with(
+            "Error from server (Forbidden): gpuinstances.gpucloud.io \"train-1\" is forbidden: \
+             ValidatingAdmissionPolicy 'gpucloud-operator-deletion-protection' with binding \
+             'gpucloud-operator-deletion-protection' denied request: GpuInstance default/train-1 \
+             is protected from deletion"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        train_1_status(&admin.state().await).as_deref(),
+        Some("ACTIVE")
+    );
+    kubectl
+        .ok(&[
+            "annotate",
+            "gpuinstance",
+            "train-1",
+            "gpucloud.io/deletion-protection-",
+        ])
         .await;
 
     // Deleting returns once the cloud resources are gone; nothing is left billed.

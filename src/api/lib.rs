@@ -8,6 +8,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod common;
+pub mod deletion_protection;
 pub mod firewall;
 pub mod gpu_instance;
 pub mod image;

@@ -185,6 +185,28 @@ const BUILTINS: &[Builtin] = &[
         has_status: false,
     },
     Builtin {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        kind: "ValidatingAdmissionPolicy",
+        plural: "validatingadmissionpolicies",
+        singular: "validatingadmissionpolicy",
+        short_names: &[],
+        categories: &["api-extensions"],
+        namespaced: false,
+        has_status: true,
+    },
+    Builtin {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        kind: "ValidatingAdmissionPolicyBinding",
+        plural: "validatingadmissionpolicybindings",
+        singular: "validatingadmissionpolicybinding",
+        short_names: &[],
+        categories: &["api-extensions"],
+        namespaced: false,
+        has_status: false,
+    },
+    Builtin {
         group: "apiextensions.k8s.io",
         version: "v1",
         kind: "CustomResourceDefinition",
@@ -242,6 +264,15 @@ pub fn is_namespace(info: &ResourceInfo) -> bool {
 /// Whether `info` is the CustomResourceDefinition kind.
 pub fn is_crd(info: &ResourceInfo) -> bool {
     info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
+}
+
+/// Whether objects of `info` carry `metadata.generation`, set to 1 on create and raised on
+/// every change outside metadata and status (custom resources, CRDs, admission policies).
+pub fn tracks_generation(info: &ResourceInfo) -> bool {
+    info.is_custom()
+        || is_crd(info)
+        || crate::admission::is_policy(info)
+        || crate::admission::is_binding(info)
 }
 
 /// Whether `info` is the events.k8s.io/v1 view of Events (stored as core/v1 Events, as the

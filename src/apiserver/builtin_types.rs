@@ -64,6 +64,12 @@ fn schema_name(info: &ResourceInfo) -> Option<&'static str> {
         }
         ("rbac.authorization.k8s.io", "Role") => "io.k8s.api.rbac.v1.Role",
         ("rbac.authorization.k8s.io", "RoleBinding") => "io.k8s.api.rbac.v1.RoleBinding",
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy"
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding"
+        }
         _ => return None,
     };
     Some(name)
@@ -363,6 +369,9 @@ impl<'a> Walker<'a> {
 /// real server (Go fills zero values; validation reports them), so those are not reported
 /// here; `null`s are dropped first for the same reason.
 fn decode_typed(info: &ResourceInfo, object: &Value) -> Result<(), Error> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{
@@ -399,6 +408,12 @@ fn decode_typed(info: &ResourceInfo, object: &Value) -> Result<(), Error> {
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => decode::<ClusterRoleBinding>(object),
         ("rbac.authorization.k8s.io", "Role") => decode::<Role>(object),
         ("rbac.authorization.k8s.io", "RoleBinding") => decode::<RoleBinding>(object),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            decode::<ValidatingAdmissionPolicy>(object)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            decode::<ValidatingAdmissionPolicyBinding>(object)
+        }
         _ => Ok(()),
     };
     match result {

@@ -1,20 +1,24 @@
 //! Background work the real control plane's controllers do: the garbage collector (owner
 //! references, Foreground and Orphan propagation) and the namespace controller (emptying a
-//! terminating namespace, then removing it).
+//! terminating namespace, reporting progress in its conditions, then removing it). Their
+//! deletes go through validating admission under the controllers' own identities.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::admission::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER, Requester};
 use crate::handlers::crd::{CLEANUP_FINALIZER, served_resource};
 use crate::handlers::delete::{
-    DeleteOptions, FOREGROUND_FINALIZER, NAMESPACE_FINALIZER, ORPHAN_FINALIZER, Propagation,
-    delete_object,
+    DeleteOptions, Deleted, FOREGROUND_FINALIZER, NAMESPACE_FINALIZER, ORPHAN_FINALIZER,
+    Propagation, delete_object,
 };
+use crate::handlers::write::{now, string_list};
 use crate::registry::{ResourceInfo, ResourceKey};
 use crate::server::AppState;
+use crate::status::ApiError;
 use crate::store::{ObjectIndex, StoreError};
 
 /// Safety net: a full pass at least this often even without a wake-up.
@@ -86,7 +90,13 @@ pub fn collect(state: &AppState) -> usize {
                 .collect();
             if missing.len() == index.owners.len() {
                 if !index.deleting {
-                    changes += delete_dependent(state, info, index, Propagation::Background);
+                    changes += delete_dependent(
+                        state,
+                        &Requester::controller(GARBAGE_COLLECTOR),
+                        info,
+                        index,
+                        Propagation::Background,
+                    );
                 }
                 continue;
             }
@@ -129,8 +139,13 @@ pub fn collect(state: &AppState) -> usize {
                     blocking += 1;
                 }
                 if !dependent.deleting {
-                    changes +=
-                        delete_dependent(state, dependent_info, dependent, Propagation::Foreground);
+                    changes += delete_dependent(
+                        state,
+                        &Requester::controller(GARBAGE_COLLECTOR),
+                        dependent_info,
+                        dependent,
+                        Propagation::Foreground,
+                    );
                 }
             }
             if blocking == 0 {
@@ -149,16 +164,12 @@ pub fn collect(state: &AppState) -> usize {
 
 fn delete_dependent(
     state: &AppState,
+    requester: &Requester<'_>,
     info: &ResourceInfo,
     index: &ObjectIndex,
     propagation: Propagation,
 ) -> usize {
-    let options = DeleteOptions {
-        propagation,
-        precondition_uid: Some(index.uid.clone()),
-        ..DeleteOptions::default()
-    };
-    match delete_object(state, info, &index.namespace, &index.name, &options) {
+    match delete_as(state, requester, info, index, propagation) {
         Ok(_) => 1,
         Err(error) => {
             if error.code != 404 && error.code != 409 {
@@ -167,6 +178,29 @@ fn delete_dependent(
             0
         }
     }
+}
+
+/// A controller's delete of one object, guarded by its uid.
+fn delete_as(
+    state: &AppState,
+    requester: &Requester<'_>,
+    info: &ResourceInfo,
+    index: &ObjectIndex,
+    propagation: Propagation,
+) -> Result<Deleted, ApiError> {
+    let options = DeleteOptions {
+        propagation,
+        precondition_uid: Some(index.uid.clone()),
+        ..DeleteOptions::default()
+    };
+    delete_object(
+        state,
+        requester,
+        info,
+        &index.namespace,
+        &index.name,
+        &options,
+    )
 }
 
 fn remove_owner_references(object: &mut Value, uids: &[&str]) {
@@ -252,8 +286,11 @@ fn edit(
     }
 }
 
-/// The namespace controller: deletes everything in a terminating namespace, then the
-/// namespace itself once nothing is left.
+/// The namespace controller (`namespacedResourcesDeleter`): deletes everything in a
+/// terminating namespace as [`NAMESPACE_CONTROLLER`], records how that went in the namespace's
+/// status conditions, and once nothing is left removes the `kubernetes` finalizer and the
+/// namespace. A delete that admission refuses leaves its object, and so the namespace, in place
+/// until a later pass succeeds.
 fn finish_namespace(
     state: &AppState,
     info: &ResourceInfo,
@@ -261,21 +298,55 @@ fn finish_namespace(
     indexes: &[(&ResourceKey, &Arc<ObjectIndex>)],
     infos: &HashMap<&ResourceKey, ResourceInfo>,
 ) -> usize {
+    let requester = Requester::controller(NAMESPACE_CONTROLLER);
     let mut changes = 0;
-    let mut remaining = 0;
+    let mut content = ContentTotals::default();
     for (resource, index) in indexes {
-        if index.namespace != namespace.name {
+        if index.namespace != namespace.name || content.failures.contains_key(*resource) {
             continue;
         }
-        remaining += 1;
-        if index.deleting {
+        let Some(content_info) = infos.get(resource) else {
             continue;
-        }
-        if let Some(content_info) = infos.get(resource) {
-            changes += delete_dependent(state, content_info, index, Propagation::Background);
+        };
+        let finalizers = if index.deleting {
+            index.finalizers.clone()
+        } else {
+            match delete_as(
+                state,
+                &requester,
+                content_info,
+                index,
+                Propagation::Background,
+            ) {
+                Ok(Deleted::Gone(_)) => {
+                    changes += 1;
+                    continue;
+                }
+                Ok(Deleted::Pending(object)) => {
+                    changes += 1;
+                    string_list(&object["metadata"]["finalizers"])
+                }
+                // Gone or changed meanwhile: the next pass sees it as it is.
+                Err(error) if error.code == 404 || error.code == 409 => index.finalizers.clone(),
+                Err(error) => {
+                    // The controller deletes a resource's objects with one deletecollection,
+                    // which (with kube-apiserver's one delete worker) stops at the first
+                    // refusal: the objects after it stay, and the resource is reported by its
+                    // error rather than by what remains.
+                    content.remaining.remove(*resource);
+                    content.failures.insert((*resource).clone(), error.message);
+                    continue;
+                }
+            }
+        };
+        let remaining = content.remaining.entry((*resource).clone()).or_default();
+        remaining.objects += 1;
+        for finalizer in finalizers {
+            *remaining.finalizers.entry(finalizer).or_default() += 1;
         }
     }
-    if remaining > 0 {
+    changes += record_conditions(state, info, namespace, &content);
+    if !content.remaining.is_empty() || !content.failures.is_empty() {
         return changes;
     }
     // Empty: drop the `kubernetes` finalizer from spec, then the object goes.
@@ -309,6 +380,181 @@ fn finish_namespace(
     changes
 }
 
+/// What one pass of the namespace controller left in a namespace.
+#[derive(Default)]
+struct ContentTotals {
+    /// Objects left (waiting for finalizers), by resource.
+    remaining: BTreeMap<ResourceKey, Remaining>,
+    /// The refused delete of each resource whose deletion failed.
+    failures: BTreeMap<ResourceKey, String>,
+}
+
+/// The objects of one resource left in a namespace.
+#[derive(Default)]
+struct Remaining {
+    objects: usize,
+    /// How many of them hold each finalizer.
+    finalizers: BTreeMap<String, usize>,
+}
+
+/// The condition types the namespace controller maintains, in its order, with the reason and
+/// message of their "ok" (`False`) state (`status_condition_utils.go`).
+const NAMESPACE_CONDITIONS: [(&str, &str, &str); 5] = [
+    (
+        "NamespaceDeletionDiscoveryFailure",
+        "ResourcesDiscovered",
+        "All resources successfully discovered",
+    ),
+    (
+        "NamespaceDeletionGroupVersionParsingFailure",
+        "ParsedGroupVersions",
+        "All legacy kube types successfully parsed",
+    ),
+    (
+        "NamespaceDeletionContentFailure",
+        "ContentDeleted",
+        "All content successfully deleted, may be waiting on finalization",
+    ),
+    (
+        "NamespaceContentRemaining",
+        "ContentRemoved",
+        "All content successfully removed",
+    ),
+    (
+        "NamespaceFinalizersRemaining",
+        "ContentRemoved",
+        "All content successfully removed",
+    ),
+];
+
+/// The failing (`True`) conditions of one pass, by type: reason and message.
+fn failing_conditions(content: &ContentTotals) -> BTreeMap<&'static str, (&'static str, String)> {
+    let mut failing = BTreeMap::new();
+    if !content.failures.is_empty() {
+        let mut messages: Vec<&str> = content.failures.values().map(String::as_str).collect();
+        messages.sort_unstable();
+        failing.insert(
+            "NamespaceDeletionContentFailure",
+            (
+                "ContentDeletionFailed",
+                format!(
+                    "Failed to delete all resource types, {} remaining: {}",
+                    messages.len(),
+                    messages.join(", ")
+                ),
+            ),
+        );
+    }
+    if !content.remaining.is_empty() {
+        let mut remaining: Vec<String> = content
+            .remaining
+            .iter()
+            .map(|(resource, remaining)| {
+                format!(
+                    "{}.{} has {} resource instances",
+                    resource.plural, resource.group, remaining.objects
+                )
+            })
+            .collect();
+        remaining.sort();
+        failing.insert(
+            "NamespaceContentRemaining",
+            (
+                "SomeResourcesRemain",
+                format!("Some resources are remaining: {}", remaining.join(", ")),
+            ),
+        );
+    }
+    let mut totals: BTreeMap<&str, usize> = BTreeMap::new();
+    for remaining in content.remaining.values() {
+        for (finalizer, count) in &remaining.finalizers {
+            *totals.entry(finalizer.as_str()).or_default() += count;
+        }
+    }
+    if !totals.is_empty() {
+        let mut finalizers: Vec<String> = totals
+            .iter()
+            .map(|(finalizer, count)| format!("{finalizer} in {count} resource instances"))
+            .collect();
+        finalizers.sort();
+        failing.insert(
+            "NamespaceFinalizersRemaining",
+            (
+                "SomeFinalizerRemain",
+                format!("Some finalizers are remaining: {}", finalizers.join(", ")),
+            ),
+        );
+    }
+    failing
+}
+
+/// Writes the namespace's deletion conditions when they changed (`updateConditions`: the
+/// transition time moves only when the status does). Returns 1 when it wrote.
+fn record_conditions(
+    state: &AppState,
+    info: &ResourceInfo,
+    namespace: &ObjectIndex,
+    content: &ContentTotals,
+) -> usize {
+    let storage_key = info.storage_key();
+    let Some(current) = state.store.get(&storage_key, "", &namespace.name) else {
+        return 0;
+    };
+    let Ok(mut object) = current.to_value() else {
+        return 0;
+    };
+    let failing = failing_conditions(content);
+    let mut conditions: Vec<Value> = object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut changed = false;
+    for (type_, ok_reason, ok_message) in NAMESPACE_CONDITIONS {
+        let (status, reason, message) = match failing.get(type_) {
+            Some((reason, message)) => ("True", *reason, message.clone()),
+            None => ("False", ok_reason, ok_message.to_string()),
+        };
+        match conditions.iter_mut().find(|c| c["type"] == type_) {
+            None => {
+                conditions.push(json!({
+                    "type": type_, "status": status, "lastTransitionTime": now(),
+                    "reason": reason, "message": message,
+                }));
+                changed = true;
+            }
+            Some(condition) => {
+                if condition["status"] != status {
+                    condition["lastTransitionTime"] = json!(now());
+                }
+                if condition["status"] != status
+                    || condition["reason"] != reason
+                    || condition["message"] != message.as_str()
+                {
+                    condition["status"] = json!(status);
+                    condition["reason"] = json!(reason);
+                    condition["message"] = json!(message);
+                    changed = true;
+                }
+            }
+        }
+    }
+    if !changed {
+        return 0;
+    }
+    if !object["status"].is_object() {
+        object["status"] = json!({});
+    }
+    object["status"]["conditions"] = Value::Array(conditions);
+    match state
+        .store
+        .update(&storage_key, object, current.index.resource_version)
+    {
+        Ok(_) => 1,
+        // Changed meanwhile: the next pass writes them.
+        Err(_) => 0,
+    }
+}
+
 /// The CRD finalizer controller: deletes the CRD's custom resources (honouring their own
 /// finalizers), then releases the CRD.
 fn finish_crd(
@@ -338,6 +584,14 @@ fn finish_crd(
     instances
         .into_iter()
         .filter(|instance| !instance.deleting)
-        .map(|instance| delete_dependent(state, &instance_info, instance, Propagation::Background))
+        .map(|instance| {
+            delete_dependent(
+                state,
+                &Requester::storage(),
+                &instance_info,
+                instance,
+                Propagation::Background,
+            )
+        })
         .sum()
 }

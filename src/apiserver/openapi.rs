@@ -694,6 +694,9 @@ pub(crate) fn builtin_schemas() -> &'static BTreeMap<String, Value> {
 }
 
 fn generate_builtin_schemas() -> BTreeMap<String, Value> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{
@@ -723,6 +726,8 @@ fn generate_builtin_schemas() -> BTreeMap<String, Value> {
     generator.subschema_for::<ClusterRoleBinding>();
     generator.subschema_for::<Role>();
     generator.subschema_for::<RoleBinding>();
+    generator.subschema_for::<ValidatingAdmissionPolicy>();
+    generator.subschema_for::<ValidatingAdmissionPolicyBinding>();
     generator.subschema_for::<CustomResourceDefinition>();
     generator.subschema_for::<ListMeta>();
     generator.subschema_for::<Status>();

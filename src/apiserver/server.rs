@@ -77,6 +77,8 @@ pub struct AppState {
     pub request_log: RequestLog,
     /// Faults injected on purpose by reliability tests (none unless a plan is set).
     pub faults: Arc<crate::faults::ApiFaults>,
+    /// The admission policies and bindings, compiled.
+    pub admission: Arc<crate::admission::Compiled>,
     /// Flips to true when the server stops, so open watches end and connections drain.
     pub stopping: tokio::sync::watch::Receiver<bool>,
     stop: Arc<tokio::sync::watch::Sender<bool>>,
@@ -150,6 +152,7 @@ impl AppState {
             }),
             request_log: RequestLog::default(),
             faults: Arc::new(crate::faults::ApiFaults::default()),
+            admission: Arc::new(crate::admission::Compiled::default()),
             stopping,
             stop: Arc::new(stop),
         };

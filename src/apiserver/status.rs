@@ -154,16 +154,36 @@ impl ApiError {
         ApiError::new(400, "BadRequest", message)
     }
 
+    /// `apierrors.NewForbidden`: the name is left out of the message when empty.
     pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> Self {
-        ApiError::new(
-            403,
-            "Forbidden",
-            format!(
-                "{} \"{name}\" is forbidden: {why}",
-                qualified(group, resource)
-            ),
-        )
-        .with_details(group, resource, name)
+        let resource_text = qualified(group, resource);
+        let message = if name.is_empty() {
+            format!("{resource_text} is forbidden: {why}")
+        } else {
+            format!("{resource_text} \"{name}\" is forbidden: {why}")
+        };
+        ApiError::new(403, "Forbidden", message).with_details(group, resource, name)
+    }
+
+    /// A ValidatingAdmissionPolicy's denial: `admission.NewForbidden`'s message and details,
+    /// with the validation's reason and code and the policy's message (`cause`) as the one cause.
+    pub fn admission_denied(
+        group: &str,
+        resource: &str,
+        name: &str,
+        cause: String,
+        code: u16,
+        reason: &'static str,
+    ) -> Self {
+        let mut error = ApiError::forbidden(group, resource, name, &cause);
+        error.code = code;
+        error.reason = reason;
+        error.details_mut().causes.push(StatusCause {
+            reason: String::new(),
+            message: cause,
+            field: String::new(),
+        });
+        error
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
@@ -245,7 +265,18 @@ impl ApiError {
                     .causes
                     .iter()
                     .map(|cause| {
-                        json!({"reason": cause.reason, "message": cause.message, "field": cause.field})
+                        // Each field is `omitempty` in metav1.StatusCause.
+                        let mut entry = serde_json::Map::new();
+                        for (key, value) in [
+                            ("reason", &cause.reason),
+                            ("message", &cause.message),
+                            ("field", &cause.field),
+                        ] {
+                            if !value.is_empty() {
+                                entry.insert(key.into(), json!(value));
+                            }
+                        }
+                        Value::Object(entry)
                     })
                     .collect();
                 details.insert("causes".into(), Value::Array(causes));

@@ -359,6 +359,75 @@ fn builtin_columns(resource: &ResourceInfo) -> Option<Vec<Column>> {
             ),
             age_column("Age"),
         ],
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => vec![
+            computed(
+                "Validations",
+                "integer",
+                "Validations indicates the number of validation rules defined in this configuration",
+                |object, _| {
+                    json!(
+                        object
+                            .pointer("/spec/validations")
+                            .and_then(Value::as_array)
+                            .map_or(0, Vec::len)
+                    )
+                },
+            ),
+            computed(
+                "ParamKind",
+                "string",
+                "ParamKind specifies the kind of resources used to parameterize this policy",
+                |object, _| {
+                    let kind = object.pointer("/spec/paramKind").filter(|k| !k.is_null());
+                    json!(kind.map_or_else(
+                        || "<unset>".to_owned(),
+                        |kind| format!(
+                            "{}/{}",
+                            kind["apiVersion"].as_str().unwrap_or_default(),
+                            kind["kind"].as_str().unwrap_or_default()
+                        )
+                    ))
+                },
+            ),
+            age_column("Age"),
+        ],
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => vec![
+            computed(
+                "PolicyName",
+                "string",
+                "PolicyName indicates the policy definition which the policy binding binded to",
+                |object, _| {
+                    json!(
+                        object
+                            .pointer("/spec/policyName")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                    )
+                },
+            ),
+            computed(
+                "ParamRef",
+                "string",
+                "ParamRef indicates the param resource which sets the configration param",
+                |object, _| {
+                    let name = object
+                        .pointer("/spec/paramRef/name")
+                        .and_then(Value::as_str)
+                        .filter(|name| !name.is_empty());
+                    let namespace = object
+                        .pointer("/spec/paramRef/namespace")
+                        .and_then(Value::as_str)
+                        .filter(|namespace| !namespace.is_empty());
+                    json!(match (name, namespace) {
+                        (Some(name), Some(namespace)) => format!("{namespace}/{name}"),
+                        // Without a namespace the printer cannot tell the param's scope.
+                        (Some(name), None) => format!("*/{name}"),
+                        (None, _) => "<unset>".to_owned(),
+                    })
+                },
+            ),
+            age_column("Age"),
+        ],
         ("apiextensions.k8s.io", "CustomResourceDefinition") => vec![Column {
             name: "Created At".to_owned(),
             type_: "date".to_owned(),

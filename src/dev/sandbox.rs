@@ -155,6 +155,7 @@ impl Sandbox {
         documents: &[Document],
     ) -> Result<JoinHandle<()>, Error> {
         install_crds(&self.client).await?;
+        install_deletion_protection(&self.client).await?;
         let api_key = match (&self.simulator, &args.api_key) {
             (Some(simulator), _) => simulator.api_key().to_string(),
             (None, Some(key)) => key.clone(),
@@ -187,6 +188,11 @@ impl Sandbox {
             None => println!("  cloud:       {}", self.cloud_url),
         }
         println!("  kubeconfig:  {}", kubeconfig.display());
+        println!(
+            "  deletion protection: ValidatingAdmissionPolicy {} (annotate an object {}=true)",
+            gpucloud_api::deletion_protection::POLICY_NAME,
+            gpucloud_api::deletion_protection::ANNOTATION
+        );
         println!("export KUBECONFIG={}", kubeconfig.display());
         let applied = manifests::apply(&self.client, documents, DEFAULT_NAMESPACE).await?;
         for object in &applied {
@@ -309,6 +315,23 @@ async fn install_crds(client: &kube::Client) -> Result<(), Error> {
         .map_err(setup("waiting for the CRDs"))?
         .map_err(|e| setup("waiting for the CRDs")(format!("{name}: {e}")))?;
     }
+    Ok(())
+}
+
+/// The deletion-protection policy and binding the chart and the kustomize base install, so
+/// kubectl against the sandbox refuses to delete a protected object as a cluster would.
+async fn install_deletion_protection(client: &kube::Client) -> Result<(), Error> {
+    let setup = |reason: String| Error::Setup {
+        step: "installing the deletion-protection policy",
+        reason,
+    };
+    let documents = manifests::parse(
+        Path::new("deploy/kustomize/deletion-protection.yaml"),
+        gpucloud_api::deletion_protection::POLICY_MANIFEST,
+    )?;
+    within(manifests::apply(client, &documents, DEFAULT_NAMESPACE))
+        .await
+        .map_err(setup)??;
     Ok(())
 }
 

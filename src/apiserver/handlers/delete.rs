@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::read::Selection;
 use super::{Context, at_version, crd, dry_run_values, value_response};
+use crate::admission::{Attributes, Operation, Requester};
 use crate::builtin;
 use crate::registry::ResourceInfo;
 use crate::server::AppState;
@@ -126,8 +127,10 @@ pub fn parse_options(context: &Context<'_>, body: &Bytes) -> Result<DeleteOption
 pub fn delete(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {
     let options = parse_options(context, body)?;
     let info = context.info().clone();
+    let warn = |warning: String| context.warn(warning);
     let deleted = delete_object(
         context.state,
+        &Requester::client(&context.user, &warn),
         &info,
         &context.target.namespace,
         context.name(),
@@ -169,6 +172,7 @@ fn deleted_body(info: &ResourceInfo, object: Value) -> Value {
 /// Deletes one object, honouring preconditions, finalizers and the propagation policy.
 pub fn delete_object(
     state: &AppState,
+    requester: &Requester<'_>,
     info: &ResourceInfo,
     namespace: &str,
     name: &str,
@@ -212,17 +216,32 @@ pub fn delete_object(
                 ),
             ));
         }
+        if builtin::is_namespace(info) && IMMORTAL_NAMESPACES.contains(&name) {
+            // The NamespaceLifecycle admission plugin protects these.
+            return Err(ApiError::forbidden(
+                "",
+                "namespaces",
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
+        // Validating admission sees every delete, also of an object already being deleted.
+        crate::admission::validate(
+            state,
+            requester,
+            &Attributes {
+                info,
+                subresource: "",
+                operation: Operation::Delete,
+                namespace,
+                name,
+                object: None,
+                old_object: Some(&old),
+                dry_run: options.dry_run,
+            },
+        )?;
         let mut finalizers = current.index.finalizers.clone();
         if builtin::is_namespace(info) {
-            if IMMORTAL_NAMESPACES.contains(&name) {
-                // The NamespaceLifecycle admission plugin protects these.
-                return Err(ApiError::forbidden(
-                    "",
-                    "namespaces",
-                    name,
-                    "this namespace may not be deleted",
-                ));
-            }
             // Namespaces always go through termination: the namespace controller (here the
             // garbage collector) empties them and removes the `kubernetes` finalizer.
             if current.index.deleting {
@@ -340,13 +359,17 @@ pub fn delete_collection(context: &Context<'_>, body: &Bytes) -> Result<Response
             selection.matches(index)
         });
     let mut items = Vec::new();
+    let warn = |warning: String| context.warn(warning);
+    let requester = Requester::client(&context.user, &warn);
     for object in page
         .items
         .into_iter()
         .filter(|object| selection.matches_stored(&object.bytes))
     {
+        // Each object is admitted as a DELETE of its own; the first refusal ends the request.
         match delete_object(
             context.state,
+            &requester,
             &info,
             &object.index.namespace,
             &object.index.name,

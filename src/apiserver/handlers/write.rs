@@ -8,6 +8,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::{Context, at_version, crd, decode_object, value_response};
+use crate::admission::{Attributes, Operation, Requester};
 use crate::builtin;
 use crate::registry::ResourceInfo;
 use crate::status::{ApiError, StatusCause};
@@ -210,7 +211,7 @@ pub fn create_object(
         object["metadata"]["name"] = json!(name);
     }
     fill_create_metadata(&mut object);
-    if info.is_custom() || builtin::is_crd(&info) {
+    if builtin::tracks_generation(&info) {
         object["metadata"]["generation"] = json!(1);
     }
     if info.has_status && info.is_custom() {
@@ -230,6 +231,14 @@ pub fn create_object(
     if record_manager {
         super::semantics::record_update(&info, None, &mut object, &context.field_manager(), &now());
     }
+    admit(
+        context,
+        Operation::Create,
+        &name,
+        Some(&object),
+        None,
+        dry_run,
+    )?;
     if dry_run {
         return Ok(at_version(&info, object));
     }
@@ -257,6 +266,33 @@ pub fn create_object(
             Err(error) => return Err(ApiError::internal(error.to_string())),
         }
     }
+}
+
+/// Validating admission of a create or update by the request's user; `Warn` bindings' warnings
+/// go to the response.
+fn admit(
+    context: &Context<'_>,
+    operation: Operation,
+    name: &str,
+    object: Option<&Value>,
+    old_object: Option<&Value>,
+    dry_run: bool,
+) -> Result<(), ApiError> {
+    let warn = |warning: String| context.warn(warning);
+    crate::admission::validate(
+        context.state,
+        &Requester::client(&context.user, &warn),
+        &Attributes {
+            info: context.info(),
+            subresource: context.target.subresource.as_deref().unwrap_or_default(),
+            operation,
+            namespace: &context.target.namespace,
+            name,
+            object,
+            old_object,
+            dry_run,
+        },
+    )
 }
 
 /// NamespaceLifecycle admission: the namespace must exist and not be terminating.
@@ -361,6 +397,7 @@ fn prepare_common(
     if builtin::is_crd(info) {
         errors.extend(crd::prepare(context.state, object, old));
     }
+    errors.extend(crate::admission::prepare(info, object));
     if let Some(schema) = &info.schema {
         let pruned = super::semantics::prune(schema, object);
         if !pruned.is_empty() {
@@ -567,6 +604,15 @@ pub fn update_object(
             current.index.resource_version,
             options,
         )?;
+        // Admission runs on no-op updates too, as on the real server.
+        admit(
+            context,
+            Operation::Update,
+            context.name(),
+            Some(&new),
+            Some(&old),
+            options.dry_run,
+        )?;
         if unchanged(&old, &new) {
             return Ok(at_version(&info, old));
         }
@@ -762,7 +808,7 @@ fn prepare_update(
             }
         }
     }
-    if (info.is_custom() || builtin::is_crd(info)) && spec_changed(old, &new) {
+    if builtin::tracks_generation(info) && spec_changed(old, &new) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0);
         new["metadata"]["generation"] = json!(generation + 1);
     }

@@ -9,9 +9,12 @@
 //!   `x-kubernetes-validations` CEL rules and ratcheting on update.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 //! - [`apply`]: server-side apply and `managedFields` bookkeeping for other writes.
+//! - [`admission`]: ValidatingAdmissionPolicy: policies and bindings checked and compiled,
+//!   matched against a write and evaluated with CEL.
 //!
 //! What knowingly differs from the real apiserver is listed in `DIVERGENCES.md` beside this file.
 
+pub mod admission;
 pub mod apply;
 mod gofmt;
 #[cfg(test)]

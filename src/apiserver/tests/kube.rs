@@ -3,6 +3,7 @@
 
 mod kube_support;
 
+mod kube_admission;
 mod kube_apply;
 mod kube_builtins;
 mod kube_controller;

@@ -2,5 +2,6 @@
 
 mod kubectl_support;
 
+mod kubectl_admission;
 mod kubectl_conformance;
 mod kubectl_imperative;

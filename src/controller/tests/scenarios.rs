@@ -9,6 +9,7 @@ mod adoption;
 mod all_in_one;
 mod bad_input;
 mod changes;
+mod deletion_protection;
 mod events;
 mod examples;
 mod firewalls;

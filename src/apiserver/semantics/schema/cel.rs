@@ -22,7 +22,7 @@ use super::Node;
 use super::errors::{FieldError, FieldErrorKind};
 
 /// `celconfig.PerCallLimit`.
-const PER_CALL_LIMIT: u64 = 1_000_000;
+pub(crate) const PER_CALL_LIMIT: u64 = 1_000_000;
 /// `celconfig.RuntimeCELCostBudget`.
 const RUNTIME_COST_BUDGET: u64 = 10_000_000;
 /// Rules longer than this are rejected at compile time, bounding parse work.
@@ -67,7 +67,7 @@ impl std::fmt::Debug for CompiledRule {
     }
 }
 
-fn parse(source: &str) -> Result<cel::parser::Expression, String> {
+pub(crate) fn parse(source: &str) -> Result<cel::parser::Expression, String> {
     if source.len() > MAX_RULE_LENGTH {
         return Err(format!("rule is longer than {MAX_RULE_LENGTH} characters"));
     }
@@ -255,7 +255,7 @@ fn find_undefined_field<'a>(
 }
 
 /// The deepest nesting of comprehensions (macros such as `all`, `map`, `filter`) in a rule.
-fn comprehension_depth(expression: &cel::parser::Expression) -> u32 {
+pub(crate) fn comprehension_depth(expression: &cel::parser::Expression) -> u32 {
     use cel::common::ast::Expr;
     match &expression.expr {
         Expr::Comprehension(c) => {
@@ -285,7 +285,7 @@ fn nesting(expression: &cel::parser::Expression) -> u32 {
 }
 
 /// The direct subexpressions of an expression.
-fn children(expression: &cel::parser::Expression) -> Vec<&cel::parser::Expression> {
+pub(crate) fn children(expression: &cel::parser::Expression) -> Vec<&cel::parser::Expression> {
     use cel::common::ast::{EntryExpr, Expr, IdedEntryExpr};
     fn entries(entries: &[IdedEntryExpr]) -> Vec<&cel::parser::Expression> {
         entries
@@ -753,7 +753,7 @@ fn walk(
     }
 }
 
-fn node_count(value: &Value) -> u64 {
+pub(crate) fn node_count(value: &Value) -> u64 {
     match value {
         Value::Array(items) => 1 + items.iter().map(node_count).sum::<u64>(),
         Value::Object(map) => 1 + map.values().map(node_count).sum::<u64>(),
@@ -889,7 +889,7 @@ fn evaluate_rules(
 }
 
 /// cel-go's wording for the common runtime errors.
-fn execution_error(error: &cel::ExecutionError) -> String {
+pub(crate) fn execution_error(error: &cel::ExecutionError) -> String {
     match error {
         cel::ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
         cel::ExecutionError::IndexOutOfBounds(index) => {
@@ -942,7 +942,7 @@ fn failure_message(rule: &CompiledRule, scope: &cel::Context<'_>) -> String {
 
 /// Converts a JSON value to CEL following the schema: `number` fields are doubles even when
 /// integral, `integer` fields ints; objects become maps keyed by property name.
-fn to_cel(node: Option<&Node>, value: &Value) -> cel::Value {
+pub(crate) fn to_cel(node: Option<&Node>, value: &Value) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),

@@ -56,6 +56,8 @@ pub struct FieldError {
     pub bad_value: Option<Value>,
     /// The detail, in the real apiserver's wording.
     pub detail: String,
+    /// The bad value is a Go `[]string` (printed `[]string{"a"}`), not decoded JSON.
+    string_list: bool,
 }
 
 impl FieldError {
@@ -76,6 +78,28 @@ impl FieldError {
             kind,
             bad_value,
             detail: detail.into(),
+            string_list: false,
+        }
+    }
+
+    /// `field.Invalid(path, value, detail)` of a Go `[]string` value.
+    pub fn invalid_strings(
+        field: impl Into<String>,
+        values: &[String],
+        detail: impl Into<String>,
+    ) -> Self {
+        let list = values
+            .iter()
+            .map(|value| Value::String(value.clone()))
+            .collect();
+        FieldError {
+            string_list: true,
+            ..FieldError::new(
+                field,
+                FieldErrorKind::Invalid,
+                Some(Value::Array(list)),
+                detail,
+            )
         }
     }
 
@@ -149,6 +173,10 @@ impl FieldError {
         let mut body = match (&self.kind, &self.bad_value) {
             (FieldErrorKind::Required | FieldErrorKind::Forbidden | FieldErrorKind::TooLong, _)
             | (_, None) => label.to_string(),
+            (_, Some(Value::Array(items))) if self.string_list => {
+                let quoted: Vec<String> = items.iter().map(render_bad_value).collect();
+                format!("{label}: []string{{{}}}", quoted.join(", "))
+            }
             (_, Some(value)) => format!("{label}: {}", render_bad_value(value)),
         };
         if !self.detail.is_empty() {

@@ -2,7 +2,7 @@
 //! pruning and validation, following `k8s.io/apiextensions-apiserver/pkg/apiserver/schema` and
 //! `k8s.io/kube-openapi/pkg/validation/validate`.
 
-mod cel;
+pub(crate) mod cel;
 mod defaults;
 mod errors;
 mod formats;
@@ -133,7 +133,7 @@ const CEL_STACK_BYTES: usize = 64 * 1024 * 1024;
 /// Runs `work` on a thread with [`CEL_STACK_BYTES`] of stack, so a deeply nested rule is an
 /// error (or a result) instead of a stack overflow that aborts the whole server. Where no
 /// thread can be started the work runs on the caller's thread.
-fn on_cel_stack<T: Send>(work: impl Fn() -> T + Sync) -> T {
+pub(crate) fn on_cel_stack<T: Send>(work: impl Fn() -> T + Sync) -> T {
     let on_own_stack = std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
             .name("cel".to_string())

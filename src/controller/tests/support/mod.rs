@@ -298,6 +298,42 @@ where
     }
 }
 
+/// Installs the deletion-protection ValidatingAdmissionPolicy and binding from the manifest
+/// the Helm chart and the kustomize base ship (`gpucloud_api::deletion_protection`).
+pub async fn install_deletion_protection(env: &Env) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use serde::Deserialize;
+    let manifest = gpucloud_api::deletion_protection::POLICY_MANIFEST;
+    for document in serde_yaml::Deserializer::from_str(manifest) {
+        let value = serde_json::Value::deserialize(document).unwrap();
+        match value["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => {
+                let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
+                policies
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(value).unwrap(),
+                    )
+                    .await
+                    .unwrap();
+            }
+            Some("ValidatingAdmissionPolicyBinding") => {
+                let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
+                bindings
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(value).unwrap(),
+                    )
+                    .await
+                    .unwrap();
+            }
+            other => panic!("unexpected document in the policy manifest: {other:?}"),
+        }
+    }
+}
+
 /// An object of kind `K` named `name` with `spec` given as JSON.
 pub fn object<K>(name: &str, spec: serde_json::Value) -> K
 where

@@ -1,0 +1,65 @@
+//! Deletion protection: the annotation that protects any gpucloud.io object from deletion, and
+//! the admission policy that enforces it. The policy is a ValidatingAdmissionPolicy with its
+//! binding, installed by the Helm chart (`deletionProtection.enabled`) and the kustomize base;
+//! it refuses the delete for every user, the namespace controller included, so a protected
+//! object (and the cloud resource behind it) outlives `kubectl delete` and namespace deletion
+//! until the annotation is removed.
+
+/// The annotation; the value `"true"` makes every delete of the object fail at admission.
+pub const ANNOTATION: &str = "gpucloud.io/deletion-protection";
+
+/// The name of the ValidatingAdmissionPolicy and of its binding in [`POLICY_MANIFEST`] (the
+/// chart names them after its release: `<fullname>-deletion-protection`).
+pub const POLICY_NAME: &str = "gpucloud-operator-deletion-protection";
+
+/// The policy and its binding as YAML (two documents): the kustomize base's copy, which
+/// `tests/deploy_chart.rs` keeps equal to the chart's default rendering. The dev sandbox
+/// installs it; tests apply it.
+pub const POLICY_MANIFEST: &str = include_str!("../../deploy/kustomize/deletion-protection.yaml");
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use serde::Deserialize;
+
+    #[test]
+    fn the_manifest_is_the_policy_and_its_binding() {
+        let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(POLICY_MANIFEST)
+            .map(|document| serde_json::Value::deserialize(document).unwrap())
+            .filter(|document| !document.is_null())
+            .collect();
+        let kinds: Vec<&str> = documents
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"
+            ]
+        );
+        let (policy, binding) = (&documents[0], &documents[1]);
+        assert_eq!(policy["metadata"]["name"], POLICY_NAME);
+        assert_eq!(binding["metadata"]["name"], POLICY_NAME);
+        assert_eq!(binding["spec"]["policyName"], POLICY_NAME);
+        assert_eq!(
+            binding["spec"]["validationActions"],
+            serde_json::json!(["Deny"])
+        );
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        let rule = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+        assert_eq!(rule["apiGroups"], serde_json::json!([crate::GROUP]));
+        assert_eq!(rule["operations"], serde_json::json!(["DELETE"]));
+        let validation = &policy["spec"]["validations"][0];
+        assert!(
+            validation["expression"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("'{ANNOTATION}'"))
+        );
+        assert_eq!(validation["reason"], "Forbidden");
+    }
+}
