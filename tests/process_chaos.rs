@@ -73,6 +73,13 @@ struct Stats {
     /// Exits the harness did not cause (lost leadership, an API server that was down).
     exits: u64,
     processes: u64,
+    /// Cloud faults injected: 500s, 429s, latency spikes, responses lost after acting, and
+    /// resources left out of lists.
+    internal_errors: u64,
+    throttled: u64,
+    latency_spikes: u64,
+    dropped_responses: u64,
+    omitted_from_lists: u64,
     converge_ms: u64,
     delete_ms: u64,
     output_lines: u64,
@@ -88,6 +95,11 @@ impl Stats {
         self.apiserver_restarts += other.apiserver_restarts;
         self.exits += other.exits;
         self.processes += other.processes;
+        self.internal_errors += other.internal_errors;
+        self.throttled += other.throttled;
+        self.latency_spikes += other.latency_spikes;
+        self.dropped_responses += other.dropped_responses;
+        self.omitted_from_lists += other.omitted_from_lists;
         self.converge_ms += other.converge_ms;
         self.delete_ms += other.delete_ms;
         self.output_lines += other.output_lines;
@@ -804,6 +816,12 @@ impl Run {
     /// No more cloud faults, the API server serving, and one replica left.
     async fn lift_faults(&mut self) -> Result<(), String> {
         self.world.simulator.set_faults(FaultPlan::default());
+        let faults = self.world.simulator.fault_counts();
+        self.stats.internal_errors += faults.internal_errors;
+        self.stats.throttled += faults.throttled;
+        self.stats.latency_spikes += faults.latency_spikes;
+        self.stats.dropped_responses += faults.dropped_responses;
+        self.stats.omitted_from_lists += faults.omitted_from_lists;
         if !self.world.apiserver.is_serving() {
             return Err("the API server is not serving".into());
         }
