@@ -4,170 +4,53 @@
 //! converges with exactly one machine per object; and nothing either process printed (debug
 //! logs included) holds the API key or a private key.
 
+mod process_world;
+
 use gpucloud_api::{GpuInstance, Managed, SshKey};
-use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
-use gpucloud_simulator::{FaultPlan, Simulator, SimulatorConfig, SimulatorHandle};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use gpucloud_simulator::{FaultPlan, SimulatorConfig};
 use kube::Api;
 use kube::api::PostParams;
-use kube::runtime::wait::{await_condition, conditions};
+use process_world::{World, eventually, send_sigterm};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-const BINARY: &str = env!("CARGO_BIN_EXE_gpucloud-operator");
 const NAMESPACE: &str = "team-a";
-const OPERATOR_NAMESPACE: &str = "gpucloud-system";
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 const FLEET: usize = 16;
+const SETTINGS: &[&str] = &[
+    "--lease-duration",
+    "6s",
+    "--renew-deadline",
+    "4s",
+    "--retry-period",
+    "1s",
+    "--resync-interval",
+    "2s",
+    "--transition-interval",
+    "300ms",
+    "--settle-window",
+    "3s",
+    "--shutdown-timeout",
+    "5s",
+];
 
-struct World {
-    apiserver: ApiServerHandle,
-    simulator: SimulatorHandle,
-    client: kube::Client,
-    kubeconfig: PathBuf,
-    /// Every line either operator process printed.
-    output: Arc<Mutex<Vec<String>>>,
-}
-
-impl World {
-    async fn start() -> World {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let apiserver = ApiServer::start(ApiServerConfig::default()).await.unwrap();
-        let simulator = Simulator::start(
-            SimulatorConfig {
-                // Slow enough that a fleet is still being created when SIGTERM comes.
-                faults: FaultPlan {
-                    latency: Duration::from_millis(150),
-                    ..FaultPlan::default()
-                },
-                ..SimulatorConfig::default()
-            },
-            "127.0.0.1:0".parse().unwrap(),
-        )
-        .await
-        .unwrap();
-        let client = apiserver.kube_client().await.unwrap();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in gpucloud_api::crds() {
-            let name = crd.metadata.name.clone().unwrap();
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-            await_condition(crds.clone(), &name, conditions::is_crd_established())
-                .await
-                .unwrap();
-        }
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        for name in [NAMESPACE, OPERATOR_NAMESPACE] {
-            let namespace: Namespace =
-                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-            namespaces
-                .create(&PostParams::default(), &namespace)
-                .await
-                .unwrap();
-        }
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "gpucloud-credentials", "namespace": OPERATOR_NAMESPACE},
-            "stringData": {"apiKey": simulator.api_key()},
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-        let kubeconfig = std::env::temp_dir().join(format!(
-            "gpucloud-operator-process-{}.kubeconfig",
-            std::process::id()
-        ));
-        apiserver.write_kubeconfig(&kubeconfig).unwrap();
-        World {
-            apiserver,
-            simulator,
-            client,
-            kubeconfig,
-            output: Arc::new(Mutex::new(Vec::new())),
-        }
-    }
-
-    /// Starts `gpucloud-operator run` as replica `pod` with debug logs, collecting its output.
-    fn operator(&self, pod: &str) -> Child {
-        let mut child = Command::new(BINARY)
-            .args(["--log-level", "debug", "--log-format", "json", "run"])
-            .args(["--cloud-url", &self.simulator.base_url()])
-            .args([
-                "--credentials-secret",
-                &format!("{OPERATOR_NAMESPACE}/gpucloud-credentials"),
-            ])
-            .args(["--operator-namespace", OPERATOR_NAMESPACE])
-            .args(["--metrics-listen", "127.0.0.1:0"])
-            .args(["--health-listen", "127.0.0.1:0"])
-            .args(["--leader-elect", "--pod-name", pod])
-            .args(["--lease-duration", "6s", "--renew-deadline", "4s"])
-            .args(["--retry-period", "1s"])
-            .args(["--resync-interval", "2s", "--transition-interval", "300ms"])
-            .args(["--settle-window", "3s"])
-            .args(["--shutdown-timeout", "5s"])
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env_remove("GPUCLOUD_URL")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let output = self.output.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(stream).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    output.lock().unwrap().push(line);
-                }
-            });
-        }
-        child
-    }
-
-    async fn holder(&self) -> Option<String> {
-        Api::<Lease>::namespaced(self.client.clone(), OPERATOR_NAMESPACE)
-            .get_opt("gpucloud-operator")
-            .await
-            .unwrap()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-    }
-}
-
-async fn eventually<T, F, Fut>(seconds: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {seconds}s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn start_world() -> World {
+    let simulator = SimulatorConfig {
+        // Slow enough that a fleet is still being created when SIGTERM comes.
+        faults: FaultPlan {
+            latency: Duration::from_millis(150),
+            ..FaultPlan::default()
+        },
+        ..SimulatorConfig::default()
+    };
+    World::start("operator-process", simulator, &[NAMESPACE]).await
 }
 
 /// Sends SIGTERM and waits for the exit; returns how long it took.
 async fn terminate(child: &mut Child) -> Duration {
-    let pid = child.id().unwrap().to_string();
     let sent = Instant::now();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    send_sigterm(child).unwrap();
     let exit = tokio::time::timeout(SHUTDOWN_TIMEOUT * 3, child.wait())
         .await
         .expect("exits after SIGTERM")
@@ -178,10 +61,10 @@ async fn terminate(child: &mut Child) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_fleet_then_restart_converges_without_duplicates_or_leaks() {
-    let world = World::start().await;
-    let mut first = world.operator("operator-a");
+    let world = start_world().await;
+    let mut first = world.operator("operator-a", SETTINGS);
     eventually(30, "operator-a leads", || async {
-        (world.holder().await.as_deref() == Some("operator-a")).then_some(())
+        (world.holder().await.unwrap().as_deref() == Some("operator-a")).then_some(())
     })
     .await;
 
@@ -224,9 +107,13 @@ async fn sigterm_mid_fleet_then_restart_converges_without_duplicates_or_leaks() 
         took <= SHUTDOWN_TIMEOUT + Duration::from_secs(2),
         "SIGTERM to exit took {took:?}"
     );
-    assert_eq!(world.holder().await, None, "the lease was handed back");
+    assert_eq!(
+        world.holder().await.unwrap(),
+        None,
+        "the lease was handed back"
+    );
 
-    let mut second = world.operator("operator-b");
+    let mut second = world.operator("operator-b", SETTINGS);
     let mut ids = BTreeSet::new();
     for i in 0..FLEET {
         let name = format!("fleet-{i}");
@@ -259,11 +146,7 @@ async fn sigterm_mid_fleet_then_restart_converges_without_duplicates_or_leaks() 
         "the debug output was captured: {} lines",
         output.len()
     );
-    let key = world.simulator.api_key().to_string();
-    let leaks: Vec<&String> = output
-        .iter()
-        .filter(|l| l.contains(&key) || l.contains("PRIVATE KEY"))
-        .collect();
+    let leaks = world.secrets_in_output();
     assert!(
         leaks.is_empty(),
         "{} of {} lines hold a secret: {:?}",
@@ -271,6 +154,4 @@ async fn sigterm_mid_fleet_then_restart_converges_without_duplicates_or_leaks() 
         output.len(),
         leaks.first()
     );
-    let _ = std::fs::remove_file(&world.kubeconfig);
-    world.apiserver.shutdown().await;
 }

@@ -165,6 +165,18 @@ impl AppState {
         // Receivers live as long as the state: sending cannot fail while it exists.
         let _ = self.stop.send(true);
     }
+
+    /// The same registry, store, request log and faults with a stop signal not yet given, for
+    /// serving again after [`AppState::stop_watches`] (a stopped signal would end every new
+    /// watch at once).
+    fn with_new_stop_signal(&self) -> AppState {
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        AppState {
+            stopping,
+            stop: Arc::new(stop),
+            ..self.clone()
+        }
+    }
 }
 
 /// The full router (resource routes, discovery, OpenAPI) without authentication.
@@ -217,12 +229,7 @@ impl ApiServer {
             config.users.clone()
         };
         let authenticator = Authenticator::new(users.clone())?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| Error::Bind {
-                address: config.listen,
-                source,
-            })?;
+        let listener = bind(config.listen).await?;
         let local_addr = listener.local_addr().map_err(|source| Error::Bind {
             address: config.listen,
             source,
@@ -234,11 +241,45 @@ impl ApiServer {
             hosts.push(local_addr.ip().to_string());
         }
         let tls_material = TlsMaterial::generate(&hosts)?;
-        let server_config = tls_material.server_config()?;
-
         let state = AppState::new(&config);
-        let app = router(state.clone()).layer(auth::layer(authenticator));
-        let (shutdown_sender, shutdown_receiver) = oneshot::channel::<()>();
+        let serving = Serving::start(listener, &state, &authenticator, &tls_material)?;
+        Ok(ApiServerHandle {
+            local_addr,
+            users: users
+                .into_iter()
+                .map(|(token, name)| KubeconfigUser { name, token })
+                .collect(),
+            authenticator,
+            tls: tls_material,
+            state,
+            serving: Some(serving),
+        })
+    }
+}
+
+async fn bind(address: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| Error::Bind { address, source })
+}
+
+/// The tasks of a server that is accepting connections.
+struct Serving {
+    shutdown: Option<oneshot::Sender<()>>,
+    server_task: JoinHandle<()>,
+    gc_task: JoinHandle<()>,
+}
+
+impl Serving {
+    fn start(
+        listener: TcpListener,
+        state: &AppState,
+        authenticator: &Authenticator,
+        tls_material: &TlsMaterial,
+    ) -> Result<Serving, Error> {
+        let server_config = tls_material.server_config()?;
+        let app = router(state.clone()).layer(auth::layer(authenticator.clone()));
+        let (shutdown, shutdown_receiver) = oneshot::channel::<()>();
         let server_task = tokio::spawn(async move {
             let shutdown = async {
                 // A dropped sender also means shut down.
@@ -249,18 +290,34 @@ impl ApiServer {
             }
         });
         let gc_task = tokio::spawn(crate::gc::run(state.clone()));
-        Ok(ApiServerHandle {
-            local_addr,
-            users: users
-                .into_iter()
-                .map(|(token, name)| KubeconfigUser { name, token })
-                .collect(),
-            tls: tls_material,
-            state,
-            shutdown: Some(shutdown_sender),
+        Ok(Serving {
+            shutdown: Some(shutdown),
             server_task,
             gc_task,
         })
+    }
+
+    /// Ends open watches, closes every connection and releases the listening port.
+    async fn stop(mut self, state: &AppState) {
+        state.stop_watches();
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.gc_task.abort();
+        if tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.server_task)
+            .await
+            .is_err()
+        {
+            self.server_task.abort();
+            let _ = (&mut self.server_task).await;
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.gc_task.abort();
+        self.server_task.abort();
     }
 }
 
@@ -269,10 +326,10 @@ pub struct ApiServerHandle {
     local_addr: SocketAddr,
     users: Vec<KubeconfigUser>,
     tls: TlsMaterial,
+    authenticator: Authenticator,
     state: AppState,
-    shutdown: Option<oneshot::Sender<()>>,
-    server_task: JoinHandle<()>,
-    gc_task: JoinHandle<()>,
+    /// `None` between [`ApiServerHandle::stop_serving`] and [`ApiServerHandle::resume_serving`].
+    serving: Option<Serving>,
 }
 
 impl std::fmt::Debug for ApiServerHandle {
@@ -382,26 +439,39 @@ impl ApiServerHandle {
         &self.state
     }
 
-    pub async fn shutdown(mut self) {
-        self.state.stop_watches();
-        if let Some(sender) = self.shutdown.take() {
-            let _ = sender.send(());
-        }
-        self.gc_task.abort();
-        let server_task = &mut self.server_task;
-        if tokio::time::timeout(std::time::Duration::from_secs(5), server_task)
-            .await
-            .is_err()
-        {
-            self.server_task.abort();
+    /// Stops serving as a restarting kube-apiserver does: open watches end, every connection
+    /// closes and the port is released, so clients see refused connections until
+    /// [`ApiServerHandle::resume_serving`]. The stored objects, registered kinds, users and
+    /// certificates are kept, as etcd and the server's files outlive a restart.
+    pub async fn stop_serving(&mut self) {
+        if let Some(serving) = self.serving.take() {
+            serving.stop(&self.state).await;
         }
     }
-}
 
-impl Drop for ApiServerHandle {
-    fn drop(&mut self) {
-        self.gc_task.abort();
-        self.server_task.abort();
+    /// Serves again on the same address with the same store, so resourceVersions clients hold
+    /// stay valid and their watches resume from them. Does nothing while serving.
+    pub async fn resume_serving(&mut self) -> Result<(), Error> {
+        if self.serving.is_some() {
+            return Ok(());
+        }
+        let listener = bind(self.local_addr).await?;
+        self.state = self.state.with_new_stop_signal();
+        self.serving = Some(Serving::start(
+            listener,
+            &self.state,
+            &self.authenticator,
+            &self.tls,
+        )?);
+        Ok(())
+    }
+
+    pub fn is_serving(&self) -> bool {
+        self.serving.is_some()
+    }
+
+    pub async fn shutdown(mut self) {
+        self.stop_serving().await;
     }
 }
 

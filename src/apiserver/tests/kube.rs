@@ -13,5 +13,6 @@ mod kube_errors;
 mod kube_lifecycle;
 mod kube_project_crds;
 mod kube_requests;
+mod kube_restart;
 mod kube_scale;
 mod kube_watch;
