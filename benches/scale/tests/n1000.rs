@@ -24,7 +24,9 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
             "--new-objects",
             "20",
             "--phase-timeout",
-            "90s",
+            // Generous: a loaded machine (the debug build sharing two cores with other work)
+            // converges 1,000 objects in 100-200 s; this test is about correctness only.
+            "300s",
             "--out",
         ])
         .arg(out.path())
@@ -32,9 +34,9 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let child = command.spawn().unwrap();
-    let output = tokio::time::timeout(Duration::from_secs(240), child.wait_with_output())
+    let output = tokio::time::timeout(Duration::from_secs(900), child.wait_with_output())
         .await
-        .expect("scale-bench did not finish within 240 s")
+        .expect("scale-bench did not finish within 900 s")
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
