@@ -94,6 +94,13 @@ impl AppState {
         lock(&self.counters).clone()
     }
 
+    fn count_received(&self, operation: Operation) {
+        *lock(&self.counters)
+            .received
+            .entry(operation.name().to_string())
+            .or_default() += 1;
+    }
+
     fn count(&self, operation: Option<Operation>, status: StatusCode) {
         let mut counters = lock(&self.counters);
         match operation {
@@ -156,17 +163,20 @@ impl Clock {
 /// Requests per operation and status code.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Counters {
+    /// Requests per operation, counted as they arrive: before the request acts, so whoever
+    /// sees its effect in the account also sees it counted.
+    #[serde(default)]
+    pub received: BTreeMap<String, u64>,
+    /// Answered requests per operation and status code, counted once answered.
     pub operations: BTreeMap<String, BTreeMap<u16, u64>>,
     /// Requests that matched no route (API or admin).
     pub unmatched: u64,
 }
 
 impl Counters {
+    /// Requests per operation, every status and faults included, answered or not yet.
     pub fn totals(&self) -> BTreeMap<String, u64> {
-        self.operations
-            .iter()
-            .map(|(name, statuses)| (name.clone(), statuses.values().sum()))
-            .collect()
+        self.received.clone()
     }
 }
 
@@ -671,6 +681,7 @@ async fn serve_operation(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let request_id = state.next_request_id();
+    state.count_received(operation);
     // A request the server has received is carried out, and counted, even if the client stops
     // waiting (a timeout during the latency before acting): as with a real service, the client
     // cannot tell a request that never arrived from one that acted after it gave up.

@@ -130,8 +130,17 @@ async fn a_slow_operation_acts_after_its_client_gave_up() {
         .send()
         .await;
     assert!(outcome.expect_err("slower than the timeout").is_timeout());
-    // Not yet acted when the client gave up; acted (and counted) once the latency passed.
+    // Not yet acted when the client gave up, but already counted as received (so whoever sees
+    // the effect later also sees the call); acted, and counted as answered, once the latency
+    // passed.
     assert!(sim.handle.state().volumes.is_empty());
+    assert_eq!(sim.handle.call_counts()["CreateVolume"], 1);
+    assert!(
+        !sim.handle
+            .counters()
+            .operations
+            .contains_key("CreateVolume")
+    );
     tokio::time::sleep(Duration::from_millis(600).saturating_sub(started.elapsed())).await;
     let mut acted = false;
     for _ in 0..50 {
