@@ -375,6 +375,7 @@ impl Run {
             } else {
                 0.0
             },
+            act_late: BTreeMap::new(),
         };
         let api = ApiFaultPlan {
             seed: self.seed,
