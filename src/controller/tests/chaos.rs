@@ -11,16 +11,16 @@
 //! role for the run: managed, managed with `deletionPolicy: Orphan`, or `ObserveOnly`.
 //!
 //! Then a fault phase (`chaos/world.rs`): a few objects of every basic kind, presets adopted,
-//! then 8 to 15 random actions 20 to 300 ms apart: SshKeys, GpuInstances, Volumes and Firewalls
+//! then 6 to 12 random actions 20 to 300 ms apart: SshKeys, GpuInstances, Volumes and Firewalls
 //! created (some with `deletionPolicy: Orphan`) in one of the three team and account groups,
 //! Snapshots of running machines, Images of snapshots, Volumes cloned from volumes, machines
 //! restored from snapshots, presets adopted again once let go, deletes (a snapshot taking its
 //! images with it, or held by a machine being restored from it), power changes, attach and
 //! detach, resizes, rule and firewall target changes; operator kills at random and at crash
 //! points, watch disconnects, 410 Gone, 429 storms; in half the seeds one mass deletion of all
-//! or about half the teams' objects at once, and in half one late create (the cloud carries out
-//! an object's first create 5 to 8 s after it arrived, past the client's timeout and the settle
-//! window, so the retry makes a duplicate). All under a seeded fault plan: cloud errors, 429
+//! or about half the teams' objects at once, and in a third one late create (the cloud carries
+//! out an object's first create 5 to 7.5 s after it arrived, past the client's timeout and the
+//! settle window, so the retry makes a duplicate). All under a seeded fault plan: cloud errors, 429
 //! bursts, latency past the client timeout, lost responses, lists lagging and leaving out
 //! what exists, status-write conflicts, cut watches. Meanwhile the tenant attacks team-a's and
 //! team-c's resources and the foreign ones by id.
@@ -93,6 +93,10 @@ pub struct RunStats {
     pub images: u64,
     pub clones: u64,
     pub restores: u64,
+    /// Snapshots deleted while a machine was still to be restored from them.
+    pub snapshot_deletions_held: u64,
+    /// Images the cloud removed with their deleted snapshot.
+    pub images_removed_with_snapshot: u64,
     /// Objects adopting a preset by the `external-id` annotation.
     pub adoptions: u64,
     /// Of those, objects only observing (`ObserveOnly`).
@@ -147,6 +151,8 @@ impl RunStats {
         self.images += other.images;
         self.clones += other.clones;
         self.restores += other.restores;
+        self.snapshot_deletions_held += other.snapshot_deletions_held;
+        self.images_removed_with_snapshot += other.images_removed_with_snapshot;
         self.adoptions += other.adoptions;
         self.observe_only_objects += other.observe_only_objects;
         self.orphan_objects += other.orphan_objects;

@@ -177,7 +177,6 @@ impl Run {
                 preset.recorded |= preset.adopter.as_ref() == Some(key);
             }
         }
-        self.recorded = ids;
         Vec::new()
     }
 

@@ -290,6 +290,9 @@ pub struct Preset {
     pub role: Policy,
     /// The object adopting it now.
     pub adopter: Option<ObjectKey>,
+    /// The object that adopted it last: until that one is gone (its finalizer released) the
+    /// preset is still its own, and another adopter would be refused (`AlreadyOwned`).
+    pub released_by: Option<ObjectKey>,
     /// Whether an object recorded it: a `Manage` adopter then deletes it with itself.
     pub recorded: bool,
     /// Gone from the cloud (deleted with its `Manage` adopter).

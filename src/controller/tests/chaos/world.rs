@@ -41,7 +41,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_millis(600);
 const MAX_ACT_DELAY: Duration = Duration::from_millis(1400);
 /// How long the cloud holds a late create, in milliseconds: past the client's timeout, the
 /// settle window (list lag + 1.6 s) and the retry that follows it.
-const LATE_ACT_MS: std::ops::Range<u64> = 5_000..8_000;
+const LATE_ACT_MS: std::ops::Range<u64> = 5_000..7_500;
 /// How long the operator only reports a duplicate before deleting it.
 const DUPLICATE_GRACE: Duration = Duration::from_secs(1);
 
@@ -126,8 +126,6 @@ pub(crate) struct Run {
     pub presets: Vec<Preset>,
     /// Resources of deleted `deletionPolicy: Orphan` objects, to be left in the cloud.
     pub kept: Vec<Kept>,
-    /// The id each live object recorded, as last seen when everything converged.
-    pub recorded: BTreeMap<ObjectKey, String>,
     pub late: Option<LateTarget>,
     pub stats: RunStats,
     observer: Arc<CrashObserver>,
@@ -181,7 +179,7 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
     // act goes past it on purpose).
     operator.reconcile.settle_window = list_lag + MAX_ACT_DELAY + Duration::from_millis(200);
     operator.reconcile.transition_requeue = Duration::from_millis(150);
-    operator.reconcile.observe.resync = Duration::from_secs(2);
+    operator.reconcile.observe.resync = Duration::from_secs(3);
     // Every team's key has observers of its own (four keys list the two accounts): lists every
     // 250 ms while something is in transition, for 2 s after its last change, else every 2 s.
     operator.reconcile.observe.fast = Duration::from_millis(250);
@@ -198,7 +196,6 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
         model: Model::default(),
         presets: Vec::new(),
         kept: Vec::new(),
-        recorded: BTreeMap::new(),
         late: None,
         stats: RunStats::default(),
         observer,
@@ -314,6 +311,7 @@ impl Run {
                 id,
                 role,
                 adopter: None,
+                released_by: None,
                 recorded: false,
                 deleted: false,
                 view: Value::Null,
@@ -541,7 +539,7 @@ impl Run {
         for index in 0..self.presets.len() {
             self.adopt(index).await?;
         }
-        let actions = self.rng.random_range(8..16);
+        let actions = self.rng.random_range(6..13);
         // At most one mass deletion and one late create per seed, at seeded moments.
         let mass_deletion_at = self
             .rng
@@ -550,9 +548,9 @@ impl Run {
         // Early, so the held create mostly lands while the faults are still on.
         let late_create_at = self
             .rng
-            .random_bool(0.5)
+            .random_bool(0.35)
             .then(|| self.rng.random_range(0..actions / 2));
-        let mut before_create_poll = tokio::time::interval(Duration::from_millis(40));
+        let mut before_create_poll = tokio::time::interval(Duration::from_millis(100));
         let mut done = 0;
         let mut next_action = Instant::now();
         // The hostile tenant attacks on its own schedule, from its own random stream.
@@ -625,25 +623,17 @@ impl Run {
     async fn act(&mut self) -> Result<(), String> {
         let roll = self.rng.random_range(0..100);
         match roll {
-            0..12 => {
+            0..10 => {
                 let group = self.random_group();
                 let kind = Kind::BASIC[self.rng.random_range(0..4)];
                 self.create_basic(group, kind).await
             }
+            10..12 => self.delete_a_snapshot(None).await,
             12..18 => self.snapshot().await,
             18..23 => self.image().await,
             23..27 => self.clone_volume().await,
             27..32 => self.restore().await,
-            32..34 => {
-                let free: Vec<usize> = (0..self.presets.len())
-                    .filter(|i| self.presets[*i].adopter.is_none() && !self.presets[*i].deleted)
-                    .collect();
-                if free.is_empty() {
-                    return Ok(());
-                }
-                let index = free[self.rng.random_range(0..free.len())];
-                self.adopt(index).await
-            }
+            32..34 => self.adopt_again().await,
             34..42 => self.delete_one().await,
             42..48 => self.set_power().await,
             48..54 => self.attach_or_detach().await,
@@ -960,7 +950,29 @@ impl Run {
 
     /// A GpuInstance restored from a Snapshot.
     async fn restore(&mut self) -> Result<(), String> {
-        let Some((group, snapshot)) = self.pick_source(Kind::Snapshot) else {
+        // Mostly from a snapshot the cloud has already made, as a restore usually is.
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let made: Vec<(Group, ObjectKey)> = self
+            .model
+            .live
+            .iter()
+            .filter(|(key, w)| {
+                w.kind == Kind::Snapshot
+                    && w.referable()
+                    && seen
+                        .get(*key)
+                        .is_some_and(|s| s.status.external_id.is_some())
+            })
+            .map(|(key, w)| (w.group, key.clone()))
+            .collect();
+        let source = if !made.is_empty() && self.rng.random_bool(0.8) {
+            Some(made[self.rng.random_range(0..made.len())].clone())
+        } else {
+            self.pick_source(Kind::Snapshot)
+        };
+        let Some((group, snapshot)) = source else {
             return Ok(());
         };
         let power = if self.rng.random_bool(0.2) {
@@ -976,8 +988,36 @@ impl Run {
             .await?
         {
             self.stats.restores += 1;
+            // Now and then the snapshot goes at once: its deletion waits for this restore.
+            if self.rng.random_bool(0.5) {
+                self.delete_a_snapshot(Some(snapshot)).await?;
+            }
         }
         Ok(())
+    }
+
+    /// A preset let go by an `Orphan` or `ObserveOnly` adopter, adopted again once that object
+    /// is gone.
+    async fn adopt_again(&mut self) -> Result<(), String> {
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let free: Vec<usize> = (0..self.presets.len())
+            .filter(|i| {
+                let preset = &self.presets[*i];
+                preset.adopter.is_none()
+                    && !preset.deleted
+                    && preset
+                        .released_by
+                        .as_ref()
+                        .is_none_or(|last| !seen.contains_key(last))
+            })
+            .collect();
+        if free.is_empty() {
+            return Ok(());
+        }
+        let index = free[self.rng.random_range(0..free.len())];
+        self.adopt(index).await
     }
 
     /// A team-a object adopting preset `index` in the role the preset was given; an observed
@@ -1095,6 +1135,56 @@ impl Run {
         }
     }
 
+    /// Deletes a Snapshot (`snapshot`, or one at random) if it can go: it exists in the cloud
+    /// and its images have ids. Its images go with it in the cloud; a machine still to be
+    /// restored from it holds its deletion until restored.
+    async fn delete_a_snapshot(&mut self, snapshot: Option<ObjectKey>) -> Result<(), String> {
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let candidates: Vec<ObjectKey> = match snapshot {
+            Some(key) => vec![key],
+            None => self
+                .model
+                .live
+                .iter()
+                .filter(|(_, w)| w.kind == Kind::Snapshot)
+                .map(|(key, _)| key.clone())
+                .collect(),
+        };
+        let candidates: Vec<ObjectKey> = candidates
+            .into_iter()
+            .filter(|key| self.deletable(key, &seen))
+            .collect();
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let key = candidates[self.rng.random_range(0..candidates.len())].clone();
+        let waiting: Vec<String> = self
+            .model
+            .referrers(&key)
+            .into_iter()
+            .filter(|r| {
+                self.model.live[r].kind == Kind::Instance
+                    && seen.get(r).is_none_or(|s| s.status.external_id.is_none())
+            })
+            .map(|r| r.to_string())
+            .collect();
+        self.forget(&key, &seen);
+        delete(&self.env, Kind::Snapshot, &key).await?;
+        self.model.live.remove(&key);
+        if waiting.is_empty() {
+            self.note(format!("delete Snapshot {key}"));
+        } else {
+            self.stats.snapshot_deletions_held += 1;
+            self.note(format!(
+                "delete Snapshot {key}, held until {} is restored from it",
+                waiting.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
     async fn delete_one(&mut self) -> Result<(), String> {
         let seen = all_objects(&self.env)
             .await
@@ -1180,7 +1270,7 @@ impl Run {
             .iter_mut()
             .find(|p| p.adopter.as_ref() == Some(key))
         {
-            preset.adopter = None;
+            preset.released_by = preset.adopter.take();
             preset.recorded |= recorded.as_deref() == Some(preset.id.as_str());
             // A managed adopter deletes it, or it was never recorded and stays: either way it
             // is not offered again.
@@ -1209,6 +1299,7 @@ impl Run {
                 if let Some(w) = self.model.live.get_mut(&image) {
                     w.source_deleted = true;
                 }
+                self.stats.images_removed_with_snapshot += 1;
                 self.note(format!(
                     "{image}: its snapshot {key} goes, and the cloud removes the image with it"
                 ));
