@@ -15,7 +15,7 @@ use gpucloud_api::{
 };
 use gpucloud_cloud::model::{
     CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
-    SecurityRule as CloudRule, Tier as CloudTier, VmStatus,
+    SecurityRule as CloudRule, SnapshotStatus as CloudSnapshotStatus, Tier as CloudTier, VmStatus,
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -103,7 +103,7 @@ impl ManagedKind for GpuInstance {
         }
         if let Some(source) = &spec.source {
             let snapshot_name = &source.snapshot_ref.name;
-            let snapshot_id = restorable_snapshot(cx, &namespace, snapshot_name).await?;
+            let snapshot_id = restorable_snapshot(cx, account, &namespace, snapshot_name).await?;
             // The cloud restores into the snapshot's region, whatever the spec says.
             let snapshots: Api<Snapshot> = Api::namespaced(cx.client.clone(), &namespace);
             let region = snapshots
@@ -538,9 +538,12 @@ where
 
 /// The cloud id of the snapshot to restore from, once it is `Ready`. A snapshot whose
 /// deletion waits for this very restore no longer reports `Ready` (its conditions say what
-/// holds it); it is still usable while the cloud lists it `available`.
+/// holds it); it is still usable while the cloud has it `available`. A deleting Snapshot
+/// records no state changes, so one deleted while still `creating` is read from the cloud:
+/// its recorded state would keep this restore (and with it the deletion) waiting for ever.
 async fn restorable_snapshot(
     cx: &Context<GpuInstance>,
+    account: &Account,
     namespace: &str,
     name: &str,
 ) -> Result<String, Error> {
@@ -549,12 +552,21 @@ async fn restorable_snapshot(
             let api: Api<Snapshot> = Api::namespaced(cx.client.clone(), namespace);
             let held = api.get_opt(&name).await?.and_then(|s| {
                 let status = s.cloud_status();
-                (s.meta().deletion_timestamp.is_some()
-                    && status.state.as_deref() == Some("available"))
-                .then_some(status.external_id)
-                .flatten()
+                (s.meta().deletion_timestamp.is_some())
+                    .then_some(status.external_id.map(|id| (id, status.state)))
+                    .flatten()
             });
-            held.ok_or(Error::WaitingFor { kind, name, detail })
+            let waiting = Error::WaitingFor { kind, name, detail };
+            match held {
+                Some((id, state)) if state.as_deref() == Some("available") => Ok(id),
+                Some((id, _)) => match account.client.get_snapshot(&id).await {
+                    Ok(snapshot) if snapshot.status == CloudSnapshotStatus::Available => Ok(id),
+                    Ok(_) => Err(waiting),
+                    Err(e) if e.is_not_found() => Err(waiting),
+                    Err(e) => Err(e.into()),
+                },
+                None => Err(waiting),
+            }
         }
         other => other,
     }

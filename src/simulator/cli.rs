@@ -199,10 +199,14 @@ impl Args {
                 },
                 omit_from_lists: Default::default(),
                 list_omission_rate: self.list_omission_rate,
+                act_late: BTreeMap::new(),
             },
             list_lag: millis(self.list_lag_ms),
             max_body_bytes: self.max_body_bytes,
             gpu_capacity_per_region: self.gpu_capacity,
+            // One account per run from the command line; the ledger is for tests.
+            other_accounts: Vec::new(),
+            keep_ledger: false,
         }
     }
 }

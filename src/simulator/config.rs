@@ -10,8 +10,13 @@ use serde::{Deserialize, Serialize};
 /// `Debug` is written by hand so API keys and the admin token never reach a log.
 #[derive(Clone)]
 pub struct SimulatorConfig {
-    /// Accepted values of the `X-API-Key` header. The first one is [`crate::SimulatorHandle::api_key`].
+    /// Accepted values of the `X-API-Key` header for the first account. The first one is
+    /// [`crate::SimulatorHandle::api_key`].
     pub api_keys: Vec<String>,
+    /// The keys of further accounts, one list per account. Each account has its own resources,
+    /// balance and billing behind the same endpoint, clock and fault plan; ids are unique
+    /// across accounts, as a real service's are.
+    pub other_accounts: Vec<Vec<String>>,
     /// Seed of every random choice (faults, IP addresses), so a run can be replayed.
     pub seed: u64,
     /// Simulated seconds per real second. Billing, balance drain and every state delay run on
@@ -33,12 +38,16 @@ pub struct SimulatorConfig {
     pub max_body_bytes: usize,
     /// GPUs of each type available per region.
     pub gpu_capacity_per_region: u32,
+    /// Keep a ledger of every call that changed an account
+    /// ([`crate::SimulatorHandle::ledger`]). Off by default: it grows with every call.
+    pub keep_ledger: bool,
 }
 
 impl Default for SimulatorConfig {
     fn default() -> Self {
         SimulatorConfig {
             api_keys: vec!["sim-key".to_string()],
+            other_accounts: Vec::new(),
             seed: 1,
             time_scale: 1.0,
             rate_limit: None,
@@ -49,6 +58,7 @@ impl Default for SimulatorConfig {
             list_lag: Duration::ZERO,
             max_body_bytes: 64 * 1024,
             gpu_capacity_per_region: 512,
+            keep_ledger: false,
         }
     }
 }
@@ -59,6 +69,10 @@ impl std::fmt::Debug for SimulatorConfig {
             .field(
                 "api_keys",
                 &format_args!("[{} redacted]", self.api_keys.len()),
+            )
+            .field(
+                "other_accounts",
+                &format_args!("{} accounts, keys redacted", self.other_accounts.len()),
             )
             .field("seed", &self.seed)
             .field("time_scale", &self.time_scale)
@@ -73,6 +87,7 @@ impl std::fmt::Debug for SimulatorConfig {
             .field("list_lag", &self.list_lag)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("gpu_capacity_per_region", &self.gpu_capacity_per_region)
+            .field("keep_ledger", &self.keep_ledger)
             .finish()
     }
 }
@@ -163,6 +178,12 @@ pub struct FaultPlan {
     /// Probability that a list leaves out each of its items, drawn per item from the list
     /// operation's seeded stream.
     pub list_omission_rate: f64,
+    /// Creates the cloud carries out long after they arrived, keyed by the start of the new
+    /// resource's name (`name`, or `new_vm_name` of a restore), in milliseconds: the first
+    /// such request that would otherwise act (no injected 429 or 500) waits that long before
+    /// acting. Each entry holds one request over the simulator's life (until a reset), so
+    /// setting the plan again does not hold another.
+    pub act_late: BTreeMap<String, u64>,
 }
 
 /// Extra latency added with some probability.
@@ -242,6 +263,9 @@ impl FaultPlan {
         }
         if let Some(name) = self.latency_ms_per_operation.keys().find(|n| !known(n)) {
             return Err(format!("unknown operation name {name:?}"));
+        }
+        if self.act_late.keys().any(String::is_empty) {
+            return Err("act_late: an empty name prefix would hold any create".to_string());
         }
         if let Some(spike) = self.latency_spike {
             check("latency_spike.probability", spike.probability)?;

@@ -10,7 +10,7 @@ use crate::engine::{
     validate_region,
 };
 use crate::error::ApiError;
-use crate::server::{AppState, QueryParams, Reply, parse_body};
+use crate::server::{AppState, Caller, QueryParams, Reply, parse_body};
 
 /// A request as the handlers see it, after authentication and fault injection.
 pub struct Request<'a> {
@@ -20,6 +20,8 @@ pub struct Request<'a> {
     pub body: &'a Bytes,
     /// The accepted API key the request carried (never echoed back).
     pub api_key: &'a str,
+    /// Whose key it is: the account the request acts on.
+    pub caller: Caller,
 }
 
 impl Request<'_> {
@@ -109,8 +111,15 @@ pub fn execute(state: &AppState, request: Request<'_>) -> Result<Reply, ApiError
     ) {
         request.no_body()?;
     }
+    let account = request.caller.account;
     let engine = |f: &mut dyn FnMut(&mut Engine, SimTime) -> Result<Reply, ApiError>| {
-        state.with_engine(|engine, now| f(engine, now))
+        state
+            .with_account(account, |engine, now| f(engine, now))
+            .unwrap_or_else(|| {
+                Err(ApiError::Internal {
+                    message: format!("no account {account}"),
+                })
+            })
     };
 
     match request.operation {

@@ -30,7 +30,7 @@ pub use config::{
 };
 pub use engine::AccountSnapshot;
 pub use error::{ApiError, Error};
-pub use server::{Counters, FaultCounts};
+pub use server::{Caller, Counters, FaultCounts, LedgerEntry};
 
 /// Starts simulators.
 pub struct Simulator;
@@ -86,8 +86,14 @@ impl Simulator {
 
 fn validate(config: &SimulatorConfig) -> Result<(), Error> {
     let invalid = |message: &str| Err(Error::Config(message.to_string()));
-    if config.api_keys.is_empty() || config.api_keys.iter().any(|key| key.trim().is_empty()) {
-        return invalid("at least one API key is required and keys must not be empty");
+    let accounts = || std::iter::once(&config.api_keys).chain(&config.other_accounts);
+    if accounts().any(|keys| keys.is_empty() || keys.iter().any(|key| key.trim().is_empty())) {
+        return invalid("every account needs at least one API key and keys must not be empty");
+    }
+    let keys: Vec<&String> = accounts().flatten().collect();
+    let distinct: std::collections::BTreeSet<&String> = keys.iter().copied().collect();
+    if distinct.len() != keys.len() {
+        return invalid("an API key may be given once: it opens one account");
     }
     if !(config.time_scale.is_finite() && config.time_scale > 0.0 && config.time_scale <= 1e6) {
         return invalid("time_scale must be a positive number of at most 1000000");
@@ -104,7 +110,7 @@ fn validate(config: &SimulatorConfig) -> Result<(), Error> {
         if token.trim().is_empty() {
             return invalid("the admin token must not be empty");
         }
-        if config.api_keys.iter().any(|key| key == token) {
+        if accounts().flatten().any(|key| key == token) {
             return invalid("the admin token must differ from every API key");
         }
     }
@@ -147,12 +153,27 @@ impl SimulatorHandle {
         &self.api_key
     }
 
-    /// Everything in the account, at the simulated now.
+    /// Everything in the first account, at the simulated now.
     pub fn state(&self) -> AccountSnapshot {
         self.state.with_engine(|engine, now| {
             engine.settle(now);
             engine.snapshot_account(now)
         })
+    }
+
+    /// Everything in account `account` (0 is the first, then `other_accounts` in order), at
+    /// the simulated now; `None` when there is no such account.
+    pub fn account_state(&self, account: usize) -> Option<AccountSnapshot> {
+        self.state.with_account(account, |engine, now| {
+            engine.settle(now);
+            engine.snapshot_account(now)
+        })
+    }
+
+    /// Every call that changed an account so far, in the order the cloud carried them out;
+    /// empty unless `keep_ledger` is set.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        self.state.ledger()
     }
 
     /// Requests per operation name (every status, faults included).
@@ -175,6 +196,7 @@ impl SimulatorHandle {
         self.state.set_faults(plan);
     }
 
+    /// Sets the first account's balance.
     pub fn set_balance(&self, balance: f64) {
         self.state
             .with_engine(|engine, now| engine.set_balance(balance, now));
@@ -185,8 +207,8 @@ impl SimulatorHandle {
         self.state.clock.advance(by);
     }
 
-    /// Empties the account, restores the initial balance and the configured faults, clears
-    /// the counters.
+    /// Empties every account, restores the initial balance and the configured faults, clears
+    /// the counters and the ledger.
     pub fn reset(&self) {
         self.state.reset();
     }
@@ -254,6 +276,26 @@ mod tests {
                 max_body_bytes: 0,
                 ..SimulatorConfig::default()
             },
+            SimulatorConfig {
+                other_accounts: vec![Vec::new()],
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                other_accounts: vec![vec!["sim-key".to_string()]],
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                admin_token: Some("second".to_string()),
+                other_accounts: vec![vec!["second".to_string()]],
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                faults: FaultPlan {
+                    act_late: BTreeMap::from([(String::new(), 1000)]),
+                    ..FaultPlan::default()
+                },
+                ..SimulatorConfig::default()
+            },
         ];
         for config in refused {
             assert!(
@@ -264,10 +306,15 @@ mod tests {
         // The configuration's Debug output hides the keys and the token.
         let config = SimulatorConfig {
             api_keys: vec!["very-secret".to_string()],
+            other_accounts: vec![vec!["secret-too".to_string()]],
             admin_token: Some("also-secret".to_string()),
             ..SimulatorConfig::default()
         };
         let debug = format!("{config:?}");
-        assert!(!debug.contains("very-secret") && !debug.contains("also-secret"));
+        assert!(
+            !debug.contains("very-secret")
+                && !debug.contains("also-secret")
+                && !debug.contains("secret-too")
+        );
     }
 }

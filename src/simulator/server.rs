@@ -1,7 +1,7 @@
 //! The HTTP side: the router built from the route table, authentication, rate limiting,
 //! fault injection, call counters, the admin API and the JSON error bodies.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -29,12 +29,42 @@ use crate::handlers;
 pub struct AppState {
     pub config: SimulatorConfig,
     pub clock: Clock,
+    /// The engine of the first account, that of `api_keys`.
     engine: Mutex<Engine>,
+    /// One engine per entry of `other_accounts`, in order.
+    other_engines: Vec<Mutex<Engine>>,
     faults: Mutex<FaultState>,
     fault_counts: Mutex<FaultCounts>,
     counters: Mutex<Counters>,
     limiter: Mutex<RateLimiter>,
     request_seq: AtomicU64,
+    /// The `act_late` entries that have held their request.
+    late_spent: Mutex<BTreeSet<String>>,
+    ledger: Mutex<Vec<LedgerEntry>>,
+}
+
+/// Which accepted key made a call: its account (0 is that of `api_keys`, then
+/// `other_accounts` in order) and its place in that account's list of keys.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
+pub struct Caller {
+    pub account: usize,
+    pub key: usize,
+}
+
+/// One call that changed an account, as the cloud recorded it once it had acted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct LedgerEntry {
+    pub operation: String,
+    pub caller: Caller,
+    /// The ids the request named: its path parameters and every `*_id` or `*_ids` field of
+    /// its body.
+    pub named: Vec<String>,
+    /// The name it gave a new resource (`name`, or `new_vm_name` of a restore).
+    pub name: Option<String>,
+    /// The id of the resource it created.
+    pub created: Option<String>,
 }
 
 /// Locks a mutex, recovering the data if a holder panicked (state stays usable).
@@ -48,24 +78,72 @@ impl AppState {
     pub fn new(config: SimulatorConfig) -> Self {
         let clock = Clock::new(config.time_scale);
         let engine = Engine::new(EngineSettings::from_config(&config), clock.now());
+        let other_engines = (1..=config.other_accounts.len())
+            .map(|account| {
+                let settings = EngineSettings::for_account(&config, account);
+                Mutex::new(Engine::new(settings, clock.now()))
+            })
+            .collect();
         let faults = FaultState::new(config.faults.clone(), config.seed);
         AppState {
             clock,
             engine: Mutex::new(engine),
+            other_engines,
             faults: Mutex::new(faults),
             fault_counts: Mutex::new(FaultCounts::default()),
             counters: Mutex::new(Counters::default()),
             limiter: Mutex::new(RateLimiter::default()),
             request_seq: AtomicU64::new(0),
+            late_spent: Mutex::new(BTreeSet::new()),
+            ledger: Mutex::new(Vec::new()),
             config,
         }
     }
 
-    /// Runs `f` on the engine under the lock (a short, synchronous section).
+    /// Runs `f` on the first account's engine under the lock (a short, synchronous section).
     pub fn with_engine<T>(&self, f: impl FnOnce(&mut Engine, SimTime) -> T) -> T {
         let mut engine = lock(&self.engine);
         let now = self.clock.now();
         f(&mut engine, now)
+    }
+
+    /// Runs `f` on the engine of account `account`; `None` when there is no such account.
+    pub fn with_account<T>(
+        &self,
+        account: usize,
+        f: impl FnOnce(&mut Engine, SimTime) -> T,
+    ) -> Option<T> {
+        let engine = match account {
+            0 => &self.engine,
+            other => self.other_engines.get(other - 1)?,
+        };
+        let mut engine = lock(engine);
+        let now = self.clock.now();
+        Some(f(&mut engine, now))
+    }
+
+    /// The delay of the `act_late` entry whose prefix starts `name`, if one is in the plan and
+    /// has not yet held a request; it is spent from here on.
+    fn take_late_act(&self, name: &str) -> Option<Duration> {
+        let faults = lock(&self.faults);
+        let mut spent = lock(&self.late_spent);
+        let (prefix, delay) =
+            faults.plan.act_late.iter().find(|(prefix, _)| {
+                name.starts_with(prefix.as_str()) && !spent.contains(*prefix)
+            })?;
+        spent.insert(prefix.clone());
+        Some(Duration::from_millis(*delay))
+    }
+
+    /// How many accounts the simulator serves.
+    pub fn accounts(&self) -> usize {
+        1 + self.other_engines.len()
+    }
+
+    /// Every call that changed an account so far, in the order they acted (empty unless
+    /// `keep_ledger` is set).
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        lock(&self.ledger).clone()
     }
 
     pub fn set_faults(&self, plan: FaultPlan) {
@@ -83,11 +161,15 @@ impl AppState {
 
     /// Back to the start: empty account, initial balance, configured faults, no counters.
     pub fn reset(&self) {
-        self.with_engine(|engine, now| engine.reset(now));
+        for account in 0..self.accounts() {
+            self.with_account(account, |engine, now| engine.reset(now));
+        }
         self.set_faults(self.config.faults.clone());
         *lock(&self.counters) = Counters::default();
         *lock(&self.fault_counts) = FaultCounts::default();
         *lock(&self.limiter) = RateLimiter::default();
+        lock(&self.late_spent).clear();
+        lock(&self.ledger).clear();
     }
 
     pub fn counters(&self) -> Counters {
@@ -235,6 +317,8 @@ pub struct FaultDecision {
     pub latency: Duration,
     /// Whether `latency` includes a spike.
     pub spiked: bool,
+    /// Whether `latency` holds a create for an `act_late` entry.
+    pub late: bool,
     pub drop: Option<DropMode>,
 }
 
@@ -251,6 +335,10 @@ pub struct FaultCounts {
     pub dropped_responses: u64,
     /// Existing resources left out of a list.
     pub omitted_from_lists: u64,
+    /// Creates held back by an `act_late` entry.
+    pub late_acts: u64,
+    /// Of those, the ones carried out since (whatever the outcome).
+    pub late_acts_done: u64,
 }
 
 impl FaultCounts {
@@ -262,6 +350,9 @@ impl FaultCounts {
         }
         if decision.spiked {
             self.latency_spikes += 1;
+        }
+        if decision.late {
+            self.late_acts += 1;
         }
     }
 }
@@ -393,6 +484,23 @@ impl Reply {
     pub fn code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
+    }
+
+    /// The id of the resource a create made, read from its answer.
+    fn created_id(&self, operation: Operation) -> Option<String> {
+        let pointer = match operation {
+            Operation::CreateInstance => "/instance/instance_id",
+            Operation::RestoreSnapshot => "/data/instance_id",
+            Operation::CreateVolume | Operation::CloneVolume => "/volume/id",
+            Operation::CreateSnapshot => "/snapshot/snapshot_id",
+            Operation::CreateImage => "/image/id",
+            Operation::CreateFirewall => "/firewall/id",
+            Operation::CreateSshKey => "/id",
+            Operation::CreateStartupScript => "/script/id",
+            _ => return None,
+        };
+        let body = serde_json::from_slice::<serde_json::Value>(&self.body).ok()?;
+        body.pointer(pointer)?.as_str().map(str::to_string)
     }
 
     /// Keeps the items of the body's array `array` whose `id_field` `omit` refuses; returns
@@ -656,15 +764,19 @@ pub(crate) async fn method_not_allowed(
     )
 }
 
-/// The API key of the request, if it is one of the accepted keys.
-fn authenticate<'a>(state: &'a AppState, headers: &HeaderMap) -> Option<&'a str> {
+/// The API key of the request and who it is, if it is one of the accepted keys.
+fn authenticate<'a>(state: &'a AppState, headers: &HeaderMap) -> Option<(&'a str, Caller)> {
     let given = headers.get("x-api-key")?.to_str().ok()?;
-    state
-        .config
-        .api_keys
-        .iter()
-        .find(|key| constant_time_eq(key.as_bytes(), given.as_bytes()))
-        .map(String::as_str)
+    std::iter::once(&state.config.api_keys)
+        .chain(&state.config.other_accounts)
+        .enumerate()
+        .flat_map(|(account, keys)| {
+            keys.iter()
+                .enumerate()
+                .map(move |(key, value)| (value, Caller { account, key }))
+        })
+        .find(|(key, _)| constant_time_eq(key.as_bytes(), given.as_bytes()))
+        .map(|(key, caller)| (key.as_str(), caller))
 }
 
 /// Compares secrets without stopping at the first differing byte.
@@ -749,7 +861,7 @@ async fn answer(
     request_id: &str,
 ) -> (Response, Option<DropMode>) {
     let fail = |error: ApiError| (error_response(&error, request_id.to_string()), None);
-    let Some(api_key) = authenticate(state, headers) else {
+    let Some((api_key, caller)) = authenticate(state, headers) else {
         return fail(ApiError::InvalidApiKey);
     };
     if let Some(limit) = state.config.rate_limit
@@ -757,10 +869,27 @@ async fn answer(
     {
         return fail(ApiError::RateLimited { retry_after_secs });
     }
-    let decision = lock(&state.faults).decide(operation);
+    let request_body = body.as_ref().ok().and_then(|bytes| {
+        (operation.method() != Method::Get)
+            .then(|| serde_json::from_slice::<serde_json::Value>(bytes).ok())
+            .flatten()
+    });
+    let new_name = request_body.as_ref().and_then(new_resource_name);
+    let mut decision = lock(&state.faults).decide(operation);
+    if decision.throttle_secs.is_none()
+        && !decision.internal_error
+        && let Some(name) = &new_name
+        && let Some(delay) = state.take_late_act(name)
+    {
+        decision.latency += delay;
+        decision.late = true;
+    }
     lock(&state.fault_counts).add(&decision);
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
+    }
+    if decision.late {
+        lock(&state.fault_counts).late_acts_done += 1;
     }
     if let Some(retry_after_secs) = decision.throttle_secs {
         return fail(ApiError::RateLimited { retry_after_secs });
@@ -795,13 +924,24 @@ async fn answer(
     };
     let request = handlers::Request {
         operation,
-        params,
+        params: params.clone(),
         query: query.as_deref(),
         body: &body,
         api_key,
+        caller,
     };
     match handlers::execute(state, request) {
         Ok(mut reply) => {
+            if state.config.keep_ledger && operation.method() != Method::Get {
+                let entry = LedgerEntry {
+                    operation: operation.name().to_string(),
+                    caller,
+                    named: named_ids(params, request_body.as_ref()),
+                    name: new_name,
+                    created: reply.created_id(operation),
+                };
+                lock(&state.ledger).push(entry);
+            }
             omit_from_list(state, operation, &mut reply);
             if decision.drop.is_some() {
                 lock(&state.fault_counts).dropped_responses += 1;
@@ -810,6 +950,32 @@ async fn answer(
         }
         Err(error) => fail(error),
     }
+}
+
+/// The name a request gives the resource it creates: `name`, or `new_vm_name` of a restore.
+fn new_resource_name(body: &serde_json::Value) -> Option<String> {
+    ["name", "new_vm_name"]
+        .iter()
+        .find_map(|field| body.get(field)?.as_str())
+        .map(str::to_string)
+}
+
+/// The ids a request names: its path parameters, and every `*_id` or `*_ids` field of its body.
+fn named_ids(params: Vec<String>, body: Option<&serde_json::Value>) -> Vec<String> {
+    let mut named = params;
+    let fields = body
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flatten();
+    for (field, value) in fields {
+        if field.ends_with("_id") {
+            named.extend(value.as_str().map(str::to_string));
+        } else if field.ends_with("_ids") {
+            let ids = value.as_array().into_iter().flatten();
+            named.extend(ids.filter_map(|id| id.as_str().map(str::to_string)));
+        }
+    }
+    named
 }
 
 /// The array and id field of each list of resources the operator observes.

@@ -1,24 +1,39 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Seeded chaos runs. Each seed builds a small world (embedded API server, cloud simulator,
-//! operator) with foreign resources in the account, changes objects of every kind at random
-//! while a seeded fault plan injects cloud errors, 429 storms, latency past the client
-//! timeout, lost responses, lagging lists, operator kills (at random and at crash points),
-//! watch disconnects, 410 Gone and status-write conflicts; then lifts the faults and checks:
-//! every object reaches its desired state with exactly one cloud resource, foreign resources
-//! are untouched, deleting everything leaves nothing billed behind and no finalizer, and no
-//! secret appears in any log line, event, status or error.
+//! Seeded chaos runs. Each seed builds a small world in one process: the embedded API server,
+//! a cloud simulator serving two accounts, and the operator (adoption allowed, duplicate grace
+//! period 1 s). Three namespaces have objects: `team-a` (labelled for adoption) on the first
+//! account through the default credentials and on the second through a Secret of its own,
+//! `team-c` on the second account through its Secret, and `team-b`, a hostile tenant with its
+//! own key to the first account (`chaos/tenant.rs`). Every team's key is its own, so the
+//! simulator's ledger tells whose key made each call. Before the operator starts, the harness
+//! makes one foreign resource of each basic kind in each account, and presets in the first
+//! account for team-a to adopt by the `gpucloud.io/external-id` annotation, each kept in one
+//! role for the run: managed, managed with `deletionPolicy: Orphan`, or `ObserveOnly`.
 //!
-//! Meanwhile a hostile tenant (`chaos/tenant.rs`, namespace `team-b`, not labelled for
-//! adoption, with its own random stream) names team-a's resources (read from their objects'
-//! status, or from the account) and the foreign ones by id: objects created with the
-//! `gpucloud.io/external-id` annotation and hostile specs (machines stopped, firewalls open to
-//! the world), ordinary objects of its own patched to such an annotation later, Snapshots of
-//! others' machines by `spec.instanceId`, and random deletes of all of these. Sampled at every
-//! attack and at the end: no tenant object ever records a resource not its own, and no team-a
-//! object's recorded id ever changes. Once the faults are lifted every hostile object must be
-//! `Stalled` with `AlreadyOwned` or `AdoptionNotAllowed` (only the latter for a foreign
-//! resource) without naming team-a, the deleted ones gone; deleting everything includes the
-//! tenant's objects, and no snapshot may ever have been created.
+//! Then a fault phase (`chaos/world.rs`): a few objects of every basic kind, presets adopted,
+//! then 6 to 12 random actions 20 to 300 ms apart: SshKeys, GpuInstances, Volumes and Firewalls
+//! created (some with `deletionPolicy: Orphan`) in one of the three team and account groups,
+//! Snapshots of running machines, Images of snapshots, Volumes cloned from volumes, machines
+//! restored from snapshots, presets adopted again once let go, deletes (a snapshot taking its
+//! images with it, or held by a machine being restored from it), power changes, attach and
+//! detach, resizes, rule and firewall target changes; operator kills at random and at crash
+//! points, watch disconnects, 410 Gone, 429 storms; in half the seeds one mass deletion of all
+//! or about half the teams' objects at once, and in a third one late create (the cloud carries
+//! out an object's first create 5 to 7.5 s after it arrived, past the client's timeout and the
+//! settle window, so the retry makes a duplicate). All under a seeded fault plan: cloud errors, 429
+//! bursts, latency past the client timeout, lost responses, lists lagging and leaving out
+//! what exists, status-write conflicts, cut watches. Meanwhile the tenant attacks team-a's and
+//! team-c's resources and the foreign ones by id.
+//!
+//! Once the faults are lifted, checked against the simulator's records: every object reaches
+//! its desired state with exactly one cloud resource in its own account (an Image whose
+//! snapshot was deleted says `SourceDeleted` and owns none), every late create landed and its
+//! duplicate reported (`DuplicateFound`) and deleted, foreign and observed resources exactly as
+//! made; no secret in any object, event or log line; every hostile object refused. Then every
+//! object is deleted: nothing left in either account but what `Orphan` objects and adoptions
+//! left on purpose (each still there, then removed by the harness), no finalizer, billing back
+//! to the foreign resources' alone, and in the ledger no call of a team's key naming another
+//! team's, a foreign or an observed resource, nor a create without the team's mark.
 //!
 //! `GPUCLOUD_CHAOS_SEED=N` replays one seed (printing its trace); `GPUCLOUD_CHAOS_SEEDS=N`
 //! runs seeds 1..=N (default 200); `GPUCLOUD_CHAOS_CONCURRENCY` sets how many worlds run at
@@ -28,6 +43,10 @@ mod support;
 
 #[path = "chaos/capture.rs"]
 mod capture;
+#[path = "chaos/checks.rs"]
+mod checks;
+#[path = "chaos/model.rs"]
+mod model;
 #[path = "chaos/tenant.rs"]
 mod tenant;
 #[path = "chaos/world.rs"]
@@ -68,6 +87,41 @@ pub struct RunStats {
     pub hostile_deleted: u64,
     /// Samples of the tenant invariants (no foreign id recorded, team-a ids unchanged).
     pub tenant_samples: u64,
+    /// Objects on the second account (team-a's through its Secret, and team-c's).
+    pub second_account_objects: u64,
+    pub snapshots: u64,
+    pub images: u64,
+    pub clones: u64,
+    pub restores: u64,
+    /// Snapshots deleted while a machine was still to be restored from them.
+    pub snapshot_deletions_held: u64,
+    /// Images the cloud removed with their deleted snapshot.
+    pub images_removed_with_snapshot: u64,
+    /// Objects adopting a preset by the `external-id` annotation.
+    pub adoptions: u64,
+    /// Of those, objects only observing (`ObserveOnly`).
+    pub observe_only_objects: u64,
+    /// Objects created with `deletionPolicy: Orphan`.
+    pub orphan_objects: u64,
+    /// Resources found left behind on purpose once everything was deleted.
+    pub kept_after_delete: u64,
+    pub mass_deletions: u64,
+    /// Objects deleted by the mass deletions.
+    pub mass_deleted: u64,
+    /// Objects whose first create the cloud was told to carry out late.
+    pub late_creates_armed: u64,
+    /// Creates the cloud held and carried out late.
+    pub late_acts: u64,
+    /// Second resources those made (duplicates), each reported and deleted.
+    pub late_duplicates: u64,
+    /// Objects with a duplicate found reported by a `DuplicateFound` event.
+    pub duplicates_reported: u64,
+    /// Items the cloud's lists left out although they existed.
+    pub omitted_from_lists: u64,
+    /// Calls of the teams' keys checked in the simulator's ledger.
+    pub ledger_calls: u64,
+    /// Requests the cloud received until the faults were lifted (every key, every outcome).
+    pub cloud_calls_in_faults: u64,
 }
 
 impl RunStats {
@@ -92,6 +146,26 @@ impl RunStats {
         self.attacks_refused += other.attacks_refused;
         self.hostile_deleted += other.hostile_deleted;
         self.tenant_samples += other.tenant_samples;
+        self.second_account_objects += other.second_account_objects;
+        self.snapshots += other.snapshots;
+        self.images += other.images;
+        self.clones += other.clones;
+        self.restores += other.restores;
+        self.snapshot_deletions_held += other.snapshot_deletions_held;
+        self.images_removed_with_snapshot += other.images_removed_with_snapshot;
+        self.adoptions += other.adoptions;
+        self.observe_only_objects += other.observe_only_objects;
+        self.orphan_objects += other.orphan_objects;
+        self.kept_after_delete += other.kept_after_delete;
+        self.mass_deletions += other.mass_deletions;
+        self.mass_deleted += other.mass_deleted;
+        self.late_creates_armed += other.late_creates_armed;
+        self.late_acts += other.late_acts;
+        self.late_duplicates += other.late_duplicates;
+        self.duplicates_reported += other.duplicates_reported;
+        self.omitted_from_lists += other.omitted_from_lists;
+        self.ledger_calls += other.ledger_calls;
+        self.cloud_calls_in_faults += other.cloud_calls_in_faults;
     }
 }
 
@@ -126,9 +200,16 @@ fn report_overdue_seeds() {
 fn classify(message: &str) -> &'static str {
     if message.starts_with("tenant:") || message.contains("not refused with") {
         "tenant"
-    } else if message.contains("operator resources in the cloud") {
+    } else if message.starts_with("touched:") || message.contains("foreign resources of") {
+        "touched"
+    } else if message.contains("operator resources in the cloud")
+        || message.contains("DuplicateFound")
+    {
         "duplicate"
-    } else if message.contains("leaked") || message.contains("billing did not stop") {
+    } else if message.contains("leaked")
+        || message.contains("billing did not stop")
+        || message.contains("left in account")
+    {
         "leak"
     } else if message.contains("stuck finalizers") {
         "stuck finalizer"
@@ -221,7 +302,7 @@ async fn seeded_chaos_runs_keep_every_invariant() {
     let failed_with = |class: &str| failures.iter().filter(|(_, c)| *c == class).count();
     eprintln!(
         "chaos: {count} seeds in {:.1}s ({} passed, {} failed: duplicates {}, leaks {}, \
-         stuck finalizers {}, not converged {}, tenant {}, other {}); {} log lines scanned, {} with secrets\n  {total:?}",
+         stuck finalizers {}, not converged {}, tenant {}, touched {}, other {}); {} log lines scanned, {} with secrets\n  {total:?}",
         started.elapsed().as_secs_f64(),
         total.runs,
         failures.len(),
@@ -230,6 +311,7 @@ async fn seeded_chaos_runs_keep_every_invariant() {
         failed_with("stuck finalizer"),
         failed_with("not converged"),
         failed_with("tenant"),
+        failed_with("touched"),
         failed_with("other"),
         capture.lines(),
         offending.len(),

@@ -278,6 +278,50 @@ async fn deleting_a_snapshot_waits_for_the_machine_being_restored_from_it() {
     env.stop_operator().await;
 }
 
+/// The Snapshot is deleted while the cloud is still making it, with a machine to be restored
+/// from it: the deletion waits for the restore, and the restore must not wait for a state the
+/// deleting Snapshot no longer records (found by the chaos runs: both waited for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_deleted_while_still_creating_lets_its_restore_finish() {
+    let simulator = SimulatorConfig {
+        delays: gpucloud_simulator::Delays {
+            snapshot: Duration::from_secs(3),
+            ..gpucloud_simulator::Delays::fast()
+        },
+        ..SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    env.start_operator(test_config(&env.simulator));
+    create(&env, &machine("src", serde_json::json!({}))).await;
+    ready::<GpuInstance>(&env, "src").await;
+    create(&env, &snapshot_of("snap", "src")).await;
+    let api = env.api::<Snapshot>();
+    let creating = eventually(20, "the snapshot recorded, still creating", || {
+        let api = api.clone();
+        async move {
+            let snapshot = api.get("snap").await.ok()?;
+            let status = snapshot.cloud_status();
+            (status.external_id.is_some() && status.state.as_deref() == Some("creating"))
+                .then_some(snapshot)
+        }
+    })
+    .await;
+    let snapshot_id = creating.cloud_status().external_id.unwrap();
+    create(&env, &restored("copy", "snap")).await;
+    api.delete("snap", &DeleteParams::default()).await.unwrap();
+    let held: Snapshot = condition(&env, "snap", "Reconciling", "True", "Deleting").await;
+    assert!(message(&held).contains("copy"), "{}", message(&held));
+
+    let copy: GpuInstance = ready(&env, "copy").await;
+    assert_eq!(
+        copy.status.unwrap().source_snapshot_id.as_deref(),
+        Some(snapshot_id.as_str())
+    );
+    gone::<Snapshot>(&env, "snap").await;
+    assert!(env.simulator.state().snapshots.is_empty());
+    env.stop_operator().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_and_images_are_orphaned_adopted_and_deleted_idempotently() {
     let mut env = Env::start().await;

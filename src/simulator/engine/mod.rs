@@ -43,16 +43,29 @@ pub struct EngineSettings {
     pub list_lag: Duration,
     pub gpu_capacity_per_region: u32,
     pub seed: u64,
+    /// Where the account's id counter starts: the accounts of one simulator start far apart,
+    /// so an id names a resource of one account only.
+    pub first_id: u64,
 }
+
+/// How far apart the id counters of two accounts start.
+const IDS_PER_ACCOUNT: u64 = 1 << 40;
 
 impl EngineSettings {
     pub fn from_config(config: &SimulatorConfig) -> Self {
+        Self::for_account(config, 0)
+    }
+
+    /// The settings of the account `account` (0 is the first, that of `api_keys`).
+    pub fn for_account(config: &SimulatorConfig, account: usize) -> Self {
+        let account = account as u64;
         EngineSettings {
             delays: config.delays,
             initial_balance: config.initial_balance,
             list_lag: config.list_lag,
             gpu_capacity_per_region: config.gpu_capacity_per_region,
-            seed: config.seed,
+            seed: config.seed.wrapping_add(account),
+            first_id: account.saturating_mul(IDS_PER_ACCOUNT),
         }
     }
 }
@@ -127,8 +140,8 @@ impl Engine {
             rng: StdRng::seed_from_u64(settings.seed),
             balance_anchor: settings.initial_balance,
             anchor_time: now,
+            next_id: settings.first_id,
             settings,
-            next_id: 0,
             instances: BTreeMap::new(),
             volumes: BTreeMap::new(),
             snapshots: BTreeMap::new(),
@@ -418,6 +431,7 @@ pub(crate) mod test_support {
             list_lag: Duration::ZERO,
             gpu_capacity_per_region: 16,
             seed: 7,
+            first_id: 0,
         }
     }
 

@@ -156,6 +156,43 @@ async fn a_slow_operation_acts_after_its_client_gave_up() {
 }
 
 #[tokio::test]
+async fn a_late_act_holds_one_create_of_its_name_and_is_then_spent() {
+    let sim = start(config()).await;
+    let plan = FaultPlan {
+        act_late: BTreeMap::from([("team-a-data-".to_string(), 500)]),
+        ..FaultPlan::default()
+    };
+    sim.handle.set_faults(plan.clone());
+    // Another name is not held.
+    sim.post("/volumes/", volume("team-a-other-1")).await.ok();
+    let started = Instant::now();
+    let held = sim.post("/volumes/", volume("team-a-data-1"));
+    let (held, _) = tokio::join!(held, async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Held, not yet carried out.
+        assert!(
+            !sim.handle
+                .state()
+                .volumes
+                .iter()
+                .any(|v| v.name == "team-a-data-1")
+        );
+        assert_eq!(sim.handle.fault_counts().late_acts, 1);
+        assert_eq!(sim.handle.fault_counts().late_acts_done, 0);
+    });
+    held.ok();
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert_eq!(sim.handle.fault_counts().late_acts_done, 1);
+    // Spent: the next create of that name, even under the plan set again, acts at once.
+    sim.handle.set_faults(plan);
+    let again = Instant::now();
+    sim.post("/volumes/", volume("team-a-data-2")).await.ok();
+    assert!(again.elapsed() < Duration::from_millis(400));
+    assert_eq!(sim.handle.fault_counts().late_acts, 1);
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn act_then_drop_performs_the_create_and_loses_the_response() {
     let sim = start(config()).await;
     sim.handle.set_faults(FaultPlan {

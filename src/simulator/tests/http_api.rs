@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Sim, assert_request_id, config, start};
-use gpucloud_simulator::{Delays, RateLimit, SimulatorConfig};
+use gpucloud_simulator::{Caller, Delays, LedgerEntry, RateLimit, SimulatorConfig};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -611,6 +611,108 @@ async fn bad_input_gets_a_json_error_naming_the_problem() {
     // Nothing above changed the account beyond the one instance.
     assert_eq!(sim.handle.state().instances.len(), 1);
     assert!(sim.handle.state().volumes.iter().all(|v| v.bootable));
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn each_account_sees_its_own_resources_and_the_ledger_names_who_acted() {
+    let sim = start(SimulatorConfig {
+        api_keys: vec!["first-a".into(), "first-b".into()],
+        other_accounts: vec![vec!["second-a".into()]],
+        keep_ledger: true,
+        ..config()
+    })
+    .await;
+    let with_key = |key: &'static str| move |r: reqwest::RequestBuilder| r.header("X-API-Key", key);
+    let volume = |name: &str| json!({"name": name, "size": 10, "region": "us-east-1"});
+    let first = sim
+        .send_with(
+            Method::POST,
+            "/volumes/",
+            Some(volume("one")),
+            with_key("first-b"),
+        )
+        .await
+        .ok()["volume"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = sim
+        .send_with(
+            Method::POST,
+            "/volumes/",
+            Some(volume("two")),
+            with_key("second-a"),
+        )
+        .await
+        .ok()["volume"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(first, second, "ids are unique across accounts");
+    // Both keys of the first account see its volume; the second account sees only its own,
+    // and cannot act on the other's.
+    for key in ["first-a", "first-b"] {
+        let listed = sim
+            .send_with(Method::GET, "/volumes/", None, with_key(key))
+            .await
+            .ok();
+        let names: Vec<&str> = listed["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert_eq!(names, ["one"], "{key}");
+    }
+    sim.send_with(
+        Method::DELETE,
+        &format!("/volumes/{first}/"),
+        None,
+        with_key("second-a"),
+    )
+    .await
+    .error(404, "NOT_FOUND");
+    assert_eq!(sim.handle.state().volumes.len(), 1);
+    let other = sim.handle.account_state(1).unwrap();
+    assert_eq!(other.volumes.len(), 1);
+    assert_eq!(other.volumes[0].id, second);
+    assert!(sim.handle.account_state(2).is_none());
+    sim.send_with(
+        Method::POST,
+        &format!("/volumes/{second}/resize/"),
+        Some(json!({"size": 20})),
+        with_key("second-a"),
+    )
+    .await
+    .ok();
+
+    // Only calls that acted, with who made them, what they named and what they created.
+    let entry = |operation: &str,
+                 account,
+                 key,
+                 named: &[&str],
+                 name: Option<&str>,
+                 created: Option<&str>| {
+        LedgerEntry {
+            operation: operation.to_string(),
+            caller: Caller { account, key },
+            named: named.iter().map(|id| id.to_string()).collect(),
+            name: name.map(str::to_string),
+            created: created.map(str::to_string),
+        }
+    };
+    assert_eq!(
+        sim.handle.ledger(),
+        [
+            entry("CreateVolume", 0, 1, &[], Some("one"), Some(&first)),
+            entry("CreateVolume", 1, 0, &[], Some("two"), Some(&second)),
+            entry("ResizeVolume", 1, 0, &[&second], None, None),
+        ]
+    );
+    sim.handle.reset();
+    assert!(sim.handle.ledger().is_empty());
+    assert!(sim.handle.account_state(1).unwrap().volumes.is_empty());
     sim.handle.shutdown().await;
 }
 

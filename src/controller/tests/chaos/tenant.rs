@@ -1,14 +1,16 @@
-//! A hostile tenant: namespace `team-b` (not labelled for adoption) shares the cloud account
-//! with `team-a`, and during the fault phase tries to take team-a's resources and the foreign
-//! ones by id. Every attempt must be refused (`AlreadyOwned`, `AdoptionNotAllowed`) without
-//! a hostile object ever recording another's resource, and deleting the hostile objects must
-//! touch nothing but the tenant's own resources.
+//! A hostile tenant: namespace `team-b` (not labelled for adoption) shares the first cloud
+//! account with `team-a` (through a key of its own, so the simulator's ledger tells its calls
+//! apart), and during the fault phase tries to take the other teams' resources (team-a's in
+//! both accounts, team-c's) and the foreign ones by id. Every attempt must be refused
+//! (`AlreadyOwned`, `AdoptionNotAllowed`) without a hostile object ever recording another's
+//! resource, and deleting the hostile objects must touch nothing but the tenant's own
+//! resources.
 
+use crate::model::{ACCOUNTS, Kind, TEAM_C, cloud_ids, kind_name, team_mark};
 use crate::support::{Env, NAMESPACE};
-use crate::world::{Kind, kind_name};
 use gpucloud_api::{
-    CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Managed, Snapshot, SshKey, Volume,
-    condition_type,
+    CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Image, Managed, Snapshot, SshKey,
+    Volume, condition_type,
 };
 use gpucloud_controller::conditions::reason;
 use k8s_openapi::api::core::v1::Namespace;
@@ -21,6 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The tenant's namespace: not labelled for adoption.
 pub const TENANT: &str = "team-b";
+/// The tenant's Secret, holding its own key to the first account; every object it makes names
+/// it.
+pub const TENANT_SECRET: &str = "own-key";
+/// The namespaces whose resources the tenant goes after.
+const VICTIMS: [&str; 2] = [NAMESPACE, TEAM_C];
 
 /// What a hostile object is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,7 +52,8 @@ impl Of {
 enum Target {
     /// Not yet: an ordinary object of the tenant's, to be turned hostile later.
     None,
-    /// A resource of team-a's (recorded by a team-a object, or read from the account).
+    /// A resource of team-a's or team-c's (recorded by one of their objects, or read from an
+    /// account).
     TeamA(String),
     /// One of the foreign resources the operator did not create.
     Foreign(String),
@@ -81,11 +89,12 @@ pub struct Tenant {
     /// Hostile objects deleted, which must be gone once the faults are lifted.
     deleted: BTreeMap<String, Of>,
     next: BTreeMap<Of, u32>,
-    /// The foreign resources' ids, by kind.
-    foreign: BTreeMap<Kind, String>,
+    /// The foreign resources' ids (both accounts), by kind.
+    foreign: BTreeMap<Kind, Vec<String>>,
     /// Every id the tenant must never record: team-a's (named or seen) and the foreign ones.
     not_ours: BTreeSet<String>,
-    /// The id each team-a object (by uid) recorded first; it never changes while it lives.
+    /// The id each team-a or team-c object (by uid) recorded first; it never changes while it
+    /// lives.
     team_a_ids: BTreeMap<String, (String, String)>,
     pub stats: TenantStats,
 }
@@ -109,8 +118,14 @@ impl Tenant {
         }
     }
 
-    /// The tenant's namespace (without the adoption label), and the foreign resources' ids.
-    pub async fn setup(&mut self, env: &Env) -> Result<(), String> {
+    /// The tenant's namespace (without the adoption label) with its credentials Secret, and
+    /// the foreign resources' ids.
+    pub async fn setup(
+        &mut self,
+        env: &Env,
+        api_key: &str,
+        foreign: BTreeMap<Kind, Vec<String>>,
+    ) -> Result<(), String> {
         let namespaces: Api<Namespace> = Api::all(env.client.clone());
         let namespace = Namespace {
             metadata: kube::api::ObjectMeta {
@@ -123,27 +138,21 @@ impl Tenant {
             .create(&PostParams::default(), &namespace)
             .await
             .map_err(|e| format!("creating namespace {TENANT}: {e}"))?;
-        let state = env.simulator.state();
-        let foreign = |name: &str| name.starts_with("foreign-");
-        for (kind, ids) in [
-            (Kind::Instance, cloud_ids(&state, Kind::Instance)),
-            (Kind::Volume, cloud_ids(&state, Kind::Volume)),
-            (Kind::Firewall, cloud_ids(&state, Kind::Firewall)),
-            (Kind::SshKey, cloud_ids(&state, Kind::SshKey)),
-        ] {
-            let (id, _) = ids
-                .into_iter()
-                .find(|(_, name)| foreign(name))
-                .ok_or_else(|| format!("no foreign {}", kind_name(kind)))?;
-            self.not_ours.insert(id.clone());
-            self.foreign.insert(kind, id);
+        env.put_secret(TENANT, TENANT_SECRET, api_key).await;
+        for kind in Kind::BASIC {
+            let ids = foreign.get(&kind).cloned().unwrap_or_default();
+            if ids.is_empty() {
+                return Err(format!("no foreign {}", kind_name(kind)));
+            }
+            self.not_ours.extend(ids.iter().cloned());
+            self.foreign.insert(kind, ids);
         }
         Ok(())
     }
 
     /// Milliseconds to the next attack.
     pub fn pause(&mut self) -> u64 {
-        self.rng.random_range(150..700)
+        self.rng.random_range(300..1000)
     }
 
     /// One attack, chosen at random; then a sample of the invariants.
@@ -203,20 +212,22 @@ impl Tenant {
         name
     }
 
-    /// A resource of team-a's of `kind` to name: mostly one a team-a object recorded (read
-    /// from its status), sometimes one read from the account by its cloud name (possibly not
-    /// recorded yet: a create whose answer was lost).
+    /// A resource of team-a's or team-c's of `kind` to name: mostly one their objects
+    /// recorded (read from their status), sometimes one read from an account by its cloud
+    /// name (possibly not recorded yet: a create whose answer was lost).
     async fn team_a_target(&mut self, env: &Env, kind: Kind) -> Result<Option<String>, String> {
         let mut ids: Vec<String> = if self.rng.random_bool(0.7) {
-            team_a_objects(env, kind)
+            list_everyone(env, &[kind])
                 .await?
+                .victims
                 .into_iter()
-                .filter_map(|(_, _, status)| status.external_id)
+                .filter_map(|(_, _, _, status)| status.external_id)
                 .collect()
         } else {
-            cloud_ids(&env.simulator.state(), kind)
-                .into_iter()
-                .filter(|(_, name)| name.starts_with(&format!("gco-{NAMESPACE}-")))
+            (0..ACCOUNTS)
+                .filter_map(|account| env.simulator.account_state(account))
+                .flat_map(|state| cloud_ids(&state, kind))
+                .filter(|(_, name)| VICTIMS.iter().any(|v| name.starts_with(&team_mark(v))))
                 .map(|(id, _)| id)
                 .collect()
         };
@@ -232,11 +243,20 @@ impl Tenant {
             self.not_ours.insert(id.clone());
             return Ok(Target::TeamA(id));
         }
-        Ok(Target::Foreign(self.foreign[&kind].clone()))
+        let ids = &self.foreign[&kind];
+        Ok(Target::Foreign(
+            ids[self.rng.random_range(0..ids.len())].clone(),
+        ))
     }
 
     /// A spec that would harm the resource it names, were it adopted.
     fn hostile_spec(&mut self, kind: Kind) -> Value {
+        let mut spec = self.harmful(kind);
+        spec["credentialsSecretRef"] = json!({"name": TENANT_SECRET});
+        spec
+    }
+
+    fn harmful(&mut self, kind: Kind) -> Value {
         match kind {
             Kind::SshKey => json!({}),
             Kind::Instance => {
@@ -260,11 +280,12 @@ impl Tenant {
                 };
                 json!({"region": "us-east-1", "rules": rules, "instanceRefs": []})
             }
+            Kind::Snapshot | Kind::Image => json!({}),
         }
     }
 
     fn random_kind(&mut self) -> Kind {
-        Kind::ALL[self.rng.random_range(0..4)]
+        Kind::BASIC[self.rng.random_range(0..4)]
     }
 
     /// (a) and (e): created with the annotation naming another's resource.
@@ -301,13 +322,14 @@ impl Tenant {
     async fn decoy(&mut self, env: &Env) -> Step {
         let kind = self.random_kind();
         let name = self.new_name(Of::Managed(kind));
-        let spec = match kind {
-            Kind::SshKey => json!({}),
+        let mut spec = match kind {
             Kind::Instance => json!({"region": "us-east-1", "gpuType": "L40S",
                 "osImage": "ubuntu-22.04-cuda-12", "powerState": "Running"}),
             Kind::Volume => json!({"region": "us-east-1", "sizeGb": 10}),
             Kind::Firewall => json!({"region": "us-east-1", "rules": [], "instanceRefs": []}),
+            Kind::SshKey | Kind::Snapshot | Kind::Image => json!({}),
         };
+        spec["credentialsSecretRef"] = json!({"name": TENANT_SECRET});
         let object = json!({
             "apiVersion": "gpucloud.io/v1alpha1",
             "kind": kind_name(kind),
@@ -347,6 +369,7 @@ impl Tenant {
             fields.remove("region");
             fields.remove("gpuType");
             fields.remove("osImage");
+            fields.remove("credentialsSecretRef");
         }
         let patch = json!({
             "metadata": {"annotations": {EXTERNAL_ID_ANNOTATION: id}},
@@ -357,6 +380,7 @@ impl Tenant {
             Kind::Instance => merge_patch::<GpuInstance>(env, name, &patch).await,
             Kind::Volume => merge_patch::<Volume>(env, name, &patch).await,
             Kind::Firewall => merge_patch::<Firewall>(env, name, &patch).await,
+            Kind::Snapshot | Kind::Image => return Ok(Vec::new()),
         };
         result.map_err(|e| format!("tenant: patch {TENANT}/{name}: {e}"))?;
         self.stats.attacks += 1;
@@ -379,7 +403,8 @@ impl Tenant {
             "apiVersion": "gpucloud.io/v1alpha1",
             "kind": "Snapshot",
             "metadata": {"name": name, "namespace": TENANT},
-            "spec": {"instanceId": id, "description": "a copy of someone else's disk"},
+            "spec": {"instanceId": id, "description": "a copy of someone else's disk",
+                "credentialsSecretRef": {"name": TENANT_SECRET}},
         });
         post(env, Of::Snapshot, &object).await?;
         self.stats.attacks += 1;
@@ -450,41 +475,41 @@ impl Tenant {
     /// replaced by another (it would have been if one was deleted under it).
     pub async fn sample(&mut self, env: &Env) -> Result<(), String> {
         self.stats.samples += 1;
-        let state = env.simulator.state();
         let mut names: BTreeMap<String, String> = BTreeMap::new();
-        for kind in Kind::ALL {
-            for (id, name) in cloud_ids(&state, kind) {
-                if !name.starts_with(&format!("gco-{TENANT}-")) {
-                    self.not_ours.insert(id.clone());
-                }
-                names.insert(id, name);
-            }
-        }
-        for kind in Kind::ALL {
-            for (name, uid, status) in team_a_objects(env, kind).await? {
-                let Some(id) = status.external_id else {
-                    continue;
-                };
-                self.not_ours.insert(id.clone());
-                let (_, first) = self
-                    .team_a_ids
-                    .entry(uid)
-                    .or_insert_with(|| (name.clone(), id.clone()));
-                if *first != id {
-                    return Err(format!(
-                        "tenant: {} {NAMESPACE}/{name} recorded {first}, now {id}: its resource was replaced",
-                        kind_name(kind)
-                    ));
+        for state in (0..ACCOUNTS).filter_map(|account| env.simulator.account_state(account)) {
+            for kind in Kind::ALL {
+                for (id, name) in cloud_ids(&state, kind) {
+                    if !name.starts_with(&team_mark(TENANT)) {
+                        self.not_ours.insert(id.clone());
+                    }
+                    names.insert(id, name);
                 }
             }
         }
-        for (of, name, _, status, _) in tenant_objects(env).await? {
+        let listed = list_everyone(env, &Kind::ALL).await?;
+        for (kind, name, uid, status) in listed.victims {
+            let Some(id) = status.external_id else {
+                continue;
+            };
+            self.not_ours.insert(id.clone());
+            let (_, first) = self
+                .team_a_ids
+                .entry(uid)
+                .or_insert_with(|| (name.clone(), id.clone()));
+            if *first != id {
+                return Err(format!(
+                    "tenant: {} {name} recorded {first}, now {id}: its resource was replaced",
+                    kind_name(kind)
+                ));
+            }
+        }
+        for (of, name, _, status, _) in listed.tenant {
             let Some(id) = status.external_id else {
                 continue;
             };
             let own = names
                 .get(&id)
-                .is_none_or(|cloud| cloud.starts_with(&format!("gco-{TENANT}-")));
+                .is_none_or(|cloud| cloud.starts_with(&team_mark(TENANT)));
             if self.not_ours.contains(&id) || !own {
                 return Err(format!(
                     "tenant: hostile {} {TENANT}/{name} recorded {id} ({:?}), not its own",
@@ -522,7 +547,7 @@ impl Tenant {
             };
             match stalled {
                 Some(c) if c.status == "True" && wanted.contains(&c.reason.as_str()) => {
-                    if c.message.contains(NAMESPACE) {
+                    if VICTIMS.iter().any(|v| c.message.contains(v)) {
                         return Err(format!(
                             "tenant: {} {TENANT}/{name}'s refusal names the other namespace: {}",
                             of.name(),
@@ -561,102 +586,73 @@ fn conditions(status: &CloudStatus) -> Vec<String> {
         .collect()
 }
 
-/// `(id, cloud name)` of every resource of `kind` in the account.
-fn cloud_ids(state: &gpucloud_simulator::AccountSnapshot, kind: Kind) -> Vec<(String, String)> {
-    match kind {
-        Kind::Instance => state
-            .instances
-            .iter()
-            .map(|i| (i.instance_id.clone(), i.vm_name.clone()))
-            .collect(),
-        Kind::Volume => state
-            .volumes
-            .iter()
-            .map(|v| (v.id.clone(), v.name.clone()))
-            .collect(),
-        Kind::Firewall => state
-            .firewalls
-            .iter()
-            .map(|f| (f.id.clone(), f.name.clone()))
-            .collect(),
-        Kind::SshKey => state
-            .ssh_keys
-            .iter()
-            .map(|k| (k.id.clone(), k.name.clone()))
-            .collect(),
-    }
-}
-
-async fn list_in<K>(namespace: &str, env: &Env) -> Result<Vec<K>, String>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    Api::<K>::namespaced(env.client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map(|list| list.items)
-        .map_err(|e| format!("tenant: listing {namespace}: {e}"))
-}
-
-/// `(name, uid, status)` of team-a's objects of `kind`.
-async fn team_a_objects(
-    env: &Env,
-    kind: Kind,
-) -> Result<Vec<(String, String, CloudStatus)>, String> {
-    fn rows<K: Managed + Resource>(items: Vec<K>) -> Vec<(String, String, CloudStatus)> {
-        items
-            .into_iter()
-            .map(|o| (o.name_any(), o.uid().unwrap_or_default(), o.cloud_status()))
-            .collect()
-    }
-    Ok(match kind {
-        Kind::SshKey => rows(list_in::<SshKey>(NAMESPACE, env).await?),
-        Kind::Instance => rows(list_in::<GpuInstance>(NAMESPACE, env).await?),
-        Kind::Volume => rows(list_in::<Volume>(NAMESPACE, env).await?),
-        Kind::Firewall => rows(list_in::<Firewall>(NAMESPACE, env).await?),
-    })
-}
-
 type Row = (Of, String, String, CloudStatus, kube::api::ObjectMeta);
+
+/// The objects of `kinds` in every namespace, each listed once: the victims' as
+/// `(kind, namespace/name, uid, status)`, the tenant's as rows.
+struct Listed {
+    victims: Vec<(Kind, String, String, CloudStatus)>,
+    tenant: Vec<Row>,
+}
+
+async fn list_everyone(env: &Env, kinds: &[Kind]) -> Result<Listed, String> {
+    async fn list_of<K>(env: &Env, kind: Kind, into: &mut Listed) -> Result<(), String>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Managed
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let items = Api::<K>::all(env.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("tenant: listing {}: {e}", kind_name(kind)))?;
+        for object in items {
+            let namespace = object.namespace().unwrap_or_default();
+            if namespace == TENANT {
+                let of = match kind {
+                    Kind::Snapshot => Of::Snapshot,
+                    other => Of::Managed(other),
+                };
+                into.tenant.push((
+                    of,
+                    object.name_any(),
+                    object.uid().unwrap_or_default(),
+                    object.cloud_status(),
+                    object.meta().clone(),
+                ));
+            } else if VICTIMS.contains(&namespace.as_str()) {
+                into.victims.push((
+                    kind,
+                    format!("{namespace}/{}", object.name_any()),
+                    object.uid().unwrap_or_default(),
+                    object.cloud_status(),
+                ));
+            }
+        }
+        Ok(())
+    }
+    let mut listed = Listed {
+        victims: Vec::new(),
+        tenant: Vec::new(),
+    };
+    for kind in kinds {
+        match kind {
+            Kind::SshKey => list_of::<SshKey>(env, *kind, &mut listed).await?,
+            Kind::Instance => list_of::<GpuInstance>(env, *kind, &mut listed).await?,
+            Kind::Volume => list_of::<Volume>(env, *kind, &mut listed).await?,
+            Kind::Firewall => list_of::<Firewall>(env, *kind, &mut listed).await?,
+            Kind::Snapshot => list_of::<Snapshot>(env, *kind, &mut listed).await?,
+            Kind::Image => list_of::<Image>(env, *kind, &mut listed).await?,
+        }
+    }
+    Ok(listed)
+}
 
 /// Every object in the tenant's namespace, of the five kinds it uses.
 async fn tenant_objects(env: &Env) -> Result<Vec<Row>, String> {
-    fn rows<K: Managed + Resource>(of: Of, items: Vec<K>) -> Vec<Row> {
-        items
-            .into_iter()
-            .map(|o| {
-                (
-                    of,
-                    o.name_any(),
-                    o.uid().unwrap_or_default(),
-                    o.cloud_status(),
-                    o.meta().clone(),
-                )
-            })
-            .collect()
-    }
-    let mut all = Vec::new();
-    all.extend(rows(
-        Of::Managed(Kind::SshKey),
-        list_in::<SshKey>(TENANT, env).await?,
-    ));
-    all.extend(rows(
-        Of::Managed(Kind::Instance),
-        list_in::<GpuInstance>(TENANT, env).await?,
-    ));
-    all.extend(rows(
-        Of::Managed(Kind::Volume),
-        list_in::<Volume>(TENANT, env).await?,
-    ));
-    all.extend(rows(
-        Of::Managed(Kind::Firewall),
-        list_in::<Firewall>(TENANT, env).await?,
-    ));
-    all.extend(rows(Of::Snapshot, list_in::<Snapshot>(TENANT, env).await?));
-    Ok(all)
+    Ok(list_everyone(env, &Kind::BASIC_AND_SNAPSHOT).await?.tenant)
 }
 
 async fn post(env: &Env, of: Of, object: &Value) -> Result<(), String> {
@@ -679,7 +675,8 @@ async fn post(env: &Env, of: Of, object: &Value) -> Result<(), String> {
         Of::Managed(Kind::Instance) => create::<GpuInstance>(env, object).await,
         Of::Managed(Kind::Volume) => create::<Volume>(env, object).await,
         Of::Managed(Kind::Firewall) => create::<Firewall>(env, object).await,
-        Of::Snapshot => create::<Snapshot>(env, object).await,
+        Of::Snapshot | Of::Managed(Kind::Snapshot) => create::<Snapshot>(env, object).await,
+        Of::Managed(Kind::Image) => create::<Image>(env, object).await,
     };
     result.map_err(|e| format!("tenant: create {object}: {e}"))
 }
@@ -704,7 +701,8 @@ async fn remove(env: &Env, of: Of, name: &str) -> Result<(), String> {
         Of::Managed(Kind::Instance) => delete::<GpuInstance>(env, name).await,
         Of::Managed(Kind::Volume) => delete::<Volume>(env, name).await,
         Of::Managed(Kind::Firewall) => delete::<Firewall>(env, name).await,
-        Of::Snapshot => delete::<Snapshot>(env, name).await,
+        Of::Snapshot | Of::Managed(Kind::Snapshot) => delete::<Snapshot>(env, name).await,
+        Of::Managed(Kind::Image) => delete::<Image>(env, name).await,
     };
     result.map_err(|e| format!("tenant: delete {TENANT}/{name}: {e}"))
 }

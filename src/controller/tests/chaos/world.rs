@@ -1,16 +1,23 @@
 //! One seeded chaos run: a small world, a random mix of changes under a seeded fault plan,
-//! then the invariants checked against the simulator's admin view.
+//! then the invariants checked against the simulator's records (`chaos/checks.rs`).
 
-use crate::support::{Env, NAMESPACE, OPERATOR_NAMESPACE, cloud_client, test_config};
-use crate::tenant::{TENANT, Tenant};
+use crate::model::{
+    ACCOUNTS, Group, HARNESS_KEY, Kept, Kind, Model, ObjectKey, Policy, Preset,
+    SECOND_ACCOUNT_SECRET, TEAM_C, TEAM_C_SECRET, Wanted, kind_name,
+};
+use crate::support::{Env, NAMESPACE, test_config};
+use crate::tenant::Tenant;
 use crate::{API_KEY_MARK, RunStats};
-use gpucloud_api::{CloudStatus, Firewall, GpuInstance, Managed, Snapshot, SshKey, Volume};
+use gpucloud_api::{
+    CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Image, Managed, Snapshot, SshKey,
+    Volume,
+};
 use gpucloud_apiserver::faults::ApiFaultPlan;
-use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
+use gpucloud_cloud::{ApiKey, CallObserver, CallOutcome, ClientConfig, CloudClient, Operation};
 use gpucloud_simulator::{
     Delays, DropMode, FaultPlan, LatencySpike, SimulatorConfig, ThrottleBurst,
 };
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use rand::rngs::StdRng;
@@ -23,71 +30,26 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Bound on the wait for every object to reach its desired state once faults are lifted.
-const CONVERGE_SECONDS: u64 = 90;
+pub(crate) const CONVERGE_SECONDS: u64 = 90;
 /// Bound on the wait for every object to be gone once all are deleted.
-const DELETE_SECONDS: u64 = 90;
+pub(crate) const DELETE_SECONDS: u64 = 90;
 /// After the faults are lifted, an object not yet `Ready` must say why within this time.
-const EXPLAIN_WITHIN: Duration = Duration::from_secs(10);
+pub(crate) const EXPLAIN_WITHIN: Duration = Duration::from_secs(10);
 /// The operator's bound on one cloud call; latency spikes go beyond it.
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(600);
 /// The longest a latency spike holds a request before the cloud acts on it.
 const MAX_ACT_DELAY: Duration = Duration::from_millis(1400);
+/// How long the cloud holds a late create, in milliseconds: past the client's timeout, the
+/// settle window (list lag + 1.6 s) and the retry that follows it.
+const LATE_ACT_MS: std::ops::Range<u64> = 5_000..7_500;
+/// How long the operator only reports a duplicate before deleting it.
+const DUPLICATE_GRACE: Duration = Duration::from_secs(1);
 
 /// A failed run: the seed, what broke, and what happened before.
 pub struct Failure {
     pub seed: u64,
     pub message: String,
     pub trace: Vec<String>,
-}
-
-// === The model of what should exist ===
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Kind {
-    SshKey,
-    Instance,
-    Volume,
-    Firewall,
-}
-
-impl Kind {
-    pub(crate) const ALL: [Kind; 4] = [Kind::SshKey, Kind::Instance, Kind::Volume, Kind::Firewall];
-
-    pub(crate) fn prefix(self) -> &'static str {
-        match self {
-            Kind::SshKey => "key",
-            Kind::Instance => "vm",
-            Kind::Volume => "vol",
-            Kind::Firewall => "fw",
-        }
-    }
-}
-
-/// The objects that exist (as far as the harness asked) and their wanted specs.
-#[derive(Default)]
-struct Model {
-    live: BTreeMap<String, (Kind, Value)>,
-}
-
-impl Model {
-    fn names(&self, kind: Kind) -> Vec<String> {
-        self.live
-            .iter()
-            .filter(|(_, (k, _))| *k == kind)
-            .map(|(name, _)| name.clone())
-            .collect()
-    }
-
-    /// Whether a live object refers to instance `name`.
-    fn referenced(&self, name: &str) -> bool {
-        self.live.values().any(|(kind, spec)| match kind {
-            Kind::Volume => spec["instanceRef"]["name"] == name,
-            Kind::Firewall => spec["instanceRefs"]
-                .as_array()
-                .is_some_and(|refs| refs.iter().any(|r| r["name"] == name)),
-            _ => false,
-        })
-    }
 }
 
 // === Crash points ===
@@ -129,7 +91,9 @@ impl CallObserver for CrashObserver {
     fn on_call(&self, operation: Operation, _outcome: &CallOutcome, _elapsed: Duration) {
         let name = operation.name();
         let hit = match self.armed() {
-            Some(CrashPoint::AfterCreateCall) => name.starts_with("Create"),
+            Some(CrashPoint::AfterCreateCall) => {
+                name.starts_with("Create") || name == "RestoreSnapshot" || name == "CloneVolume"
+            }
             Some(CrashPoint::MidDelete) => name.starts_with("Delete"),
             _ => false,
         };
@@ -141,55 +105,98 @@ impl CallObserver for CrashObserver {
 
 // === The run ===
 
-struct Run {
-    seed: u64,
+/// The object whose first create the cloud carries out late, and the name prefix it holds.
+pub(crate) struct LateTarget {
+    pub key: ObjectKey,
+    pub prefix: String,
+}
+
+pub(crate) struct Run {
+    pub seed: u64,
     rng: StdRng,
-    env: Env,
-    api_key: String,
+    pub env: Env,
+    /// `keys[account][place]`: team-a's, the other team's (the tenant's in the first
+    /// account, team-c's in the second) and the harness's own.
+    pub keys: [[String; 3]; ACCOUNTS],
+    /// The harness's own client to each account.
+    pub harness: Vec<CloudClient>,
     started: Instant,
-    trace: Vec<String>,
-    model: Model,
-    stats: RunStats,
+    pub trace: Vec<String>,
+    pub model: Model,
+    pub presets: Vec<Preset>,
+    /// Resources of deleted `deletionPolicy: Orphan` objects, to be left in the cloud.
+    pub kept: Vec<Kept>,
+    pub late: Option<LateTarget>,
+    pub stats: RunStats,
     observer: Arc<CrashObserver>,
     operator: gpucloud_controller::run::OperatorConfig,
     operator_down_until: Option<Instant>,
     /// The cloud fault plan in force during the fault phase.
     cloud_plan: FaultPlan,
-    next_index: BTreeMap<Kind, u32>,
+    next_index: BTreeMap<(String, Kind), u32>,
     /// The hostile tenant of namespace `team-b`, with its own random stream.
-    tenant: Tenant,
+    pub tenant: Tenant,
 }
 
 pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let api_key = format!("{API_KEY_MARK}{seed:x}-{:016x}", rng.random::<u64>());
+    let keys: [[String; 3]; ACCOUNTS] = std::array::from_fn(|account| {
+        std::array::from_fn(|place| {
+            format!(
+                "{API_KEY_MARK}{seed:x}-{account}{place}-{:016x}",
+                rng.random::<u64>()
+            )
+        })
+    });
     let list_lag = Duration::from_millis([0, 200, 500][rng.random_range(0..3)]);
     let simulator = SimulatorConfig {
-        api_keys: vec![api_key.clone()],
+        api_keys: keys[0].to_vec(),
+        other_accounts: keys[1..].iter().map(|k| k.to_vec()).collect(),
+        keep_ledger: true,
         seed,
         delays: Delays::fast(),
         list_lag,
         ..SimulatorConfig::default()
     };
+    // The default credentials Secret holds the first key: team-a's key to the first account.
     let env = Env::without_operator(simulator).await;
+    let harness = keys
+        .iter()
+        .map(|account| {
+            let config = ClientConfig::new(
+                env.simulator.base_url(),
+                ApiKey::new(account[HARNESS_KEY].clone()),
+            );
+            CloudClient::new(config).unwrap()
+        })
+        .collect();
     let observer = Arc::new(CrashObserver::default());
     let mut operator = test_config(&env.simulator);
     operator.cloud.timeout = CLIENT_TIMEOUT;
     operator.cloud.observer = Some(observer.clone());
     // The cloud acts on a request up to MAX_ACT_DELAY after receiving it, and a killed
-    // process's call may have been sent just before the kill: the window covers both.
+    // process's call may have been sent just before the kill: the window covers both (a late
+    // act goes past it on purpose).
     operator.reconcile.settle_window = list_lag + MAX_ACT_DELAY + Duration::from_millis(200);
     operator.reconcile.transition_requeue = Duration::from_millis(150);
-    operator.reconcile.observe.resync = Duration::from_secs(1);
-    operator.reconcile.observe.fast = Duration::from_millis(100);
+    operator.reconcile.observe.resync = Duration::from_secs(3);
+    // Every team's key has observers of its own (four keys list the two accounts): lists every
+    // 250 ms while something is in transition, for 2 s after its last change, else every 2 s.
+    operator.reconcile.observe.fast = Duration::from_millis(250);
+    operator.reconcile.observe.hot_window = Duration::from_secs(2);
+    operator.reconcile.duplicates.grace_period = DUPLICATE_GRACE;
     let mut run = Run {
         seed,
         rng,
         env,
-        api_key,
+        keys,
+        harness,
         started: Instant::now(),
         trace: Vec::new(),
         model: Model::default(),
+        presets: Vec::new(),
+        kept: Vec::new(),
+        late: None,
         stats: RunStats::default(),
         observer,
         operator,
@@ -221,7 +228,7 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
 }
 
 impl Run {
-    fn note(&mut self, line: impl Into<String>) {
+    pub(crate) fn note(&mut self, line: impl Into<String>) {
         let at = self.started.elapsed().as_millis();
         self.trace.push(format!("{at:>6} ms  {}", line.into()));
     }
@@ -230,9 +237,15 @@ impl Run {
         let foreign = self.seed_foreign().await?;
         let baseline_drain = self.hourly_drain();
         self.note(format!(
-            "foreign resources made; drain {baseline_drain:.6}/h"
+            "foreign resources made; drain {baseline_drain:.6?}/h"
         ));
-        self.tenant.setup(&self.env).await?;
+        self.seed_presets().await?;
+        self.setup_namespaces().await?;
+        let foreign_ids = self.foreign_ids();
+        let tenant_key = self.keys[0][1].clone();
+        self.tenant
+            .setup(&self.env, &tenant_key, foreign_ids)
+            .await?;
 
         self.env.start_operator(self.operator.clone());
         self.inject_faults()?;
@@ -241,85 +254,156 @@ impl Run {
 
         self.converge().await?;
         self.check_foreign(&foreign)?;
+        self.check_presets()?;
         self.check_secrets_in_objects_and_events().await?;
         self.delete_everything().await?;
-        self.check_nothing_left(&foreign, baseline_drain)?;
+        self.check_nothing_left(&foreign, &baseline_drain).await?;
         self.env.stop_operator().await;
         Ok(())
     }
 
     // === Setup ===
 
-    /// Resources the operator did not make: one of each kind, made with the account's key.
-    async fn seed_foreign(&mut self) -> Result<Value, String> {
-        let cloud = cloud_client(&self.env);
-        let key: gpucloud_cloud::model::CreateSshKeyRequest =
-            serde_json::from_value(json!({"name": "foreign-key"})).unwrap();
-        cloud
-            .create_ssh_key(&key)
-            .await
-            .map_err(|e| e.to_string())?;
-        let volume: gpucloud_cloud::model::CreateVolumeRequest = serde_json::from_value(
-            json!({"name": "foreign-data", "size": 20, "region": "us-east-1"}),
-        )
-        .unwrap();
-        cloud
-            .create_volume(&volume)
-            .await
-            .map_err(|e| e.to_string())?;
-        let firewall: gpucloud_cloud::model::CreateFirewallRequest =
-            serde_json::from_value(json!({"name": "foreign-fw", "region": "us-east-1",
-                "rules": [{"direction": "ingress", "protocol": "tcp", "ethertype": "IPv4",
-                    "remote_ip_prefix": "198.51.100.0/24", "port_range_min": 80, "port_range_max": 80}]}))
-            .unwrap();
-        cloud
-            .create_firewall(&firewall)
-            .await
-            .map_err(|e| e.to_string())?;
-        let instance: gpucloud_cloud::model::CreateInstanceRequest =
-            serde_json::from_value(json!({"name": "foreign-vm", "region": "us-east-1",
-                "gpu_type": "L40S", "gpu_count": 1, "image_id": "ubuntu-22.04-cuda-12"}))
-            .unwrap();
-        cloud
-            .create_instance(&instance)
-            .await
-            .map_err(|e| e.to_string())?;
+    /// Resources the operator did not make, in both accounts: one of each basic kind, made
+    /// with the harness's key.
+    async fn seed_foreign(&mut self) -> Result<Vec<Value>, String> {
+        for cloud in self.harness.clone() {
+            for (kind, request) in creates("foreign") {
+                create_by_hand(&cloud, kind, request).await?;
+            }
+        }
         // Let every pending state finish, so later comparisons see settled resources.
         self.env.simulator.advance_clock(Duration::from_secs(60));
-        Ok(self.foreign_view())
+        Ok((0..ACCOUNTS).map(|a| self.view_of(a, "foreign-")).collect())
     }
 
-    /// The foreign resources as they stand, without what time alone changes (billing).
-    fn foreign_view(&self) -> Value {
-        let state = self.env.simulator.state();
-        let strip = |mut value: Value| {
-            if let Some(object) = value.as_object_mut() {
-                object.remove("billing");
+    /// The foreign resources' ids, by kind, in both accounts.
+    fn foreign_ids(&self) -> BTreeMap<Kind, Vec<String>> {
+        let mut ids: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
+        for account in 0..ACCOUNTS {
+            let state = self.account(account);
+            for kind in Kind::BASIC {
+                ids.entry(kind).or_default().extend(
+                    crate::model::cloud_ids(&state, kind)
+                        .into_iter()
+                        .filter(|(_, name)| name.starts_with("foreign-"))
+                        .map(|(id, _)| id),
+                );
             }
-            value
+        }
+        ids
+    }
+
+    /// Resources in the first account for team-a to adopt by the `external-id` annotation:
+    /// each basic kind with even odds, each with a role kept for the run (adopted and
+    /// managed, adopted with `deletionPolicy: Orphan`, or only observed).
+    async fn seed_presets(&mut self) -> Result<(), String> {
+        let cloud = self.harness[0].clone();
+        for (kind, request) in creates("preset") {
+            if !self.rng.random_bool(0.5) {
+                continue;
+            }
+            let role =
+                [Policy::Manage, Policy::Orphan, Policy::ObserveOnly][self.rng.random_range(0..3)];
+            let id = create_by_hand(&cloud, kind, request).await?;
+            self.presets.push(Preset {
+                kind,
+                id,
+                role,
+                adopter: None,
+                released_by: None,
+                recorded: false,
+                deleted: false,
+                view: Value::Null,
+            });
+        }
+        self.env.simulator.advance_clock(Duration::from_secs(60));
+        for index in 0..self.presets.len() {
+            let view = self.preset_view(index).unwrap_or_default();
+            self.presets[index].view = view;
+        }
+        let made: Vec<String> = self
+            .presets
+            .iter()
+            .map(|p| format!("{} {} ({:?})", kind_name(p.kind), p.id, p.role))
+            .collect();
+        self.note(format!("presets made: {}", made.join(", ")));
+        Ok(())
+    }
+
+    /// Namespace team-c, and the Secrets naming the second account: team-a's and team-c's.
+    async fn setup_namespaces(&mut self) -> Result<(), String> {
+        let namespaces: Api<Namespace> = Api::all(self.env.client.clone());
+        let namespace = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(TEAM_C.into()),
+                ..Default::default()
+            },
+            ..Default::default()
         };
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .map_err(|e| format!("creating namespace {TEAM_C}: {e}"))?;
+        self.env
+            .put_secret(NAMESPACE, SECOND_ACCOUNT_SECRET, &self.keys[1][0])
+            .await;
+        self.env
+            .put_secret(TEAM_C, TEAM_C_SECRET, &self.keys[1][1])
+            .await;
+        Ok(())
+    }
+
+    /// Account `account` as it stands.
+    pub(crate) fn account(&self, account: usize) -> gpucloud_simulator::AccountSnapshot {
+        self.env
+            .simulator
+            .account_state(account)
+            .expect("the world's simulator serves both accounts")
+    }
+
+    /// The resources of `account` named with `prefix`, without what time alone changes.
+    pub(crate) fn view_of(&self, account: usize, prefix: &str) -> Value {
+        let state = self.account(account);
         let pick = |items: Vec<Value>, field: &str| -> Vec<Value> {
             items
                 .into_iter()
-                .filter(|v| v[field].as_str().is_some_and(|n| n.starts_with("foreign-")))
-                .map(strip)
+                .filter(|v| v[field].as_str().is_some_and(|n| n.starts_with(prefix)))
+                .map(without_billing)
                 .collect()
         };
-        let to_values = |v: &dyn erased::ToValues| v.values();
         json!({
-            "instances": pick(to_values(&state.instances), "vm_name"),
-            "volumes": pick(to_values(&state.volumes), "name"),
-            "firewalls": pick(to_values(&state.firewalls), "name"),
-            "ssh_keys": pick(to_values(&state.ssh_keys), "name"),
+            "instances": pick(values(&state.instances), "vm_name"),
+            "volumes": pick(values(&state.volumes), "name"),
+            "firewalls": pick(values(&state.firewalls), "name"),
+            "ssh_keys": pick(values(&state.ssh_keys), "name"),
         })
     }
 
-    /// What the account spends per hour now, measured by moving the clock an hour.
-    fn hourly_drain(&self) -> f64 {
-        let before = self.env.simulator.state().balance;
+    /// Preset `index` as it stands in the first account, if it is there.
+    pub(crate) fn preset_view(&self, index: usize) -> Option<Value> {
+        let preset = &self.presets[index];
+        let state = self.account(0);
+        let (items, field) = match preset.kind {
+            Kind::Instance => (values(&state.instances), "instance_id"),
+            Kind::Volume => (values(&state.volumes), "id"),
+            Kind::Firewall => (values(&state.firewalls), "id"),
+            Kind::SshKey => (values(&state.ssh_keys), "id"),
+            Kind::Snapshot | Kind::Image => return None,
+        };
+        items
+            .into_iter()
+            .find(|v| v[field].as_str() == Some(preset.id.as_str()))
+            .map(without_billing)
+    }
+
+    /// What each account spends per hour now, measured by moving the clock an hour.
+    pub(crate) fn hourly_drain(&self) -> Vec<f64> {
+        let before: Vec<f64> = (0..ACCOUNTS).map(|a| self.account(a).balance).collect();
         self.env.simulator.advance_clock(Duration::from_secs(3600));
-        let after = self.env.simulator.state().balance;
-        before - after
+        (0..ACCOUNTS)
+            .map(|a| before[a] - self.account(a).balance)
+            .collect()
     }
 
     fn inject_faults(&mut self) -> Result<(), String> {
@@ -329,12 +413,18 @@ impl Run {
             "CreateVolume",
             "CreateFirewall",
             "CreateSshKey",
+            "CreateSnapshot",
+            "CreateImage",
+            "CloneVolume",
+            "RestoreSnapshot",
             "DeleteInstance",
             "DeleteVolume",
             "DeleteFirewall",
             "DeleteSshKey",
-            "AttachVolume",
-            "DetachVolume",
+            "DeleteSnapshot",
+            "DeleteImage",
+            "AttachVolumes",
+            "DetachVolumes",
         ];
         let mut act_then_drop = BTreeMap::new();
         for operation in creates_and_deletes {
@@ -375,6 +465,8 @@ impl Run {
             } else {
                 0.0
             },
+            // Armed by `late_create` during the fault phase.
+            act_late: BTreeMap::new(),
         };
         let api = ApiFaultPlan {
             seed: self.seed,
@@ -410,6 +502,9 @@ impl Run {
         self.stats.internal_errors += sim.internal_errors;
         self.stats.latency_spikes += sim.latency_spikes;
         self.stats.dropped_responses += sim.dropped_responses;
+        self.stats.omitted_from_lists += sim.omitted_from_lists;
+        self.stats.late_acts += sim.late_acts;
+        self.stats.cloud_calls_in_faults += self.env.simulator.call_counts().values().sum::<u64>();
         self.stats.status_conflicts += api.status_conflicts;
         self.stats.watches_cut += api.watches_cut + api.disconnects;
         self.note("faults lifted");
@@ -418,15 +513,44 @@ impl Run {
     // === The fault phase ===
 
     async fn chaos(&mut self) -> Result<(), String> {
-        // A few objects of every kind first, so updates have something to act on.
-        for kind in Kind::ALL {
-            self.create(kind).await?;
+        // A few objects of every basic kind first, so changes have something to act on; team-c
+        // and team-a's second account get a machine each, every preset its adopter.
+        for kind in Kind::BASIC {
+            if kind != Kind::SshKey || self.rng.random_bool(0.5) {
+                self.create_basic(Group::TEAM_A, kind).await?;
+            }
         }
         if self.rng.random_bool(0.5) {
-            self.create(Kind::Instance).await?;
+            self.create_basic(Group::TEAM_A, Kind::Instance).await?;
         }
-        let actions = self.rng.random_range(10..20);
-        let mut before_create_poll = tokio::time::interval(Duration::from_millis(20));
+        self.create_basic(Group::TEAM_C, Kind::Instance).await?;
+        if self.rng.random_bool(0.5) {
+            let kind = Kind::BASIC[self.rng.random_range(0..4)];
+            self.create_basic(Group::TEAM_C, kind).await?;
+        }
+        if self.rng.random_bool(0.5) {
+            self.create_basic(Group::TEAM_A_SECOND, Kind::Instance)
+                .await?;
+        }
+        // A snapshot early, so images and restores have something to start from.
+        if self.rng.random_bool(0.5) {
+            self.snapshot().await?;
+        }
+        for index in 0..self.presets.len() {
+            self.adopt(index).await?;
+        }
+        let actions = self.rng.random_range(6..13);
+        // At most one mass deletion and one late create per seed, at seeded moments.
+        let mass_deletion_at = self
+            .rng
+            .random_bool(0.5)
+            .then(|| self.rng.random_range(actions / 3..actions));
+        // Early, so the held create mostly lands while the faults are still on.
+        let late_create_at = self
+            .rng
+            .random_bool(0.35)
+            .then(|| self.rng.random_range(0..actions / 2));
+        let mut before_create_poll = tokio::time::interval(Duration::from_millis(100));
         let mut done = 0;
         let mut next_action = Instant::now();
         // The hostile tenant attacks on its own schedule, from its own random stream.
@@ -450,7 +574,13 @@ impl Run {
                     self.note("operator restarted");
                 }
                 () = tokio::time::sleep_until(next_action) => {
-                    self.act().await?;
+                    if Some(done) == mass_deletion_at {
+                        self.mass_deletion().await?;
+                    } else if Some(done) == late_create_at {
+                        self.late_create().await?;
+                    } else {
+                        self.act().await?;
+                    }
                     done += 1;
                     next_action = Instant::now() + Duration::from_millis(self.rng.random_range(20..300));
                 }
@@ -481,47 +611,40 @@ impl Run {
 
     /// Whether some object has its create intent recorded but no id yet.
     async fn intent_recorded(&self) -> bool {
-        async fn any<K>(client: &kube::Client) -> bool
-        where
-            K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-                + Managed
-                + Clone
-                + std::fmt::Debug
-                + serde::de::DeserializeOwned,
-        {
-            let api: Api<K> = Api::namespaced(client.clone(), NAMESPACE);
-            api.list(&ListParams::default()).await.is_ok_and(|list| {
-                list.items.iter().any(|o| {
-                    let s = o.cloud_status();
-                    s.pending_create.is_some() && s.external_id.is_none()
-                })
+        let kinds: BTreeSet<Kind> = self.model.live.values().map(|w| w.kind).collect();
+        let kinds: Vec<Kind> = kinds.into_iter().collect();
+        objects_of(&self.env, &kinds).await.is_ok_and(|objects| {
+            objects.values().any(|seen| {
+                seen.status.pending_create.is_some() && seen.status.external_id.is_none()
             })
-        }
-        let client = &self.env.client;
-        any::<GpuInstance>(client).await
-            || any::<Volume>(client).await
-            || any::<Firewall>(client).await
-            || any::<SshKey>(client).await
+        })
     }
 
     async fn act(&mut self) -> Result<(), String> {
         let roll = self.rng.random_range(0..100);
         match roll {
-            0..15 => {
-                let kind = Kind::ALL[self.rng.random_range(0..4)];
-                self.create(kind).await
+            0..10 => {
+                let group = self.random_group();
+                let kind = Kind::BASIC[self.rng.random_range(0..4)];
+                self.create_basic(group, kind).await
             }
-            15..25 => self.delete_one().await,
-            25..35 => self.set_power().await,
-            35..45 => self.attach_or_detach().await,
-            45..52 => self.resize().await,
-            52..60 => self.change_rules().await,
-            60..66 => self.change_firewall_targets().await,
-            66..74 => {
+            10..12 => self.delete_a_snapshot(None).await,
+            12..18 => self.snapshot().await,
+            18..23 => self.image().await,
+            23..27 => self.clone_volume().await,
+            27..32 => self.restore().await,
+            32..34 => self.adopt_again().await,
+            34..42 => self.delete_one().await,
+            42..48 => self.set_power().await,
+            48..54 => self.attach_or_detach().await,
+            54..58 => self.resize().await,
+            58..62 => self.change_rules().await,
+            62..65 => self.change_firewall_targets().await,
+            65..73 => {
                 self.kill("random point").await;
                 Ok(())
             }
-            74..84 => {
+            73..83 => {
                 let point = [
                     CrashPoint::BeforeCreate,
                     CrashPoint::AfterCreateCall,
@@ -532,12 +655,12 @@ impl Run {
                 self.note(format!("crash point armed: {point:?}"));
                 Ok(())
             }
-            84..90 => {
+            83..89 => {
                 self.env.apiserver.faults().disconnect_watches();
                 self.note("watches disconnected");
                 Ok(())
             }
-            90..95 => {
+            89..94 => {
                 self.env.apiserver.compact();
                 self.stats.compactions += 1;
                 self.note("history compacted: watches end with 410 Gone");
@@ -568,32 +691,46 @@ impl Run {
         self.stats.storms += 1;
     }
 
-    // === Changes to objects ===
+    // === Creating objects ===
 
-    fn new_name(&mut self, kind: Kind) -> String {
+    /// Where a new object goes: mostly team-a's first account, else team-c or team-a's
+    /// second account.
+    fn random_group(&mut self) -> Group {
+        match self.rng.random_range(0..100) {
+            0..60 => Group::TEAM_A,
+            60..75 => Group::TEAM_A_SECOND,
+            _ => Group::TEAM_C,
+        }
+    }
+
+    fn new_name(&mut self, namespace: &str, kind: Kind) -> String {
         // Names are reused now and then, so an object deleted and made again is tried too.
-        let deleted: Vec<u32> = (0..*self.next_index.get(&kind).unwrap_or(&0))
+        let next = *self
+            .next_index
+            .get(&(namespace.to_string(), kind))
+            .unwrap_or(&0);
+        let deleted: Vec<u32> = (0..next)
             .filter(|i| {
-                !self
-                    .model
-                    .live
-                    .contains_key(&format!("{}-{i}", kind.prefix()))
+                let key = ObjectKey::new(namespace, &format!("{}-{i}", kind.prefix()));
+                !self.model.live.contains_key(&key)
             })
             .collect();
         if !deleted.is_empty() && self.rng.random_bool(0.3) {
             let i = deleted[self.rng.random_range(0..deleted.len())];
             return format!("{}-{i}", kind.prefix());
         }
-        let index = self.next_index.entry(kind).or_insert(0);
+        self.fresh_name(namespace, kind)
+    }
+
+    /// A name never used in `namespace`.
+    fn fresh_name(&mut self, namespace: &str, kind: Kind) -> String {
+        let index = self
+            .next_index
+            .entry((namespace.to_string(), kind))
+            .or_insert(0);
         let name = format!("{}-{index}", kind.prefix());
         *index += 1;
         name
-    }
-
-    fn random_instance(&mut self) -> Option<String> {
-        let instances = self.model.names(Kind::Instance);
-        (!instances.is_empty())
-            .then(|| instances[self.rng.random_range(0..instances.len())].clone())
     }
 
     fn random_rules(&mut self) -> Value {
@@ -609,10 +746,40 @@ impl Run {
         Value::Array(rules)
     }
 
-    async fn create(&mut self, kind: Kind) -> Result<(), String> {
-        let name = self.new_name(kind);
-        let spec = match kind {
-            Kind::SshKey => json!({}),
+    /// A referable object of `kind` in `group`, at random.
+    fn pick_referable(&mut self, group: Group, kind: Kind) -> Option<ObjectKey> {
+        let keys = self.model.referable(group, kind);
+        (!keys.is_empty()).then(|| keys[self.rng.random_range(0..keys.len())].clone())
+    }
+
+    /// A referable object of `kind` in any group to make a new object from, with its group.
+    fn pick_source(&mut self, kind: Kind) -> Option<(Group, ObjectKey)> {
+        let sources: Vec<(Group, ObjectKey)> = self
+            .model
+            .live
+            .iter()
+            .filter(|(_, w)| w.kind == kind && w.referable())
+            .map(|(key, w)| (w.group, key.clone()))
+            .collect();
+        (!sources.is_empty()).then(|| sources[self.rng.random_range(0..sources.len())].clone())
+    }
+
+    /// A basic object: a few in ten with `deletionPolicy: Orphan` (those refer to nothing).
+    async fn create_basic(&mut self, group: Group, kind: Kind) -> Result<(), String> {
+        let policy = if self.rng.random_bool(0.08) {
+            Policy::Orphan
+        } else {
+            Policy::Manage
+        };
+        let refer = policy == Policy::Manage;
+        let spec = self.basic_spec(group, kind, refer);
+        let name = self.new_name(group.namespace, kind);
+        self.create(group, kind, &name, spec, policy, None).await?;
+        Ok(())
+    }
+
+    fn basic_spec(&mut self, group: Group, kind: Kind, refer: bool) -> Value {
+        match kind {
             Kind::Instance => {
                 let power = if self.rng.random_bool(0.2) {
                     "Stopped"
@@ -625,107 +792,565 @@ impl Run {
             Kind::Volume => {
                 let mut spec =
                     json!({"region": "us-east-1", "sizeGb": self.rng.random_range(10..40)});
-                if self.rng.random_bool(0.5)
-                    && let Some(instance) = self.random_instance()
+                if refer
+                    && self.rng.random_bool(0.5)
+                    && let Some(instance) = self.pick_referable(group, Kind::Instance)
                 {
-                    spec["instanceRef"] = json!({"name": instance});
+                    spec["instanceRef"] = json!({"name": instance.name});
                 }
                 spec
             }
             Kind::Firewall => {
                 let mut refs = Vec::new();
-                if self.rng.random_bool(0.6)
-                    && let Some(instance) = self.random_instance()
+                if refer
+                    && self.rng.random_bool(0.6)
+                    && let Some(instance) = self.pick_referable(group, Kind::Instance)
                 {
-                    refs.push(json!({"name": instance}));
+                    refs.push(json!({"name": instance.name}));
                 }
                 json!({"region": "us-east-1", "rules": self.random_rules(), "instanceRefs": refs})
             }
-        };
+            Kind::SshKey | Kind::Snapshot | Kind::Image => json!({}),
+        }
+    }
+
+    /// Creates an object and adds it to the model; `Ok(false)` when the name is still held by
+    /// an object finishing its deletion.
+    async fn create(
+        &mut self,
+        group: Group,
+        kind: Kind,
+        name: &str,
+        mut spec: Value,
+        policy: Policy,
+        adopted: Option<String>,
+    ) -> Result<bool, String> {
+        if let Some(secret) = group.secret() {
+            spec["credentialsSecretRef"] = json!({"name": secret});
+        }
+        match policy {
+            Policy::Manage => {}
+            Policy::Orphan => spec["deletionPolicy"] = json!("Orphan"),
+            Policy::ObserveOnly => spec["managementPolicy"] = json!("ObserveOnly"),
+        }
+        let mut metadata = json!({"name": name, "namespace": group.namespace});
+        if let Some(id) = &adopted {
+            metadata["annotations"] = json!({EXTERNAL_ID_ANNOTATION: id});
+        }
         let object = json!({
             "apiVersion": "gpucloud.io/v1alpha1",
             "kind": kind_name(kind),
-            "metadata": {"name": name, "namespace": NAMESPACE},
+            "metadata": metadata,
             "spec": spec,
         });
-        let created = match kind {
-            Kind::SshKey => post::<SshKey>(&self.env, &object).await,
-            Kind::Instance => post::<GpuInstance>(&self.env, &object).await,
-            Kind::Volume => post::<Volume>(&self.env, &object).await,
-            Kind::Firewall => post::<Firewall>(&self.env, &object).await,
-        };
-        match created {
-            Ok(()) => {
-                self.note(format!("create {} {name} {spec}", kind_name(kind)));
-                self.model.live.insert(name, (kind, spec));
+        let key = ObjectKey::new(group.namespace, name);
+        match post(&self.env, kind, group.namespace, &object).await {
+            Ok(uid) => {
+                let adoption = adopted
+                    .as_ref()
+                    .map(|id| format!(" adopting {id} ({policy:?})"))
+                    .unwrap_or_default();
+                self.note(format!(
+                    "create {} {key} in {group}{adoption} {spec}",
+                    kind_name(kind)
+                ));
+                self.model.live.insert(
+                    key,
+                    Wanted {
+                        kind,
+                        group,
+                        spec,
+                        uid,
+                        adopted,
+                        policy,
+                        source_deleted: false,
+                    },
+                );
                 self.stats.objects += 1;
-                Ok(())
+                match kind {
+                    Kind::Snapshot => self.stats.snapshots += 1,
+                    Kind::Image => self.stats.images += 1,
+                    _ => {}
+                }
+                if group.account != 0 {
+                    self.stats.second_account_objects += 1;
+                }
+                if policy == Policy::Orphan {
+                    self.stats.orphan_objects += 1;
+                }
+                Ok(true)
             }
             // The previous object of that name is still finishing its deletion.
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 self.note(format!(
-                    "create {name} skipped: the old one is still deleting"
+                    "create {key} skipped: the old one is still deleting"
                 ));
-                Ok(())
+                Ok(false)
             }
-            Err(error) => Err(format!("create {name}: {error}")),
+            Err(error) => Err(format!("create {key}: {error}")),
         }
     }
 
-    async fn delete_one(&mut self) -> Result<(), String> {
-        let candidates: Vec<(String, Kind)> = self
+    /// A Snapshot of a running machine; the machine is not stopped while the snapshot has no
+    /// id (the cloud snapshots running machines only).
+    async fn snapshot(&mut self) -> Result<(), String> {
+        let running: Vec<ObjectKey> = self
             .model
             .live
             .iter()
-            .filter(|(name, (kind, _))| *kind != Kind::Instance || !self.model.referenced(name))
-            .map(|(name, (kind, _))| (name.clone(), *kind))
+            .filter(|(_, w)| {
+                w.kind == Kind::Instance && w.referable() && w.spec["powerState"] != "Stopped"
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        let instance = running[self.rng.random_range(0..running.len())].clone();
+        let group = self.model.live[&instance].group;
+        let name = self.new_name(group.namespace, Kind::Snapshot);
+        let spec = json!({"instanceRef": {"name": instance.name},
+            "description": format!("{} at step {}", instance.name, self.stats.objects),
+            "labels": ["chaos"]});
+        self.create(group, Kind::Snapshot, &name, spec, Policy::Manage, None)
+            .await?;
+        Ok(())
+    }
+
+    /// An Image made from a Snapshot.
+    async fn image(&mut self) -> Result<(), String> {
+        let Some((group, snapshot)) = self.pick_source(Kind::Snapshot) else {
+            return Ok(());
+        };
+        let name = self.new_name(group.namespace, Kind::Image);
+        let spec = json!({"snapshotRef": {"name": snapshot.name}});
+        self.create(group, Kind::Image, &name, spec, Policy::Manage, None)
+            .await?;
+        Ok(())
+    }
+
+    /// A Volume cloned from another, as large as the source is wanted (a clone copies the
+    /// source's size and may only grow); the source is not resized while the clone has no id.
+    async fn clone_volume(&mut self) -> Result<(), String> {
+        let Some((group, source)) = self.pick_source(Kind::Volume) else {
+            return Ok(());
+        };
+        let size = self.model.live[&source].spec["sizeGb"].clone();
+        let name = self.new_name(group.namespace, Kind::Volume);
+        let spec = json!({"region": "us-east-1", "sizeGb": size,
+            "source": {"volumeRef": {"name": source.name}}});
+        if self
+            .create(group, Kind::Volume, &name, spec, Policy::Manage, None)
+            .await?
+        {
+            self.stats.clones += 1;
+        }
+        Ok(())
+    }
+
+    /// A GpuInstance restored from a Snapshot.
+    async fn restore(&mut self) -> Result<(), String> {
+        // Mostly from a snapshot the cloud has already made, as a restore usually is.
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let made: Vec<(Group, ObjectKey)> = self
+            .model
+            .live
+            .iter()
+            .filter(|(key, w)| {
+                w.kind == Kind::Snapshot
+                    && w.referable()
+                    && seen
+                        .get(*key)
+                        .is_some_and(|s| s.status.external_id.is_some())
+            })
+            .map(|(key, w)| (w.group, key.clone()))
+            .collect();
+        let source = if !made.is_empty() && self.rng.random_bool(0.8) {
+            Some(made[self.rng.random_range(0..made.len())].clone())
+        } else {
+            self.pick_source(Kind::Snapshot)
+        };
+        let Some((group, snapshot)) = source else {
+            return Ok(());
+        };
+        let power = if self.rng.random_bool(0.2) {
+            "Stopped"
+        } else {
+            "Running"
+        };
+        let name = self.new_name(group.namespace, Kind::Instance);
+        let spec = json!({"region": "us-east-1", "powerState": power,
+            "source": {"snapshotRef": {"name": snapshot.name}}});
+        if self
+            .create(group, Kind::Instance, &name, spec, Policy::Manage, None)
+            .await?
+        {
+            self.stats.restores += 1;
+            // Now and then the snapshot goes at once: its deletion waits for this restore.
+            if self.rng.random_bool(0.5) {
+                self.delete_a_snapshot(Some(snapshot)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A preset let go by an `Orphan` or `ObserveOnly` adopter, adopted again once that object
+    /// is gone.
+    async fn adopt_again(&mut self) -> Result<(), String> {
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let free: Vec<usize> = (0..self.presets.len())
+            .filter(|i| {
+                let preset = &self.presets[*i];
+                preset.adopter.is_none()
+                    && !preset.deleted
+                    && preset
+                        .released_by
+                        .as_ref()
+                        .is_none_or(|last| !seen.contains_key(last))
+            })
+            .collect();
+        if free.is_empty() {
+            return Ok(());
+        }
+        let index = free[self.rng.random_range(0..free.len())];
+        self.adopt(index).await
+    }
+
+    /// A team-a object adopting preset `index` in the role the preset was given; an observed
+    /// one asks for changes the operator must never make.
+    async fn adopt(&mut self, index: usize) -> Result<(), String> {
+        let preset = self.presets[index].clone();
+        let observe = preset.role == Policy::ObserveOnly;
+        let spec = match preset.kind {
+            Kind::SshKey => json!({}),
+            Kind::Instance => {
+                let power = if observe || self.rng.random_bool(0.2) {
+                    "Stopped"
+                } else {
+                    "Running"
+                };
+                json!({"region": "us-east-1", "gpuType": "L40S",
+                    "osImage": "ubuntu-22.04-cuda-12", "powerState": power})
+            }
+            Kind::Volume => {
+                json!({"region": "us-east-1", "sizeGb": 20 + self.rng.random_range(0..10)})
+            }
+            Kind::Firewall => {
+                let mut rules = self.random_rules();
+                if observe && rules.as_array().is_some_and(Vec::is_empty) {
+                    rules = json!([{"direction": "Ingress", "protocol": "tcp",
+                        "etherType": "IPv4", "remoteIpPrefix": "0.0.0.0/0",
+                        "portRangeMin": 22, "portRangeMax": 22}]);
+                }
+                json!({"region": "us-east-1", "rules": rules, "instanceRefs": []})
+            }
+            Kind::Snapshot | Kind::Image => return Ok(()),
+        };
+        let name = self.new_name(NAMESPACE, preset.kind);
+        let created = self
+            .create(
+                Group::TEAM_A,
+                preset.kind,
+                &name,
+                spec,
+                preset.role,
+                Some(preset.id.clone()),
+            )
+            .await?;
+        if created {
+            self.presets[index].adopter = Some(ObjectKey::new(NAMESPACE, &name));
+            self.stats.adoptions += 1;
+            if observe {
+                self.stats.observe_only_objects += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// One object whose first create the cloud carries out long after the client gave up:
+    /// past the settle window, so the retry makes a second resource and the operator must
+    /// report the duplicate and delete it after the grace period. The object refers to
+    /// nothing and is not deleted before the end, so the late resource always lands under a
+    /// live object.
+    async fn late_create(&mut self) -> Result<(), String> {
+        let group = self.random_group();
+        let kind = [Kind::Instance, Kind::Volume, Kind::Firewall][self.rng.random_range(0..3)];
+        let name = self.fresh_name(group.namespace, kind);
+        let prefix = format!("{}{name}-", crate::model::team_mark(group.namespace));
+        let delay = self.rng.random_range(LATE_ACT_MS);
+        self.cloud_plan.act_late.insert(prefix.clone(), delay);
+        self.env.simulator.set_faults(self.cloud_plan.clone());
+        let spec = self.basic_spec(group, kind, false);
+        self.note(format!(
+            "late create armed: the first create of {prefix}* acts after {delay} ms"
+        ));
+        if self
+            .create(group, kind, &name, spec, Policy::Manage, None)
+            .await?
+        {
+            self.late = Some(LateTarget {
+                key: ObjectKey::new(group.namespace, &name),
+                prefix,
+            });
+            self.stats.late_creates_armed += 1;
+        }
+        Ok(())
+    }
+
+    // === Deleting objects ===
+
+    /// Whether `key` can be deleted on its own now without leaving a live object waiting for
+    /// it forever: a machine no volume or firewall is attached to and whose snapshots have
+    /// ids, a volume whose clones have ids, a snapshot that exists in the cloud and whose
+    /// images have ids (they go with it, a rule of the cloud); never the late create's object.
+    fn deletable(&self, key: &ObjectKey, seen: &BTreeMap<ObjectKey, Seen>) -> bool {
+        if self.late.as_ref().is_some_and(|late| &late.key == key) {
+            return false;
+        }
+        let has_id = |key: &ObjectKey| {
+            seen.get(key)
+                .is_some_and(|s| s.status.external_id.is_some())
+        };
+        let Some(wanted) = self.model.live.get(key) else {
+            return false;
+        };
+        let referrers = self.model.referrers(key);
+        match wanted.kind {
+            Kind::Instance => referrers.iter().all(|r| {
+                let kind = self.model.live[r].kind;
+                kind == Kind::Snapshot && has_id(r)
+            }),
+            Kind::Volume => referrers.iter().all(has_id),
+            Kind::Snapshot => {
+                has_id(key)
+                    && referrers
+                        .iter()
+                        .all(|r| self.model.live[r].kind == Kind::Instance || has_id(r))
+            }
+            Kind::SshKey | Kind::Firewall | Kind::Image => true,
+        }
+    }
+
+    /// Deletes a Snapshot (`snapshot`, or one at random) if it can go: it exists in the cloud
+    /// and its images have ids. Its images go with it in the cloud; a machine still to be
+    /// restored from it holds its deletion until restored.
+    async fn delete_a_snapshot(&mut self, snapshot: Option<ObjectKey>) -> Result<(), String> {
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let candidates: Vec<ObjectKey> = match snapshot {
+            Some(key) => vec![key],
+            None => self
+                .model
+                .live
+                .iter()
+                .filter(|(_, w)| w.kind == Kind::Snapshot)
+                .map(|(key, _)| key.clone())
+                .collect(),
+        };
+        let candidates: Vec<ObjectKey> = candidates
+            .into_iter()
+            .filter(|key| self.deletable(key, &seen))
             .collect();
         if candidates.is_empty() {
             return Ok(());
         }
-        let (name, kind) = candidates[self.rng.random_range(0..candidates.len())].clone();
-        self.delete(kind, &name).await?;
-        self.model.live.remove(&name);
-        self.note(format!("delete {} {name}", kind_name(kind)));
+        let key = candidates[self.rng.random_range(0..candidates.len())].clone();
+        let waiting: Vec<String> = self
+            .model
+            .referrers(&key)
+            .into_iter()
+            .filter(|r| {
+                self.model.live[r].kind == Kind::Instance
+                    && seen.get(r).is_none_or(|s| s.status.external_id.is_none())
+            })
+            .map(|r| r.to_string())
+            .collect();
+        self.forget(&key, &seen);
+        delete(&self.env, Kind::Snapshot, &key).await?;
+        self.model.live.remove(&key);
+        if waiting.is_empty() {
+            self.note(format!("delete Snapshot {key}"));
+        } else {
+            self.stats.snapshot_deletions_held += 1;
+            self.note(format!(
+                "delete Snapshot {key}, held until {} is restored from it",
+                waiting.join(", ")
+            ));
+        }
         Ok(())
     }
 
-    async fn delete(&self, kind: Kind, name: &str) -> Result<(), String> {
-        let result = match kind {
-            Kind::SshKey => remove::<SshKey>(&self.env, name).await,
-            Kind::Instance => remove::<GpuInstance>(&self.env, name).await,
-            Kind::Volume => remove::<Volume>(&self.env, name).await,
-            Kind::Firewall => remove::<Firewall>(&self.env, name).await,
-        };
-        result.map_err(|e| format!("delete {name}: {e}"))
+    async fn delete_one(&mut self) -> Result<(), String> {
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let candidates: Vec<ObjectKey> = self
+            .model
+            .live
+            .keys()
+            .filter(|key| self.deletable(key, &seen))
+            .cloned()
+            .collect();
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let key = candidates[self.rng.random_range(0..candidates.len())].clone();
+        self.forget(&key, &seen);
+        let kind = self.model.live[&key].kind;
+        delete(&self.env, kind, &key).await?;
+        self.model.live.remove(&key);
+        self.note(format!("delete {} {key}", kind_name(kind)));
+        Ok(())
     }
+
+    /// Many of the teams' objects deleted at once while the faults are on: all of them, or
+    /// about half with every object referring to one of those (never the late create's).
+    async fn mass_deletion(&mut self) -> Result<(), String> {
+        let seen = all_objects(&self.env)
+            .await
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let late = self.late.as_ref().map(|late| late.key.clone());
+        let candidates: Vec<ObjectKey> = self
+            .model
+            .live
+            .keys()
+            .filter(|key| Some(*key) != late.as_ref())
+            .cloned()
+            .collect();
+        let all = self.rng.random_bool(0.5);
+        let chosen: Vec<ObjectKey> = candidates
+            .into_iter()
+            .filter(|_| all || self.rng.random_bool(0.5))
+            .collect();
+        let mut doomed = self.model.closed_under_referrers(chosen);
+        if let Some(late) = &late {
+            doomed.remove(late);
+        }
+        for key in &doomed {
+            self.forget(key, &seen);
+        }
+        let deletes = doomed.iter().map(|key| {
+            let kind = self.model.live[key].kind;
+            let env = &self.env;
+            async move { delete(env, kind, key).await }
+        });
+        let results = futures::future::join_all(deletes).await;
+        for result in results {
+            result?;
+        }
+        for key in &doomed {
+            self.model.live.remove(key);
+        }
+        self.stats.mass_deletions += 1;
+        self.stats.mass_deleted += doomed.len() as u64;
+        let names: Vec<String> = doomed.iter().map(ToString::to_string).collect();
+        self.note(format!(
+            "mass deletion ({}): {} objects at once: {}",
+            if all { "all" } else { "about half" },
+            names.len(),
+            names.join(", ")
+        ));
+        Ok(())
+    }
+
+    /// What the model keeps of an object about to be deleted: the resource an `Orphan` object
+    /// leaves behind, the preset an adopter lets go, the images a snapshot takes with it.
+    fn forget(&mut self, key: &ObjectKey, seen: &BTreeMap<ObjectKey, Seen>) {
+        let Some(wanted) = self.model.live.get(key).cloned() else {
+            return;
+        };
+        let recorded = seen.get(key).and_then(|s| s.status.external_id.clone());
+        if let Some(preset) = self
+            .presets
+            .iter_mut()
+            .find(|p| p.adopter.as_ref() == Some(key))
+        {
+            preset.released_by = preset.adopter.take();
+            preset.recorded |= recorded.as_deref() == Some(preset.id.as_str());
+            // A managed adopter deletes it, or it was never recorded and stays: either way it
+            // is not offered again.
+            preset.deleted = preset.role == Policy::Manage;
+        } else if wanted.policy == Policy::Orphan {
+            self.kept.push(Kept {
+                object: key.clone(),
+                kind: wanted.kind,
+                account: wanted.group.account,
+                cloud_name: gpucloud_controller::naming::cloud_name(
+                    &key.namespace,
+                    &key.name,
+                    &wanted.uid,
+                ),
+                id: recorded,
+            });
+        }
+        if wanted.kind == Kind::Snapshot {
+            let images: Vec<ObjectKey> = self
+                .model
+                .referrers(key)
+                .into_iter()
+                .filter(|r| self.model.live[r].kind == Kind::Image)
+                .collect();
+            for image in images {
+                if let Some(w) = self.model.live.get_mut(&image) {
+                    w.source_deleted = true;
+                }
+                self.stats.images_removed_with_snapshot += 1;
+                self.note(format!(
+                    "{image}: its snapshot {key} goes, and the cloud removes the image with it"
+                ));
+            }
+        }
+    }
+
+    // === Changing objects ===
 
     /// Merges `change` into the live object's spec, here and in the API server.
-    async fn patch_spec(&mut self, name: &str, change: Value) -> Result<(), String> {
-        let Some((kind, spec)) = self.model.live.get_mut(name) else {
+    async fn patch_spec(&mut self, key: &ObjectKey, change: Value) -> Result<(), String> {
+        let Some(wanted) = self.model.live.get_mut(key) else {
             return Ok(());
         };
-        merge(spec, &change);
-        let kind = *kind;
+        merge(&mut wanted.spec, &change);
+        let kind = wanted.kind;
         let patch = json!({"spec": change});
-        let result = match kind {
-            Kind::SshKey => merge_patch::<SshKey>(&self.env, name, &patch).await,
-            Kind::Instance => merge_patch::<GpuInstance>(&self.env, name, &patch).await,
-            Kind::Volume => merge_patch::<Volume>(&self.env, name, &patch).await,
-            Kind::Firewall => merge_patch::<Firewall>(&self.env, name, &patch).await,
-        };
-        self.note(format!("patch {} {name} {change}", kind_name(kind)));
+        let result = merge_patch(&self.env, kind, key, &patch).await;
+        self.note(format!("patch {} {key} {change}", kind_name(kind)));
         self.stats.updates += 1;
-        result.map_err(|e| format!("patch {name} {change}: {e}"))
+        result.map_err(|e| format!("patch {key} {change}: {e}"))
     }
 
-    fn pick(&mut self, kind: Kind) -> Option<String> {
-        let names = self.model.names(kind);
-        (!names.is_empty()).then(|| names[self.rng.random_range(0..names.len())].clone())
+    /// A live object of `kind`, any group and policy.
+    fn pick(&mut self, kind: Kind) -> Option<ObjectKey> {
+        let keys: Vec<ObjectKey> = self
+            .model
+            .live
+            .iter()
+            .filter(|(_, w)| w.kind == kind)
+            .map(|(key, _)| key.clone())
+            .collect();
+        (!keys.is_empty()).then(|| keys[self.rng.random_range(0..keys.len())].clone())
+    }
+
+    /// A live managed object of `kind` that may refer to others: not the late create's
+    /// object, which refers to nothing so that no deletion ever takes it along.
+    fn pick_referring(&mut self, kind: Kind) -> Option<ObjectKey> {
+        let late = self.late.as_ref().map(|late| late.key.clone());
+        let keys: Vec<ObjectKey> = self
+            .model
+            .live
+            .iter()
+            .filter(|(key, w)| w.kind == kind && w.referable() && Some(*key) != late.as_ref())
+            .map(|(key, _)| key.clone())
+            .collect();
+        (!keys.is_empty()).then(|| keys[self.rng.random_range(0..keys.len())].clone())
     }
 
     async fn set_power(&mut self) -> Result<(), String> {
-        let Some(name) = self.pick(Kind::Instance) else {
+        let Some(key) = self.pick(Kind::Instance) else {
             return Ok(());
         };
         let power = if self.rng.random_bool(0.5) {
@@ -733,20 +1358,34 @@ impl Run {
         } else {
             "Running"
         };
-        self.patch_spec(&name, json!({"powerState": power})).await
+        if power == "Stopped" {
+            // A snapshot waiting for this machine needs it running.
+            let seen = all_objects(&self.env)
+                .await
+                .map_err(|e| format!("listing objects: {e}"))?;
+            let waiting = self.model.referrers(&key).into_iter().any(|r| {
+                self.model.live[&r].kind == Kind::Snapshot
+                    && seen.get(&r).is_none_or(|s| s.status.external_id.is_none())
+            });
+            if waiting {
+                return Ok(());
+            }
+        }
+        self.patch_spec(&key, json!({"powerState": power})).await
     }
 
     async fn attach_or_detach(&mut self) -> Result<(), String> {
-        let Some(volume) = self.pick(Kind::Volume) else {
+        let Some(volume) = self.pick_referring(Kind::Volume) else {
             return Ok(());
         };
+        let group = self.model.live[&volume].group;
         let target = if self.rng.random_bool(0.4) {
             None
         } else {
-            self.random_instance()
+            self.pick_referable(group, Kind::Instance)
         };
         let change = match target {
-            Some(instance) => json!({"instanceRef": {"name": instance}}),
+            Some(instance) => json!({"instanceRef": {"name": instance.name}}),
             None => json!({"instanceRef": null}),
         };
         self.patch_spec(&volume, change).await
@@ -756,7 +1395,23 @@ impl Run {
         let Some(volume) = self.pick(Kind::Volume) else {
             return Ok(());
         };
-        let current = self.model.live[&volume].1["sizeGb"].as_i64().unwrap_or(10);
+        // A clone waiting for this volume copies its size: the clone's spec must stay as
+        // large.
+        let clones = self.model.referrers(&volume);
+        if !clones.is_empty() {
+            let seen = all_objects(&self.env)
+                .await
+                .map_err(|e| format!("listing objects: {e}"))?;
+            if clones
+                .iter()
+                .any(|c| seen.get(c).is_none_or(|s| s.status.external_id.is_none()))
+            {
+                return Ok(());
+            }
+        }
+        let current = self.model.live[&volume].spec["sizeGb"]
+            .as_i64()
+            .unwrap_or(10);
         let grown = current + self.rng.random_range(1..20);
         self.patch_spec(&volume, json!({"sizeGb": grown})).await
     }
@@ -770,328 +1425,34 @@ impl Run {
     }
 
     async fn change_firewall_targets(&mut self) -> Result<(), String> {
-        let Some(firewall) = self.pick(Kind::Firewall) else {
+        let Some(firewall) = self.pick_referring(Kind::Firewall) else {
             return Ok(());
         };
+        let group = self.model.live[&firewall].group;
         let refs: Vec<Value> = self
             .model
-            .names(Kind::Instance)
+            .referable(group, Kind::Instance)
             .into_iter()
             .filter(|_| self.rng.random_bool(0.5))
-            .map(|name| json!({"name": name}))
+            .map(|key| json!({"name": key.name}))
             .collect();
         self.patch_spec(&firewall, json!({"instanceRefs": refs}))
             .await
     }
 
-    // === Invariants ===
+    // === The end ===
 
-    /// Waits until every object is `Ready` and matches its spec in the cloud, with exactly one
-    /// cloud resource each; an object not `Ready` must say why.
-    async fn converge(&mut self) -> Result<(), String> {
-        let lifted = Instant::now();
-        let deadline = lifted + Duration::from_secs(CONVERGE_SECONDS);
-        // Cloud calls near the end, to tell an operator still acting on a stale view from one
-        // that stopped reconciling.
-        let watch_calls_from = deadline - Duration::from_secs(10);
-        let mut calls_before: Option<BTreeMap<String, u64>> = None;
-        loop {
-            if calls_before.is_none() && Instant::now() > watch_calls_from {
-                calls_before = Some(self.env.simulator.call_counts());
-            }
-            let mut problems = self.convergence_problems().await;
-            if problems.is_empty() {
-                // Team-a is done; the tenant's objects must be refused (or gone).
-                problems = self.tenant.problems(&self.env).await?;
-            }
-            if problems.is_empty() {
-                self.tenant.sample(&self.env).await?;
-                self.note(format!("converged in {:?}", lifted.elapsed()));
-                self.stats.converge_ms += lifted.elapsed().as_millis() as u64;
-                return Ok(());
-            }
-            if lifted.elapsed() > EXPLAIN_WITHIN
-                && let Some(stuck) = problems.iter().find(|p| p.contains("no condition"))
-            {
-                return Err(format!("stuck without a condition explaining why: {stuck}"));
-            }
-            if Instant::now() > deadline {
-                let before = calls_before.unwrap_or_default();
-                let recent: Vec<String> = self
-                    .env
-                    .simulator
-                    .call_counts()
-                    .into_iter()
-                    .filter_map(|(operation, count)| {
-                        let new =
-                            count.saturating_sub(before.get(&operation).copied().unwrap_or(0));
-                        (new > 0).then(|| format!("{operation} {new}"))
-                    })
-                    .collect();
-                return Err(format!(
-                    "not converged {CONVERGE_SECONDS}s after the faults were lifted:\n  {}\n  cloud calls in the last 10 s: {}",
-                    problems.join("\n  "),
-                    if recent.is_empty() {
-                        "none".to_string()
-                    } else {
-                        recent.join(", ")
-                    }
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    async fn convergence_problems(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        let state = self.env.simulator.state();
-        // Serialized once, and only when an object is stuck.
-        let account = std::cell::OnceCell::new();
-        let objects = match all_objects(&self.env).await {
-            Ok(objects) => objects,
-            Err(error) => return vec![format!("listing objects: {error}")],
-        };
-        // Objects the harness deleted must be gone (their finalizers released).
-        for (name, (kind, _, meta)) in &objects {
-            if !self.model.live.contains_key(name) {
-                problems.push(format!(
-                    "{} {name}: deleted but still present (finalizers {:?})",
-                    kind_name(*kind),
-                    meta.finalizers
-                ));
-            }
-        }
-        let mut ids: BTreeMap<&str, String> = BTreeMap::new();
-        for (name, (kind, _)) in &self.model.live {
-            let Some((_, status, meta)) = objects.get(name) else {
-                problems.push(format!("{name}: missing from the API server"));
-                continue;
-            };
-            if let Some(id) = &status.external_id {
-                ids.insert(name, id.clone());
-            }
-            if !status.is_ready(meta.generation) {
-                let explained = status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ != "Ready" && c.status == "True" && !c.message.is_empty())
-                    || status
-                        .condition("Ready")
-                        .is_some_and(|c| !c.message.is_empty());
-                let conditions: Vec<String> = status
-                    .conditions
-                    .iter()
-                    .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
-                    .collect();
-                // What the cloud holds under the recorded id, to tell a stale view of the
-                // operator's from a cloud that keeps undoing its calls.
-                let in_cloud = status
-                    .external_id
-                    .as_deref()
-                    .map(|id| {
-                        let account = account
-                            .get_or_init(|| serde_json::to_value(&state).unwrap_or_default());
-                        format!("; the cloud's record: {}", cloud_record(account, id))
-                    })
-                    .unwrap_or_default();
-                problems.push(format!(
-                    "{} {name}: not Ready (generation {:?}, observed {:?}; {}){}{in_cloud}",
-                    kind_name(*kind),
-                    meta.generation,
-                    status.observed_generation,
-                    conditions.join("; "),
-                    if explained { "" } else { " - no condition" }
-                ));
-            }
-        }
-        if !problems.is_empty() {
-            return problems;
-        }
-        // Exactly one cloud resource per object, and nothing else carrying the operator's mark
-        // for this namespace (the tenant's own resources are checked when deleted).
-        let team_mark = format!("gco-{NAMESPACE}-");
-        let marked = |name: &str| name.starts_with(&team_mark) && !name.ends_with("-boot");
-        let cloud_names: BTreeMap<Kind, Vec<(String, String)>> = BTreeMap::from([
-            (
-                Kind::Instance,
-                state
-                    .instances
-                    .iter()
-                    .map(|i| (i.instance_id.clone(), i.vm_name.clone()))
-                    .collect(),
-            ),
-            (
-                Kind::Volume,
-                state
-                    .volumes
-                    .iter()
-                    .map(|v| (v.id.clone(), v.name.clone()))
-                    .collect(),
-            ),
-            (
-                Kind::Firewall,
-                state
-                    .firewalls
-                    .iter()
-                    .map(|f| (f.id.clone(), f.name.clone()))
-                    .collect(),
-            ),
-            (
-                Kind::SshKey,
-                state
-                    .ssh_keys
-                    .iter()
-                    .map(|k| (k.id.clone(), k.name.clone()))
-                    .collect(),
-            ),
-        ]);
-        for kind in Kind::ALL {
-            let live = self.model.names(kind);
-            let resources: Vec<&(String, String)> = cloud_names[&kind]
-                .iter()
-                .filter(|(_, n)| marked(n))
-                .collect();
-            if resources.len() != live.len() {
-                problems.push(format!(
-                    "{}: {} objects but {} operator resources in the cloud: {:?}",
-                    kind_name(kind),
-                    live.len(),
-                    resources.len(),
-                    resources
-                ));
-            }
-            for name in &live {
-                let Some(id) = ids.get(name.as_str()) else {
-                    problems.push(format!("{name}: Ready without a cloud id"));
-                    continue;
-                };
-                if !resources.iter().any(|(rid, _)| rid == id) {
-                    problems.push(format!("{name}: its cloud resource {id} does not exist"));
-                }
-            }
-        }
-        if !problems.is_empty() {
-            return problems;
-        }
-        // Every object matches its spec.
-        let id_of = |name: &str| ids.get(name).cloned();
-        for (name, (kind, spec)) in &self.model.live {
-            let id = &ids[name.as_str()];
-            match kind {
-                Kind::Instance => {
-                    let instance = state.instances.iter().find(|i| &i.instance_id == id);
-                    let status =
-                        instance.map(|i| serde_json::to_value(&i.status).unwrap_or_default());
-                    let wanted = if spec["powerState"] == "Stopped" {
-                        "SHUTOFF"
-                    } else {
-                        "ACTIVE"
-                    };
-                    if status.as_ref().and_then(Value::as_str) != Some(wanted) {
-                        problems.push(format!("{name}: cloud status {status:?}, wanted {wanted}"));
-                    }
-                }
-                Kind::Volume => {
-                    let Some(volume) = state.volumes.iter().find(|v| &v.id == id) else {
-                        continue;
-                    };
-                    if Some(volume.size as i64) != spec["sizeGb"].as_i64() {
-                        problems.push(format!(
-                            "{name}: size {} in the cloud, spec {}",
-                            volume.size, spec["sizeGb"]
-                        ));
-                    }
-                    let wanted = spec["instanceRef"]["name"].as_str().and_then(id_of);
-                    if volume.instance_id != wanted {
-                        problems.push(format!(
-                            "{name}: attached to {:?} in the cloud, wanted {wanted:?}",
-                            volume.instance_id
-                        ));
-                    }
-                }
-                Kind::Firewall => {
-                    let Some(firewall) = state.firewalls.iter().find(|f| &f.id == id) else {
-                        continue;
-                    };
-                    let rules = spec["rules"].as_array().map_or(0, Vec::len);
-                    if firewall.rules.len() != rules {
-                        problems.push(format!(
-                            "{name}: {} rules in the cloud, spec {rules}",
-                            firewall.rules.len()
-                        ));
-                    }
-                    let attached: BTreeSet<String> = firewall
-                        .attachments
-                        .iter()
-                        .map(|a| a.vm.id.clone())
-                        .collect();
-                    let wanted: BTreeSet<String> = spec["instanceRefs"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|r| r["name"].as_str().and_then(id_of))
-                        .collect();
-                    if attached != wanted {
-                        problems.push(format!(
-                            "{name}: attached to {attached:?}, wanted {wanted:?}"
-                        ));
-                    }
-                }
-                Kind::SshKey => {}
-            }
-        }
-        problems
-    }
-
-    fn check_foreign(&self, before: &Value) -> Result<(), String> {
-        let now = self.foreign_view();
-        if &now != before {
-            return Err(format!(
-                "foreign resources were touched:\n  before {before}\n  after  {now}"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Neither the API key nor a private key in any object (statuses and condition messages
-    /// included) or any event.
-    async fn check_secrets_in_objects_and_events(&mut self) -> Result<(), String> {
-        let mut texts = Vec::new();
-        texts.extend(list_json::<SshKey>(&self.env).await?);
-        texts.extend(list_json::<GpuInstance>(&self.env).await?);
-        texts.extend(list_json::<Volume>(&self.env).await?);
-        texts.extend(list_json::<Firewall>(&self.env).await?);
-        texts.extend(list_json::<Snapshot>(&self.env).await?);
-        let events: Api<Event> = Api::all(self.env.client.clone());
-        let events = events
-            .list(&ListParams::default())
+    pub(crate) async fn delete_everything(&mut self) -> Result<(), String> {
+        let seen = all_objects(&self.env)
             .await
-            .map_err(|e| format!("listing events: {e}"))?;
-        self.stats.events += events.items.len() as u64;
-        for event in &events.items {
-            texts.push(serde_json::to_string(event).unwrap_or_default());
+            .map_err(|e| format!("listing objects: {e}"))?;
+        let live: Vec<ObjectKey> = self.model.live.keys().cloned().collect();
+        for key in &live {
+            self.forget(key, &seen);
         }
-        for text in texts {
-            for marker in [self.api_key.as_str(), "PRIVATE KEY"] {
-                if text.contains(marker) {
-                    return Err(format!(
-                        "a secret ({marker:?} marker) in an object or event: {text}"
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn delete_everything(&mut self) -> Result<(), String> {
-        let live: Vec<(String, Kind)> = self
-            .model
-            .live
-            .iter()
-            .map(|(name, (kind, _))| (name.clone(), *kind))
-            .collect();
-        for (name, kind) in live {
-            self.delete(kind, &name).await?;
+        for key in live {
+            let kind = self.model.live[&key].kind;
+            delete(&self.env, kind, &key).await?;
         }
         self.model.live.clear();
         self.tenant.delete_all(&self.env).await?;
@@ -1109,19 +1470,12 @@ impl Run {
             if Instant::now() > deadline {
                 let mut stuck: Vec<String> = remaining
                     .iter()
-                    .map(|(name, (kind, status, meta))| {
+                    .map(|(key, seen)| {
                         format!(
-                            "{} {name}: finalizers {:?}, conditions {:?}",
-                            kind_name(*kind),
-                            meta.finalizers,
-                            status
-                                .conditions
-                                .iter()
-                                .map(|c| format!(
-                                    "{}={} {}: {}",
-                                    c.type_, c.status, c.reason, c.message
-                                ))
-                                .collect::<Vec<_>>()
+                            "{} {key}: finalizers {:?}, conditions {:?}",
+                            kind_name(seen.kind),
+                            seen.meta.finalizers,
+                            conditions(&seen.status)
                         )
                     })
                     .collect();
@@ -1131,77 +1485,93 @@ impl Run {
                     stuck.join("\n  ")
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
-    }
-
-    fn check_nothing_left(&mut self, foreign: &Value, baseline_drain: f64) -> Result<(), String> {
-        let state = self.env.simulator.state();
-        let mut leaks: Vec<String> = Vec::new();
-        leaks.extend(
-            state
-                .instances
-                .iter()
-                .filter(|i| i.vm_name.starts_with("gco-"))
-                .map(|i| format!("instance {} {}", i.instance_id, i.vm_name)),
-        );
-        leaks.extend(
-            state
-                .volumes
-                .iter()
-                .filter(|v| v.name.starts_with("gco-"))
-                .map(|v| format!("volume {} {}", v.id, v.name)),
-        );
-        leaks.extend(
-            state
-                .firewalls
-                .iter()
-                .filter(|f| f.name.starts_with("gco-"))
-                .map(|f| format!("firewall {} {}", f.id, f.name)),
-        );
-        leaks.extend(
-            state
-                .ssh_keys
-                .iter()
-                .filter(|k| k.name.starts_with("gco-"))
-                .map(|k| format!("ssh key {} {}", k.id, k.name)),
-        );
-        // Team-a makes no snapshot: any would be the tenant's copy of another's disk.
-        leaks.extend(
-            state
-                .snapshots
-                .iter()
-                .map(|s| format!("snapshot {}", serde_json::to_string(s).unwrap_or_default())),
-        );
-        if !leaks.is_empty() {
-            return Err(format!("leaked after deleting every object: {leaks:?}"));
-        }
-        let snapshots = self.env.calls("CreateSnapshot");
-        if snapshots != 0 {
-            return Err(format!(
-                "tenant: {snapshots} CreateSnapshot calls; the tenant's snapshots of others' machines were all to be refused"
-            ));
-        }
-        self.check_foreign(foreign)?;
-        let drain = self.hourly_drain();
-        if (drain - baseline_drain).abs() > 0.001 {
-            return Err(format!(
-                "billing did not stop: {drain:.6}/h spent, the foreign resources alone spend {baseline_drain:.6}/h"
-            ));
-        }
-        Ok(())
     }
 }
 
 // === Helpers ===
 
-pub(crate) fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::SshKey => "SshKey",
-        Kind::Instance => "GpuInstance",
-        Kind::Volume => "Volume",
-        Kind::Firewall => "Firewall",
+pub(crate) fn conditions(status: &CloudStatus) -> Vec<String> {
+    status
+        .conditions
+        .iter()
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect()
+}
+
+/// The requests that make one resource of each basic kind named `<prefix>-...` by hand.
+fn creates(prefix: &str) -> Vec<(Kind, Value)> {
+    vec![
+        (Kind::SshKey, json!({"name": format!("{prefix}-key")})),
+        (
+            Kind::Volume,
+            json!({"name": format!("{prefix}-data"), "size": 20, "region": "us-east-1"}),
+        ),
+        (
+            Kind::Firewall,
+            json!({"name": format!("{prefix}-fw"), "region": "us-east-1",
+                "rules": [{"direction": "ingress", "protocol": "tcp", "ethertype": "IPv4",
+                    "remote_ip_prefix": "198.51.100.0/24", "port_range_min": 80, "port_range_max": 80}]}),
+        ),
+        (
+            Kind::Instance,
+            json!({"name": format!("{prefix}-vm"), "region": "us-east-1",
+                "gpu_type": "L40S", "gpu_count": 1, "image_id": "ubuntu-22.04-cuda-12"}),
+        ),
+    ]
+}
+
+/// Makes one resource with the harness's own key; returns its id.
+async fn create_by_hand(cloud: &CloudClient, kind: Kind, request: Value) -> Result<String, String> {
+    let failed = |e: gpucloud_cloud::Error| format!("creating {request}: {e}");
+    Ok(match kind {
+        Kind::SshKey => {
+            cloud
+                .create_ssh_key(&serde_json::from_value(request.clone()).unwrap())
+                .await
+                .map_err(failed)?
+                .body
+                .key
+                .id
+        }
+        Kind::Volume => {
+            cloud
+                .create_volume(&serde_json::from_value(request.clone()).unwrap())
+                .await
+                .map_err(failed)?
+                .id
+        }
+        Kind::Firewall => {
+            cloud
+                .create_firewall(&serde_json::from_value(request.clone()).unwrap())
+                .await
+                .map_err(failed)?
+                .id
+        }
+        Kind::Instance => {
+            cloud
+                .create_instance(&serde_json::from_value(request.clone()).unwrap())
+                .await
+                .map_err(failed)?
+                .instance_id
+        }
+        Kind::Snapshot | Kind::Image => return Err(format!("no {kind:?} is made by hand")),
+    })
+}
+
+fn values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
+    items
+        .iter()
+        .map(|item| serde_json::to_value(item).unwrap_or_default())
+        .collect()
+}
+
+fn without_billing(mut value: Value) -> Value {
+    if let Some(object) = value.as_object_mut() {
+        object.remove("billing");
     }
+    value
 }
 
 async fn sleep_until_some(at: Option<Instant>) {
@@ -1227,132 +1597,131 @@ fn merge(target: &mut Value, change: &Value) {
     }
 }
 
-async fn post<K>(env: &Env, object: &Value) -> Result<(), kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
-{
-    let object: K = serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
-    env.api::<K>()
-        .create(&PostParams::default(), &object)
-        .await
-        .map(|_| ())
+/// Calls `$f::<K>($args)` for the kind's type.
+macro_rules! for_kind {
+    ($kind:expr, $f:ident($($arg:expr),*)) => {
+        match $kind {
+            Kind::SshKey => $f::<SshKey>($($arg),*).await,
+            Kind::Instance => $f::<GpuInstance>($($arg),*).await,
+            Kind::Volume => $f::<Volume>($($arg),*).await,
+            Kind::Firewall => $f::<Firewall>($($arg),*).await,
+            Kind::Snapshot => $f::<Snapshot>($($arg),*).await,
+            Kind::Image => $f::<Image>($($arg),*).await,
+        }
+    };
 }
 
-async fn remove<K>(env: &Env, name: &str) -> Result<(), kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    match env.api::<K>().delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(error) => Err(error),
-    }
-}
-
-async fn merge_patch<K>(env: &Env, name: &str, patch: &Value) -> Result<(), kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    env.api::<K>()
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map(|_| ())
-}
-
-async fn list_of<K>(
+/// Creates the object; returns its uid.
+async fn post(
     env: &Env,
     kind: Kind,
-    into: &mut BTreeMap<String, (Kind, CloudStatus, kube::api::ObjectMeta)>,
-) -> Result<(), kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    for object in env.api::<K>().list(&ListParams::default()).await? {
-        into.insert(
-            object.name_any(),
-            (kind, object.cloud_status(), object.meta().clone()),
-        );
+    namespace: &str,
+    object: &Value,
+) -> Result<String, kube::Error> {
+    async fn create<K>(env: &Env, namespace: &str, object: &Value) -> Result<String, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let object: K = serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+        let created = Api::<K>::namespaced(env.client.clone(), namespace)
+            .create(&PostParams::default(), &object)
+            .await?;
+        Ok(created.uid().unwrap_or_default())
     }
-    Ok(())
+    for_kind!(kind, create(env, namespace, object))
 }
 
-/// Every object of the four kinds in the test namespace, by name.
-async fn all_objects(
-    env: &Env,
-) -> Result<BTreeMap<String, (Kind, CloudStatus, kube::api::ObjectMeta)>, kube::Error> {
-    let mut objects = BTreeMap::new();
-    list_of::<SshKey>(env, Kind::SshKey, &mut objects).await?;
-    list_of::<GpuInstance>(env, Kind::Instance, &mut objects).await?;
-    list_of::<Volume>(env, Kind::Volume, &mut objects).await?;
-    list_of::<Firewall>(env, Kind::Firewall, &mut objects).await?;
-    Ok(objects)
-}
-
-async fn list_json<K>(env: &Env) -> Result<Vec<String>, String>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
-{
-    let mut texts = Vec::new();
-    for namespace in [NAMESPACE, TENANT, OPERATOR_NAMESPACE] {
-        let api: Api<K> = Api::namespaced(env.client.clone(), namespace);
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing: {e}"))?;
-        texts.extend(
-            list.items
-                .iter()
-                .map(|o| serde_json::to_string(o).unwrap_or_default()),
-        );
-    }
-    Ok(texts)
-}
-
-/// Turns any list of serialisable records into JSON values.
-mod erased {
-    pub trait ToValues {
-        fn values(&self) -> Vec<serde_json::Value>;
-    }
-
-    impl<T: serde::Serialize> ToValues for Vec<T> {
-        fn values(&self) -> Vec<serde_json::Value> {
-            self.iter()
-                .map(|item| serde_json::to_value(item).unwrap_or_default())
-                .collect()
+async fn delete(env: &Env, kind: Kind, key: &ObjectKey) -> Result<(), String> {
+    async fn remove<K>(env: &Env, key: &ObjectKey) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let api = Api::<K>::namespaced(env.client.clone(), &key.namespace);
+        match api.delete(&key.name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(error),
         }
     }
+    for_kind!(kind, remove(env, key)).map_err(|e| format!("delete {key}: {e}"))
 }
 
-/// The record carrying `id` (any kind) in the account's JSON, or a note that there is none.
-fn cloud_record(account: &Value, id: &str) -> String {
-    account
-        .as_object()
-        .into_iter()
-        .flat_map(|kinds| kinds.values())
-        .filter_map(Value::as_array)
-        .flatten()
-        .find(|record| {
-            record
-                .as_object()
-                .is_some_and(|fields| fields.values().any(|v| v.as_str() == Some(id)))
-        })
-        .map_or_else(|| "none".to_string(), Value::to_string)
+async fn merge_patch(
+    env: &Env,
+    kind: Kind,
+    key: &ObjectKey,
+    patch: &Value,
+) -> Result<(), kube::Error> {
+    async fn apply<K>(env: &Env, key: &ObjectKey, patch: &Value) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        Api::<K>::namespaced(env.client.clone(), &key.namespace)
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+    }
+    for_kind!(kind, apply(env, key, patch))
+}
+
+/// An object as the API server holds it.
+pub(crate) struct Seen {
+    pub kind: Kind,
+    pub status: CloudStatus,
+    pub meta: kube::api::ObjectMeta,
+}
+
+/// Every object of every kind in the teams' namespaces (team-a, team-c), by key.
+pub(crate) async fn all_objects(env: &Env) -> Result<BTreeMap<ObjectKey, Seen>, kube::Error> {
+    objects_of(env, &Kind::ALL).await
+}
+
+/// Every object of `kinds` in the teams' namespaces, by key.
+async fn objects_of(env: &Env, kinds: &[Kind]) -> Result<BTreeMap<ObjectKey, Seen>, kube::Error> {
+    async fn list_of<K>(
+        env: &Env,
+        kind: Kind,
+        into: &mut BTreeMap<ObjectKey, Seen>,
+    ) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Managed
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        for object in Api::<K>::all(env.client.clone())
+            .list(&ListParams::default())
+            .await?
+        {
+            let namespace = object.namespace().unwrap_or_default();
+            if namespace != NAMESPACE && namespace != TEAM_C {
+                continue;
+            }
+            into.insert(
+                ObjectKey::new(&namespace, &object.name_any()),
+                Seen {
+                    kind,
+                    status: object.cloud_status(),
+                    meta: object.meta().clone(),
+                },
+            );
+        }
+        Ok(())
+    }
+    let mut objects = BTreeMap::new();
+    for &kind in kinds {
+        for_kind!(kind, list_of(env, kind, &mut objects))?;
+    }
+    Ok(objects)
 }
