@@ -402,6 +402,100 @@ async fn readme_session_with_kubectl() {
         })
         .await;
 
+    // Changes the cloud could not carry out, or could never undo, are refused at admission,
+    // naming the field; the object and its machine stay as they were.
+    let generation = kubectl
+        .ok(&[
+            "get",
+            "gpuinstance",
+            "train-1",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])
+        .await;
+    for (patch, says) in [
+        (
+            r#"{"spec":{"powerState":"Hibernated"}}"#,
+            "powerState Hibernated needs tier Legacy",
+        ),
+        (
+            r#"{"spec":{"startupScript":{"inline":"echo changed"}}}"#,
+            "startupScript is immutable",
+        ),
+        (
+            r#"{"spec":{"sshKeyRefs":[{"name":"another-key"}]}}"#,
+            "sshKeyRefs is immutable",
+        ),
+    ] {
+        let refused = kubectl
+            .run(&[
+                "patch",
+                "gpuinstance",
+                "train-1",
+                "--type",
+                "merge",
+                "-p",
+                patch,
+            ])
+            .await;
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success() && stderr.contains(says),
+            "{patch}: {stderr}"
+        );
+    }
+    let refused = kubectl
+        .run(&[
+            "patch",
+            "firewall",
+            "research-edge",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"description":"changed"}}"#,
+        ])
+        .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("description is immutable"),
+        "{stderr}"
+    );
+    // A startup script over the cloud's limit is refused before anything is created.
+    let oversize = scratch.0.join("oversize.yaml");
+    std::fs::write(
+        &oversize,
+        format!(
+            "apiVersion: gpucloud.io/v1alpha1\nkind: GpuInstance\nmetadata:\n  name: oversize\n\
+             spec:\n  region: us-east-1\n  gpuType: H100-80G\n  gpuCount: 1\n  \
+             osImage: ubuntu-22.04-cuda-12\n  startupScript:\n    inline: \"{}\"\n",
+            "x".repeat(65_536)
+        ),
+    )
+    .unwrap();
+    let refused = kubectl
+        .run(&["apply", "-f", oversize.to_str().unwrap()])
+        .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("spec.startupScript.inline"),
+        "{stderr}"
+    );
+    assert_eq!(
+        kubectl
+            .ok(&[
+                "get",
+                "gpuinstance",
+                "train-1",
+                "-o",
+                "jsonpath={.metadata.generation}"
+            ])
+            .await,
+        generation
+    );
+    let state = admin.state().await;
+    assert_eq!(state["instances"].as_array().map(Vec::len), Some(1));
+    assert_eq!(train_1_status(&state).as_deref(), Some("ACTIVE"));
+
     // Deletion protection: the sandbox installs the chart's policy, so a protected instance's
     // delete is refused (the machine stays) until the annotation is removed.
     kubectl

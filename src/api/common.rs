@@ -10,6 +10,9 @@ pub const EXTERNAL_ID_ANNOTATION: &str = "gpucloud.io/external-id";
 pub const PAUSED_ANNOTATION: &str = "gpucloud.io/paused";
 /// Annotation on a GpuInstance whose every new value triggers one reboot.
 pub const RESTARTED_AT_ANNOTATION: &str = "gpucloud.io/restartedAt";
+/// Annotation on a Snapshot that, set to `"true"`, lets its deletion go ahead although images
+/// are made from it: the cloud deletes a snapshot's images with it.
+pub const DELETE_DEPENDENTS_ANNOTATION: &str = "gpucloud.io/delete-dependents";
 /// Finalizer that holds a managed object until its cloud resource is deleted (or orphaned).
 pub const FINALIZER: &str = "gpucloud.io/cloud-resource";
 
@@ -60,6 +63,49 @@ pub struct ManagedFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<SecretKeyRef>,
 }
+
+/// What a change of a spec field after creation does. Every top-level spec field of every kind
+/// declares one (each kind's `ON_CHANGE`, plus [`MANAGED_ON_CHANGE`]); the `on change` column
+/// of docs/crd-reference.md is generated from these, a test checks each `Immutable` field
+/// against the CRD's CEL rules, and a controller test changes each `Applied` and `Rechecked`
+/// field and reads the cloud's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnChange {
+    /// Made so in the cloud; the object is `Ready` for the new generation only once it is.
+    Applied(&'static str),
+    /// Refused at admission by a CEL rule naming the field: delete and recreate the object.
+    Immutable,
+    /// A limit the cloud resource is checked against again; the resource itself is not
+    /// changed.
+    Rechecked(&'static str),
+    /// Read by the operator alone, when it acts; no cloud call is made for the change.
+    Operator(&'static str),
+}
+
+impl OnChange {
+    /// The text of the reference's `on change` column.
+    pub fn describe(self) -> String {
+        match self {
+            OnChange::Applied(how) => format!("applied: {how}"),
+            OnChange::Immutable => "immutable".to_string(),
+            OnChange::Rechecked(how) => format!("re-checked: {how}"),
+            OnChange::Operator(how) => format!("operator only: {how}"),
+        }
+    }
+}
+
+/// How changes of the fields every kind shares ([`ManagedFields`]) are carried out.
+pub const MANAGED_ON_CHANGE: &[(&str, OnChange)] = &[
+    (
+        "deletionPolicy",
+        OnChange::Operator("read when the object is deleted"),
+    ),
+    (
+        "managementPolicy",
+        OnChange::Operator("`ObserveOnly` stops changes to the cloud from the next reconcile on"),
+    ),
+    ("credentialsSecretRef", OnChange::Immutable),
+];
 
 /// The CEL transition rule keeping `spec.credentialsSecretRef` as it was at creation (set,
 /// changed or removed later is refused). Every kind's spec carries it in its own

@@ -1,6 +1,6 @@
 //! `Firewall`: network rules applied to a set of GpuInstances.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields};
+use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange};
 use crate::gpu_instance::SecurityRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"),
+    validation = Rule::new("self.description == oldSelf.description").message("description is immutable: the cloud sets it when it creates the firewall; delete and recreate the Firewall to change it").field_path(".description"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
 )]
 pub struct FirewallSpec {
@@ -53,7 +54,7 @@ pub struct FirewallSpec {
     /// Region code. Immutable; only instances of this region can be attached.
     #[schemars(length(min = 1, max = 64))]
     pub region: String,
-    /// Description stored with the firewall.
+    /// Description stored with the firewall. Immutable: the cloud sets it at creation only.
     #[serde(default)]
     #[schemars(length(max = 1024))]
     pub description: String,
@@ -85,4 +86,24 @@ pub struct FirewallStatus {
     /// Cloud ids of the attached instances.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attached_instance_ids: Vec<String>,
+}
+
+impl Firewall {
+    /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
+    pub const ON_CHANGE: &[(&str, OnChange)] = &[
+        ("region", OnChange::Immutable),
+        ("description", OnChange::Immutable),
+        (
+            "rules",
+            OnChange::Applied("missing rules added, then extra ones removed"),
+        ),
+        (
+            "instanceRefs",
+            OnChange::Applied("attached to exactly the named and selected machines"),
+        ),
+        (
+            "instanceSelector",
+            OnChange::Applied("attached to exactly the named and selected machines"),
+        ),
+    ];
 }

@@ -1,6 +1,6 @@
 //! `GpuInstance`: a rented GPU machine.
 
-use crate::common::{CloudStatus, ConfigMapKeyRef, LocalRef, ManagedFields, Tier};
+use crate::common::{CloudStatus, ConfigMapKeyRef, LocalRef, ManagedFields, OnChange, Tier};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -286,4 +286,38 @@ pub struct InstanceSpecs {
     pub vcpus: i32,
     /// Boot disk in GB.
     pub storage_gb: i32,
+}
+
+impl GpuInstance {
+    /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
+    pub const ON_CHANGE: &[(&str, OnChange)] = &[
+        ("region", OnChange::Immutable),
+        ("tier", OnChange::Immutable),
+        ("gpuType", OnChange::Immutable),
+        ("gpuCount", OnChange::Immutable),
+        ("osImage", OnChange::Immutable),
+        ("imageRef", OnChange::Immutable),
+        ("source", OnChange::Immutable),
+        ("connectionSecret", OnChange::Immutable),
+        ("sshKeyRefs", OnChange::Immutable),
+        ("startupScript", OnChange::Immutable),
+        (
+            "powerState",
+            OnChange::Applied("the machine is started, stopped or hibernated"),
+        ),
+        (
+            "publicIp",
+            OnChange::Applied("the public IP is turned on or off"),
+        ),
+        (
+            "securityRules",
+            OnChange::Applied("missing rules added, then extra ones removed (Legacy tier)"),
+        ),
+        (
+            "maxHourlyRate",
+            OnChange::Rechecked(
+                "a machine above a lowered limit shows `PriceAboveLimit` and keeps running",
+            ),
+        ),
+    ];
 }

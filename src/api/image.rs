@@ -1,6 +1,6 @@
 //! `Image`: a custom image made from a snapshot, bootable by a GpuInstance.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields};
+use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -65,4 +65,9 @@ pub struct ImageStatus {
     /// Size as the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
+}
+
+impl Image {
+    /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
+    pub const ON_CHANGE: &[(&str, OnChange)] = &[("snapshotRef", OnChange::Immutable)];
 }

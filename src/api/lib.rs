@@ -34,16 +34,34 @@ use kube::CustomResourceExt;
 /// The API group of every kind.
 pub const GROUP: &str = "gpucloud.io";
 
+/// A kind as the reference and the CRDs see it: its CRD, and how a change of each of its own
+/// spec fields is carried out (the shared ones are in [`MANAGED_ON_CHANGE`]).
+pub struct KindReference {
+    pub crd: CustomResourceDefinition,
+    pub on_change: &'static [(&'static str, OnChange)],
+}
+
+/// Every kind, in a stable order.
+pub fn kinds() -> Vec<KindReference> {
+    fn kind<K: CustomResourceExt>(on_change: &'static [(&'static str, OnChange)]) -> KindReference {
+        KindReference {
+            crd: K::crd(),
+            on_change,
+        }
+    }
+    vec![
+        kind::<Firewall>(Firewall::ON_CHANGE),
+        kind::<GpuInstance>(GpuInstance::ON_CHANGE),
+        kind::<Image>(Image::ON_CHANGE),
+        kind::<Snapshot>(Snapshot::ON_CHANGE),
+        kind::<SshKey>(SshKey::ON_CHANGE),
+        kind::<Volume>(Volume::ON_CHANGE),
+    ]
+}
+
 /// The CRDs of every kind, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        Firewall::crd(),
-        GpuInstance::crd(),
-        Image::crd(),
-        Snapshot::crd(),
-        SshKey::crd(),
-        Volume::crd(),
-    ]
+    kinds().into_iter().map(|k| k.crd).collect()
 }
 
 /// The CRDs as one multi-document YAML stream, as written to `crds/`.

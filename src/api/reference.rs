@@ -1,18 +1,25 @@
 //! The field reference in `docs/crd-reference.md`, generated from the CRD schemas so it cannot
 //! drift from what the API server enforces.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use crate::{KindReference, MANAGED_ON_CHANGE, OnChange};
 use serde_json::Value;
 use std::fmt::Write;
 
 /// Markdown reference of every field of every kind.
-pub fn markdown(crds: &[CustomResourceDefinition]) -> String {
+pub fn markdown(kinds: &[KindReference]) -> String {
     let mut out = String::from(
-        "# CRD field reference\n\nGenerated from the CustomResourceDefinitions (`gpucloud-operator crds`); \
-         regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-api --test crds`.\n\
-         Every kind is namespaced, in API group `gpucloud.io`, version `v1alpha1`, category `gpucloud`.\n",
+        "# CRD field reference\n\nGenerated from the CustomResourceDefinitions (`gpucloud-operator crds`) \
+         and each kind's `ON_CHANGE` table; regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-api --test crds`.\n\
+         Every kind is namespaced, in API group `gpucloud.io`, version `v1alpha1`, category `gpucloud`.\n\n\
+         The `on change` column says what a change of a spec field after creation does: *applied* \
+         (the operator makes the cloud match, and the object is `Ready` for the new generation \
+         only once it does), *immutable* (refused at admission: delete and recreate the object), \
+         *re-checked* (a limit the cloud resource is checked against again; the resource is not \
+         changed) or *operator only* (read by the operator when it acts; no cloud call). A nested \
+         field follows its top-level field.\n",
     );
-    for crd in crds {
+    for kind in kinds {
+        let crd = &kind.crd;
         let names = &crd.spec.names;
         let _ = write!(out, "\n## {}\n\n", names.kind);
         let short = names.short_names.clone().unwrap_or_default().join(", ");
@@ -29,12 +36,18 @@ pub fn markdown(crds: &[CustomResourceDefinition]) -> String {
         let Ok(schema) = serde_json::to_value(schema) else {
             continue;
         };
+        let on_change = |field: &str| {
+            on_change_of(kind, field).map_or_else(|| "undeclared".to_string(), OnChange::describe)
+        };
         for part in ["spec", "status"] {
             let _ = writeln!(out, "### `{part}`\n");
-            out.push_str("| field | type | default | description and rules |\n|---|---|---|---|\n");
+            let table = Table {
+                on_change: (part == "spec").then_some(&on_change as &dyn Fn(&str) -> String),
+            };
+            table.header(&mut out);
             if let Some(node) = schema.pointer(&format!("/properties/{part}")) {
-                rule_rows(&mut out, part, node);
-                field_rows(&mut out, part, node);
+                table.rule_rows(&mut out, part, node);
+                table.field_rows(&mut out, part, node, 0);
             }
             out.push('\n');
         }
@@ -42,67 +55,127 @@ pub fn markdown(crds: &[CustomResourceDefinition]) -> String {
     out
 }
 
-fn field_rows(out: &mut String, path: &str, node: &Value) {
-    let Some(properties) = node.get("properties").and_then(Value::as_object) else {
-        return;
-    };
-    let required: Vec<&str> = node
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    for (name, child) in properties {
-        let field = format!("{path}.{name}");
-        let mut kind = type_name(child);
-        if required.contains(&name.as_str()) {
-            kind.push_str(", required");
-        }
-        let default = child
-            .get("default")
-            .map(|d| format!("`{d}`"))
-            .unwrap_or_default();
-        let mut notes = one_line(
-            child
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
-        );
-        for constraint in constraints(child) {
-            if !notes.is_empty() {
-                notes.push(' ');
-            }
-            notes.push_str(&constraint);
-        }
-        let _ = writeln!(out, "| `{field}` | {kind} | {default} | {notes} |");
-        rule_rows(out, &field, child);
-        if child.get("properties").is_some() {
-            field_rows(out, &field, child);
-        }
-        if let Some(items) = child.get("items").filter(|i| i.get("properties").is_some()) {
-            rule_rows(out, &format!("{field}[]"), items);
-            field_rows(out, &format!("{field}[]"), items);
-        }
-    }
+/// How a change of the top-level spec field `field` of `kind` is carried out, if declared.
+pub fn on_change_of(kind: &KindReference, field: &str) -> Option<OnChange> {
+    kind.on_change
+        .iter()
+        .chain(MANAGED_ON_CHANGE)
+        .find(|(name, _)| *name == field)
+        .map(|(_, on_change)| *on_change)
 }
 
-/// CEL rules declared on a node, as rows naming what they enforce.
-fn rule_rows(out: &mut String, path: &str, node: &Value) {
-    for rule in node
-        .get("x-kubernetes-validations")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let message = rule.get("message").and_then(Value::as_str).unwrap_or("");
-        let expression = rule.get("rule").and_then(Value::as_str).unwrap_or("");
-        let _ = writeln!(
-            out,
-            "| `{path}` | rule | | {} (`{}`) |",
-            one_line(message),
-            expression.replace('|', "\\|")
-        );
+/// The top-level spec fields of a kind's schema.
+pub fn spec_fields(kind: &KindReference) -> Vec<String> {
+    let schema = kind
+        .crd
+        .spec
+        .versions
+        .first()
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| s.properties.as_ref())
+        .and_then(|p| p.get("spec"))
+        .and_then(|spec| spec.properties.as_ref());
+    schema
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// One table of the reference; the spec's has an `on change` column.
+struct Table<'a> {
+    on_change: Option<&'a dyn Fn(&str) -> String>,
+}
+
+impl Table<'_> {
+    fn header(&self, out: &mut String) {
+        out.push_str(match self.on_change {
+            Some(_) => "| field | type | default | on change | description and rules |\n|---|---|---|---|---|\n",
+            None => "| field | type | default | description and rules |\n|---|---|---|---|\n",
+        });
+    }
+
+    /// A row; `on_change` is the top-level field's name when the row is one.
+    fn row(&self, out: &mut String, cells: [&str; 3], top_level: Option<&str>, notes: &str) {
+        let [field, kind, default] = cells;
+        match self.on_change {
+            Some(describe) => {
+                let change = top_level.map(describe).unwrap_or_default();
+                let _ = writeln!(out, "| {field} | {kind} | {default} | {change} | {notes} |");
+            }
+            None => {
+                let _ = writeln!(out, "| {field} | {kind} | {default} | {notes} |");
+            }
+        }
+    }
+
+    fn field_rows(&self, out: &mut String, path: &str, node: &Value, depth: usize) {
+        let Some(properties) = node.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        let required: Vec<&str> = node
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for (name, child) in properties {
+            let field = format!("{path}.{name}");
+            let mut kind = type_name(child);
+            if required.contains(&name.as_str()) {
+                kind.push_str(", required");
+            }
+            let default = child
+                .get("default")
+                .map(|d| format!("`{d}`"))
+                .unwrap_or_default();
+            let mut notes = one_line(
+                child
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+            );
+            for constraint in constraints(child) {
+                if !notes.is_empty() {
+                    notes.push(' ');
+                }
+                notes.push_str(&constraint);
+            }
+            let top_level = (depth == 0).then_some(name.as_str());
+            self.row(
+                out,
+                [&format!("`{field}`"), &kind, &default],
+                top_level,
+                &notes,
+            );
+            self.rule_rows(out, &field, child);
+            if child.get("properties").is_some() {
+                self.field_rows(out, &field, child, depth + 1);
+            }
+            if let Some(items) = child.get("items").filter(|i| i.get("properties").is_some()) {
+                self.rule_rows(out, &format!("{field}[]"), items);
+                self.field_rows(out, &format!("{field}[]"), items, depth + 1);
+            }
+        }
+    }
+
+    /// CEL rules declared on a node, as rows naming what they enforce.
+    fn rule_rows(&self, out: &mut String, path: &str, node: &Value) {
+        for rule in node
+            .get("x-kubernetes-validations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let message = rule.get("message").and_then(Value::as_str).unwrap_or("");
+            let expression = rule.get("rule").and_then(Value::as_str).unwrap_or("");
+            let notes = format!(
+                "{} (`{}`)",
+                one_line(message),
+                expression.replace('|', "\\|")
+            );
+            self.row(out, [&format!("`{path}`"), "rule", ""], None, &notes);
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `Snapshot`: a saved copy of an instance, restorable as a new instance.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields};
+use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -86,4 +86,14 @@ pub struct SnapshotStatus {
     /// Cloud id of the snapshotted instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_instance_id: Option<String>,
+}
+
+impl Snapshot {
+    /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
+    pub const ON_CHANGE: &[(&str, OnChange)] = &[
+        ("instanceRef", OnChange::Immutable),
+        ("instanceId", OnChange::Immutable),
+        ("description", OnChange::Immutable),
+        ("labels", OnChange::Immutable),
+    ];
 }

@@ -1,6 +1,6 @@
 //! `SshKey`: a public key registered with the cloud, imported or generated.
 
-use crate::common::{CloudStatus, ManagedFields};
+use crate::common::{CloudStatus, ManagedFields, OnChange};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -77,4 +77,12 @@ pub struct SshKeyStatus {
     /// The Secret holding the generated private key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_key_secret: Option<String>,
+}
+
+impl SshKey {
+    /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
+    pub const ON_CHANGE: &[(&str, OnChange)] = &[
+        ("publicKey", OnChange::Immutable),
+        ("privateKeySecret", OnChange::Immutable),
+    ];
 }

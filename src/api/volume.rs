@@ -1,6 +1,6 @@
 //! `Volume`: block storage, attachable to a GpuInstance.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields, Tier};
+use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange, Tier};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -107,4 +107,23 @@ pub struct VolumeStatus {
     /// Whether the cloud reports the volume bootable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootable: Option<bool>,
+}
+
+impl Volume {
+    /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
+    pub const ON_CHANGE: &[(&str, OnChange)] = &[
+        ("region", OnChange::Immutable),
+        ("volumeType", OnChange::Immutable),
+        ("tier", OnChange::Immutable),
+        ("bootable", OnChange::Immutable),
+        ("source", OnChange::Immutable),
+        (
+            "sizeGb",
+            OnChange::Applied("the volume is resized (it can only grow)"),
+        ),
+        (
+            "instanceRef",
+            OnChange::Applied("the volume is attached, detached or moved"),
+        ),
+    ];
 }

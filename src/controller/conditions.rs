@@ -19,6 +19,7 @@ pub mod reason {
     pub const PROVISIONING: &str = "Provisioning";
     pub const UPDATING: &str = "Updating";
     pub const DELETING: &str = "Deleting";
+    pub const DEPENDENTS_EXIST: &str = "DependentsExist";
     pub const WAITING_FOR_CLOUD_LIST: &str = "WaitingForCloudList";
     pub const WAITING_FOR_REFERENCE: &str = "WaitingForReference";
     pub const WAITING_FOR_INSTANCE: &str = "WaitingForInstance";

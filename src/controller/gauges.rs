@@ -84,11 +84,16 @@ impl<K: ManagedKind> KindGauges<K> {
         refers: impl Fn(&K) -> bool,
     ) -> Vec<ObjectRef<K>> {
         let namespace = changed.meta().namespace.clone();
+        self.wake(|o| o.meta().namespace == namespace && refers(o))
+    }
+
+    /// The objects of the store, in any namespace, for which `wanted` holds, marked as due.
+    pub fn wake(&self, wanted: impl Fn(&K) -> bool) -> Vec<ObjectRef<K>> {
         let woken: Vec<ObjectRef<K>> = self
             .store
             .state()
             .iter()
-            .filter(|o| o.meta().namespace == namespace && refers(o))
+            .filter(|o| wanted(o))
             .map(|o| ObjectRef::from_obj(o.as_ref()))
             .collect();
         for object in &woken {

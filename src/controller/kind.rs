@@ -93,8 +93,13 @@ pub trait ManagedKind:
 
     /// Checked before the cloud resource is deleted: an error holds the deletion (and the
     /// finalizer) and is reported on the object until the check passes (a snapshot that an
-    /// instance is still being restored from). Nothing holds a deletion by default.
-    fn hold_deletion(&self, _cx: &Context<Self>) -> impl Future<Output = Result<(), Error>> + Send {
+    /// instance is still being restored from, or that images are made from). Nothing holds a
+    /// deletion by default.
+    fn hold_deletion(
+        &self,
+        _cx: &Context<Self>,
+        _account: &Account,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
         async { Ok(()) }
     }
 

@@ -655,7 +655,6 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         .await;
         return Ok(await_change());
     }
-    object.hold_deletion(cx).await?;
     let status = object.cloud_status();
     let account = match cx
         .accounts
@@ -684,6 +683,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         }
         Err(error) => return Err(error),
     };
+    object.hold_deletion(cx, &account).await?;
     let observer = cx.observer(&account);
     let uid = object.uid().unwrap_or_default();
     let cloud_name = naming::cloud_name(&namespace(&*object), &object.name_any(), &uid);

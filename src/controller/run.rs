@@ -266,6 +266,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             Some(snapshots.clone()),
             &secrets,
             |c, _, store| {
+                let held = store.clone();
                 // The snapshotted machine, and machines restored from a snapshot (which
                 // hold its deletion until they exist).
                 c.watches_shared_stream(instances.subscribe(), move |instance| {
@@ -280,6 +281,13 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                             .as_ref()
                             .is_some_and(|r| r.name == instance.name_any())
                             || restored_from.as_deref() == Some(s.name_any().as_str())
+                    })
+                })
+                // Images made from a snapshot hold its deletion until they are gone.
+                .watches_shared_stream(images.subscribe(), move |image| {
+                    held.referrers(image.as_ref(), |s| {
+                        s.meta().deletion_timestamp.is_some()
+                            && image.spec.snapshot_ref.name == s.name_any()
                     })
                 })
             },
@@ -641,19 +649,21 @@ fn controller<K: ManagedKind>(
         });
     let controller = Controller::for_stream(objects, store.clone());
 
-    // A changed credentials Secret wakes the objects that read it.
+    // A changed credentials Secret wakes the objects that read it: those of its namespace that
+    // name it, and, for the operator's default Secret, those of every namespace that name none.
     let secret_gauges = gauges.clone();
     let secret_accounts = shared.accounts.clone();
     let secret_changes = secrets.subscribe().flat_map(move |secret| {
-        let namespace = secret.namespace().unwrap_or_default();
+        let namespace = secret.namespace();
         let name = secret.name_any();
-        let is_default = secret_accounts.is_default_secret(&namespace, &name);
-        futures::stream::iter(secret_gauges.referrers(secret.as_ref(), |o| {
-            is_default && o.managed().credentials_secret_ref.is_none()
-                || o.managed()
-                    .credentials_secret_ref
-                    .as_ref()
-                    .is_some_and(|r| r.name == name)
+        let is_default =
+            secret_accounts.is_default_secret(namespace.as_deref().unwrap_or_default(), &name);
+        futures::stream::iter(secret_gauges.wake(|o| {
+            let managed = o.managed();
+            match &managed.credentials_secret_ref {
+                None => is_default,
+                Some(named) => named.name == name && o.meta().namespace == namespace,
+            }
         }))
     });
 

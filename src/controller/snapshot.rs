@@ -1,5 +1,6 @@
 //! `Snapshot`: snapshots a machine once it is `ACTIVE`, follows `creating` to `available`, and
-//! holds its deletion while a GpuInstance is still to be restored from it.
+//! holds its deletion while a GpuInstance is still to be restored from it or images are made
+//! from it.
 
 use crate::account::Account;
 use crate::conditions::{Outcome, reason};
@@ -8,7 +9,10 @@ use crate::error::Error;
 use crate::kind::{ManagedKind, Record, WhenGone};
 use crate::records::Snapshots;
 use crate::references;
-use gpucloud_api::{CloudStatus, GpuInstance, Managed, Snapshot, SnapshotStatus};
+use gpucloud_api::{
+    CloudStatus, DELETE_DEPENDENTS_ANNOTATION, GpuInstance, Image, Managed, Snapshot,
+    SnapshotStatus,
+};
 use gpucloud_cloud::model::{
     CreateSnapshotRequest, InstanceStatus, Snapshot as CloudSnapshot, SnapshotStatus as CloudState,
 };
@@ -177,11 +181,15 @@ impl ManagedKind for Snapshot {
     }
 
     /// A GpuInstance that is to be restored from this snapshot and is not yet made holds the
-    /// deletion: deleting now would leave it unable ever to be created.
-    async fn hold_deletion(&self, cx: &Context<Self>) -> Result<(), Error> {
+    /// deletion: deleting now would leave it unable ever to be created. Images made from the
+    /// snapshot hold it too, since the cloud deletes them with it: the Image objects naming it
+    /// (while they exist, being deleted or not) and any image the cloud relates to it (one an
+    /// `Orphan` Image left, or one made outside the operator), unless the Snapshot carries
+    /// `gpucloud.io/delete-dependents: "true"`.
+    async fn hold_deletion(&self, cx: &Context<Self>, account: &Account) -> Result<(), Error> {
         let namespace = self.namespace().unwrap_or_default();
-        let instances: Api<GpuInstance> = Api::namespaced(cx.client.clone(), &namespace);
         let name = self.name_any();
+        let instances: Api<GpuInstance> = Api::namespaced(cx.client.clone(), &namespace);
         let waiting: Vec<String> = instances
             .list(&ListParams::default())
             .await?
@@ -197,15 +205,141 @@ impl ManagedKind for Snapshot {
             })
             .map(|i| i.name_any())
             .collect();
-        if waiting.is_empty() {
+        if !waiting.is_empty() {
+            return Err(Error::InProgress {
+                reason: reason::DELETING,
+                message: format!(
+                    "waiting for GpuInstance {} to be restored from this snapshot before deleting it",
+                    waiting.join(", ")
+                ),
+            });
+        }
+        if self
+            .annotations()
+            .get(DELETE_DEPENDENTS_ANNOTATION)
+            .is_some_and(|v| v == "true")
+        {
             return Ok(());
         }
-        Err(Error::InProgress {
-            reason: reason::DELETING,
-            message: format!(
-                "waiting for GpuInstance {} to be restored from this snapshot before deleting it",
-                waiting.join(", ")
-            ),
+        let images: Api<Image> = Api::namespaced(cx.client.clone(), &namespace);
+        let image_objects: Vec<(String, Option<String>)> = images
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|i| i.spec.snapshot_ref.name == name)
+            .map(|i| (i.name_any(), i.cloud_status().external_id))
+            .collect();
+        let cloud_images = match &self.cloud_status().external_id {
+            Some(id) => match account.client.get_snapshot_image_relation(id).await {
+                Ok(relation) => relation.image_ids,
+                Err(e) if e.is_not_found() => Vec::new(),
+                Err(e) => return Err(e.into()),
+            },
+            None => Vec::new(),
+        };
+        match dependents(&image_objects, &cloud_images) {
+            None => Ok(()),
+            Some(message) => Err(Error::InProgress {
+                reason: reason::DEPENDENTS_EXIST,
+                message,
+            }),
+        }
+    }
+}
+
+/// What holds a snapshot's deletion for its images, if anything: the Image objects naming it
+/// (name and recorded image id), and the ids of the images the cloud relates to it. Cloud
+/// images an Image object records are named by that object.
+fn dependents(
+    image_objects: &[(String, Option<String>)],
+    cloud_images: &[String],
+) -> Option<String> {
+    let names: Vec<&str> = image_objects
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let unnamed: Vec<&str> = cloud_images
+        .iter()
+        .filter(|id| {
+            !image_objects
+                .iter()
+                .any(|(_, recorded)| recorded.as_ref() == Some(*id))
         })
+        .map(String::as_str)
+        .collect();
+    let what = match (names.is_empty(), unnamed.is_empty()) {
+        (true, true) => return None,
+        (false, true) => format!("Image {}", names.join(", ")),
+        (true, false) => format!("cloud image {} (no Image object)", unnamed.join(", ")),
+        (false, false) => format!(
+            "Image {} and cloud image {} (no Image object)",
+            names.join(", "),
+            unnamed.join(", ")
+        ),
+    };
+    Some(format!(
+        "{what} made from this snapshot would be deleted with it by the cloud: delete them \
+         first, or annotate the Snapshot {DELETE_DEPENDENTS_ANNOTATION}=true to delete them \
+         with it"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dependents;
+
+    fn objects(list: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
+        list.iter()
+            .map(|(name, id)| (name.to_string(), id.map(str::to_string)))
+            .collect()
+    }
+
+    /// Image objects (name, recorded id), cloud image ids, and how the message starts.
+    type Case<'a> = (
+        &'a [(&'a str, Option<&'a str>)],
+        &'a [&'a str],
+        Option<&'a str>,
+    );
+
+    #[test]
+    fn images_hold_a_snapshot_deletion_and_are_named() {
+        let cases: &[Case] = &[
+            (&[], &[], None),
+            (
+                &[("base", Some("img-1"))],
+                &["img-1"],
+                Some("Image base made"),
+            ),
+            // Not made yet, or the cloud's relation not caught up: the object still holds.
+            (&[("base", None)], &[], Some("Image base made")),
+            (&[("base", Some("img-1"))], &[], Some("Image base made")),
+            // Left by an Orphan Image, or made outside the operator.
+            (
+                &[],
+                &["img-9"],
+                Some("cloud image img-9 (no Image object) made"),
+            ),
+            (
+                &[("a", Some("img-1")), ("b", None)],
+                &["img-1", "img-9"],
+                Some("Image a, b and cloud image img-9 (no Image object) made"),
+            ),
+        ];
+        for (image_objects, cloud, expected) in cases {
+            let cloud: Vec<String> = cloud.iter().map(|s| s.to_string()).collect();
+            let message = dependents(&objects(image_objects), &cloud);
+            match expected {
+                None => assert_eq!(message, None, "{image_objects:?} {cloud:?}"),
+                Some(start) => {
+                    let message = message.expect("held");
+                    assert!(message.starts_with(start), "{message}");
+                    assert!(
+                        message.contains("gpucloud.io/delete-dependents=true"),
+                        "{message}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -180,11 +180,14 @@ fn spawn_isolated(
         .map_err(Error::ProbeThread)
 }
 
+/// The metrics in the OpenMetrics text format (what `prometheus-client` encodes, ending in
+/// `# EOF`), served under its own content type: Prometheus picks its parser by the content
+/// type, and would read the body as the 0.0.4 text format without the counters' types.
 async fn metrics_text(State(shared): State<Shared>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         shared.metrics.encode(),
     )

@@ -135,7 +135,7 @@ fn schemas_are_structural() {
 #[test]
 fn field_reference_matches_the_crds() {
     let file = crds_dir().join("../docs/crd-reference.md");
-    let generated = gpucloud_api::reference::markdown(&gpucloud_api::crds());
+    let generated = gpucloud_api::reference::markdown(&gpucloud_api::kinds());
     if std::env::var_os("UPDATE_GENERATED").is_some() {
         std::fs::write(&file, &generated).unwrap();
     }
@@ -154,4 +154,76 @@ fn field_reference_matches_the_crds() {
     ] {
         assert!(generated.contains(&format!("`{field}`")), "{field} missing");
     }
+}
+
+#[test]
+fn every_spec_field_declares_what_a_change_does() {
+    use gpucloud_api::OnChange;
+    use gpucloud_api::reference::{on_change_of, spec_fields};
+    let mut errors = Vec::new();
+    for kind in gpucloud_api::kinds() {
+        let name = &kind.crd.spec.names.kind;
+        let fields = spec_fields(&kind);
+        for (declared, _) in kind.on_change.iter().chain(gpucloud_api::MANAGED_ON_CHANGE) {
+            if !fields.iter().any(|f| f == declared) {
+                errors.push(format!(
+                    "{name}: spec.{declared} is declared but not in the schema"
+                ));
+            }
+        }
+        let spec = serde_json::to_value(
+            &kind.crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap()
+                .properties
+                .as_ref()
+                .unwrap()["spec"],
+        )
+        .unwrap();
+        let rules = |node: &serde_json::Value| -> Vec<String> {
+            node["x-kubernetes-validations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r["rule"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        let spec_rules = rules(&spec);
+        for field in &fields {
+            match on_change_of(&kind, field) {
+                None => errors.push(format!(
+                    "{name}: spec.{field} declares no on-change behaviour"
+                )),
+                // Kept by a transition rule on the spec naming the field's old value.
+                Some(OnChange::Immutable) => {
+                    let old = format!("oldSelf.{field}");
+                    let kept = spec_rules.iter().any(|r| {
+                        r.contains(&format!("self.{field} == {old}"))
+                            || r.contains(&format!("self.{field}) == has({old})"))
+                    });
+                    if !kept {
+                        errors.push(format!(
+                            "{name}: spec.{field} is declared immutable but no CEL rule keeps it"
+                        ));
+                    }
+                }
+                // A field that changes must not be frozen by a rule.
+                Some(_) => {
+                    if spec_rules
+                        .iter()
+                        .any(|r| r.contains(&format!("self.{field} == oldSelf.{field}")))
+                    {
+                        errors.push(format!(
+                            "{name}: spec.{field} is declared changeable but a CEL rule keeps it"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(errors.is_empty(), "{errors:#?}");
 }

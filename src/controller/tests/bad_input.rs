@@ -464,6 +464,13 @@ fn cases() -> Vec<Case> {
             "description",
         ),
         spec(
+            "firewall description changed",
+            "Firewall",
+            json!({"description": "other"}),
+            "description",
+        )
+        .update_of(json!({"region": "us-east-1", "description": "first"})),
+        spec(
             "firewall region changed",
             "Firewall",
             json!({"region": "eu-west-1"}),

@@ -344,3 +344,217 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
     })
     .await;
 }
+
+/// Patches `name`'s spec and waits until it is `Ready` for the new generation.
+async fn change_and_wait<K>(env: &Env, name: &str, spec: serde_json::Value) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Managed
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+{
+    let changed: K = env
+        .api::<K>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+    let generation = changed.meta().generation;
+    let api = env.api::<K>();
+    eventually(
+        60,
+        &format!("{name} Ready for generation {generation:?}"),
+        || {
+            let api = api.clone();
+            async move {
+                let object = api.get(name).await.ok()?;
+                (object.meta().generation == generation
+                    && object.cloud_status().is_ready(generation))
+                .then_some(object)
+            }
+        },
+    )
+    .await
+}
+
+/// Every `Applied` and `Rechecked` spec field of every kind (as declared in the kinds'
+/// `ON_CHANGE`) is changed once; as soon as the object says `Ready` for the new generation,
+/// the cloud's record (not the status) must already show the change. A field declared
+/// changeable without a case here fails the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_changeable_field_reaches_the_cloud_before_ready() {
+    use gpucloud_cloud::model::InstanceStatus;
+    use std::collections::BTreeSet;
+    let mut env = Env::start().await;
+    let api = env.api::<GpuInstance>();
+    for (name, extra) in [
+        ("walk", serde_json::json!({})),
+        ("walk-legacy", serde_json::json!({"tier": "Legacy"})),
+        ("walk-peer", serde_json::json!({})),
+    ] {
+        api.create(&PostParams::default(), &instance(name, extra))
+            .await
+            .unwrap();
+    }
+    let id = |object: &GpuInstance| object.cloud_status().external_id.clone().unwrap();
+    let walk = id(&ready(&env, "walk").await);
+    let legacy = id(&ready(&env, "walk-legacy").await);
+    let peer = id(&ready(&env, "walk-peer").await);
+    support::create(
+        &env,
+        &support::object::<Volume>(
+            "walk",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+        ),
+    )
+    .await;
+    support::create(
+        &env,
+        &support::object::<Firewall>("walk", serde_json::json!({"region": "us-east-1"})),
+    )
+    .await;
+    support::ready::<Volume>(&env, "walk").await;
+    support::ready::<Firewall>(&env, "walk").await;
+    let cloud_instance = |id: &str| {
+        env.simulator
+            .state()
+            .instances
+            .into_iter()
+            .find(|i| i.instance_id == id)
+            .unwrap()
+    };
+    let volume = || support::data_volumes(&env).pop().unwrap();
+    let firewall = || {
+        env.simulator
+            .state()
+            .firewalls
+            .into_iter()
+            .find(|f| f.name.contains("walk"))
+            .unwrap()
+    };
+    let attached = || -> BTreeSet<String> {
+        firewall()
+            .attachments
+            .into_iter()
+            .map(|a| a.vm.id)
+            .collect()
+    };
+    let rule = serde_json::json!({"protocol": "tcp", "remoteIpPrefix": "10.0.0.0/8", "portRangeMin": 22, "portRangeMax": 22});
+    let mut walked = BTreeSet::new();
+
+    // GpuInstance
+    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"powerState": "Stopped"}))
+        .await;
+    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Shutoff);
+    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"powerState": "Running"}))
+        .await;
+    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Active);
+    walked.insert(("GpuInstance", "powerState"));
+    let before = cloud_instance(&walk).public_ip_enabled;
+    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"publicIp": !before})).await;
+    assert_eq!(cloud_instance(&walk).public_ip_enabled, !before);
+    walked.insert(("GpuInstance", "publicIp"));
+    change_and_wait::<GpuInstance>(
+        &env,
+        "walk-legacy",
+        serde_json::json!({"securityRules": [rule.clone()]}),
+    )
+    .await;
+    let rules = cloud_instance(&legacy).security_rules;
+    assert!(
+        rules
+            .iter()
+            .any(|r| r.remote_ip_prefix == "10.0.0.0/8" && r.port_range_min == Some(22)),
+        "{rules:?}"
+    );
+    walked.insert(("GpuInstance", "securityRules"));
+    // Re-checked: a limit below the running machine's rate is reported, and the machine is
+    // left as it is; raised again, the machine is Ready.
+    env.api::<GpuInstance>()
+        .patch(
+            "walk",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 0.01}})),
+        )
+        .await
+        .unwrap();
+    support::condition::<GpuInstance>(&env, "walk", "Stalled", "True", "PriceAboveLimit").await;
+    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Active);
+    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"maxHourlyRate": 1000})).await;
+    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Active);
+    walked.insert(("GpuInstance", "maxHourlyRate"));
+
+    // Volume
+    change_and_wait::<Volume>(&env, "walk", serde_json::json!({"sizeGb": 20})).await;
+    assert_eq!(volume().size, 20);
+    walked.insert(("Volume", "sizeGb"));
+    change_and_wait::<Volume>(
+        &env,
+        "walk",
+        serde_json::json!({"instanceRef": {"name": "walk"}}),
+    )
+    .await;
+    assert_eq!(volume().instance_id.as_deref(), Some(walk.as_str()));
+    change_and_wait::<Volume>(
+        &env,
+        "walk",
+        serde_json::json!({"instanceRef": {"name": "walk-peer"}}),
+    )
+    .await;
+    assert_eq!(volume().instance_id.as_deref(), Some(peer.as_str()));
+    change_and_wait::<Volume>(&env, "walk", serde_json::json!({"instanceRef": null})).await;
+    assert_eq!(volume().instance_id, None);
+    walked.insert(("Volume", "instanceRef"));
+
+    // Firewall
+    change_and_wait::<Firewall>(&env, "walk", serde_json::json!({"rules": [rule.clone()]})).await;
+    assert_eq!(firewall().rules.len(), 1);
+    change_and_wait::<Firewall>(&env, "walk", serde_json::json!({"rules": []})).await;
+    assert!(firewall().rules.is_empty());
+    walked.insert(("Firewall", "rules"));
+    change_and_wait::<Firewall>(
+        &env,
+        "walk",
+        serde_json::json!({"instanceRefs": [{"name": "walk"}]}),
+    )
+    .await;
+    assert_eq!(attached(), BTreeSet::from([walk.clone()]));
+    walked.insert(("Firewall", "instanceRefs"));
+    env.api::<GpuInstance>()
+        .patch(
+            "walk-peer",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"role": "train"}}})),
+        )
+        .await
+        .unwrap();
+    change_and_wait::<Firewall>(
+        &env,
+        "walk",
+        serde_json::json!({"instanceSelector": {"matchLabels": {"role": "train"}}}),
+    )
+    .await;
+    assert_eq!(attached(), BTreeSet::from([walk.clone(), peer.clone()]));
+    walked.insert(("Firewall", "instanceSelector"));
+
+    let mut missing = Vec::new();
+    for kind in gpucloud_api::kinds() {
+        let name = kind.crd.spec.names.kind.clone();
+        for (field, on_change) in kind.on_change {
+            let changeable = matches!(on_change, OnChange::Applied(_) | OnChange::Rechecked(_));
+            if changeable && !walked.iter().any(|(k, f)| *k == name && f == field) {
+                missing.push(format!("{name}.spec.{field}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "changeable fields not walked: {missing:?}"
+    );
+    env.stop_operator().await;
+}

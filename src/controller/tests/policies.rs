@@ -411,6 +411,34 @@ async fn rejected_credentials_stall_and_never_leak_the_key() {
     condition(&env, "wrong", "Ready", "True", "Available").await;
 }
 
+/// The operator's default Secret lives in the operator's namespace; fixing it wakes the objects
+/// of every namespace that read it, rather than leaving them to the five-minute recheck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_default_secret_wakes_the_objects_of_every_namespace() {
+    let env = Env::start().await;
+    env.put_secret(
+        support::OPERATOR_NAMESPACE,
+        "gpucloud-credentials",
+        "not-the-key-77c1",
+    )
+    .await;
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("by-default", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    condition(&env, "by-default", "Stalled", "True", "CredentialsInvalid").await;
+    env.put_secret(
+        support::OPERATOR_NAMESPACE,
+        "gpucloud-credentials",
+        env.simulator.api_key(),
+    )
+    .await;
+    condition(&env, "by-default", "Ready", "True", "Available").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_of_other_namespaces_cannot_be_used() {
     let env = Env::start().await;

@@ -98,7 +98,16 @@ impl Replica {
 
     async fn metrics(&self) -> String {
         let url = format!("http://{}/metrics", self.endpoints.metrics);
-        reqwest::get(url).await.unwrap().text().await.unwrap()
+        let response = reqwest::get(url).await.unwrap();
+        // The body is OpenMetrics text and says so: Prometheus parses a body by its content
+        // type, and as the 0.0.4 text format it would drop the counters' types.
+        assert_eq!(
+            response.headers()[reqwest::header::CONTENT_TYPE],
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        let body = response.text().await.unwrap();
+        assert!(body.ends_with("# EOF\n"), "not OpenMetrics: {body}");
+        body
     }
 
     /// SIGTERM's path: stop, wait for the replica to finish.

@@ -182,9 +182,30 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     assert_eq!(third_cloud.image_id.as_deref(), Some(image_id.as_str()));
     assert_eq!(cloud.instances.len(), 3);
 
-    // Deleting the snapshot removes its image in the cloud: the Image says so.
+    // The cloud would delete the image with the snapshot: the deletion waits and says why.
     env.api::<Snapshot>()
         .delete("epoch-3", &DeleteParams::default())
+        .await
+        .unwrap();
+    let held: Snapshot = condition(&env, "epoch-3", "Ready", "False", "DependentsExist").await;
+    let why = message(&held);
+    assert!(
+        why.contains("Image golden") && why.contains(DELETE_DEPENDENTS_ANNOTATION),
+        "{why}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(env.calls("DeleteSnapshot"), 0);
+    assert_eq!(env.simulator.state().images.len(), 1);
+
+    // Told that its images may go, the snapshot takes its image with it: the Image says so.
+    env.api::<Snapshot>()
+        .patch(
+            "epoch-3",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                DELETE_DEPENDENTS_ANNOTATION: "true"
+            }}})),
+        )
         .await
         .unwrap();
     gone::<Snapshot>(&env, "epoch-3").await;

@@ -1170,6 +1170,7 @@ impl Run {
             })
             .map(|r| r.to_string())
             .collect();
+        self.let_images_go_with(&key).await?;
         self.forget(&key, &seen);
         delete(&self.env, Kind::Snapshot, &key).await?;
         self.model.live.remove(&key);
@@ -1183,6 +1184,26 @@ impl Run {
             ));
         }
         Ok(())
+    }
+
+    /// A Snapshot deleted on its own while Images are made from it is held (`DependentsExist`)
+    /// unless it says its images may go with it; it does, so the Images see their source
+    /// deleted. (A mass deletion deletes a snapshot's images with it, and waits for them.)
+    async fn let_images_go_with(&self, snapshot: &ObjectKey) -> Result<(), String> {
+        let has_images = self
+            .model
+            .referrers(snapshot)
+            .iter()
+            .any(|r| self.model.live[r].kind == Kind::Image);
+        if !has_images {
+            return Ok(());
+        }
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            gpucloud_api::DELETE_DEPENDENTS_ANNOTATION: "true"
+        }}});
+        merge_patch(&self.env, Kind::Snapshot, snapshot, &patch)
+            .await
+            .map_err(|e| format!("annotating {snapshot}: {e}"))
     }
 
     async fn delete_one(&mut self) -> Result<(), String> {
@@ -1200,8 +1221,11 @@ impl Run {
             return Ok(());
         }
         let key = candidates[self.rng.random_range(0..candidates.len())].clone();
-        self.forget(&key, &seen);
         let kind = self.model.live[&key].kind;
+        if kind == Kind::Snapshot {
+            self.let_images_go_with(&key).await?;
+        }
+        self.forget(&key, &seen);
         delete(&self.env, kind, &key).await?;
         self.model.live.remove(&key);
         self.note(format!("delete {} {key}", kind_name(kind)));
