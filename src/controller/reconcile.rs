@@ -280,8 +280,10 @@ async fn apply<K: ManagedKind>(
             observer.mark_hot();
             return converge(api, &object, cx, &account, status, record).await;
         }
-        if status.pending_create.is_some() {
-            // Created by us moments ago and not listed yet: lists lag behind writes.
+        if create_settling {
+            // Created by us moments ago and not listed yet: lists lag behind writes. Past the
+            // settle window, a resource neither listed nor found by id is gone like any other
+            // (one deleted, with its snapshot say, before a list or a status write showed it).
             observer.mark_hot();
             let outcome = Outcome::progressing(
                 reason::WAITING_FOR_CLOUD_LIST,

@@ -479,6 +479,42 @@ async fn lost_responses_of_snapshot_restore_and_image_creates_yield_one_resource
     env.stop_operator().await;
 }
 
+/// A resource created and recorded but gone before any list showed it is not waited for for
+/// ever: once the create's settle window has passed and a read by id finds nothing, it is
+/// treated as gone (here an Image whose snapshot was deleted with it says `SourceDeleted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_gone_before_any_list_showed_it_says_so() {
+    let mut env = Env::start().await;
+    create(&env, &machine("src", serde_json::json!({}))).await;
+    create(&env, &snapshot_of("snap", "src")).await;
+    let snapshot: Snapshot = ready(&env, "snap").await;
+    let snapshot_id = snapshot.cloud_status().external_id.unwrap();
+    // From now on no list shows anything: the image is never listed.
+    env.simulator.set_faults(FaultPlan {
+        list_omission_rate: 1.0,
+        ..FaultPlan::default()
+    });
+    create(&env, &image_of("img", "snap")).await;
+    let api = env.api::<Image>();
+    eventually(30, "the image's id recorded", || {
+        let api = api.clone();
+        async move {
+            let image = api.get("img").await.ok()?;
+            image.cloud_status().external_id.clone()
+        }
+    })
+    .await;
+    // Deleted outside the operator, with the image, within the create's settle window.
+    cloud_client(&env)
+        .delete_snapshot(&snapshot_id)
+        .await
+        .unwrap();
+    assert!(env.simulator.state().images.is_empty());
+    let gone: Image = condition(&env, "img", "Stalled", "True", "SourceDeleted").await;
+    assert!(message(&gone).contains("snap"), "{}", message(&gone));
+    env.stop_operator().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_by_cloud_id_and_refused_restores() {
     let mut env = Env::start().await;
