@@ -438,6 +438,9 @@ fn prepare_common(
     ))
 }
 
+/// apimachinery's `TotalAnnotationSizeLimitB`: 256 KiB of annotation keys and values.
+const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
 /// ObjectMeta validation the real server applies to every kind.
 fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantics::FieldError> {
     use super::semantics::FieldError;
@@ -487,6 +490,20 @@ fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantic
             "metadata.annotations",
             annotations.clone(),
             "must be a map of string to string",
+        ));
+    }
+    // apimachinery's `ValidateAnnotationsSize`: keys and values together, in bytes.
+    let annotation_bytes: usize = metadata["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
+        .sum();
+    if annotation_bytes > TOTAL_ANNOTATION_SIZE_LIMIT {
+        errors.push(FieldError::too_long(
+            "metadata.annotations",
+            json!(""),
+            TOTAL_ANNOTATION_SIZE_LIMIT as i64,
         ));
     }
     if let Some(owners) = metadata.get("ownerReferences").filter(|o| !o.is_null()) {

@@ -359,6 +359,31 @@ async fn metadata_validation_and_protected_namespaces() {
         bad_label.details.unwrap().causes[0].field,
         "metadata.labels"
     );
+    // Real (ValidateAnnotationsSize): keys and values over 256 KiB together are refused, 422
+    // "metadata.annotations: Too long: may not be more than 262144 bytes"; exactly 256 KiB
+    // passes.
+    let annotated = |name: &str, bytes: usize| {
+        let key = "example.com/blob";
+        dynamic(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "annotations": {key: "x".repeat(bytes - key.len())}},
+        }))
+    };
+    let too_large = status_of(
+        bounded(api.create(&PostParams::default(), &annotated("big", 256 * 1024 + 1))).await,
+    );
+    assert_eq!(too_large.code, 422);
+    assert!(
+        too_large
+            .message
+            .contains("metadata.annotations: Too long: may not be more than 262144 bytes"),
+        "{}",
+        too_large.message
+    );
+    bounded(api.create(&PostParams::default(), &annotated("fits", 256 * 1024)))
+        .await
+        .unwrap();
     // Real (NamespaceLifecycle): 403 Forbidden "this namespace may not be deleted".
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(client.clone());
