@@ -185,7 +185,11 @@ fn values_reach_the_operator_settings() {
         .find("Secret", "gpucloud-operator-credentials")
         .unwrap();
     assert_eq!(secret["stringData"]["apiKey"], "sk-test");
-    assert!(rendered.find("ServiceMonitor", RELEASE).is_some());
+    // `gpucloud_hourly_cost{namespace=...}` names the objects' namespace; without
+    // honorLabels Prometheus would rename it `exported_namespace` and put the operator's own
+    // namespace (the target's) in its place, so spend by namespace would show one namespace.
+    let monitor = rendered.find("ServiceMonitor", RELEASE).unwrap();
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true, "{monitor}");
     assert!(rendered.find("PodDisruptionBudget", RELEASE).is_some());
     assert!(rendered.find("NetworkPolicy", RELEASE).is_some());
 
