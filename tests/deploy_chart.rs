@@ -189,7 +189,10 @@ fn values_reach_the_operator_settings() {
     // honorLabels Prometheus would rename it `exported_namespace` and put the operator's own
     // namespace (the target's) in its place, so spend by namespace would show one namespace.
     let monitor = rendered.find("ServiceMonitor", RELEASE).unwrap();
-    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true, "{monitor}");
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["honorLabels"], true,
+        "{monitor}"
+    );
     assert!(rendered.find("PodDisruptionBudget", RELEASE).is_some());
     assert!(rendered.find("NetworkPolicy", RELEASE).is_some());
 

@@ -8,7 +8,6 @@ use crate::support;
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateVolumeRequest;
 use gpucloud_controller::conditions::reason;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use support::*;
@@ -17,16 +16,7 @@ use support::*;
 const TENANT: &str = "team-b";
 
 async fn tenant_namespace(env: &Env) {
-    let namespaces: Api<Namespace> = Api::all(env.client.clone());
-    let namespace = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(TENANT.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    namespaces
-        .create(&PostParams::default(), &namespace)
+    support::create_namespace(&env.client, TENANT, false)
         .await
         .unwrap();
 }

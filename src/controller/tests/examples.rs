@@ -297,25 +297,13 @@ async fn ensure_namespace(client: &kube::Client, name: &str) {
     }
     // `adopt-existing` adopts a machine made outside Kubernetes: its README has the
     // namespace labelled for adoption first.
-    let labels = (name == "adopt-existing").then(|| {
-        [(
-            gpucloud_controller::ownership::ADOPTION_LABEL.to_string(),
-            gpucloud_controller::ownership::ADOPTION_ALLOWED.to_string(),
-        )]
-        .into()
-    });
-    let namespace = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            labels,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    within(10, namespaces.create(&PostParams::default(), &namespace))
-        .await
-        .unwrap()
-        .unwrap();
+    within(
+        10,
+        crate::support::create_namespace(client, name, name == "adopt-existing"),
+    )
+    .await
+    .unwrap()
+    .unwrap();
 }
 
 /// Just enough of Argo CD's and Flux's CRDs for their objects to be stored: these kinds are

@@ -13,7 +13,6 @@ use gpucloud_api::{
     Volume, condition_type,
 };
 use gpucloud_controller::conditions::reason;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use rand::rngs::StdRng;
@@ -126,16 +125,7 @@ impl Tenant {
         api_key: &str,
         foreign: BTreeMap<Kind, Vec<String>>,
     ) -> Result<(), String> {
-        let namespaces: Api<Namespace> = Api::all(env.client.clone());
-        let namespace = Namespace {
-            metadata: kube::api::ObjectMeta {
-                name: Some(TENANT.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        namespaces
-            .create(&PostParams::default(), &namespace)
+        crate::support::create_namespace(&env.client, TENANT, false)
             .await
             .map_err(|e| format!("creating namespace {TENANT}: {e}"))?;
         env.put_secret(TENANT, TENANT_SECRET, api_key).await;

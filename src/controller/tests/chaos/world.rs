@@ -17,7 +17,6 @@ use gpucloud_cloud::{ApiKey, CallObserver, CallOutcome, ClientConfig, CloudClien
 use gpucloud_simulator::{
     Delays, DropMode, FaultPlan, LatencySpike, SimulatorConfig, ThrottleBurst,
 };
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use rand::rngs::StdRng;
@@ -333,16 +332,7 @@ impl Run {
 
     /// Namespace team-c, and the Secrets naming the second account: team-a's and team-c's.
     async fn setup_namespaces(&mut self) -> Result<(), String> {
-        let namespaces: Api<Namespace> = Api::all(self.env.client.clone());
-        let namespace = Namespace {
-            metadata: kube::api::ObjectMeta {
-                name: Some(TEAM_C.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        namespaces
-            .create(&PostParams::default(), &namespace)
+        crate::support::create_namespace(&self.env.client, TEAM_C, false)
             .await
             .map_err(|e| format!("creating namespace {TEAM_C}: {e}"))?;
         self.env
@@ -1037,7 +1027,21 @@ impl Run {
                     "osImage": "ubuntu-22.04-cuda-12", "powerState": power})
             }
             Kind::Volume => {
-                json!({"region": "us-east-1", "sizeGb": 20 + self.rng.random_range(0..10)})
+                let mut size = 20 + self.rng.random_range(0..10);
+                if !observe {
+                    // An earlier adopter may have grown it, and a volume cannot shrink: a
+                    // smaller spec would be refused (rightly) as InvalidSpec.
+                    let current = self
+                        .env
+                        .simulator
+                        .state()
+                        .volumes
+                        .iter()
+                        .find(|v| v.id == preset.id)
+                        .map_or(0, |v| v.size);
+                    size = size.max(current);
+                }
+                json!({"region": "us-east-1", "sizeGb": size})
             }
             Kind::Firewall => {
                 let mut rules = self.random_rules();

@@ -96,26 +96,10 @@ impl Env {
             .unwrap()
             .unwrap();
         }
-        let namespaces: Api<Namespace> = Api::all(client.clone());
         for ns in [NAMESPACE, OPERATOR_NAMESPACE] {
-            // The tests' own namespace may adopt what the operator did not create (with the
-            // operator's `allow_adoption` of `test_config`); `adoption.rs` covers the rest.
-            let labels = (ns == NAMESPACE).then(|| {
-                BTreeMap::from([(
-                    gpucloud_controller::ownership::ADOPTION_LABEL.to_string(),
-                    gpucloud_controller::ownership::ADOPTION_ALLOWED.to_string(),
-                )])
-            });
-            let namespace = Namespace {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(ns.into()),
-                    labels,
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            namespaces
-                .create(&PostParams::default(), &namespace)
+            // The tests' own namespace may adopt what the operator did not create;
+            // `adoption.rs` covers the rest.
+            create_namespace(&client, ns, ns == NAMESPACE)
                 .await
                 .unwrap();
         }
@@ -455,4 +439,31 @@ pub async fn event_reasons(env: &Env, name: &str) -> Vec<String> {
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
         .filter_map(|e| e.reason)
         .collect()
+}
+
+/// Creates the namespace `name`, labelled `gpucloud.io/adoption=allowed` when `adoption` is
+/// true (with the operator's `allow_adoption` of `test_config`, its objects may then adopt
+/// what the operator did not create).
+pub async fn create_namespace(
+    client: &kube::Client,
+    name: &str,
+    adoption: bool,
+) -> Result<Namespace, kube::Error> {
+    let labels = adoption.then(|| {
+        BTreeMap::from([(
+            gpucloud_controller::ownership::ADOPTION_LABEL.to_string(),
+            gpucloud_controller::ownership::ADOPTION_ALLOWED.to_string(),
+        )])
+    });
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
 }
