@@ -6,14 +6,14 @@
 //! resource, and deleting the hostile objects must touch nothing but the tenant's own
 //! resources.
 
-use crate::model::{ACCOUNTS, Kind, TEAM_C, cloud_ids, kind_name, team_mark};
+use crate::model::{ACCOUNTS, Kind, ObjectKey, TEAM_C, cloud_ids, kind_name, team_mark};
 use crate::support::{Env, NAMESPACE};
 use gpucloud_api::{
     CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Image, Managed, Snapshot, SshKey,
     Volume, condition_type,
 };
 use gpucloud_controller::conditions::reason;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -38,6 +38,13 @@ enum Of {
 }
 
 impl Of {
+    fn kind(self) -> Kind {
+        match self {
+            Of::Managed(kind) => kind,
+            Of::Snapshot => Kind::Snapshot,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Of::Managed(kind) => kind_name(kind),
@@ -646,55 +653,20 @@ async fn tenant_objects(env: &Env) -> Result<Vec<Row>, String> {
 }
 
 async fn post(env: &Env, of: Of, object: &Value) -> Result<(), String> {
-    async fn create<K>(env: &Env, object: &Value) -> Result<(), kube::Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::Serialize
-            + serde::de::DeserializeOwned,
-    {
-        let object: K = serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
-        Api::<K>::namespaced(env.client.clone(), TENANT)
-            .create(&PostParams::default(), &object)
-            .await
-            .map(|_| ())
-    }
-    let result = match of {
-        Of::Managed(Kind::SshKey) => create::<SshKey>(env, object).await,
-        Of::Managed(Kind::Instance) => create::<GpuInstance>(env, object).await,
-        Of::Managed(Kind::Volume) => create::<Volume>(env, object).await,
-        Of::Managed(Kind::Firewall) => create::<Firewall>(env, object).await,
-        Of::Snapshot | Of::Managed(Kind::Snapshot) => create::<Snapshot>(env, object).await,
-        Of::Managed(Kind::Image) => create::<Image>(env, object).await,
-    };
-    result.map_err(|e| format!("tenant: create {object}: {e}"))
+    crate::world::post(env, of.kind(), TENANT, object)
+        .await
+        .map(drop)
+        .map_err(|e| format!("tenant: create {object}: {e}"))
 }
 
 async fn remove(env: &Env, of: Of, name: &str) -> Result<(), String> {
-    async fn delete<K>(env: &Env, name: &str) -> Result<(), kube::Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned,
-    {
-        let api = Api::<K>::namespaced(env.client.clone(), TENANT);
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(error) => Err(error),
-        }
-    }
-    let result = match of {
-        Of::Managed(Kind::SshKey) => delete::<SshKey>(env, name).await,
-        Of::Managed(Kind::Instance) => delete::<GpuInstance>(env, name).await,
-        Of::Managed(Kind::Volume) => delete::<Volume>(env, name).await,
-        Of::Managed(Kind::Firewall) => delete::<Firewall>(env, name).await,
-        Of::Snapshot | Of::Managed(Kind::Snapshot) => delete::<Snapshot>(env, name).await,
-        Of::Managed(Kind::Image) => delete::<Image>(env, name).await,
+    let key = ObjectKey {
+        namespace: TENANT.into(),
+        name: name.into(),
     };
-    result.map_err(|e| format!("tenant: delete {TENANT}/{name}: {e}"))
+    crate::world::delete(env, of.kind(), &key)
+        .await
+        .map_err(|e| format!("tenant: {e}"))
 }
 
 async fn merge_patch<K>(env: &Env, name: &str, patch: &Value) -> Result<(), kube::Error>

@@ -1640,7 +1640,7 @@ macro_rules! for_kind {
 }
 
 /// Creates the object; returns its uid.
-async fn post(
+pub async fn post(
     env: &Env,
     kind: Kind,
     namespace: &str,
@@ -1663,7 +1663,8 @@ async fn post(
     for_kind!(kind, create(env, namespace, object))
 }
 
-async fn delete(env: &Env, kind: Kind, key: &ObjectKey) -> Result<(), String> {
+/// Deletes the object; one already gone is success.
+pub async fn delete(env: &Env, kind: Kind, key: &ObjectKey) -> Result<(), String> {
     async fn remove<K>(env: &Env, key: &ObjectKey) -> Result<(), kube::Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
