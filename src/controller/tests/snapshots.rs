@@ -182,6 +182,16 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     assert_eq!(third_cloud.image_id.as_deref(), Some(image_id.as_str()));
     assert_eq!(cloud.instances.len(), 3);
 
+    // Another namespace's Image naming a Snapshot of the same name holds nothing here.
+    support::create_namespace(&env.client, "team-b", false)
+        .await
+        .unwrap();
+    let mut tenant_image = image_of("tenant-img", "epoch-3");
+    tenant_image.metadata.namespace = Some("team-b".into());
+    kube::Api::<Image>::namespaced(env.client.clone(), "team-b")
+        .create(&Default::default(), &tenant_image)
+        .await
+        .unwrap();
     // The cloud would delete the image with the snapshot: the deletion waits and says why.
     env.api::<Snapshot>()
         .delete("epoch-3", &DeleteParams::default())
@@ -190,7 +200,9 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     let held: Snapshot = condition(&env, "epoch-3", "Ready", "False", "DependentsExist").await;
     let why = message(&held);
     assert!(
-        why.contains("Image golden") && why.contains(DELETE_DEPENDENTS_ANNOTATION),
+        why.contains("Image golden")
+            && !why.contains("tenant-img")
+            && why.contains(DELETE_DEPENDENTS_ANNOTATION),
         "{why}"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
