@@ -33,6 +33,10 @@ pub enum DeletionPolicy {
     Delete,
     /// Release the object and leave the cloud resource (and its billing) in place.
     Orphan,
+    /// GpuInstance only: take a final snapshot of the machine (starting it first if it is
+    /// stopped, since the cloud snapshots running machines only), wait until the snapshot is
+    /// available, then delete the machine. See `spec.finalSnapshot`.
+    Snapshot,
 }
 
 /// Whether the operator may change the cloud resource.
@@ -98,7 +102,7 @@ impl OnChange {
 pub const MANAGED_ON_CHANGE: &[(&str, OnChange)] = &[
     (
         "deletionPolicy",
-        OnChange::Operator("read when the object is deleted"),
+        OnChange::Operator("read when the object is deleted (`Snapshot`: GpuInstance only)"),
     ),
     (
         "managementPolicy",
@@ -117,6 +121,14 @@ pub fn credentials_secret_ref_is_immutable() -> kube::core::Rule {
     )
     .message("credentialsSecretRef is immutable: delete and recreate the object to use another Secret (to rotate the key, update the Secret's content)")
     .field_path(".credentialsSecretRef")
+}
+
+/// The CEL rule keeping `spec.deletionPolicy: Snapshot` to the one kind that has a machine to
+/// snapshot. Carried by every kind's spec but GpuInstance's, as the rule above.
+pub fn deletion_policy_is_not_snapshot() -> kube::core::Rule {
+    kube::core::Rule::new("!has(self.deletionPolicy) || self.deletionPolicy != 'Snapshot'")
+        .message("deletionPolicy Snapshot is for GpuInstance only: use Delete or Orphan")
+        .field_path(".deletionPolicy")
 }
 
 /// A key of a Secret in the referring object's namespace.

@@ -47,6 +47,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"),
     validation = Rule::new("self.description == oldSelf.description").message("description is immutable: the cloud sets it when it creates the firewall; delete and recreate the Firewall to change it").field_path(".description"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
+    validation = crate::common::deletion_policy_is_not_snapshot(),
 )]
 pub struct FirewallSpec {
     #[serde(flatten)]

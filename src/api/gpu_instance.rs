@@ -124,6 +124,32 @@ pub struct GpuInstanceSpec {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     )]
     pub connection_secret: Option<String>,
+
+    /// What becomes of the final snapshot taken under `deletionPolicy: Snapshot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_snapshot: Option<FinalSnapshotSpec>,
+}
+
+/// The final snapshot taken when a GpuInstance with `deletionPolicy: Snapshot` is deleted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FinalSnapshotSpec {
+    /// Keep the `Snapshot` object (named `<instance>-final`) that took the final snapshot, so
+    /// it can be restored with `source.snapshotRef` and is deleted with it. Left out or false,
+    /// the object is removed with the instance and the cloud snapshot is left in place (its id
+    /// is in the `FinalSnapshot` Event and the released-resources record).
+    #[serde(default)]
+    pub keep_as_object: bool,
+}
+
+/// The final snapshot a GpuInstance being deleted has taken.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FinalSnapshotStatus {
+    /// The `Snapshot` object that took it.
+    pub object: String,
+    /// Cloud id of the snapshot, available before the machine was deleted.
+    pub snapshot_id: String,
 }
 
 fn default_true() -> bool {
@@ -270,6 +296,10 @@ pub struct GpuInstanceStatus {
     /// The `gpucloud.io/restartedAt` value whose reboot has been done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_at: Option<String>,
+    /// Under `deletionPolicy: Snapshot`, the final snapshot, recorded once it is available and
+    /// before the machine is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_snapshot: Option<FinalSnapshotStatus>,
 }
 
 /// Hardware of an instance as the cloud reports it.
@@ -312,6 +342,10 @@ impl GpuInstance {
         (
             "securityRules",
             OnChange::Applied("missing rules added, then extra ones removed (Legacy tier)"),
+        ),
+        (
+            "finalSnapshot",
+            OnChange::Operator("read when the object is deleted under `deletionPolicy: Snapshot`"),
         ),
         (
             "maxHourlyRate",

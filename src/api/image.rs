@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 #[x_kube(
     validation = Rule::new("self.snapshotRef == oldSelf.snapshotRef").message("snapshotRef is immutable").field_path(".snapshotRef"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
+    validation = crate::common::deletion_policy_is_not_snapshot(),
 )]
 pub struct ImageSpec {
     #[serde(flatten)]

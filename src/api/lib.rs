@@ -20,8 +20,8 @@ pub mod volume;
 pub use common::*;
 pub use firewall::{Firewall, FirewallSpec, FirewallStatus};
 pub use gpu_instance::{
-    GpuInstance, GpuInstanceSpec, GpuInstanceStatus, MAX_STARTUP_SCRIPT_BYTES, PowerState,
-    SecurityRule,
+    FinalSnapshotSpec, FinalSnapshotStatus, GpuInstance, GpuInstanceSpec, GpuInstanceStatus,
+    MAX_STARTUP_SCRIPT_BYTES, PowerState, SecurityRule,
 };
 pub use image::{Image, ImageSpec, ImageStatus};
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStatus};

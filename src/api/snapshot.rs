@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("has(self.instanceRef) == has(oldSelf.instanceRef) && (!has(self.instanceRef) || self.instanceRef == oldSelf.instanceRef) && has(self.instanceId) == has(oldSelf.instanceId) && (!has(self.instanceId) || self.instanceId == oldSelf.instanceId)").message("the source instance is immutable"),
     validation = Rule::new("self.description == oldSelf.description && self.labels == oldSelf.labels").message("description and labels are immutable; the cloud sets them at creation"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
+    validation = crate::common::deletion_policy_is_not_snapshot(),
 )]
 pub struct SnapshotSpec {
     #[serde(flatten)]

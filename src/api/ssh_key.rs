@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("!has(self.publicKey) || !has(self.privateKeySecret)").message("privateKeySecret applies only to generated keys; leave it out when publicKey is given").field_path(".privateKeySecret"),
     validation = Rule::new("has(self.privateKeySecret) == has(oldSelf.privateKeySecret) && (!has(self.privateKeySecret) || self.privateKeySecret == oldSelf.privateKeySecret)").message("privateKeySecret is immutable: delete and recreate the SshKey to write its key to another Secret").field_path(".privateKeySecret"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
+    validation = crate::common::deletion_policy_is_not_snapshot(),
 )]
 pub struct SshKeySpec {
     #[serde(flatten)]

@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("self.bootable == oldSelf.bootable").message("bootable is immutable").field_path(".bootable"),
     validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("source is immutable").field_path(".source"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
+    validation = crate::common::deletion_policy_is_not_snapshot(),
 )]
 pub struct VolumeSpec {
     #[serde(flatten)]

@@ -20,6 +20,10 @@ pub mod reason {
     pub const UPDATING: &str = "Updating";
     pub const DELETING: &str = "Deleting";
     pub const DEPENDENTS_EXIST: &str = "DependentsExist";
+    /// A GpuInstance deleted under `deletionPolicy: Snapshot` waits for its final snapshot.
+    pub const FINAL_SNAPSHOT: &str = "FinalSnapshot";
+    /// The final snapshot cannot be taken until a person acts.
+    pub const FINAL_SNAPSHOT_BLOCKED: &str = "FinalSnapshotBlocked";
     pub const WAITING_FOR_CLOUD_LIST: &str = "WaitingForCloudList";
     pub const WAITING_FOR_REFERENCE: &str = "WaitingForReference";
     pub const WAITING_FOR_INSTANCE: &str = "WaitingForInstance";

@@ -69,6 +69,14 @@ pub enum Error {
         message: String,
     },
 
+    /// Work that cannot go on until a person acts (a final snapshot the cloud cannot take).
+    /// Unlike `InProgress`, it is reported as `Stalled`.
+    #[error("{message}")]
+    Blocked {
+        reason: &'static str,
+        message: String,
+    },
+
     /// The object's status could not be encoded or decoded.
     #[error("status serialization: {0}")]
     Serialization(#[from] serde_json::Error),
@@ -138,6 +146,7 @@ impl Error {
             | Error::InvalidSpec(_)
             | Error::ReferenceCycle(_)
             | Error::AdoptionRefused { .. }
+            | Error::Blocked { .. }
             | Error::InsufficientCredit { .. }
             | Error::PriceAboveLimit { .. }
             | Error::Serialization(_) => Category::Terminal,
@@ -190,7 +199,9 @@ impl Error {
             Error::InvalidSpec(_) | Error::Serialization(_) => reason::INVALID_SPEC,
             Error::WaitingFor { .. } => reason::WAITING_FOR_REFERENCE,
             Error::ReferenceCycle(_) => reason::REFERENCE_CYCLE,
-            Error::InProgress { reason, .. } | Error::AdoptionRefused { reason, .. } => reason,
+            Error::InProgress { reason, .. }
+            | Error::AdoptionRefused { reason, .. }
+            | Error::Blocked { reason, .. } => reason,
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
             Error::Finalizer(inner) => match inner.as_ref() {
@@ -272,6 +283,7 @@ impl Error {
             Error::InvalidSpec(_) => "invalid_spec",
             Error::ReferenceCycle(_) => "reference_cycle",
             Error::AdoptionRefused { .. } => "adoption_refused",
+            Error::Blocked { .. } => "blocked",
             Error::WaitingFor { .. } | Error::InProgress { .. } => "waiting",
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",

@@ -10,8 +10,8 @@ use crate::records::Instances;
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::{
-    CloudStatus, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES, Managed,
-    PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
+    CloudStatus, DeletionPolicy, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
+    Managed, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
 };
 use gpucloud_cloud::model::{
     CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
@@ -73,6 +73,7 @@ impl ManagedKind for GpuInstance {
                         .then(|| self.annotations().get(RESTARTED_AT_ANNOTATION).cloned())
                         .flatten()
                 }),
+                final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
             },
             None => GpuInstanceStatus {
                 cloud: common,
@@ -348,6 +349,24 @@ impl ManagedKind for GpuInstance {
                 format!("observing {} ({})", record.instance_id, record.status),
             ),
         }
+    }
+
+    /// Under `deletionPolicy: Snapshot`, the machine is kept until its final snapshot is
+    /// available (`final_snapshot.rs`).
+    async fn hold_deletion(
+        &self,
+        cx: &Context<Self>,
+        account: &std::sync::Arc<Account>,
+    ) -> Result<(), Error> {
+        if self.spec.managed.deletion_policy == DeletionPolicy::Snapshot {
+            crate::final_snapshot::hold(self, cx, account).await
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
+        crate::final_snapshot::release(self, cx).await
     }
 
     async fn delete(

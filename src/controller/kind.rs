@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::Arc;
 
 /// The cloud record type of a kind.
 pub type Record<K> = <<K as ManagedKind>::Lister as Lister>::Record;
@@ -98,8 +99,15 @@ pub trait ManagedKind:
     fn hold_deletion(
         &self,
         _cx: &Context<Self>,
-        _account: &Account,
+        _account: &Arc<Account>,
     ) -> impl Future<Output = Result<(), Error>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Called once the cloud resource is gone, before the finalizer is released: what the
+    /// object leaves behind on purpose is handed over (a final snapshot's object). An error
+    /// holds the finalizer and is retried. Nothing by default.
+    fn released(&self, _cx: &Context<Self>) -> impl Future<Output = Result<(), Error>> + Send {
         async { Ok(()) }
     }
 

@@ -7,6 +7,7 @@ pub mod context;
 pub mod create;
 pub mod error;
 pub mod events;
+pub mod final_snapshot;
 pub mod firewall;
 pub mod gauges;
 pub mod gpu_instance;

@@ -744,6 +744,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
                 });
             }
         }
+        object.released(cx).await?;
         publish(
             cx,
             &object,
@@ -915,7 +916,7 @@ fn changed_condition(status: &CloudStatus, outcome: &Outcome) -> bool {
     ready.is_none_or(|c| c.status != wanted || c.reason != outcome.reason())
 }
 
-async fn publish<K: ManagedKind>(
+pub(crate) async fn publish<K: ManagedKind>(
     cx: &Context<K>,
     object: &K,
     type_: EventType,

@@ -18,6 +18,7 @@ use gpucloud_cloud::model::{
 };
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
+use std::sync::Arc;
 
 /// What a snapshot create needs: the machine and the request.
 pub struct SnapshotPlan {
@@ -186,7 +187,7 @@ impl ManagedKind for Snapshot {
     /// (while they exist, being deleted or not) and any image the cloud relates to it (one an
     /// `Orphan` Image left, or one made outside the operator), unless the Snapshot carries
     /// `gpucloud.io/delete-dependents: "true"`.
-    async fn hold_deletion(&self, cx: &Context<Self>, account: &Account) -> Result<(), Error> {
+    async fn hold_deletion(&self, cx: &Context<Self>, account: &Arc<Account>) -> Result<(), Error> {
         let namespace = self.namespace().unwrap_or_default();
         let name = self.name_any();
         let instances: Api<GpuInstance> = Api::namespaced(cx.client.clone(), &namespace);

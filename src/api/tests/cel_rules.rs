@@ -25,6 +25,7 @@ fn instance() -> GpuInstance {
             power_state: PowerState::Running,
             max_hourly_rate: None,
             connection_secret: None,
+            final_snapshot: None,
         },
     )
 }
@@ -367,4 +368,38 @@ fn the_connection_secret_of_an_instance_is_immutable() {
         serde_json::json!("train-1-ssh"),
         serde_json::json!("deploy-key"),
     );
+}
+
+#[test]
+fn deletion_policy_snapshot_is_for_gpu_instances_only() {
+    let mut machine = instance();
+    machine.spec.managed.deletion_policy = DeletionPolicy::Snapshot;
+    validate_cel(&machine).unwrap();
+
+    fn refused<T>(mut spec: serde_json::Value)
+    where
+        T: kube::CustomResourceExt
+            + kube::Resource<DynamicType = ()>
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        validate_cel(&from_spec::<T>(spec.clone()))
+            .unwrap_or_else(|e| panic!("{}: {e:?}", T::kind(&())));
+        spec["deletionPolicy"] = serde_json::json!("Orphan");
+        validate_cel(&from_spec::<T>(spec.clone()))
+            .unwrap_or_else(|e| panic!("{}: {e:?}", T::kind(&())));
+        spec["deletionPolicy"] = serde_json::json!("Snapshot");
+        rejected_with(
+            &from_spec::<T>(spec),
+            None,
+            "deletionPolicy Snapshot is for GpuInstance only",
+        );
+    }
+    let rule = serde_json::json!({"direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
+        "remoteIpPrefix": "0.0.0.0/0", "portRangeMin": 22, "portRangeMax": 22});
+    refused::<Volume>(serde_json::json!({"region": "us-east-1", "sizeGb": 10}));
+    refused::<Snapshot>(serde_json::json!({"instanceId": "vm-1"}));
+    refused::<Image>(serde_json::json!({"snapshotRef": {"name": "s"}}));
+    refused::<SshKey>(serde_json::json!({}));
+    refused::<Firewall>(serde_json::json!({"region": "us-east-1", "rules": [rule]}));
 }

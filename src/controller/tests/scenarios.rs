@@ -12,6 +12,7 @@ mod changes;
 mod deletion_protection;
 mod events;
 mod examples;
+mod final_snapshot;
 mod firewalls;
 mod idempotence;
 mod lifecycle;
