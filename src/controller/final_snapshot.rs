@@ -38,6 +38,9 @@ pub const FINAL_SNAPSHOT_OF_LABEL: &str = "gpucloud.io/final-snapshot-of";
 /// same name made by someone else is never taken for it.
 pub const FINAL_SNAPSHOT_OF_UID_ANNOTATION: &str = "gpucloud.io/final-snapshot-of-uid";
 
+/// How the description of every final snapshot starts, in the cloud too.
+pub const DESCRIPTION_PREFIX: &str = "final snapshot of GpuInstance ";
+
 /// The name of the Snapshot object that takes an instance's final snapshot.
 pub fn object_name(instance: &str) -> String {
     format!("{instance}-final")
@@ -80,6 +83,13 @@ pub async fn hold(
             "taking a final snapshot of {machine} (Snapshot {name}) before deleting it"
         )));
     };
+    // One being deleted (a final snapshot of an earlier instance of this name, say) is waited
+    // for, whoever made it.
+    if object.meta().deletion_timestamp.is_some() {
+        return Err(waiting(format!(
+            "Snapshot {name} is being deleted; a new final snapshot is taken once it is gone"
+        )));
+    }
     let ours = object
         .annotations()
         .get(FINAL_SNAPSHOT_OF_UID_ANNOTATION)
@@ -92,11 +102,6 @@ pub async fn hold(
                  delete or rename it, or set spec.deletionPolicy to Delete or Orphan"
             ),
         });
-    }
-    if object.meta().deletion_timestamp.is_some() {
-        return Err(waiting(format!(
-            "Snapshot {name} is being deleted; a new final snapshot is taken once it is gone"
-        )));
     }
     let Some(snapshot_id) = object.cloud_status().external_id else {
         // Its create waits for the machine to be ACTIVE.
@@ -287,7 +292,7 @@ fn final_object(instance: &GpuInstance, machine: &str) -> Snapshot {
             },
             instance_ref: None,
             instance_id: Some(machine.to_string()),
-            description: format!("final snapshot of GpuInstance {name}"),
+            description: format!("{DESCRIPTION_PREFIX}{name}"),
             labels: Vec::new(),
         },
     );

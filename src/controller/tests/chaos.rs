@@ -12,12 +12,13 @@
 //!
 //! Then a fault phase (`chaos/world.rs`): a few objects of every basic kind, presets adopted,
 //! then 6 to 12 random actions 20 to 300 ms apart: SshKeys, GpuInstances, Volumes and Firewalls
-//! created (some with `deletionPolicy: Orphan`) in one of the three team and account groups,
+//! created (some with `deletionPolicy: Orphan`, machines some with `Snapshot`) in one of the
+//! three team and account groups,
 //! Snapshots of running machines, Images of snapshots, Volumes cloned from volumes, machines
 //! restored from snapshots, presets adopted again once let go, deletes (a snapshot taking its
 //! images with it, or held by a machine being restored from it), power changes, attach and
 //! detach, resizes, rule and firewall target changes; operator kills at random and at crash
-//! points, watch disconnects, 410 Gone, 429 storms; in half the seeds one mass deletion of all
+//! points (one of them a final snapshot recorded before its machine's delete), watch disconnects, 410 Gone, 429 storms; in half the seeds one mass deletion of all
 //! or about half the teams' objects at once, and in a third one late create (the cloud carries
 //! out an object's first create 5 to 7.5 s after it arrived, past the client's timeout and the
 //! settle window, so the retry makes a duplicate). All under a seeded fault plan: cloud errors, 429
@@ -31,7 +32,9 @@
 //! duplicate reported (`DuplicateFound`) and deleted, foreign and observed resources exactly as
 //! made; no secret in any object, event or log line; every hostile object refused. Then every
 //! object is deleted: nothing left in either account but what `Orphan` objects and adoptions
-//! left on purpose (each still there, then removed by the harness), no finalizer, billing back
+//! left on purpose (each still there, then removed by the harness), exactly one available final
+//! snapshot of each `Snapshot` machine that recorded its id and none of a machine still there,
+//! no finalizer, billing back
 //! to the foreign resources' alone, and in the ledger no call of a team's key naming another
 //! team's, a foreign or an observed resource, nor a create without the team's mark.
 //!
@@ -106,6 +109,12 @@ pub struct RunStats {
     pub orphan_objects: u64,
     /// Resources found left behind on purpose once everything was deleted.
     pub kept_after_delete: u64,
+    /// GpuInstances created with `deletionPolicy: Snapshot`.
+    pub final_snapshot_objects: u64,
+    /// Final snapshots found in the cloud once everything was deleted, one per machine.
+    pub final_snapshots: u64,
+    /// Operator kills right after a final snapshot was recorded, before its machine's delete.
+    pub final_snapshot_kills: u64,
     pub mass_deletions: u64,
     /// Objects deleted by the mass deletions.
     pub mass_deleted: u64,
@@ -158,6 +167,9 @@ impl RunStats {
         self.observe_only_objects += other.observe_only_objects;
         self.orphan_objects += other.orphan_objects;
         self.kept_after_delete += other.kept_after_delete;
+        self.final_snapshot_objects += other.final_snapshot_objects;
+        self.final_snapshots += other.final_snapshots;
+        self.final_snapshot_kills += other.final_snapshot_kills;
         self.mass_deletions += other.mass_deletions;
         self.mass_deleted += other.mass_deleted;
         self.late_creates_armed += other.late_creates_armed;

@@ -2,7 +2,8 @@
 //! they stand and its ledger of every call that acted, with the key that made it.
 
 use crate::model::{
-    ACCOUNTS, Group, Kind, ObjectKey, Policy, TEAM_C, cloud_ids, kind_name, team_mark, team_of,
+    ACCOUNTS, Group, Kind, ObjectKey, Policy, TEAM_C, cloud_ids, final_snapshots, kind_name,
+    team_mark, team_of,
 };
 use crate::support::{NAMESPACE, OPERATOR_NAMESPACE};
 use crate::tenant::TENANT;
@@ -192,6 +193,12 @@ impl Run {
         for group in Group::ALL {
             let state = &states[group.account];
             let mark = team_mark(group.namespace);
+            // Left on purpose by deleted `deletionPolicy: Snapshot` machines (checked once
+            // everything is deleted).
+            let finals: Vec<String> = final_snapshots(state)
+                .into_iter()
+                .map(|(id, _, _)| id)
+                .collect();
             for kind in Kind::ALL {
                 let wanted: Vec<&ObjectKey> = self
                     .model
@@ -211,6 +218,7 @@ impl Run {
                         name.starts_with(&mark)
                             && !name.ends_with("-boot")
                             && !self.is_kept(id, name)
+                            && !finals.contains(id)
                     })
                     .collect();
                 if resources.len() != wanted.len() {
@@ -502,11 +510,17 @@ impl Run {
     ) -> Result<(), String> {
         let mut leaks: Vec<String> = Vec::new();
         let mut kept_found: Vec<(usize, Kind, String)> = Vec::new();
+        let mut finals_found: Vec<(usize, String)> = Vec::new();
         for account in 0..ACCOUNTS {
             let state = self.account(account);
+            let finals = self.check_final_snapshots(account, &state)?;
             for kind in Kind::ALL {
                 for (id, name) in cloud_ids(&state, kind) {
                     if !name.starts_with("gco-") || name.ends_with("-boot") {
+                        continue;
+                    }
+                    if kind == Kind::Snapshot && finals.contains(&id) {
+                        finals_found.push((account, id));
                         continue;
                     }
                     let kept = self.kept.iter().any(|k| {
@@ -567,9 +581,15 @@ impl Run {
         self.check_foreign(foreign)?;
         self.check_ledger()?;
         self.stats.kept_after_delete += kept_found.len() as u64;
+        self.stats.final_snapshots += finals_found.len() as u64;
 
         // The harness removes what was left on purpose, then billing must stop.
         let mut removals: Vec<(usize, Kind, String)> = kept_found;
+        removals.extend(
+            finals_found
+                .into_iter()
+                .map(|(account, id)| (account, Kind::Snapshot, id)),
+        );
         for (index, preset) in self.presets.iter().enumerate() {
             if self.preset_view(index).is_some() {
                 removals.push((0, preset.kind, preset.id.clone()));
@@ -613,6 +633,47 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// The final snapshots of an account once every object is deleted: one per machine, each
+    /// available, none of a machine still there, and exactly one of every machine a deleted
+    /// `deletionPolicy: Snapshot` GpuInstance had recorded. Returns their ids.
+    fn check_final_snapshots(
+        &self,
+        account: usize,
+        state: &AccountSnapshot,
+    ) -> Result<Vec<String>, String> {
+        let finals = final_snapshots(state);
+        let mut machines: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (id, machine, status) in &finals {
+            machines.entry(machine).or_default().push(id);
+            if *status != gpucloud_cloud::model::SnapshotStatus::Available {
+                return Err(format!(
+                    "the final snapshot {id} of {machine} in account {account} is {status}"
+                ));
+            }
+            if state.instances.iter().any(|i| &i.instance_id == machine) {
+                return Err(format!(
+                    "{machine} has a final snapshot {id} in account {account} but is still there"
+                ));
+            }
+        }
+        if let Some((machine, ids)) = machines.iter().find(|(_, ids)| ids.len() > 1) {
+            return Err(format!(
+                "duplicate final snapshots of {machine} in account {account}: {ids:?}"
+            ));
+        }
+        for deleted in self.final_snapshots.iter().filter(|f| f.account == account) {
+            if let Some(machine) = &deleted.machine
+                && !machines.contains_key(machine.as_str())
+            {
+                return Err(format!(
+                    "GpuInstance {} (deletionPolicy Snapshot) recorded {machine}, yet no final snapshot of it is in account {account}",
+                    deleted.object
+                ));
+            }
+        }
+        Ok(finals.into_iter().map(|(id, _, _)| id).collect())
     }
 
     /// From the simulator's ledger: every call a team's key made named only that team's

@@ -301,6 +301,37 @@ pub struct Preset {
     pub view: Value,
 }
 
+/// A GpuInstance with `deletionPolicy: Snapshot` the harness deleted.
+#[derive(Clone, Debug)]
+pub struct FinalSnapshotOf {
+    pub object: ObjectKey,
+    pub account: usize,
+    /// The machine it had recorded when the harness listed it before deleting it: exactly one
+    /// final snapshot of it must be left. (One recorded later has at most one.)
+    pub machine: Option<String>,
+}
+
+/// The final snapshots in an account (their description says so): id, source machine, status.
+pub fn final_snapshots(
+    state: &AccountSnapshot,
+) -> Vec<(String, String, gpucloud_cloud::model::SnapshotStatus)> {
+    state
+        .snapshots
+        .iter()
+        .filter(|s| {
+            s.description
+                .starts_with(gpucloud_controller::final_snapshot::DESCRIPTION_PREFIX)
+        })
+        .map(|s| {
+            (
+                s.snapshot_id.clone(),
+                s.instance_id.clone(),
+                s.status.clone(),
+            )
+        })
+        .collect()
+}
+
 /// A resource an object with `deletionPolicy: Orphan` leaves behind when it is deleted.
 #[derive(Clone, Debug)]
 pub struct Kept {

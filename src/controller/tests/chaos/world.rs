@@ -2,7 +2,7 @@
 //! then the invariants checked against the simulator's records (`chaos/checks.rs`).
 
 use crate::model::{
-    ACCOUNTS, Group, HARNESS_KEY, Kept, Kind, Model, ObjectKey, Policy, Preset,
+    ACCOUNTS, FinalSnapshotOf, Group, HARNESS_KEY, Kept, Kind, Model, ObjectKey, Policy, Preset,
     SECOND_ACCOUNT_SECRET, TEAM_C, TEAM_C_SECRET, Wanted, kind_name,
 };
 use crate::support::{Env, NAMESPACE, test_config};
@@ -62,12 +62,16 @@ enum CrashPoint {
     AfterCreateCall,
     /// The cloud answered a delete; the finalizer is still there.
     MidDelete,
+    /// The cloud answered the read by id of a final snapshot: the GpuInstance is about to
+    /// record it and delete its machine (the kill lands before, between or after those).
+    FinalSnapshotRead,
 }
 
 /// Sees every cloud call the operator makes and signals when an armed crash point is hit.
 #[derive(Default)]
 struct CrashObserver {
     armed: Mutex<Option<CrashPoint>>,
+    last_fired: Mutex<Option<CrashPoint>>,
     fired: Notify,
 }
 
@@ -81,8 +85,12 @@ impl CrashObserver {
     }
 
     fn fire(&self) {
-        *self.armed.lock().unwrap() = None;
+        *self.last_fired.lock().unwrap() = self.armed.lock().unwrap().take();
         self.fired.notify_one();
+    }
+
+    fn last_fired(&self) -> Option<CrashPoint> {
+        *self.last_fired.lock().unwrap()
     }
 }
 
@@ -94,6 +102,7 @@ impl CallObserver for CrashObserver {
                 name.starts_with("Create") || name == "RestoreSnapshot" || name == "CloneVolume"
             }
             Some(CrashPoint::MidDelete) => name.starts_with("Delete"),
+            Some(CrashPoint::FinalSnapshotRead) => name == "GetSnapshot",
             _ => false,
         };
         if hit {
@@ -125,6 +134,8 @@ pub(crate) struct Run {
     pub presets: Vec<Preset>,
     /// Resources of deleted `deletionPolicy: Orphan` objects, to be left in the cloud.
     pub kept: Vec<Kept>,
+    /// Deleted GpuInstances with `deletionPolicy: Snapshot`, whose final snapshots stay.
+    pub final_snapshots: Vec<FinalSnapshotOf>,
     pub late: Option<LateTarget>,
     pub stats: RunStats,
     observer: Arc<CrashObserver>,
@@ -195,6 +206,7 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
         model: Model::default(),
         presets: Vec::new(),
         kept: Vec::new(),
+        final_snapshots: Vec::new(),
         late: None,
         stats: RunStats::default(),
         observer,
@@ -551,6 +563,9 @@ impl Run {
                 self.observer.armed() == Some(CrashPoint::BeforeCreate) && down_until.is_none();
             tokio::select! {
                 () = self.observer.fired.notified(), if down_until.is_none() => {
+                    if self.observer.last_fired() == Some(CrashPoint::FinalSnapshotRead) {
+                        self.stats.final_snapshot_kills += 1;
+                    }
                     self.kill("crash point hit").await;
                 }
                 _ = before_create_poll.tick(), if polling => {
@@ -639,7 +654,8 @@ impl Run {
                     CrashPoint::BeforeCreate,
                     CrashPoint::AfterCreateCall,
                     CrashPoint::MidDelete,
-                ][self.rng.random_range(0..3)];
+                    CrashPoint::FinalSnapshotRead,
+                ][self.rng.random_range(0..4)];
                 self.observer.arm(point);
                 self.stats.crash_points_armed += 1;
                 self.note(format!("crash point armed: {point:?}"));
@@ -776,8 +792,13 @@ impl Run {
                 } else {
                     "Running"
                 };
-                json!({"region": "us-east-1", "gpuType": "L40S",
-                    "osImage": "ubuntu-22.04-cuda-12", "powerState": power})
+                let mut spec = json!({"region": "us-east-1", "gpuType": "L40S",
+                    "osImage": "ubuntu-22.04-cuda-12", "powerState": power});
+                // Some are deleted through a final snapshot (`create` overrides it for Orphan).
+                if self.rng.random_bool(0.25) {
+                    spec["deletionPolicy"] = json!("Snapshot");
+                }
+                spec
             }
             Kind::Volume => {
                 let mut spec =
@@ -818,6 +839,9 @@ impl Run {
         if let Some(secret) = group.secret() {
             spec["credentialsSecretRef"] = json!({"name": secret});
         }
+        let final_snapshot = kind == Kind::Instance
+            && policy == Policy::Manage
+            && spec["deletionPolicy"] == "Snapshot";
         match policy {
             Policy::Manage => {}
             Policy::Orphan => spec["deletionPolicy"] = json!("Orphan"),
@@ -864,6 +888,9 @@ impl Run {
                 }
                 if group.account != 0 {
                     self.stats.second_account_objects += 1;
+                }
+                if final_snapshot {
+                    self.stats.final_snapshot_objects += 1;
                 }
                 if policy == Policy::Orphan {
                     self.stats.orphan_objects += 1;
@@ -1023,8 +1050,13 @@ impl Run {
                 } else {
                     "Running"
                 };
-                json!({"region": "us-east-1", "gpuType": "L40S",
-                    "osImage": "ubuntu-22.04-cuda-12", "powerState": power})
+                let mut spec = json!({"region": "us-east-1", "gpuType": "L40S",
+                    "osImage": "ubuntu-22.04-cuda-12", "powerState": power});
+                // Some are deleted through a final snapshot (`create` overrides it for Orphan).
+                if self.rng.random_bool(0.25) {
+                    spec["deletionPolicy"] = json!("Snapshot");
+                }
+                spec
             }
             Kind::Volume => {
                 let mut size = 20 + self.rng.random_range(0..10);
@@ -1293,6 +1325,16 @@ impl Run {
             return;
         };
         let recorded = seen.get(key).and_then(|s| s.status.external_id.clone());
+        if wanted.kind == Kind::Instance
+            && wanted.policy == Policy::Manage
+            && wanted.spec["deletionPolicy"] == "Snapshot"
+        {
+            self.final_snapshots.push(FinalSnapshotOf {
+                object: key.clone(),
+                account: wanted.group.account,
+                machine: recorded.clone(),
+            });
+        }
         if let Some(preset) = self
             .presets
             .iter_mut()
