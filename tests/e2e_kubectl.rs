@@ -460,6 +460,25 @@ async fn readme_session_with_kubectl() {
         !refused.status.success() && stderr.contains("description is immutable"),
         "{stderr}"
     );
+    // A final snapshot on delete is for machines only.
+    let refused = kubectl
+        .run(&[
+            "patch",
+            "firewall",
+            "research-edge",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"deletionPolicy":"Snapshot"}}"#,
+        ])
+        .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("spec.deletionPolicy")
+            && stderr.contains("deletionPolicy Snapshot is for GpuInstance only"),
+        "{stderr}"
+    );
     // A startup script over the cloud's limit is refused before anything is created.
     let oversize = scratch.0.join("oversize.yaml");
     std::fs::write(
