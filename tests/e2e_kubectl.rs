@@ -413,72 +413,45 @@ async fn readme_session_with_kubectl() {
             "jsonpath={.metadata.generation}",
         ])
         .await;
-    for (patch, says) in [
+    let machine = ("gpuinstance", "train-1");
+    let firewall = ("firewall", "research-edge");
+    for ((kind, name), patch, says) in [
         (
+            machine,
             r#"{"spec":{"powerState":"Hibernated"}}"#,
             "powerState Hibernated needs tier Legacy",
         ),
         (
+            machine,
             r#"{"spec":{"startupScript":{"inline":"echo changed"}}}"#,
             "startupScript is immutable",
         ),
         (
+            machine,
             r#"{"spec":{"sshKeyRefs":[{"name":"another-key"}]}}"#,
             "sshKeyRefs is immutable",
         ),
+        (
+            firewall,
+            r#"{"spec":{"description":"changed"}}"#,
+            "description is immutable",
+        ),
+        // A final snapshot on delete is for machines only.
+        (
+            firewall,
+            r#"{"spec":{"deletionPolicy":"Snapshot"}}"#,
+            "spec.deletionPolicy: Invalid value: \"object\": deletionPolicy Snapshot is for GpuInstance only",
+        ),
     ] {
         let refused = kubectl
-            .run(&[
-                "patch",
-                "gpuinstance",
-                "train-1",
-                "--type",
-                "merge",
-                "-p",
-                patch,
-            ])
+            .run(&["patch", kind, name, "--type", "merge", "-p", patch])
             .await;
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(
             !refused.status.success() && stderr.contains(says),
-            "{patch}: {stderr}"
+            "{kind} {patch}: {stderr}"
         );
     }
-    let refused = kubectl
-        .run(&[
-            "patch",
-            "firewall",
-            "research-edge",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"description":"changed"}}"#,
-        ])
-        .await;
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success() && stderr.contains("description is immutable"),
-        "{stderr}"
-    );
-    // A final snapshot on delete is for machines only.
-    let refused = kubectl
-        .run(&[
-            "patch",
-            "firewall",
-            "research-edge",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"deletionPolicy":"Snapshot"}}"#,
-        ])
-        .await;
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success()
-            && stderr.contains("spec.deletionPolicy")
-            && stderr.contains("deletionPolicy Snapshot is for GpuInstance only"),
-        "{stderr}"
-    );
     // A startup script over the cloud's limit is refused before anything is created.
     let oversize = scratch.0.join("oversize.yaml");
     std::fs::write(

@@ -8,10 +8,8 @@ use crate::support;
 use gpucloud_api::*;
 use gpucloud_controller::final_snapshot::{FINAL_SNAPSHOT_OF_LABEL, object_name};
 use gpucloud_controller::orphans::RELEASED_CONFIGMAP;
-use gpucloud_simulator::SimulatorConfig;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams};
-use std::time::Duration;
 use support::*;
 
 fn machine(name: &str, extra: serde_json::Value) -> GpuInstance {
@@ -83,11 +81,7 @@ async fn a_stopped_machine_is_started_snapshotted_then_deleted_and_its_snapshot_
         .unwrap();
     let waiting: GpuInstance =
         condition(&env, "trainer", "Reconciling", "True", "FinalSnapshot").await;
-    let message = waiting
-        .cloud_status()
-        .condition("Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = ready_message(&waiting);
     assert!(message.contains("trainer-final"), "{message}");
 
     let snapshot_id = machine_gone_after_its_snapshot(&env, &id).await;
@@ -128,15 +122,7 @@ async fn a_stopped_machine_is_started_snapshotted_then_deleted_and_its_snapshot_
 /// object a new machine is restored from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_final_snapshot_survives_operator_kills_once_and_restores() {
-    let simulator = SimulatorConfig {
-        delays: gpucloud_simulator::Delays {
-            snapshot: Duration::from_secs(3),
-            ..gpucloud_simulator::Delays::fast()
-        },
-        ..SimulatorConfig::default()
-    };
-    let mut env = Env::without_operator(simulator).await;
-    env.start_operator(test_config(&env.simulator));
+    let mut env = Env::start_with_slow_snapshots(3).await;
     create(
         &env,
         &machine(
@@ -225,11 +211,7 @@ async fn a_snapshot_object_of_the_same_name_blocks_the_deletion_and_keeps_the_ma
         .unwrap();
     let blocked: GpuInstance =
         condition(&env, "busy", "Stalled", "True", "FinalSnapshotBlocked").await;
-    let message = blocked
-        .cloud_status()
-        .condition("Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = ready_message(&blocked);
     assert!(message.contains("busy-final"), "{message}");
     assert!(
         env.simulator

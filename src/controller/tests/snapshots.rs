@@ -46,14 +46,6 @@ fn image_of(name: &str, snapshot: &str) -> Image {
     object(name, serde_json::json!({"snapshotRef": {"name": snapshot}}))
 }
 
-fn message<K: Managed>(object: &K) -> String {
-    object
-        .cloud_status()
-        .condition("Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_machines() {
     let mut env = Env::start().await;
@@ -78,9 +70,9 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     )
     .await;
     assert!(
-        message(&waiting).contains("trainer"),
+        ready_message(&waiting).contains("trainer"),
         "{}",
-        message(&waiting)
+        ready_message(&waiting)
     );
     let waiting: GpuInstance = condition(
         &env,
@@ -91,9 +83,9 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     )
     .await;
     assert!(
-        message(&waiting).contains("epoch-3"),
+        ready_message(&waiting).contains("epoch-3"),
         "{}",
-        message(&waiting)
+        ready_message(&waiting)
     );
     condition::<Image>(&env, "golden", "Reconciling", "True", "WaitingForReference").await;
     condition::<GpuInstance>(
@@ -116,9 +108,9 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     let waiting: Snapshot =
         condition(&env, "epoch-3", "Reconciling", "True", "WaitingForInstance").await;
     assert!(
-        message(&waiting).contains("SHUTOFF"),
+        ready_message(&waiting).contains("SHUTOFF"),
         "{}",
-        message(&waiting)
+        ready_message(&waiting)
     );
     assert_eq!(env.calls("CreateSnapshot"), 0);
 
@@ -198,7 +190,7 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
         .await
         .unwrap();
     let held: Snapshot = condition(&env, "epoch-3", "Ready", "False", "DependentsExist").await;
-    let why = message(&held);
+    let why = ready_message(&held);
     assert!(
         why.contains("Image golden")
             && !why.contains("tenant-img")
@@ -224,9 +216,9 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     assert!(env.simulator.state().snapshots.is_empty());
     let orphaned: Image = condition(&env, "golden", "Stalled", "True", "SourceDeleted").await;
     assert!(
-        message(&orphaned).contains("epoch-3"),
+        ready_message(&orphaned).contains("epoch-3"),
         "{}",
-        message(&orphaned)
+        ready_message(&orphaned)
     );
     assert!(env.simulator.state().images.is_empty());
 
@@ -274,7 +266,11 @@ async fn deleting_a_snapshot_waits_for_the_machine_being_restored_from_it() {
         .await
         .unwrap();
     let held: Snapshot = condition(&env, "snap", "Reconciling", "True", "Deleting").await;
-    assert!(message(&held).contains("later"), "{}", message(&held));
+    assert!(
+        ready_message(&held).contains("later"),
+        "{}",
+        ready_message(&held)
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         env.api::<Snapshot>()
@@ -316,15 +312,7 @@ async fn deleting_a_snapshot_waits_for_the_machine_being_restored_from_it() {
 /// deleting Snapshot no longer records (found by the chaos runs: both waited for ever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_deleted_while_still_creating_lets_its_restore_finish() {
-    let simulator = SimulatorConfig {
-        delays: gpucloud_simulator::Delays {
-            snapshot: Duration::from_secs(3),
-            ..gpucloud_simulator::Delays::fast()
-        },
-        ..SimulatorConfig::default()
-    };
-    let mut env = Env::without_operator(simulator).await;
-    env.start_operator(test_config(&env.simulator));
+    let mut env = Env::start_with_slow_snapshots(3).await;
     create(&env, &machine("src", serde_json::json!({}))).await;
     ready::<GpuInstance>(&env, "src").await;
     create(&env, &snapshot_of("snap", "src")).await;
@@ -343,7 +331,11 @@ async fn a_snapshot_deleted_while_still_creating_lets_its_restore_finish() {
     create(&env, &restored("copy", "snap")).await;
     api.delete("snap", &DeleteParams::default()).await.unwrap();
     let held: Snapshot = condition(&env, "snap", "Reconciling", "True", "Deleting").await;
-    assert!(message(&held).contains("copy"), "{}", message(&held));
+    assert!(
+        ready_message(&held).contains("copy"),
+        "{}",
+        ready_message(&held)
+    );
 
     let copy: GpuInstance = ready(&env, "copy").await;
     assert_eq!(
@@ -523,7 +515,11 @@ async fn an_image_gone_before_any_list_showed_it_says_so() {
         .unwrap();
     assert!(env.simulator.state().images.is_empty());
     let gone: Image = condition(&env, "img", "Stalled", "True", "SourceDeleted").await;
-    assert!(message(&gone).contains("snap"), "{}", message(&gone));
+    assert!(
+        ready_message(&gone).contains("snap"),
+        "{}",
+        ready_message(&gone)
+    );
     env.stop_operator().await;
 }
 
@@ -571,9 +567,9 @@ async fn snapshot_by_cloud_id_and_refused_restores() {
     .await;
     let refused: Snapshot = condition(&env, "unknown", "Stalled", "True", "InvalidSpec").await;
     assert!(
-        message(&refused).contains("vm-ffffffffffff"),
+        ready_message(&refused).contains("vm-ffffffffffff"),
         "{}",
-        message(&refused)
+        ready_message(&refused)
     );
 
     // A restore is in the snapshot's region: another region in the spec is refused.
@@ -582,9 +578,9 @@ async fn snapshot_by_cloud_id_and_refused_restores() {
     create(&env, &elsewhere).await;
     let refused: GpuInstance = condition(&env, "elsewhere", "Stalled", "True", "InvalidSpec").await;
     assert!(
-        message(&refused).contains("us-east-1"),
+        ready_message(&refused).contains("us-east-1"),
         "{}",
-        message(&refused)
+        ready_message(&refused)
     );
     assert_eq!(env.calls("RestoreSnapshot"), 0);
 

@@ -122,7 +122,24 @@ impl Env {
 
     /// The whole environment with the operator running.
     pub async fn start() -> Env {
-        let mut env = Env::without_operator(SimulatorConfig::default()).await;
+        Env::start_with(SimulatorConfig::default()).await
+    }
+
+    /// As `start`, with the cloud's snapshots `creating` for `seconds`: long enough to act
+    /// while one is being made.
+    pub async fn start_with_slow_snapshots(seconds: u64) -> Env {
+        Env::start_with(SimulatorConfig {
+            delays: gpucloud_simulator::Delays {
+                snapshot: Duration::from_secs(seconds),
+                ..gpucloud_simulator::Delays::fast()
+            },
+            ..SimulatorConfig::default()
+        })
+        .await
+    }
+
+    async fn start_with(simulator: SimulatorConfig) -> Env {
+        let mut env = Env::without_operator(simulator).await;
         env.start_operator(test_config(&env.simulator));
         env
     }
@@ -389,6 +406,15 @@ where
         }
     })
     .await
+}
+
+/// The message of the object's `Ready` condition (empty without one).
+pub fn ready_message<K: gpucloud_api::Managed>(object: &K) -> String {
+    object
+        .cloud_status()
+        .condition("Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
 }
 
 /// Waits until `name` is gone from the API server.
