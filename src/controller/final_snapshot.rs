@@ -106,8 +106,14 @@ pub async fn hold(
     let Some(snapshot_id) = object.cloud_status().external_id else {
         // Its create waits for the machine to be ACTIVE.
         if !machine_active(cx, account, &machine).await? {
-            // Gone before its snapshot was taken: nothing is left to keep, and the object
-            // (with whatever its create may have made) goes the way of any other.
+            // Gone before its snapshot was taken: nothing is left to keep. An object whose
+            // create may have happened (its answer lost) is left to find it first, so no
+            // snapshot made is deleted unseen.
+            if object.cloud_status().pending_create.is_some() {
+                return Err(waiting(format!(
+                    "{machine} is gone; waiting for the create of Snapshot {name} to settle"
+                )));
+            }
             snapshots.delete(&name, &DeleteParams::default()).await?;
             return Ok(());
         }
@@ -118,14 +124,14 @@ pub async fn hold(
     // Read by id: the machine goes only once the cloud itself says the snapshot is there.
     let cloud = match account.client.get_snapshot(&snapshot_id).await {
         Ok(cloud) => cloud,
+        // One read is no proof it is gone (a cloud's index may lag its create): the machine
+        // stays, and a snapshot really gone shows on the Snapshot object as `ExternalDeleted`.
         Err(e) if e.is_not_found() => {
-            return Err(Error::Blocked {
-                reason: reason::FINAL_SNAPSHOT_BLOCKED,
-                message: format!(
-                    "the final snapshot {snapshot_id} (Snapshot {name}) is gone from the cloud: \
-                     delete Snapshot {name} to take another"
-                ),
-            });
+            return Err(waiting(format!(
+                "the cloud does not find the final snapshot {snapshot_id} (Snapshot {name}); \
+                 the machine is kept. Should Snapshot {name} report ExternalDeleted, delete it \
+                 to take another"
+            )));
         }
         Err(e) => return Err(e.into()),
     };
