@@ -198,12 +198,17 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
                         i.spec.ssh_key_refs.iter().any(|r| r.name == key.name_any())
                     })
                 })
+                // Snapshots restored from, and the final snapshot a deleting instance waits
+                // for (its progress, or a foreign one of that name going).
                 .watches_shared_stream(snapshots.subscribe(), move |snapshot| {
                     by_snapshot.referrers(snapshot.as_ref(), |i| {
                         i.spec
                             .source
                             .as_ref()
                             .is_some_and(|s| s.snapshot_ref.name == snapshot.name_any())
+                            || i.meta().deletion_timestamp.is_some()
+                                && crate::final_snapshot::object_name(&i.name_any())
+                                    == snapshot.name_any()
                     })
                 })
                 .watches_shared_stream(images.subscribe(), move |image| {
