@@ -181,9 +181,10 @@ pub async fn hold(
     let kept = if keep {
         format!("kept as Snapshot {name}")
     } else {
-        "left in the cloud when Snapshot {name} goes; restore it through a Snapshot adopting \
-         it with gpucloud.io/external-id"
-            .replace("{name}", &name)
+        format!(
+            "left in the cloud when Snapshot {name} goes; restore it through a Snapshot \
+             adopting it with gpucloud.io/external-id"
+        )
     };
     crate::reconcile::publish(
         cx,
