@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
 
 fn print_only(command: &Command) -> anyhow::Result<()> {
     match command {
-        Command::Crds => print!("{}", gpucloud_api::crds_yaml()?),
+        Command::Crds => print!("{}", gpucloud_controller::registry::crds_yaml()?),
         _ => println!("gpucloud-operator {}", env!("CARGO_PKG_VERSION")),
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! Custom resource types of the `gpucloud.io` API group, version `v1alpha1`.
 //!
 //! The Rust types are the source of truth: the CRD YAML in `crds/` is generated from them
-//! (`gpucloud-operator crds`) and a test fails when the two differ.
+//! (`gpucloud-operator crds`, through the operator's kind registry) and a test fails when
+//! the two differ.
 
 // Several `printcolumn(..)` entries in one `#[kube(..)]` repeat keys such as `type_`, which
 // clippy mistakes for duplicated attributes.
@@ -29,49 +30,16 @@ pub use ssh_key::{SshKey, SshKeySpec, SshKeyStatus};
 pub use volume::{Volume, VolumeSpec, VolumeStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 
 /// The API group of every kind.
 pub const GROUP: &str = "gpucloud.io";
 
 /// A kind as the reference and the CRDs see it: its CRD, and how a change of each of its own
-/// spec fields is carried out (the shared ones are in [`MANAGED_ON_CHANGE`]).
+/// spec fields is carried out (the shared ones are in [`MANAGED_ON_CHANGE`]). The list of
+/// kinds is the operator's kind registry (`gpucloud_controller::registry`).
 pub struct KindReference {
     pub crd: CustomResourceDefinition,
     pub on_change: &'static [(&'static str, OnChange)],
-}
-
-/// Every kind, in a stable order.
-pub fn kinds() -> Vec<KindReference> {
-    fn kind<K: CustomResourceExt>(on_change: &'static [(&'static str, OnChange)]) -> KindReference {
-        KindReference {
-            crd: K::crd(),
-            on_change,
-        }
-    }
-    vec![
-        kind::<Firewall>(Firewall::ON_CHANGE),
-        kind::<GpuInstance>(GpuInstance::ON_CHANGE),
-        kind::<Image>(Image::ON_CHANGE),
-        kind::<Snapshot>(Snapshot::ON_CHANGE),
-        kind::<SshKey>(SshKey::ON_CHANGE),
-        kind::<Volume>(Volume::ON_CHANGE),
-    ]
-}
-
-/// The CRDs of every kind, in a stable order.
-pub fn crds() -> Vec<CustomResourceDefinition> {
-    kinds().into_iter().map(|k| k.crd).collect()
-}
-
-/// The CRDs as one multi-document YAML stream, as written to `crds/`.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
-    let mut out = String::new();
-    for crd in crds() {
-        out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
-    }
-    Ok(out)
 }
 
 /// Access to what every managed kind shares, whatever the kind.
@@ -82,11 +50,14 @@ pub trait Managed {
     fn cloud_status(&self) -> CloudStatus;
     /// The common part of the status, borrowed; `None` when there is no status yet.
     fn cloud_status_ref(&self) -> Option<&CloudStatus>;
+    /// How a change of each of the kind's own spec fields is carried out.
+    const ON_CHANGE: &'static [(&'static str, OnChange)];
 }
 
 macro_rules! impl_managed {
     ($($kind:ty),*) => {$(
         impl Managed for $kind {
+            const ON_CHANGE: &'static [(&'static str, OnChange)] = <$kind>::ON_CHANGE;
             fn managed(&self) -> &ManagedFields {
                 &self.spec.managed
             }

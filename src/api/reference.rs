@@ -9,7 +9,7 @@ use std::fmt::Write;
 pub fn markdown(kinds: &[KindReference]) -> String {
     let mut out = String::from(
         "# CRD field reference\n\nGenerated from the CustomResourceDefinitions (`gpucloud-operator crds`) \
-         and each kind's `ON_CHANGE` table; regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-api --test crds`.\n\
+         and each kind's `ON_CHANGE` table; regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry`.\n\
          Every kind is namespaced, in API group `gpucloud.io`, version `v1alpha1`, category `gpucloud`.\n\n\
          The `on change` column says what a change of a spec field after creation does: *applied* \
          (the operator makes the cloud match, and the object is `Ready` for the new generation \

@@ -298,7 +298,7 @@ pub async fn ensure_crds_installed(client: &kube::Client) -> Result<(), Error> {
     // Asked all at once, for metadata only (a CRD's schema is large, and only its existence
     // matters here): the operator's start waits for the answers.
     let crds = &crds;
-    let lookups = gpucloud_api::crds().into_iter().map(|crd| async move {
+    let lookups = crate::registry::crds().into_iter().map(|crd| async move {
         let name = crd.metadata.name.unwrap_or_default();
         match crds.get_metadata_opt(&name).await {
             Ok(Some(_)) => Ok(()),

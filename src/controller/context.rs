@@ -287,7 +287,7 @@ impl<K: ManagedKind> Context<K> {
         match observers.get(&account.fingerprint) {
             Some(observer) if observer.is_running() => observer.clone(),
             _ => {
-                let observer = Observer::spawn::<K::Lister>(
+                let observer = Observer::spawn::<K::Cloud>(
                     account.clone(),
                     self.settings.observe,
                     self.changes.clone(),

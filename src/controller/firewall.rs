@@ -11,17 +11,38 @@ use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
 use crate::gpu_instance::{rule_diff, to_cloud_rule};
-use crate::kind::{ManagedKind, Record, WhenGone};
-use crate::records::Firewalls;
+use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::observer::CloudResource;
+use crate::records::{cloud_record, found, gone};
 use gpucloud_api::{CloudStatus, Firewall, FirewallStatus, GpuInstance, Managed, SecurityRule};
 use gpucloud_cloud::model::{CreateFirewallRequest, Firewall as CloudFirewall};
+use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::api::ListParams;
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeSet;
 
 impl ManagedKind for Firewall {
-    type Lister = Firewalls;
+    type Cloud = Firewalls;
+    const REFERS_TO: &'static [(&'static str, &'static str)] = &[
+        ("GpuInstance", "spec.instanceRefs"),
+        ("GpuInstance", "spec.instanceSelector"),
+    ];
+
+    fn references(&self) -> Vec<Reference> {
+        if self.spec.instance_selector.is_some() {
+            // Matching or not: a machine whose labels stop matching must be detached too.
+            return vec![Reference::Every {
+                kind: "GpuInstance",
+            }];
+        }
+        self.spec
+            .instance_refs
+            .iter()
+            .map(|r| Reference::named("GpuInstance", &r.name))
+            .collect()
+    }
+
     const WHEN_GONE: WhenGone = WhenGone::Recreate;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
@@ -138,26 +159,6 @@ impl ManagedKind for Firewall {
     fn in_use(record: &CloudFirewall) -> bool {
         !record.attachments.is_empty()
     }
-
-    async fn delete(
-        _cx: &Context<Self>,
-        account: &Account,
-        record: &CloudFirewall,
-    ) -> Result<(), Error> {
-        // The cloud refuses to delete a firewall still attached to machines.
-        if !record.attachments.is_empty() {
-            match account.client.attach_firewall(&record.id, &[]).await {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        match account.client.delete_firewall(&record.id).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
 }
 
 /// The machines the firewall should be attached to, and the first reference that cannot be
@@ -257,4 +258,37 @@ async fn check_protocols(account: &Account, rules: &[&SecurityRule]) -> Result<(
         }
     }
     Ok(())
+}
+
+// === Cloud calls ===
+
+// The cloud reports no state for firewalls: a listed firewall is in force.
+cloud_record!(CloudFirewall, id: id, name: name, state: "available");
+
+/// The cloud's firewalls.
+pub struct Firewalls;
+
+impl CloudResource for Firewalls {
+    type Record = CloudFirewall;
+    const LABEL: &'static str = "firewall";
+
+    async fn list(client: CloudClient) -> Result<Vec<CloudFirewall>, CloudError> {
+        Ok(client.list_firewalls().await?.firewalls)
+    }
+
+    async fn get(client: CloudClient, id: String) -> Result<Option<CloudFirewall>, CloudError> {
+        found(client.get_firewall(&id).await)
+    }
+
+    async fn delete(client: CloudClient, record: CloudFirewall) -> Result<(), CloudError> {
+        // The cloud refuses to delete a firewall still attached to machines.
+        if !record.attachments.is_empty() {
+            match client.attach_firewall(&record.id, &[]).await {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        gone(client.delete_firewall(&record.id).await)
+    }
 }

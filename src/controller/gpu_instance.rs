@@ -5,8 +5,9 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Record, WhenGone};
-use crate::records::Instances;
+use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::observer::CloudResource;
+use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::{
@@ -17,6 +18,7 @@ use gpucloud_cloud::model::{
     CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
     SecurityRule as CloudRule, SnapshotStatus as CloudSnapshotStatus, Tier as CloudTier, VmStatus,
 };
+use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::PostParams;
@@ -24,8 +26,50 @@ use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeMap;
 
 impl ManagedKind for GpuInstance {
-    type Lister = Instances;
+    type Cloud = Instances;
     const WHEN_GONE: WhenGone = WhenGone::Report;
+    const REFERS_TO: &'static [(&'static str, &'static str)] = &[
+        ("SshKey", "spec.sshKeyRefs"),
+        ("Image", "spec.imageRef"),
+        ("Snapshot", "spec.source.snapshotRef"),
+        (
+            "Snapshot",
+            "its final snapshot `<name>-final`, while deleting",
+        ),
+        ("ConfigMap", "spec.startupScript.configMapRef"),
+    ];
+
+    fn references(&self) -> Vec<Reference> {
+        let spec = &self.spec;
+        let mut references: Vec<Reference> = spec
+            .ssh_key_refs
+            .iter()
+            .map(|r| Reference::named("SshKey", &r.name))
+            .collect();
+        references.extend(
+            spec.image_ref
+                .iter()
+                .map(|r| Reference::named("Image", &r.name)),
+        );
+        references.extend(
+            spec.source
+                .iter()
+                .map(|s| Reference::named("Snapshot", &s.snapshot_ref.name)),
+        );
+        if self.meta().deletion_timestamp.is_some() {
+            references.push(Reference::named(
+                "Snapshot",
+                crate::final_snapshot::object_name(&self.name_any()),
+            ));
+        }
+        references.extend(
+            spec.startup_script
+                .as_ref()
+                .and_then(|s| s.config_map_ref.as_ref())
+                .map(|r| Reference::named("ConfigMap", &r.name)),
+        );
+        references
+    }
 
     /// The rate the cloud gave for the machine, while it has one.
     fn hourly_cost(&self) -> Option<(f64, String)> {
@@ -368,34 +412,6 @@ impl ManagedKind for GpuInstance {
     async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
         crate::final_snapshot::release(self, cx).await
     }
-
-    async fn delete(
-        _cx: &Context<Self>,
-        account: &Account,
-        record: &Instance,
-    ) -> Result<(), Error> {
-        if record.status == InstanceStatus::Deleting {
-            return Ok(());
-        }
-        // Data volumes are detached first, so they outlive the machine with their data
-        // whatever the cloud does with volumes still attached to a deleted instance.
-        if !record.volume_ids.is_empty() {
-            match account
-                .client
-                .detach_volumes(&record.instance_id, &record.volume_ids)
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        match account.client.delete_instance(&record.instance_id).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
 }
 
 /// Keys of the connection Secret.
@@ -717,6 +733,45 @@ pub(crate) fn to_cloud_rule(rule: &SecurityRule) -> NewRule {
         remote_ip_prefix: rule.remote_ip_prefix.clone(),
         port_range_min: rule.port_range_min.and_then(|p| u32::try_from(p).ok()),
         port_range_max: rule.port_range_max.and_then(|p| u32::try_from(p).ok()),
+    }
+}
+
+// === Cloud calls ===
+
+cloud_record!(Instance, id: instance_id, name: vm_name, state: status);
+
+/// The cloud's machines.
+pub struct Instances;
+
+impl CloudResource for Instances {
+    type Record = Instance;
+    const LABEL: &'static str = "instance";
+
+    async fn list(client: CloudClient) -> Result<Vec<Instance>, CloudError> {
+        Ok(client.list_instances().await?.instances)
+    }
+
+    async fn get(client: CloudClient, id: String) -> Result<Option<Instance>, CloudError> {
+        found(client.get_instance(&id).await)
+    }
+
+    async fn delete(client: CloudClient, record: Instance) -> Result<(), CloudError> {
+        if record.status == InstanceStatus::Deleting {
+            return Ok(());
+        }
+        // Data volumes are detached first, so they outlive the machine with their data
+        // whatever the cloud does with volumes still attached to a deleted instance.
+        if !record.volume_ids.is_empty() {
+            match client
+                .detach_volumes(&record.instance_id, &record.volume_ids)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        gone(client.delete_instance(&record.instance_id).await)
     }
 }
 

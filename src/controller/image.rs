@@ -7,15 +7,23 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Record, WhenGone};
-use crate::records::Images;
+use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::observer::CloudResource;
+use crate::records::{cloud_record, found, gone};
 use crate::references;
 use gpucloud_api::{CloudStatus, Image, ImageStatus, Snapshot};
 use gpucloud_cloud::model::{CreateImageRequest, Image as CloudImage, ImageStatus as CloudState};
+use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::{Api, Resource, ResourceExt};
 
 impl ManagedKind for Image {
-    type Lister = Images;
+    type Cloud = Images;
+    const REFERS_TO: &'static [(&'static str, &'static str)] = &[("Snapshot", "spec.snapshotRef")];
+
+    fn references(&self) -> Vec<Reference> {
+        vec![Reference::named("Snapshot", &self.spec.snapshot_ref.name)]
+    }
+
     const WHEN_GONE: WhenGone = WhenGone::Report;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
@@ -90,18 +98,6 @@ impl ManagedKind for Image {
         }
     }
 
-    async fn delete(
-        _cx: &Context<Self>,
-        account: &Account,
-        record: &CloudImage,
-    ) -> Result<(), Error> {
-        match account.client.delete_image(&record.id).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     async fn explain_gone(&self, cx: &Context<Self>, account: &Account) -> Option<Outcome> {
         let image_id = self.status.as_ref()?.cloud.external_id.clone()?;
         let snapshot_name = &self.spec.snapshot_ref.name;
@@ -126,5 +122,29 @@ impl ManagedKind for Image {
                 ),
             )
         })
+    }
+}
+
+// === Cloud calls ===
+
+cloud_record!(CloudImage, id: id, name: name, state: status);
+
+/// The cloud's custom images.
+pub struct Images;
+
+impl CloudResource for Images {
+    type Record = CloudImage;
+    const LABEL: &'static str = "image";
+
+    async fn list(client: CloudClient) -> Result<Vec<CloudImage>, CloudError> {
+        Ok(client.list_images().await?.images)
+    }
+
+    async fn get(client: CloudClient, id: String) -> Result<Option<CloudImage>, CloudError> {
+        found(client.get_image(&id).await)
+    }
+
+    async fn delete(client: CloudClient, record: CloudImage) -> Result<(), CloudError> {
+        gone(client.delete_image(&record.id).await)
     }
 }

@@ -4,11 +4,11 @@ use crate::account::Account;
 use crate::conditions::Outcome;
 use crate::context::Context;
 use crate::error::Error;
-use crate::observer::Lister;
+use crate::observer::CloudResource;
 use gpucloud_api::{CloudStatus, Managed};
 use k8s_openapi::NamespaceResourceScope;
-use kube::Resource;
 use kube::core::object::HasStatus;
+use kube::{CustomResourceExt, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 /// The cloud record type of a kind.
-pub type Record<K> = <<K as ManagedKind>::Lister as Lister>::Record;
+pub type Record<K> = <<K as ManagedKind>::Cloud as CloudResource>::Record;
 
 /// A namespaced kind whose every object owns one cloud resource.
 ///
@@ -26,6 +26,7 @@ pub type Record<K> = <<K as ManagedKind>::Lister as Lister>::Record;
 pub trait ManagedKind:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Managed
+    + CustomResourceExt
     + HasStatus<Status: PartialEq>
     + Clone
     + Debug
@@ -35,8 +36,8 @@ pub trait ManagedKind:
     + Sync
     + 'static
 {
-    /// Lists the kind's resources in an account.
-    type Lister: Lister;
+    /// The kind's cloud resource: how it is listed, read and deleted.
+    type Cloud: CloudResource;
 
     /// What to do when a resource the object recorded is gone from the cloud.
     const WHEN_GONE: WhenGone;
@@ -50,6 +51,22 @@ pub trait ManagedKind:
         let mut object = self.clone();
         *object.status_mut() = Some(self.status_with(common, record));
         object
+    }
+
+    /// The kinds this kind's objects refer to, with the field that does: the declaration the
+    /// wake-ups (`run.rs`) and the reference table of docs/design.md derive from. Each entry
+    /// is `(kind, field)`; [`ManagedKind::references`] gives an object's actual references.
+    const REFERS_TO: &'static [(&'static str, &'static str)] = &[];
+
+    /// Whether an object is looked at again when an object referring to it changes (a
+    /// snapshot whose deletion waits for the machines restored from it and the images made
+    /// from it).
+    const FOLLOWS_REFERRERS: bool = false;
+
+    /// The objects this one refers to, in its namespace, of the kinds in
+    /// [`ManagedKind::REFERS_TO`]: a change of any of them looks at this object again.
+    fn references(&self) -> Vec<Reference> {
+        Vec::new()
     }
 
     /// What a create needs, gathered before the intent to create is recorded: referenced
@@ -87,10 +104,13 @@ pub trait ManagedKind:
 
     /// Deletes the resource. A resource already gone is success.
     fn delete(
-        cx: &Context<Self>,
+        _cx: &Context<Self>,
         account: &Account,
         record: &Record<Self>,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let deleted = Self::Cloud::delete(account.client.clone(), record.clone());
+        async move { deleted.await.map_err(Error::from) }
+    }
 
     /// Checked before the cloud resource is deleted: an error holds the deletion (and the
     /// finalizer) and is reported on the object until the check passes (a snapshot that an
@@ -140,6 +160,33 @@ pub trait ManagedKind:
         _account: &Account,
     ) -> impl Future<Output = Option<Outcome>> + Send {
         async { None }
+    }
+}
+
+/// An object another refers to by name, in its own namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reference {
+    /// The object of `kind` named `name`.
+    Named { kind: &'static str, name: String },
+    /// Every object of `kind` (a label selector: an object matching or ceasing to match
+    /// must be looked at).
+    Every { kind: &'static str },
+}
+
+impl Reference {
+    pub fn named(kind: &'static str, name: impl Into<String>) -> Self {
+        Reference::Named {
+            kind,
+            name: name.into(),
+        }
+    }
+
+    /// Whether this reference covers the object `name` of `kind`.
+    pub fn covers(&self, kind: &str, name: &str) -> bool {
+        match self {
+            Reference::Named { kind: k, name: n } => *k == kind && n == name,
+            Reference::Every { kind: k } => *k == kind,
+        }
     }
 }
 

@@ -23,6 +23,7 @@ pub mod readopt;
 pub mod reconcile;
 pub mod records;
 pub mod references;
+pub mod registry;
 pub mod replica;
 pub mod requeue;
 pub mod run;

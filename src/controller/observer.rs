@@ -27,9 +27,15 @@ pub trait CloudRecord: Clone + Debug + PartialEq + Send + Sync + 'static {
     fn created_at(&self) -> Option<Timestamp>;
 }
 
-/// How one kind's resources are listed.
-pub trait Lister: Send + Sync + 'static {
+/// A kind's calls to the cloud that the shared flow, the observers and the orphan sweeper
+/// make: list, read by id, delete. Creating and changing a resource are the kind's own
+/// (`ManagedKind`).
+pub trait CloudResource: Send + Sync + 'static {
     type Record: CloudRecord;
+
+    /// The resource's name in logs, Events and the `resource` label of metrics.
+    const LABEL: &'static str;
+
     fn list(
         client: CloudClient,
     ) -> impl Future<Output = Result<Vec<Self::Record>, CloudError>> + Send + 'static;
@@ -40,6 +46,13 @@ pub trait Lister: Send + Sync + 'static {
         client: CloudClient,
         id: String,
     ) -> impl Future<Output = Result<Option<Self::Record>, CloudError>> + Send + 'static;
+
+    /// Deletes the resource, first undoing what the cloud refuses a delete for (a volume's
+    /// attachment, a firewall's machines). A resource already gone is success.
+    fn delete(
+        client: CloudClient,
+        record: Self::Record,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send + 'static;
 }
 
 /// Whether a failure says the cloud is not answering (server errors, timeouts, broken
@@ -191,7 +204,7 @@ pub struct Observer<R> {
 impl<R: CloudRecord> Observer<R> {
     /// Starts the list loop for `account`; changes are sent on `changes` with the account's
     /// fingerprint.
-    pub fn spawn<L: Lister<Record = R>>(
+    pub fn spawn<L: CloudResource<Record = R>>(
         account: Arc<Account>,
         intervals: ObserveIntervals,
         changes: mpsc::UnboundedSender<(String, Changes)>,
@@ -425,8 +438,9 @@ mod tests {
     /// Lists one machine whose state alternates, so every list is a change.
     struct Flapping;
 
-    impl Lister for Flapping {
+    impl CloudResource for Flapping {
         type Record = Rec;
+        const LABEL: &'static str = "flapping";
         fn list(
             _client: CloudClient,
         ) -> impl Future<Output = Result<Vec<Rec>, CloudError>> + Send + 'static {
@@ -441,6 +455,9 @@ mod tests {
         }
         async fn get(_client: CloudClient, _id: String) -> Result<Option<Rec>, CloudError> {
             Ok(None)
+        }
+        async fn delete(_client: CloudClient, _record: Rec) -> Result<(), CloudError> {
+            Ok(())
         }
     }
 

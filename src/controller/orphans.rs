@@ -34,12 +34,10 @@ use crate::events::{Event, EventPublisher, EventType};
 use crate::kind::ManagedKind;
 use crate::lock;
 use crate::naming;
-use crate::observer::{CloudRecord, Lister};
-use crate::records;
+use crate::observer::{CloudRecord, CloudResource};
+use crate::registry::{KindFn, map_kinds};
 use futures::future::BoxFuture;
-use gpucloud_api::{
-    EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Image, Snapshot, SshKey, Volume,
-};
+use gpucloud_api::EXTERNAL_ID_ANNOTATION;
 use gpucloud_cloud::CloudClient;
 use gpucloud_cloud::Error as CloudError;
 use gpucloud_telemetry::Metrics;
@@ -106,166 +104,90 @@ pub enum Error {
     /// The objects of a kind could not be listed: without every claim, nothing is reported.
     #[error("listing {kind} objects: {source}")]
     ListObjects {
-        kind: &'static str,
+        kind: String,
         #[source]
         source: kube::Error,
     },
     /// A kind's resources could not be listed in an account.
     #[error("listing {kind} resources of account {account}: {source}")]
     ListCloud {
-        kind: CloudKind,
+        kind: &'static str,
         account: String,
         #[source]
         source: CloudError,
     },
 }
 
-/// The kinds of cloud resources the operator creates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CloudKind {
-    Instance,
-    Firewall,
-    Image,
-    Snapshot,
-    Volume,
-    SshKey,
+/// One managed kind as the sweeper sees it, derived from the kind registry: every kind the
+/// operator manages is listed in the cloud and claimed by its objects, so no kind's live
+/// resources can look like orphans.
+struct SweptKind {
+    /// The objects' kind (`GpuInstance`).
+    kind: String,
+    /// The cloud resource's label (`instance`).
+    resource: &'static str,
+    list: fn(CloudClient) -> BoxFuture<'static, Result<Vec<Candidate>, CloudError>>,
+    claims: fn(kube::Client, Vec<String>) -> BoxFuture<'static, Result<Claims, Error>>,
 }
 
-impl CloudKind {
-    /// In deletion order: machines before what they use, so a volume held by an orphaned
-    /// machine is free by the time it comes up (or on the next sweep).
-    pub const ALL: [CloudKind; 6] = [
-        CloudKind::Instance,
-        CloudKind::Firewall,
-        CloudKind::Image,
-        CloudKind::Snapshot,
-        CloudKind::Volume,
-        CloudKind::SshKey,
-    ];
+struct Swept;
 
-    async fn list(self, client: &CloudClient) -> Result<Vec<Candidate>, CloudError> {
-        let client = client.clone();
-        Ok(match self {
-            CloudKind::Instance => {
-                candidates(self, records::Instances::list(client).await?, no_hold)
-            }
-            CloudKind::Firewall => candidates(self, records::Firewalls::list(client).await?, |f| {
-                if f.attachments.is_empty() {
-                    Hold::None
-                } else {
-                    Hold::FirewallAttached
-                }
-            }),
-            CloudKind::Image => candidates(self, records::Images::list(client).await?, no_hold),
-            CloudKind::Snapshot => {
-                candidates(self, records::Snapshots::list(client).await?, no_hold)
-            }
-            CloudKind::Volume => {
-                candidates(self, records::Volumes::list(client).await?, |v| {
-                    match v.instance_id.as_deref() {
-                        Some(vm) if !vm.is_empty() => Hold::VolumeAttached(vm.to_string()),
-                        _ => Hold::None,
-                    }
-                })
-            }
-            CloudKind::SshKey => candidates(self, records::SshKeys::list(client).await?, no_hold),
-        })
-    }
-
-    /// Deletes an orphan, releasing first what the cloud would refuse the delete for.
-    async fn delete(self, client: &CloudClient, id: &str, hold: &Hold) -> Result<(), CloudError> {
-        let released = match hold {
-            Hold::None => Ok(()),
-            Hold::VolumeAttached(vm) => {
-                client.detach_volumes(vm, &[id.to_string()]).await.map(drop)
-            }
-            Hold::FirewallAttached => client.attach_firewall(id, &[]).await.map(drop),
-        };
-        match released {
-            Ok(()) | Err(CloudError::NotFound { .. }) => {}
-            Err(other) => return Err(other),
-        }
-        let result = match self {
-            CloudKind::Instance => client.delete_instance(id).await.map(drop),
-            CloudKind::Firewall => client.delete_firewall(id).await.map(drop),
-            CloudKind::Image => client.delete_image(id).await.map(drop),
-            CloudKind::Snapshot => client.delete_snapshot(id).await.map(drop),
-            CloudKind::Volume => client.delete_volume(id).await.map(drop),
-            CloudKind::SshKey => client.delete_ssh_key(id).await.map(drop),
-        };
-        match result {
-            // Gone already: what the delete wanted.
-            Err(CloudError::NotFound { .. }) => Ok(()),
-            other => other,
+impl KindFn<SweptKind> for Swept {
+    fn call<K: ManagedKind>(&self) -> SweptKind {
+        SweptKind {
+            kind: K::kind(&()).into_owned(),
+            resource: <K::Cloud as CloudResource>::LABEL,
+            list: |client| Box::pin(candidates::<K::Cloud>(client)),
+            claims: |client, namespaces| Box::pin(claims_of::<K>(client, namespaces)),
         }
     }
 }
 
-impl CloudKind {
-    /// The kind's name in logs, Events and the metric's `resource` label.
-    pub fn label(self) -> &'static str {
-        match self {
-            CloudKind::Instance => "instance",
-            CloudKind::Firewall => "firewall",
-            CloudKind::Image => "image",
-            CloudKind::Snapshot => "snapshot",
-            CloudKind::Volume => "volume",
-            CloudKind::SshKey => "ssh-key",
-        }
-    }
+/// The kinds swept, in deletion order (the registry's): machines before what they use, so a
+/// volume held by an orphaned machine is free by the time it comes up (or on the next sweep).
+fn swept() -> Vec<SweptKind> {
+    map_kinds(Swept)
 }
 
-impl fmt::Display for CloudKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-/// What must be undone before the cloud lets a resource be deleted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Hold {
-    None,
-    /// A volume attached to this machine.
-    VolumeAttached(String),
-    /// A firewall attached to machines.
-    FirewallAttached,
+/// The kinds the sweeper lists and claims, with their resources' labels.
+pub fn swept_kinds() -> Vec<(String, &'static str)> {
+    swept().into_iter().map(|k| (k.kind, k.resource)).collect()
 }
 
 fn is_going(state: &str) -> bool {
     state.eq_ignore_ascii_case("deleting") || state.eq_ignore_ascii_case("deleted")
 }
 
-fn no_hold<R>(_: &R) -> Hold {
-    Hold::None
-}
+/// Deletes one listed resource (`CloudResource::delete`, which releases what the cloud
+/// would refuse the delete for).
+type DeleteFn =
+    Arc<dyn Fn(CloudClient) -> BoxFuture<'static, Result<(), CloudError>> + Send + Sync>;
 
 /// A marked resource as listed.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Candidate {
-    kind: CloudKind,
+    kind: &'static str,
     id: String,
     name: String,
     created_at: Option<Timestamp>,
-    hold: Hold,
+    delete: DeleteFn,
 }
 
-fn candidates<R: CloudRecord>(
-    kind: CloudKind,
-    records: Vec<R>,
-    hold: impl Fn(&R) -> Hold,
-) -> Vec<Candidate> {
-    records
+/// The marked resources of one kind in an account.
+async fn candidates<C: CloudResource>(client: CloudClient) -> Result<Vec<Candidate>, CloudError> {
+    Ok(C::list(client)
+        .await?
         .into_iter()
         // A resource already being deleted is on its way out, not an orphan.
         .filter(|r| naming::carries_mark(r.name()) && !is_going(&r.state()))
         .map(|r| Candidate {
-            kind,
+            kind: C::LABEL,
             id: r.id().to_string(),
             name: r.name().to_string(),
             created_at: r.created_at(),
-            hold: hold(&r),
+            delete: Arc::new(move |client| Box::pin(C::delete(client, r.clone()))),
         })
-        .collect()
+        .collect())
 }
 
 /// A cloud resource with the operator's mark that no object claims, past the grace period.
@@ -273,7 +195,8 @@ fn candidates<R: CloudRecord>(
 pub struct Orphan {
     /// Fingerprint of the account's key (never the key).
     pub account: String,
-    pub kind: CloudKind,
+    /// The resource's label (`instance`, `ssh-key`).
+    pub kind: &'static str,
     pub id: String,
     pub name: String,
     /// Since the cloud's creation time, or since the sweeper first saw it.
@@ -330,6 +253,12 @@ impl Claims {
             || self
                 .released
                 .contains_key(&released_name_key(&candidate.name))
+    }
+
+    fn merge(&mut self, other: Claims) {
+        self.ids.extend(other.ids);
+        self.names.extend(other.names);
+        self.released.extend(other.released);
     }
 
     fn add<K: ManagedKind>(&mut self, object: &K) {
@@ -500,9 +429,13 @@ impl OrphanSweeper {
             loop {
                 tokio::time::sleep(self.settings.interval).await;
                 match self.sweep().await {
-                    Ok(report) => metrics.set_orphans(CloudKind::ALL.map(|kind| {
-                        let found = report.orphans.iter().filter(|o| o.kind == kind).count();
-                        (kind.label(), i64::try_from(found).unwrap_or(i64::MAX))
+                    Ok(report) => metrics.set_orphans(swept().iter().map(|kind| {
+                        let found = report
+                            .orphans
+                            .iter()
+                            .filter(|o| o.kind == kind.resource)
+                            .count();
+                        (kind.resource, i64::try_from(found).unwrap_or(i64::MAX))
                     })),
                     Err(error) => tracing::warn!(%error, "orphan sweep skipped"),
                 }
@@ -521,12 +454,12 @@ impl OrphanSweeper {
         for account in self.accounts_to_sweep().await {
             report.accounts.push(account.fingerprint.clone());
             let mut found = Vec::new();
-            for kind in CloudKind::ALL {
-                match kind.list(&account.client).await {
+            for kind in swept() {
+                match (kind.list)(account.client.clone()).await {
                     Ok(candidates) => found.extend(candidates),
                     Err(source) => {
                         let error = Error::ListCloud {
-                            kind,
+                            kind: kind.resource,
                             account: account.fingerprint.clone(),
                             source,
                         };
@@ -543,7 +476,7 @@ impl OrphanSweeper {
         let claims = self.claims().await?;
         let now = Timestamp::now();
         let mut seen_keys = HashSet::new();
-        let mut holds: HashMap<String, Hold> = HashMap::new();
+        let mut deletes: HashMap<String, DeleteFn> = HashMap::new();
         for (account, candidates) in &listed {
             // Names under which some resource is claimed by its id.
             let recorded_names: HashSet<&str> = candidates
@@ -582,7 +515,7 @@ impl OrphanSweeper {
                 if age < self.settings.grace_period {
                     continue;
                 }
-                holds.insert(candidate.id.clone(), candidate.hold.clone());
+                deletes.insert(candidate.id.clone(), candidate.delete.clone());
                 report.orphans.push(Orphan {
                     account: account.fingerprint.clone(),
                     kind: candidate.kind,
@@ -625,8 +558,10 @@ impl OrphanSweeper {
                 else {
                     continue;
                 };
-                let hold = holds.get(&orphan.id).unwrap_or(&Hold::None);
-                match orphan.kind.delete(&account.client, &orphan.id, hold).await {
+                let Some(delete) = deletes.get(&orphan.id) else {
+                    continue;
+                };
+                match delete(account.client.clone()).await {
                     Ok(()) => {
                         tracing::info!(kind = %orphan.kind, id = %orphan.id, "orphan deleted");
                         report.deleted.push(orphan.clone());
@@ -671,19 +606,16 @@ impl OrphanSweeper {
 
     async fn claims(&self) -> Result<Claims, Error> {
         let mut claims = Claims::default();
-        self.claims_of::<GpuInstance>(&mut claims).await?;
-        self.claims_of::<Volume>(&mut claims).await?;
-        self.claims_of::<Snapshot>(&mut claims).await?;
-        self.claims_of::<Image>(&mut claims).await?;
-        self.claims_of::<Firewall>(&mut claims).await?;
-        self.claims_of::<SshKey>(&mut claims).await?;
+        for kind in swept() {
+            claims.merge((kind.claims)(self.client.clone(), self.namespaces.clone()).await?);
+        }
         let api: Api<ConfigMap> =
             Api::namespaced(self.client.clone(), &self.settings.summary_namespace);
         let released =
             api.get_opt(RELEASED_CONFIGMAP)
                 .await
                 .map_err(|source| Error::ListObjects {
-                    kind: "ConfigMap",
+                    kind: "ConfigMap".into(),
                     source,
                 })?;
         for (key, value) in released.and_then(|m| m.data).unwrap_or_default() {
@@ -732,33 +664,6 @@ impl OrphanSweeper {
         {
             tracing::debug!(%error, "orphan sweep: released record not pruned");
         }
-    }
-
-    async fn claims_of<K: ManagedKind>(&self, claims: &mut Claims) -> Result<(), Error> {
-        let apis: Vec<Api<K>> = if self.namespaces.is_empty() {
-            vec![Api::all(self.client.clone())]
-        } else {
-            self.namespaces
-                .iter()
-                .map(|ns| Api::namespaced(self.client.clone(), ns))
-                .collect()
-        };
-        for api in apis {
-            let objects =
-                api.list(&ListParams::default())
-                    .await
-                    .map_err(|source| Error::ListObjects {
-                        kind: std::any::type_name::<K>()
-                            .rsplit("::")
-                            .next()
-                            .unwrap_or("object"),
-                        source,
-                    })?;
-            for object in &objects.items {
-                claims.add(object);
-            }
-        }
-        Ok(())
     }
 
     /// One Event per sweep with findings, regarding the summary object.
@@ -835,6 +740,35 @@ impl OrphanSweeper {
     }
 }
 
+/// What the objects of kind `K` in `namespaces` (empty: the whole cluster) claim.
+async fn claims_of<K: ManagedKind>(
+    client: kube::Client,
+    namespaces: Vec<String>,
+) -> Result<Claims, Error> {
+    let apis: Vec<Api<K>> = if namespaces.is_empty() {
+        vec![Api::all(client)]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
+    };
+    let mut claims = Claims::default();
+    for api in apis {
+        let objects =
+            api.list(&ListParams::default())
+                .await
+                .map_err(|source| Error::ListObjects {
+                    kind: K::kind(&()).into_owned(),
+                    source,
+                })?;
+        for object in &objects.items {
+            claims.add(object);
+        }
+    }
+    Ok(claims)
+}
+
 fn list<'a>(orphans: impl Iterator<Item = &'a Orphan>) -> String {
     let orphans: Vec<&Orphan> = orphans.collect();
     let mut text = orphans
@@ -855,11 +789,11 @@ mod tests {
 
     fn candidate(id: &str, name: &str) -> Candidate {
         Candidate {
-            kind: CloudKind::Instance,
+            kind: "instance",
             id: id.into(),
             name: name.into(),
             created_at: None,
-            hold: Hold::None,
+            delete: Arc::new(|_| Box::pin(async { Ok(()) })),
         }
     }
 

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::events::{Event, EventType};
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
-use crate::observer::{CloudRecord, Lister, Snapshot};
+use crate::observer::{CloudRecord, CloudResource, Snapshot};
 use crate::references;
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
@@ -274,7 +274,7 @@ async fn apply<K: ManagedKind>(
             elapsed.unwrap_or(Duration::ZERO) < cx.settings.settle_window
         });
         if !create_settling
-            && let Some(record) = K::Lister::get(account.client.clone(), id.clone()).await?
+            && let Some(record) = K::Cloud::get(account.client.clone(), id.clone()).await?
         {
             tracing::info!(cloud_id = %id, "the cloud's list left out a resource its read by id found");
             observer.mark_hot();
@@ -708,7 +708,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         if targets.is_empty()
             && answered_at.is_none()
             && let Some(id) = &status.external_id
-            && let Some(record) = K::Lister::get(account.client.clone(), id.clone()).await?
+            && let Some(record) = K::Cloud::get(account.client.clone(), id.clone()).await?
         {
             tracing::info!(cloud_id = %id, "the cloud's list left out a resource its read by id found");
             targets.push(record);

@@ -7,16 +7,16 @@ use crate::account::{Accounts, CloudSettings, SecretLocation};
 use crate::context::{Context, ReconcileSettings, Shared};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
-use crate::kind::ManagedKind;
+use crate::kind::{ManagedKind, Reference};
 use crate::lean::Lean;
 use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::ownership::Ownership;
 use crate::readopt::Readoption;
 use crate::reconcile::{error_policy, reconcile};
+use crate::registry::{KindFn, KindVisitor, each_kind, map_kinds};
 use crate::watch_health;
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
-use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
 use gpucloud_cloud::{CallObserver, FanOut};
 use gpucloud_telemetry::{Health, Metrics};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -86,6 +86,168 @@ impl<K: Clone> Relay<K> {
         // A subscriber whose controller has ended is dropped.
         subscribers.retain(|s| s.send(object.clone()).is_ok());
     }
+}
+
+/// A change of an object that other objects may follow: what it is, and what it refers to
+/// (for the kinds that follow their referrers).
+struct Change {
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+    references: Vec<Reference>,
+}
+
+/// The changes of every followed kind in a scope, passed from the one watch of each kind to
+/// the controllers that follow it. Who follows what is derived from each kind's
+/// `ManagedKind::REFERS_TO` and `FOLLOWS_REFERRERS`.
+#[derive(Default)]
+struct ChangeHub {
+    followers: Mutex<Vec<Follower>>,
+}
+
+/// A controller's subscription: the kinds it follows, and its trigger channel.
+struct Follower {
+    kinds: Vec<String>,
+    sender: mpsc::UnboundedSender<Arc<Change>>,
+}
+
+impl ChangeHub {
+    /// The changes of objects of `kinds` from now on.
+    fn subscribe(
+        &self,
+        kinds: Vec<String>,
+    ) -> impl futures::Stream<Item = Arc<Change>> + Send + 'static {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        lock(&self.followers).push(Follower { kinds, sender });
+        UnboundedReceiverStream::new(receiver)
+    }
+
+    /// Whether a controller follows objects of `kind`.
+    fn followed(&self, kind: &str) -> bool {
+        lock(&self.followers)
+            .iter()
+            .any(|f| f.kinds.iter().any(|k| k == kind))
+    }
+
+    fn publish(&self, change: Change) {
+        let change = Arc::new(change);
+        // A subscriber whose controller has ended is dropped.
+        lock(&self.followers).retain(|f| {
+            !f.kinds.contains(&change.kind) || f.sender.send(change.clone()).is_ok()
+        });
+    }
+}
+
+/// The one kind outside the API group that objects refer to (a GpuInstance's startup script).
+const CONFIG_MAP: &str = "ConfigMap";
+
+/// Every kind some managed kind refers to.
+fn followed_kinds() -> Vec<String> {
+    struct RefersTo;
+    impl KindFn<Vec<String>> for RefersTo {
+        fn call<K: ManagedKind>(&self) -> Vec<String> {
+            K::REFERS_TO
+                .iter()
+                .map(|(kind, _)| kind.to_string())
+                .collect()
+        }
+    }
+    let mut kinds: Vec<String> = map_kinds(RefersTo).into_iter().flatten().collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// The kinds whose changes look at objects of `K` again: those it refers to, and (when it
+/// follows its referrers) those that refer to it.
+fn followed_by<K: ManagedKind>() -> Vec<String> {
+    struct Referrers(String);
+    impl KindFn<Option<String>> for Referrers {
+        fn call<R: ManagedKind>(&self) -> Option<String> {
+            R::REFERS_TO
+                .iter()
+                .any(|(kind, _)| *kind == self.0)
+                .then(|| R::kind(&()).into_owned())
+        }
+    }
+    let mut kinds: Vec<String> = K::REFERS_TO
+        .iter()
+        .map(|(kind, _)| kind.to_string())
+        .collect();
+    if K::FOLLOWS_REFERRERS {
+        kinds.extend(
+            map_kinds(Referrers(K::kind(&()).into_owned()))
+                .into_iter()
+                .flatten(),
+        );
+    }
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// The objects of `K` a change looks at again: those referring to the changed object, and,
+/// when `K` follows its referrers, those the changed object refers to.
+fn woken_by<K: ManagedKind>(gauges: &KindGauges<K>, change: &Change) -> Vec<ObjectRef<K>> {
+    let kind = K::kind(&());
+    gauges.wake(|object| {
+        object.meta().namespace == change.namespace
+            && (object
+                .references()
+                .iter()
+                .any(|r| r.covers(&change.kind, &change.name))
+                || K::FOLLOWS_REFERRERS
+                    && change
+                        .references
+                        .iter()
+                        .any(|r| r.covers(&kind, &object.name_any())))
+    })
+}
+
+/// Starts the controller of each kind in a scope.
+struct Wiring<'a> {
+    shared: &'a Shared,
+    config: &'a OperatorConfig,
+    scope: Option<&'a str>,
+    shutdown: &'a futures::future::Shared<BoxFuture<'static, ()>>,
+    changes: &'a Arc<ChangeHub>,
+    secrets: &'a Arc<Relay<PartialObjectMeta<Secret>>>,
+    controllers: Vec<BoxFuture<'static, ()>>,
+}
+
+impl KindVisitor for Wiring<'_> {
+    fn visit<K: ManagedKind>(&mut self) {
+        self.controllers.push(controller::<K>(
+            self.shared,
+            self.config,
+            self.scope,
+            self.shutdown.clone(),
+            self.changes.clone(),
+            self.secrets,
+        ));
+    }
+}
+
+/// Watches the ConfigMaps of a scope, metadata only (a change of the data changes the
+/// resourceVersion), for the objects that refer to them. Ends on shutdown.
+fn relay_config_maps(
+    api: &ScopedApi,
+    changes: Arc<ChangeHub>,
+    shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    api.triggers::<PartialObjectMeta<ConfigMap>>()
+        .take_until(shutdown)
+        .for_each(move |map| {
+            if let Ok(map) = map {
+                changes.publish(Change {
+                    kind: CONFIG_MAP.to_string(),
+                    namespace: map.namespace(),
+                    name: map.name_any(),
+                    references: Vec::new(),
+                });
+            }
+            futures::future::ready(())
+        })
 }
 
 /// The name readiness knows a watch by: a kind's watch in one namespace (or the whole cluster).
@@ -164,175 +326,26 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         .boxed(),
     );
     for scope in scopes {
-        // Kinds other controllers follow; each is watched once, by its own controller.
-        let keys = Arc::new(Relay::<SshKey>::default());
-        let instances = Arc::new(Relay::<GpuInstance>::default());
-        let volumes = Arc::new(Relay::<Volume>::default());
-        let snapshots = Arc::new(Relay::<Snapshot>::default());
-        let images = Arc::new(Relay::<Image>::default());
+        // Changes of the kinds controllers follow, each kind watched once (by its own
+        // controller; ConfigMaps below).
+        let changes = Arc::new(ChangeHub::default());
         // Credentials Secrets, which every kind reads: watched once for all controllers.
         let secrets = Arc::new(Relay::<PartialObjectMeta<Secret>>::default());
-        controllers.push(controller::<SshKey>(
-            &shared,
-            &config,
-            scope.as_deref(),
-            shutdown.clone(),
-            Some(keys.clone()),
-            &secrets,
-            |c, _, _| c,
-        ));
-        controllers.push(controller::<GpuInstance>(
-            &shared,
-            &config,
-            scope.as_deref(),
-            shutdown.clone(),
-            Some(instances.clone()),
-            &secrets,
-            |c, api, gauges| {
-                let by_key = gauges.clone();
-                let by_snapshot = gauges.clone();
-                let by_image = gauges.clone();
-                let scripts = gauges;
-                c.watches_shared_stream(keys.subscribe(), move |key| {
-                    by_key.referrers(key.as_ref(), |i| {
-                        i.spec.ssh_key_refs.iter().any(|r| r.name == key.name_any())
-                    })
-                })
-                // Snapshots restored from, and the final snapshot a deleting instance waits
-                // for (its progress, or a foreign one of that name going).
-                .watches_shared_stream(snapshots.subscribe(), move |snapshot| {
-                    by_snapshot.referrers(snapshot.as_ref(), |i| {
-                        i.spec
-                            .source
-                            .as_ref()
-                            .is_some_and(|s| s.snapshot_ref.name == snapshot.name_any())
-                            || i.meta().deletion_timestamp.is_some()
-                                && crate::final_snapshot::object_name(&i.name_any())
-                                    == snapshot.name_any()
-                    })
-                })
-                .watches_shared_stream(images.subscribe(), move |image| {
-                    by_image.referrers(image.as_ref(), |i| {
-                        i.spec
-                            .image_ref
-                            .as_ref()
-                            .is_some_and(|r| r.name == image.name_any())
-                    })
-                })
-                // Startup scripts read from a ConfigMap; only metadata is watched (a change
-                // of the data changes its resourceVersion).
-                .watches_stream(
-                    api.triggers::<PartialObjectMeta<ConfigMap>>(),
-                    move |map| {
-                        scripts.referrers(&map, |i| {
-                            i.spec
-                                .startup_script
-                                .as_ref()
-                                .and_then(|s| s.config_map_ref.as_ref())
-                                .is_some_and(|r| r.name == map.name_any())
-                        })
-                    },
-                )
-            },
-        ));
-        controllers.push(controller::<Volume>(
-            &shared,
-            &config,
-            scope.as_deref(),
-            shutdown.clone(),
-            Some(volumes.clone()),
-            &secrets,
-            |c, _, gauges| {
-                let attached = gauges.clone();
-                let clones = gauges;
-                c.watches_shared_stream(instances.subscribe(), move |instance| {
-                    attached.referrers(instance.as_ref(), |v| {
-                        v.spec
-                            .instance_ref
-                            .as_ref()
-                            .is_some_and(|r| r.name == instance.name_any())
-                    })
-                })
-                .watches_shared_stream(volumes.subscribe(), move |source| {
-                    clones.referrers(source.as_ref(), |v| {
-                        v.spec
-                            .source
-                            .as_ref()
-                            .is_some_and(|s| s.volume_ref.name == source.name_any())
-                    })
-                })
-            },
-        ));
-        controllers.push(controller::<Snapshot>(
-            &shared,
-            &config,
-            scope.as_deref(),
-            shutdown.clone(),
-            Some(snapshots.clone()),
-            &secrets,
-            |c, _, store| {
-                let held = store.clone();
-                // The snapshotted machine, and machines restored from a snapshot (which
-                // hold its deletion until they exist).
-                c.watches_shared_stream(instances.subscribe(), move |instance| {
-                    let restored_from = instance
-                        .spec
-                        .source
-                        .as_ref()
-                        .map(|s| s.snapshot_ref.name.clone());
-                    store.referrers(instance.as_ref(), |s| {
-                        s.spec
-                            .instance_ref
-                            .as_ref()
-                            .is_some_and(|r| r.name == instance.name_any())
-                            || restored_from.as_deref() == Some(s.name_any().as_str())
-                    })
-                })
-                // Images made from a snapshot hold its deletion until they are gone.
-                .watches_shared_stream(images.subscribe(), move |image| {
-                    held.referrers(image.as_ref(), |s| {
-                        s.meta().deletion_timestamp.is_some()
-                            && image.spec.snapshot_ref.name == s.name_any()
-                    })
-                })
-            },
-        ));
-        controllers.push(controller::<Image>(
-            &shared,
-            &config,
-            scope.as_deref(),
-            shutdown.clone(),
-            Some(images),
-            &secrets,
-            |c, _, store| {
-                c.watches_shared_stream(snapshots.subscribe(), move |snapshot| {
-                    store.referrers(snapshot.as_ref(), |i| {
-                        i.spec.snapshot_ref.name == snapshot.name_any()
-                    })
-                })
-            },
-        ));
-        controllers.push(controller::<Firewall>(
-            &shared,
-            &config,
-            scope.as_deref(),
-            shutdown.clone(),
-            None,
-            &secrets,
-            |c, _, store| {
-                c.watches_shared_stream(instances.subscribe(), move |instance| {
-                    store.referrers(instance.as_ref(), |f| {
-                        f.spec
-                                .instance_refs
-                                .iter()
-                                .any(|r| r.name == instance.name_any())
-                                // Matching or not: a label removed must detach too.
-                                || f.spec.instance_selector.is_some()
-                    })
-                })
-            },
-        ));
+        let mut wiring = Wiring {
+            shared: &shared,
+            config: &config,
+            scope: scope.as_deref(),
+            shutdown: &shutdown,
+            changes: &changes,
+            secrets: &secrets,
+            controllers: Vec::new(),
+        };
+        each_kind(&mut wiring);
+        controllers.extend(wiring.controllers);
         let scoped = ScopedApi::new(&client, scope.as_deref(), &config);
+        if followed_kinds().iter().any(|k| k == CONFIG_MAP) {
+            controllers.push(relay_config_maps(&scoped, changes, shutdown.clone()).boxed());
+        }
         let default = config.default_secret.as_ref().map(|secret| {
             (
                 ScopedApi::new(&client, Some(&secret.namespace), &config),
@@ -577,9 +590,8 @@ fn controller<K: ManagedKind>(
     config: &OperatorConfig,
     namespace: Option<&str>,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
-    relay: Option<Arc<Relay<K>>>,
+    changes: Arc<ChangeHub>,
     secrets: &Relay<PartialObjectMeta<Secret>>,
-    extend: impl FnOnce(Controller<K>, ScopedApi, Arc<KindGauges<K>>) -> Controller<K>,
 ) -> BoxFuture<'static, ()> {
     let client = &shared.client;
     let scoped = ScopedApi::new(client, namespace, config);
@@ -609,6 +621,7 @@ fn controller<K: ManagedKind>(
     );
     let mut listed_before = false;
     let watch = scoped.watch::<K>(watcher::Config::default().any_semantic());
+    let publisher = changes.clone();
     let objects = read_ahead(watch, READ_AHEAD)
         .reflect(writer)
         .inspect(move |event| match event {
@@ -620,8 +633,13 @@ fn controller<K: ManagedKind>(
                 let listed = matches!(event, Ok(watcher::Event::InitApply(_)));
                 // The first list tells followers nothing: each looks at all its objects
                 // when it starts (see `readopt.rs`).
-                if let Some(relay) = relay.as_ref().filter(|_| listed_before || !listed) {
-                    relay.send(object);
+                if (listed_before || !listed) && publisher.followed(&kind) {
+                    publisher.publish(Change {
+                        kind: kind.clone(),
+                        namespace: object.namespace(),
+                        name: object.name_any(),
+                        references: object.references(),
+                    });
                 }
             }
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
@@ -672,7 +690,12 @@ fn controller<K: ManagedKind>(
         }))
     });
 
-    let controller = extend(controller, scoped, gauges)
+    let follower = gauges.clone();
+    let followed = changes
+        .subscribe(followed_by::<K>())
+        .flat_map(move |change| futures::stream::iter(woken_by(&follower, &change)));
+    let controller = controller
+        .reconcile_on(followed)
         .with_config(ControllerConfig::default().concurrency(config.concurrency))
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .reconcile_on(secret_changes)

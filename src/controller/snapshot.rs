@@ -6,8 +6,9 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Record, WhenGone};
-use crate::records::Snapshots;
+use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::observer::CloudResource;
+use crate::records::{cloud_record, found, gone};
 use crate::references;
 use gpucloud_api::{
     CloudStatus, DELETE_DEPENDENTS_ANNOTATION, GpuInstance, Image, Managed, Snapshot,
@@ -16,6 +17,7 @@ use gpucloud_api::{
 use gpucloud_cloud::model::{
     CreateSnapshotRequest, InstanceStatus, Snapshot as CloudSnapshot, SnapshotStatus as CloudState,
 };
+use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
@@ -27,7 +29,21 @@ pub struct SnapshotPlan {
 }
 
 impl ManagedKind for Snapshot {
-    type Lister = Snapshots;
+    type Cloud = Snapshots;
+    const REFERS_TO: &'static [(&'static str, &'static str)] =
+        &[("GpuInstance", "spec.instanceRef")];
+
+    // Machines restored from a snapshot and images made from it hold its deletion.
+    const FOLLOWS_REFERRERS: bool = true;
+
+    fn references(&self) -> Vec<Reference> {
+        self.spec
+            .instance_ref
+            .iter()
+            .map(|r| Reference::named("GpuInstance", &r.name))
+            .collect()
+    }
+
     const WHEN_GONE: WhenGone = WhenGone::Report;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
@@ -173,12 +189,7 @@ impl ManagedKind for Snapshot {
                 ),
             });
         }
-        // Deleting a deleted snapshot succeeds; an unknown one is gone as well.
-        match account.client.delete_snapshot(&record.snapshot_id).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        Ok(Snapshots::delete(account.client.clone(), record.clone()).await?)
     }
 
     /// A GpuInstance that is to be restored from this snapshot and is not yet made holds the
@@ -284,6 +295,31 @@ fn dependents(
          first, or annotate the Snapshot {DELETE_DEPENDENTS_ANNOTATION}=true to delete them \
          with it"
     ))
+}
+
+// === Cloud calls ===
+
+cloud_record!(CloudSnapshot, id: snapshot_id, name: name, state: status);
+
+/// The cloud's snapshots.
+pub struct Snapshots;
+
+impl CloudResource for Snapshots {
+    type Record = CloudSnapshot;
+    const LABEL: &'static str = "snapshot";
+
+    async fn list(client: CloudClient) -> Result<Vec<CloudSnapshot>, CloudError> {
+        Ok(client.list_snapshots().await?.snapshots)
+    }
+
+    async fn get(client: CloudClient, id: String) -> Result<Option<CloudSnapshot>, CloudError> {
+        found(client.get_snapshot(&id).await)
+    }
+
+    async fn delete(client: CloudClient, record: CloudSnapshot) -> Result<(), CloudError> {
+        // Deleting a deleted snapshot succeeds; an unknown one is gone as well.
+        gone(client.delete_snapshot(&record.snapshot_id).await)
+    }
 }
 
 #[cfg(test)]

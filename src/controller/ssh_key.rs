@@ -10,10 +10,12 @@ use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Record, WhenGone};
-use crate::records::SshKeys;
+use crate::observer::CloudResource;
+use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::{CloudStatus, SshKey, SshKeyStatus};
 use gpucloud_cloud::model::{CreateSshKeyRequest, SshKey as CloudSshKey};
+use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
@@ -25,7 +27,7 @@ pub const PRIVATE_KEY_FIELD: &str = "ssh-privatekey";
 pub const PUBLIC_KEY_FIELD: &str = "ssh-publickey";
 
 impl ManagedKind for SshKey {
-    type Lister = SshKeys;
+    type Cloud = SshKeys;
     const WHEN_GONE: WhenGone = WhenGone::Recreate;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
@@ -80,18 +82,6 @@ impl ManagedKind for SshKey {
             reason::AVAILABLE,
             format!("key {} is registered", record.id),
         )
-    }
-
-    async fn delete(
-        _cx: &Context<Self>,
-        account: &Account,
-        record: &CloudSshKey,
-    ) -> Result<(), Error> {
-        match account.client.delete_ssh_key(&record.id).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into()),
-        }
     }
 }
 
@@ -180,6 +170,31 @@ async fn generated_public_key(key: &SshKey, cx: &Context<SshKey>) -> Result<Stri
     // Written once: a concurrent writer's Secret wins and is read back on the next reconcile.
     secrets.create(&PostParams::default(), &secret).await?;
     Ok(public)
+}
+
+// === Cloud calls ===
+
+// The cloud reports no state for keys: a listed key is usable.
+cloud_record!(CloudSshKey, id: id, name: name, state: "available");
+
+/// The cloud's SSH keys.
+pub struct SshKeys;
+
+impl CloudResource for SshKeys {
+    type Record = CloudSshKey;
+    const LABEL: &'static str = "ssh-key";
+
+    async fn list(client: CloudClient) -> Result<Vec<CloudSshKey>, CloudError> {
+        Ok(client.list_ssh_keys().await?.ssh_keys)
+    }
+
+    async fn get(client: CloudClient, id: String) -> Result<Option<CloudSshKey>, CloudError> {
+        found(client.get_ssh_key(&id).await)
+    }
+
+    async fn delete(client: CloudClient, record: CloudSshKey) -> Result<(), CloudError> {
+        gone(client.delete_ssh_key(&record.id).await)
+    }
 }
 
 #[cfg(test)]

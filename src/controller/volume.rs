@@ -6,13 +6,16 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Record, WhenGone};
-use crate::records::Volumes;
+use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::observer::CloudResource;
+use crate::records::{cloud_record, found, gone};
 use crate::references;
 use gpucloud_api::{CloudStatus, Volume, VolumeStatus};
 use gpucloud_cloud::model::{
-    CreateVolumeRequest, Tier as CloudTier, Volume as CloudVolume, VolumeStatus as CloudState,
+    CreateVolumeRequest, Tier as CloudTier, Volume as CloudVolume, VolumeListQuery,
+    VolumeStatus as CloudState,
 };
+use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::ResourceExt;
 
 /// How a volume comes to exist: made empty, or cloned from another volume.
@@ -33,7 +36,25 @@ enum Target {
 }
 
 impl ManagedKind for Volume {
-    type Lister = Volumes;
+    type Cloud = Volumes;
+    const REFERS_TO: &'static [(&'static str, &'static str)] = &[
+        ("GpuInstance", "spec.instanceRef"),
+        ("Volume", "spec.source.volumeRef"),
+    ];
+
+    fn references(&self) -> Vec<Reference> {
+        let spec = &self.spec;
+        spec.instance_ref
+            .iter()
+            .map(|r| Reference::named("GpuInstance", &r.name))
+            .chain(
+                spec.source
+                    .iter()
+                    .map(|s| Reference::named("Volume", &s.volume_ref.name)),
+            )
+            .collect()
+    }
+
     const WHEN_GONE: WhenGone = WhenGone::Report;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
@@ -195,30 +216,6 @@ impl ManagedKind for Volume {
     fn in_use(record: &CloudVolume) -> bool {
         record.instance_id.is_some()
     }
-
-    async fn delete(
-        _cx: &Context<Self>,
-        account: &Account,
-        record: &CloudVolume,
-    ) -> Result<(), Error> {
-        // The cloud deletes detached volumes only.
-        if let Some(instance) = &record.instance_id {
-            match account
-                .client
-                .detach_volumes(instance, std::slice::from_ref(&record.id))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        match account.client.delete_volume(&record.id).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
 }
 
 async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> {
@@ -251,4 +248,43 @@ pub(crate) fn create_request(
         tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
         bootable: Some(spec.bootable),
     })
+}
+
+// === Cloud calls ===
+
+cloud_record!(CloudVolume, id: id, name: name, state: status);
+
+/// The cloud's data volumes; the boot volumes of instances belong to their instances.
+pub struct Volumes;
+
+impl CloudResource for Volumes {
+    type Record = CloudVolume;
+    const LABEL: &'static str = "volume";
+
+    async fn list(client: CloudClient) -> Result<Vec<CloudVolume>, CloudError> {
+        let query = VolumeListQuery {
+            exclude_os_volumes: Some(true),
+            ..VolumeListQuery::default()
+        };
+        Ok(client.list_volumes(&query).await?.volumes)
+    }
+
+    async fn get(client: CloudClient, id: String) -> Result<Option<CloudVolume>, CloudError> {
+        found(client.get_volume(&id).await)
+    }
+
+    async fn delete(client: CloudClient, record: CloudVolume) -> Result<(), CloudError> {
+        // The cloud deletes detached volumes only.
+        if let Some(instance) = record.instance_id.as_deref().filter(|id| !id.is_empty()) {
+            match client
+                .detach_volumes(instance, std::slice::from_ref(&record.id))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        gone(client.delete_volume(&record.id).await)
+    }
 }

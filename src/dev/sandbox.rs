@@ -296,7 +296,7 @@ pub fn operator_config(cloud_url: &str) -> Result<gpucloud_controller::run::Oper
 async fn install_crds(client: &kube::Client) -> Result<(), Error> {
     let setup = |step: &'static str| move |reason: String| Error::Setup { step, reason };
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in gpucloud_api::crds() {
+    for crd in gpucloud_controller::registry::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         within(crds.patch(
             &name,

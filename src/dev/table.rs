@@ -1,7 +1,8 @@
 //! The live table: every gpucloud.io object with its cloud state and conditions, printed again
 //! whenever a row changes. Plain lines only, so it reads the same in a terminal and in a log.
 
-use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
+use gpucloud_controller::kind::ManagedKind;
+use gpucloud_controller::registry::{KindFn, map_kinds};
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use std::io::Write;
@@ -24,19 +25,21 @@ pub struct Row {
     pub settled: bool,
 }
 
-/// The six kinds, in the order they are listed.
+/// Every managed kind, in the order they are listed: what others use before what uses them
+/// (the registry's deletion order reversed).
 fn resources() -> Vec<ApiResource> {
-    vec![
-        ApiResource::erase::<SshKey>(&()),
-        ApiResource::erase::<GpuInstance>(&()),
-        ApiResource::erase::<Volume>(&()),
-        ApiResource::erase::<Firewall>(&()),
-        ApiResource::erase::<Snapshot>(&()),
-        ApiResource::erase::<Image>(&()),
-    ]
+    struct Erase;
+    impl KindFn<ApiResource> for Erase {
+        fn call<K: ManagedKind>(&self) -> ApiResource {
+            ApiResource::erase::<K>(&())
+        }
+    }
+    let mut resources = map_kinds(Erase);
+    resources.reverse();
+    resources
 }
 
-/// The rows of every object of the six kinds, across namespaces.
+/// The rows of every object of every managed kind, across namespaces.
 pub async fn rows(client: &kube::Client) -> Result<Vec<Row>, kube::Error> {
     let mut rows = Vec::new();
     for resource in resources() {

@@ -217,7 +217,7 @@ impl Environment {
     /// CRDs, the two namespaces and the credentials Secret.
     async fn prepare_cluster(&self) -> Result<(), Error> {
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        for crd in gpucloud_api::crds() {
+        for crd in gpucloud_controller::registry::crds() {
             let name = crd.metadata.name.clone().unwrap_or_default();
             crds.create(&PostParams::default(), &crd)
                 .await

@@ -52,10 +52,10 @@ docs/install.md says why each is needed; tests/least_privilege.rs proves each is
 */}}
 {{- define "gpucloud-operator.namespacedRules" -}}
 - apiGroups: [gpucloud.io]
-  resources: [firewalls, gpuinstances, images, snapshots, sshkeys, volumes]
+  resources: {{ include "gpucloud-operator.kindResources" . }}
   verbs: [get, list, watch, patch]
 - apiGroups: [gpucloud.io]
-  resources: [firewalls/status, gpuinstances/status, images/status, snapshots/status, sshkeys/status, volumes/status]
+  resources: {{ include "gpucloud-operator.kindStatusResources" . }}
   verbs: [update]
 - apiGroups: [""]
   resources: [secrets]
@@ -72,7 +72,7 @@ docs/install.md says why each is needed; tests/least_privilege.rs proves each is
 {{- define "gpucloud-operator.crdRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
-  resourceNames: [firewalls.gpucloud.io, gpuinstances.gpucloud.io, images.gpucloud.io, snapshots.gpucloud.io, sshkeys.gpucloud.io, volumes.gpucloud.io]
+  resourceNames: {{ include "gpucloud-operator.kindCrdNames" . }}
   verbs: [get]
 {{- end -}}
 

@@ -16,7 +16,7 @@ use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
 use gpucloud_controller::account::{Accounts, SecretLocation};
 use gpucloud_controller::events::EventPublisher;
 use gpucloud_controller::orphans::{
-    CloudKind, OrphanSweepSettings, OrphanSweeper, REASON_DELETED, REASON_FOUND, RELEASED_CONFIGMAP,
+    OrphanSweepSettings, OrphanSweeper, REASON_DELETED, REASON_FOUND, RELEASED_CONFIGMAP,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -311,15 +311,15 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
 
     // Past it, one report-only sweep finds exactly the three leaks.
     let report = sweeper(&env, Duration::ZERO, false).sweep().await.unwrap();
-    let found: BTreeSet<(CloudKind, String)> = report
+    let found: BTreeSet<(&str, String)> = report
         .orphans
         .iter()
         .map(|o| (o.kind, o.id.clone()))
         .collect();
     let leaked = BTreeSet::from([
-        (CloudKind::Instance, lost_vm_id.clone()),
-        (CloudKind::Volume, lost_vol_id.clone()),
-        (CloudKind::Firewall, lost_fw_id.clone()),
+        ("instance", lost_vm_id.clone()),
+        ("volume", lost_vol_id.clone()),
+        ("firewall", lost_fw_id.clone()),
     ]);
     assert_eq!(found, leaked);
     assert!(report.deleted.is_empty() && report.delete_failed.is_empty());
@@ -343,7 +343,7 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
         "{:?}",
         report.delete_failed
     );
-    let deleted: BTreeSet<(CloudKind, String)> = report
+    let deleted: BTreeSet<(&str, String)> = report
         .deleted
         .iter()
         .map(|o| (o.kind, o.id.clone()))

@@ -512,7 +512,7 @@ async fn the_operator_refuses_to_start_without_its_crds() {
 
     // All but the last: the error names that one.
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    let mut all = gpucloud_api::crds();
+    let mut all = gpucloud_controller::registry::crds();
     let last = all.pop().unwrap();
     for crd in &all {
         crds.create(&PostParams::default(), crd).await.unwrap();

@@ -85,7 +85,7 @@ impl Env {
             .unwrap();
         let client = apiserver.kube_client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in gpucloud_api::crds() {
+        for crd in gpucloud_controller::registry::crds() {
             let name = crd.metadata.name.clone().unwrap();
             crds.create(&PostParams::default(), &crd).await.unwrap();
             within(

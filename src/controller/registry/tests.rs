@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The CRD YAML in `crds/` is generated from the Rust types; these tests keep it so.
-//! Regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-api --test crds`.
+//! The files generated from the kind registry (the CRDs in `crds/`, the field reference, the
+//! chart's kind lists, the kustomize base's CRD list) are kept in step with it here.
+//! Regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry`.
 
 use std::path::PathBuf;
 
@@ -12,7 +13,7 @@ fn crds_dir() -> PathBuf {
 fn crds_directory_matches_the_rust_types() {
     let update = std::env::var_os("UPDATE_GENERATED").is_some();
     let mut expected_files = Vec::new();
-    for crd in gpucloud_api::crds() {
+    for crd in super::crds() {
         let name = crd.metadata.name.clone().expect("generated CRDs are named");
         let file = crds_dir().join(format!("{name}.yaml"));
         let yaml = format!("---\n{}", serde_yaml::to_string(&crd).unwrap());
@@ -28,7 +29,7 @@ fn crds_directory_matches_the_rust_types() {
         });
         assert!(
             on_disk == yaml,
-            "{} is out of date; regenerate with UPDATE_GENERATED=1 cargo test -p gpucloud-api --test crds",
+            "{} is out of date; regenerate with UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry",
             file.display()
         );
         expected_files.push(format!("{name}.yaml"));
@@ -48,7 +49,7 @@ fn crds_directory_matches_the_rust_types() {
 
 #[test]
 fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
-    for crd in gpucloud_api::crds() {
+    for crd in super::crds() {
         let name = crd.metadata.name.clone().unwrap();
         assert_eq!(crd.spec.group, "gpucloud.io", "{name}");
         assert_eq!(crd.spec.scope, "Namespaced", "{name}");
@@ -120,7 +121,7 @@ fn schemas_are_structural() {
             walk(&format!("{path}{{}}"), ap, errors);
         }
     }
-    for crd in gpucloud_api::crds() {
+    for crd in super::crds() {
         let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
         let mut errors = Vec::new();
         walk(
@@ -135,14 +136,14 @@ fn schemas_are_structural() {
 #[test]
 fn field_reference_matches_the_crds() {
     let file = crds_dir().join("../docs/crd-reference.md");
-    let generated = gpucloud_api::reference::markdown(&gpucloud_api::kinds());
+    let generated = gpucloud_api::reference::markdown(&super::kinds());
     if std::env::var_os("UPDATE_GENERATED").is_some() {
         std::fs::write(&file, &generated).unwrap();
     }
     let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
     assert!(
         on_disk == generated,
-        "docs/crd-reference.md is out of date; regenerate with UPDATE_GENERATED=1 cargo test -p gpucloud-api --test crds"
+        "docs/crd-reference.md is out of date; regenerate with UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry"
     );
     // Every spec field of every kind is documented.
     for field in [
@@ -161,7 +162,7 @@ fn every_spec_field_declares_what_a_change_does() {
     use gpucloud_api::OnChange;
     use gpucloud_api::reference::{on_change_of, spec_fields};
     let mut errors = Vec::new();
-    for kind in gpucloud_api::kinds() {
+    for kind in super::kinds() {
         let name = &kind.crd.spec.names.kind;
         let fields = spec_fields(&kind);
         for (declared, _) in kind.on_change.iter().chain(gpucloud_api::MANAGED_ON_CHANGE) {
@@ -226,4 +227,68 @@ fn every_spec_field_declares_what_a_change_does() {
         }
     }
     assert!(errors.is_empty(), "{errors:#?}");
+}
+
+/// Compares `path` with `text`, writing it first under `UPDATE_GENERATED`.
+fn generated(path: &std::path::Path, text: &str) {
+    if std::env::var_os("UPDATE_GENERATED").is_some() {
+        std::fs::write(path, text).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        on_disk == text,
+        "{} is out of date; regenerate with UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry",
+        path.display()
+    );
+}
+
+#[test]
+fn chart_kind_lists_and_kustomize_crd_list_match_the_registry() {
+    let root = crds_dir().join("..");
+    generated(
+        &root.join("charts/gpucloud-operator/templates/_kinds.tpl"),
+        &super::chart_kinds_template(),
+    );
+    generated(
+        &root.join("deploy/kustomize/crds/kustomization.yaml"),
+        &super::kustomize_crds(),
+    );
+    let template = super::chart_kinds_template();
+    for crd in super::crds() {
+        let plural = &crd.spec.names.plural;
+        assert!(
+            template.contains(&format!(" {plural}/status"))
+                || template.contains(&format!("[{plural}/status")),
+            "{plural}"
+        );
+    }
+}
+
+/// The sweeper lists and claims exactly the kinds the operator manages: a kind it did not
+/// claim would have its live resources reported (and with `--delete-orphans`, deleted).
+#[test]
+fn the_sweeper_claims_every_managed_kind_and_only_those() {
+    let managed: Vec<String> = super::map_kinds(super::KindName);
+    let mut from_crds: Vec<String> = super::crds()
+        .into_iter()
+        .map(|c| c.spec.names.kind)
+        .collect();
+    let swept: Vec<String> = crate::orphans::swept_kinds()
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .collect();
+    assert_eq!(swept, managed);
+    let mut sorted = managed.clone();
+    sorted.sort();
+    from_crds.sort();
+    assert_eq!(sorted, from_crds);
+    let labels: std::collections::HashSet<&str> = crate::orphans::swept_kinds()
+        .into_iter()
+        .map(|(_, label)| label)
+        .collect();
+    assert_eq!(
+        labels.len(),
+        managed.len(),
+        "every kind's resource has its own label"
+    );
 }

@@ -1,0 +1,134 @@
+//! The managed kinds, listed once.
+//!
+//! Everything that is a list of kinds is derived from [`each_kind`]: the CRDs (`crds/`, the
+//! chart's and the kustomize base's copies), the controllers `run` starts, the orphan
+//! sweeper's claims and cloud lists, the sandbox's table, and the RBAC rules of the chart
+//! (`templates/_kinds.tpl`, generated; deploy/kustomize is rendered from the chart). A kind
+//! is managed, swept and granted in RBAC exactly when it is listed here, so a kind the
+//! sweeper does not know cannot exist: the sweeper would otherwise delete a live kind's
+//! resources as orphans.
+
+use crate::kind::ManagedKind;
+use gpucloud_api::{
+    Firewall, GpuInstance, Image, KindReference, Managed, Snapshot, SshKey, Volume,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// Something done once per managed kind.
+pub trait KindVisitor {
+    fn visit<K: ManagedKind>(&mut self);
+}
+
+/// Visits every managed kind, in deletion order: machines before what they use (firewalls,
+/// images, snapshots, volumes, keys), so that what a machine holds is free by the time the
+/// sweeper comes to it.
+pub fn each_kind<V: KindVisitor>(visitor: &mut V) {
+    visitor.visit::<GpuInstance>();
+    visitor.visit::<Firewall>();
+    visitor.visit::<Image>();
+    visitor.visit::<Snapshot>();
+    visitor.visit::<Volume>();
+    visitor.visit::<SshKey>();
+}
+
+/// Collects one value per kind, in [`each_kind`]'s order.
+pub fn map_kinds<T>(f: impl KindFn<T>) -> Vec<T> {
+    struct Collect<F, T>(F, Vec<T>);
+    impl<T, F: KindFn<T>> KindVisitor for Collect<F, T> {
+        fn visit<K: ManagedKind>(&mut self) {
+            let value = self.0.call::<K>();
+            self.1.push(value);
+        }
+    }
+    let mut collect = Collect(f, Vec::new());
+    each_kind(&mut collect);
+    collect.1
+}
+
+/// A function generic over the kind, for [`map_kinds`].
+pub trait KindFn<T> {
+    fn call<K: ManagedKind>(&self) -> T;
+}
+
+/// The kind's name (`GpuInstance`), for [`map_kinds`].
+pub struct KindName;
+
+impl KindFn<String> for KindName {
+    fn call<K: ManagedKind>(&self) -> String {
+        K::kind(&()).into_owned()
+    }
+}
+
+/// Every kind as the CRDs and the field reference see it, ordered by kind name (the order of
+/// `gpucloud-operator crds`).
+pub fn kinds() -> Vec<KindReference> {
+    struct Reference;
+    impl KindFn<KindReference> for Reference {
+        fn call<K: ManagedKind>(&self) -> KindReference {
+            KindReference {
+                crd: K::crd(),
+                on_change: <K as Managed>::ON_CHANGE,
+            }
+        }
+    }
+    let mut kinds = map_kinds(Reference);
+    kinds.sort_by(|a, b| a.crd.spec.names.kind.cmp(&b.crd.spec.names.kind));
+    kinds
+}
+
+/// The CRDs of every kind, ordered by kind name.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    kinds().into_iter().map(|k| k.crd).collect()
+}
+
+/// The CRDs as one multi-document YAML stream (what `gpucloud-operator crds` prints).
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+/// `charts/gpucloud-operator/templates/_kinds.tpl`: the kinds' resources as the chart's RBAC
+/// rules name them (objects; their status; their CRDs), as YAML flow lists.
+pub fn chart_kinds_template() -> String {
+    let mut plurals: Vec<String> = crds().into_iter().map(|c| c.spec.names.plural).collect();
+    plurals.sort();
+    let list = |items: Vec<String>| format!("[{}]", items.join(", "));
+    let status = plurals.iter().map(|p| format!("{p}/status")).collect();
+    let crd_names = plurals
+        .iter()
+        .map(|p| format!("{p}.{}", gpucloud_api::GROUP))
+        .collect();
+    format!(
+        "{{{{/* Generated from the kind registry (src/controller/registry.rs): the resources of every\n\
+         managed kind, for the RBAC rules in _helpers.tpl. Regenerate with\n\
+         UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry; do not edit. */}}}}\n\
+         {{{{- define \"gpucloud-operator.kindResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.kindStatusResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.kindCrdNames\" -}}}}{}{{{{- end -}}}}\n",
+        list(plurals.clone()),
+        list(status),
+        list(crd_names),
+    )
+}
+
+/// `deploy/kustomize/crds/kustomization.yaml`: the CRD files of every kind.
+pub fn kustomize_crds() -> String {
+    let mut out = String::from(
+        "# Generated from the kind registry (src/controller/registry.rs); regenerate with\n\
+         # UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry; do not edit.\n\
+         apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n",
+    );
+    for crd in crds() {
+        if let Some(name) = crd.metadata.name {
+            out.push_str(&format!("  - {name}.yaml\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
