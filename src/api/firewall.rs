@@ -108,3 +108,5 @@ impl Firewall {
         ),
     ];
 }
+
+impl_managed!(Firewall);

@@ -355,3 +355,5 @@ impl GpuInstance {
         ),
     ];
 }
+
+impl_managed!(GpuInstance);

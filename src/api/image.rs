@@ -72,3 +72,5 @@ impl Image {
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[("snapshotRef", OnChange::Immutable)];
 }
+
+impl_managed!(Image);

@@ -8,6 +8,25 @@
 // clippy mistakes for duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+/// Implements [`Managed`] for a kind whose spec holds `managed: ManagedFields` and whose status
+/// holds `cloud: CloudStatus`; each kind's module invokes it for its type.
+macro_rules! impl_managed {
+    ($($kind:ty),*) => {$(
+        impl $crate::Managed for $kind {
+            const ON_CHANGE: &'static [(&'static str, $crate::OnChange)] = <$kind>::ON_CHANGE;
+            fn managed(&self) -> &$crate::ManagedFields {
+                &self.spec.managed
+            }
+            fn cloud_status(&self) -> $crate::CloudStatus {
+                self.cloud_status_ref().cloned().unwrap_or_default()
+            }
+            fn cloud_status_ref(&self) -> Option<&$crate::CloudStatus> {
+                self.status.as_ref().map(|s| &s.cloud)
+            }
+        }
+    )*};
+}
+
 pub mod common;
 pub mod deletion_protection;
 pub mod firewall;
@@ -53,22 +72,3 @@ pub trait Managed {
     /// How a change of each of the kind's own spec fields is carried out.
     const ON_CHANGE: &'static [(&'static str, OnChange)];
 }
-
-macro_rules! impl_managed {
-    ($($kind:ty),*) => {$(
-        impl Managed for $kind {
-            const ON_CHANGE: &'static [(&'static str, OnChange)] = <$kind>::ON_CHANGE;
-            fn managed(&self) -> &ManagedFields {
-                &self.spec.managed
-            }
-            fn cloud_status(&self) -> CloudStatus {
-                self.cloud_status_ref().cloned().unwrap_or_default()
-            }
-            fn cloud_status_ref(&self) -> Option<&CloudStatus> {
-                self.status.as_ref().map(|s| &s.cloud)
-            }
-        }
-    )*};
-}
-
-impl_managed!(Firewall, GpuInstance, Image, Snapshot, SshKey, Volume);

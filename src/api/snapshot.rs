@@ -98,3 +98,5 @@ impl Snapshot {
         ("labels", OnChange::Immutable),
     ];
 }
+
+impl_managed!(Snapshot);

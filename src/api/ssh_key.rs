@@ -87,3 +87,5 @@ impl SshKey {
         ("privateKeySecret", OnChange::Immutable),
     ];
 }
+
+impl_managed!(SshKey);

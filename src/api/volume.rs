@@ -128,3 +128,5 @@ impl Volume {
         ),
     ];
 }
+
+impl_managed!(Volume);

@@ -130,5 +130,32 @@ pub fn kustomize_crds() -> String {
     out
 }
 
+/// The table of references in docs/design.md: for each kind, the kinds its objects refer to
+/// and through which field (`ManagedKind::REFERS_TO`), and whether its referrers wake it.
+pub fn references_table() -> String {
+    struct Rows;
+    impl KindFn<Vec<String>> for Rows {
+        fn call<K: ManagedKind>(&self) -> Vec<String> {
+            let kind = K::kind(&());
+            let mut rows: Vec<String> = K::REFERS_TO
+                .iter()
+                .map(|(target, field)| format!("| {kind} | {target} | {field} |"))
+                .collect();
+            if K::FOLLOWS_REFERRERS {
+                rows.push(format!(
+                    "| {kind} | whatever refers to it | (its referrers' fields) |"
+                ));
+            }
+            rows
+        }
+    }
+    let mut out = String::from("| kind | follows | through |\n|---|---|---|\n");
+    for row in map_kinds(Rows).into_iter().flatten() {
+        out.push_str(&row);
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

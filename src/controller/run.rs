@@ -132,9 +132,8 @@ impl ChangeHub {
     fn publish(&self, change: Change) {
         let change = Arc::new(change);
         // A subscriber whose controller has ended is dropped.
-        lock(&self.followers).retain(|f| {
-            !f.kinds.contains(&change.kind) || f.sender.send(change.clone()).is_ok()
-        });
+        lock(&self.followers)
+            .retain(|f| !f.kinds.contains(&change.kind) || f.sender.send(change.clone()).is_ok());
     }
 }
 
@@ -717,6 +716,35 @@ fn controller<K: ManagedKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
+
+    /// Who follows whom, derived from the kinds' declarations: each row is what the
+    /// hand-wired relays did before the declarations existed.
+    #[test]
+    fn each_kind_follows_what_it_refers_to_and_snapshots_their_referrers() {
+        assert_eq!(
+            followed_by::<GpuInstance>(),
+            ["ConfigMap", "Image", "Snapshot", "SshKey"]
+        );
+        assert_eq!(followed_by::<Volume>(), ["GpuInstance", "Volume"]);
+        // Its machine; machines restored from it and images made from it (its referrers).
+        assert_eq!(followed_by::<Snapshot>(), ["GpuInstance", "Image"]);
+        assert_eq!(followed_by::<Image>(), ["Snapshot"]);
+        assert_eq!(followed_by::<Firewall>(), ["GpuInstance"]);
+        assert!(followed_by::<SshKey>().is_empty());
+    }
+
+    /// A kind referred to that nothing watches would never wake its referrers.
+    #[test]
+    fn every_kind_referred_to_is_watched() {
+        let managed = map_kinds(crate::registry::KindName);
+        for kind in followed_kinds() {
+            assert!(
+                managed.contains(&kind) || kind == CONFIG_MAP,
+                "{kind} is referred to but not watched"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn read_ahead_passes_every_item_in_order_and_ends_with_the_stream() {

@@ -292,3 +292,32 @@ fn the_sweeper_claims_every_managed_kind_and_only_those() {
         "every kind's resource has its own label"
     );
 }
+
+/// docs/design.md's table of references is the kinds' declarations.
+#[test]
+fn design_references_table_matches_the_declarations() {
+    let file = crds_dir().join("../docs/design.md");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let (start, end) = (
+        "<!-- references: generated from ManagedKind::REFERS_TO -->\n",
+        "<!-- end of references -->",
+    );
+    let from = text
+        .find(start)
+        .expect("design.md has the references markers")
+        + start.len();
+    let to = from
+        + text[from..]
+            .find(end)
+            .expect("design.md has the end marker");
+    let table = super::references_table();
+    if std::env::var_os("UPDATE_GENERATED").is_some() {
+        let updated = format!("{}{table}{}", &text[..from], &text[to..]);
+        std::fs::write(&file, updated).unwrap();
+    } else {
+        assert!(
+            text[from..to] == table,
+            "docs/design.md's references table is out of date; regenerate with UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry"
+        );
+    }
+}
