@@ -106,8 +106,23 @@ pub enum Category {
     Waiting,
 }
 
-impl From<crate::observer::ListFailure> for Error {
-    fn from(failure: crate::observer::ListFailure) -> Self {
+/// Why the latest list failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFailure {
+    /// The cloud refused the API key: no retry will help until the credentials change.
+    pub unauthorized: bool,
+    pub message: String,
+}
+
+/// Whether a failure says the cloud is not answering (server errors, timeouts, broken
+/// connections), as opposed to refusing this request (4xx) or throttling it (429).
+pub fn is_outage(error: &CloudError) -> bool {
+    error.class() == gpucloud_cloud::ErrorClass::Transient
+        && !matches!(error, CloudError::RateLimited { .. })
+}
+
+impl From<ListFailure> for Error {
+    fn from(failure: ListFailure) -> Self {
         if failure.unauthorized {
             Error::CredentialsInvalid(failure.message)
         } else {
@@ -164,7 +179,7 @@ impl Error {
     pub fn is_outage(&self) -> bool {
         match self {
             Error::CloudUnavailable(_) => true,
-            Error::Cloud(e) => crate::observer::is_outage(e),
+            Error::Cloud(e) => is_outage(e),
             Error::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(e)
                 | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_outage(),

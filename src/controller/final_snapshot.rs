@@ -249,12 +249,7 @@ async fn machine_active(
     let record = match client.get_instance(machine).await {
         Ok(record) => record,
         Err(e) if e.is_not_found() => {
-            let listed = cx
-                .observer(account)
-                .snapshot()
-                .await?
-                .get(machine)
-                .is_some();
+            let listed = cx.observer(account).latest().await?.get(machine).is_some();
             if listed {
                 return Err(waiting(format!(
                     "{machine} is listed but not found by id; looking again before its final snapshot"

@@ -2,12 +2,13 @@
 //!
 //! One task per kind and account lists that kind's resources periodically (fast while some
 //! object of the kind is in transition, slowly once everything is settled) and keeps the
-//! latest list as a [`Snapshot`]. Reconcilers read the snapshot instead of calling the cloud
+//! latest list as a [`CloudList`]. Reconcilers read that list instead of calling the cloud
 //! per object, so cloud traffic follows the number of kinds and accounts, not the number of
 //! objects. After each list but the first, the resources whose record changed are mapped back
 //! to their objects (by recorded id or by cloud name), and only those objects are reconciled.
 
 use crate::account::Account;
+use crate::error::{ListFailure, is_outage};
 use crate::lock;
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::jiff::Timestamp;
@@ -55,13 +56,6 @@ pub trait CloudResource: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), CloudError>> + Send + 'static;
 }
 
-/// Whether a failure says the cloud is not answering (server errors, timeouts, broken
-/// connections), as opposed to refusing this request (4xx) or throttling it (429).
-pub fn is_outage(error: &CloudError) -> bool {
-    error.class() == gpucloud_cloud::ErrorClass::Transient
-        && !matches!(error, CloudError::RateLimited { .. })
-}
-
 /// How often observers list.
 #[derive(Debug, Clone, Copy)]
 pub struct ObserveIntervals {
@@ -88,18 +82,18 @@ impl Default for ObserveIntervals {
 
 /// One list of one kind in one account.
 #[derive(Debug)]
-pub struct Snapshot<R> {
+pub struct CloudList<R> {
     /// Counts successful lists; 0 before the first.
     pub generation: u64,
-    /// When the list that produced this snapshot was sent.
+    /// When the list that produced this list was sent.
     pub listed_at: Option<Instant>,
     by_id: HashMap<String, R>,
     by_name: HashMap<String, Vec<String>>,
 }
 
-impl<R: CloudRecord> Snapshot<R> {
+impl<R: CloudRecord> CloudList<R> {
     fn empty() -> Self {
-        Snapshot {
+        CloudList {
             generation: 0,
             listed_at: None,
             by_id: HashMap::new(),
@@ -117,7 +111,7 @@ impl<R: CloudRecord> Snapshot<R> {
                 .push(record.id().to_string());
             by_id.insert(record.id().to_string(), record);
         }
-        Snapshot {
+        CloudList {
             generation,
             listed_at: Some(listed_at),
             by_id,
@@ -152,7 +146,7 @@ impl<R: CloudRecord> Snapshot<R> {
     }
 
     /// Ids and names of resources that appeared, disappeared or changed since `previous`.
-    fn changes_since(&self, previous: &Snapshot<R>) -> Changes {
+    fn changes_since(&self, previous: &CloudList<R>) -> Changes {
         let mut changes = Changes::default();
         for (id, record) in &self.by_id {
             if previous.by_id.get(id) != Some(record) {
@@ -177,18 +171,10 @@ pub struct Changes {
     pub names: HashSet<String>,
 }
 
-/// Why the latest list failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListFailure {
-    /// The cloud refused the API key: no retry will help until the credentials change.
-    pub unauthorized: bool,
-    pub message: String,
-}
-
 /// What the observer knows: the latest successful list, and the outcome of the latest attempt.
 #[derive(Debug)]
 struct State<R> {
-    snapshot: Arc<Snapshot<R>>,
+    list: Arc<CloudList<R>>,
     attempts: u64,
     failure: Option<ListFailure>,
 }
@@ -210,7 +196,7 @@ impl<R: CloudRecord> Observer<R> {
         changes: mpsc::UnboundedSender<(String, Changes)>,
     ) -> Arc<Self> {
         let (tx, rx) = watch::channel(State {
-            snapshot: Arc::new(Snapshot::empty()),
+            list: Arc::new(CloudList::empty()),
             attempts: 0,
             failure: None,
         });
@@ -236,14 +222,14 @@ impl<R: CloudRecord> Observer<R> {
                         Ok(records) => {
                             account.mark_up();
                             generation += 1;
-                            let next = Arc::new(Snapshot::from_records(records, generation, started));
+                            let next = Arc::new(CloudList::from_records(records, generation, started));
                             // The first list changes nothing anyone has seen: every reconcile
                             // waits for it, and a starting controller checks its objects
                             // against it (`readopt.rs`).
                             if generation > 1 {
-                                diff = Some(next.changes_since(&state.snapshot));
+                                diff = Some(next.changes_since(&state.list));
                             }
-                            state.snapshot = next;
+                            state.list = next;
                             state.failure = None;
                         }
                         Err(error) => {
@@ -280,25 +266,25 @@ impl<R: CloudRecord> Observer<R> {
         }
     }
 
-    /// The latest snapshot, waiting for the first list attempt. An older snapshot is served
+    /// The latest list, waiting for the first list attempt. An older list is served
     /// through a passing failure; a refused key, or no list at all yet, is an error.
-    pub async fn snapshot(&self) -> Result<Arc<Snapshot<R>>, ListFailure> {
+    pub async fn latest(&self) -> Result<Arc<CloudList<R>>, ListFailure> {
         self.wait_for(|state| state.attempts > 0).await
     }
 
-    /// A snapshot from a list sent at or after `after`, asking for one at once. A failed list
-    /// is an error, never the older snapshot: callers conclude from absence (a deletion is
+    /// A list sent at or after `after`, asking for one at once. A failed list
+    /// is an error, never the older list: callers conclude from absence (a deletion is
     /// done), which only a fresh list can show.
-    pub async fn snapshot_after(&self, after: Instant) -> Result<Arc<Snapshot<R>>, ListFailure> {
+    pub async fn list_after(&self, after: Instant) -> Result<Arc<CloudList<R>>, ListFailure> {
         self.refresh();
-        let snapshot = self
+        let list = self
             .wait_for(|state| {
                 state.failure.is_some() && state.attempts > 0
-                    || state.snapshot.listed_at.is_some_and(|t| t >= after)
+                    || state.list.listed_at.is_some_and(|t| t >= after)
             })
             .await?;
-        if snapshot.listed_at.is_some_and(|t| t >= after) {
-            return Ok(snapshot);
+        if list.listed_at.is_some_and(|t| t >= after) {
+            return Ok(list);
         }
         let failure = self.state.borrow().failure.clone();
         Err(failure.unwrap_or_else(|| ListFailure {
@@ -310,7 +296,7 @@ impl<R: CloudRecord> Observer<R> {
     async fn wait_for(
         &self,
         ready: impl Fn(&State<R>) -> bool,
-    ) -> Result<Arc<Snapshot<R>>, ListFailure> {
+    ) -> Result<Arc<CloudList<R>>, ListFailure> {
         let mut rx = self.state.clone();
         // The guard `wait_for` answers with holds the channel's read lock: it goes at once,
         // since taking the lock again below while the list loop waits to write deadlocks.
@@ -334,14 +320,14 @@ impl<R: CloudRecord> Observer<R> {
             });
         }
         match &state.failure {
-            Some(failure) if failure.unauthorized || state.snapshot.generation == 0 => {
+            Some(failure) if failure.unauthorized || state.list.generation == 0 => {
                 Err(failure.clone())
             }
             _ if timed_out => Err(ListFailure {
                 unauthorized: false,
                 message: "no fresh cloud list in time".into(),
             }),
-            _ => Ok(state.snapshot.clone()),
+            _ => Ok(state.list.clone()),
         }
     }
 
@@ -405,7 +391,7 @@ mod tests {
     #[test]
     fn changes_cover_new_changed_and_gone_records_only() {
         let now = Instant::now();
-        let before = Snapshot::from_records(
+        let before = CloudList::from_records(
             vec![
                 rec("1", "a", "ACTIVE"),
                 rec("2", "b", "ACTIVE"),
@@ -414,7 +400,7 @@ mod tests {
             1,
             now,
         );
-        let after = Snapshot::from_records(
+        let after = CloudList::from_records(
             vec![
                 rec("1", "a", "ACTIVE"),
                 rec("2", "b", "SHUTOFF"),
@@ -477,7 +463,7 @@ mod tests {
         let intervals = listing_every(Duration::from_millis(20));
         let (changes, received) = mpsc::unbounded_channel();
         let observer = Observer::spawn::<Flapping>(account, intervals, changes);
-        assert_eq!(observer.snapshot().await.map(|s| s.len()), Ok(1));
+        assert_eq!(observer.latest().await.map(|s| s.len()), Ok(1));
         assert!(observer.is_running());
 
         // No one takes the changes any more: the loop ends at its next change.
@@ -487,15 +473,15 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(!observer.is_running());
-        let failure = observer.snapshot().await.err();
+        let failure = observer.latest().await.err();
         assert_eq!(
             failure.map(|f| f.message),
             Some("the cloud list loop has stopped".to_string())
         );
-        assert!(observer.snapshot_after(Instant::now()).await.is_err());
+        assert!(observer.list_after(Instant::now()).await.is_err());
     }
 
-    /// Readers of the snapshot and the list loop's writes share one lock: a reader that held
+    /// Readers of the list and the list loop's writes share one lock: a reader that held
     /// its guard while taking the lock again would deadlock with a writer queued in between,
     /// blocking the runtime's threads for good.
     #[test]
@@ -523,7 +509,7 @@ mod tests {
                             for _ in 0..20_000 {
                                 // Keeps the list loop writing as often as it can.
                                 observer.refresh();
-                                let _ = observer.snapshot().await;
+                                let _ = observer.latest().await;
                                 tokio::task::yield_now().await;
                             }
                         })
@@ -537,20 +523,20 @@ mod tests {
         });
         assert!(
             finished.recv_timeout(Duration::from_secs(30)).is_ok(),
-            "snapshot readers and the list loop deadlocked"
+            "list readers and the list loop deadlocked"
         );
     }
 
     #[test]
     fn names_may_repeat() {
-        let snapshot = Snapshot::from_records(
+        let list = CloudList::from_records(
             vec![rec("1", "same", "ACTIVE"), rec("2", "same", "ACTIVE")],
             1,
             Instant::now(),
         );
-        let mut ids: Vec<_> = snapshot.named("same").iter().map(|r| r.id).collect();
+        let mut ids: Vec<_> = list.named("same").iter().map(|r| r.id).collect();
         ids.sort_unstable();
         assert_eq!(ids, ["1", "2"]);
-        assert!(snapshot.named("other").is_empty());
+        assert!(list.named("other").is_empty());
     }
 }

@@ -18,7 +18,7 @@ use crate::account::SecretLocation;
 use crate::context::Context;
 use crate::kind::{ManagedKind, Record};
 use crate::lock;
-use crate::observer::{CloudRecord, Snapshot};
+use crate::observer::{CloudList, CloudRecord};
 use crate::reconcile::paused;
 use gpucloud_api::{FINALIZER, SecretKeyRef};
 use kube::ResourceExt;
@@ -109,7 +109,8 @@ async fn check<K: ManagedKind>(
     // The cloud's first list per credentials, or `None` when the credentials or the list
     // failed: asked once each, so a cloud that does not answer holds the check up once, not
     // once per object.
-    let mut first_lists: HashMap<SecretLocation, Option<Arc<Snapshot<Record<K>>>>> = HashMap::new();
+    let mut first_lists: HashMap<SecretLocation, Option<Arc<CloudList<Record<K>>>>> =
+        HashMap::new();
     // A set: a first list retried after an error offers its objects again.
     let mut readopted = HashSet::new();
     let mut reconciled = 0_usize;
@@ -153,13 +154,13 @@ async fn first_list<K: ManagedKind>(
     cx: &Context<K>,
     namespace: &str,
     reference: Option<&SecretKeyRef>,
-) -> Option<Arc<Snapshot<Record<K>>>> {
+) -> Option<Arc<CloudList<Record<K>>>> {
     let account = cx.accounts.resolve(namespace, reference).await.ok()?;
-    cx.observer(&account).snapshot().await.ok()
+    cx.observer(&account).latest().await.ok()
 }
 
 /// Whether `listed` shows the object's resource as its status records it.
-fn matches_cloud<K: ManagedKind>(listed: &Snapshot<Record<K>>, object: &K) -> bool {
+fn matches_cloud<K: ManagedKind>(listed: &CloudList<Record<K>>, object: &K) -> bool {
     object
         .cloud_status_ref()
         .and_then(|s| s.external_id.as_deref())

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::events::{Event, EventType};
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
-use crate::observer::{CloudRecord, CloudResource, Snapshot};
+use crate::observer::{CloudList, CloudRecord, CloudResource};
 use crate::references;
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
@@ -225,7 +225,7 @@ async fn apply<K: ManagedKind>(
         )
         .await?;
     let observer = cx.observer(&account);
-    let snapshot = observer.snapshot().await?;
+    let listed = observer.latest().await?;
     let status = object.cloud_status();
     let adopted_id = object
         .annotations()
@@ -235,7 +235,7 @@ async fn apply<K: ManagedKind>(
     if let Some(adopted) = &adopted_id
         && status.external_id.as_ref() != Some(adopted)
     {
-        let listed_name = snapshot.get(adopted).map(|r| r.name().to_string());
+        let listed_name = listed.get(adopted).map(|r| r.name().to_string());
         cx.ownership
             .check_adoption::<K>(
                 &cx.client,
@@ -257,10 +257,10 @@ async fn apply<K: ManagedKind>(
     let known_id = status.external_id.clone().or_else(|| adopted_id.clone());
 
     if let Some(id) = known_id {
-        if let Some(record) = snapshot.get(&id) {
+        if let Some(record) = listed.get(&id) {
             let record = record.clone();
             if status.external_id.as_deref() == Some(id.as_str()) {
-                settle_duplicates(cx, &object, &account, &snapshot, &id).await;
+                settle_duplicates(cx, &object, &account, &listed, &id).await;
             }
             return converge(api, &object, cx, &account, status, record).await;
         }
@@ -349,7 +349,7 @@ async fn apply<K: ManagedKind>(
             )
             .await?,
         );
-        return create_step(api, object, cx, &account, &snapshot).await;
+        return create_step(api, object, cx, &account, &listed).await;
     }
 
     if managed.management_policy == ManagementPolicy::ObserveOnly {
@@ -362,7 +362,7 @@ async fn apply<K: ManagedKind>(
         write_status(api, &object, status, None, &outcome).await?;
         return Ok(await_change());
     }
-    create_step(api, object, cx, &account, &snapshot).await
+    create_step(api, object, cx, &account, &listed).await
 }
 
 async fn create_step<K: ManagedKind>(
@@ -370,7 +370,7 @@ async fn create_step<K: ManagedKind>(
     object: Arc<K>,
     cx: &Context<K>,
     account: &Arc<Account>,
-    snapshot: &Snapshot<Record<K>>,
+    listed: &CloudList<Record<K>>,
 ) -> Result<Action, Error> {
     let cloud_name = naming::cloud_name(
         &namespace(&*object),
@@ -384,8 +384,8 @@ async fn create_step<K: ManagedKind>(
         .as_ref()
         .map(|p| cx.create_in_flight_until(&uid, p));
     let observer = cx.observer(account);
-    let decide = |snapshot: &Snapshot<Record<K>>| {
-        let found: Vec<Found> = snapshot
+    let decide = |listed: &CloudList<Record<K>>| {
+        let found: Vec<Found> = listed
             .named(&cloud_name)
             .into_iter()
             .map(|r| Found {
@@ -396,26 +396,26 @@ async fn create_step<K: ManagedKind>(
         create::decide(
             pending_since,
             &found,
-            listed_wall_clock(snapshot),
+            listed_wall_clock(listed),
             Timestamp::now(),
             cx.settings.settle_window,
         )
     };
-    let mut decision = decide(snapshot);
+    let mut decision = decide(listed);
     let fresh;
-    let mut snapshot = snapshot;
+    let mut listed = listed;
     if decision == CreateDecision::RetryCreate {
         // Creating again is irreversible: one list's silence is not enough, a second list
         // sent now must not show the resource either.
-        fresh = observer.snapshot_after(Instant::now()).await?;
-        snapshot = &fresh;
-        decision = decide(snapshot);
+        fresh = observer.list_after(Instant::now()).await?;
+        listed = &fresh;
+        decision = decide(listed);
     }
     match decision {
         // The others under the name are duplicates, settled once this one is recorded.
         CreateDecision::Adopt { id, extra: _ } => {
             cx.forget_create(&uid);
-            let record = snapshot.get(&id).cloned();
+            let record = listed.get(&id).cloned();
             let status = CloudStatus {
                 external_id: Some(id),
                 cloud_name: Some(cloud_name),
@@ -575,7 +575,7 @@ async fn settle_duplicates<K: ManagedKind>(
     cx: &Context<K>,
     object: &K,
     account: &Account,
-    snapshot: &Snapshot<Record<K>>,
+    listed: &CloudList<Record<K>>,
     recorded: &str,
 ) {
     let cloud_name = naming::cloud_name(
@@ -585,7 +585,7 @@ async fn settle_duplicates<K: ManagedKind>(
     );
     let settings = cx.settings.duplicates;
     let kind = K::kind(&());
-    for duplicate in snapshot
+    for duplicate in listed
         .named(&cloud_name)
         .into_iter()
         .filter(|r| r.id() != recorded)
@@ -694,15 +694,15 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     // nothing is left does: a list sent after this process's delete call, or failing that one
     // sent after this reconcile began. Waiting for a list only then keeps a reconcile slot from
     // being held for a whole list per object.
-    let latest = observer.snapshot().await?;
+    let latest = observer.latest().await?;
     let answered_at = cx.delete_answered_at(&uid);
     let listed_since_delete = answered_at
         .is_some_and(|answered| latest.listed_at.is_some_and(|listed| listed >= answered));
-    let mut snapshot = latest;
-    let mut targets = cleanup_targets::<K>(&snapshot, &status, &cloud_name);
+    let mut listed = latest;
+    let mut targets = cleanup_targets::<K>(&listed, &status, &cloud_name);
     if targets.is_empty() && !listed_since_delete {
-        snapshot = observer.snapshot_after(Instant::now()).await?;
-        targets = cleanup_targets::<K>(&snapshot, &status, &cloud_name);
+        listed = observer.list_after(Instant::now()).await?;
+        targets = cleanup_targets::<K>(&listed, &status, &cloud_name);
         // Silence in a list is no proof that a resource is gone: unless the cloud answered a
         // delete of ours that this list follows, the recorded resource is read by id.
         if targets.is_empty()
@@ -722,7 +722,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             let decision = create::decide(
                 Some(since),
                 &[],
-                listed_wall_clock(&snapshot),
+                listed_wall_clock(&listed),
                 Timestamp::now(),
                 cx.settings.settle_window,
             );
@@ -730,7 +730,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             // now, must not show it either.
             let confirmed = decision == CreateDecision::RetryCreate
                 && observer
-                    .snapshot_after(Instant::now())
+                    .list_after(Instant::now())
                     .await?
                     .named(&cloud_name)
                     .is_empty();
@@ -776,28 +776,28 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     })
 }
 
-/// The wall-clock time the snapshot's list was sent, for comparison with recorded attempts.
-fn listed_wall_clock<R>(snapshot: &Snapshot<R>) -> Option<Timestamp> {
-    let age = k8s_openapi::jiff::SignedDuration::try_from(snapshot.listed_at?.elapsed()).ok()?;
+/// The wall-clock time the list was sent, for comparison with recorded attempts.
+fn listed_wall_clock<R>(listed: &CloudList<R>) -> Option<Timestamp> {
+    let age = k8s_openapi::jiff::SignedDuration::try_from(listed.listed_at?.elapsed()).ok()?;
     Timestamp::now().checked_sub(age).ok()
 }
 
-/// Everything in `snapshot` that is the object's: the recorded id, and whatever carries its
+/// Everything in the list `listed` that is the object's: the recorded id, and whatever carries its
 /// cloud name (a create whose answer was lost). An `external-id` annotation the status has not
 /// recorded is never a target: its adoption was refused or has not happened, and the resource
 /// it names may be anyone's.
 fn cleanup_targets<K: ManagedKind>(
-    snapshot: &Snapshot<Record<K>>,
+    listed: &CloudList<Record<K>>,
     status: &CloudStatus,
     cloud_name: &str,
 ) -> Vec<Record<K>> {
     let mut targets: Vec<Record<K>> = Vec::new();
-    let named = snapshot.named(cloud_name);
+    let named = listed.named(cloud_name);
     let by_id = status
         .external_id
         .as_deref()
         .into_iter()
-        .filter_map(|id| snapshot.get(id));
+        .filter_map(|id| listed.get(id));
     for record in by_id.chain(named) {
         if !targets.iter().any(|t| t.id() == record.id()) {
             targets.push(record.clone());

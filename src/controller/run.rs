@@ -419,7 +419,7 @@ async fn report_balances(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: 
 
 /// A hash of what a reconcile acts on: the spec (through `generation`), annotations (pause,
 /// adoption, restarts), labels (selectors), finalizers and deletion. Status is left out.
-fn intent_changed<K: Resource>(object: &K) -> Option<u64> {
+fn intent_hash<K: Resource>(object: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let meta = object.meta();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -652,7 +652,7 @@ fn controller<K: ManagedKind>(
             _ => {}
         })
         .applied_objects()
-        .predicate_filter(intent_changed, PredicateConfig::default())
+        .predicate_filter(intent_hash, PredicateConfig::default())
         // Watch errors are counted above and retried by the backoff; kept out of the
         // controller, whose queue stalls on an error item until something else wakes it.
         .filter_map(move |object| {
