@@ -11,16 +11,27 @@ use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
 use crate::gpu_instance::{rule_diff, to_cloud_rule};
-use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use gpucloud_api::{CloudStatus, Firewall, FirewallStatus, GpuInstance, Managed, SecurityRule};
-use gpucloud_cloud::model::{CreateFirewallRequest, Firewall as CloudFirewall};
+use gpucloud_cloud::model::{CreateFirewallRequest, Firewall as CloudFirewall, NewRule};
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::api::ListParams;
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeSet;
+
+/// One change a firewall's plan asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FirewallAction {
+    /// Add these rules (the whole missing set, added one call each).
+    AddRules(Vec<NewRule>),
+    /// Remove the rule with this id.
+    RemoveRule(String),
+    /// Attach to exactly these machines.
+    Attach(Vec<String>),
+}
 
 impl ManagedKind for Firewall {
     type Cloud = Firewalls;
@@ -90,58 +101,99 @@ impl ManagedKind for Firewall {
         Ok(account.client.create_firewall(&request).await?)
     }
 
-    async fn converge(
-        &mut self,
+    type Resolved = Result<Targets, Error>;
+    type Action = FirewallAction;
+
+    /// The machines to attach to; and, when rules are to be added, the whole new rule set
+    /// checked against the cloud's protocols first, so a change refused half-way never starts.
+    async fn resolve(
+        &self,
         cx: &Context<Self>,
         account: &Account,
         record: &CloudFirewall,
-    ) -> Result<Outcome, Error> {
-        let id = record.id.as_str();
-        let client = &account.client;
-        let (missing, extra) = rule_diff(&self.spec.rules, &record.rules);
-        // The whole new rule set is checked before the first call, and rules are added before
-        // any is removed: a change refused half-way never leaves the firewall with fewer rules
-        // than both the old and the new set.
+    ) -> Result<Result<Targets, Error>, Error> {
+        let (missing, _) = rule_diff(&self.spec.rules, &record.rules);
         if !missing.is_empty() {
             check_protocols(account, &self.spec.rules.iter().collect::<Vec<_>>()).await?;
-            for rule in &missing {
-                client.add_firewall_rule(id, &to_cloud_rule(rule)).await?;
-            }
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("adding {} rules to {id}", missing.len()),
+        }
+        // Kept as a value: the rules come first, and a reference that cannot be followed
+        // matters only once they are in place.
+        Ok(targets(self, cx).await)
+    }
+
+    fn plan(
+        &self,
+        record: &CloudFirewall,
+        targets: Result<Targets, Error>,
+    ) -> Result<Plan<FirewallAction>, Error> {
+        let id = record.id.as_str();
+        let (missing, extra) = rule_diff(&self.spec.rules, &record.rules);
+        // Rules are added before any is removed: a change never leaves the firewall with fewer
+        // rules than both the old and the new set.
+        if !missing.is_empty() {
+            let count = missing.len();
+            return Ok(Plan::act(
+                FirewallAction::AddRules(missing.iter().copied().map(to_cloud_rule).collect()),
+                Outcome::progressing(reason::UPDATING, format!("adding {count} rules to {id}")),
             ));
         }
         if let Some(rule) = extra.first() {
-            client.remove_firewall_rule(id, &rule.id).await?;
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("removing rule {} from {id}", rule.id),
+            return Ok(Plan::act(
+                FirewallAction::RemoveRule(rule.id.clone()),
+                Outcome::progressing(
+                    reason::UPDATING,
+                    format!("removing rule {} from {id}", rule.id),
+                ),
             ));
         }
 
-        let targets = targets(self, cx).await?;
+        let targets = targets?;
         let attached: BTreeSet<String> =
             record.attachments.iter().map(|a| a.vm.id.clone()).collect();
         if attached != targets.ids {
             let ids: Vec<String> = targets.ids.iter().cloned().collect();
-            client.attach_firewall(id, &ids).await?;
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("attaching {id} to {} instances", ids.len()),
+            let count = ids.len();
+            return Ok(Plan::act(
+                FirewallAction::Attach(ids),
+                Outcome::progressing(
+                    reason::UPDATING,
+                    format!("attaching {id} to {count} instances"),
+                ),
             ));
         }
         if let Some(error) = targets.waiting {
-            return Ok(error.outcome());
+            return Ok(Plan::stand(error.outcome()));
         }
-        Ok(Outcome::ready(
+        Ok(Plan::stand(Outcome::ready(
             reason::AVAILABLE,
             format!(
                 "{id} has {} rules and is attached to {} instances",
                 record.rules.len(),
                 attached.len()
             ),
-        ))
+        )))
+    }
+
+    async fn execute(
+        &self,
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &CloudFirewall,
+        action: &FirewallAction,
+    ) -> Result<(), Error> {
+        let (client, id) = (&account.client, record.id.as_str());
+        match action {
+            FirewallAction::AddRules(rules) => {
+                for rule in rules {
+                    client.add_firewall_rule(id, rule).await?;
+                }
+            }
+            FirewallAction::RemoveRule(rule) => {
+                client.remove_firewall_rule(id, rule).await.map(drop)?
+            }
+            FirewallAction::Attach(ids) => client.attach_firewall(id, ids).await.map(drop)?,
+        }
+        Ok(())
     }
 
     fn observed(&self, record: &CloudFirewall) -> Outcome {
@@ -163,9 +215,10 @@ impl ManagedKind for Firewall {
 
 /// The machines the firewall should be attached to, and the first reference that cannot be
 /// followed yet.
-struct Targets {
-    ids: BTreeSet<String>,
-    waiting: Option<Error>,
+#[derive(Debug)]
+pub struct Targets {
+    pub ids: BTreeSet<String>,
+    pub waiting: Option<Error>,
 }
 
 async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets, Error> {
@@ -290,5 +343,141 @@ impl CloudResource for Firewalls {
             }
         }
         gone(client.delete_firewall(&record.id).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucloud_cloud::model::{AttachedVm, FirewallAttachment};
+
+    fn firewall(rules: serde_json::Value) -> Firewall {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "Firewall",
+            "metadata": {"name": "web", "namespace": "ml"},
+            "spec": {"region": "us-east", "rules": rules},
+        }))
+        .unwrap()
+    }
+
+    fn rule(cidr: &str, port: i32) -> serde_json::Value {
+        serde_json::json!({
+            "direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
+            "remoteIpPrefix": cidr, "portRangeMin": port, "portRangeMax": port,
+        })
+    }
+
+    fn record(rules: &Firewall, attached: &[&str]) -> CloudFirewall {
+        CloudFirewall {
+            id: "fw-1".into(),
+            rules: rules
+                .spec
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(n, r)| {
+                    let new = to_cloud_rule(r);
+                    gpucloud_cloud::model::SecurityRule {
+                        id: format!("r{n}"),
+                        direction: new.direction,
+                        protocol: new.protocol,
+                        ethertype: new.ethertype,
+                        remote_ip_prefix: new.remote_ip_prefix,
+                        port_range_min: new.port_range_min,
+                        port_range_max: new.port_range_max,
+                    }
+                })
+                .collect(),
+            attachments: attached
+                .iter()
+                .map(|id| FirewallAttachment {
+                    vm: AttachedVm {
+                        id: id.to_string(),
+                        ..AttachedVm::default()
+                    },
+                })
+                .collect(),
+            ..CloudFirewall::default()
+        }
+    }
+
+    fn targets(ids: &[&str]) -> Result<Targets, Error> {
+        Ok(Targets {
+            ids: ids.iter().map(|id| id.to_string()).collect(),
+            waiting: None,
+        })
+    }
+
+    #[test]
+    fn rules_are_added_all_at_once_then_removed_one_by_one_then_machines_attached() {
+        let old = firewall(serde_json::json!([rule("0.0.0.0/0", 80)]));
+        let new = firewall(serde_json::json!([rule("10.0.0.0/8", 22)]));
+        let both = firewall(serde_json::json!([
+            rule("0.0.0.0/0", 80),
+            rule("10.0.0.0/8", 22)
+        ]));
+
+        let plan = new.plan(&record(&old, &[]), targets(&["vm-1"])).unwrap();
+        assert_eq!(
+            plan.action,
+            Some(FirewallAction::AddRules(vec![to_cloud_rule(
+                &new.spec.rules[0]
+            )]))
+        );
+        let plan = new.plan(&record(&both, &[]), targets(&["vm-1"])).unwrap();
+        assert_eq!(plan.action, Some(FirewallAction::RemoveRule("r0".into())));
+        let plan = new.plan(&record(&new, &[]), targets(&["vm-1"])).unwrap();
+        assert_eq!(
+            plan.action,
+            Some(FirewallAction::Attach(vec!["vm-1".into()]))
+        );
+        let plan = new
+            .plan(&record(&new, &["vm-1"]), targets(&["vm-1"]))
+            .unwrap();
+        assert_eq!(plan.action, None);
+        assert!(
+            matches!(plan.outcome, Outcome::Ready { .. }),
+            "{:?}",
+            plan.outcome
+        );
+    }
+
+    #[test]
+    fn a_bad_reference_matters_only_once_the_rules_are_in_place() {
+        let new = firewall(serde_json::json!([rule("10.0.0.0/8", 22)]));
+        let refused = || Err(Error::InvalidSpec("spec.instanceRefs: elsewhere".into()));
+        let plan = new.plan(&record(&firewall(serde_json::json!([])), &[]), refused());
+        assert!(matches!(
+            plan,
+            Ok(Plan {
+                action: Some(FirewallAction::AddRules(_)),
+                ..
+            })
+        ));
+        let plan = new.plan(&record(&new, &[]), refused());
+        assert!(matches!(plan, Err(Error::InvalidSpec(_))), "{plan:?}");
+        // Machines found are attached while another reference waits; then it still waits.
+        let waiting = || {
+            Ok(Targets {
+                ids: ["vm-1".to_string()].into(),
+                waiting: Some(Error::WaitingFor {
+                    kind: "GpuInstance",
+                    name: "train".into(),
+                    detail: "it has no cloud id yet".into(),
+                }),
+            })
+        };
+        let plan = new.plan(&record(&new, &[]), waiting()).unwrap();
+        assert_eq!(
+            plan.action,
+            Some(FirewallAction::Attach(vec!["vm-1".into()]))
+        );
+        let plan = new.plan(&record(&new, &["vm-1"]), waiting()).unwrap();
+        assert_eq!(plan.action, None);
+        assert!(
+            matches!(plan.outcome, Outcome::Progressing { .. }),
+            "{:?}",
+            plan.outcome
+        );
     }
 }

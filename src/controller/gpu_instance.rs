@@ -5,7 +5,7 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
@@ -24,6 +24,25 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeMap;
+
+/// One change a GpuInstance's plan asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InstanceAction {
+    /// Restore a hibernated machine.
+    Restore,
+    Start,
+    Stop,
+    Hibernate,
+    /// Reboot for this `restartedAt` value (recorded in the status once done).
+    Reboot(String),
+    /// Assign (`true`) or release the public IP.
+    PublicIp(bool),
+    AddRule(NewRule),
+    /// Remove the security rule with this id.
+    RemoveRule(String),
+    /// Write the connection Secret of this name (a running machine's address and keys).
+    WriteConnectionSecret(String),
+}
 
 impl ManagedKind for GpuInstance {
     type Cloud = Instances;
@@ -235,17 +254,23 @@ impl ManagedKind for GpuInstance {
         }
     }
 
-    async fn converge(
-        &mut self,
-        cx: &Context<Self>,
-        account: &Account,
-        record: &Instance,
-    ) -> Result<Outcome, Error> {
+    type Resolved = ();
+    type Action = InstanceAction;
+
+    async fn resolve(
+        &self,
+        _cx: &Context<Self>,
+        _account: &Account,
+        _record: &Instance,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// Power state first (the other changes need a running machine), then a requested reboot,
+    /// the public IP, the security rules, and the connection Secret of a running machine.
+    fn plan(&self, record: &Instance, _resolved: ()) -> Result<Plan<InstanceAction>, Error> {
         let id = record.instance_id.as_str();
-        // One line per reconcile that found its machine listed: the scale benchmark counts
-        // these to see an operator restart re-adopt every object.
-        tracing::debug!(object = %self.name_any(), id, "converging toward the listed machine");
-        let client = &account.client;
+        let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
         match &record.status {
             InstanceStatus::Creating
             | InstanceStatus::Stopping
@@ -253,51 +278,40 @@ impl ManagedKind for GpuInstance {
             | InstanceStatus::Rebooting
             | InstanceStatus::Hibernating
             | InstanceStatus::Deleting => {
-                return Ok(Outcome::progressing(
+                return Ok(Plan::stand(Outcome::progressing(
                     reason::PROVISIONING,
                     format!("{id} is {}", record.status),
-                ));
+                )));
             }
             InstanceStatus::Error => {
-                return Ok(Outcome::stalled(
+                return Ok(Plan::stand(Outcome::stalled(
                     reason::CLOUD_UNAVAILABLE,
                     format!("the cloud reports {id} in ERROR"),
-                ));
+                )));
             }
             _ => {}
         }
 
-        // Power state first: the other changes need a running machine.
         let wanted = self.spec.power_state;
-        let step = match (wanted, &record.status) {
+        let power = match (wanted, &record.status) {
             (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
-                Some("restoring")
+                Some((InstanceAction::Restore, "restoring"))
             }
             (PowerState::Running | PowerState::Hibernated, InstanceStatus::Shutoff) => {
-                Some("starting")
+                Some((InstanceAction::Start, "starting"))
             }
-            (PowerState::Stopped, InstanceStatus::Active) => Some("stopping"),
-            (PowerState::Hibernated, InstanceStatus::Active) => Some("hibernating"),
+            (PowerState::Stopped, InstanceStatus::Active) => {
+                Some((InstanceAction::Stop, "stopping"))
+            }
+            (PowerState::Hibernated, InstanceStatus::Active) => {
+                Some((InstanceAction::Hibernate, "hibernating"))
+            }
             _ => None,
         };
-        if let Some(step) = step {
-            match step {
-                "restoring" => {
-                    client.restore_hibernated_instance(id).await?;
-                }
-                "starting" => {
-                    client.start_instance(id).await?;
-                }
-                "stopping" => {
-                    client.stop_instance(id).await?;
-                }
-                _ => {
-                    client.hibernate_instance(id).await?;
-                }
-            }
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("{step} {id} toward powerState {wanted:?}"),
+        if let Some((action, step)) = power {
+            return Ok(Plan::act(
+                action,
+                progressing(format!("{step} {id} toward powerState {wanted:?}")),
             ));
         }
         if wanted != PowerState::Running {
@@ -306,16 +320,16 @@ impl ManagedKind for GpuInstance {
             } else {
                 "hibernated"
             };
-            return Ok(Outcome::ready(
+            return Ok(Plan::stand(Outcome::ready(
                 reason::AVAILABLE,
                 format!("{id} is {state}"),
-            ));
+            )));
         }
         if record.vm_status != VmStatus::Running {
-            return Ok(Outcome::progressing(
+            return Ok(Plan::stand(Outcome::progressing(
                 reason::PROVISIONING,
                 format!("{id} is {}", record.vm_status),
-            ));
+            )));
         }
 
         // A new `restartedAt` value asks for one reboot.
@@ -324,26 +338,22 @@ impl ManagedKind for GpuInstance {
         if let Some(requested) = restart
             && done.as_deref() != Some(requested.as_str())
         {
-            client.reboot_instance(id).await?;
-            if let Some(status) = self.status.as_mut() {
-                status.restarted_at = Some(requested.clone());
-            }
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("rebooting {id} for {RESTARTED_AT_ANNOTATION}={requested}"),
+            let message = format!("rebooting {id} for {RESTARTED_AT_ANNOTATION}={requested}");
+            return Ok(Plan::act(
+                InstanceAction::Reboot(requested),
+                progressing(message),
             ));
         }
 
         if record.public_ip_enabled != self.spec.public_ip {
-            client.toggle_public_ip(id, self.spec.public_ip).await?;
             let verb = if self.spec.public_ip {
                 "assigning"
             } else {
                 "releasing"
             };
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("{verb} the public IP of {id}"),
+            return Ok(Plan::act(
+                InstanceAction::PublicIp(self.spec.public_ip),
+                progressing(format!("{verb} the public IP of {id}")),
             ));
         }
 
@@ -351,35 +361,65 @@ impl ManagedKind for GpuInstance {
         // rules than both the old and the new set.
         let (missing, extra) = rule_diff(&self.spec.security_rules, &record.security_rules);
         if let Some(rule) = missing.first() {
-            client.add_security_rule(id, &to_cloud_rule(rule)).await?;
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("adding a security rule to {id}"),
+            return Ok(Plan::act(
+                InstanceAction::AddRule(to_cloud_rule(rule)),
+                progressing(format!("adding a security rule to {id}")),
             ));
         }
         if let Some(rule) = extra.first() {
-            client.remove_security_rule(id, &rule.id).await?;
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("removing security rule {} from {id}", rule.id),
+            return Ok(Plan::act(
+                InstanceAction::RemoveRule(rule.id.clone()),
+                progressing(format!("removing security rule {} from {id}", rule.id)),
             ));
-        }
-
-        if let Some(secret) = &self.spec.connection_secret {
-            write_connection_secret(self, cx, secret, record).await?;
         }
 
         // A limit lowered below what the running machine costs is reported, not enforced: a
         // machine is stopped only when its spec says so.
-        if let Some(outcome) = above_price_limit(self.spec.max_hourly_rate, record) {
-            return Ok(outcome);
-        }
+        let outcome = above_price_limit(self.spec.max_hourly_rate, record).unwrap_or_else(|| {
+            let address = record.ip_address.as_deref().unwrap_or("no public IP");
+            Outcome::ready(reason::AVAILABLE, format!("{id} is running ({address})"))
+        });
+        Ok(match &self.spec.connection_secret {
+            Some(secret) => Plan::act(
+                InstanceAction::WriteConnectionSecret(secret.clone()),
+                outcome,
+            ),
+            None => Plan::stand(outcome),
+        })
+    }
 
-        let address = record.ip_address.as_deref().unwrap_or("no public IP");
-        Ok(Outcome::ready(
-            reason::AVAILABLE,
-            format!("{id} is running ({address})"),
-        ))
+    async fn execute(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+        record: &Instance,
+        action: &InstanceAction,
+    ) -> Result<(), Error> {
+        let (client, id) = (&account.client, record.instance_id.as_str());
+        match action {
+            InstanceAction::Restore => client.restore_hibernated_instance(id).await.map(drop)?,
+            InstanceAction::Start => client.start_instance(id).await.map(drop)?,
+            InstanceAction::Stop => client.stop_instance(id).await.map(drop)?,
+            InstanceAction::Hibernate => client.hibernate_instance(id).await.map(drop)?,
+            InstanceAction::Reboot(_) => client.reboot_instance(id).await.map(drop)?,
+            InstanceAction::PublicIp(enabled) => {
+                client.toggle_public_ip(id, *enabled).await.map(drop)?
+            }
+            InstanceAction::AddRule(rule) => client.add_security_rule(id, rule).await.map(drop)?,
+            InstanceAction::RemoveRule(rule) => {
+                client.remove_security_rule(id, rule).await.map(drop)?
+            }
+            InstanceAction::WriteConnectionSecret(secret) => {
+                write_connection_secret(self, cx, secret, record).await?
+            }
+        }
+        Ok(())
+    }
+
+    fn executed(&mut self, action: &InstanceAction) {
+        if let (InstanceAction::Reboot(requested), Some(status)) = (action, self.status.as_mut()) {
+            status.restarted_at = Some(requested.clone());
+        }
     }
 
     fn observed(&self, record: &Instance) -> Outcome {
@@ -843,5 +883,153 @@ mod tests {
         assert_eq!(json["ethertype"], "IPv4");
         assert_eq!(json["protocol"], "tcp");
         assert_eq!(json["port_range_min"], 8080);
+    }
+
+    // === plan ===
+
+    fn instance(spec: serde_json::Value, restarted_at: Option<&str>) -> GpuInstance {
+        let mut object = serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"region": "us-east", "gpuType": "A100", "osImage": "ubuntu"},
+        });
+        for (key, value) in spec.as_object().into_iter().flatten() {
+            object["spec"][key] = value.clone();
+        }
+        if let Some(value) = restarted_at {
+            object["metadata"]["annotations"] =
+                serde_json::json!({ RESTARTED_AT_ANNOTATION: value });
+        }
+        serde_json::from_value(object).unwrap()
+    }
+
+    fn machine(status: InstanceStatus, vm_status: VmStatus) -> Instance {
+        Instance {
+            instance_id: "vm-1".into(),
+            status,
+            vm_status,
+            // The spec's default.
+            public_ip_enabled: true,
+            ..Instance::default()
+        }
+    }
+
+    /// What kind of outcome a plan ends at, and its action.
+    fn planned(object: &GpuInstance, record: &Instance) -> (Option<InstanceAction>, &'static str) {
+        let plan = object.plan(record, ()).unwrap();
+        let standing = match plan.outcome {
+            Outcome::Ready { .. } => "ready",
+            Outcome::Progressing { .. } => "progressing",
+            Outcome::Stalled { .. } => "stalled",
+        };
+        (plan.action, standing)
+    }
+
+    #[test]
+    fn power_state_is_planned_first_one_call_at_a_time() {
+        use InstanceStatus::{Active, Creating, Error, Hibernated, Shutoff, Stopping};
+        use PowerState::{Hibernated as Hib, Running, Stopped};
+        let table = [
+            (Running, Creating, None, "progressing"),
+            (Running, Stopping, None, "progressing"),
+            (Running, Error, None, "stalled"),
+            (Running, Shutoff, Some(InstanceAction::Start), "progressing"),
+            (
+                Running,
+                Hibernated,
+                Some(InstanceAction::Restore),
+                "progressing",
+            ),
+            (Stopped, Active, Some(InstanceAction::Stop), "progressing"),
+            (
+                Stopped,
+                Hibernated,
+                Some(InstanceAction::Restore),
+                "progressing",
+            ),
+            (Stopped, Shutoff, None, "ready"),
+            (Hib, Active, Some(InstanceAction::Hibernate), "progressing"),
+            (Hib, Shutoff, Some(InstanceAction::Start), "progressing"),
+            (Hib, Hibernated, None, "ready"),
+            (Running, Active, None, "ready"),
+        ];
+        for (wanted, state, action, standing) in table {
+            let object = instance(serde_json::json!({ "powerState": wanted }), None);
+            let record = machine(state.clone(), VmStatus::Running);
+            assert_eq!(
+                planned(&object, &record),
+                (action, standing),
+                "{wanted:?} with the machine {state}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_running_machine_is_rebooted_once_then_ip_then_rules_then_the_secret() {
+        let record = machine(InstanceStatus::Active, VmStatus::Running);
+        // Still booting: nothing until the guest runs.
+        let booting = machine(InstanceStatus::Active, VmStatus::Stopped);
+        assert_eq!(
+            planned(&instance(serde_json::json!({}), None), &booting),
+            (None, "progressing")
+        );
+        // A new restartedAt reboots; once recorded, it does not again.
+        let mut asked = instance(serde_json::json!({}), Some("2026-11-26T10:00:00Z"));
+        assert_eq!(
+            planned(&asked, &record),
+            (
+                Some(InstanceAction::Reboot("2026-11-26T10:00:00Z".into())),
+                "progressing"
+            )
+        );
+        asked.status = Some(GpuInstanceStatus::default());
+        asked.executed(&InstanceAction::Reboot("2026-11-26T10:00:00Z".into()));
+        assert_eq!(planned(&asked, &record), (None, "ready"));
+        // The public IP, then rules added before any is removed.
+        let private = instance(serde_json::json!({ "publicIp": false }), None);
+        assert_eq!(
+            planned(&private, &record),
+            (Some(InstanceAction::PublicIp(false)), "progressing")
+        );
+        let rule = spec_rule("10.0.0.0/8", 22);
+        let with_rule = instance(serde_json::json!({ "securityRules": [rule] }), None);
+        let mut stale = record.clone();
+        stale.security_rules = vec![cloud_rule("old", "0.0.0.0/0", 80)];
+        assert_eq!(
+            planned(&with_rule, &stale),
+            (
+                Some(InstanceAction::AddRule(to_cloud_rule(&rule))),
+                "progressing"
+            )
+        );
+        stale
+            .security_rules
+            .push(cloud_rule("new", "10.0.0.0/8", 22));
+        assert_eq!(
+            planned(&with_rule, &stale),
+            (
+                Some(InstanceAction::RemoveRule("old".into())),
+                "progressing"
+            )
+        );
+        // Settled: the connection Secret is written with the Ready outcome.
+        let connected = instance(serde_json::json!({ "connectionSecret": "train-ssh" }), None);
+        assert_eq!(
+            planned(&connected, &record),
+            (
+                Some(InstanceAction::WriteConnectionSecret("train-ssh".into())),
+                "ready"
+            )
+        );
+    }
+
+    #[test]
+    fn a_price_limit_below_the_running_rate_is_reported_not_acted_on() {
+        let mut record = machine(InstanceStatus::Active, VmStatus::Running);
+        record.billing.hourly_rate = 3.0;
+        let limited = instance(serde_json::json!({ "maxHourlyRate": 2.0 }), None);
+        assert_eq!(planned(&limited, &record), (None, "stalled"));
+        let generous = instance(serde_json::json!({ "maxHourlyRate": 5.0 }), None);
+        assert_eq!(planned(&generous, &record), (None, "ready"));
     }
 }

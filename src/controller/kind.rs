@@ -89,15 +89,44 @@ pub trait ManagedKind:
         cloud_name: &str,
     ) -> impl Future<Output = Result<Record<Self>, Error>> + Send;
 
-    /// Moves an existing resource toward the spec, one step per call, and says where it stands.
-    /// It may record what it did in the kind's own status fields of `self` (a working copy),
-    /// which the flow then writes.
-    fn converge(
-        &mut self,
+    /// What a plan reads besides the spec and the cloud's record (referenced objects' cloud
+    /// ids, the catalog); `()` for a kind that needs nothing.
+    type Resolved: Send + Sync;
+
+    /// One step a plan asks for: a cloud call (or the write a settled resource implies, such
+    /// as a connection Secret). `Infallible` for a kind that never changes its resource.
+    type Action: Debug + Send + Sync;
+
+    /// Reads what [`ManagedKind::plan`] needs. Changes nothing; an error waits or fails the
+    /// reconcile before any call.
+    fn resolve(
+        &self,
         cx: &Context<Self>,
         account: &Account,
         record: &Record<Self>,
-    ) -> impl Future<Output = Result<Outcome, Error>> + Send;
+    ) -> impl Future<Output = Result<Self::Resolved, Error>> + Send;
+
+    /// The next step toward the spec, and where the object stands once it is done; an error
+    /// (a spec the cloud cannot match) is reported as the flow reports any. Pure: the kind's
+    /// behaviour is tested from tables of (spec, record, resolved) without a cloud.
+    fn plan(
+        &self,
+        record: &Record<Self>,
+        resolved: Self::Resolved,
+    ) -> Result<Plan<Self::Action>, Error>;
+
+    /// Carries out one action. The shared flow calls it once per reconcile at most.
+    fn execute(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+        record: &Record<Self>,
+        action: &Self::Action,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Records in the kind's own status fields what an executed action did (a reboot asked for
+    /// by annotation), for the flow's status write. Nothing by default.
+    fn executed(&mut self, _action: &Self::Action) {}
 
     /// What the object reports under `ObserveOnly`: the cloud's state, with nothing changed.
     fn observed(&self, record: &Record<Self>) -> Outcome;
@@ -160,6 +189,31 @@ pub trait ManagedKind:
         _account: &Account,
     ) -> impl Future<Output = Option<Outcome>> + Send {
         async { None }
+    }
+}
+
+/// One step toward the spec: at most one action, and where the object stands once it is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan<A> {
+    pub action: Option<A>,
+    pub outcome: Outcome,
+}
+
+impl<A> Plan<A> {
+    /// Carry out `action`; the object then stands at `outcome`.
+    pub fn act(action: A, outcome: Outcome) -> Self {
+        Plan {
+            action: Some(action),
+            outcome,
+        }
+    }
+
+    /// Nothing to do: the object stands at `outcome`.
+    pub fn stand(outcome: Outcome) -> Self {
+        Plan {
+            action: None,
+            outcome,
+        }
     }
 }
 

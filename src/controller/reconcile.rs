@@ -514,7 +514,15 @@ async fn converge<K: ManagedKind>(
     let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
         object.observed(&record)
     } else {
-        working.converge(cx, account, &record).await?
+        // Read, decide (pure), then at most one action.
+        let resolved = working.resolve(cx, account, &record).await?;
+        let plan = working.plan(&record, resolved)?;
+        if let Some(action) = &plan.action {
+            tracing::debug!(object = %object.name_any(), ?action, "carrying out");
+            working.execute(cx, account, &record, action).await?;
+            working.executed(action);
+        }
+        plan.outcome
     };
     if status.pending_create.is_some() {
         // Listed: the create's settle window no longer matters.

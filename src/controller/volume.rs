@@ -6,7 +6,7 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Record, Reference, WhenGone};
+use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use crate::references;
@@ -25,7 +25,8 @@ pub enum VolumePlan {
 }
 
 /// Where `instanceRef` says the volume belongs.
-enum Target {
+#[derive(Debug)]
+pub enum Target {
     /// No reference: the volume stays detached.
     Detached,
     /// The referenced machine's cloud id.
@@ -33,6 +34,17 @@ enum Target {
     /// The reference cannot be followed yet (the machine does not exist, has no id yet, or is
     /// being deleted).
     Waiting(Error),
+}
+
+/// One change a volume's plan asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeAction {
+    /// Grow to this many GB.
+    Grow(u64),
+    /// Detach from this machine.
+    Detach(String),
+    /// Attach to this machine.
+    Attach(String),
 }
 
 impl ManagedKind for Volume {
@@ -116,88 +128,104 @@ impl ManagedKind for Volume {
         }
     }
 
-    async fn converge(
-        &mut self,
+    type Resolved = Target;
+    type Action = VolumeAction;
+
+    async fn resolve(
+        &self,
         cx: &Context<Self>,
-        account: &Account,
-        record: &CloudVolume,
-    ) -> Result<Outcome, Error> {
+        _account: &Account,
+        _record: &CloudVolume,
+    ) -> Result<Target, Error> {
+        target(self, cx).await
+    }
+
+    fn plan(&self, record: &CloudVolume, target: Target) -> Result<Plan<VolumeAction>, Error> {
         let id = record.id.as_str();
-        let client = &account.client;
         match record.status {
             CloudState::Creating => {
-                return Ok(Outcome::progressing(
+                return Ok(Plan::stand(Outcome::progressing(
                     reason::PROVISIONING,
                     format!("{id} is creating"),
-                ));
+                )));
             }
             CloudState::Error => {
-                return Ok(Outcome::stalled(
+                return Ok(Plan::stand(Outcome::stalled(
                     reason::CLOUD_UNAVAILABLE,
                     format!("the cloud reports {id} in error"),
-                ));
+                )));
             }
             _ => {}
         }
 
         let wanted = u64::try_from(self.spec.size_gb).unwrap_or_default();
         if wanted > record.size {
-            client.resize_volume(id, wanted).await?;
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("growing {id} from {} GB to {wanted} GB", record.size),
+            return Ok(Plan::act(
+                VolumeAction::Grow(wanted),
+                Outcome::progressing(
+                    reason::UPDATING,
+                    format!("growing {id} from {} GB to {wanted} GB", record.size),
+                ),
             ));
         }
         if wanted < record.size {
             // Admission refuses a shrinking spec; this is a larger clone source or an adopted
             // volume, which cannot be made smaller either.
-            return Ok(Outcome::stalled(
+            return Ok(Plan::stand(Outcome::stalled(
                 reason::INVALID_SPEC,
                 format!(
                     "spec.sizeGb {wanted} is smaller than {id}'s {} GB; volumes cannot shrink",
                     record.size
                 ),
-            ));
+            )));
         }
 
-        let target = target(self, cx).await?;
         if let Some(current) = &record.instance_id
             && !matches!(&target, Target::Instance(wanted) if wanted == current)
         {
-            match client
-                .detach_volumes(current, std::slice::from_ref(&record.id))
-                .await
-            {
-                Ok(_) => {}
-                // The machine is gone: the cloud lets go of its volumes by itself.
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
-            }
-            return Ok(Outcome::progressing(
-                reason::UPDATING,
-                format!("detaching {id} from {current}"),
+            return Ok(Plan::act(
+                VolumeAction::Detach(current.clone()),
+                Outcome::progressing(reason::UPDATING, format!("detaching {id} from {current}")),
             ));
         }
-        match target {
-            Target::Instance(instance) if record.instance_id.is_none() => {
-                client
-                    .attach_volumes(&instance, std::slice::from_ref(&record.id))
-                    .await?;
-                Ok(Outcome::progressing(
-                    reason::UPDATING,
-                    format!("attaching {id} to {instance}"),
-                ))
-            }
-            Target::Instance(instance) => Ok(Outcome::ready(
+        Ok(match target {
+            Target::Instance(instance) if record.instance_id.is_none() => Plan::act(
+                VolumeAction::Attach(instance.clone()),
+                Outcome::progressing(reason::UPDATING, format!("attaching {id} to {instance}")),
+            ),
+            Target::Instance(instance) => Plan::stand(Outcome::ready(
                 reason::AVAILABLE,
                 format!("{id} ({} GB) is attached to {instance}", record.size),
             )),
-            Target::Detached => Ok(Outcome::ready(
+            Target::Detached => Plan::stand(Outcome::ready(
                 reason::AVAILABLE,
                 format!("{id} ({} GB) is available", record.size),
             )),
-            Target::Waiting(error) => Ok(error.outcome()),
+            Target::Waiting(error) => Plan::stand(error.outcome()),
+        })
+    }
+
+    async fn execute(
+        &self,
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &CloudVolume,
+        action: &VolumeAction,
+    ) -> Result<(), Error> {
+        let client = &account.client;
+        let volume = std::slice::from_ref(&record.id);
+        match action {
+            VolumeAction::Grow(size) => client.resize_volume(&record.id, *size).await.map(drop)?,
+            VolumeAction::Detach(instance) => match client.detach_volumes(instance, volume).await {
+                // The machine is gone: the cloud lets go of its volumes by itself.
+                Err(e) if e.is_not_found() => {}
+                other => other.map(drop)?,
+            },
+            VolumeAction::Attach(instance) => {
+                client.attach_volumes(instance, volume).await.map(drop)?
+            }
         }
+        Ok(())
     }
 
     fn observed(&self, record: &CloudVolume) -> Outcome {
@@ -286,5 +314,139 @@ impl CloudResource for Volumes {
             }
         }
         gone(client.delete_volume(&record.id).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn volume(size_gb: i32) -> Volume {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "Volume",
+            "metadata": {"name": "data", "namespace": "ml"},
+            "spec": {"region": "us-east", "sizeGb": size_gb, "volumeType": "ssd"},
+        }))
+        .unwrap()
+    }
+
+    fn record(size: u64, status: CloudState, attached_to: Option<&str>) -> CloudVolume {
+        CloudVolume {
+            id: "vol-1".into(),
+            size,
+            status,
+            instance_id: attached_to.map(str::to_string),
+            ..CloudVolume::default()
+        }
+    }
+
+    fn planned(
+        size_gb: i32,
+        record: &CloudVolume,
+        target: Target,
+    ) -> (Option<VolumeAction>, &'static str) {
+        let plan = volume(size_gb).plan(record, target).unwrap();
+        let standing = match plan.outcome {
+            Outcome::Ready { .. } => "ready",
+            Outcome::Progressing { .. } => "progressing",
+            Outcome::Stalled { .. } => "stalled",
+        };
+        (plan.action, standing)
+    }
+
+    #[test]
+    fn size_first_then_detach_before_attach() {
+        use CloudState::{Attached, Available, Creating, Error};
+        let on = |id: &str| Target::Instance(id.to_string());
+        let table = [
+            (
+                100,
+                record(100, Creating, None),
+                Target::Detached,
+                None,
+                "progressing",
+            ),
+            (
+                100,
+                record(100, Error, None),
+                Target::Detached,
+                None,
+                "stalled",
+            ),
+            // Grown before anything else; never shrunk.
+            (
+                200,
+                record(100, Attached, Some("vm-1")),
+                on("vm-2"),
+                Some(VolumeAction::Grow(200)),
+                "progressing",
+            ),
+            (
+                50,
+                record(100, Available, None),
+                Target::Detached,
+                None,
+                "stalled",
+            ),
+            // Moved: detached from the old machine first, attached on the next step.
+            (
+                100,
+                record(100, Attached, Some("vm-1")),
+                on("vm-2"),
+                Some(VolumeAction::Detach("vm-1".into())),
+                "progressing",
+            ),
+            (
+                100,
+                record(100, Available, None),
+                on("vm-2"),
+                Some(VolumeAction::Attach("vm-2".into())),
+                "progressing",
+            ),
+            (
+                100,
+                record(100, Attached, Some("vm-2")),
+                on("vm-2"),
+                None,
+                "ready",
+            ),
+            // instanceRef removed: detached, then available.
+            (
+                100,
+                record(100, Attached, Some("vm-1")),
+                Target::Detached,
+                Some(VolumeAction::Detach("vm-1".into())),
+                "progressing",
+            ),
+            (
+                100,
+                record(100, Available, None),
+                Target::Detached,
+                None,
+                "ready",
+            ),
+        ];
+        for (size, record, target, action, standing) in table {
+            let case = format!("{size} GB wanted, {record:?}, {target:?}");
+            assert_eq!(planned(size, &record, target), (action, standing), "{case}");
+        }
+    }
+
+    #[test]
+    fn a_reference_that_cannot_be_followed_keeps_the_volume_where_it_is() {
+        let waiting = Target::Waiting(Error::WaitingFor {
+            kind: "GpuInstance",
+            name: "train".into(),
+            detail: "it has no cloud id yet".into(),
+        });
+        let plan = volume(100)
+            .plan(&record(100, CloudState::Available, None), waiting)
+            .unwrap();
+        assert_eq!(plan.action, None);
+        assert!(
+            matches!(plan.outcome, Outcome::Progressing { .. }),
+            "{:?}",
+            plan.outcome
+        );
     }
 }
