@@ -97,13 +97,32 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     )
     .await;
 
-    // A stopped machine cannot be snapshotted: the Snapshot waits rather than fails.
+    // A stopped machine cannot be snapshotted: the Snapshot waits rather than fails. It is
+    // paused while the machine comes up: a new machine is ACTIVE for a moment before it is
+    // stopped, and a snapshot taken in that moment would be valid.
+    let pause = |paused: Option<&str>| serde_json::json!({"metadata": {"annotations": {gpucloud_api::PAUSED_ANNOTATION: paused}}});
+    env.api::<Snapshot>()
+        .patch(
+            "epoch-3",
+            &PatchParams::default(),
+            &Patch::Merge(pause(Some("true"))),
+        )
+        .await
+        .unwrap();
     create(
         &env,
         &machine("trainer", serde_json::json!({"powerState": "Stopped"})),
     )
     .await;
     let trainer: GpuInstance = ready(&env, "trainer").await;
+    env.api::<Snapshot>()
+        .patch(
+            "epoch-3",
+            &PatchParams::default(),
+            &Patch::Merge(pause(None)),
+        )
+        .await
+        .unwrap();
     let trainer_id = trainer.cloud_status().external_id.unwrap();
     let waiting: Snapshot =
         condition(&env, "epoch-3", "Reconciling", "True", "WaitingForInstance").await;

@@ -397,15 +397,27 @@ where
         + serde::de::DeserializeOwned,
 {
     let api = env.api::<K>();
-    eventually(60, &format!("{name}: {type_}={status} {reason}"), || {
-        let api = api.clone();
-        async move {
-            let object = api.get(name).await.ok()?;
-            let c = object.cloud_status().condition(type_)?.clone();
-            (c.status == status && c.reason == reason).then_some(object)
-        }
+    let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let seen = last.clone();
+    let waited = within(
+        60,
+        eventually(61, "", || {
+            let (api, seen) = (api.clone(), seen.clone());
+            async move {
+                let object = api.get(name).await.ok()?;
+                *seen.lock().unwrap() = format!("{:?}", object.cloud_status().conditions);
+                let c = object.cloud_status().condition(type_)?.clone();
+                (c.status == status && c.reason == reason).then_some(object)
+            }
+        }),
+    )
+    .await;
+    waited.unwrap_or_else(|_| {
+        panic!(
+            "{name}: {type_}={status} {reason}: not true within 60s; last seen {}",
+            last.lock().unwrap()
+        )
     })
-    .await
 }
 
 /// The message of the object's `Ready` condition (empty without one).
