@@ -9,14 +9,18 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::authorize_admin;
 use crate::config::FaultPlan;
 use crate::error::ApiError;
-use crate::server::{AppState, constant_time_eq, error_response, method_not_allowed, parse_body};
+use crate::fallbacks::method_not_allowed;
+use crate::reply::error_response;
+use crate::request::{body_bytes, parse_body};
+use crate::state::AppState;
 
 pub const PREFIX: &str = "/_admin";
 
@@ -54,24 +58,6 @@ pub struct AdvanceClock {
     pub seconds: f64,
 }
 
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let expected = state
-        .config
-        .admin_token
-        .as_deref()
-        .ok_or(ApiError::InvalidAdminToken)?;
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .ok_or(ApiError::InvalidAdminToken)?;
-    if constant_time_eq(expected.as_bytes(), given.trim().as_bytes()) {
-        Ok(())
-    } else {
-        Err(ApiError::InvalidAdminToken)
-    }
-}
-
 fn respond(app: &AppState, result: Result<serde_json::Value, ApiError>) -> Response {
     match result {
         Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),
@@ -85,20 +71,10 @@ fn encode(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
     })
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge { limit }
-        } else {
-            ApiError::validation(format!("body: {}", rejection.body_text()))
-        }
-    })
-}
-
 async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     respond(
         &app,
-        authorize(&app, &headers).and_then(|()| {
+        authorize_admin(&app, &headers).and_then(|()| {
             encode(app.with_engine(|engine, now| {
                 engine.settle(now);
                 engine.snapshot_account(now)
@@ -110,14 +86,14 @@ async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response
 async fn counters(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     respond(
         &app,
-        authorize(&app, &headers).and_then(|()| encode(app.counters())),
+        authorize_admin(&app, &headers).and_then(|()| encode(app.counters())),
     )
 }
 
 async fn get_faults(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     respond(
         &app,
-        authorize(&app, &headers).and_then(|()| encode(app.faults())),
+        authorize_admin(&app, &headers).and_then(|()| encode(app.faults())),
     )
 }
 
@@ -129,7 +105,7 @@ async fn put_faults(
     respond(
         &app,
         (|| {
-            authorize(&app, &headers)?;
+            authorize_admin(&app, &headers)?;
             let plan: FaultPlan = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
             plan.validate().map_err(ApiError::validation)?;
             app.set_faults(plan.clone());
@@ -146,7 +122,7 @@ async fn put_balance(
     respond(
         &app,
         (|| {
-            authorize(&app, &headers)?;
+            authorize_admin(&app, &headers)?;
             let request: SetBalance = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
             if !request.balance.is_finite() {
                 return Err(ApiError::validation("balance: must be a finite number"));
@@ -165,7 +141,7 @@ async fn advance_clock(
     respond(
         &app,
         (|| {
-            authorize(&app, &headers)?;
+            authorize_admin(&app, &headers)?;
             let request: AdvanceClock = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
             if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9)
             {
@@ -182,7 +158,7 @@ async fn advance_clock(
 async fn reset(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     respond(
         &app,
-        authorize(&app, &headers).map(|()| {
+        authorize_admin(&app, &headers).map(|()| {
             app.reset();
             serde_json::json!({"reset": true})
         }),
