@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Price of one GPU type.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct GpuPrice {
     pub gpu_type: String,
@@ -12,6 +13,7 @@ pub struct GpuPrice {
 
 /// Price of one volume type.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct StoragePrice {
     pub volume_type: String,
@@ -20,6 +22,7 @@ pub struct StoragePrice {
 
 /// Body of `GetPricing`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct PricingBody {
     pub currency: String,
@@ -31,6 +34,7 @@ pub struct PricingBody {
 
 /// Body of `QuotePricing`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct PriceQuoteRequest {
     pub gpu_type: String,
     pub gpu_count: u32,
@@ -41,6 +45,7 @@ pub struct PriceQuoteRequest {
 
 /// Body of a `QuotePricing` response.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct PriceQuoteBody {
     pub gpu_type: String,
@@ -53,6 +58,7 @@ pub struct PriceQuoteBody {
 
 /// Body of `GetBalance`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct BalanceBody {
     pub balance: f64,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// An AI model and its price (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiModel {
     pub id: String,
@@ -17,6 +18,7 @@ pub struct AiModel {
 
 /// One chat parameter of the models listing (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiParameter {
     pub description: String,
@@ -30,6 +32,7 @@ pub struct AiParameter {
 
 /// Body of `ListAiModels` (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiModelsBody {
     pub models: Vec<AiModel>,
@@ -44,6 +47,7 @@ pub struct AiModelsBody {
 
 /// One message of a chat.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct ChatMessage {
     /// `system`, `user` or `assistant`.
@@ -53,6 +57,7 @@ pub struct ChatMessage {
 
 /// Body of `ChatWithAi`. Unset parameters take the defaults of the models listing.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
@@ -72,6 +77,7 @@ pub struct ChatRequest {
 
 /// Tokens a chat used.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct TokenUsage {
     pub prompt_tokens: u64,
@@ -81,6 +87,7 @@ pub struct TokenUsage {
 
 /// Body of a `ChatWithAi` response.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct ChatBody {
     pub model: String,
@@ -92,6 +99,7 @@ pub struct ChatBody {
 
 /// AI usage of one model.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiModelUsage {
     pub model: String,
@@ -102,6 +110,7 @@ pub struct AiModelUsage {
 
 /// Totals of AI usage.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiUsageSummary {
     pub total_requests: u64,
@@ -115,6 +124,7 @@ pub struct AiUsageSummary {
 
 /// Body of `GetAiUsageSummary`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiUsageSummaryBody {
     pub summary: AiUsageSummary,
@@ -122,6 +132,7 @@ pub struct AiUsageSummaryBody {
 
 /// One chat call as the usage history records it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiUsageRecord {
     pub id: String,
@@ -136,6 +147,7 @@ pub struct AiUsageRecord {
 
 /// Body of `GetAiUsageHistory`, newest first.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AiUsageHistoryBody {
     pub records: Vec<AiUsageRecord>,

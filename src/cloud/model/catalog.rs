@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Stock of one GPU type in one region.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct GpuStock {
     pub gpu_type: String,
@@ -14,6 +15,7 @@ pub struct GpuStock {
 
 /// Body of `GetGpuStock`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct GpuStockList {
     pub gpus: Vec<GpuStock>,
@@ -23,6 +25,7 @@ pub struct GpuStockList {
 /// Specification and price of one GPU type; an instance's specs are these per-GPU values
 /// times its GPU count.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct GpuSpec {
     pub gpu_type: String,
@@ -39,6 +42,7 @@ pub struct GpuSpec {
 
 /// Body of `GetGpuSpecs`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct GpuSpecList {
     pub gpus: Vec<GpuSpec>,
@@ -47,6 +51,7 @@ pub struct GpuSpecList {
 
 /// A region.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct Region {
     /// E.g. `us-east-1`.
@@ -57,6 +62,7 @@ pub struct Region {
 
 /// Body of `ListRegions`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct RegionList {
     pub regions: Vec<Region>,
@@ -65,6 +71,7 @@ pub struct RegionList {
 
 /// An OS image of the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct OsImage {
     /// E.g. `ubuntu-22.04-cuda-12`.
@@ -77,6 +84,7 @@ pub struct OsImage {
 
 /// Body of `ListOsImages`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct OsImageList {
     pub os_images: Vec<OsImage>,

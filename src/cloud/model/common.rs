@@ -15,6 +15,7 @@ string_enum! {
 /// A response: the envelope fields every response carries plus the operation's own body,
 /// flattened into the same JSON object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ApiResponse<T> {
     #[serde(default)]
     pub success: bool,
@@ -112,6 +113,7 @@ struct Envelope {
 
 /// Body of every error response.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct ErrorBody {
     pub success: bool,
@@ -146,11 +148,13 @@ pub mod success_code {
 
 /// Body of a response that carries nothing beyond the envelope.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Empty {}
 
 /// Body of a delete of a resource identified by `id` (volume, image, firewall, SSH key,
 /// startup script).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct DeletedBody {
     pub id: String,

@@ -7,6 +7,7 @@ use super::rules::{FirewallRule, NewRule, Protocol};
 
 /// The instance of a firewall attachment.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AttachedVm {
     pub id: String,
@@ -17,6 +18,7 @@ pub struct AttachedVm {
 
 /// One instance a firewall is attached to.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct FirewallAttachment {
     pub vm: AttachedVm,
@@ -24,6 +26,7 @@ pub struct FirewallAttachment {
 
 /// A firewall (as shown).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct Firewall {
     pub id: String,
@@ -37,6 +40,7 @@ pub struct Firewall {
 
 /// Body of `CreateFirewall`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CreateFirewallRequest {
     pub name: String,
     pub region: String,
@@ -48,6 +52,7 @@ pub struct CreateFirewallRequest {
 
 /// Body of a response carrying one firewall under `firewall`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct FirewallBody {
     pub firewall: Firewall,
@@ -55,6 +60,7 @@ pub struct FirewallBody {
 
 /// Body of `ListFirewalls` and `ListInstanceFirewalls`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct FirewallList {
     pub firewalls: Vec<Firewall>,
@@ -63,6 +69,7 @@ pub struct FirewallList {
 
 /// Body of `AddFirewallRule`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AddFirewallRuleBody {
     pub firewall_id: String,
@@ -71,6 +78,7 @@ pub struct AddFirewallRuleBody {
 
 /// Body of `RemoveFirewallRule`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct RemoveFirewallRuleBody {
     pub firewall_id: String,
@@ -79,12 +87,14 @@ pub struct RemoveFirewallRuleBody {
 
 /// Body of `AttachFirewall`: the complete set of attached instances after the call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct AttachFirewallRequest {
     pub vm_ids: Vec<String>,
 }
 
 /// Body of `ListFirewallProtocols`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct ProtocolList {
     pub protocols: Vec<Protocol>,

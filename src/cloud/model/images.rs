@@ -15,6 +15,7 @@ string_enum! {
 
 /// A custom image made from a snapshot.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct Image {
     pub id: String,
@@ -29,6 +30,7 @@ pub struct Image {
 
 /// Body of `CreateImage`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CreateImageRequest {
     pub snapshot_id: String,
     pub name: String,
@@ -36,6 +38,7 @@ pub struct CreateImageRequest {
 
 /// Body of a response carrying one image under `image`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct ImageBody {
     pub image: Image,
@@ -43,6 +46,7 @@ pub struct ImageBody {
 
 /// Body of `ListImages`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct ImageList {
     pub images: Vec<Image>,
@@ -51,6 +55,7 @@ pub struct ImageList {
 
 /// Which custom images were made from a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SnapshotImageRelation {
     pub snapshot_id: String,
@@ -60,6 +65,7 @@ pub struct SnapshotImageRelation {
 
 /// Body of `GetSnapshotImageRelation`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct RelationBody {
     pub relation: SnapshotImageRelation,
@@ -67,6 +73,7 @@ pub struct RelationBody {
 
 /// Body of `ListSnapshotImageRelations`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct RelationList {
     pub relations: Vec<SnapshotImageRelation>,

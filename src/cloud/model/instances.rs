@@ -57,6 +57,7 @@ string_enum! {
 
 /// Hourly price of a billed resource.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct Billing {
     pub hourly_rate: f64,
@@ -65,6 +66,7 @@ pub struct Billing {
 
 /// Hardware of an instance.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct InstanceSpecs {
     pub gpu_type: String,
@@ -76,6 +78,7 @@ pub struct InstanceSpecs {
 
 /// A compute instance.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct Instance {
     pub instance_id: String,
@@ -103,6 +106,7 @@ pub struct Instance {
 
 /// Body of `CreateInstance`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CreateInstanceRequest {
     pub name: String,
     pub region: String,
@@ -129,6 +133,7 @@ pub struct CreateInstanceRequest {
 
 /// Body of a response carrying one instance under `instance`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct InstanceBody {
     pub instance: Instance,
@@ -136,6 +141,7 @@ pub struct InstanceBody {
 
 /// Body of a list of instances.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct InstanceList {
     pub instances: Vec<Instance>,
@@ -145,6 +151,7 @@ pub struct InstanceList {
 /// Body of a power action (start, stop, reboot, hibernate, restore-hibernated): the
 /// shape the interface document shows for restore-hibernated.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct PowerActionBody {
     pub vm_id: String,
@@ -155,6 +162,7 @@ pub struct PowerActionBody {
 
 /// Body of `DeleteInstance`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct DeleteInstanceBody {
     pub instance_id: String,
@@ -164,12 +172,14 @@ pub struct DeleteInstanceBody {
 
 /// Body of `TogglePublicIp`: sets public IP to exactly this value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct PublicIpRequest {
     pub enabled: bool,
 }
 
 /// Body of `AddSecurityRule`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AddSecurityRuleBody {
     pub instance_id: String,
@@ -178,6 +188,7 @@ pub struct AddSecurityRuleBody {
 
 /// Body of `RemoveSecurityRule` (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct RemoveSecurityRuleBody {
     pub instance_id: String,
@@ -186,6 +197,7 @@ pub struct RemoveSecurityRuleBody {
 
 /// Query of `GetInstanceBilling`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct InstanceBillingQuery {
     /// Only this instance's record.
@@ -195,6 +207,7 @@ pub struct InstanceBillingQuery {
 
 /// Billing of one instance, from creation to deletion (or now).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct InstanceBillingRecord {
     pub instance_id: String,
@@ -214,6 +227,7 @@ pub struct InstanceBillingRecord {
 
 /// Body of `GetInstanceBilling`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct InstanceBillingBody {
     pub records: Vec<InstanceBillingRecord>,

@@ -32,6 +32,7 @@ string_enum! {
 
 /// A security rule of an instance, or a rule of a firewall (same shape).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SecurityRule {
     pub id: String,
@@ -49,6 +50,7 @@ pub type FirewallRule = SecurityRule;
 
 /// A new security or firewall rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct NewRule {
     pub direction: Direction,
     pub protocol: Protocol,

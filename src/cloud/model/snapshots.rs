@@ -17,6 +17,7 @@ string_enum! {
 
 /// A snapshot of an instance.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct Snapshot {
     pub snapshot_id: String,
@@ -37,6 +38,7 @@ pub struct Snapshot {
 
 /// A snapshot as a restore response names it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SnapshotRef {
     pub id: String,
@@ -45,6 +47,7 @@ pub struct SnapshotRef {
 
 /// Body of `CreateSnapshot`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CreateSnapshotRequest {
     pub name: String,
     #[serde(default)]
@@ -55,6 +58,7 @@ pub struct CreateSnapshotRequest {
 
 /// Body of a response carrying one snapshot under `snapshot`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SnapshotBody {
     pub snapshot: Snapshot,
@@ -62,6 +66,7 @@ pub struct SnapshotBody {
 
 /// Body of `ListSnapshots`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SnapshotList {
     pub snapshots: Vec<Snapshot>,
@@ -70,12 +75,14 @@ pub struct SnapshotList {
 
 /// Body of `RestoreSnapshot`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct RestoreSnapshotRequest {
     pub new_vm_name: String,
 }
 
 /// Body of a `RestoreSnapshot` response (as shown): the new instance under `data`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct RestoreSnapshotBody {
     pub data: Instance,
@@ -84,6 +91,7 @@ pub struct RestoreSnapshotBody {
 
 /// Body of a `DeleteSnapshot` response (as shown).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct DeleteSnapshotBody {
     pub snapshot_name: String,
@@ -91,6 +99,7 @@ pub struct DeleteSnapshotBody {
 
 /// Query of `GetSnapshotBilling`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SnapshotBillingQuery {
     /// Only this snapshot's record.
@@ -100,6 +109,7 @@ pub struct SnapshotBillingQuery {
 
 /// Billing of one snapshot, from creation to deletion (or now).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SnapshotBillingRecord {
     pub snapshot_id: String,
@@ -118,6 +128,7 @@ pub struct SnapshotBillingRecord {
 
 /// Body of `GetSnapshotBilling`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SnapshotBillingBody {
     pub records: Vec<SnapshotBillingRecord>,

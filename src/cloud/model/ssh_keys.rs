@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Private key text (OpenSSH PEM). Its `Debug` never shows the key.
 #[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct PrivateKeyPem(String);
 
@@ -28,6 +29,7 @@ impl fmt::Debug for PrivateKeyPem {
 
 /// An SSH key (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SshKey {
     pub id: String,
@@ -39,6 +41,7 @@ pub struct SshKey {
 
 /// Body of `CreateSshKey`: import when `public_key` is given, generate a pair otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CreateSshKeyRequest {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,6 +51,7 @@ pub struct CreateSshKeyRequest {
 /// Body of a `CreateSshKey` response: the key's fields at the top level, plus the private
 /// key of a generated pair (returned once, never stored).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct SshKeyCreatedBody {
     #[serde(flatten)]
     pub key: SshKey,
@@ -57,6 +61,7 @@ pub struct SshKeyCreatedBody {
 
 /// Body of `GetSshKey`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SshKeyBody {
     pub ssh_key: SshKey,
@@ -64,6 +69,7 @@ pub struct SshKeyBody {
 
 /// Body of `ListSshKeys`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SshKeyList {
     pub ssh_keys: Vec<SshKey>,

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A startup script.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct StartupScript {
     pub id: String,
@@ -17,6 +18,7 @@ pub struct StartupScript {
 
 /// Body of `CreateStartupScript`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CreateStartupScriptRequest {
     pub name: String,
     pub content: String,
@@ -26,6 +28,7 @@ pub struct CreateStartupScriptRequest {
 
 /// Body of `UpdateStartupScript`: the fields to change.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct UpdateStartupScriptRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -37,6 +40,7 @@ pub struct UpdateStartupScriptRequest {
 
 /// Body of a response carrying one script under `script`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct StartupScriptBody {
     pub script: StartupScript,
@@ -44,6 +48,7 @@ pub struct StartupScriptBody {
 
 /// Body of `ListStartupScripts`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct StartupScriptList {
     pub scripts: Vec<StartupScript>,
@@ -52,6 +57,7 @@ pub struct StartupScriptList {
 
 /// Body of `DeleteStartupScripts`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct DeleteStartupScriptsRequest {
     pub script_ids: Vec<String>,
 }
@@ -59,6 +65,7 @@ pub struct DeleteStartupScriptsRequest {
 /// Body of a `DeleteStartupScripts` response. Ids that did not exist are reported, not
 /// refused, so a repeated call succeeds.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct DeleteStartupScriptsBody {
     pub deleted_ids: Vec<String>,

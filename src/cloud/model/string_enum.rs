@@ -73,6 +73,18 @@ macro_rules! string_enum {
             }
         }
 
+        /// The known values; a value kept in `Other` is outside the schema on purpose.
+        #[cfg(feature = "json-schema")]
+        impl ::schemars::JsonSchema for $name {
+            fn schema_name() -> ::std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut ::schemars::SchemaGenerator) -> ::schemars::Schema {
+                ::schemars::json_schema!({ "type": "string", "enum": [ $( $wire ),+ ] })
+            }
+        }
+
         impl<'de> ::serde::Deserialize<'de> for $name {
             fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let value = <String as ::serde::Deserialize>::deserialize(deserializer)?;

@@ -18,6 +18,7 @@ string_enum! {
 
 /// A block-storage volume.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct Volume {
     pub id: String,
@@ -39,21 +40,26 @@ pub struct Volume {
 
 /// Query of `ListVolumes`; every filter is optional.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeListQuery {
+    /// Only bootable (`true`) or non-bootable (`false`) volumes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bootable: Option<bool>,
     /// Leave out the boot volumes of instances.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exclude_os_volumes: Option<bool>,
+    /// Region code.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// Only volumes of this tier.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<Tier>,
 }
 
 /// Filters a volume list applied; each is `None` (null) when not applied.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct AppliedVolumeFilters {
     pub region: Option<String>,
@@ -63,6 +69,7 @@ pub struct AppliedVolumeFilters {
 
 /// `metadata` of a volume list.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeListMetadata {
     pub regions_available: Vec<String>,
@@ -71,6 +78,7 @@ pub struct VolumeListMetadata {
 
 /// Body of `ListVolumes` (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeList {
     pub volumes: Vec<Volume>,
@@ -85,6 +93,7 @@ pub struct VolumeList {
 
 /// Body of `CreateVolume`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CreateVolumeRequest {
     pub name: String,
     /// Size in GB.
@@ -103,6 +112,7 @@ pub struct CreateVolumeRequest {
 
 /// Body of a response carrying one volume under `volume`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeBody {
     pub volume: Volume,
@@ -110,24 +120,28 @@ pub struct VolumeBody {
 
 /// Body of `ResizeVolume`: the new size in GB (grow only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ResizeVolumeRequest {
     pub size: u64,
 }
 
 /// Body of `CloneVolume`: the clone's name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct CloneVolumeRequest {
     pub name: String,
 }
 
 /// Body of `AttachVolumes` and `DetachVolumes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct VolumeIdsRequest {
     pub volume_ids: Vec<String>,
 }
 
 /// Body of `AttachVolumes` and `DetachVolumes` responses: the volumes after the change.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeAttachmentBody {
     pub instance_id: String,
@@ -136,6 +150,7 @@ pub struct VolumeAttachmentBody {
 
 /// A volume type of the catalog.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeType {
     /// E.g. `NVMe`, `SSD`; the value of [`Volume::volume_type`].
@@ -150,6 +165,7 @@ pub struct VolumeType {
 
 /// Body of `ListVolumeTypes`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeTypeList {
     pub volume_types: Vec<VolumeType>,
@@ -158,6 +174,7 @@ pub struct VolumeTypeList {
 
 /// Query of `GetVolumeBilling`; every filter is optional.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeBillingQuery {
     /// `YYYY-MM-DD`; records that end on or after this day.
@@ -169,16 +186,22 @@ pub struct VolumeBillingQuery {
     /// Exact size in GB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// Volume status: `creating`, `available`, `attached` or `deleted`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Tier, in any case.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
+    /// Fewest billed minutes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_minutes: Option<u64>,
+    /// Most billed minutes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_minutes: Option<u64>,
+    /// Least total cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_cost: Option<f64>,
+    /// Most total cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_cost: Option<f64>,
     /// 1-based.
@@ -191,6 +214,7 @@ pub struct VolumeBillingQuery {
 
 /// Billing of one volume (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeBillingRecord {
     pub billing_id: String,
@@ -213,6 +237,7 @@ pub struct VolumeBillingRecord {
 
 /// Summary over all filtered volume billing records (as shown, camelCase).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeBillingSummary {
     #[serde(rename = "totalMinutes")]
@@ -229,6 +254,7 @@ pub struct VolumeBillingSummary {
 
 /// Body of `GetVolumeBilling` (as shown).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VolumeBillingPage {
     pub records: Vec<VolumeBillingRecord>,
