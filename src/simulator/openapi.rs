@@ -340,11 +340,19 @@ fn component_schemas(mut s: Schemas) -> Map<String, Value> {
     schemas
 }
 
+/// Drops `default` from a schema and its subschemas (not a property named `default`).
 fn remove_defaults(schema: &mut Value) {
     match schema {
         Value::Object(map) => {
             map.remove("default");
-            map.values_mut().for_each(remove_defaults);
+            for (key, value) in map.iter_mut() {
+                match (key.as_str(), value) {
+                    ("properties", Value::Object(properties)) => {
+                        properties.values_mut().for_each(remove_defaults);
+                    }
+                    (_, value) => remove_defaults(value),
+                }
+            }
         }
         Value::Array(items) => items.iter_mut().for_each(remove_defaults),
         _ => {}
