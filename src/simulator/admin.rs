@@ -12,6 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::authorize_admin;
@@ -58,11 +59,24 @@ pub struct AdvanceClock {
     pub seconds: f64,
 }
 
-fn respond(app: &AppState, result: Result<serde_json::Value, ApiError>) -> Response {
-    match result {
+/// Checks the admin token, then answers with what `act` returns.
+fn respond(
+    app: &AppState,
+    headers: &HeaderMap,
+    act: impl FnOnce() -> Result<serde_json::Value, ApiError>,
+) -> Response {
+    match authorize_admin(app, headers).and_then(|()| act()) {
         Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),
         Err(error) => error_response(&error, app.next_request_id()),
     }
+}
+
+/// The JSON body of an admin call.
+fn decode<T: DeserializeOwned>(
+    app: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    parse_body(&body_bytes(body, app.config.max_body_bytes)?)
 }
 
 fn encode(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
@@ -72,29 +86,20 @@ fn encode(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
 }
 
 async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize_admin(&app, &headers).and_then(|()| {
-            encode(app.with_engine(|engine, now| {
-                engine.settle(now);
-                engine.snapshot_account(now)
-            }))
-        }),
-    )
+    respond(&app, &headers, || {
+        encode(app.with_engine(|engine, now| {
+            engine.settle(now);
+            engine.snapshot_account(now)
+        }))
+    })
 }
 
 async fn counters(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize_admin(&app, &headers).and_then(|()| encode(app.counters())),
-    )
+    respond(&app, &headers, || encode(app.counters()))
 }
 
 async fn get_faults(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize_admin(&app, &headers).and_then(|()| encode(app.faults())),
-    )
+    respond(&app, &headers, || encode(app.faults()))
 }
 
 async fn put_faults(
@@ -102,16 +107,12 @@ async fn put_faults(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond(
-        &app,
-        (|| {
-            authorize_admin(&app, &headers)?;
-            let plan: FaultPlan = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-            plan.validate().map_err(ApiError::validation)?;
-            app.set_faults(plan.clone());
-            encode(plan)
-        })(),
-    )
+    respond(&app, &headers, || {
+        let plan: FaultPlan = decode(&app, body)?;
+        plan.validate().map_err(ApiError::validation)?;
+        app.set_faults(plan.clone());
+        encode(plan)
+    })
 }
 
 async fn put_balance(
@@ -119,18 +120,14 @@ async fn put_balance(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond(
-        &app,
-        (|| {
-            authorize_admin(&app, &headers)?;
-            let request: SetBalance = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-            if !request.balance.is_finite() {
-                return Err(ApiError::validation("balance: must be a finite number"));
-            }
-            app.with_engine(|engine, now| engine.set_balance(request.balance, now));
-            encode(request)
-        })(),
-    )
+    respond(&app, &headers, || {
+        let request: SetBalance = decode(&app, body)?;
+        if !request.balance.is_finite() {
+            return Err(ApiError::validation("balance: must be a finite number"));
+        }
+        app.with_engine(|engine, now| engine.set_balance(request.balance, now));
+        encode(request)
+    })
 }
 
 async fn advance_clock(
@@ -138,29 +135,21 @@ async fn advance_clock(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond(
-        &app,
-        (|| {
-            authorize_admin(&app, &headers)?;
-            let request: AdvanceClock = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-            if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9)
-            {
-                return Err(ApiError::validation(
-                    "seconds: must be a non-negative number (at most about a century)",
-                ));
-            }
-            app.clock.advance(Duration::from_secs_f64(request.seconds));
-            encode(request)
-        })(),
-    )
+    respond(&app, &headers, || {
+        let request: AdvanceClock = decode(&app, body)?;
+        if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9) {
+            return Err(ApiError::validation(
+                "seconds: must be a non-negative number (at most about a century)",
+            ));
+        }
+        app.clock.advance(Duration::from_secs_f64(request.seconds));
+        encode(request)
+    })
 }
 
 async fn reset(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize_admin(&app, &headers).map(|()| {
-            app.reset();
-            serde_json::json!({"reset": true})
-        }),
-    )
+    respond(&app, &headers, || {
+        app.reset();
+        Ok(serde_json::json!({"reset": true}))
+    })
 }
