@@ -302,26 +302,7 @@ fn component_schemas(mut s: Schemas) -> Map<String, Value> {
             property[key] = value;
         }
     };
-    set(
-        ERROR,
-        "code",
-        "enum",
-        json!([
-            error_code::VALIDATION_ERROR,
-            error_code::INVALID_API_KEY,
-            error_code::INSUFFICIENT_CREDIT,
-            error_code::TIER_NOT_SUPPORTED,
-            error_code::NOT_FOUND,
-            error_code::ROUTE_NOT_FOUND,
-            error_code::METHOD_NOT_ALLOWED,
-            error_code::INVALID_STATE,
-            error_code::DUPLICATE_NAME,
-            error_code::CONFLICT,
-            error_code::PAYLOAD_TOO_LARGE,
-            error_code::RATE_LIMITED,
-            error_code::INTERNAL_ERROR,
-        ]),
-    );
+    set(ERROR, "code", "enum", json!(error_code::ALL));
     set(
         "CreateVolumeRequest",
         "size",

@@ -138,6 +138,23 @@ pub mod error_code {
     pub const VALIDATION_ERROR: &str = "VALIDATION_ERROR";
     pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
     pub const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
+
+    /// Every code above.
+    pub const ALL: &[&str] = &[
+        INVALID_API_KEY,
+        TIER_NOT_SUPPORTED,
+        NOT_FOUND,
+        ROUTE_NOT_FOUND,
+        METHOD_NOT_ALLOWED,
+        INVALID_STATE,
+        DUPLICATE_NAME,
+        CONFLICT,
+        INSUFFICIENT_CREDIT,
+        RATE_LIMITED,
+        VALIDATION_ERROR,
+        PAYLOAD_TOO_LARGE,
+        INTERNAL_ERROR,
+    ];
 }
 
 /// Success codes of [`ApiResponse::code`].

@@ -446,13 +446,13 @@ pub(crate) mod test_support {
         T0 + s * 1000
     }
 
-    /// A new instance of `tier` (one L40S in us-east-1) created at `secs(0)`; its id.
-    pub fn instance(engine: &mut Engine, tier: Tier) -> String {
-        let request = model::CreateInstanceRequest {
-            name: "vm".to_string(),
+    /// A request for an instance named `name` of `tier`: two A100-80G in us-east-1.
+    pub fn create_request(name: &str, tier: Tier) -> model::CreateInstanceRequest {
+        model::CreateInstanceRequest {
+            name: name.to_string(),
             region: "us-east-1".to_string(),
-            gpu_type: "L40S".to_string(),
-            gpu_count: 1,
+            gpu_type: "A100-80G".to_string(),
+            gpu_count: 2,
             image_id: "ubuntu-22.04-cuda-12".to_string(),
             tier: Some(tier),
             ssh_key_ids: Vec::new(),
@@ -460,6 +460,15 @@ pub(crate) mod test_support {
             startup_script_id: None,
             public_ip: None,
             volume_ids: Vec::new(),
+        }
+    }
+
+    /// A new instance of `tier` (one L40S in us-east-1) created at `secs(0)`; its id.
+    pub fn instance(engine: &mut Engine, tier: Tier) -> String {
+        let request = model::CreateInstanceRequest {
+            gpu_type: "L40S".to_string(),
+            gpu_count: 1,
+            ..create_request("vm", tier)
         };
         engine
             .create_instance(&request, secs(0))
