@@ -1,8 +1,8 @@
 //! The typed client: one async method per [`Operation`](crate::Operation), with retries, rate
 //! limiting and an observer hook for telemetry.
 //!
-//! This file holds the client and its construction; [`transport`] sends one call (HTTP, the
-//! API key, retries, the rate limiter) and [`responses`] turns answers into results and
+//! This file holds the client and its construction; `transport.rs` sends one call (HTTP, the
+//! API key, retries, the rate limiter) and `responses.rs` turns answers into results and
 //! errors. The operations live in one file per resource (`instances.rs`, `volumes.rs`, ...),
 //! each a block of `impl CloudClient`, so a method is found where its resource is.
 

@@ -2,7 +2,7 @@
 //! shape the reply with the shared model types.
 //!
 //! [`execute`] checks what every operation shares (the query parameters it accepts, no body
-//! where it takes none) and calls the operation's function, found by [`handler`]. The
+//! where it takes none) and calls the operation's function, found by `handler`. The
 //! functions live in one file per resource, as the client's methods do.
 
 mod account;
