@@ -17,7 +17,7 @@ use crate::engine::{MAX_SCRIPT_BYTES, MAX_VOLUME_GB};
 const ENVELOPE: &str = "Envelope";
 
 /// Name of the schema of every error response.
-const ERROR: &str = "ErrorBody";
+const ERROR: &str = "Error";
 
 fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
@@ -278,17 +278,21 @@ fn operation_doc(op: Operation, s: &mut Schemas) -> OperationDoc {
 /// error body, and the limits the simulator enforces beyond the types.
 fn component_schemas(mut s: Schemas) -> Map<String, Value> {
     let envelope = s.of::<ApiResponse<Empty>>();
-    s.of::<model::ErrorBody>();
+    let error = s.of::<model::ErrorBody>();
     let mut schemas = s.generator.take_definitions(true);
-    // The envelope goes by its own name rather than as an `ApiResponse` of nothing.
-    let envelope_name = envelope["$ref"]
-        .as_str()
-        .and_then(|path| path.rsplit('/').next())
-        .unwrap_or_default()
-        .to_string();
-    if let Some(mut schema) = schemas.remove(&envelope_name) {
-        schema["description"] = "The fields every response carries, next to its own.".into();
-        schemas.insert(ENVELOPE.to_string(), schema);
+    // The envelope and the error body go by short names of their own (the envelope rather
+    // than as an `ApiResponse` of nothing).
+    for (reference, name) in [(envelope, ENVELOPE), (error, ERROR)] {
+        let generated = reference["$ref"]
+            .as_str()
+            .and_then(|path| path.rsplit('/').next())
+            .unwrap_or_default();
+        if let Some(schema) = schemas.remove(generated) {
+            schemas.insert(name.to_string(), schema);
+        }
+    }
+    if let Some(envelope) = schemas.get_mut(ENVELOPE) {
+        envelope["description"] = "The fields every response carries, next to its own.".into();
     }
     // The defaults are those a lenient decoder fills in, not values the service implies.
     for schema in schemas.values_mut() {
