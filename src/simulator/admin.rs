@@ -9,14 +9,19 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::authorize_admin;
 use crate::config::FaultPlan;
 use crate::error::ApiError;
-use crate::server::{AppState, constant_time_eq, error_response, method_not_allowed, parse_body};
+use crate::fallbacks::method_not_allowed;
+use crate::reply::error_response;
+use crate::request::{body_bytes, parse_body};
+use crate::state::AppState;
 
 pub const PREFIX: &str = "/_admin";
 
@@ -54,29 +59,24 @@ pub struct AdvanceClock {
     pub seconds: f64,
 }
 
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let expected = state
-        .config
-        .admin_token
-        .as_deref()
-        .ok_or(ApiError::InvalidAdminToken)?;
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .ok_or(ApiError::InvalidAdminToken)?;
-    if constant_time_eq(expected.as_bytes(), given.trim().as_bytes()) {
-        Ok(())
-    } else {
-        Err(ApiError::InvalidAdminToken)
-    }
-}
-
-fn respond(app: &AppState, result: Result<serde_json::Value, ApiError>) -> Response {
-    match result {
+/// Checks the admin token, then answers with what `act` returns.
+fn respond(
+    app: &AppState,
+    headers: &HeaderMap,
+    act: impl FnOnce() -> Result<serde_json::Value, ApiError>,
+) -> Response {
+    match authorize_admin(app, headers).and_then(|()| act()) {
         Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),
         Err(error) => error_response(&error, app.next_request_id()),
     }
+}
+
+/// The JSON body of an admin call.
+fn decode<T: DeserializeOwned>(
+    app: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    parse_body(&body_bytes(body, app.config.max_body_bytes)?)
 }
 
 fn encode(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
@@ -85,40 +85,21 @@ fn encode(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
     })
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge { limit }
-        } else {
-            ApiError::validation(format!("body: {}", rejection.body_text()))
-        }
+async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    respond(&app, &headers, || {
+        encode(app.with_engine(|engine, now| {
+            engine.settle(now);
+            engine.snapshot_account(now)
+        }))
     })
 }
 
-async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize(&app, &headers).and_then(|()| {
-            encode(app.with_engine(|engine, now| {
-                engine.settle(now);
-                engine.snapshot_account(now)
-            }))
-        }),
-    )
-}
-
 async fn counters(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize(&app, &headers).and_then(|()| encode(app.counters())),
-    )
+    respond(&app, &headers, || encode(app.counters()))
 }
 
 async fn get_faults(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize(&app, &headers).and_then(|()| encode(app.faults())),
-    )
+    respond(&app, &headers, || encode(app.faults()))
 }
 
 async fn put_faults(
@@ -126,16 +107,12 @@ async fn put_faults(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond(
-        &app,
-        (|| {
-            authorize(&app, &headers)?;
-            let plan: FaultPlan = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-            plan.validate().map_err(ApiError::validation)?;
-            app.set_faults(plan.clone());
-            encode(plan)
-        })(),
-    )
+    respond(&app, &headers, || {
+        let plan: FaultPlan = decode(&app, body)?;
+        plan.validate().map_err(ApiError::validation)?;
+        app.set_faults(plan.clone());
+        encode(plan)
+    })
 }
 
 async fn put_balance(
@@ -143,18 +120,14 @@ async fn put_balance(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond(
-        &app,
-        (|| {
-            authorize(&app, &headers)?;
-            let request: SetBalance = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-            if !request.balance.is_finite() {
-                return Err(ApiError::validation("balance: must be a finite number"));
-            }
-            app.with_engine(|engine, now| engine.set_balance(request.balance, now));
-            encode(request)
-        })(),
-    )
+    respond(&app, &headers, || {
+        let request: SetBalance = decode(&app, body)?;
+        if !request.balance.is_finite() {
+            return Err(ApiError::validation("balance: must be a finite number"));
+        }
+        app.with_engine(|engine, now| engine.set_balance(request.balance, now));
+        encode(request)
+    })
 }
 
 async fn advance_clock(
@@ -162,29 +135,21 @@ async fn advance_clock(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond(
-        &app,
-        (|| {
-            authorize(&app, &headers)?;
-            let request: AdvanceClock = parse_body(&body_bytes(body, app.config.max_body_bytes)?)?;
-            if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9)
-            {
-                return Err(ApiError::validation(
-                    "seconds: must be a non-negative number (at most about a century)",
-                ));
-            }
-            app.clock.advance(Duration::from_secs_f64(request.seconds));
-            encode(request)
-        })(),
-    )
+    respond(&app, &headers, || {
+        let request: AdvanceClock = decode(&app, body)?;
+        if !(request.seconds.is_finite() && request.seconds >= 0.0 && request.seconds <= 3.2e9) {
+            return Err(ApiError::validation(
+                "seconds: must be a non-negative number (at most about a century)",
+            ));
+        }
+        app.clock.advance(Duration::from_secs_f64(request.seconds));
+        encode(request)
+    })
 }
 
 async fn reset(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    respond(
-        &app,
-        authorize(&app, &headers).map(|()| {
-            app.reset();
-            serde_json::json!({"reset": true})
-        }),
-    )
+    respond(&app, &headers, || {
+        app.reset();
+        Ok(serde_json::json!({"reset": true}))
+    })
 }

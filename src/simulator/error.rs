@@ -81,21 +81,22 @@ impl ApiError {
 
     /// The machine-readable `code` of the error body.
     pub fn code(&self) -> &'static str {
+        use gpucloud_cloud::model::error_code;
         match self {
-            ApiError::Validation { .. } => "VALIDATION_ERROR",
-            ApiError::NotFound { .. } => "NOT_FOUND",
-            ApiError::RouteNotFound { .. } => "ROUTE_NOT_FOUND",
-            ApiError::MethodNotAllowed { .. } => "METHOD_NOT_ALLOWED",
-            ApiError::InvalidState { .. } => "INVALID_STATE",
-            ApiError::DuplicateName { .. } => "DUPLICATE_NAME",
-            ApiError::Conflict { .. } => "CONFLICT",
-            ApiError::InsufficientCredit { .. } => "INSUFFICIENT_CREDIT",
-            ApiError::TierNotSupported { .. } => "TIER_NOT_SUPPORTED",
-            ApiError::InvalidApiKey => "INVALID_API_KEY",
+            ApiError::Validation { .. } => error_code::VALIDATION_ERROR,
+            ApiError::NotFound { .. } => error_code::NOT_FOUND,
+            ApiError::RouteNotFound { .. } => error_code::ROUTE_NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => error_code::METHOD_NOT_ALLOWED,
+            ApiError::InvalidState { .. } => error_code::INVALID_STATE,
+            ApiError::DuplicateName { .. } => error_code::DUPLICATE_NAME,
+            ApiError::Conflict { .. } => error_code::CONFLICT,
+            ApiError::InsufficientCredit { .. } => error_code::INSUFFICIENT_CREDIT,
+            ApiError::TierNotSupported { .. } => error_code::TIER_NOT_SUPPORTED,
+            ApiError::InvalidApiKey => error_code::INVALID_API_KEY,
             ApiError::InvalidAdminToken => "INVALID_ADMIN_TOKEN",
-            ApiError::RateLimited { .. } => "RATE_LIMITED",
-            ApiError::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
-            ApiError::Internal { .. } => "INTERNAL_ERROR",
+            ApiError::RateLimited { .. } => error_code::RATE_LIMITED,
+            ApiError::PayloadTooLarge { .. } => error_code::PAYLOAD_TOO_LARGE,
+            ApiError::Internal { .. } => error_code::INTERNAL_ERROR,
         }
     }
 }

@@ -3,19 +3,30 @@
 //! [`Simulator::start`] serves every operation of the shared route table
 //! (`gpucloud_cloud::routes::Operation::ALL`) over HTTP with the response shapes of
 //! `gpucloud_cloud::model`, so the client and the simulator cannot disagree on the wire.
-//! The rules live in [`engine`]; authentication, rate limiting, fault injection and the
-//! JSON error bodies in [`server`]; the admin API in [`admin`]. `docs/simulator.md`
-//! describes the behaviour, every setting and every choice the interface document leaves open.
+//! The rules live in [`engine`]; [`handlers`] holds one function per operation; [`server`]
+//! routes a request through [`auth`], the rate limit, [`faults`] and its handler to a
+//! [`reply`]; [`state`] is what the server shares; the admin API is [`admin`].
+//! `docs/simulator.md` describes the behaviour, every setting and every choice the interface
+//! document leaves open.
 
 pub mod admin;
+pub mod auth;
 pub mod catalog;
 pub mod cli;
+pub mod clock;
 pub mod config;
+pub mod counters;
 pub mod engine;
 pub mod error;
+mod fallbacks;
+pub mod faults;
 pub mod handlers;
 pub mod openapi;
+mod rate_limiter;
+pub mod reply;
+pub mod request;
 pub mod server;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,9 +39,11 @@ use tokio::task::JoinHandle;
 pub use config::{
     Delays, DropMode, FaultPlan, LatencySpike, RateLimit, SimulatorConfig, ThrottleBurst,
 };
+pub use counters::Counters;
 pub use engine::AccountSnapshot;
 pub use error::{ApiError, Error};
-pub use server::{Caller, Counters, FaultCounts, LedgerEntry};
+pub use faults::FaultCounts;
+pub use state::{Caller, LedgerEntry};
 
 /// Starts simulators.
 pub struct Simulator;
@@ -54,7 +67,7 @@ impl Simulator {
         })?;
         tracing::info!(%local, seed = config.seed, time_scale = config.time_scale, "simulator listening");
         let api_key = config.api_keys.first().cloned().unwrap_or_default();
-        let state = Arc::new(server::AppState::new(config));
+        let state = Arc::new(state::AppState::new(config));
         let app = server::router(state.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         // TCP_NODELAY, as the embedded API server sets it (`gpucloud_apiserver`'s tls.rs): a
@@ -125,7 +138,7 @@ pub struct SimulatorHandle {
     base_url: String,
     local_addr: SocketAddr,
     api_key: String,
-    state: Arc<server::AppState>,
+    state: Arc<state::AppState>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), Error>>,
 }

@@ -386,7 +386,7 @@ impl Engine {
                 price_per_gb_hour: *price,
                 currency: catalog::CURRENCY.to_string(),
                 min_size_gb: 1,
-                max_size_gb: super::storage::MAX_VOLUME_GB,
+                max_size_gb: super::volumes::MAX_VOLUME_GB,
             })
             .collect()
     }

@@ -682,22 +682,6 @@ mod tests {
     use super::super::test_support::*;
     use super::*;
 
-    pub(crate) fn create_request(name: &str, tier: Tier) -> model::CreateInstanceRequest {
-        model::CreateInstanceRequest {
-            name: name.to_string(),
-            region: "us-east-1".to_string(),
-            gpu_type: "A100-80G".to_string(),
-            gpu_count: 2,
-            image_id: "ubuntu-22.04-cuda-12".to_string(),
-            tier: Some(tier),
-            ssh_key_ids: Vec::new(),
-            startup_script: None,
-            startup_script_id: None,
-            public_ip: None,
-            volume_ids: Vec::new(),
-        }
-    }
-
     #[test]
     fn create_goes_through_creating_then_booting_then_running() {
         let mut engine = engine();

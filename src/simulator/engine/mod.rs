@@ -6,9 +6,11 @@
 //! form over each billed resource's start and end time, so no background task exists.
 
 mod account;
+mod images;
 mod instances;
 mod network;
-mod storage;
+mod snapshots;
+mod volumes;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,11 +24,12 @@ use crate::config::{Delays, SimulatorConfig};
 use crate::error::ApiError;
 
 pub use account::{AiUsage, MAX_SCRIPT_BYTES, Script, SshKeyRecord};
+pub use images::Image;
 pub use instances::{Instance, InstanceState, PowerAction};
 pub use network::{Firewall, validate_rule};
-pub use storage::{
-    Image, MAX_VOLUME_GB, Snapshot, VOLUME_BILLING_STATUSES, Volume, VolumeBillingFilters,
-    VolumeFilters,
+pub use snapshots::Snapshot;
+pub use volumes::{
+    MAX_VOLUME_GB, VOLUME_BILLING_STATUSES, Volume, VolumeBillingFilters, VolumeFilters,
 };
 
 /// Simulated time: milliseconds since the Unix epoch.
@@ -441,6 +444,55 @@ pub(crate) mod test_support {
 
     pub fn secs(s: i64) -> SimTime {
         T0 + s * 1000
+    }
+
+    /// A request for an instance named `name` of `tier`: two A100-80G in us-east-1.
+    pub fn create_request(name: &str, tier: Tier) -> model::CreateInstanceRequest {
+        model::CreateInstanceRequest {
+            name: name.to_string(),
+            region: "us-east-1".to_string(),
+            gpu_type: "A100-80G".to_string(),
+            gpu_count: 2,
+            image_id: "ubuntu-22.04-cuda-12".to_string(),
+            tier: Some(tier),
+            ssh_key_ids: Vec::new(),
+            startup_script: None,
+            startup_script_id: None,
+            public_ip: None,
+            volume_ids: Vec::new(),
+        }
+    }
+
+    /// A new instance of `tier` (one L40S in us-east-1) created at `secs(0)`; its id.
+    pub fn instance(engine: &mut Engine, tier: Tier) -> String {
+        let request = model::CreateInstanceRequest {
+            gpu_type: "L40S".to_string(),
+            gpu_count: 1,
+            ..create_request("vm", tier)
+        };
+        engine
+            .create_instance(&request, secs(0))
+            .unwrap()
+            .instance_id
+    }
+
+    pub fn snapshot_request(name: &str) -> model::CreateSnapshotRequest {
+        model::CreateSnapshotRequest {
+            name: name.to_string(),
+            description: "d".to_string(),
+            labels: vec!["nightly".to_string()],
+        }
+    }
+
+    pub fn volume_request(name: &str, region: &str, tier: Tier) -> model::CreateVolumeRequest {
+        model::CreateVolumeRequest {
+            name: name.to_string(),
+            size: 100,
+            region: region.to_string(),
+            volume_type: None,
+            tier: Some(tier),
+            bootable: None,
+        }
     }
 }
 

@@ -1,0 +1,30 @@
+//! Balance, pricing and price quotes.
+
+use gpucloud_cloud::model;
+
+use super::Call;
+use crate::catalog;
+use crate::engine::Engine;
+use crate::error::ApiError;
+use crate::reply::Reply;
+
+pub(super) fn get_balance(call: &Call<'_>) -> Result<Reply, ApiError> {
+    call.engine(|e, now| {
+        Reply::new(
+            "balance retrieved",
+            model::BalanceBody {
+                balance: e.balance(now),
+                currency: catalog::CURRENCY.to_string(),
+            },
+        )
+    })
+}
+
+pub(super) fn get_pricing(_call: &Call<'_>) -> Result<Reply, ApiError> {
+    Reply::new("pricing retrieved", Engine::pricing())
+}
+
+pub(super) fn quote_pricing(call: &Call<'_>) -> Result<Reply, ApiError> {
+    let body: model::PriceQuoteRequest = call.body()?;
+    Reply::new("price quoted", Engine::quote(&body)?)
+}
