@@ -77,7 +77,7 @@ async fn namespaced_rules_are_exactly_what_the_operator_uses() {
     let used = run_scenario(&values, &["team-a", "team-b"]).await;
     let objects = render(&values).objects();
     let granted = grants(&objects, RELEASE);
-    // Cluster-wide only the start-up check of the six CRDs, by name.
+    // Cluster-wide only the start-up check of the CRDs, by name.
     for grant in granted.iter().filter(|g| g.namespace.is_none()) {
         assert_eq!(
             (
@@ -88,7 +88,10 @@ async fn namespaced_rules_are_exactly_what_the_operator_uses() {
             ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
             "{grant:?}"
         );
-        assert_eq!(grant.names.len(), 6);
+        assert_eq!(
+            grant.names.len(),
+            gpucloud_controller::registry::crds().len()
+        );
     }
     assert!(
         used.iter()
@@ -270,36 +273,42 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
         .await
         .unwrap();
 
-    // The cloud fails every Firewall create until each namespace's Firewall has reported it.
-    // That report meets the status its reconcile wrote just before the call (the create's
-    // intent) and so reads the stored object by name to report on it: a rule the chart must
-    // grant even though no object refers to a Firewall.
+    // The cloud fails every create of the kinds no object refers to (Firewall) until each
+    // namespace's object has reported it. That report meets the status its reconcile wrote
+    // just before the call (the create's intent) and so reads the stored object by name to
+    // report on it: a rule the chart must grant even though no object refers to the kind.
     simulator.set_faults(FaultPlan {
-        error_rate_per_operation: BTreeMap::from([("CreateFirewall".to_string(), 1.0)]),
+        error_rate_per_operation: REFUSED_CREATES
+            .iter()
+            .map(|(operation, _, _)| (operation.to_string(), 1.0))
+            .collect(),
         ..FaultPlan::default()
     });
-    let refused_firewalls = async {
+    let refused_creates = async {
         for namespace in namespaces {
-            let firewalls: Api<DynamicObject> = Api::namespaced_with(
-                admin.clone(),
-                namespace,
-                &resource("gpucloud.io/v1alpha1", "Firewall"),
-            );
-            eventually(
-                &format!("{namespace}/research-edge reports the failed create"),
-                || async {
-                    let object = firewalls.get("research-edge").await.ok()?;
-                    (ready_condition(&object)?["reason"] == reason::CLOUD_UNAVAILABLE).then_some(())
-                },
-            )
-            .await;
+            for (_, kind, name) in REFUSED_CREATES {
+                let objects: Api<DynamicObject> = Api::namespaced_with(
+                    admin.clone(),
+                    namespace,
+                    &resource("gpucloud.io/v1alpha1", kind),
+                );
+                eventually(
+                    &format!("{namespace}/{name} reports the failed create"),
+                    || async {
+                        let object = objects.get(name).await.ok()?;
+                        (ready_condition(&object)?["reason"] == reason::CLOUD_UNAVAILABLE)
+                            .then_some(())
+                    },
+                )
+                .await;
+            }
         }
         simulator.set_faults(FaultPlan::default());
     };
     let scenarios: Vec<_> = namespaces.iter().map(|ns| scenario(&admin, ns)).collect();
     tokio::time::timeout(
         Duration::from_secs(150),
-        futures::future::join(refused_firewalls, futures::future::join_all(scenarios)),
+        futures::future::join(refused_creates, futures::future::join_all(scenarios)),
     )
     .await
     .expect("scenario within 150s");
@@ -387,6 +396,10 @@ fn resource(api_version: &str, kind: &str) -> ApiResource {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
+
+/// Creates the cloud refuses at first, as (operation, kind, object of the scenario), for the
+/// kinds no object refers to: their objects are read by name only to report the refusal.
+const REFUSED_CREATES: &[(&str, &str, &str)] = &[("CreateFirewall", "Firewall", "research-edge")];
 
 /// The objects of the scenario in `namespace`: the quickstart and snapshot-and-restore
 /// examples, and a machine whose startup script comes from a ConfigMap.
