@@ -29,7 +29,7 @@
 //! sweep is still claimed; a sweep that cannot list every kind's objects reports and deletes
 //! nothing.
 
-use crate::account::{Account, Accounts};
+use crate::account::{Account, AccountId, Accounts};
 use crate::events::{Event, EventPublisher, EventType};
 use crate::kind::ManagedKind;
 use crate::lock;
@@ -114,7 +114,7 @@ pub enum Error {
     #[error("listing {kind} resources of account {account}: {source}")]
     ListCloud {
         kind: CloudKind,
-        account: String,
+        account: AccountId,
         #[source]
         source: CloudError,
     },
@@ -271,8 +271,8 @@ fn candidates<R: CloudRecord>(
 /// A cloud resource with the operator's mark that no object claims, past the grace period.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {
-    /// Fingerprint of the account's key (never the key).
-    pub account: String,
+    /// The account (shown as its label, never the key).
+    pub account: AccountId,
     pub kind: CloudKind,
     pub id: String,
     pub name: String,
@@ -296,8 +296,8 @@ impl fmt::Display for Orphan {
 /// What one sweep found and did.
 #[derive(Debug, Default)]
 pub struct SweepReport {
-    /// Accounts swept (by fingerprint).
-    pub accounts: Vec<String>,
+    /// Accounts swept.
+    pub accounts: Vec<AccountId>,
     /// Every orphan found, deleted or not.
     pub orphans: Vec<Orphan>,
     /// Orphans deleted by this sweep (only with `delete`).
@@ -462,8 +462,8 @@ pub struct OrphanSweeper {
     settings: OrphanSweepSettings,
     events: Arc<EventPublisher>,
     /// When each unclaimed resource without a creation time was first seen, by
-    /// `account/kind/id`; forgotten once it is claimed or gone.
-    first_seen: Mutex<HashMap<String, Timestamp>>,
+    /// account and `kind/id`; forgotten once it is claimed or gone.
+    first_seen: Mutex<HashMap<(AccountId, String), Timestamp>>,
 }
 
 impl OrphanSweeper {
@@ -519,7 +519,7 @@ impl OrphanSweeper {
         let mut report = SweepReport::default();
         let mut listed: Vec<(Arc<Account>, Vec<Candidate>)> = Vec::new();
         for account in self.accounts_to_sweep().await {
-            report.accounts.push(account.fingerprint.clone());
+            report.accounts.push(account.id);
             let mut found = Vec::new();
             for kind in CloudKind::ALL {
                 match kind.list(&account.client).await {
@@ -527,7 +527,7 @@ impl OrphanSweeper {
                     Err(source) => {
                         let error = Error::ListCloud {
                             kind,
-                            account: account.fingerprint.clone(),
+                            account: account.id,
                             source,
                         };
                         tracing::warn!(%error, "orphan sweep: list failed");
@@ -557,7 +557,7 @@ impl OrphanSweeper {
                         && recorded_names.contains(candidate.name.as_str())
                     {
                         report.duplicates.push(Orphan {
-                            account: account.fingerprint.clone(),
+                            account: account.id,
                             kind: candidate.kind,
                             id: candidate.id.clone(),
                             name: candidate.name.clone(),
@@ -569,10 +569,7 @@ impl OrphanSweeper {
                     }
                     continue;
                 }
-                let key = format!(
-                    "{}/{}/{}",
-                    account.fingerprint, candidate.kind, candidate.id
-                );
+                let key = (account.id, format!("{}/{}", candidate.kind, candidate.id));
                 let since = match candidate.created_at {
                     Some(created) => created,
                     None => *lock(&self.first_seen).entry(key.clone()).or_insert(now),
@@ -584,7 +581,7 @@ impl OrphanSweeper {
                 }
                 holds.insert(candidate.id.clone(), candidate.hold.clone());
                 report.orphans.push(Orphan {
-                    account: account.fingerprint.clone(),
+                    account: account.id,
                     kind: candidate.kind,
                     id: candidate.id.clone(),
                     name: candidate.name.clone(),
@@ -620,9 +617,7 @@ impl OrphanSweeper {
         }
         if self.settings.delete {
             for orphan in &report.orphans {
-                let Some((account, _)) =
-                    listed.iter().find(|(a, _)| a.fingerprint == orphan.account)
-                else {
+                let Some((account, _)) = listed.iter().find(|(a, _)| a.id == orphan.account) else {
                     continue;
                 };
                 let hold = holds.get(&orphan.id).unwrap_or(&Hold::None);
@@ -654,10 +649,7 @@ impl OrphanSweeper {
             .await
         {
             Ok(default) => {
-                if !accounts
-                    .iter()
-                    .any(|a| a.fingerprint == default.fingerprint)
-                {
+                if !accounts.iter().any(|a| a.id == default.id) {
                     accounts.push(default);
                 }
             }
@@ -665,7 +657,7 @@ impl OrphanSweeper {
                 tracing::debug!(%error, "orphan sweep: no default account");
             }
         }
-        accounts.sort_by(|a, b| a.fingerprint.cmp(&b.fingerprint));
+        accounts.sort_by_key(|a| a.id);
         accounts
     }
 

@@ -397,7 +397,7 @@ async fn report_balances(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: 
     loop {
         for account in accounts.all() {
             match account.balance().await {
-                Ok(balance) => metrics.set_balance(&account.fingerprint, balance.balance),
+                Ok(balance) => metrics.set_balance(&account.id.label(), balance.balance),
                 Err(error) => tracing::debug!(%error, "balance not read"),
             }
         }
