@@ -49,26 +49,31 @@ pub struct Invalid {
     /// Whether `metadata` decoded as object metadata: only then is it an object an Event can
     /// be about.
     pub metadata_read: bool,
-    /// Why it does not decode, at most `ERROR_LIMIT` bytes.
+    /// Why it does not decode, with where in the object (`spec.gpuCount: invalid type: ...`),
+    /// at most `ERROR_LIMIT` bytes.
     pub error: String,
 }
 
 impl<K: DeserializeOwned> Decoded<K> {
     /// `value` (without managedFields) as `K`, or what could be read of it.
     fn from_value(value: serde_json::Value) -> Self {
-        // Kept only for the rare object that does not decode; metadata is small next to spec
-        // and status.
-        let metadata = value.get("metadata").cloned();
-        match K::deserialize(value) {
+        match K::deserialize(&value) {
             Ok(object) => Decoded(Ok(object)),
-            Err(error) => Decoded(Err(Invalid::new(metadata, &error))),
+            Err(error) => {
+                // Decoded again to find where it fails: the cost is on this rare path only.
+                let error = match serde_path_to_error::deserialize::<_, K>(&value) {
+                    Err(located) => located.to_string(),
+                    Ok(_) => error.to_string(),
+                };
+                Decoded(Err(Invalid::new(value.get("metadata"), error)))
+            }
         }
     }
 }
 
 impl Invalid {
-    fn new(metadata: Option<serde_json::Value>, error: &serde_json::Error) -> Invalid {
-        let error = capped(error.to_string());
+    fn new(metadata: Option<&serde_json::Value>, error: String) -> Invalid {
+        let error = capped(error);
         let Some(metadata) = metadata else {
             return Invalid {
                 metadata: ObjectMeta::default(),
@@ -76,7 +81,7 @@ impl Invalid {
                 error,
             };
         };
-        match ObjectMeta::deserialize(&metadata) {
+        match ObjectMeta::deserialize(metadata) {
             Ok(metadata) => Invalid {
                 metadata,
                 metadata_read: true,
@@ -532,7 +537,11 @@ mod tests {
         assert_eq!(invalid.metadata.uid.as_deref(), Some("uid-bad"));
         assert_eq!(invalid.metadata.resource_version.as_deref(), Some("8"));
         assert_eq!(invalid.metadata.managed_fields, None);
-        assert!(invalid.error.contains("two"), "{}", invalid.error);
+        assert!(
+            invalid.error.starts_with("spec.gpuCount: ") && invalid.error.contains("two"),
+            "{}",
+            invalid.error
+        );
         // The watcher goes on from each object's resourceVersion.
         assert_eq!(list.items[1].meta().resource_version.as_deref(), Some("8"));
 
