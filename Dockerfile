@@ -10,10 +10,13 @@ FROM rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and the build between builds; the binary is copied out of
-# the cached target directory.
+# the cached target directory. --no-default-features leaves out the `sandbox` feature: the
+# embedded API server, the cloud simulator and the sandbox (the `apiserver`, `simulator` and
+# `dev` subcommands) are for development and tests, and a production image should carry
+# neither their code nor their dependencies.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin gpucloud-operator \
+    cargo build --release --locked --no-default-features --bin gpucloud-operator \
     && install -D -m 0755 target/release/gpucloud-operator /out/gpucloud-operator
 
 FROM gcr.io/distroless/cc-debian12:nonroot

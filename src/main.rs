@@ -1,4 +1,6 @@
-//! `gpucloud-operator`: one binary, one subcommand per role.
+//! `gpucloud-operator`: one binary, one subcommand per role. The `simulator`, `apiserver` and
+//! `dev` subcommands come with the `sandbox` feature (on by default); the production build
+//! (`--no-default-features`) has `run`, `crds` and `version` only.
 #![forbid(unsafe_code)]
 
 use anyhow::Context as _;
@@ -30,6 +32,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the largest variant (`run`'s flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the controllers against a cluster.
@@ -37,11 +41,14 @@ enum Command {
     /// Print the CustomResourceDefinitions of every kind as YAML (what `crds/` holds).
     Crds,
     /// Run the cloud API simulator.
+    #[cfg(feature = "sandbox")]
     Simulator(gpucloud_simulator::cli::Args),
     /// Run the embedded Kubernetes API server on its own.
+    #[cfg(feature = "sandbox")]
     Apiserver(gpucloud_apiserver::cli::Args),
     /// Sandbox without a cluster: API server, CRDs, cloud simulator and controllers in one
     /// process, a kubeconfig for kubectl, and `--apply` for manifests.
+    #[cfg(feature = "sandbox")]
     Dev(gpucloud_dev::Args),
     /// Print version information.
     Version,
@@ -55,7 +62,7 @@ async fn main() -> anyhow::Result<()> {
     if matches!(cli.command, Command::Crds | Command::Version) {
         return print_only(&cli.command);
     }
-    let default_level = if matches!(cli.command, Command::Dev(_)) {
+    let default_level = if cli.command.is_sandbox() {
         "warn"
     } else {
         "info"
@@ -66,14 +73,17 @@ async fn main() -> anyhow::Result<()> {
         Command::Run(args) => gpucloud_controller::cli::run(args)
             .await
             .context("operator")?,
+        #[cfg(feature = "sandbox")]
         Command::Simulator(args) => gpucloud_simulator::cli::run(args)
             .await
             .context("simulator")?,
+        #[cfg(feature = "sandbox")]
         Command::Apiserver(args) => gpucloud_apiserver::cli::run(args)
             .await
             .context("apiserver")?,
         // The sandbox's errors are one line each, shown without a cause chain or a
         // backtrace (whatever RUST_BACKTRACE says).
+        #[cfg(feature = "sandbox")]
         Command::Dev(args) => {
             if let Err(error) = gpucloud_dev::run(args).await {
                 eprintln!("Error: {error}");
@@ -83,6 +93,17 @@ async fn main() -> anyhow::Result<()> {
         Command::Crds | Command::Version => {}
     }
     Ok(())
+}
+
+impl Command {
+    /// The sandbox, whose table is the output: it logs only warnings by default.
+    fn is_sandbox(&self) -> bool {
+        #[cfg(feature = "sandbox")]
+        if matches!(self, Command::Dev(_)) {
+            return true;
+        }
+        false
+    }
 }
 
 fn print_only(command: &Command) -> anyhow::Result<()> {
@@ -109,7 +130,18 @@ mod tests {
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        for role in ["run", "crds", "simulator", "apiserver", "dev", "version"] {
+        let mut roles = vec!["run", "crds", "version"];
+        if cfg!(feature = "sandbox") {
+            roles.extend(["simulator", "apiserver", "dev"]);
+        } else {
+            for sandbox_only in ["simulator", "apiserver", "dev"] {
+                assert!(
+                    !names.iter().any(|n| n == sandbox_only),
+                    "{sandbox_only} needs the sandbox feature: {names:?}"
+                );
+            }
+        }
+        for role in roles {
             assert!(
                 names.iter().any(|n| n == role),
                 "missing subcommand {role}: {names:?}"

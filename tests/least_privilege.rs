@@ -37,7 +37,7 @@ use kube::api::{
 };
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 const OPERATOR_USER: &str = "system:serviceaccount:gpucloud-system:gpucloud-operator";

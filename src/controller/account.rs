@@ -4,7 +4,8 @@
 //! object names in its own namespace (a reference carries no namespace, so another namespace's
 //! Secret cannot be named). Objects whose Secrets hold the same key share one [`Account`]: one
 //! client, one rate limiter and one set of cloud observers, so the operator never runs two
-//! limiters against the same account.
+//! limiters against the same account. Keys are told apart by their SHA-256 digest
+//! ([`AccountId`]), so two different keys never share an account.
 
 use crate::error::Error;
 use crate::lock;
@@ -16,7 +17,9 @@ use gpucloud_cloud::model::{BalanceBody, PricingBody};
 use gpucloud_cloud::{ApiKey, CallObserver, ClientConfig, CloudClient, RateLimit};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -51,10 +54,47 @@ impl std::fmt::Debug for CloudSettings {
     }
 }
 
+/// Which account an API key reaches: the SHA-256 digest of the key, so that only the same
+/// key gives the same identity. Shown (`Display`, `Debug`) as its [label](AccountId::label),
+/// never as the key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AccountId([u8; 32]);
+
+impl AccountId {
+    /// Hex digits of the digest in the label: 48 bits, enough to tell a cluster's accounts
+    /// apart by eye; the digest itself tells them apart in code.
+    pub const LABEL_LEN: usize = 12;
+
+    pub fn of(key: &ApiKey) -> AccountId {
+        AccountId(Sha256::digest(key.expose_secret().as_bytes()).into())
+    }
+
+    /// The first `LABEL_LEN` hex digits of the digest: names the account in logs, metrics
+    /// and events without revealing the key.
+    pub fn label(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for AccountId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in &self.0[..Self::LABEL_LEN / 2] {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for AccountId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AccountId({self})")
+    }
+}
+
 /// One cloud account, as reached with one API key.
 pub struct Account {
-    /// A short hash of the key: tells accounts apart in logs and metrics without revealing it.
-    pub fingerprint: String,
+    /// The account's identity; its `Display` is the label logs, metrics and events show.
+    pub id: AccountId,
     pub client: CloudClient,
     catalog_ttl: Duration,
     balance: Mutex<Option<(Instant, BalanceBody)>>,
@@ -70,15 +110,15 @@ pub struct Account {
 impl std::fmt::Debug for Account {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Account")
-            .field("fingerprint", &self.fingerprint)
+            .field("id", &self.id)
             .finish_non_exhaustive()
     }
 }
 
 impl Account {
-    fn new(fingerprint: String, client: CloudClient, catalog_ttl: Duration) -> Arc<Account> {
+    fn new(id: AccountId, client: CloudClient, catalog_ttl: Duration) -> Arc<Account> {
         Arc::new(Account {
-            fingerprint,
+            id,
             client,
             catalog_ttl,
             balance: Mutex::new(None),
@@ -93,7 +133,7 @@ impl Account {
         let mut down = lock(&self.down_since);
         if down.is_none() {
             *down = Some(Instant::now());
-            tracing::warn!(account = %self.fingerprint, "the cloud is not answering; objects wait for it to come back");
+            tracing::warn!(account = %self.id, "the cloud is not answering; objects wait for it to come back");
         }
     }
 
@@ -101,7 +141,7 @@ impl Account {
     pub fn mark_up(&self) {
         let since = lock(&self.down_since).take();
         if let Some(since) = since {
-            tracing::info!(account = %self.fingerprint, down_for = ?since.elapsed(), "the cloud answers again");
+            tracing::info!(account = %self.id, down_for = ?since.elapsed(), "the cloud answers again");
             self.recoveries.send_modify(|n| *n += 1);
         }
     }
@@ -121,10 +161,10 @@ impl Account {
     #[cfg(test)]
     pub(crate) fn for_tests(base_url: &str) -> Arc<Account> {
         let key = ApiKey::new("test-key");
-        let fingerprint = fingerprint(&key);
+        let id = AccountId::of(&key);
         let client = CloudClient::new(ClientConfig::new(base_url, key));
         Account::new(
-            fingerprint,
+            id,
             client.unwrap_or_else(|e| panic!("{e}")),
             Duration::from_secs(60),
         )
@@ -171,12 +211,12 @@ impl Account {
     }
 }
 
-/// Accounts by key fingerprint, and which Secret resolved to which key.
+/// Accounts by key digest, and which Secret resolved to which key.
 pub struct Accounts {
     settings: CloudSettings,
     kube: kube::Client,
     default_secret: Option<SecretLocation>,
-    by_fingerprint: Mutex<HashMap<String, Arc<Account>>>,
+    by_id: Mutex<HashMap<AccountId, Arc<Account>>>,
     resolved: Mutex<ResolvedSecrets>,
 }
 
@@ -207,7 +247,7 @@ impl Accounts {
             settings,
             kube,
             default_secret,
-            by_fingerprint: Mutex::new(HashMap::new()),
+            by_id: Mutex::new(HashMap::new()),
             resolved: Mutex::new(ResolvedSecrets::default()),
         }
     }
@@ -308,9 +348,9 @@ impl Accounts {
 
     /// The account for an API key, creating its client on first use.
     pub fn account_for(&self, key: ApiKey) -> Result<Arc<Account>, Error> {
-        let fingerprint = fingerprint(&key);
-        let mut accounts = lock(&self.by_fingerprint);
-        if let Some(account) = accounts.get(&fingerprint) {
+        let id = AccountId::of(&key);
+        let mut accounts = lock(&self.by_id);
+        if let Some(account) = accounts.get(&id) {
             return Ok(account.clone());
         }
         let mut config = ClientConfig::new(self.settings.base_url.clone(), key);
@@ -320,12 +360,11 @@ impl Accounts {
         if let Some(observer) = &self.settings.observer {
             client = client.with_observer(observer.clone());
         }
-        let account = Account::new(fingerprint.clone(), client, self.settings.catalog_ttl);
-        accounts.insert(fingerprint, account.clone());
+        let account = Account::new(id, client, self.settings.catalog_ttl);
+        accounts.insert(id, account.clone());
         Ok(account)
     }
 
-    /// Every account seen so far.
     /// The account the Secret at `location` last resolved to, without reading it again.
     pub fn resolved(&self, location: &SecretLocation) -> Option<Arc<Account>> {
         lock(&self.resolved)
@@ -334,8 +373,9 @@ impl Accounts {
             .map(|(_, account)| account.clone())
     }
 
+    /// Every account seen so far.
     pub fn all(&self) -> Vec<Arc<Account>> {
-        lock(&self.by_fingerprint).values().cloned().collect()
+        lock(&self.by_id).values().cloned().collect()
     }
 }
 
@@ -355,15 +395,6 @@ fn read_key(secret: &Secret, key: &str) -> Option<ApiKey> {
     let value = from_data.or_else(from_string)?;
     let value = value.trim();
     (!value.is_empty()).then(|| ApiKey::new(value))
-}
-
-fn fingerprint(key: &ApiKey) -> String {
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in key.expose_secret().bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    format!("{hash:08x}")
 }
 
 #[cfg(test)]
@@ -389,12 +420,46 @@ mod tests {
         assert!(read_key(&secret(b"abc"), "other").is_none());
     }
 
+    /// Two keys with the same 32-bit FNV-1a hash (0x3caa019a), the hash accounts were once
+    /// keyed by: they are two accounts all the same.
+    const COLLIDING_KEYS: [&str; 2] = ["team-key-637694", "team-key-1397450"];
+
     #[test]
-    fn fingerprints_differ_per_key_and_do_not_contain_it() {
-        let a = fingerprint(&ApiKey::new("secret-key-a"));
-        let b = fingerprint(&ApiKey::new("secret-key-b"));
+    fn different_keys_are_different_accounts_and_labels_do_not_contain_the_key() {
+        let [a, b] = COLLIDING_KEYS.map(|key| AccountId::of(&ApiKey::new(key)));
         assert_ne!(a, b);
-        assert_eq!(a.len(), 8);
-        assert!(!a.contains("secret"));
+        assert_eq!(a, AccountId::of(&ApiKey::new(COLLIDING_KEYS[0])));
+        for (id, key) in [(a, COLLIDING_KEYS[0]), (b, COLLIDING_KEYS[1])] {
+            let label = id.label();
+            assert_eq!(label.len(), AccountId::LABEL_LEN);
+            assert!(label.chars().all(|c| c.is_ascii_hexdigit()), "{label}");
+            for shown in [label, format!("{id}"), format!("{id:?}")] {
+                assert!(!shown.contains(key) && !shown.contains("team"), "{shown}");
+            }
+        }
+        // SHA-256 of "team-key-637694", as a check of the digest itself.
+        assert_eq!(a.label(), "223c685711c5");
+    }
+
+    #[tokio::test]
+    async fn keys_that_collide_in_a_short_hash_get_clients_of_their_own() {
+        let settings = CloudSettings {
+            base_url: "http://127.0.0.1:9".into(),
+            timeout: Duration::from_secs(1),
+            rate_limit: None,
+            catalog_ttl: Duration::from_secs(60),
+            observer: None,
+        };
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let accounts = Accounts::new(settings, client, None);
+        let [a, b] = COLLIDING_KEYS.map(|key| accounts.account_for(ApiKey::new(key)).unwrap());
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_ne!(a.id, b.id);
+        assert_eq!(accounts.all().len(), 2);
+        let again = accounts
+            .account_for(ApiKey::new(COLLIDING_KEYS[0]))
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &again));
     }
 }

@@ -1,6 +1,6 @@
 //! Per-kind context handed to every reconcile of that kind.
 
-use crate::account::{Account, Accounts, SecretLocation};
+use crate::account::{Account, AccountId, Accounts, SecretLocation};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
@@ -92,8 +92,8 @@ pub struct Context<K: ManagedKind> {
     pub gauges: Arc<KindGauges<K>>,
     /// Every kind's objects: who owns which cloud resource.
     pub ownership: Arc<Ownership>,
-    observers: Mutex<HashMap<String, Arc<Observer<Record<K>>>>>,
-    changes: mpsc::UnboundedSender<(String, Changes)>,
+    observers: Mutex<HashMap<AccountId, Arc<Observer<Record<K>>>>>,
+    changes: mpsc::UnboundedSender<(AccountId, Changes)>,
     /// When the cloud last answered this process's delete for an object (by uid): a list sent
     /// after that shows whether the resource is gone, with no need to wait for a newer one.
     deletes_answered: Mutex<HashMap<String, Instant>>,
@@ -105,10 +105,10 @@ pub struct Context<K: ManagedKind> {
     /// When this process first saw each duplicate (by cloud id): its grace period counts from
     /// there, so a restart only makes it longer.
     duplicates_seen: Mutex<HashMap<String, Instant>>,
-    /// Objects waiting for an account's cloud to answer again, by account fingerprint, and
+    /// Objects waiting for an account's cloud to answer again, by account, and
     /// the accounts whose recoveries are listened to.
-    outage_waiters: Arc<Mutex<HashMap<String, HashSet<ObjectRef<K>>>>>,
-    recovery_listeners: Mutex<HashSet<String>>,
+    outage_waiters: Arc<Mutex<HashMap<AccountId, HashSet<ObjectRef<K>>>>>,
+    recovery_listeners: Mutex<HashSet<AccountId>>,
     /// Asks the controller to reconcile an object now.
     trigger: mpsc::UnboundedSender<ObjectRef<K>>,
     /// Credentials whose observer `prepare` has started.
@@ -131,7 +131,7 @@ impl<K: ManagedKind> Context<K> {
         let store = gauges.store().clone();
         let woken = gauges.clone();
         let triggers = trigger.clone();
-        let (changes, mut received) = mpsc::unbounded_channel::<(String, Changes)>();
+        let (changes, mut received) = mpsc::unbounded_channel::<(AccountId, Changes)>();
         tokio::spawn(async move {
             while let Some((_account, changes)) = received.recv().await {
                 for object in objects_concerned(&store, &changes) {
@@ -208,10 +208,10 @@ impl<K: ManagedKind> Context<K> {
         account.mark_down();
         self.observer(account).mark_hot();
         lock(&self.outage_waiters)
-            .entry(account.fingerprint.clone())
+            .entry(account.id)
             .or_default()
             .insert(object);
-        if !lock(&self.recovery_listeners).insert(account.fingerprint.clone()) {
+        if !lock(&self.recovery_listeners).insert(account.id) {
             return;
         }
         let mut recoveries = account.recoveries();
@@ -220,10 +220,10 @@ impl<K: ManagedKind> Context<K> {
             self.trigger.clone(),
             self.gauges.clone(),
         );
-        let fingerprint = account.fingerprint.clone();
+        let id = account.id;
         tokio::spawn(async move {
             while recoveries.changed().await.is_ok() {
-                let waiting = lock(&waiters).remove(&fingerprint).unwrap_or_default();
+                let waiting = lock(&waiters).remove(&id).unwrap_or_default();
                 for object in waiting {
                     woken.triggered(&object);
                     if trigger.send(object).is_err() {
@@ -284,7 +284,7 @@ impl<K: ManagedKind> Context<K> {
     /// list loop have ended, so no reconcile works from a frozen list).
     pub fn observer(&self, account: &Arc<Account>) -> Arc<Observer<Record<K>>> {
         let mut observers = lock(&self.observers);
-        match observers.get(&account.fingerprint) {
+        match observers.get(&account.id) {
             Some(observer) if observer.is_running() => observer.clone(),
             _ => {
                 let observer = Observer::spawn::<K::Cloud>(
@@ -292,7 +292,7 @@ impl<K: ManagedKind> Context<K> {
                     self.settings.observe,
                     self.changes.clone(),
                 );
-                observers.insert(account.fingerprint.clone(), observer.clone());
+                observers.insert(account.id, observer.clone());
                 observer
             }
         }

@@ -7,7 +7,7 @@
 //! objects. After each list but the first, the resources whose record changed are mapped back
 //! to their objects (by recorded id or by cloud name), and only those objects are reconciled.
 
-use crate::account::Account;
+use crate::account::{Account, AccountId};
 use crate::error::{ListFailure, is_outage};
 use crate::lock;
 use gpucloud_cloud::{CloudClient, Error as CloudError};
@@ -189,11 +189,11 @@ pub struct Observer<R> {
 
 impl<R: CloudRecord> Observer<R> {
     /// Starts the list loop for `account`; changes are sent on `changes` with the account's
-    /// fingerprint.
+    /// identity.
     pub fn spawn<L: CloudResource<Record = R>>(
         account: Arc<Account>,
         intervals: ObserveIntervals,
-        changes: mpsc::UnboundedSender<(String, Changes)>,
+        changes: mpsc::UnboundedSender<(AccountId, Changes)>,
     ) -> Arc<Self> {
         let (tx, rx) = watch::channel(State {
             list: Arc::new(CloudList::empty()),
@@ -222,7 +222,8 @@ impl<R: CloudRecord> Observer<R> {
                         Ok(records) => {
                             account.mark_up();
                             generation += 1;
-                            let next = Arc::new(CloudList::from_records(records, generation, started));
+                            let next =
+                                Arc::new(CloudList::from_records(records, generation, started));
                             // The first list changes nothing anyone has seen: every reconcile
                             // waits for it, and a starting controller checks its objects
                             // against it (`readopt.rs`).
@@ -233,17 +234,21 @@ impl<R: CloudRecord> Observer<R> {
                             state.failure = None;
                         }
                         Err(error) => {
-                            tracing::warn!(account = %account.fingerprint, %error, "cloud list failed");
-                            let unauthorized = matches!(error, gpucloud_cloud::Error::Unauthorized { .. });
+                            tracing::warn!(account = %account.id, %error, "cloud list failed");
+                            let unauthorized =
+                                matches!(error, gpucloud_cloud::Error::Unauthorized { .. });
                             if is_outage(&error) {
                                 account.mark_down();
                             }
-                            state.failure = Some(ListFailure { unauthorized, message: error.to_string() });
+                            state.failure = Some(ListFailure {
+                                unauthorized,
+                                message: error.to_string(),
+                            });
                         }
                     }
                 });
                 if let Some(diff) = diff.filter(|d| !d.ids.is_empty() || !d.names.is_empty())
-                    && changes.send((account.fingerprint.clone(), diff)).is_err()
+                    && changes.send((account.id, diff)).is_err()
                 {
                     return;
                 }

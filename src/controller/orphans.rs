@@ -29,7 +29,7 @@
 //! sweep is still claimed; a sweep that cannot list every kind's objects reports and deletes
 //! nothing.
 
-use crate::account::{Account, Accounts};
+use crate::account::{Account, AccountId, Accounts};
 use crate::events::{Event, EventPublisher, EventType};
 use crate::kind::ManagedKind;
 use crate::lock;
@@ -112,7 +112,7 @@ pub enum Error {
     #[error("listing {kind} resources of account {account}: {source}")]
     ListCloud {
         kind: &'static str,
-        account: String,
+        account: AccountId,
         #[source]
         source: CloudError,
     },
@@ -193,8 +193,8 @@ async fn candidates<C: CloudResource>(client: CloudClient) -> Result<Vec<Candida
 /// A cloud resource with the operator's mark that no object claims, past the grace period.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {
-    /// Fingerprint of the account's key (never the key).
-    pub account: String,
+    /// The account (shown as its label, never the key).
+    pub account: AccountId,
     /// The resource's label (`instance`, `ssh-key`).
     pub kind: &'static str,
     pub id: String,
@@ -219,8 +219,8 @@ impl fmt::Display for Orphan {
 /// What one sweep found and did.
 #[derive(Debug, Default)]
 pub struct SweepReport {
-    /// Accounts swept (by fingerprint).
-    pub accounts: Vec<String>,
+    /// Accounts swept.
+    pub accounts: Vec<AccountId>,
     /// Every orphan found, deleted or not.
     pub orphans: Vec<Orphan>,
     /// Orphans deleted by this sweep (only with `delete`).
@@ -391,8 +391,8 @@ pub struct OrphanSweeper {
     settings: OrphanSweepSettings,
     events: Arc<EventPublisher>,
     /// When each unclaimed resource without a creation time was first seen, by
-    /// `account/kind/id`; forgotten once it is claimed or gone.
-    first_seen: Mutex<HashMap<String, Timestamp>>,
+    /// account and `kind/id`; forgotten once it is claimed or gone.
+    first_seen: Mutex<HashMap<(AccountId, String), Timestamp>>,
 }
 
 impl OrphanSweeper {
@@ -452,7 +452,7 @@ impl OrphanSweeper {
         let mut report = SweepReport::default();
         let mut listed: Vec<(Arc<Account>, Vec<Candidate>)> = Vec::new();
         for account in self.accounts_to_sweep().await {
-            report.accounts.push(account.fingerprint.clone());
+            report.accounts.push(account.id);
             let mut found = Vec::new();
             for kind in swept() {
                 match (kind.list)(account.client.clone()).await {
@@ -460,7 +460,7 @@ impl OrphanSweeper {
                     Err(source) => {
                         let error = Error::ListCloud {
                             kind: kind.resource,
-                            account: account.fingerprint.clone(),
+                            account: account.id,
                             source,
                         };
                         tracing::warn!(%error, "orphan sweep: list failed");
@@ -490,7 +490,7 @@ impl OrphanSweeper {
                         && recorded_names.contains(candidate.name.as_str())
                     {
                         report.duplicates.push(Orphan {
-                            account: account.fingerprint.clone(),
+                            account: account.id,
                             kind: candidate.kind,
                             id: candidate.id.clone(),
                             name: candidate.name.clone(),
@@ -502,10 +502,7 @@ impl OrphanSweeper {
                     }
                     continue;
                 }
-                let key = format!(
-                    "{}/{}/{}",
-                    account.fingerprint, candidate.kind, candidate.id
-                );
+                let key = (account.id, format!("{}/{}", candidate.kind, candidate.id));
                 let since = match candidate.created_at {
                     Some(created) => created,
                     None => *lock(&self.first_seen).entry(key.clone()).or_insert(now),
@@ -517,7 +514,7 @@ impl OrphanSweeper {
                 }
                 deletes.insert(candidate.id.clone(), candidate.delete.clone());
                 report.orphans.push(Orphan {
-                    account: account.fingerprint.clone(),
+                    account: account.id,
                     kind: candidate.kind,
                     id: candidate.id.clone(),
                     name: candidate.name.clone(),
@@ -553,9 +550,7 @@ impl OrphanSweeper {
         }
         if self.settings.delete {
             for orphan in &report.orphans {
-                let Some((account, _)) =
-                    listed.iter().find(|(a, _)| a.fingerprint == orphan.account)
-                else {
+                let Some((account, _)) = listed.iter().find(|(a, _)| a.id == orphan.account) else {
                     continue;
                 };
                 let Some(delete) = deletes.get(&orphan.id) else {
@@ -589,10 +584,7 @@ impl OrphanSweeper {
             .await
         {
             Ok(default) => {
-                if !accounts
-                    .iter()
-                    .any(|a| a.fingerprint == default.fingerprint)
-                {
+                if !accounts.iter().any(|a| a.id == default.id) {
                     accounts.push(default);
                 }
             }
@@ -600,7 +592,7 @@ impl OrphanSweeper {
                 tracing::debug!(%error, "orphan sweep: no default account");
             }
         }
-        accounts.sort_by(|a, b| a.fingerprint.cmp(&b.fingerprint));
+        accounts.sort_by_key(|a| a.id);
         accounts
     }
 

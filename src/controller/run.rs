@@ -5,10 +5,10 @@
 
 use crate::account::{Accounts, CloudSettings, SecretLocation};
 use crate::context::{Context, ReconcileSettings, Shared};
+use crate::decode::{Decoded, Guard};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Reference};
-use crate::lean::Lean;
 use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::ownership::Ownership;
@@ -341,13 +341,13 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         };
         each_kind(&mut wiring);
         controllers.extend(wiring.controllers);
-        let scoped = ScopedApi::new(&client, scope.as_deref(), &config);
+        let scoped = ScopedApi::new(&shared, scope.as_deref(), &config);
         if followed_kinds().iter().any(|k| k == CONFIG_MAP) {
             controllers.push(relay_config_maps(&scoped, changes, shutdown.clone()).boxed());
         }
         let default = config.default_secret.as_ref().map(|secret| {
             (
-                ScopedApi::new(&client, Some(&secret.namespace), &config),
+                ScopedApi::new(&shared, Some(&secret.namespace), &config),
                 secret.name.clone(),
             )
         });
@@ -409,7 +409,7 @@ async fn report_balances(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: 
     loop {
         for account in accounts.all() {
             match account.balance().await {
-                Ok(balance) => metrics.set_balance(&account.fingerprint, balance.balance),
+                Ok(balance) => metrics.set_balance(&account.id.label(), balance.balance),
                 Err(error) => tracing::debug!(%error, "balance not read"),
             }
         }
@@ -474,15 +474,18 @@ where
 /// Client and namespace a controller works in, for the watches a kind adds.
 pub struct ScopedApi {
     pub client: kube::Client,
+    /// Where objects that do not decode are reported (`decode.rs`).
+    pub events: Arc<EventPublisher>,
     pub namespace: Option<String>,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
 }
 
 impl ScopedApi {
-    fn new(client: &kube::Client, namespace: Option<&str>, config: &OperatorConfig) -> Self {
+    fn new(shared: &Shared, namespace: Option<&str>, config: &OperatorConfig) -> Self {
         ScopedApi {
-            client: client.clone(),
+            client: shared.client.clone(),
+            events: shared.events.clone(),
             namespace: namespace.map(str::to_string),
             metrics: config.metrics.clone(),
             health: config.health.clone(),
@@ -490,7 +493,8 @@ impl ScopedApi {
     }
 
     /// Every watch of the operator is built here: kube-runtime's watcher of `K` in this scope
-    /// (decoded without managedFields), with its own backoff, reporting to readiness as the
+    /// (decoded without managedFields; an object that does not decode as `K` is reported and
+    /// left out, see `decode.rs`), with its own backoff, reporting to readiness as the
     /// watch `sync_key(kind, namespace)` (see `watch_health.rs`): readiness waits until the
     /// reader says the first list is in place (`Health::synced`), and fails while the watch
     /// has been failing for too long. Each kind is watched once per scope, so the name is the
@@ -512,13 +516,14 @@ impl ScopedApi {
         let client =
             watch_health::reporting_client(&self.client, self.health.clone(), name.clone());
         let health = self.health.clone();
+        let mut guard = Guard::<K>::new(self.events.clone());
         watcher(
-            api_for::<Lean<K>>(client, self.namespace.as_deref()),
+            api_for::<Decoded<K>>(client, self.namespace.as_deref()),
             config,
         )
         .default_backoff()
         .inspect(move |item| health.watch_signal(&name, watch_health::signal(item)))
-        .map_ok(Lean::event)
+        .try_filter_map(move |event| futures::future::ready(Ok(guard.pass(event))))
     }
 
     /// The objects of kind `R` in this scope as they change: a watch with its own backoff,
@@ -592,8 +597,7 @@ fn controller<K: ManagedKind>(
     changes: Arc<ChangeHub>,
     secrets: &Relay<PartialObjectMeta<Secret>>,
 ) -> BoxFuture<'static, ()> {
-    let client = &shared.client;
-    let scoped = ScopedApi::new(client, namespace, config);
+    let scoped = ScopedApi::new(shared, namespace, config);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
     // on. Without the filter, each status write would wake its own object again, and a
     // refused create would be retried in a loop.

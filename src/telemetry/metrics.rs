@@ -5,7 +5,8 @@
 //! hour, how many wait for a reconcile) are computed at scrape time from [`StateSource`]s the
 //! controllers register, so they can never drift from the caches they describe.
 //!
-//! Labels never carry a secret: accounts are named by their key's fingerprint.
+//! Labels never carry a secret: an account is named by a label derived from its key's
+//! SHA-256 digest (its first 12 hex digits), never by the key.
 
 use gpucloud_cloud::{CallObserver, CallOutcome, Error as CloudError, Operation};
 use prometheus_client::collector::Collector;
@@ -198,7 +199,7 @@ impl Metrics {
         );
         r.register(
             "account_balance",
-            "Credit balance of each cloud account in use, by key fingerprint",
+            "Credit balance of each cloud account in use, by account label (12 hex digits of the key's SHA-256)",
             metrics.balance.clone(),
         );
         r.register(
@@ -274,10 +275,11 @@ impl Metrics {
             .inc();
     }
 
-    pub fn set_balance(&self, account_fingerprint: &str, balance: f64) {
+    /// `account` is the account's label, never its key.
+    pub fn set_balance(&self, account: &str, balance: f64) {
         self.balance
             .get_or_create(&AccountLabels {
-                account: account_fingerprint.into(),
+                account: account.into(),
             })
             .set(balance);
     }

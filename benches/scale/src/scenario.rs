@@ -12,7 +12,7 @@ use crate::report::{
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
 use gpucloud_api::{GpuInstance, SshKey};
-use gpucloud_controller::lean::Lean;
+use gpucloud_controller::decode::Decoded;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -798,7 +798,7 @@ async fn restart(
     run: usize,
 ) -> Result<(RoleProcess, RestartRun, ProcessUsage), Error> {
     let (_, kube_list_in_bench_s) =
-        timed_list::<Lean<GpuInstance>, Lean<SshKey>>(&env.client).await?;
+        timed_list::<Decoded<GpuInstance>, Decoded<SshKey>>(&env.client).await?;
     let (_, kube_plain_list_s) = timed_list::<GpuInstance, SshKey>(&env.client).await?;
     let (listed, kube_list_s) = fresh_process_list(&env.kubeconfig).await?;
     let before = env.admin.counters().await?;
@@ -859,7 +859,7 @@ async fn restart(
 /// decoded as the operator decodes them.
 pub async fn list_only(kubeconfig: &Path) -> Result<usize, Error> {
     let client = kube_client(kubeconfig).await?;
-    let (listed, _) = timed_list::<Lean<GpuInstance>, Lean<SshKey>>(&client).await?;
+    let (listed, _) = timed_list::<Decoded<GpuInstance>, Decoded<SshKey>>(&client).await?;
     Ok(listed)
 }
 

@@ -15,6 +15,7 @@ mod examples;
 mod final_snapshot;
 mod firewalls;
 mod idempotence;
+mod invalid_objects;
 mod lifecycle;
 mod orphans;
 mod outage;
