@@ -9,7 +9,8 @@
 //! An object the API server holds but `K` cannot read (stored under an older or looser
 //! schema, say) would fail the decoding of the whole list or watch event, and the watcher
 //! would retry it forever: every object of the kind would wait on that one. [`Decoded<K>`]
-//! holds such an object's metadata and the reason instead, and [`Guard`] keeps it from the
+//! takes each object's text and decodes `K` from it; an object that does not decode is read
+//! again as a JSON tree, and its metadata and the reason are kept instead, and [`Guard`] keeps it from the
 //! controller: a warning log line and a Warning Event `InvalidObject` on the object, once per
 //! resourceVersion, while every other object goes on.
 
@@ -55,12 +56,24 @@ pub struct Invalid {
 }
 
 impl<K: DeserializeOwned> Decoded<K> {
+    /// The object in `text` as `K` (without managedFields), or what could be read of it; an
+    /// error when it is not an object with metadata at all.
+    fn from_text(text: &str) -> Result<Self, serde_json::Error> {
+        let mut input = serde_json::Deserializer::from_str(text);
+        if let Ok(object) = input.deserialize_map(ObjectVisitor::<K>(PhantomData)) {
+            return Ok(Decoded(Ok(object)));
+        }
+        // The rare path: read again as a tree, to find where it fails and its metadata.
+        let mut input = serde_json::Deserializer::from_str(text);
+        let value = input.deserialize_map(ObjectVisitor::<serde_json::Value>(PhantomData))?;
+        Ok(Decoded::from_value(value))
+    }
+
     /// `value` (without managedFields) as `K`, or what could be read of it.
     fn from_value(value: serde_json::Value) -> Self {
         match K::deserialize(&value) {
             Ok(object) => Decoded(Ok(object)),
             Err(error) => {
-                // Decoded again to find where it fails: the cost is on this rare path only.
                 let error = match serde_path_to_error::deserialize::<_, K>(&value) {
                     Err(located) => located.to_string(),
                     Ok(_) => error.to_string(),
@@ -164,11 +177,12 @@ impl<K: Resource> Resource for Decoded<K> {
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        // The object is read whole before `K` decodes it: a decoding error part-way leaves
-        // the input at an unknown depth, from which the rest of a list could not be read.
-        let value =
-            deserializer.deserialize_map(ObjectVisitor::<serde_json::Value>(PhantomData))?;
-        Ok(Decoded::from_value(value))
+        // The object's text is taken whole (a copy of its bytes, no tree) before `K` decodes
+        // it: a decoding error part-way would leave the input at an unknown depth, from which
+        // the rest of a list could not be read. The API server's answers are read by
+        // serde_json, which hands out an object's text as it is.
+        let text = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        Decoded::from_text(text.get()).map_err(serde::de::Error::custom)
     }
 }
 
