@@ -57,6 +57,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// `ready`, `progressing` or `stalled`: what a plan's table test compares.
+    #[cfg(test)]
+    pub(crate) fn standing(&self) -> &'static str {
+        match self {
+            Outcome::Ready { .. } => "ready",
+            Outcome::Progressing { .. } => "progressing",
+            Outcome::Stalled { .. } => "stalled",
+        }
+    }
+
     pub fn ready(reason: &str, message: impl Into<String>) -> Self {
         Outcome::Ready {
             reason: reason.to_string(),

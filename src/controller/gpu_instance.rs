@@ -917,12 +917,7 @@ mod tests {
     /// What kind of outcome a plan ends at, and its action.
     fn planned(object: &GpuInstance, record: &Instance) -> (Option<InstanceAction>, &'static str) {
         let plan = object.plan(record, ()).unwrap();
-        let standing = match plan.outcome {
-            Outcome::Ready { .. } => "ready",
-            Outcome::Progressing { .. } => "progressing",
-            Outcome::Stalled { .. } => "stalled",
-        };
-        (plan.action, standing)
+        (plan.action, plan.outcome.standing())
     }
 
     #[test]

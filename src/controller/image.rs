@@ -7,7 +7,7 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
+use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone, never_acts};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use crate::references;
@@ -68,17 +68,7 @@ impl ManagedKind for Image {
         Ok(account.client.create_image(&request).await?)
     }
 
-    type Resolved = ();
-    type Action = std::convert::Infallible;
-
-    async fn resolve(
-        &self,
-        _cx: &Context<Self>,
-        _account: &Account,
-        _record: &CloudImage,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
+    never_acts!();
 
     /// Nothing to change in the cloud: the record is reported as it stands.
     fn plan(&self, record: &CloudImage, _resolved: ()) -> Result<Plan<Self::Action>, Error> {
@@ -88,16 +78,6 @@ impl ManagedKind for Image {
             }
             _ => self.observed(record),
         }))
-    }
-
-    async fn execute(
-        &self,
-        _cx: &Context<Self>,
-        _account: &Account,
-        _record: &CloudImage,
-        action: &Self::Action,
-    ) -> Result<(), Error> {
-        match *action {}
     }
 
     fn observed(&self, record: &CloudImage) -> Outcome {

@@ -192,6 +192,35 @@ pub trait ManagedKind:
     }
 }
 
+/// The `resolve` and `execute` of a kind whose resource is never changed once created (its
+/// plan only reports where the record stands): nothing to read, no action.
+macro_rules! never_acts {
+    () => {
+        type Resolved = ();
+        type Action = std::convert::Infallible;
+
+        async fn resolve(
+            &self,
+            _cx: &$crate::context::Context<Self>,
+            _account: &$crate::account::Account,
+            _record: &$crate::kind::Record<Self>,
+        ) -> Result<(), $crate::error::Error> {
+            Ok(())
+        }
+
+        async fn execute(
+            &self,
+            _cx: &$crate::context::Context<Self>,
+            _account: &$crate::account::Account,
+            _record: &$crate::kind::Record<Self>,
+            action: &Self::Action,
+        ) -> Result<(), $crate::error::Error> {
+            match *action {}
+        }
+    };
+}
+pub(crate) use never_acts;
+
 /// One step toward the spec: at most one action, and where the object stands once it is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan<A> {

@@ -502,6 +502,8 @@ async fn create_step<K: ManagedKind>(
     }
 }
 
+/// The object's resource is listed: one step toward the spec (resolve, plan, at most one
+/// action), then the status it stands at.
 async fn converge<K: ManagedKind>(
     api: &Api<K>,
     object: &Arc<K>,
@@ -830,7 +832,7 @@ async fn write_status<K: ManagedKind>(
 }
 
 /// As `write_status`, with the kind's own status fields taken from `working`, a copy of
-/// `stored` that a kind's `converge` may have annotated.
+/// `stored` that a kind's executed action may have annotated (`ManagedKind::executed`).
 async fn write_status_from<K: ManagedKind>(
     api: &Api<K>,
     stored: &K,

@@ -6,7 +6,7 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
+use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone, never_acts};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use crate::references;
@@ -143,17 +143,7 @@ impl ManagedKind for Snapshot {
             .await?)
     }
 
-    type Resolved = ();
-    type Action = std::convert::Infallible;
-
-    async fn resolve(
-        &self,
-        _cx: &Context<Self>,
-        _account: &Account,
-        _record: &CloudSnapshot,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
+    never_acts!();
 
     /// Nothing to change in the cloud: the record is reported as it stands.
     fn plan(&self, record: &CloudSnapshot, _resolved: ()) -> Result<Plan<Self::Action>, Error> {
@@ -164,16 +154,6 @@ impl ManagedKind for Snapshot {
             ),
             _ => self.observed(record),
         }))
-    }
-
-    async fn execute(
-        &self,
-        _cx: &Context<Self>,
-        _account: &Account,
-        _record: &CloudSnapshot,
-        action: &Self::Action,
-    ) -> Result<(), Error> {
-        match *action {}
     }
 
     fn observed(&self, record: &CloudSnapshot) -> Outcome {

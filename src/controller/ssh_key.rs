@@ -9,7 +9,7 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::kind::{ManagedKind, Plan, Record, WhenGone};
+use crate::kind::{ManagedKind, Plan, Record, WhenGone, never_acts};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
@@ -68,31 +68,11 @@ impl ManagedKind for SshKey {
         Ok(account.client.create_ssh_key(&request).await?.body.key)
     }
 
-    type Resolved = ();
-    type Action = std::convert::Infallible;
-
-    async fn resolve(
-        &self,
-        _cx: &Context<Self>,
-        _account: &Account,
-        _record: &Record<Self>,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
+    never_acts!();
 
     /// Nothing to change in the cloud: the record is reported as it stands.
     fn plan(&self, record: &Record<Self>, _resolved: ()) -> Result<Plan<Self::Action>, Error> {
         Ok(Plan::stand(self.observed(record)))
-    }
-
-    async fn execute(
-        &self,
-        _cx: &Context<Self>,
-        _account: &Account,
-        _record: &Record<Self>,
-        action: &Self::Action,
-    ) -> Result<(), Error> {
-        match *action {}
     }
 
     fn observed(&self, record: &Record<Self>) -> Outcome {

@@ -346,12 +346,7 @@ mod tests {
         target: Target,
     ) -> (Option<VolumeAction>, &'static str) {
         let plan = volume(size_gb).plan(record, target).unwrap();
-        let standing = match plan.outcome {
-            Outcome::Ready { .. } => "ready",
-            Outcome::Progressing { .. } => "progressing",
-            Outcome::Stalled { .. } => "stalled",
-        };
-        (plan.action, standing)
+        (plan.action, plan.outcome.standing())
     }
 
     #[test]
