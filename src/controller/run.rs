@@ -471,6 +471,27 @@ where
     }
 }
 
+/// What a watch can follow: a namespaced kind decoded from the API server's JSON.
+pub trait Watched:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + 'static
+{
+}
+
+impl<T> Watched for T where
+    T: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static
+{
+}
+
 /// Client and namespace a controller works in, for the watches a kind adds.
 pub struct ScopedApi {
     pub client: kube::Client,
@@ -504,12 +525,7 @@ impl ScopedApi {
         config: watcher::Config,
     ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + 'static,
+        K: Watched,
     {
         let name = watch_name(&K::kind(&()), self.namespace.as_deref(), &config);
         self.health.awaiting_sync(&name);
@@ -534,12 +550,7 @@ impl ScopedApi {
         &self,
     ) -> impl futures::Stream<Item = Result<R, watcher::Error>> + Send + 'static
     where
-        R: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + 'static,
+        R: Watched,
     {
         self.selected_triggers(watcher::Config::default())
     }
@@ -550,12 +561,7 @@ impl ScopedApi {
         selection: watcher::Config,
     ) -> impl futures::Stream<Item = Result<R, watcher::Error>> + Send + use<R>
     where
-        R: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + 'static,
+        R: Watched,
     {
         let metrics = self.metrics.clone();
         let kind = R::kind(&()).to_string();

@@ -6,7 +6,7 @@ use crate::support;
 
 use gpucloud_api::*;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use support::{Env, eventually};
+use support::{Env, eventually, ready};
 
 fn instance(name: &str, keys: &[&str]) -> GpuInstance {
     let mut spec: GpuInstanceSpec = serde_json::from_value(serde_json::json!({
@@ -25,28 +25,6 @@ fn instance(name: &str, keys: &[&str]) -> GpuInstance {
 
 fn generated_key(name: &str) -> SshKey {
     SshKey::new(name, serde_json::from_value(serde_json::json!({})).unwrap())
-}
-
-async fn ready<K>(env: &Env, name: &str) -> K
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    let api = env.api::<K>();
-    eventually(60, &format!("{name} Ready"), || {
-        let api = api.clone();
-        async move {
-            let object = api.get(name).await.ok()?;
-            object
-                .cloud_status()
-                .is_ready(object.meta().generation)
-                .then_some(object)
-        }
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
