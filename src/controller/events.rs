@@ -6,6 +6,11 @@
 //! most `REMEMBERED_LIMIT` events by default, so its memory stays small and bounded however many objects
 //! there are: a copy of every event sent, kept six minutes, would hold more than the objects
 //! themselves during a bulk creation.
+//!
+//! A reconcile never waits for an event: `send` queues it for a background lane and returns,
+//! as client-go's broadcaster does. Each object's events go through one lane, so they keep
+//! their order; a full lane drops the event (events are best effort) rather than hold a
+//! reconcile slot while the API server is slow.
 
 use crate::lock;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -15,8 +20,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 pub use kube::runtime::events::{Event, EventType};
 
@@ -28,8 +35,21 @@ const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// window becomes a new event instead of a series.
 pub const REMEMBERED_LIMIT: usize = 8192;
 
+/// Background lanes `send` spreads objects over: enough that one slow write does not hold
+/// the others back.
+const LANES: usize = 4;
+/// Events queued in one lane at most; past it an event is dropped.
+const LANE_CAPACITY: usize = 1024;
+
 /// Publishes events under one reporting controller name.
 pub struct EventPublisher {
+    writer: Arc<Writer>,
+    lanes: OnceLock<Vec<mpsc::Sender<(Event, ObjectReference)>>>,
+    dropped: AtomicU64,
+}
+
+/// What writes events to the API server; shared with the background lanes.
+struct Writer {
     client: kube::Client,
     controller: String,
     remembered: Mutex<Remembered>,
@@ -57,23 +77,71 @@ impl EventPublisher {
     /// A publisher that remembers at most `limit` events for series.
     pub fn with_limit(client: kube::Client, controller: impl Into<String>, limit: usize) -> Self {
         EventPublisher {
-            client,
-            controller: controller.into(),
-            remembered: Mutex::new(Remembered {
-                by_key: HashMap::new(),
-                pruned_at: Instant::now(),
+            writer: Arc::new(Writer {
+                client,
+                controller: controller.into(),
+                remembered: Mutex::new(Remembered {
+                    by_key: HashMap::new(),
+                    pruned_at: Instant::now(),
+                }),
+                limit,
             }),
-            limit,
+            lanes: OnceLock::new(),
+            dropped: AtomicU64::new(0),
         }
     }
 
     /// Sends `event` about `regarding` (in its namespace, or `default` for cluster-scoped
-    /// objects): a new Event, or the next count of the series it repeats.
+    /// objects) and waits for the API server's answer: a new Event, or the next count of the
+    /// series it repeats.
     pub async fn publish(
         &self,
         event: &Event,
         regarding: &ObjectReference,
     ) -> Result<(), kube::Error> {
+        self.writer.publish(event, regarding).await
+    }
+
+    /// Queues `event` about `regarding` for a background lane and returns at once; a failed
+    /// write is logged there. Needs a Tokio runtime (the lanes start on the first call).
+    pub fn send(&self, event: Event, regarding: ObjectReference) {
+        let lanes = self.lanes.get_or_init(|| {
+            (0..LANES)
+                .map(|_| {
+                    let (lane, mut queued) = mpsc::channel(LANE_CAPACITY);
+                    let writer = self.writer.clone();
+                    tokio::spawn(async move {
+                        while let Some((event, regarding)) = queued.recv().await {
+                            if let Err(error) = writer.publish(&event, &regarding).await {
+                                tracing::debug!(%error, reason = %event.reason, "event not published");
+                            }
+                        }
+                    });
+                    lane
+                })
+                .collect()
+        });
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        hash_reference(&regarding, &mut hasher);
+        let lane = &lanes[(hasher.finish() % lanes.len() as u64) as usize];
+        if let Err(mpsc::error::TrySendError::Full((event, _))) = lane.try_send((event, regarding))
+        {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            // Once, then every thousandth: an API server too slow for events would flood the log.
+            if dropped % 1000 == 1 {
+                tracing::warn!(reason = %event.reason, dropped, "event dropped: the API server is not keeping up");
+            }
+        }
+    }
+
+    /// How many sent events are remembered for series.
+    pub fn remembered(&self) -> usize {
+        self.writer.with_remembered(|r| r.by_key.len())
+    }
+}
+
+impl Writer {
+    async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
         let key = self.key(event, regarding);
         let now = Instant::now();
         let repeat = self.with_remembered(|r| {
@@ -128,11 +196,6 @@ impl EventPublisher {
             }
         });
         Ok(())
-    }
-
-    /// How many sent events are remembered for series.
-    pub fn remembered(&self) -> usize {
-        self.with_remembered(|r| r.by_key.len())
     }
 
     fn with_remembered<T>(&self, f: impl FnOnce(&mut Remembered) -> T) -> T {

@@ -77,8 +77,7 @@ pub async fn hold(
             kube::runtime::events::EventType::Normal,
             reason::FINAL_SNAPSHOT,
             &format!("taking a final snapshot of {machine} as Snapshot {name} before deleting it"),
-        )
-        .await;
+        );
         return Err(waiting(format!(
             "taking a final snapshot of {machine} (Snapshot {name}) before deleting it"
         )));
@@ -194,8 +193,7 @@ pub async fn hold(
         &format!(
             "final snapshot {snapshot_id} of {machine} is available ({kept}); deleting the machine"
         ),
-    )
-    .await;
+    );
     Ok(())
 }
 

@@ -319,8 +319,7 @@ async fn apply<K: ManagedKind>(
                     EventType::Warning,
                     outcome.reason(),
                     outcome.message(),
-                )
-                .await;
+                );
             }
             write_status(api, &object, status, None, &outcome).await?;
             return Ok(await_change());
@@ -332,8 +331,7 @@ async fn apply<K: ManagedKind>(
             EventType::Warning,
             reason::EXTERNAL_DELETED,
             &format!("cloud resource {id} was deleted outside the operator; recreating it"),
-        )
-        .await;
+        );
         let cleared = CloudStatus {
             external_id: None,
             state: None,
@@ -471,8 +469,7 @@ async fn create_step<K: ManagedKind>(
                         EventType::Normal,
                         reason::CREATING,
                         &format!("created {} as {cloud_name}", record.id()),
-                    )
-                    .await;
+                    );
                     // `pendingCreate` stays until a list shows the resource.
                     let created = CloudStatus {
                         external_id: Some(record.id().to_string()),
@@ -548,8 +545,7 @@ async fn converge<K: ManagedKind>(
             EventType::Normal,
             "StateChanged",
             &format!("{} is now {}", record.id(), record.state()),
-        )
-        .await;
+        );
     }
     if changed_condition(&object.cloud_status(), &outcome) {
         let event_type = match outcome {
@@ -558,7 +554,7 @@ async fn converge<K: ManagedKind>(
             Outcome::Progressing { .. } => None,
         };
         if let Some(event_type) = event_type {
-            publish(cx, object, event_type, outcome.reason(), outcome.message()).await;
+            publish(cx, object, event_type, outcome.reason(), outcome.message());
         }
     }
     write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
@@ -618,9 +614,10 @@ async fn settle_duplicates<K: ManagedKind>(
                 object,
                 EventType::Warning,
                 "DuplicateFound",
-                &format!("{id} also carries this object's cloud name {cloud_name}; this object manages {recorded}, so {fate}"),
-            )
-            .await;
+                &format!(
+                    "{id} also carries this object's cloud name {cloud_name}; this object manages {recorded}, so {fate}"
+                ),
+            );
         }
         if !settings.delete || K::in_use(duplicate) || first_seen.elapsed() < settings.grace_period
         {
@@ -636,8 +633,7 @@ async fn settle_duplicates<K: ManagedKind>(
                     EventType::Normal,
                     "DuplicateDeleted",
                     &format!("deleted {id}, a duplicate of {recorded}"),
-                )
-                .await;
+                );
             }
             Err(error) => {
                 tracing::warn!(cloud_id = %id, %error, "duplicate not deleted; trying again later");
@@ -663,8 +659,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             EventType::Normal,
             "Orphaned",
             "the cloud resource is left in place",
-        )
-        .await;
+        );
         return Ok(await_change());
     }
     let status = object.cloud_status();
@@ -689,8 +684,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
                 EventType::Normal,
                 "Deleted",
                 &format!("nothing was created in the cloud ({why})"),
-            )
-            .await;
+            );
             return Ok(await_change());
         }
         Err(error) => return Err(error),
@@ -761,8 +755,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             EventType::Normal,
             "Deleted",
             "the cloud resource is gone",
-        )
-        .await;
+        );
         cx.forget_delete(&uid);
         cx.forget_create(&uid);
         return Ok(await_change());
@@ -880,8 +873,7 @@ async fn report_failure<K: ManagedKind>(
             EventType::Warning,
             outcome.reason(),
             outcome.message(),
-        )
-        .await;
+        );
     }
     let reported = match write_status(api, object, status, None, &outcome).await {
         Ok(_) => true,
@@ -926,7 +918,8 @@ fn changed_condition(status: &CloudStatus, outcome: &Outcome) -> bool {
     ready.is_none_or(|c| c.status != wanted || c.reason != outcome.reason())
 }
 
-pub(crate) async fn publish<K: ManagedKind>(
+/// Queues an event about `object`: the reconcile does not wait for the API server's answer.
+pub(crate) fn publish<K: ManagedKind>(
     cx: &Context<K>,
     object: &K,
     type_: EventType,
@@ -940,9 +933,7 @@ pub(crate) async fn publish<K: ManagedKind>(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(error) = cx.events.publish(&event, &object.object_ref(&())).await {
-        tracing::debug!(%error, "event not published");
-    }
+    cx.events.send(event, object.object_ref(&()));
 }
 
 fn namespace<K: Resource>(object: &K) -> String {

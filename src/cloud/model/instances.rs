@@ -131,6 +131,32 @@ pub struct CreateInstanceRequest {
     pub volume_ids: Vec<String>,
 }
 
+impl CreateInstanceRequest {
+    /// `gpu_count` GPUs of `gpu_type` in `region`, booting `image_id`; tier and public IP are
+    /// left to the cloud's defaults, and no keys, script or volumes are attached.
+    pub fn new(
+        name: impl Into<String>,
+        region: impl Into<String>,
+        gpu_type: impl Into<String>,
+        gpu_count: u32,
+        image_id: impl Into<String>,
+    ) -> Self {
+        CreateInstanceRequest {
+            name: name.into(),
+            region: region.into(),
+            gpu_type: gpu_type.into(),
+            gpu_count,
+            image_id: image_id.into(),
+            tier: None,
+            ssh_key_ids: Vec::new(),
+            startup_script: None,
+            startup_script_id: None,
+            public_ip: None,
+            volume_ids: Vec::new(),
+        }
+    }
+}
+
 /// Body of a response carrying one instance under `instance`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]

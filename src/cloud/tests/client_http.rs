@@ -419,19 +419,13 @@ async fn unsafe_and_billed_create_calls_are_not_retried_after_the_server_answere
     let client = CloudClient::new(config(server.url())).unwrap();
     let err = bounded(client.start_instance("vm-1")).await.unwrap_err();
     assert!(err.is_retryable());
-    let err2 = bounded(client.create_instance(&CreateInstanceRequest {
-        name: "a".into(),
-        region: "us-east-1".into(),
-        gpu_type: "A100-80G".into(),
-        gpu_count: 1,
-        image_id: "ubuntu-22.04-cuda-12".into(),
-        tier: None,
-        ssh_key_ids: vec![],
-        startup_script: None,
-        startup_script_id: None,
-        public_ip: None,
-        volume_ids: vec![],
-    }))
+    let err2 = bounded(client.create_instance(&CreateInstanceRequest::new(
+        "a",
+        "us-east-1",
+        "A100-80G",
+        1,
+        "ubuntu-22.04-cuda-12",
+    )))
     .await
     .unwrap_err();
     assert!(err2.is_retryable());

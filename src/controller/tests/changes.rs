@@ -318,13 +318,7 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
         message.contains("maxHourlyRate 0.0100") && message.contains("keeps running"),
         "{message}"
     );
-    assert!(
-        support::event_reasons(&env, "poor")
-            .await
-            .iter()
-            .any(|r| r == "PriceAboveLimit"),
-        "no PriceAboveLimit event"
-    );
+    support::wait_for_events(&env, "poor", &["PriceAboveLimit"]).await;
     assert_eq!(env.calls("StopInstance"), 0, "the machine was stopped");
     assert_eq!(env.simulator.state().instances[0].status.as_str(), "ACTIVE");
     // Raised again: Ready for that generation.

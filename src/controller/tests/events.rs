@@ -121,3 +121,42 @@ async fn events_past_the_limit_are_sent_but_not_remembered() {
     );
     assert_eq!(publisher.remembered(), 2);
 }
+
+/// `send` returns before the API server answers; an object's queued events keep their order,
+/// so its repeats still fold into one series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_events_arrive_in_order_and_repeats_fold_into_a_series() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let publisher = EventPublisher::new(env.client.clone(), "gpucloud-operator");
+    for _ in 0..5 {
+        publisher.send(event("Created"), regarding("a"));
+    }
+    publisher.send(event("Ready"), regarding("a"));
+    for name in ["b", "c", "d"] {
+        publisher.send(event("Created"), regarding(name));
+    }
+    let wanted = expected(&[
+        ("a", "Created", 5),
+        ("a", "Ready", 1),
+        ("b", "Created", 1),
+        ("c", "Created", 1),
+        ("d", "Created", 1),
+    ]);
+    eventually(10, "the queued events", || async {
+        let now = sent(&env).await;
+        (now == wanted).then_some(())
+    })
+    .await;
+    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let mut of_a: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("a"))
+        .collect();
+    of_a.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
+    let order: Vec<_> = of_a.iter().filter_map(|e| e.reason.clone()).collect();
+    assert_eq!(order, ["Created", "Ready"], "a's events out of order");
+}

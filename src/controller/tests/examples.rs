@@ -77,19 +77,13 @@ async fn every_example_applies_and_becomes_ready() {
     ))
     .unwrap();
     let existing = cloud
-        .create_instance(&CreateInstanceRequest {
-            name: "made-by-hand".into(),
-            region: "us-east-1".into(),
-            gpu_type: "A100-80G".into(),
-            gpu_count: 1,
-            image_id: "ubuntu-22.04-cuda-12".into(),
-            tier: None,
-            ssh_key_ids: vec![],
-            startup_script: None,
-            startup_script_id: None,
-            public_ip: None,
-            volume_ids: vec![],
-        })
+        .create_instance(&CreateInstanceRequest::new(
+            "made-by-hand",
+            "us-east-1",
+            "A100-80G",
+            1,
+            "ubuntu-22.04-cuda-12",
+        ))
         .await
         .unwrap();
     assert_eq!(existing.instance_id, "vm-000000000001");

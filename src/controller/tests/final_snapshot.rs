@@ -112,8 +112,7 @@ async fn a_stopped_machine_is_started_snapshotted_then_deleted_and_its_snapshot_
             .any(|k| k.contains(&snapshot_id)),
         "{snapshot_id} not in the released record"
     );
-    let reasons = event_reasons(&env, "trainer").await;
-    assert!(reasons.iter().any(|r| r == "FinalSnapshot"), "{reasons:?}");
+    wait_for_events(&env, "trainer", &["FinalSnapshot"]).await;
     env.stop_operator().await;
 }
 

@@ -51,19 +51,8 @@ fn cloud_client(env: &Env) -> CloudClient {
 }
 
 async fn foreign_instance(env: &Env, name: &str) -> String {
-    let request = CreateInstanceRequest {
-        name: name.into(),
-        region: "us-east-1".into(),
-        gpu_type: "H100-80G".into(),
-        gpu_count: 1,
-        image_id: "ubuntu-22.04-cuda-12".into(),
-        tier: None,
-        ssh_key_ids: vec![],
-        startup_script: None,
-        startup_script_id: None,
-        public_ip: None,
-        volume_ids: vec![],
-    };
+    let request =
+        CreateInstanceRequest::new(name, "us-east-1", "H100-80G", 1, "ubuntu-22.04-cuda-12");
     cloud_client(env)
         .create_instance(&request)
         .await

@@ -546,19 +546,13 @@ async fn an_image_gone_before_any_list_showed_it_says_so() {
 async fn snapshot_by_cloud_id_and_refused_restores() {
     let mut env = Env::start().await;
     let foreign = cloud_client(&env)
-        .create_instance(&gpucloud_cloud::model::CreateInstanceRequest {
-            name: "made-by-hand".into(),
-            region: "us-east-1".into(),
-            gpu_type: "A100-80G".into(),
-            gpu_count: 1,
-            image_id: "ubuntu-22.04-cuda-12".into(),
-            tier: None,
-            ssh_key_ids: vec![],
-            startup_script: None,
-            startup_script_id: None,
-            public_ip: None,
-            volume_ids: vec![],
-        })
+        .create_instance(&gpucloud_cloud::model::CreateInstanceRequest::new(
+            "made-by-hand",
+            "us-east-1",
+            "A100-80G",
+            1,
+            "ubuntu-22.04-cuda-12",
+        ))
         .await
         .unwrap();
     create::<Snapshot>(

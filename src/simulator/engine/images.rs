@@ -186,17 +186,14 @@ mod tests {
         assert_eq!(relation.image_ids, vec![image.id.clone()]);
         // An instance can boot from the custom image.
         let boot = model::CreateInstanceRequest {
-            name: "from-image".to_string(),
-            region: "us-east-1".to_string(),
-            gpu_type: "L40S".to_string(),
-            gpu_count: 1,
-            image_id: image.id.clone(),
-            tier: None,
-            ssh_key_ids: Vec::new(),
-            startup_script: None,
-            startup_script_id: None,
             public_ip: Some(false),
-            volume_ids: Vec::new(),
+            ..model::CreateInstanceRequest::new(
+                "from-image",
+                "us-east-1",
+                "L40S",
+                1,
+                image.id.clone(),
+            )
         };
         let vm2 = engine.create_instance(&boot, secs(46)).unwrap();
         assert_eq!(vm2.boot_source, BootSource::CustomImage);

@@ -449,17 +449,14 @@ pub(crate) mod test_support {
     /// A request for an instance named `name` of `tier`: two A100-80G in us-east-1.
     pub fn create_request(name: &str, tier: Tier) -> model::CreateInstanceRequest {
         model::CreateInstanceRequest {
-            name: name.to_string(),
-            region: "us-east-1".to_string(),
-            gpu_type: "A100-80G".to_string(),
-            gpu_count: 2,
-            image_id: "ubuntu-22.04-cuda-12".to_string(),
             tier: Some(tier),
-            ssh_key_ids: Vec::new(),
-            startup_script: None,
-            startup_script_id: None,
-            public_ip: None,
-            volume_ids: Vec::new(),
+            ..model::CreateInstanceRequest::new(
+                name,
+                "us-east-1",
+                "A100-80G",
+                2,
+                "ubuntu-22.04-cuda-12",
+            )
         }
     }
 

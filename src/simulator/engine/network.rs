@@ -397,17 +397,14 @@ mod tests {
     fn attach_sets_attachments_exactly_and_shows_power_status() {
         let mut engine = engine();
         let request = |name: &str| model::CreateInstanceRequest {
-            name: name.to_string(),
-            region: "us-east-1".to_string(),
-            gpu_type: "L40S".to_string(),
-            gpu_count: 1,
-            image_id: "ubuntu-22.04-cuda-12".to_string(),
             tier: Some(Tier::Advanced),
-            ssh_key_ids: Vec::new(),
-            startup_script: None,
-            startup_script_id: None,
-            public_ip: None,
-            volume_ids: Vec::new(),
+            ..model::CreateInstanceRequest::new(
+                name,
+                "us-east-1",
+                "L40S",
+                1,
+                "ubuntu-22.04-cuda-12",
+            )
         };
         let a = engine
             .create_instance(&request("a"), secs(0))

@@ -4,72 +4,12 @@
 //! never reached (or reached under another route) fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
-use std::time::Duration;
-
+use gpucloud_cloud::Operation;
 use gpucloud_cloud::model::*;
-use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient, Operation};
-use gpucloud_simulator::{Simulator, SimulatorConfig, SimulatorHandle};
+use gpucloud_simulator::SimulatorConfig;
 
-/// Bound on any single step, so a broken simulator fails the test instead of hanging it.
-const STEP: Duration = Duration::from_secs(15);
-
-async fn step<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(STEP, future)
-        .await
-        .expect("step took too long")
-}
-
-/// Polls `probe` until it yields a value, for at most [`STEP`].
-async fn wait_until<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn start() -> SimulatorHandle {
-    step(Simulator::start(
-        SimulatorConfig::default(),
-        "127.0.0.1:0".parse().unwrap(),
-    ))
-    .await
-    .unwrap()
-}
-
-fn client_for(sim: &SimulatorHandle) -> CloudClient {
-    let mut config = ClientConfig::new(sim.base_url(), ApiKey::new(sim.api_key()));
-    config.timeout = Duration::from_secs(10);
-    config.rate_limit = None;
-    CloudClient::new(config).unwrap()
-}
-
-async fn wait_instance(client: &CloudClient, id: &str, status: InstanceStatus) -> Instance {
-    wait_until(&format!("instance {id} {status}"), || async {
-        let instance = client.get_instance(id).await.unwrap();
-        (instance.status == status).then_some(instance)
-    })
-    .await
-}
-
-async fn wait_running(client: &CloudClient, id: &str) -> Instance {
-    wait_until(&format!("instance {id} RUNNING"), || async {
-        let instance = client.get_instance(id).await.unwrap();
-        (instance.vm_status == VmStatus::Running).then_some(instance)
-    })
-    .await
-}
+mod common;
+use common::through_client::*;
 
 fn rule(port: u32) -> NewRule {
     NewRule {
@@ -82,25 +22,22 @@ fn rule(port: u32) -> NewRule {
     }
 }
 
-fn instance_request(name: &str, tier: Tier, ssh_key_ids: Vec<String>) -> CreateInstanceRequest {
+/// With `ssh_key_ids` and a public IP.
+fn keyed_instance_request(
+    name: &str,
+    tier: Tier,
+    ssh_key_ids: Vec<String>,
+) -> CreateInstanceRequest {
     CreateInstanceRequest {
-        name: name.into(),
-        region: "us-east-1".into(),
-        gpu_type: "A100-80G".into(),
-        gpu_count: 1,
-        image_id: "ubuntu-22.04-cuda-12".into(),
-        tier: Some(tier),
         ssh_key_ids,
-        startup_script: None,
-        startup_script_id: None,
         public_ip: Some(true),
-        volume_ids: vec![],
+        ..instance_request(name, tier)
     }
 }
 
 #[tokio::test]
 async fn every_client_method_works_against_the_simulator() {
-    let sim = start().await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
 
     // === Catalogs, pricing, balance ===
@@ -222,7 +159,7 @@ async fn every_client_method_works_against_the_simulator() {
     assert_eq!(bulk.not_found_ids, vec!["no-such-script".to_owned()]);
 
     // === Instances ===
-    let mut request = instance_request("worker", Tier::Legacy, vec![key_id.clone()]);
+    let mut request = keyed_instance_request("worker", Tier::Legacy, vec![key_id.clone()]);
     request.startup_script_id = Some(script.id.clone());
     let created = step(client.create_instance(&request)).await.unwrap();
     assert_eq!(created.vm_name, "worker");
@@ -230,7 +167,7 @@ async fn every_client_method_works_against_the_simulator() {
     assert_eq!(created.boot_source, BootSource::Image);
     assert_eq!(created.ssh_key_ids, vec![key_id.clone()]);
     let vm = created.instance_id.clone();
-    let active = wait_instance(&client, &vm, InstanceStatus::Active).await;
+    let active = wait_status(&client, &vm, InstanceStatus::Active).await;
     assert_eq!(active.tier, Tier::Legacy);
     let instances = step(client.list_instances()).await.unwrap();
     assert!(instances.instances.iter().any(|i| i.instance_id == vm));
@@ -258,7 +195,7 @@ async fn every_client_method_works_against_the_simulator() {
         .unwrap();
     assert_eq!(added.instance_id, vm);
     assert_eq!(added.rule.port_range_min, Some(22));
-    wait_running(&client, &vm).await;
+    wait_vm_status(&client, &vm, VmStatus::Running).await;
     let removed = step(client.remove_security_rule(&vm, &added.rule.id))
         .await
         .unwrap();
@@ -445,16 +382,16 @@ async fn every_client_method_works_against_the_simulator() {
     let stopping = step(client.stop_instance(&vm)).await.unwrap();
     assert_eq!(stopping.vm_id, vm);
     assert_eq!(stopping.status, InstanceStatus::Stopping);
-    wait_instance(&client, &vm, InstanceStatus::Shutoff).await;
+    wait_status(&client, &vm, InstanceStatus::Shutoff).await;
     let starting = step(client.start_instance(&vm)).await.unwrap();
     assert_eq!(starting.status, InstanceStatus::Starting);
-    wait_instance(&client, &vm, InstanceStatus::Active).await;
+    wait_status(&client, &vm, InstanceStatus::Active).await;
     let rebooting = step(client.reboot_instance(&vm)).await.unwrap();
     assert_eq!(rebooting.status, InstanceStatus::Rebooting);
-    wait_instance(&client, &vm, InstanceStatus::Active).await;
+    wait_status(&client, &vm, InstanceStatus::Active).await;
     let hibernating = step(client.hibernate_instance(&vm)).await.unwrap();
     assert_eq!(hibernating.status, InstanceStatus::Hibernating);
-    wait_instance(&client, &vm, InstanceStatus::Hibernated).await;
+    wait_status(&client, &vm, InstanceStatus::Hibernated).await;
     let woken = step(client.restore_hibernated_instance(&vm)).await.unwrap();
     assert_eq!(woken.body.status, InstanceStatus::Active);
     assert_eq!(woken.tier, Some(Tier::Legacy));

@@ -1,64 +1,18 @@
 //! Each rule of the simulated service, exercised through the typed client over HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpucloud_cloud::model::*;
 use gpucloud_cloud::{
-    ApiKey, Backoff, CallObserver, CallOutcome, ClientConfig, CloudClient, Error, Operation,
-    RetryPolicy,
+    ApiKey, Backoff, CallObserver, CallOutcome, CloudClient, Error, Operation, RetryPolicy,
 };
-use gpucloud_simulator::{
-    Delays, FaultPlan, RateLimit, Simulator, SimulatorConfig, SimulatorHandle,
-};
+use gpucloud_simulator::{Delays, FaultPlan, RateLimit, SimulatorConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Bound on any single step, so a broken simulator fails the test instead of hanging it.
-const STEP: Duration = Duration::from_secs(15);
-
-async fn step<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(STEP, future)
-        .await
-        .expect("step took too long")
-}
-
-/// Polls `probe` until it yields a value, for at most [`STEP`].
-async fn wait_until<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-async fn start(config: SimulatorConfig) -> SimulatorHandle {
-    step(Simulator::start(config, "127.0.0.1:0".parse().unwrap()))
-        .await
-        .unwrap()
-}
-
-fn client_config(sim: &SimulatorHandle) -> ClientConfig {
-    let mut config = ClientConfig::new(sim.base_url(), ApiKey::new(sim.api_key()));
-    config.timeout = Duration::from_secs(10);
-    config.rate_limit = None;
-    config
-}
-
-fn client_for(sim: &SimulatorHandle) -> CloudClient {
-    CloudClient::new(client_config(sim)).unwrap()
-}
+mod common;
+use common::through_client::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -80,22 +34,6 @@ fn hour_long_states() -> SimulatorConfig {
 
 async fn get(client: &CloudClient, id: &str) -> Instance {
     step(client.get_instance(id)).await.unwrap()
-}
-
-fn instance_request(name: &str, tier: Tier) -> CreateInstanceRequest {
-    CreateInstanceRequest {
-        name: name.into(),
-        region: "us-east-1".into(),
-        gpu_type: "A100-80G".into(),
-        gpu_count: 1,
-        image_id: "ubuntu-22.04-cuda-12".into(),
-        tier: Some(tier),
-        ssh_key_ids: vec![],
-        startup_script: None,
-        startup_script_id: None,
-        public_ip: None,
-        volume_ids: vec![],
-    }
 }
 
 fn volume_request(name: &str, size: u64, region: &str, tier: Tier) -> CreateVolumeRequest {
@@ -126,22 +64,6 @@ fn rule() -> NewRule {
         port_range_min: Some(22),
         port_range_max: Some(22),
     }
-}
-
-async fn wait_status(client: &CloudClient, id: &str, status: InstanceStatus) -> Instance {
-    wait_until(&format!("instance {id} {status}"), || async {
-        let instance = client.get_instance(id).await.unwrap();
-        (instance.status == status).then_some(instance)
-    })
-    .await
-}
-
-async fn wait_vm_status(client: &CloudClient, id: &str, status: VmStatus) -> Instance {
-    wait_until(&format!("instance {id} vm_status {status}"), || async {
-        let instance = client.get_instance(id).await.unwrap();
-        (instance.vm_status == status).then_some(instance)
-    })
-    .await
 }
 
 async fn active_instance(client: &CloudClient, name: &str, tier: Tier) -> Instance {
@@ -184,7 +106,7 @@ fn assert_bad_request_naming(err: &Error, field: &str) {
 
 #[tokio::test]
 async fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
-    let sim = start(hour_long_states()).await;
+    let sim = start_simulator(hour_long_states()).await;
     let client = client_for(&sim);
     let created = step(client.create_instance(&instance_request("src", Tier::Advanced)))
         .await
@@ -244,7 +166,7 @@ async fn snapshot_needs_an_active_instance_and_completes_asynchronously() {
 
 #[tokio::test]
 async fn snapshot_billing_starts_at_once_and_drains_the_balance() {
-    let sim = start(hour_long_states()).await;
+    let sim = start_simulator(hour_long_states()).await;
     let client = client_for(&sim);
     let created = step(client.create_instance(&instance_request("billed", Tier::Advanced)))
         .await
@@ -296,7 +218,7 @@ async fn snapshot_billing_starts_at_once_and_drains_the_balance() {
 
 #[tokio::test]
 async fn restore_makes_an_active_billed_instance_that_inherits_the_hardware() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let mut request = instance_request("big", Tier::Legacy);
     request.gpu_type = "H100-80G".into();
@@ -351,7 +273,7 @@ async fn restore_makes_an_active_billed_instance_that_inherits_the_hardware() {
 
 #[tokio::test]
 async fn snapshot_delete_is_idempotent_ends_billing_and_removes_linked_images() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let vm = active_instance(&client, "src", Tier::Advanced).await;
     let snapshot = available_snapshot(&client, &vm.instance_id, "to-delete").await;
@@ -410,7 +332,7 @@ async fn snapshot_delete_is_idempotent_ends_billing_and_removes_linked_images() 
 
 #[tokio::test]
 async fn legacy_only_operations_refuse_other_tiers() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let vm = active_instance(&client, "modern", Tier::Advanced).await;
     let id = vm.instance_id;
@@ -438,7 +360,7 @@ async fn legacy_only_operations_refuse_other_tiers() {
 
 #[tokio::test]
 async fn removing_a_security_rule_needs_a_running_legacy_instance() {
-    let sim = start(hour_long_states()).await;
+    let sim = start_simulator(hour_long_states()).await;
     let client = client_for(&sim);
     let created = step(client.create_instance(&instance_request("old", Tier::Legacy)))
         .await
@@ -488,7 +410,7 @@ async fn removing_a_security_rule_needs_a_running_legacy_instance() {
 
 #[tokio::test]
 async fn power_transitions_pass_through_intermediate_states_and_refuse_invalid_ones() {
-    let sim = start(hour_long_states()).await;
+    let sim = start_simulator(hour_long_states()).await;
     let client = client_for(&sim);
     let created = step(client.create_instance(&instance_request("p", Tier::Legacy)))
         .await
@@ -604,7 +526,7 @@ async fn power_transitions_pass_through_intermediate_states_and_refuse_invalid_o
 
 #[tokio::test]
 async fn volume_list_applies_filters_and_reports_counts_and_metadata() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let vm = active_instance(&client, "host", Tier::Legacy).await;
     let mut bootable = volume_request("boot-data", 20, "us-east-1", Tier::Advanced);
@@ -708,7 +630,7 @@ async fn volume_list_applies_filters_and_reports_counts_and_metadata() {
 
 #[tokio::test]
 async fn volume_billing_filters_and_paginates() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let mut ids = Vec::new();
     for (i, size) in [10u64, 20, 30, 40, 50].into_iter().enumerate() {
@@ -867,7 +789,7 @@ async fn volume_billing_filters_and_paginates() {
 
 #[tokio::test]
 async fn ssh_keys_import_generate_and_refuse_duplicate_names() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let generated = step(client.create_ssh_key(&CreateSshKeyRequest {
         name: "gen".into(),
@@ -942,7 +864,7 @@ type ChatTweak = fn(&mut ChatRequest);
 
 #[tokio::test]
 async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let models = step(client.list_ai_models()).await.unwrap();
     assert!(!models.models.is_empty());
@@ -1024,7 +946,7 @@ async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance()
 
 #[tokio::test]
 async fn balance_drains_and_billed_creates_are_refused_once_it_is_spent() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let vm = active_instance(&client, "spender", Tier::Advanced).await;
     let snapshot = available_snapshot(&client, &vm.instance_id, "snap").await;
@@ -1097,7 +1019,7 @@ async fn balance_drains_and_billed_creates_are_refused_once_it_is_spent() {
 
 #[tokio::test]
 async fn duplicate_names_are_accepted_except_for_ssh_keys() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let a = active_instance(&client, "same", Tier::Advanced).await;
     let b = active_instance(&client, "same", Tier::Advanced).await;
@@ -1186,7 +1108,7 @@ async fn raw_get(base_url: &str, path: &str, extra_header: Option<&str>) -> (u16
 
 #[tokio::test]
 async fn missing_or_wrong_api_key_is_401_on_every_kind_of_route() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let mut config = client_config(&sim);
     config.api_key = ApiKey::new("wrong-key");
     let wrong = CloudClient::new(config).unwrap();
@@ -1250,7 +1172,7 @@ impl CallObserver for RetryLog {
 
 #[tokio::test]
 async fn rate_limit_answers_429_with_retry_after_and_the_client_waits_it_out() {
-    let sim = start(SimulatorConfig {
+    let sim = start_simulator(SimulatorConfig {
         rate_limit: Some(RateLimit {
             per_second: 1.0,
             burst: 2,
@@ -1311,7 +1233,7 @@ async fn rate_limit_answers_429_with_retry_after_and_the_client_waits_it_out() {
 
 #[tokio::test]
 async fn injected_faults_are_retried_only_where_repeating_is_safe() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let mut config = client_config(&sim);
     config.timeout = Duration::from_secs(2);
     config.retry = RetryPolicy {
@@ -1400,7 +1322,7 @@ async fn injected_faults_are_retried_only_where_repeating_is_safe() {
 
 #[tokio::test]
 async fn volumes_grow_only_and_cannot_be_deleted_while_attached() {
-    let sim = start(SimulatorConfig::default()).await;
+    let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
     let vm = active_instance(&client, "host", Tier::Advanced).await;
     let volume =

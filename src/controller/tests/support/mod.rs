@@ -479,6 +479,20 @@ pub async fn event_reasons(env: &Env, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits until events about the object `name` include every one of `reasons` (the operator
+/// sends events in the background, so they may trail the status that caused them).
+pub async fn wait_for_events(env: &Env, name: &str, reasons: &[&str]) {
+    let what = format!("{reasons:?} events about {name}");
+    eventually(10, &what, || async {
+        let sent = event_reasons(env, name).await;
+        reasons
+            .iter()
+            .all(|reason| sent.iter().any(|r| r == reason))
+            .then_some(())
+    })
+    .await;
+}
+
 /// Creates the namespace `name`, labelled `gpucloud.io/adoption=allowed` when `adoption` is
 /// true (with the operator's `allow_adoption` of `test_config`, its objects may then adopt
 /// what the operator did not create).

@@ -8,6 +8,8 @@ use gpucloud_simulator::{Delays, Simulator, SimulatorConfig, SimulatorHandle};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+pub mod through_client;
+
 pub const ADMIN_TOKEN: &str = "admin-secret-token";
 
 pub fn config() -> SimulatorConfig {
