@@ -27,11 +27,18 @@ const RESYNC_INTERVAL: Duration = Duration::from_secs(10);
 /// Passes are at least this far apart, so a burst of deletions costs one scan, not one each.
 const MIN_PASS_INTERVAL: Duration = Duration::from_millis(20);
 
+/// A pass scans every object, so over a large store it is costly: passes are also spaced by
+/// this many times the last one's duration, keeping collection to a fraction of a core while
+/// objects are deleted in bulk (a real control plane's collector also trails a bulk delete).
+const PASS_COST_SPACING: u32 = 4;
+
 /// Runs until the task is aborted.
 pub async fn run(state: AppState) {
+    let mut last_pass = Duration::ZERO;
     loop {
         let _ = tokio::time::timeout(RESYNC_INTERVAL, state.store.changed.notified()).await;
-        tokio::time::sleep(MIN_PASS_INTERVAL).await;
+        tokio::time::sleep(MIN_PASS_INTERVAL.max(last_pass * PASS_COST_SPACING)).await;
+        let started = std::time::Instant::now();
         // Keep passing while passes change something: each change can enable the next step
         // (a dependent gone lets its owner's finalizer go, an empty namespace goes).
         for _ in 0..16 {
@@ -45,6 +52,7 @@ pub async fn run(state: AppState) {
                 }
             }
         }
+        last_pass = started.elapsed();
     }
 }
 

@@ -61,3 +61,17 @@ pub struct NewRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port_range_max: Option<u32>,
 }
+
+impl NewRule {
+    /// Inbound IPv4 TCP from `remote_ip_prefix` to `port`.
+    pub fn tcp_ingress(remote_ip_prefix: impl Into<String>, port: u32) -> Self {
+        NewRule {
+            direction: Direction::Ingress,
+            protocol: Protocol::Tcp,
+            ethertype: Ethertype::Ipv4,
+            remote_ip_prefix: remote_ip_prefix.into(),
+            port_range_min: Some(port),
+            port_range_max: Some(port),
+        }
+    }
+}

@@ -110,6 +110,20 @@ pub struct CreateVolumeRequest {
     pub bootable: Option<bool>,
 }
 
+impl CreateVolumeRequest {
+    /// `size` GB in `region`; type, tier and bootable are left to the cloud's defaults.
+    pub fn new(name: impl Into<String>, size: u64, region: impl Into<String>) -> Self {
+        CreateVolumeRequest {
+            name: name.into(),
+            size,
+            region: region.into(),
+            volume_type: None,
+            tier: None,
+            bootable: None,
+        }
+    }
+}
+
 /// Body of a response carrying one volume under `volume`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]

@@ -452,16 +452,9 @@ async fn unsafe_calls_are_retried_when_the_connection_never_opened() {
     let client = CloudClient::new(config(format!("http://{addr}")))
         .unwrap()
         .with_observer(recorder.clone());
-    let err = bounded(client.create_volume(&CreateVolumeRequest {
-        name: "v".into(),
-        size: 10,
-        region: "us-east-1".into(),
-        volume_type: None,
-        tier: None,
-        bootable: None,
-    }))
-    .await
-    .unwrap_err();
+    let err = bounded(client.create_volume(&CreateVolumeRequest::new("v", 10, "us-east-1")))
+        .await
+        .unwrap_err();
     assert!(err.never_sent());
     assert_eq!(recorder.calls.lock().unwrap().len(), 1);
 }

@@ -65,11 +65,7 @@ fn writes(env: &Env) -> BTreeMap<String, u64> {
 /// Waits until the tenant's object `name` is Stalled with `reason`, and returns its message.
 async fn stalled_in_tenant<K>(env: &Env, name: &str, wanted: &str) -> String
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: crate::support::TestKind,
 {
     let api = tenant_api::<K>(env);
     eventually(30, &format!("{TENANT}/{name} Stalled {wanted}"), || {
@@ -88,10 +84,7 @@ where
 
 async fn delete_in_tenant<K>(env: &Env, name: &str)
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: crate::support::TestKind,
 {
     let api = tenant_api::<K>(env);
     api.delete(name, &DeleteParams::default()).await.unwrap();
@@ -234,14 +227,11 @@ async fn a_volume_the_operator_did_not_create_is_adopted_only_where_allowed() {
     let env = Env::start().await;
     tenant_namespace(&env).await;
     let foreign = cloud_client(&env)
-        .create_volume(&CreateVolumeRequest {
-            name: "someone-elses-data".into(),
-            size: 10,
-            region: "us-east-1".into(),
-            volume_type: None,
-            tier: None,
-            bootable: None,
-        })
+        .create_volume(&CreateVolumeRequest::new(
+            "someone-elses-data",
+            10,
+            "us-east-1",
+        ))
         .await
         .unwrap();
     let before = writes(&env);

@@ -5,7 +5,6 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
 use kube::api::{Patch, PatchParams, PostParams};
 use std::time::Duration;
 use support::{Env, eventually};
@@ -18,28 +17,6 @@ fn instance(name: &str, extra: serde_json::Value) -> GpuInstance {
         spec[k] = v.clone();
     }
     GpuInstance::new(name, serde_json::from_value(spec).unwrap())
-}
-
-async fn ready(env: &Env, name: &str) -> GpuInstance {
-    let api = env.api::<GpuInstance>();
-    eventually(30, &format!("{name} Ready"), || {
-        let api = api.clone();
-        async move {
-            let o = api.get(name).await.ok()?;
-            o.cloud_status()
-                .is_ready(o.metadata.generation)
-                .then_some(o)
-        }
-    })
-    .await
-}
-
-fn cloud(env: &Env) -> CloudClient {
-    CloudClient::new(ClientConfig::new(
-        env.simulator.base_url(),
-        ApiKey::new(env.simulator.api_key()),
-    ))
-    .unwrap()
 }
 
 async fn merge(
@@ -66,7 +43,7 @@ async fn reboot_public_ip_and_security_rules_reach_the_cloud() {
         )
         .await
         .unwrap();
-    ready(&env, "legacy").await;
+    support::ready::<GpuInstance>(&env, "legacy").await;
     let vm = &env.simulator.state().instances[0];
     assert_eq!(vm.security_rules.len(), 1);
     assert_eq!(vm.security_rules[0].remote_ip_prefix, "10.0.0.0/8");
@@ -84,7 +61,7 @@ async fn reboot_public_ip_and_security_rules_reach_the_cloud() {
         (o.status?.restarted_at.as_deref() == Some("2026-11-22T10:00:00Z")).then_some(())
     })
     .await;
-    ready(&env, "legacy").await;
+    support::ready::<GpuInstance>(&env, "legacy").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
         env.calls("RebootInstance"),
@@ -108,7 +85,7 @@ async fn reboot_public_ip_and_security_rules_reach_the_cloud() {
         (!vm.public_ip_enabled && rules_ok).then_some(())
     })
     .await;
-    let updated = ready(&env, "legacy").await;
+    let updated = support::ready::<GpuInstance>(&env, "legacy").await;
     assert_eq!(
         updated.status.unwrap().ip_status.as_deref(),
         Some("unassigned")
@@ -172,7 +149,7 @@ async fn drift_is_corrected_or_reported() {
         )
         .await
         .unwrap();
-    let vm = ready(&env, "drift").await;
+    let vm = support::ready::<GpuInstance>(&env, "drift").await;
     let vm_id = vm.cloud_status().external_id.unwrap();
     let key_api = env.api::<SshKey>();
     let key = eventually(30, "key ready", || {
@@ -189,7 +166,10 @@ async fn drift_is_corrected_or_reported() {
     let key_id = key.cloud_status().external_id.unwrap();
 
     // Stopped in the cloud while the spec says Running: started again.
-    cloud(&env).stop_instance(&vm_id).await.unwrap();
+    support::cloud_client(&env)
+        .stop_instance(&vm_id)
+        .await
+        .unwrap();
     eventually(30, "restarted by the operator", || async {
         (env.calls("StartInstance") >= 1).then_some(())
     })
@@ -200,7 +180,10 @@ async fn drift_is_corrected_or_reported() {
     .await;
 
     // A deleted key holds no data: recreated, under the same name, with a new id.
-    cloud(&env).delete_ssh_key(&key_id).await.unwrap();
+    support::cloud_client(&env)
+        .delete_ssh_key(&key_id)
+        .await
+        .unwrap();
     let recreated = eventually(30, "key recreated", || {
         let key_api = key_api.clone();
         let key_id = key_id.clone();
@@ -215,7 +198,10 @@ async fn drift_is_corrected_or_reported() {
     assert_eq!(env.simulator.state().ssh_keys[0].id, recreated);
 
     // A deleted machine is reported, never silently replaced.
-    cloud(&env).delete_instance(&vm_id).await.unwrap();
+    support::cloud_client(&env)
+        .delete_instance(&vm_id)
+        .await
+        .unwrap();
     let api = env.api::<GpuInstance>();
     eventually(30, "ExternalDeleted", || {
         let api = api.clone();
@@ -291,7 +277,7 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
     )
     .await
     .unwrap();
-    ready(&env, "poor").await;
+    support::ready::<GpuInstance>(&env, "poor").await;
     assert_eq!(stalled_reason("pricey").await, "PriceAboveLimit");
     assert_eq!(env.simulator.state().instances.len(), 1);
 
@@ -342,12 +328,7 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
 /// Patches `name`'s spec and waits until it is `Ready` for the new generation.
 async fn change_and_wait<K>(env: &Env, name: &str, spec: serde_json::Value) -> K
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + serde::Serialize,
+    K: crate::support::TestKind,
 {
     let changed: K = env
         .api::<K>()
@@ -396,9 +377,9 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
             .unwrap();
     }
     let id = |object: &GpuInstance| object.cloud_status().external_id.clone().unwrap();
-    let walk = id(&ready(&env, "walk").await);
-    let legacy = id(&ready(&env, "walk-legacy").await);
-    let peer = id(&ready(&env, "walk-peer").await);
+    let walk = id(&support::ready::<GpuInstance>(&env, "walk").await);
+    let legacy = id(&support::ready::<GpuInstance>(&env, "walk-legacy").await);
+    let peer = id(&support::ready::<GpuInstance>(&env, "walk-peer").await);
     support::create(
         &env,
         &support::object::<Volume>(

@@ -8,7 +8,6 @@ use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateInstanceRequest;
-use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
@@ -71,11 +70,7 @@ fn resource_of(object: &DynamicObject) -> (ApiResource, String) {
 async fn every_example_applies_and_becomes_ready() {
     let env = Env::start().await;
     // `adopt-existing` names the account's first machine, made outside Kubernetes.
-    let cloud = CloudClient::new(ClientConfig::new(
-        env.simulator.base_url(),
-        ApiKey::new(env.simulator.api_key()),
-    ))
-    .unwrap();
+    let cloud = support::cloud_client(&env);
     let existing = cloud
         .create_instance(&CreateInstanceRequest::new(
             "made-by-hand",
@@ -344,11 +339,7 @@ async fn install_gitops_crds(client: &kube::Client) {
 
 async fn wait_ready<K>(env: &Env, namespace: &str, name: &str) -> CloudStatus
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: crate::support::TestKind,
 {
     let api: Api<K> = Api::namespaced(env.client.clone(), namespace);
     eventually(90, &format!("{namespace}/{name} Ready"), || {

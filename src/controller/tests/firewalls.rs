@@ -5,8 +5,8 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_cloud::model::{Direction, Ethertype, NewRule, Protocol};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use gpucloud_cloud::model::NewRule;
+use kube::api::{Patch, PatchParams};
 use kube::core::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};
 use support::*;
@@ -140,17 +140,7 @@ async fn rules_and_attachments_are_reconciled_as_a_diff() {
     let fw_id = cloud_firewall(&env).id;
     cloud.remove_firewall_rule(&fw_id, &ssh_rule).await.unwrap();
     cloud
-        .add_firewall_rule(
-            &fw_id,
-            &NewRule {
-                direction: Direction::Ingress,
-                protocol: Protocol::Tcp,
-                ethertype: Ethertype::Ipv4,
-                remote_ip_prefix: "0.0.0.0/0".into(),
-                port_range_min: Some(22),
-                port_range_max: Some(22),
-            },
-        )
+        .add_firewall_rule(&fw_id, &NewRule::tcp_ingress("0.0.0.0/0", 22))
         .await
         .unwrap();
     // The next cloud list shows the change and wakes the firewall.
@@ -240,11 +230,7 @@ async fn rules_and_attachments_are_reconciled_as_a_diff() {
     );
 
     // Deleted while attached: detached, then deleted.
-    env.api::<Firewall>()
-        .delete("edge", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Firewall>(&env, "edge").await;
+    support::delete_and_wait::<Firewall>(&env, "edge").await;
     assert!(env.simulator.state().firewalls.is_empty());
     assert_eq!(env.simulator.state().instances.len(), 3);
     env.stop_operator().await;
@@ -279,11 +265,7 @@ async fn firewall_waits_for_its_instances_and_is_orphaned_and_adopted() {
     let done: Firewall = ready(&env, "edge").await;
     let fw_id = done.cloud_status().external_id.unwrap();
 
-    env.api::<Firewall>()
-        .delete("edge", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Firewall>(&env, "edge").await;
+    support::delete_and_wait::<Firewall>(&env, "edge").await;
     assert_eq!(cloud_firewall(&env).id, fw_id, "orphaned firewall stays");
 
     fw.metadata = ObjectMeta {
@@ -304,11 +286,7 @@ async fn firewall_waits_for_its_instances_and_is_orphaned_and_adopted() {
         "the adopted firewall follows its spec"
     );
     assert_eq!(env.calls("CreateFirewall"), 1);
-    env.api::<Firewall>()
-        .delete("adopted", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Firewall>(&env, "adopted").await;
+    support::delete_and_wait::<Firewall>(&env, "adopted").await;
     assert!(env.simulator.state().firewalls.is_empty());
     env.stop_operator().await;
 }

@@ -32,20 +32,6 @@ fn dropping_creates(mode: DropMode) -> FaultPlan {
     }
 }
 
-async fn ready(env: &Env, name: &str, seconds: u64) -> GpuInstance {
-    let api = env.api::<GpuInstance>();
-    eventually(seconds, &format!("{name} Ready"), || {
-        let api = api.clone();
-        async move {
-            let o = api.get(name).await.ok()?;
-            o.cloud_status()
-                .is_ready(o.metadata.generation)
-                .then_some(o)
-        }
-    })
-    .await
-}
-
 /// The account holds exactly one machine, made by one create call and recorded on `vm`.
 fn assert_one_machine_made_by_one_call(env: &Env, vm: &GpuInstance) {
     let state = env.simulator.state();
@@ -92,7 +78,7 @@ async fn lost_create_responses_behind_a_lagging_list_yield_one_resource_each() {
             .unwrap();
     }
     for name in ["a", "b", "c"] {
-        let vm = ready(&env, name, 60).await;
+        let vm = support::ready::<GpuInstance>(&env, name).await;
         assert!(vm.cloud_status().pending_create.is_none());
     }
     let state = env.simulator.state();
@@ -140,7 +126,7 @@ async fn a_create_the_cloud_performs_after_the_client_gave_up_is_adopted_not_rep
         .create(&PostParams::default(), &instance("late"))
         .await
         .unwrap();
-    let vm = ready(&env, "late", 60).await;
+    let vm = support::ready::<GpuInstance>(&env, "late").await;
     // A second create sent before Ready would land up to 6 s later.
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_one_machine_made_by_one_call(&env, &vm);
@@ -181,7 +167,7 @@ async fn an_operator_killed_mid_create_is_replaced_without_a_duplicate() {
 
     env.simulator.set_faults(FaultPlan::default());
     env.start_operator(test_config(&env.simulator));
-    let vm = ready(&env, "crash", 30).await;
+    let vm = support::ready::<GpuInstance>(&env, "crash").await;
     assert_one_machine_made_by_one_call(&env, &vm);
     env.stop_operator().await;
 }
@@ -207,7 +193,7 @@ async fn failed_creates_that_never_acted_are_retried_until_one_succeeds() {
             .unwrap();
     }
     for name in ["x", "y"] {
-        ready(&env, name, 90).await;
+        support::ready_within::<GpuInstance>(&env, name, 90).await;
     }
     assert_eq!(env.simulator.state().instances.len(), 2);
     env.stop_operator().await;

@@ -54,12 +54,7 @@ impl CallObserver for LoseTheRecord {
 /// and returns the object as the API server holds it then.
 async fn create_then_crash<K>(env: &mut Env, lose: &Arc<LoseTheRecord>, object: K) -> K
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
+    K: crate::support::TestKind,
 {
     let mut config = test_config(&env.simulator);
     config.cloud.observer = Some(lose.clone());
@@ -87,11 +82,7 @@ where
 /// Deletes `name` the way people unstick a deletion: finalizers removed by hand.
 async fn delete_bypassing_finalizer<K>(env: &Env, name: &str)
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
+    K: crate::support::TestKind,
 {
     let api = env.api::<K>();
     api.patch(
@@ -224,11 +215,7 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
         .cloud_status()
         .external_id
         .unwrap();
-    env.api::<Volume>()
-        .delete("kept-vol", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Volume>(&env, "kept-vol").await;
+    support::delete_and_wait::<Volume>(&env, "kept-vol").await;
     env.stop_operator().await;
     let released: Api<ConfigMap> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
     let released = released.get(RELEASED_CONFIGMAP).await.unwrap();
@@ -243,14 +230,7 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
     // Foreign resources: made by hand, no mark (one only looks like ours).
     for name in ["hand-made-data", "gco-looks-like-ours"] {
         cloud
-            .create_volume(&CreateVolumeRequest {
-                name: name.into(),
-                size: 5,
-                region: "us-east-1".into(),
-                volume_type: None,
-                tier: None,
-                bootable: None,
-            })
+            .create_volume(&CreateVolumeRequest::new(name, 5, "us-east-1"))
             .await
             .unwrap();
     }

@@ -5,7 +5,6 @@ use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateInstanceRequest;
-use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
 use support::{Env, NAMESPACE, eventually};
@@ -42,18 +41,10 @@ async fn condition(env: &Env, name: &str, type_: &str, status: &str, reason: &st
     .await
 }
 
-fn cloud_client(env: &Env) -> CloudClient {
-    CloudClient::new(ClientConfig::new(
-        env.simulator.base_url(),
-        ApiKey::new(env.simulator.api_key()),
-    ))
-    .unwrap()
-}
-
 async fn foreign_instance(env: &Env, name: &str) -> String {
     let request =
         CreateInstanceRequest::new(name, "us-east-1", "H100-80G", 1, "ubuntu-22.04-cuda-12");
-    cloud_client(env)
+    support::cloud_client(env)
         .create_instance(&request)
         .await
         .unwrap()

@@ -248,11 +248,7 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
             .await
             .unwrap();
     }
-    env.api::<Image>()
-        .delete("golden", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Image>(&env, "golden").await;
+    support::delete_and_wait::<Image>(&env, "golden").await;
     for name in ["trainer", "resumed", "from-image"] {
         gone::<GpuInstance>(&env, name).await;
     }
@@ -423,16 +419,8 @@ async fn snapshots_and_images_are_orphaned_adopted_and_deleted_idempotently() {
 
     // The image goes first, then the snapshot; a snapshot already deleted in the cloud is
     // deleted again without error.
-    env.api::<Image>()
-        .delete("adopted-img", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Image>(&env, "adopted-img").await;
-    env.api::<Snapshot>()
-        .delete("adopted", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Snapshot>(&env, "adopted").await;
+    support::delete_and_wait::<Image>(&env, "adopted-img").await;
+    support::delete_and_wait::<Snapshot>(&env, "adopted").await;
     let cloud = env.simulator.state();
     assert!(cloud.snapshots.is_empty() && cloud.images.is_empty());
     assert!(

@@ -5,7 +5,6 @@ use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateSshKeyRequest;
-use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
 use support::{Env, eventually};
@@ -63,11 +62,7 @@ async fn orphaned_keys_stay_in_the_cloud() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_adopted_observed_and_paused_like_every_kind() {
     let env = Env::start().await;
-    let cloud = CloudClient::new(ClientConfig::new(
-        env.simulator.base_url(),
-        ApiKey::new(env.simulator.api_key()),
-    ))
-    .unwrap();
+    let cloud = support::cloud_client(&env);
     let existing = cloud
         .create_ssh_key(&CreateSshKeyRequest {
             name: "by-hand".into(),

@@ -29,11 +29,7 @@ async fn omit_from_lists(env: &Env, id: &str, lists: u64) {
 /// The object's `Ready` condition, as `(status, reason)`.
 async fn ready_condition<K>(env: &Env, name: &str) -> (String, String)
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: crate::support::TestKind,
 {
     let object = env.api::<K>().get(name).await.unwrap();
     let ready = object
@@ -65,11 +61,7 @@ async fn a_volume_left_out_of_lists_stays_ready_and_is_deleted_for_real() {
         "a volume only left out of lists is not deleted outside the operator"
     );
 
-    env.api::<Volume>()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Volume>(&env, "data").await;
+    support::delete_and_wait::<Volume>(&env, "data").await;
     assert_eq!(env.calls("DeleteVolume"), 1, "the delete was sent");
     assert!(
         data_volumes(&env).is_empty(),

@@ -239,11 +239,7 @@ async fn deleting_an_instance_detaches_its_volumes_first_and_the_volume_says_why
     let id = vol.cloud_status().external_id.unwrap();
     assert!(vol.status.unwrap().attached_instance_id.is_some());
 
-    env.api::<GpuInstance>()
-        .delete("worker", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<GpuInstance>(&env, "worker").await;
+    support::delete_and_wait::<GpuInstance>(&env, "worker").await;
     assert!(
         env.calls("DetachVolumes") >= 1,
         "detached before the delete"
@@ -283,11 +279,7 @@ async fn orphaned_volume_stays_and_is_adopted_by_a_new_object() {
     .await;
     let old: Volume = ready(&env, "old").await;
     let id = old.cloud_status().external_id.unwrap();
-    env.api::<Volume>()
-        .delete("old", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Volume>(&env, "old").await;
+    support::delete_and_wait::<Volume>(&env, "old").await;
     assert_eq!(cloud_volume(&env, &id).size, 12, "orphaned volume stays");
 
     let mut adopted = volume("new", serde_json::json!({"sizeGb": 12}));
@@ -301,11 +293,7 @@ async fn orphaned_volume_stays_and_is_adopted_by_a_new_object() {
     assert_eq!(new.cloud_status().external_id.as_deref(), Some(id.as_str()));
     assert_eq!(env.calls("CreateVolume"), 1, "adoption creates nothing");
 
-    env.api::<Volume>()
-        .delete("new", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone::<Volume>(&env, "new").await;
+    support::delete_and_wait::<Volume>(&env, "new").await;
     assert!(data_volumes(&env).is_empty());
     env.stop_operator().await;
 }

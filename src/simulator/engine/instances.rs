@@ -74,6 +74,8 @@ pub struct Instance {
     pub active_since: Option<SimTime>,
     /// When the instance is gone (end of `DELETING`).
     pub deleted_at: Option<SimTime>,
+    /// The volume it boots from, which goes with it.
+    pub boot_volume_id: Option<String>,
     pub billing: BillingSpan,
 }
 
@@ -428,11 +430,15 @@ impl Engine {
             pending,
             active_since,
             deleted_at: None,
+            boot_volume_id: None,
             billing: BillingSpan::open(
                 now,
                 gpu.price_per_gpu_hour * f64::from(blueprint.gpu_count),
             ),
         };
+        if let Some((at, _)) = instance.pending {
+            self.transitions.insert((at, id.clone()));
+        }
         self.instances.insert(id.clone(), instance);
         self.add_boot_volume(
             &id,
@@ -518,13 +524,17 @@ impl Engine {
             instance.state = during;
             instance.pending = Some((now + delay, after));
         }
-        Ok((
+        let answer = (
             model::PowerActionBody {
                 vm_id: instance.id.clone(),
                 status: instance.state.wire(),
             },
             instance.tier.clone(),
-        ))
+        );
+        if during != after {
+            self.transitions.insert((now + delay, id.to_string()));
+        }
+        Ok(answer)
     }
 
     pub fn set_public_ip(
@@ -631,6 +641,7 @@ impl Engine {
             status: instance.state.wire(),
         };
         let tier = instance.tier.clone();
+        self.transitions.insert((gone_at, id.to_string()));
         for volume in self.volumes.values_mut() {
             if volume.instance_id.as_deref() == Some(id) {
                 if volume.is_boot_volume() {
@@ -766,14 +777,7 @@ mod tests {
 
     #[test]
     fn remove_security_rule_needs_legacy_and_running() {
-        let rule = model::NewRule {
-            direction: model::Direction::Ingress,
-            protocol: model::Protocol::Tcp,
-            ethertype: model::Ethertype::Ipv4,
-            remote_ip_prefix: "0.0.0.0/0".to_string(),
-            port_range_min: Some(22),
-            port_range_max: Some(22),
-        };
+        let rule = model::NewRule::tcp_ingress("0.0.0.0/0", 22);
         let mut engine = engine();
         let advanced = engine
             .create_instance(&create_request("adv", Tier::Advanced), secs(0))

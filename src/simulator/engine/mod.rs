@@ -12,7 +12,7 @@ mod network;
 mod snapshots;
 mod volumes;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use gpucloud_cloud::model::{self, Tier};
@@ -126,6 +126,9 @@ pub struct Engine {
     balance_anchor: f64,
     anchor_time: SimTime,
     instances: BTreeMap<String, Instance>,
+    /// Instances with a pending transition, by when it is due: `settle` visits only these, so
+    /// a call costs the same however many instances the account has had.
+    transitions: BTreeSet<(SimTime, String)>,
     volumes: BTreeMap<String, Volume>,
     snapshots: BTreeMap<String, Snapshot>,
     images: BTreeMap<String, Image>,
@@ -146,6 +149,7 @@ impl Engine {
             next_id: settings.first_id,
             settings,
             instances: BTreeMap::new(),
+            transitions: BTreeSet::new(),
             volumes: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             images: BTreeMap::new(),
@@ -190,16 +194,19 @@ impl Engine {
 
     /// Applies every intermediate state whose end has passed.
     pub fn settle(&mut self, now: SimTime) {
-        for instance in self.instances.values_mut() {
+        while self.transitions.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, id)) = self.transitions.pop_first() else {
+                break;
+            };
+            let Some(instance) = self.instances.get_mut(&id) else {
+                continue;
+            };
             instance.settle(now);
-        }
-        for volume in self.volumes.values_mut() {
-            volume.settle(now);
             // A boot volume goes when its instance is gone.
-            if volume.deleted_at.is_none()
-                && let Some(owner) = &volume.boot_of
-                && let Some(instance) = self.instances.get(owner)
-                && instance.state == InstanceState::Deleted
+            if instance.state == InstanceState::Deleted
+                && let Some(boot) = &instance.boot_volume_id
+                && let Some(volume) = self.volumes.get_mut(boot)
+                && volume.deleted_at.is_none()
             {
                 volume.deleted_at = instance.deleted_at;
             }
@@ -483,12 +490,8 @@ pub(crate) mod test_support {
 
     pub fn volume_request(name: &str, region: &str, tier: Tier) -> model::CreateVolumeRequest {
         model::CreateVolumeRequest {
-            name: name.to_string(),
-            size: 100,
-            region: region.to_string(),
-            volume_type: None,
             tier: Some(tier),
-            bootable: None,
+            ..model::CreateVolumeRequest::new(name, 100, region)
         }
     }
 }

@@ -35,8 +35,6 @@ pub struct Volume {
 }
 
 impl Volume {
-    pub(super) fn settle(&mut self, _now: SimTime) {}
-
     pub fn is_boot_volume(&self) -> bool {
         self.boot_of.is_some()
     }
@@ -204,6 +202,9 @@ impl Engine {
             volume.instance_id = Some(instance_id.to_string());
             volume.boot_of = Some(instance_id.to_string());
             volume.ready_at = now;
+        }
+        if let Some(instance) = self.instances.get_mut(instance_id) {
+            instance.boot_volume_id = Some(id);
         }
     }
 

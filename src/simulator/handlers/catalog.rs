@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::reply::Reply;
 
 pub(super) fn get_gpu_stock(call: &Call<'_>) -> Result<Reply, ApiError> {
-    call.engine(|e, now| list("GPU stock retrieved", "gpus", e.gpu_stock(now)))
+    call.listed("GPU stock retrieved", "gpus", |e, now| e.gpu_stock(now))
 }
 
 pub(super) fn get_gpu_specs(_call: &Call<'_>) -> Result<Reply, ApiError> {

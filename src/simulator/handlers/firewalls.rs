@@ -14,7 +14,9 @@ fn firewall_reply(message: &str, firewall: model::Firewall) -> Result<Reply, Api
 }
 
 pub(super) fn list_firewalls(call: &Call<'_>) -> Result<Reply, ApiError> {
-    call.engine(|e, now| list("firewalls listed", "firewalls", e.list_firewalls(now)))
+    call.listed("firewalls listed", "firewalls", |e, now| {
+        e.list_firewalls(now)
+    })
 }
 
 pub(super) fn create_firewall(call: &Call<'_>) -> Result<Reply, ApiError> {

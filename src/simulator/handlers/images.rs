@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::reply::Reply;
 
 pub(super) fn list_images(call: &Call<'_>) -> Result<Reply, ApiError> {
-    call.engine(|e, now| list("images listed", "images", e.list_images(now)))
+    call.listed("images listed", "images", |e, now| e.list_images(now))
 }
 
 pub(super) fn create_image(call: &Call<'_>) -> Result<Reply, ApiError> {

@@ -21,7 +21,9 @@ pub(super) fn create_instance(call: &Call<'_>) -> Result<Reply, ApiError> {
 }
 
 pub(super) fn list_instances(call: &Call<'_>) -> Result<Reply, ApiError> {
-    call.engine(|e, now| list("instances listed", "instances", e.list_instances(now)))
+    call.listed("instances listed", "instances", |e, now| {
+        e.list_instances(now)
+    })
 }
 
 pub(super) fn get_instance_billing(call: &Call<'_>) -> Result<Reply, ApiError> {

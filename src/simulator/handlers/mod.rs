@@ -95,6 +95,18 @@ impl Call<'_> {
             })
         })
     }
+
+    /// A list answer. The items are read under the account's lock and encoded once it is let
+    /// go, so a long list does not hold up the account's other calls.
+    fn listed<T: serde::Serialize>(
+        &self,
+        message: &str,
+        key: &str,
+        read: impl FnOnce(&mut Engine, SimTime) -> Vec<T>,
+    ) -> Result<Reply, ApiError> {
+        let items = self.engine(|e, now| Ok(read(e, now)))?;
+        list(message, key, items)
+    }
 }
 
 /// The function that carries out one operation.

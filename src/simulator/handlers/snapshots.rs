@@ -2,7 +2,7 @@
 
 use gpucloud_cloud::model;
 
-use super::{Call, list};
+use super::Call;
 use crate::engine::format_time;
 use crate::error::ApiError;
 use crate::reply::Reply;
@@ -25,7 +25,9 @@ pub(super) fn create_snapshot(call: &Call<'_>) -> Result<Reply, ApiError> {
 }
 
 pub(super) fn list_snapshots(call: &Call<'_>) -> Result<Reply, ApiError> {
-    call.engine(|e, now| list("snapshots listed", "snapshots", e.list_snapshots(now)))
+    call.listed("snapshots listed", "snapshots", |e, now| {
+        e.list_snapshots(now)
+    })
 }
 
 pub(super) fn get_snapshot_billing(call: &Call<'_>) -> Result<Reply, ApiError> {

@@ -2,12 +2,12 @@
 
 use gpucloud_cloud::model::{self, success_code};
 
-use super::{Call, list};
+use super::Call;
 use crate::error::ApiError;
 use crate::reply::Reply;
 
 pub(super) fn list_ssh_keys(call: &Call<'_>) -> Result<Reply, ApiError> {
-    call.engine(|e, now| list("SSH keys listed", "ssh_keys", e.list_ssh_keys(now)))
+    call.listed("SSH keys listed", "ssh_keys", |e, now| e.list_ssh_keys(now))
 }
 
 /// The answer's `code` says whether the key was imported or generated.

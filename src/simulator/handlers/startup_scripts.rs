@@ -2,12 +2,14 @@
 
 use gpucloud_cloud::model;
 
-use super::{Call, list};
+use super::Call;
 use crate::error::ApiError;
 use crate::reply::Reply;
 
 pub(super) fn list_startup_scripts(call: &Call<'_>) -> Result<Reply, ApiError> {
-    call.engine(|e, now| list("startup scripts listed", "scripts", e.list_scripts(now)))
+    call.listed("startup scripts listed", "scripts", |e, now| {
+        e.list_scripts(now)
+    })
 }
 
 pub(super) fn create_startup_script(call: &Call<'_>) -> Result<Reply, ApiError> {

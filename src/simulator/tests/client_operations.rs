@@ -12,14 +12,7 @@ mod common;
 use common::through_client::*;
 
 fn rule(port: u32) -> NewRule {
-    NewRule {
-        direction: Direction::Ingress,
-        protocol: Protocol::Tcp,
-        ethertype: Ethertype::Ipv4,
-        remote_ip_prefix: "10.0.0.0/8".into(),
-        port_range_min: Some(port),
-        port_range_max: Some(port),
-    }
+    NewRule::tcp_ingress("10.0.0.0/8", port)
 }
 
 /// With `ssh_key_ids` and a public IP.
@@ -204,12 +197,8 @@ async fn every_client_method_works_against_the_simulator() {
 
     // === Volumes ===
     let volume = step(client.create_volume(&CreateVolumeRequest {
-        name: "data".into(),
-        size: 100,
-        region: "us-east-1".into(),
         volume_type: Some("NVMe".into()),
-        tier: None,
-        bootable: None,
+        ..CreateVolumeRequest::new("data", 100, "us-east-1")
     }))
     .await
     .unwrap();

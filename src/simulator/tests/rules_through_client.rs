@@ -38,12 +38,8 @@ async fn get(client: &CloudClient, id: &str) -> Instance {
 
 fn volume_request(name: &str, size: u64, region: &str, tier: Tier) -> CreateVolumeRequest {
     CreateVolumeRequest {
-        name: name.into(),
-        size,
-        region: region.into(),
-        volume_type: None,
         tier: Some(tier),
-        bootable: None,
+        ..CreateVolumeRequest::new(name, size, region)
     }
 }
 
@@ -56,14 +52,7 @@ fn snapshot_request(name: &str) -> CreateSnapshotRequest {
 }
 
 fn rule() -> NewRule {
-    NewRule {
-        direction: Direction::Ingress,
-        protocol: Protocol::Tcp,
-        ethertype: Ethertype::Ipv4,
-        remote_ip_prefix: "0.0.0.0/0".into(),
-        port_range_min: Some(22),
-        port_range_max: Some(22),
-    }
+    NewRule::tcp_ingress("0.0.0.0/0", 22)
 }
 
 async fn active_instance(client: &CloudClient, name: &str, tier: Tier) -> Instance {

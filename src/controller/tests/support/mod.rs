@@ -352,11 +352,7 @@ where
 /// Creates `object` in the test namespace.
 pub async fn create<K>(env: &Env, object: &K)
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
+    K: TestKind,
 {
     env.api::<K>()
         .create(&PostParams::default(), object)
@@ -364,17 +360,42 @@ where
         .unwrap();
 }
 
-/// Waits until `name` is `Ready` for its current generation.
-pub async fn ready<K>(env: &Env, name: &str) -> K
-where
+/// A kind the helpers read and write: a namespaced, managed kind.
+pub trait TestKind:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + gpucloud_api::Managed
+    + Clone
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+{
+}
+
+impl<K> TestKind for K where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + gpucloud_api::Managed
         + Clone
         + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+{
+}
+
+/// Waits until `name` is `Ready` for its current generation.
+pub async fn ready<K>(env: &Env, name: &str) -> K
+where
+    K: TestKind,
+{
+    ready_within(env, name, 60).await
+}
+
+/// Waits at most `seconds` until `name` is `Ready` for its current generation.
+pub async fn ready_within<K>(env: &Env, name: &str, seconds: u64) -> K
+where
+    K: TestKind,
 {
     let api = env.api::<K>();
-    eventually(60, &format!("{name} Ready"), || {
+    eventually(seconds, &format!("{name} Ready"), || {
         let api = api.clone();
         async move {
             let object = api.get(name).await.ok()?;
@@ -390,11 +411,7 @@ where
 /// Waits until `name`'s condition `type_` has `status` and `reason`.
 pub async fn condition<K>(env: &Env, name: &str, type_: &str, status: &str, reason: &str) -> K
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + gpucloud_api::Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: TestKind,
 {
     let api = env.api::<K>();
     let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -432,10 +449,7 @@ pub fn ready_message<K: gpucloud_api::Managed>(object: &K) -> String {
 /// Waits until `name` is gone from the API server.
 pub async fn gone<K>(env: &Env, name: &str)
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: TestKind,
 {
     let api = env.api::<K>();
     eventually(60, &format!("{name} deleted"), || {
@@ -443,6 +457,18 @@ where
         async move { api.get_opt(name).await.unwrap().is_none().then_some(()) }
     })
     .await
+}
+
+/// Deletes `name` and waits until it is gone (its finalizer removed).
+pub async fn delete_and_wait<K>(env: &Env, name: &str)
+where
+    K: TestKind,
+{
+    env.api::<K>()
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    gone::<K>(env, name).await;
 }
 
 /// A client of the simulator's account, for changes made behind the operator's back.
