@@ -30,14 +30,16 @@ fn event(reason: &str) -> Event {
     }
 }
 
+/// Every event in the test namespace.
+async fn all_events(env: &Env) -> Vec<KubeEvent> {
+    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
+    events.list(&ListParams::default()).await.unwrap().items
+}
+
 /// (regarding name, reason, series count) of every event, sorted.
 async fn sent(env: &Env) -> Vec<(String, String, i32)> {
-    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let mut sent: Vec<_> = events
-        .list(&ListParams::default())
+    let mut sent: Vec<_> = all_events(env)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|e| {
             (
@@ -147,12 +149,8 @@ async fn queued_events_arrive_in_order_and_repeats_fold_into_a_series() {
         (now == wanted).then_some(())
     })
     .await;
-    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let mut of_a: Vec<_> = events
-        .list(&ListParams::default())
+    let mut of_a: Vec<_> = all_events(&env)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("a"))
         .collect();

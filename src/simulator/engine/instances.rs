@@ -630,7 +630,8 @@ impl Engine {
         self.settle(now);
         let gone_at = now + Self::delay(self.settings.delays.power_transition);
         let instance = self.instance_mut(id, now)?;
-        if instance.state != InstanceState::Deleting {
+        let starts = instance.state != InstanceState::Deleting;
+        if starts {
             instance.state = InstanceState::Deleting;
             instance.pending = Some((gone_at, InstanceState::Deleted));
             instance.deleted_at = Some(gone_at);
@@ -641,7 +642,9 @@ impl Engine {
             status: instance.state.wire(),
         };
         let tier = instance.tier.clone();
-        self.transitions.insert((gone_at, id.to_string()));
+        if starts {
+            self.transitions.insert((gone_at, id.to_string()));
+        }
         for volume in self.volumes.values_mut() {
             if volume.instance_id.as_deref() == Some(id) {
                 if volume.is_boot_volume() {
