@@ -1,136 +1,45 @@
 //! Operations on instances: deploy, read, power actions, public IP, security rules, volumes
 //! and billing.
 
-use super::CloudClient;
-use crate::error::Error;
 use crate::model::{
     AddSecurityRuleBody, ApiResponse, CreateInstanceRequest, DeleteInstanceBody, FirewallList,
     Instance, InstanceBillingBody, InstanceBillingQuery, InstanceBody, InstanceList, NewRule,
     PowerActionBody, PublicIpRequest, RemoveSecurityRuleBody, VolumeAttachmentBody,
     VolumeIdsRequest,
 };
-use crate::routes::Operation;
 
-impl CloudClient {
+calls! {
     /// Deploys an instance. Never retried by the client: after a timeout the caller looks
     /// for the instance by name before creating again.
-    pub async fn create_instance(
-        &self,
-        request: &CreateInstanceRequest,
-    ) -> Result<Instance, Error> {
-        let body: InstanceBody = self.send(Operation::CreateInstance, &[], request).await?;
-        Ok(body.instance)
-    }
-
-    pub async fn list_instances(&self) -> Result<InstanceList, Error> {
-        self.fetch(Operation::ListInstances, &[]).await
-    }
-
-    pub async fn get_instance_billing(
-        &self,
-        query: &InstanceBillingQuery,
-    ) -> Result<InstanceBillingBody, Error> {
-        self.fetch_query(Operation::GetInstanceBilling, query).await
-    }
-
-    pub async fn list_snapshot_eligible_instances(&self) -> Result<InstanceList, Error> {
-        self.fetch(Operation::ListSnapshotEligibleInstances, &[])
-            .await
-    }
-
-    pub async fn get_instance(&self, vm_id: &str) -> Result<Instance, Error> {
-        let body: InstanceBody = self.fetch(Operation::GetInstance, &[vm_id]).await?;
-        Ok(body.instance)
-    }
-
-    pub async fn start_instance(&self, vm_id: &str) -> Result<PowerActionBody, Error> {
-        self.fetch(Operation::StartInstance, &[vm_id]).await
-    }
-
-    pub async fn stop_instance(&self, vm_id: &str) -> Result<PowerActionBody, Error> {
-        self.fetch(Operation::StopInstance, &[vm_id]).await
-    }
-
-    pub async fn reboot_instance(&self, vm_id: &str) -> Result<PowerActionBody, Error> {
-        self.fetch(Operation::RebootInstance, &[vm_id]).await
-    }
-
-    pub async fn hibernate_instance(&self, vm_id: &str) -> Result<PowerActionBody, Error> {
-        self.fetch(Operation::HibernateInstance, &[vm_id]).await
-    }
-
+    fn create_instance(request: &CreateInstanceRequest) -> Instance
+        = send(CreateInstance, [], request) .instance in InstanceBody;
+    fn list_instances() -> InstanceList = fetch(ListInstances, []);
+    fn get_instance_billing(query: &InstanceBillingQuery) -> InstanceBillingBody
+        = fetch_query(GetInstanceBilling, [], query);
+    fn list_snapshot_eligible_instances() -> InstanceList
+        = fetch(ListSnapshotEligibleInstances, []);
+    fn get_instance(vm_id: &str) -> Instance
+        = fetch(GetInstance, [vm_id]) .instance in InstanceBody;
+    fn start_instance(vm_id: &str) -> PowerActionBody = fetch(StartInstance, [vm_id]);
+    fn stop_instance(vm_id: &str) -> PowerActionBody = fetch(StopInstance, [vm_id]);
+    fn reboot_instance(vm_id: &str) -> PowerActionBody = fetch(RebootInstance, [vm_id]);
+    fn hibernate_instance(vm_id: &str) -> PowerActionBody = fetch(HibernateInstance, [vm_id]);
     /// Wakes a hibernated instance (legacy tier only).
-    pub async fn restore_hibernated_instance(
-        &self,
-        vm_id: &str,
-    ) -> Result<ApiResponse<PowerActionBody>, Error> {
-        self.fetch_response(Operation::RestoreHibernatedInstance, &[vm_id])
-            .await
-    }
-
-    /// Sets the instance's public IP on or off (a repeat is harmless).
-    pub async fn toggle_public_ip(&self, vm_id: &str, enabled: bool) -> Result<Instance, Error> {
-        let request = PublicIpRequest { enabled };
-        let body: InstanceBody = self
-            .send(Operation::TogglePublicIp, &[vm_id], &request)
-            .await?;
-        Ok(body.instance)
-    }
-
-    pub async fn add_security_rule(
-        &self,
-        vm_id: &str,
-        rule: &NewRule,
-    ) -> Result<AddSecurityRuleBody, Error> {
-        self.send(Operation::AddSecurityRule, &[vm_id], rule).await
-    }
-
+    fn restore_hibernated_instance(vm_id: &str) -> ApiResponse<PowerActionBody>
+        = fetch_response(RestoreHibernatedInstance, [vm_id]);
+    fn add_security_rule(vm_id: &str, rule: &NewRule) -> AddSecurityRuleBody
+        = send(AddSecurityRule, [vm_id], rule);
     /// Removes a security rule (legacy tier only; the instance must be `RUNNING`).
-    pub async fn remove_security_rule(
-        &self,
-        vm_id: &str,
-        rule_id: &str,
-    ) -> Result<ApiResponse<RemoveSecurityRuleBody>, Error> {
-        self.fetch_response(Operation::RemoveSecurityRule, &[vm_id, rule_id])
-            .await
-    }
-
-    pub async fn delete_instance(&self, vm_id: &str) -> Result<DeleteInstanceBody, Error> {
-        self.fetch(Operation::DeleteInstance, &[vm_id]).await
-    }
-
-    pub async fn list_instance_firewalls(&self, vm_id: &str) -> Result<FirewallList, Error> {
-        self.fetch(Operation::ListInstanceFirewalls, &[vm_id]).await
-    }
-
-    pub async fn attach_volumes(
-        &self,
-        vm_id: &str,
-        volume_ids: &[String],
-    ) -> Result<VolumeAttachmentBody, Error> {
-        self.change_volumes(Operation::AttachVolumes, vm_id, volume_ids)
-            .await
-    }
-
-    pub async fn detach_volumes(
-        &self,
-        vm_id: &str,
-        volume_ids: &[String],
-    ) -> Result<VolumeAttachmentBody, Error> {
-        self.change_volumes(Operation::DetachVolumes, vm_id, volume_ids)
-            .await
-    }
-
-    /// Attach or detach: the same request, the same answer.
-    async fn change_volumes(
-        &self,
-        operation: Operation,
-        vm_id: &str,
-        volume_ids: &[String],
-    ) -> Result<VolumeAttachmentBody, Error> {
-        let request = VolumeIdsRequest {
-            volume_ids: volume_ids.to_vec(),
-        };
-        self.send(operation, &[vm_id], &request).await
-    }
+    fn remove_security_rule(vm_id: &str, rule_id: &str) -> ApiResponse<RemoveSecurityRuleBody>
+        = fetch_response(RemoveSecurityRule, [vm_id, rule_id]);
+    fn delete_instance(vm_id: &str) -> DeleteInstanceBody = fetch(DeleteInstance, [vm_id]);
+    fn list_instance_firewalls(vm_id: &str) -> FirewallList
+        = fetch(ListInstanceFirewalls, [vm_id]);
+    /// Sets the instance's public IP on or off (a repeat is harmless).
+    fn toggle_public_ip(vm_id: &str, enabled: bool) -> Instance
+        = send(TogglePublicIp, [vm_id], &PublicIpRequest { enabled }) .instance in InstanceBody;
+    fn attach_volumes(vm_id: &str, volume_ids: &[String]) -> VolumeAttachmentBody
+        = send(AttachVolumes, [vm_id], &VolumeIdsRequest { volume_ids: volume_ids.to_vec() });
+    fn detach_volumes(vm_id: &str, volume_ids: &[String]) -> VolumeAttachmentBody
+        = send(DetachVolumes, [vm_id], &VolumeIdsRequest { volume_ids: volume_ids.to_vec() });
 }

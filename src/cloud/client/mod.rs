@@ -6,6 +6,31 @@
 //! errors. The operations live in one file per resource (`instances.rs`, `volumes.rs`, ...),
 //! each a block of `impl CloudClient`, so a method is found where its resource is.
 
+/// Declares client methods that are one call each, written as the call they make:
+/// `fn get_volume(volume_id: &str) -> Volume = fetch(GetVolume, [volume_id]) .volume in VolumeBody;`
+/// sends `GetVolume` with `volume_id` in the path through `fetch` and returns the `volume`
+/// field of the `VolumeBody` answer. The transport function is one of `transport.rs`; an
+/// argument after the path list is the request body (`send`) or query (`fetch_query`), a
+/// parameter or a request built from the parameters.
+macro_rules! calls {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($param:ident: $param_ty:ty),*) -> $out:ty
+            = $transport:ident($operation:ident, [$($path:ident),*] $(, $arg:expr)?)
+            $(.$field:ident in $envelope:ty)?;
+    )*) => {
+        impl $crate::client::CloudClient {$(
+            $(#[$doc])*
+            pub async fn $name(&self, $($param: $param_ty),*) -> Result<$out, $crate::error::Error> {
+                let answer $(: $envelope)? = self
+                    .$transport($crate::routes::Operation::$operation, &[$($path),*] $(, $arg)?)
+                    .await?;
+                Ok(answer $(.$field)?)
+            }
+        )*}
+    };
+}
+
 mod config;
 mod observer;
 mod responses;

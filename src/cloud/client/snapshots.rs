@@ -9,6 +9,23 @@ use crate::model::{
 };
 use crate::routes::Operation;
 
+calls! {
+    fn list_snapshots() -> SnapshotList = fetch(ListSnapshots, []);
+    fn get_snapshot_billing(query: &SnapshotBillingQuery) -> SnapshotBillingBody
+        = fetch_query(GetSnapshotBilling, [], query);
+    fn get_snapshot(snapshot_id: &str) -> Snapshot
+        = fetch(GetSnapshot, [snapshot_id]) .snapshot in SnapshotBody;
+    /// Deletes a snapshot; deleting one already deleted also succeeds.
+    fn delete_snapshot(snapshot_id: &str) -> DeleteSnapshotBody
+        = fetch(DeleteSnapshot, [snapshot_id]);
+    /// Creates a new instance from a snapshot; the instance is under `body.data`. Never
+    /// retried by the client.
+    fn restore_snapshot(snapshot_id: &str, new_vm_name: &str) -> ApiResponse<RestoreSnapshotBody>
+        = send_response(RestoreSnapshot, [snapshot_id], &RestoreSnapshotRequest {
+            new_vm_name: new_vm_name.to_owned(),
+        });
+}
+
 impl CloudClient {
     /// Snapshots an `ACTIVE` instance. Never retried by the client.
     pub async fn create_snapshot(
@@ -25,40 +42,5 @@ impl CloudClient {
             snapshot.tier = response.tier;
         }
         Ok(snapshot)
-    }
-
-    pub async fn list_snapshots(&self) -> Result<SnapshotList, Error> {
-        self.fetch(Operation::ListSnapshots, &[]).await
-    }
-
-    pub async fn get_snapshot_billing(
-        &self,
-        query: &SnapshotBillingQuery,
-    ) -> Result<SnapshotBillingBody, Error> {
-        self.fetch_query(Operation::GetSnapshotBilling, query).await
-    }
-
-    pub async fn get_snapshot(&self, snapshot_id: &str) -> Result<Snapshot, Error> {
-        let body: SnapshotBody = self.fetch(Operation::GetSnapshot, &[snapshot_id]).await?;
-        Ok(body.snapshot)
-    }
-
-    /// Creates a new instance from a snapshot; the instance is under `body.data`. Never
-    /// retried by the client.
-    pub async fn restore_snapshot(
-        &self,
-        snapshot_id: &str,
-        new_vm_name: &str,
-    ) -> Result<ApiResponse<RestoreSnapshotBody>, Error> {
-        let request = RestoreSnapshotRequest {
-            new_vm_name: new_vm_name.to_owned(),
-        };
-        self.send_response(Operation::RestoreSnapshot, &[snapshot_id], &request)
-            .await
-    }
-
-    /// Deletes a snapshot; deleting one already deleted also succeeds.
-    pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<DeleteSnapshotBody, Error> {
-        self.fetch(Operation::DeleteSnapshot, &[snapshot_id]).await
     }
 }

@@ -48,15 +48,15 @@ impl CloudClient {
         Ok(self.fetch_response(operation, args).await?.body)
     }
 
-    /// A call without path arguments whose query parameters are the set fields of `query`;
-    /// returns the response body.
+    /// A call whose query parameters are the set fields of `query`; returns the response body.
     pub(super) async fn fetch_query<T: DeserializeOwned, Q: Serialize>(
         &self,
         operation: Operation,
+        args: &[&str],
         query: &Q,
     ) -> Result<T, Error> {
         let pairs = query_pairs(operation, query)?;
-        let response: ApiResponse<T> = self.execute(operation, &[], Some(pairs), None).await?;
+        let response: ApiResponse<T> = self.execute(operation, args, Some(pairs), None).await?;
         Ok(response.body)
     }
 
