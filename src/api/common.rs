@@ -1,5 +1,6 @@
 //! Fields, references and status shared by every managed kind.
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -257,5 +258,43 @@ impl CloudStatus {
         self.condition(condition_type::READY).is_some_and(|c| {
             c.status == "True" && (generation.is_none() || self.observed_generation == generation)
         })
+    }
+}
+
+/// A column of `kubectl get`, as a kind declares its own (see [`crate::crd`] for the shared
+/// ones around them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
+    pub name: &'static str,
+    /// The OpenAPI type: `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: &'static str,
+    pub json_path: &'static str,
+    /// Shown only with `-o wide`.
+    pub wide: bool,
+}
+
+impl Column {
+    pub const fn new(name: &'static str, type_: &'static str, json_path: &'static str) -> Self {
+        Column {
+            name,
+            type_,
+            json_path,
+            wide: false,
+        }
+    }
+
+    /// The same column, shown only with `-o wide`.
+    pub const fn wide(self) -> Self {
+        Column { wide: true, ..self }
+    }
+
+    pub fn definition(&self) -> CustomResourceColumnDefinition {
+        CustomResourceColumnDefinition {
+            name: self.name.to_owned(),
+            type_: self.type_.to_owned(),
+            json_path: self.json_path.to_owned(),
+            priority: self.wide.then_some(1),
+            ..CustomResourceColumnDefinition::default()
+        }
     }
 }

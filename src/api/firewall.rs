@@ -1,6 +1,6 @@
 //! `Firewall`: network rules applied to a set of GpuInstances.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange};
+use crate::common::{CloudStatus, Column, LocalRef, ManagedFields, OnChange};
 use crate::gpu_instance::SecurityRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
@@ -16,31 +16,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "FirewallStatus",
     shortname = "gpufw",
-    category = "gpucloud",
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(name = "Rules", type_ = "integer", json_path = ".status.ruleCount"),
-    printcolumn(
-        name = "Attached",
-        type_ = "integer",
-        json_path = ".status.attachedCount"
-    ),
-    printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".status.externalId",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    category = "gpucloud"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -90,6 +66,13 @@ pub struct FirewallStatus {
 }
 
 impl Firewall {
+    /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
+    pub const COLUMNS: &[Column] = &[
+        Column::new("Rules", "integer", ".status.ruleCount"),
+        Column::new("Attached", "integer", ".status.attachedCount"),
+        Column::new("Region", "string", ".spec.region"),
+    ];
+
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[
         ("region", OnChange::Immutable),

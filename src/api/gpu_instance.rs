@@ -1,6 +1,8 @@
 //! `GpuInstance`: a rented GPU machine.
 
-use crate::common::{CloudStatus, ConfigMapKeyRef, LocalRef, ManagedFields, OnChange, Tier};
+use crate::common::{
+    CloudStatus, Column, ConfigMapKeyRef, LocalRef, ManagedFields, OnChange, Tier,
+};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -15,15 +17,6 @@ use serde::{Deserialize, Serialize};
     status = "GpuInstanceStatus",
     shortname = "gpui",
     category = "gpucloud",
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "GPU", type_ = "string", json_path = ".status.specs.gpuType"),
-    printcolumn(name = "Count", type_ = "integer", json_path = ".status.specs.gpuCount"),
-    printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
-    printcolumn(name = "IP", type_ = "string", json_path = ".status.ipAddress"),
-    printcolumn(name = "Rate", type_ = "number", json_path = ".status.hourlyRate", priority = 1),
-    printcolumn(name = "ID", type_ = "string", json_path = ".status.externalId", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.size() <= 63").message("metadata.name must be at most 63 characters for a GpuInstance"),
 )]
 #[serde(rename_all = "camelCase")]
@@ -319,6 +312,15 @@ pub struct InstanceSpecs {
 }
 
 impl GpuInstance {
+    /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
+    pub const COLUMNS: &[Column] = &[
+        Column::new("GPU", "string", ".status.specs.gpuType"),
+        Column::new("Count", "integer", ".status.specs.gpuCount"),
+        Column::new("Region", "string", ".spec.region"),
+        Column::new("IP", "string", ".status.ipAddress"),
+        Column::new("Rate", "number", ".status.hourlyRate").wide(),
+    ];
+
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[
         ("region", OnChange::Immutable),

@@ -1,6 +1,6 @@
 //! `Image`: a custom image made from a snapshot, bootable by a GpuInstance.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange};
+use crate::common::{CloudStatus, Column, LocalRef, ManagedFields, OnChange};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,29 +14,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "ImageStatus",
     shortname = "gpuimg",
-    category = "gpucloud",
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Snapshot",
-        type_ = "string",
-        json_path = ".spec.snapshotRef.name"
-    ),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".status.externalId",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    category = "gpucloud"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -69,6 +47,9 @@ pub struct ImageStatus {
 }
 
 impl Image {
+    /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
+    pub const COLUMNS: &[Column] = &[Column::new("Snapshot", "string", ".spec.snapshotRef.name")];
+
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[("snapshotRef", OnChange::Immutable)];
 }

@@ -4,16 +4,13 @@
 //! (`gpucloud-operator crds`, through the operator's kind registry) and a test fails when
 //! the two differ.
 
-// Several `printcolumn(..)` entries in one `#[kube(..)]` repeat keys such as `type_`, which
-// clippy mistakes for duplicated attributes.
-#![allow(clippy::duplicated_attributes)]
-
 /// Implements [`Managed`] for a kind whose spec holds `managed: ManagedFields` and whose status
 /// holds `cloud: CloudStatus`; each kind's module invokes it for its type.
 macro_rules! impl_managed {
     ($($kind:ty),*) => {$(
         impl $crate::Managed for $kind {
             const ON_CHANGE: &'static [(&'static str, $crate::OnChange)] = <$kind>::ON_CHANGE;
+            const COLUMNS: &'static [$crate::Column] = <$kind>::COLUMNS;
             fn managed(&self) -> &$crate::ManagedFields {
                 &self.spec.managed
             }
@@ -71,4 +68,34 @@ pub trait Managed {
     fn cloud_status_ref(&self) -> Option<&CloudStatus>;
     /// How a change of each of the kind's own spec fields is carried out.
     const ON_CHANGE: &'static [(&'static str, OnChange)];
+    /// The kind's own `kubectl get` columns, between the shared ones (see [`crd`]).
+    const COLUMNS: &'static [Column];
+}
+
+/// The kind's CRD with its `kubectl get` table: State and Ready, the kind's own columns,
+/// then ID (with `-o wide`) and Age, so every kind reads the same way.
+pub fn crd<K: kube::CustomResourceExt + Managed>() -> CustomResourceDefinition {
+    let shared_first = [
+        Column::new("State", "string", ".status.state"),
+        Column::new(
+            "Ready",
+            "string",
+            ".status.conditions[?(@.type==\"Ready\")].status",
+        ),
+    ];
+    let shared_last = [
+        Column::new("ID", "string", ".status.externalId").wide(),
+        Column::new("Age", "date", ".metadata.creationTimestamp"),
+    ];
+    let columns: Vec<_> = shared_first
+        .iter()
+        .chain(K::COLUMNS)
+        .chain(&shared_last)
+        .map(Column::definition)
+        .collect();
+    let mut crd = K::crd();
+    for version in &mut crd.spec.versions {
+        version.additional_printer_columns = Some(columns.clone());
+    }
+    crd
 }

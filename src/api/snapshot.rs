@@ -1,6 +1,6 @@
 //! `Snapshot`: a saved copy of an instance, restorable as a new instance.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange};
+use crate::common::{CloudStatus, Column, LocalRef, ManagedFields, OnChange};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,30 +14,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "SnapshotStatus",
     shortname = "gpus",
-    category = "gpucloud",
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Instance",
-        type_ = "string",
-        json_path = ".spec.instanceRef.name"
-    ),
-    printcolumn(name = "Size", type_ = "integer", json_path = ".status.size"),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".status.externalId",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    category = "gpucloud"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -90,6 +67,12 @@ pub struct SnapshotStatus {
 }
 
 impl Snapshot {
+    /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
+    pub const COLUMNS: &[Column] = &[
+        Column::new("Instance", "string", ".spec.instanceRef.name"),
+        Column::new("Size", "integer", ".status.size"),
+    ];
+
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[
         ("instanceRef", OnChange::Immutable),

@@ -1,6 +1,6 @@
 //! `SshKey`: a public key registered with the cloud, imported or generated.
 
-use crate::common::{CloudStatus, ManagedFields, OnChange};
+use crate::common::{CloudStatus, Column, ManagedFields, OnChange};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -13,25 +13,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "SshKeyStatus",
     shortname = "gpuk",
-    category = "gpucloud",
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(name = "Generated", type_ = "boolean", json_path = ".status.generated"),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".status.externalId",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    category = "gpucloud"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -81,6 +63,9 @@ pub struct SshKeyStatus {
 }
 
 impl SshKey {
+    /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
+    pub const COLUMNS: &[Column] = &[Column::new("Generated", "boolean", ".status.generated")];
+
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[
         ("publicKey", OnChange::Immutable),

@@ -1,6 +1,6 @@
 //! `Volume`: block storage, attachable to a GpuInstance.
 
-use crate::common::{CloudStatus, LocalRef, ManagedFields, OnChange, Tier};
+use crate::common::{CloudStatus, Column, LocalRef, ManagedFields, OnChange, Tier};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,31 +14,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "VolumeStatus",
     shortname = "gpuv",
-    category = "gpucloud",
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(name = "Size", type_ = "integer", json_path = ".status.sizeGb"),
-    printcolumn(
-        name = "Instance",
-        type_ = "string",
-        json_path = ".spec.instanceRef.name"
-    ),
-    printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".status.externalId",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    category = "gpucloud"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -111,6 +87,13 @@ pub struct VolumeStatus {
 }
 
 impl Volume {
+    /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
+    pub const COLUMNS: &[Column] = &[
+        Column::new("Size", "integer", ".status.sizeGb"),
+        Column::new("Instance", "string", ".spec.instanceRef.name"),
+        Column::new("Region", "string", ".spec.region"),
+    ];
+
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[
         ("region", OnChange::Immutable),

@@ -66,7 +66,7 @@ pub fn kinds() -> Vec<KindReference> {
     impl KindFn<KindReference> for Reference {
         fn call<K: ManagedKind>(&self) -> KindReference {
             KindReference {
-                crd: K::crd(),
+                crd: gpucloud_api::crd::<K>(),
                 on_change: <K as Managed>::ON_CHANGE,
             }
         }
