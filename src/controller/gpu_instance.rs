@@ -602,11 +602,7 @@ async fn ready_reference<R>(
     kind: &'static str,
 ) -> Result<String, Error>
 where
-    R: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    R: crate::kind::Watched + Managed,
 {
     crate::references::ready_id::<R>(&cx.client, namespace, name, kind).await
 }

@@ -18,6 +18,27 @@ use std::sync::Arc;
 /// The cloud record type of a kind.
 pub type Record<K> = <<K as ManagedKind>::Cloud as CloudResource>::Record;
 
+/// What a watch or a read can follow: a namespaced kind decoded from the API server's JSON.
+pub trait Watched:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + 'static
+{
+}
+
+impl<T> Watched for T where
+    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static
+{
+}
+
 /// A namespaced kind whose every object owns one cloud resource.
 ///
 /// The shared flow in `reconcile.rs` does everything that is the same for every kind

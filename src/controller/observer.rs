@@ -393,27 +393,19 @@ mod tests {
         Rec { id, name, state }
     }
 
+    /// A list of records written `id name state`, separated by commas.
+    fn listed(records: &'static str, generation: u64) -> CloudList<Rec> {
+        let records = records.split(',').map(|record| {
+            let fields: Vec<&'static str> = record.split_whitespace().collect();
+            rec(fields[0], fields[1], fields[2])
+        });
+        CloudList::from_records(records.collect(), generation, Instant::now())
+    }
+
     #[test]
     fn changes_cover_new_changed_and_gone_records_only() {
-        let now = Instant::now();
-        let before = CloudList::from_records(
-            vec![
-                rec("1", "a", "ACTIVE"),
-                rec("2", "b", "ACTIVE"),
-                rec("3", "c", "ACTIVE"),
-            ],
-            1,
-            now,
-        );
-        let after = CloudList::from_records(
-            vec![
-                rec("1", "a", "ACTIVE"),
-                rec("2", "b", "SHUTOFF"),
-                rec("4", "d", "CREATING"),
-            ],
-            2,
-            now,
-        );
+        let before = listed("1 a ACTIVE, 2 b ACTIVE, 3 c ACTIVE", 1);
+        let after = listed("1 a ACTIVE, 2 b SHUTOFF, 4 d CREATING", 2);
         let changes = after.changes_since(&before);
         assert_eq!(
             changes.ids,
@@ -534,11 +526,7 @@ mod tests {
 
     #[test]
     fn names_may_repeat() {
-        let list = CloudList::from_records(
-            vec![rec("1", "same", "ACTIVE"), rec("2", "same", "ACTIVE")],
-            1,
-            Instant::now(),
-        );
+        let list = listed("1 same ACTIVE, 2 same ACTIVE", 1);
         let mut ids: Vec<_> = list.named("same").iter().map(|r| r.id).collect();
         ids.sort_unstable();
         assert_eq!(ids, ["1", "2"]);

@@ -5,6 +5,7 @@
 //! referenced kind when that object appears or changes.
 
 use crate::error::Error;
+use crate::kind::Watched;
 use gpucloud_api::{GpuInstance, Image, Managed, Snapshot, Volume};
 use kube::{Api, Resource};
 use std::future::Future;
@@ -17,29 +18,16 @@ pub async fn ready_id<R>(
     kind: &'static str,
 ) -> Result<String, Error>
 where
-    R: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    R: Watched + Managed,
 {
-    let api: Api<R> = Api::namespaced(client.clone(), namespace);
-    let waiting = |detail: &str| Error::WaitingFor {
-        kind,
-        name: name.to_string(),
-        detail: detail.to_string(),
-    };
-    let object = api
-        .get_opt(name)
-        .await?
-        .ok_or_else(|| waiting("it does not exist"))?;
+    let object: R = read(client, namespace, name, kind).await?;
     let status = object.cloud_status();
     if !status.is_ready(object.meta().generation) {
-        return Err(waiting("it is not Ready"));
+        return Err(waiting_for(kind, name, "it is not Ready"));
     }
     status
         .external_id
-        .ok_or_else(|| waiting("it has no cloud id yet"))
+        .ok_or_else(|| waiting_for(kind, name, "it has no cloud id yet"))
 }
 
 /// The cloud id of a referenced `GpuInstance`, as soon as it has one (ready or not: a volume
@@ -50,26 +38,46 @@ pub async fn instance_id(
     namespace: &str,
     name: &str,
 ) -> Result<String, Error> {
-    let api: Api<GpuInstance> = Api::namespaced(client.clone(), namespace);
-    let waiting = |detail: &str| Error::WaitingFor {
-        kind: "GpuInstance",
-        name: name.to_string(),
-        detail: detail.to_string(),
-    };
-    let object = api
-        .get_opt(name)
-        .await?
-        .ok_or_else(|| waiting("it does not exist"))?;
+    const KIND: &str = "GpuInstance";
+    let object: GpuInstance = read(client, namespace, name, KIND).await?;
     if object.meta().deletion_timestamp.is_some() {
-        return Err(waiting("it is being deleted"));
+        return Err(waiting_for(KIND, name, "it is being deleted"));
     }
     if machine_vanished(&object) {
-        return Err(waiting("its machine was deleted outside the operator"));
+        return Err(waiting_for(
+            KIND,
+            name,
+            "its machine was deleted outside the operator",
+        ));
     }
     object
         .cloud_status()
         .external_id
-        .ok_or_else(|| waiting("it has no cloud id yet"))
+        .ok_or_else(|| waiting_for(KIND, name, "it has no cloud id yet"))
+}
+
+/// Reads the referenced object; one that does not exist is waited for.
+async fn read<R>(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    kind: &'static str,
+) -> Result<R, Error>
+where
+    R: Watched,
+{
+    Api::<R>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| waiting_for(kind, name, "it does not exist"))
+}
+
+fn waiting_for(kind: &'static str, name: &str, detail: &str) -> Error {
+    Error::WaitingFor {
+        kind,
+        name: name.to_string(),
+        detail: detail.to_string(),
+    }
 }
 
 /// Whether the GpuInstance reports its recorded machine gone from the cloud: its id can no

@@ -8,7 +8,7 @@ use crate::context::{Context, ReconcileSettings, Shared};
 use crate::decode::{Decoded, Guard};
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
-use crate::kind::{ManagedKind, Reference};
+use crate::kind::{ManagedKind, Reference, Watched};
 use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::ownership::Ownership;
@@ -469,27 +469,6 @@ where
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     }
-}
-
-/// What a watch can follow: a namespaced kind decoded from the API server's JSON.
-pub trait Watched:
-    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + 'static
-{
-}
-
-impl<T> Watched for T where
-    T: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static
-{
 }
 
 /// Client and namespace a controller works in, for the watches a kind adds.

@@ -7,7 +7,7 @@ use crate::support;
 use gpucloud_api::*;
 use kube::api::{Patch, PatchParams, PostParams};
 use std::time::Duration;
-use support::{Env, eventually};
+use support::{Env, eventually, ready_message};
 
 fn instance(name: &str, extra: serde_json::Value) -> GpuInstance {
     let mut spec = serde_json::json!({
@@ -291,15 +291,7 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
     .await
     .unwrap();
     assert_eq!(stalled_reason("poor").await, "PriceAboveLimit");
-    let message = api
-        .get("poor")
-        .await
-        .unwrap()
-        .cloud_status()
-        .condition("Ready")
-        .unwrap()
-        .message
-        .clone();
+    let message = ready_message(&api.get("poor").await.unwrap());
     assert!(
         message.contains("maxHourlyRate 0.0100") && message.contains("keeps running"),
         "{message}"

@@ -7,11 +7,9 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_cloud::model::CreateInstanceRequest;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -70,17 +68,7 @@ fn resource_of(object: &DynamicObject) -> (ApiResource, String) {
 async fn every_example_applies_and_becomes_ready() {
     let env = Env::start().await;
     // `adopt-existing` names the account's first machine, made outside Kubernetes.
-    let cloud = support::cloud_client(&env);
-    let existing = cloud
-        .create_instance(&CreateInstanceRequest::new(
-            "made-by-hand",
-            "us-east-1",
-            "A100-80G",
-            1,
-            "ubuntu-22.04-cuda-12",
-        ))
-        .await
-        .unwrap();
+    let existing = support::machine_by_hand(&env, "made-by-hand").await;
     assert_eq!(existing.instance_id, "vm-000000000001");
     install_gitops_crds(&env.client).await;
 
@@ -323,17 +311,7 @@ async fn install_gitops_crds(client: &kube::Client) {
             }
         }))
         .unwrap();
-        within(10, crds.create(&PostParams::default(), &crd))
-            .await
-            .unwrap()
-            .unwrap();
-        within(
-            10,
-            await_condition(crds.clone(), &name, conditions::is_crd_established()),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+        support::install_crd(&crds, &crd).await;
     }
 }
 

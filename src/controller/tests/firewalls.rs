@@ -218,12 +218,7 @@ async fn rules_and_attachments_are_reconciled_as_a_diff() {
         .await
         .unwrap();
     let stalled: Firewall = condition(&env, "edge", "Stalled", "True", "InvalidSpec").await;
-    let message = stalled
-        .cloud_status()
-        .condition("Ready")
-        .unwrap()
-        .message
-        .clone();
+    let message = ready_message(&stalled);
     assert!(
         message.contains("sctp") && message.contains("tcp"),
         "{message}"
@@ -249,12 +244,7 @@ async fn firewall_waits_for_its_instances_and_is_orphaned_and_adopted() {
     create(&env, &fw).await;
     let waiting: Firewall =
         condition(&env, "edge", "Reconciling", "True", "WaitingForReference").await;
-    let message = waiting
-        .cloud_status()
-        .condition("Ready")
-        .unwrap()
-        .message
-        .clone();
+    let message = ready_message(&waiting);
     assert!(message.contains("later"), "{message}");
     create(&env, &machine("later", &[])).await;
     let later = id_of(&env, "later").await;

@@ -6,7 +6,6 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_cloud::model::CreateSshKeyRequest;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -14,9 +13,6 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use support::*;
-
-const PUBLIC_KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop";
 
 /// The private key of someone else's Secret (a git deploy key), which must never be copied.
 const FOREIGN_PRIVATE_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nZGVwbG95LWtleS1vZi1hbm90aGVyLXRlYW0tOWUzZg==\n-----END OPENSSH PRIVATE KEY-----\n";
@@ -68,15 +64,7 @@ fn text_of(secret: &Secret) -> String {
 async fn a_foreign_private_key_never_reaches_the_connection_secret() {
     let env = Env::start().await;
     let deploy_key = foreign_ssh_secret(&env, "deploy-key").await;
-    let by_hand = cloud_client(&env)
-        .create_ssh_key(&CreateSshKeyRequest {
-            name: "by-hand".into(),
-            public_key: Some(PUBLIC_KEY.into()),
-        })
-        .await
-        .unwrap()
-        .body
-        .key;
+    let by_hand = support::import_ssh_key(&env, "by-hand").await;
     let mut borrowed: SshKey = object("borrowed", json!({"privateKeySecret": "deploy-key"}));
     borrowed.metadata.annotations =
         Some([(EXTERNAL_ID_ANNOTATION.to_string(), by_hand.id.clone())].into());

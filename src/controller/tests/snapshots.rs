@@ -533,16 +533,7 @@ async fn an_image_gone_before_any_list_showed_it_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_by_cloud_id_and_refused_restores() {
     let mut env = Env::start().await;
-    let foreign = cloud_client(&env)
-        .create_instance(&gpucloud_cloud::model::CreateInstanceRequest::new(
-            "made-by-hand",
-            "us-east-1",
-            "A100-80G",
-            1,
-            "ubuntu-22.04-cuda-12",
-        ))
-        .await
-        .unwrap();
+    let foreign = machine_by_hand(&env, "made-by-hand").await;
     create::<Snapshot>(
         &env,
         &object(

@@ -4,13 +4,9 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_cloud::model::CreateSshKeyRequest;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
-use support::{Env, eventually};
-
-const PUBLIC_KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop";
+use support::{Env, PUBLIC_KEY, eventually};
 
 fn key(name: &str, spec: serde_json::Value) -> SshKey {
     SshKey::new(name, serde_json::from_value(spec).unwrap())
@@ -62,16 +58,7 @@ async fn orphaned_keys_stay_in_the_cloud() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_adopted_observed_and_paused_like_every_kind() {
     let env = Env::start().await;
-    let cloud = support::cloud_client(&env);
-    let existing = cloud
-        .create_ssh_key(&CreateSshKeyRequest {
-            name: "by-hand".into(),
-            public_key: Some(PUBLIC_KEY.into()),
-        })
-        .await
-        .unwrap()
-        .body
-        .key;
+    let existing = support::import_ssh_key(&env, "by-hand").await;
     let api = env.api::<SshKey>();
 
     // Adopted and observed only: nothing created, nothing deleted.

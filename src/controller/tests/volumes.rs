@@ -203,12 +203,7 @@ async fn volume_waits_for_its_instance_and_attaches_when_it_appears() {
         "WaitingForReference",
     )
     .await;
-    let message = waiting
-        .cloud_status()
-        .condition("Ready")
-        .unwrap()
-        .message
-        .clone();
+    let message = ready_message(&waiting);
     assert!(message.contains("later"), "{message}");
     // The volume itself exists already; only the attachment waits.
     assert_eq!(data_volumes(&env).len(), 1);

@@ -10,9 +10,9 @@ use crate::tenant::TENANT;
 use crate::world::{CONVERGE_SECONDS, EXPLAIN_WITHIN, Run, all_objects, conditions};
 use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume, condition_type};
 use gpucloud_controller::conditions::reason;
+use gpucloud_controller::kind::Watched;
 use gpucloud_simulator::AccountSnapshot;
 use k8s_openapi::api::core::v1::Event;
-use kube::Resource;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -741,11 +741,7 @@ impl Run {
 
 async fn list_json<K>(env: &crate::support::Env) -> Result<Vec<String>, String>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
+    K: Watched + serde::Serialize,
 {
     let mut texts = Vec::new();
     for namespace in [NAMESPACE, TEAM_C, TENANT, OPERATOR_NAMESPACE] {

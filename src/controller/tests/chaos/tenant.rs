@@ -13,8 +13,9 @@ use gpucloud_api::{
     Volume, condition_type,
 };
 use gpucloud_controller::conditions::reason;
+use gpucloud_controller::kind::Watched;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -152,16 +153,20 @@ impl Tenant {
         self.rng.random_range(300..1000)
     }
 
+    /// The ordinary objects the tenant still has, not (yet) hostile.
+    fn decoys(&self) -> Vec<String> {
+        self.live
+            .iter()
+            .filter(|(_, h)| h.target == Target::None)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// One attack, chosen at random; then a sample of the invariants.
     pub async fn attack(&mut self, env: &Env) -> Step {
         let mut notes = Vec::new();
         let roll = self.rng.random_range(0..100);
-        let decoys: Vec<String> = self
-            .live
-            .iter()
-            .filter(|(_, h)| h.target == Target::None)
-            .map(|(name, _)| name.clone())
-            .collect();
+        let decoys = self.decoys();
         let note = match roll {
             // (a) and (e): a new object naming another's resource by annotation.
             0..40 => self.annotated(env).await?,
@@ -183,12 +188,7 @@ impl Tenant {
 
     /// Turns every ordinary object the tenant still has hostile, so each ends refused.
     pub async fn finish(&mut self, env: &Env) -> Step {
-        let decoys: Vec<String> = self
-            .live
-            .iter()
-            .filter(|(_, h)| h.target == Target::None)
-            .map(|(name, _)| name.clone())
-            .collect();
+        let decoys = self.decoys();
         let mut notes = Vec::new();
         for name in decoys {
             notes.extend(self.turn(env, &name).await?);
@@ -595,11 +595,7 @@ struct Listed {
 async fn list_everyone(env: &Env, kinds: &[Kind]) -> Result<Listed, String> {
     async fn list_of<K>(env: &Env, kind: Kind, into: &mut Listed) -> Result<(), String>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Managed
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned,
+        K: Watched + Managed,
     {
         let items = Api::<K>::all(env.client.clone())
             .list(&ListParams::default())
@@ -671,10 +667,7 @@ async fn remove(env: &Env, of: Of, name: &str) -> Result<(), String> {
 
 async fn merge_patch<K>(env: &Env, name: &str, patch: &Value) -> Result<(), kube::Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: Watched,
 {
     Api::<K>::namespaced(env.client.clone(), TENANT)
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))

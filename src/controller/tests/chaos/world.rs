@@ -14,11 +14,12 @@ use gpucloud_api::{
 };
 use gpucloud_apiserver::faults::ApiFaultPlan;
 use gpucloud_cloud::{ApiKey, CallObserver, CallOutcome, ClientConfig, CloudClient, Operation};
+use gpucloud_controller::kind::Watched;
 use gpucloud_simulator::{
     Delays, DropMode, FaultPlan, LatencySpike, SimulatorConfig, ThrottleBurst,
 };
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Resource, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -1690,11 +1691,7 @@ pub async fn post(
 ) -> Result<String, kube::Error> {
     async fn create<K>(env: &Env, namespace: &str, object: &Value) -> Result<String, kube::Error>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::Serialize
-            + serde::de::DeserializeOwned,
+        K: Watched + serde::Serialize,
     {
         let object: K = serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
         let created = Api::<K>::namespaced(env.client.clone(), namespace)
@@ -1709,10 +1706,7 @@ pub async fn post(
 pub async fn delete(env: &Env, kind: Kind, key: &ObjectKey) -> Result<(), String> {
     async fn remove<K>(env: &Env, key: &ObjectKey) -> Result<(), kube::Error>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned,
+        K: Watched,
     {
         let api = Api::<K>::namespaced(env.client.clone(), &key.namespace);
         match api.delete(&key.name, &DeleteParams::default()).await {
@@ -1732,10 +1726,7 @@ async fn merge_patch(
 ) -> Result<(), kube::Error> {
     async fn apply<K>(env: &Env, key: &ObjectKey, patch: &Value) -> Result<(), kube::Error>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned,
+        K: Watched,
     {
         Api::<K>::namespaced(env.client.clone(), &key.namespace)
             .patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
@@ -1765,11 +1756,7 @@ async fn objects_of(env: &Env, kinds: &[Kind]) -> Result<BTreeMap<ObjectKey, See
         into: &mut BTreeMap<ObjectKey, Seen>,
     ) -> Result<(), kube::Error>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Managed
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned,
+        K: Watched + Managed,
     {
         for object in Api::<K>::all(env.client.clone())
             .list(&ListParams::default())

@@ -6,6 +6,7 @@ use futures::FutureExt;
 use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
 use gpucloud_controller::account::{CloudSettings, SecretLocation};
 use gpucloud_controller::context::ReconcileSettings;
+use gpucloud_controller::kind::Watched;
 use gpucloud_controller::observer::ObserveIntervals;
 use gpucloud_controller::run::OperatorConfig;
 use gpucloud_simulator::{Simulator, SimulatorConfig, SimulatorHandle};
@@ -86,15 +87,7 @@ impl Env {
         let client = apiserver.kube_client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in gpucloud_controller::registry::crds() {
-            let name = crd.metadata.name.clone().unwrap();
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-            within(
-                10,
-                await_condition(crds.clone(), &name, conditions::is_crd_established()),
-            )
-            .await
-            .unwrap()
-            .unwrap();
+            install_crd(&crds, &crd).await;
         }
         for ns in [NAMESPACE, OPERATOR_NAMESPACE] {
             // The tests' own namespace may adopt what the operator did not create;
@@ -361,25 +354,9 @@ where
 }
 
 /// A kind the helpers read and write: a namespaced, managed kind.
-pub trait TestKind:
-    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-    + gpucloud_api::Managed
-    + Clone
-    + std::fmt::Debug
-    + serde::Serialize
-    + serde::de::DeserializeOwned
-{
-}
+pub trait TestKind: Watched + gpucloud_api::Managed + serde::Serialize {}
 
-impl<K> TestKind for K where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + gpucloud_api::Managed
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-{
-}
+impl<K: Watched + gpucloud_api::Managed + serde::Serialize> TestKind for K {}
 
 /// Waits until `name` is `Ready` for its current generation.
 pub async fn ready<K>(env: &Env, name: &str) -> K
@@ -478,6 +455,48 @@ pub fn cloud_client(env: &Env) -> gpucloud_cloud::CloudClient {
         gpucloud_cloud::ApiKey::new(env.simulator.api_key()),
     ))
     .unwrap()
+}
+
+/// A machine made in the cloud by hand, outside Kubernetes.
+pub async fn machine_by_hand(env: &Env, name: &str) -> gpucloud_cloud::model::Instance {
+    let request = gpucloud_cloud::model::CreateInstanceRequest::new(
+        name,
+        "us-east-1",
+        "A100-80G",
+        1,
+        "ubuntu-22.04-cuda-12",
+    );
+    cloud_client(env).create_instance(&request).await.unwrap()
+}
+
+/// Creates a CRD and waits until the API server serves it.
+pub async fn install_crd(crds: &Api<CustomResourceDefinition>, crd: &CustomResourceDefinition) {
+    let name = crd.metadata.name.clone().unwrap();
+    within(10, crds.create(&PostParams::default(), crd))
+        .await
+        .unwrap()
+        .unwrap();
+    within(
+        10,
+        await_condition(crds.clone(), &name, conditions::is_crd_established()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+}
+
+/// A public key for SshKeys and for keys made in the cloud by hand.
+pub const PUBLIC_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop";
+
+/// Imports [`PUBLIC_KEY`] into the cloud as `name`, as a person would by hand.
+pub async fn import_ssh_key(env: &Env, name: &str) -> gpucloud_cloud::model::SshKey {
+    let request = gpucloud_cloud::model::CreateSshKeyRequest {
+        name: name.into(),
+        public_key: Some(PUBLIC_KEY.into()),
+    };
+    let created = cloud_client(env).create_ssh_key(&request).await.unwrap();
+    created.body.key
 }
 
 /// The account's data volumes (the `<instance>-boot` volumes of instances left out).
