@@ -14,7 +14,7 @@
 //! controller: a warning log line and a Warning Event `InvalidObject` on the object, once per
 //! resourceVersion, while every other object goes on.
 
-use crate::events::{Event, EventPublisher, EventType};
+use crate::events::{self, EventPublisher, EventType};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::api::ObjectMeta;
@@ -286,15 +286,10 @@ impl<K: Resource<DynamicType = ()>> Guard<K> {
             resource_version: metadata.resource_version,
             ..ObjectReference::default()
         };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: INVALID_OBJECT.into(),
-            note: Some(format!(
-                "this {kind} cannot be read as the operator's {kind} type and is not reconciled until it changes: {error}"
-            )),
-            action: "Decode".into(),
-            secondary: None,
-        };
+        let note = format!(
+            "this {kind} cannot be read as the operator's {kind} type and is not reconciled until it changes: {error}"
+        );
+        let event = events::event(EventType::Warning, INVALID_OBJECT, &note, "Decode");
         let events = self.events.clone();
         // Sent on its own task: the watch goes on meanwhile.
         tokio::spawn(async move {

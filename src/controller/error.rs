@@ -142,7 +142,7 @@ fn is_create_conflict(error: &CloudError) -> bool {
 
 impl Error {
     pub fn category(&self) -> Category {
-        match self {
+        match self.innermost() {
             Error::Cloud(CloudError::Unauthorized { .. }) => Category::Terminal,
             // A create refused as things stand (no stock in the region): asking again at once
             // gets the same answer, so it waits for a change or the periodic recheck.
@@ -166,32 +166,36 @@ impl Error {
             | Error::PriceAboveLimit { .. }
             | Error::Serialization(_) => Category::Terminal,
             Error::WaitingFor { .. } | Error::InProgress { .. } => Category::Waiting,
+            Error::Finalizer(_) => Category::Transient,
+        }
+    }
+
+    /// The reconcile's own error inside a finalizer's (its apply or cleanup failed), else the
+    /// error itself: every classification below looks through the finalizer.
+    fn innermost(&self) -> &Error {
+        match self {
             Error::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.category(),
-                _ => Category::Transient,
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.innermost(),
+                _ => self,
             },
+            _ => self,
         }
     }
 
     /// Whether the failure says the account's cloud is not answering: the object then waits
     /// for the account to recover instead of backing off on its own.
     pub fn is_outage(&self) -> bool {
-        match self {
+        match self.innermost() {
             Error::CloudUnavailable(_) => true,
             Error::Cloud(e) => is_outage(e),
-            Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_outage(),
-                _ => false,
-            },
             _ => false,
         }
     }
 
     /// The condition reason for this failure; one of `conditions::reason`.
     pub fn reason(&self) -> &'static str {
-        match self {
+        match self.innermost() {
             Error::Cloud(e) if is_create_conflict(e) => reason::CREATE_REFUSED,
             Error::Cloud(e) => match e {
                 CloudError::Unauthorized { .. } => reason::CREDENTIALS_INVALID,
@@ -219,11 +223,7 @@ impl Error {
             | Error::Blocked { reason, .. } => reason,
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
-            Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.reason(),
-                _ => reason::UPDATING,
-            },
+            Error::Finalizer(_) => reason::UPDATING,
         }
     }
 
@@ -245,11 +245,9 @@ impl Error {
     /// A write refused because the object changed since it was read (409 from the API server):
     /// the next reconcile reads it afresh, so this is no sign of trouble to back off from.
     pub fn is_stale_write(&self) -> bool {
-        match self {
+        match self.innermost() {
             Error::Kube(kube::Error::Api(status)) => status.code == 409,
             Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_stale_write(),
                 kube::runtime::finalizer::Error::AddFinalizer(kube::Error::Api(status))
                 | kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(status)) => {
                     status.code == 409
@@ -263,33 +261,20 @@ impl Error {
     /// Whether the reconcile waits for a referenced object: the watch on that object's kind
     /// wakes the referrer, so no quick requeue is needed.
     pub fn is_waiting_for_reference(&self) -> bool {
-        match self {
-            Error::WaitingFor { .. } => true,
-            Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_waiting_for_reference(),
-                _ => false,
-            },
-            _ => false,
-        }
+        matches!(self.innermost(), Error::WaitingFor { .. })
     }
 
     /// The server's requested wait, when it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
-        match self {
+        match self.innermost() {
             Error::Cloud(e) => e.retry_after(),
-            Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.retry_after(),
-                _ => None,
-            },
             _ => None,
         }
     }
 
     /// A short, stable label for metrics.
     pub fn metric_label(&self) -> &'static str {
-        match self {
+        match self.innermost() {
             Error::Cloud(e) => e.metric_label(),
             Error::Kube(_) => "kube",
             Error::CloudUnavailable(_) => "cloud_unavailable",
@@ -303,11 +288,7 @@ impl Error {
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",
             Error::Serialization(_) => "serialization",
-            Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
-                _ => "finalizer",
-            },
+            Error::Finalizer(_) => "finalizer",
         }
     }
 }

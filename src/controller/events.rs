@@ -27,6 +27,21 @@ use tokio::sync::mpsc;
 
 pub use kube::runtime::events::{Event, EventType};
 
+/// The longest note the API server accepts, in characters.
+const NOTE_LIMIT: usize = 1024;
+
+/// An event the operator reports about one of its own actions (`Reconcile`,
+/// `SweepOrphans`, ...), its note cut to what the API server accepts.
+pub fn event(type_: EventType, reason: &str, note: &str, action: &str) -> Event {
+    Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note.chars().take(NOTE_LIMIT).collect()),
+        action: action.to_owned(),
+        secondary: None,
+    }
+}
+
 /// How long a sent event can still grow into a series (client-go's value).
 const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// How often expired entries are dropped; at most once per interval, on a publish.

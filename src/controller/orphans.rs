@@ -30,7 +30,7 @@
 //! nothing.
 
 use crate::account::{Account, AccountId, Accounts};
-use crate::events::{Event, EventPublisher, EventType};
+use crate::events::{EventPublisher, EventType};
 use crate::kind::ManagedKind;
 use crate::lock;
 use crate::naming;
@@ -718,13 +718,7 @@ impl OrphanSweeper {
             ));
         }
         for (type_, reason, note) in events {
-            let event = Event {
-                type_,
-                reason: reason.into(),
-                note: Some(note.chars().take(1024).collect()),
-                action: "SweepOrphans".into(),
-                secondary: None,
-            };
+            let event = crate::events::event(type_, reason, &note, "SweepOrphans");
             if let Err(error) = self.events.publish(&event, &regarding).await {
                 tracing::debug!(%error, "orphan event not published");
             }

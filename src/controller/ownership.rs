@@ -187,21 +187,20 @@ impl Ownership {
         settle(client, setting, &namespace, what, verdict).await
     }
 
-    /// Checks that `object` may name the resource `id` of kind `R` by id in its spec (a
-    /// snapshot's source machine): the resource is its namespace's own (an object there
-    /// recorded it), or no object owns it and adoption is allowed here.
+    /// Checks that an object in `namespace` may name the resource `id` of kind `R` by id in
+    /// its spec (a snapshot's source machine): the resource is the namespace's own (an object
+    /// there recorded it), or no object owns it and adoption is allowed there.
     pub async fn check_reference<R: ManagedKind>(
         &self,
         client: &kube::Client,
         setting: bool,
-        object: &impl kube::Resource,
+        namespace: &str,
         what: &str,
         id: &str,
     ) -> Result<(), Error> {
-        let namespace = object.meta().namespace.clone().unwrap_or_default();
         let owners = self.owners::<R>(id, None);
-        let verdict = judge_reference(&namespace, &owners, false);
-        settle(client, setting, &namespace, what, verdict).await
+        let verdict = judge_reference(namespace, &owners, false);
+        settle(client, setting, namespace, what, verdict).await
     }
 }
 

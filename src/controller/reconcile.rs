@@ -6,7 +6,7 @@ use crate::conditions::{self, Outcome, reason};
 use crate::context::Context;
 use crate::create::{self, CreateDecision, Found};
 use crate::error::Error;
-use crate::events::{Event, EventType};
+use crate::events::{self, EventType};
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
 use crate::observer::{CloudList, CloudRecord, CloudResource};
@@ -926,13 +926,7 @@ pub(crate) fn publish<K: ManagedKind>(
     reason: &str,
     note: &str,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1024).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
+    let event = events::event(type_, reason, note, "Reconcile");
     cx.events.send(event, object.object_ref(&()));
 }
 

@@ -20,7 +20,7 @@ pub async fn ready_id<R>(
 where
     R: Watched + Managed,
 {
-    let object: R = read(client, namespace, name, kind).await?;
+    let object: R = read(Api::namespaced(client.clone(), namespace), name, kind).await?;
     let status = object.cloud_status();
     if !status.is_ready(object.meta().generation) {
         return Err(waiting_for(kind, name, "it is not Ready"));
@@ -39,7 +39,7 @@ pub async fn instance_id(
     name: &str,
 ) -> Result<String, Error> {
     const KIND: &str = "GpuInstance";
-    let object: GpuInstance = read(client, namespace, name, KIND).await?;
+    let object: GpuInstance = read(Api::namespaced(client.clone(), namespace), name, KIND).await?;
     if object.meta().deletion_timestamp.is_some() {
         return Err(waiting_for(KIND, name, "it is being deleted"));
     }
@@ -57,17 +57,8 @@ pub async fn instance_id(
 }
 
 /// Reads the referenced object; one that does not exist is waited for.
-async fn read<R>(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    kind: &'static str,
-) -> Result<R, Error>
-where
-    R: Watched,
-{
-    Api::<R>::namespaced(client.clone(), namespace)
-        .get_opt(name)
+async fn read<R: Watched>(api: Api<R>, name: &str, kind: &'static str) -> Result<R, Error> {
+    api.get_opt(name)
         .await?
         .ok_or_else(|| waiting_for(kind, name, "it does not exist"))
 }

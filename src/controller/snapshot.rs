@@ -80,7 +80,7 @@ impl ManagedKind for Snapshot {
                     .check_reference::<GpuInstance>(
                         &cx.client,
                         cx.settings.allow_adoption,
-                        self,
+                        &namespace,
                         &format!("spec.instanceId {id}"),
                         id,
                     )
