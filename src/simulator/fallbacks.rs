@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{Method as HttpMethod, StatusCode, Uri};
+use axum::http::{Method as HttpMethod, Uri};
 use axum::response::Response;
 
 use crate::error::ApiError;
@@ -16,14 +16,8 @@ pub(crate) async fn route_not_found(
     method: HttpMethod,
     uri: Uri,
 ) -> Response {
-    state.count(None, StatusCode::NOT_FOUND);
-    error_response(
-        &ApiError::RouteNotFound {
-            method: method.to_string(),
-            path: uri.path().to_string(),
-        },
-        state.next_request_id(),
-    )
+    let (method, path) = (method.to_string(), uri.path().to_string());
+    refuse(&state, ApiError::RouteNotFound { method, path })
 }
 
 pub(crate) async fn method_not_allowed(
@@ -31,12 +25,12 @@ pub(crate) async fn method_not_allowed(
     method: HttpMethod,
     uri: Uri,
 ) -> Response {
-    state.count(None, StatusCode::METHOD_NOT_ALLOWED);
-    error_response(
-        &ApiError::MethodNotAllowed {
-            method: method.to_string(),
-            path: uri.path().to_string(),
-        },
-        state.next_request_id(),
-    )
+    let (method, path) = (method.to_string(), uri.path().to_string());
+    refuse(&state, ApiError::MethodNotAllowed { method, path })
+}
+
+/// Counts the refusal (no operation) and answers it.
+fn refuse(state: &AppState, error: ApiError) -> Response {
+    state.count(None, error.status());
+    error_response(&error, state.next_request_id())
 }

@@ -347,38 +347,24 @@ mod tests {
     fn rule_validation_names_the_field() {
         assert!(validate_rule(&rule("10.0.0.0/8", Some(22), Some(22))).is_ok());
         assert!(validate_rule(&rule("0.0.0.0/0", None, None)).is_ok());
-        assert_eq!(
-            field_of(validate_rule(&rule("10.0.0.0", None, None))),
-            "remote_ip_prefix"
-        );
-        assert_eq!(
-            field_of(validate_rule(&rule("10.0.0.0/33", None, None))),
-            "remote_ip_prefix"
-        );
-        assert_eq!(
-            field_of(validate_rule(&rule("300.0.0.0/8", None, None))),
-            "remote_ip_prefix"
-        );
-        assert_eq!(
-            field_of(validate_rule(&rule("2001:db8::/32", None, None))),
-            "remote_ip_prefix"
-        );
-        assert_eq!(
-            field_of(validate_rule(&rule("10.0.0.0/8", Some(0), Some(22)))),
-            "port_range_min"
-        );
-        assert_eq!(
-            field_of(validate_rule(&rule("10.0.0.0/8", Some(1), Some(65536)))),
-            "port_range_max"
-        );
-        assert_eq!(
-            field_of(validate_rule(&rule("10.0.0.0/8", Some(80), Some(22)))),
-            "port_range_min"
-        );
-        assert_eq!(
-            field_of(validate_rule(&rule("10.0.0.0/8", Some(80), None))),
-            "port_range_max"
-        );
+        // (prefix, port_range_min, port_range_max, the field the refusal names)
+        let refused = [
+            ("10.0.0.0", None, None, "remote_ip_prefix"),
+            ("10.0.0.0/33", None, None, "remote_ip_prefix"),
+            ("300.0.0.0/8", None, None, "remote_ip_prefix"),
+            ("2001:db8::/32", None, None, "remote_ip_prefix"),
+            ("10.0.0.0/8", Some(0), Some(22), "port_range_min"),
+            ("10.0.0.0/8", Some(1), Some(65536), "port_range_max"),
+            ("10.0.0.0/8", Some(80), Some(22), "port_range_min"),
+            ("10.0.0.0/8", Some(80), None, "port_range_max"),
+        ];
+        for (cidr, min, max, field) in refused {
+            assert_eq!(
+                field_of(validate_rule(&rule(cidr, min, max))),
+                field,
+                "{cidr}"
+            );
+        }
         let mut bad = rule("10.0.0.0/8", None, None);
         bad.protocol = Protocol::Other("sctp".into());
         assert_eq!(field_of(validate_rule(&bad)), "protocol");

@@ -3,7 +3,7 @@
 use gpucloud_cloud::model;
 
 use super::{Call, list};
-use crate::engine::{PowerAction, format_time};
+use crate::engine::{ApiResult, Engine, PowerAction, SimTime, format_time};
 use crate::error::ApiError;
 use crate::reply::Reply;
 
@@ -146,23 +146,20 @@ pub(super) fn list_instance_firewalls(call: &Call<'_>) -> Result<Reply, ApiError
 }
 
 pub(super) fn attach_volumes(call: &Call<'_>) -> Result<Reply, ApiError> {
-    let id = call.param(0)?;
-    let body: model::VolumeIdsRequest = call.body()?;
-    call.engine(|e, now| {
-        Reply::new(
-            "volumes attached",
-            e.attach_volumes(id, &body.volume_ids, now)?,
-        )
-    })
+    change_volumes(call, "volumes attached", Engine::attach_volumes)
 }
 
 pub(super) fn detach_volumes(call: &Call<'_>) -> Result<Reply, ApiError> {
+    change_volumes(call, "volumes detached", Engine::detach_volumes)
+}
+
+/// Attach or detach: the same request, the same answer.
+fn change_volumes(
+    call: &Call<'_>,
+    message: &str,
+    change: fn(&mut Engine, &str, &[String], SimTime) -> ApiResult<model::VolumeAttachmentBody>,
+) -> Result<Reply, ApiError> {
     let id = call.param(0)?;
     let body: model::VolumeIdsRequest = call.body()?;
-    call.engine(|e, now| {
-        Reply::new(
-            "volumes detached",
-            e.detach_volumes(id, &body.volume_ids, now)?,
-        )
-    })
+    call.engine(|e, now| Reply::new(message, change(e, id, &body.volume_ids, now)?))
 }

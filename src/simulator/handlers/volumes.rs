@@ -148,22 +148,10 @@ fn volume_billing_filters(query: &QueryParams) -> Result<VolumeBillingFilters, A
     }
     let min_minutes = query.unsigned("min_minutes")?;
     let max_minutes = query.unsigned("max_minutes")?;
-    if let (Some(min), Some(max)) = (min_minutes, max_minutes)
-        && min > max
-    {
-        return Err(ApiError::validation(
-            "min_minutes: must not be greater than max_minutes",
-        ));
-    }
+    ordered(min_minutes, max_minutes, "min_minutes", "max_minutes")?;
     let min_cost = query.number("min_cost")?;
     let max_cost = query.number("max_cost")?;
-    if let (Some(min), Some(max)) = (min_cost, max_cost)
-        && min > max
-    {
-        return Err(ApiError::validation(
-            "min_cost: must not be greater than max_cost",
-        ));
-    }
+    ordered(min_cost, max_cost, "min_cost", "max_cost")?;
     let page = query.unsigned("page")?.unwrap_or(1);
     if page == 0 {
         return Err(ApiError::validation("page: pages start at 1"));
@@ -189,4 +177,19 @@ fn volume_billing_filters(query: &QueryParams) -> Result<VolumeBillingFilters, A
         page,
         limit,
     })
+}
+
+/// Refuses a range filter whose lower bound is above its upper bound.
+fn ordered<T: PartialOrd>(
+    min: Option<T>,
+    max: Option<T>,
+    min_name: &str,
+    max_name: &str,
+) -> Result<(), ApiError> {
+    match (min, max) {
+        (Some(min), Some(max)) if min > max => Err(ApiError::validation(format!(
+            "{min_name}: must not be greater than {max_name}"
+        ))),
+        _ => Ok(()),
+    }
 }
