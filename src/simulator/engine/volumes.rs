@@ -834,67 +834,27 @@ mod tests {
         // Summary covers every filtered record, not the page.
         assert_eq!(paged.summary.total_size_gb, 150);
 
-        let by_size = engine.volume_billing(
-            &VolumeBillingFilters {
-                size: Some(30),
-                ..VolumeBillingFilters::default()
-            },
-            now,
-        );
-        assert_eq!(by_size.total, 1);
-        let by_status = engine.volume_billing(
-            &VolumeBillingFilters {
-                status: Some("deleted".to_string()),
-                ..VolumeBillingFilters::default()
-            },
-            now,
-        );
-        assert_eq!(by_status.total, 1);
-        let by_minutes = engine.volume_billing(
-            &VolumeBillingFilters {
-                min_minutes: Some(30),
-                max_minutes: Some(60),
-                ..VolumeBillingFilters::default()
-            },
-            now,
-        );
-        assert_eq!(by_minutes.total, 4);
-        let by_cost = engine.volume_billing(
-            &VolumeBillingFilters {
-                min_cost: Some(0.005),
-                max_cost: Some(1.0),
-                ..VolumeBillingFilters::default()
-            },
-            now,
+        // How many records the default filters changed by `edit` keep.
+        let mut kept = |edit: fn(&mut VolumeBillingFilters)| {
+            let mut filters = VolumeBillingFilters::default();
+            edit(&mut filters);
+            engine.volume_billing(&filters, now).total
+        };
+        const DAY: SimTime = 86_400_000;
+        assert_eq!(kept(|f| f.size = Some(30)), 1);
+        assert_eq!(kept(|f| f.status = Some("deleted".into())), 1);
+        assert_eq!(
+            kept(|f| (f.min_minutes, f.max_minutes) = (Some(30), Some(60))),
+            4
         );
         // 30, 40 and 50 GB for an hour: 0.006, 0.008 and 0.010.
-        assert_eq!(by_cost.total, 3);
-        let by_tier = engine.volume_billing(
-            &VolumeBillingFilters {
-                tier: Some(Tier::Legacy),
-                ..VolumeBillingFilters::default()
-            },
-            now,
+        assert_eq!(
+            kept(|f| (f.min_cost, f.max_cost) = (Some(0.005), Some(1.0))),
+            3
         );
-        assert_eq!(by_tier.total, 0);
-        let day = 86_400_000;
-        let later = engine.volume_billing(
-            &VolumeBillingFilters {
-                start: Some(T0 + day),
-                ..VolumeBillingFilters::default()
-            },
-            now,
-        );
-        assert_eq!(later.total, 0);
-        let same_day = engine.volume_billing(
-            &VolumeBillingFilters {
-                start: Some(T0),
-                end: Some(T0 + day),
-                ..VolumeBillingFilters::default()
-            },
-            now,
-        );
-        assert_eq!(same_day.total, 5);
+        assert_eq!(kept(|f| f.tier = Some(Tier::Legacy)), 0);
+        assert_eq!(kept(|f| f.start = Some(T0 + DAY)), 0);
+        assert_eq!(kept(|f| (f.start, f.end) = (Some(T0), Some(T0 + DAY))), 5);
     }
 
     #[test]
