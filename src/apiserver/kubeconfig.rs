@@ -133,6 +133,26 @@ pub fn write(path: &Path, yaml: &str) -> Result<(), Error> {
     result.map_err(write_error)
 }
 
+/// The API server's version as a client configured by the kubeconfig `yaml` reads it.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) async fn version_seen_through(
+    yaml: &str,
+) -> k8s_openapi::apimachinery::pkg::version::Info {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(yaml).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let version = client.apiserver_version();
+    tokio::time::timeout(std::time::Duration::from_secs(10), version)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

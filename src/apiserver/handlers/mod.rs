@@ -116,6 +116,14 @@ impl Context<'_> {
         self.target.name.as_deref().unwrap_or_default()
     }
 
+    /// The object the request names, as stored now.
+    pub fn stored(&self) -> Option<crate::store::StoredObject> {
+        let key = self.info().storage_key();
+        self.state
+            .store
+            .get(&key, &self.target.namespace, self.name())
+    }
+
     pub fn not_found(&self) -> ApiError {
         ApiError::not_found(&self.info().group, &self.info().plural, self.name())
     }

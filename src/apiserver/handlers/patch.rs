@@ -143,15 +143,7 @@ fn server_side_apply(
         )));
     }
     let pinned = applied["metadata"]["resourceVersion"].is_string();
-    let exists = context
-        .state
-        .store
-        .get(
-            &info.storage_key(),
-            &context.target.namespace,
-            context.name(),
-        )
-        .is_some();
+    let exists = context.stored().is_some();
     if !exists {
         let object = semantics::apply(&info, None, &applied, &manager, force, &now())?;
         match create_object(context, object, dry_run, false) {

@@ -17,15 +17,7 @@ use crate::store::ObjectIndex;
 pub fn get(context: &Context<'_>) -> Result<Response, ApiError> {
     check_acceptable(&context.headers)?;
     let info = context.info();
-    let stored = context
-        .state
-        .store
-        .get(
-            &info.storage_key(),
-            &context.target.namespace,
-            context.name(),
-        )
-        .ok_or_else(|| context.not_found())?;
+    let stored = context.stored().ok_or_else(|| context.not_found())?;
     let bytes = bytes_at_version(info, &stored.bytes);
     if wants_metadata_only(&context.headers) {
         return Ok(json_response(

@@ -90,3 +90,32 @@ mod tests {
         }
     }
 }
+
+/// Whether [`strip_nulls`] also cleans the objects inside arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InArrays {
+    /// Array items are values and keep their `null`s (a merge patch replaces arrays whole).
+    Kept,
+    /// `null`s are dropped at every depth (an applied configuration, where `null` means "not
+    /// set" wherever it stands).
+    Stripped,
+}
+
+/// `value` without the `null` members of its objects.
+pub(crate) fn strip_nulls(value: &Value, in_arrays: InArrays) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), strip_nulls(v, in_arrays)))
+                .collect(),
+        ),
+        Value::Array(items) if in_arrays == InArrays::Stripped => Value::Array(
+            items
+                .iter()
+                .map(|item| strip_nulls(item, in_arrays))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}

@@ -12,7 +12,7 @@ mod fieldset;
 use serde_json::{Map, Value, json};
 
 use crate::gofmt;
-use crate::json::json_equal;
+use crate::json::{InArrays, json_equal, strip_nulls};
 use crate::schema::{ListType, Schema};
 
 use fieldset::{FieldSet, Path, PathElement, canonical_json, item_key, render_path};
@@ -194,16 +194,20 @@ struct Types<'a> {
     schema: Option<&'a Schema>,
 }
 
+/// The field names along a path, list items left out: what the schema is looked up by.
+fn field_names(path: &Path) -> Vec<&str> {
+    path.iter()
+        .filter_map(|element| match element {
+            PathElement::Field(name) => Some(name.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Types<'_> {
     /// Whether the object at a path is atomic (`x-kubernetes-map-type: atomic`).
     fn is_atomic_object(&self, path: &Path) -> bool {
-        let names: Vec<&str> = path
-            .iter()
-            .filter_map(|element| match element {
-                PathElement::Field(name) => Some(name.as_str()),
-                _ => None,
-            })
-            .collect();
+        let names = field_names(path);
         !names.is_empty()
             && self
                 .schema
@@ -213,13 +217,7 @@ impl Types<'_> {
     /// The list type at a path: ObjectMeta's lists are known; the rest comes from the schema,
     /// and lists without one are atomic.
     fn list_type(&self, path: &Path) -> ListType {
-        let names: Vec<&str> = path
-            .iter()
-            .filter_map(|element| match element {
-                PathElement::Field(name) => Some(name.as_str()),
-                _ => None,
-            })
-            .collect();
+        let names = field_names(path);
         match names.as_slice() {
             ["metadata", "ownerReferences"] => ListType::Map {
                 keys: vec!["uid".to_string()],
@@ -633,20 +631,6 @@ fn check_lists(value: &Value, path: &mut Path, types: &Types<'_>) -> Result<(), 
     }
 }
 
-/// Drops `null`s from objects: in an applied configuration they mean "not set".
-fn strip_nulls(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), strip_nulls(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(strip_nulls).collect()),
-        other => other.clone(),
-    }
-}
-
 // === apply ===
 
 /// Server-side apply of `applied` (the manager's full intent) onto `live` (None: create),
@@ -678,7 +662,7 @@ pub fn apply(
         ));
     }
     let types = Types { schema };
-    let applied = strip_nulls(applied);
+    let applied = strip_nulls(applied, InArrays::Stripped);
     if let Err(problem) = check_lists(&applied, &mut Vec::new(), &types) {
         let api_version = applied
             .get("apiVersion")

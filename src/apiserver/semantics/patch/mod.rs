@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::json::json_equal;
+use crate::json::{self, InArrays, json_equal};
 
 mod strategic;
 
@@ -74,15 +74,7 @@ pub fn create_merge_patch(original: &Value, modified: &Value) -> Value {
 }
 
 fn strip_nulls(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), strip_nulls(v)))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
+    json::strip_nulls(value, InArrays::Kept)
 }
 
 // === JSON patch ===
