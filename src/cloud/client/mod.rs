@@ -4,7 +4,8 @@
 //! This file holds the client and its construction; `transport.rs` sends one call (HTTP, the
 //! API key, retries, the rate limiter) and `responses.rs` turns answers into results and
 //! errors. The operations live in one file per resource (`instances.rs`, `volumes.rs`, ...),
-//! each a block of `impl CloudClient`, so a method is found where its resource is.
+//! so a method is found where its resource is: most are one call and are declared as a row
+//! of a `calls!` table, the others are written out in an `impl CloudClient` block.
 
 /// Declares client methods that are one call each, written as the call they make:
 /// `fn get_volume(volume_id: &str) -> Volume = fetch(GetVolume, [volume_id]) .volume in VolumeBody;`
