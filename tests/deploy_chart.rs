@@ -219,9 +219,16 @@ fn values_reach_the_operator_settings() {
             // The record of released resources, in the operator's namespace.
             "Role",
             "RoleBinding",
+            // Leader election, on by default.
+            "Role",
+            "RoleBinding",
             "ServiceAccount"
         ],
-        "defaults: nothing optional but deletion protection"
+        "defaults: nothing optional but deletion protection and leader election"
+    );
+    assert_eq!(
+        defaults.env_var("GPUCLOUD_LEADER_ELECT").as_deref(),
+        Some("true")
     );
     let unprotected = render(&json!({"deletionProtection": {"enabled": false}}));
     assert!(

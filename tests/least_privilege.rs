@@ -17,9 +17,9 @@
 //!   grants it in: nothing more is granted;
 //! - no wildcards, and Secrets cluster-wide only get/list/watch/create/update.
 //!
-//! The operator runs as a replica the way `run` starts it: the cluster-wide case with one
-//! replica (no leader election, and the chart grants nothing on Leases), the namespaced case
-//! with two (leader election on: the Lease rules are proven by use like every other rule).
+//! The operator runs as a replica the way `run` starts it: the cluster-wide case with the
+//! default values (one replica, leader election on), the namespaced case with two replicas;
+//! both use the Lease rules, which are proven by use like every other rule.
 //! `lease_rules_only_with_leader_election` pins the Lease rules of every value combination.
 
 mod deploy;
@@ -48,11 +48,13 @@ async fn cluster_wide_rules_are_exactly_what_the_operator_uses() {
     let used = run_scenario(&values, &["team-a"]).await;
     let objects = render(&values).objects();
     let granted = grants(&objects, RELEASE);
-    // One ClusterRole; in the operator's namespace only the record of released resources.
+    // One ClusterRole; in the operator's namespace only the record of released resources and
+    // the leader's Lease.
     assert!(
         granted.iter().all(|g| g.namespace.is_none()
-            || g.namespace.as_deref() == Some(RELEASE_NAMESPACE) && g.resource == "configmaps"),
-        "cluster-wide mode: one ClusterRole and the released-resources Role: {granted:#?}"
+            || g.namespace.as_deref() == Some(RELEASE_NAMESPACE)
+                && ["configmaps", "leases"].contains(&g.resource.as_str())),
+        "cluster-wide mode: one ClusterRole, the released-resources and Lease Roles: {granted:#?}"
     );
     // Secrets everywhere: reads (the metadata watch, credentials by name) and writes of the
     // connection and SSH-key Secrets the operator owns; never delete, patch or deletecollection.
@@ -109,11 +111,15 @@ fn lease_rules_only_with_leader_election() {
             .filter(|g| g.resource == "leases")
             .collect()
     };
-    assert!(leases(json!({})).is_empty(), "one replica: no election");
-    assert!(leases(json!({"watchNamespaces": ["team-a"]})).is_empty());
+    let off = json!({"leaderElection": {"enabled": false}});
+    assert!(leases(off.clone()).is_empty(), "one replica, election off");
+    assert!(
+        leases(json!({"leaderElection": {"enabled": false}, "watchNamespaces": ["team-a"]}))
+            .is_empty()
+    );
     for values in [
-        json!({"replicas": 2}),
-        json!({"leaderElection": {"enabled": true}}),
+        json!({}),
+        json!({"replicas": 2, "leaderElection": {"enabled": false}}),
         json!({"replicas": 3, "watchNamespaces": ["team-a"]}),
     ] {
         let rendered = render(&values);
@@ -140,9 +146,7 @@ fn lease_rules_only_with_leader_election() {
         );
     }
     assert_eq!(
-        render(&json!({}))
-            .env_var("GPUCLOUD_LEADER_ELECT")
-            .as_deref(),
+        render(&off).env_var("GPUCLOUD_LEADER_ELECT").as_deref(),
         Some("false")
     );
 }

@@ -170,34 +170,108 @@ async fn every_example_applies_and_becomes_ready() {
     gitops_paths_exist_and_render(&applied);
 }
 
-/// The stop-at-night example's one knob: powerState Stopped stops the machine, Running
-/// starts it again.
+/// The stop-at-night example: the CronJob's script from its README, run against the sandbox
+/// in the example's namespace (the namespace a pod's kubectl works in) with `POWER_STATE` as
+/// the CronJob sets it and then as its twin sets it, stops the machine and starts it again.
 async fn stop_at_night_stops_and_starts(env: &Env) {
+    let (command, power_state) = cron_job_command();
+    assert_eq!(power_state, "Stopped", "the CronJob stops");
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "gpucloud-stop-at-night-{}.kubeconfig",
+        std::process::id()
+    ));
+    env.apiserver.write_kubeconfig(&kubeconfig).unwrap();
+    kubectl(
+        &kubeconfig,
+        &[
+            "config",
+            "set-context",
+            "--current",
+            "--namespace=stop-at-night",
+        ],
+    );
     let api: Api<GpuInstance> = Api::namespaced(env.client.clone(), "stop-at-night");
     for (power, vm_status) in [("Stopped", "STOPPED"), ("Running", "RUNNING")] {
-        within(
-            20,
-            api.patch(
-                "dev-box",
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"spec": {"powerState": power}})),
-            ),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+        let run = std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POWER_STATE", power)
+            .output();
+        let output = tokio::task::spawn_blocking(move || run)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "the CronJob's script with POWER_STATE={power}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         eventually(60, &format!("dev-box {vm_status} and Ready"), || {
             let api = api.clone();
             async move {
                 let instance = api.get("dev-box").await.ok()?;
                 let status = instance.status.as_ref()?;
-                (status.vm_status.as_deref() == Some(vm_status)
+                let wanted: PowerState = serde_json::from_value(power.into()).ok()?;
+                (instance.spec.power_state == wanted
+                    && status.vm_status.as_deref() == Some(vm_status)
                     && instance.cloud_status().is_ready(instance.meta().generation))
                 .then_some(())
             }
         })
         .await;
     }
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// The stop-at-night README's CronJob: its container's command and arguments, and the
+/// `POWER_STATE` it sets.
+fn cron_job_command() -> (Vec<String>, String) {
+    let readme =
+        std::fs::read_to_string(repository_root().join("examples/stop-at-night/README.md"))
+            .unwrap();
+    let blocks = readme
+        .split("```yaml")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap());
+    let cron_job = blocks
+        .flat_map(serde_yaml::Deserializer::from_str)
+        .map(|document| serde_yaml::Value::deserialize(document).unwrap())
+        .find(|object| object["kind"].as_str() == Some("CronJob"))
+        .expect("a CronJob in examples/stop-at-night/README.md");
+    let container = &cron_job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    let strings = |value: &serde_yaml::Value| -> Vec<String> {
+        value
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .map(|item| item.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut command = strings(&container["command"]);
+    command.extend(strings(&container["args"]));
+    let power_state = container["env"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|variable| variable["name"].as_str() == Some("POWER_STATE"))
+        .and_then(|variable| variable["value"].as_str())
+        .expect("the CronJob sets POWER_STATE")
+        .to_string();
+    (command, power_state)
+}
+
+/// Runs kubectl with `kubeconfig`; panics with its error output when it fails.
+fn kubectl(kubeconfig: &Path, args: &[&str]) {
+    let output = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The folders the Argo CD Applications and Flux Kustomizations sync exist in this repository
