@@ -139,6 +139,12 @@ pub enum Error {
         "the CustomResourceDefinitions are not installed ({0}); install them with: gpucloud-operator crds | kubectl apply -f -"
     )]
     CrdsMissing(String),
+    #[error(
+        "Kubernetes {}.{} or newer is needed (the CRDs' validation rules use CEL functions older API servers refuse); this API server is {found}",
+        MIN_KUBERNETES.0,
+        MIN_KUBERNETES.1
+    )]
+    KubernetesTooOld { found: String },
     #[error(transparent)]
     Endpoints(#[from] gpucloud_telemetry::server::Error),
     #[error(transparent)]
@@ -278,6 +284,7 @@ pub async fn run(args: Args) -> Result<(), Error> {
     .await?;
     tracing::info!(metrics = %endpoints.metrics, health = %endpoints.health, "serving metrics and probes");
     let client = kube::Client::try_default().await?;
+    ensure_server_supported(&client).await?;
     ensure_crds_installed(&client).await?;
     tracing::info!(
         namespaces = ?config.namespaces,
@@ -289,6 +296,36 @@ pub async fn run(args: Args) -> Result<(), Error> {
         crate::replica::run_replica(client, config, replica, Box::pin(shutdown_signal())).await;
     let _ = stop_endpoints.send(());
     Ok(result?)
+}
+
+/// The oldest Kubernetes whose API server accepts the CRDs (CEL's `isCIDR` came in 1.31).
+pub const MIN_KUBERNETES: (u32, u32) = (1, 31);
+
+/// Refuses an API server older than [`MIN_KUBERNETES`], in one line that says what is needed.
+pub async fn ensure_server_supported(client: &kube::Client) -> Result<(), Error> {
+    let info = client.apiserver_version().await?;
+    match supported(&info.major, &info.minor) {
+        Some(true) => Ok(()),
+        Some(false) => Err(Error::KubernetesTooOld {
+            found: info.git_version,
+        }),
+        None => {
+            tracing::warn!(
+                major = %info.major,
+                minor = %info.minor,
+                version = %info.git_version,
+                "the API server's version does not parse; going on without checking it"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Whether a server reporting `major` and `minor` (managed services write `31+`) is at least
+/// [`MIN_KUBERNETES`]; `None` when they are not numbers.
+fn supported(major: &str, minor: &str) -> Option<bool> {
+    let number = |text: &str| text.trim_end_matches('+').parse::<u32>().ok();
+    Some((number(major)?, number(minor)?) >= MIN_KUBERNETES)
 }
 
 /// Every kind's CRD must be served before the controllers start, or their watches would
@@ -350,6 +387,33 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn servers_older_than_the_crds_need_are_refused() {
+        for (major, minor, expected) in [
+            ("1", "33", Some(true)),
+            ("1", "31", Some(true)),
+            ("1", "31+", Some(true)),
+            ("2", "0", Some(true)),
+            ("1", "30", Some(false)),
+            ("1", "28+", Some(false)),
+            ("1", "9", Some(false)),
+            ("0", "99", Some(false)),
+            ("1", "", None),
+            ("one", "31", None),
+        ] {
+            assert_eq!(super::supported(major, minor), expected, "{major}.{minor}");
+        }
+        let message = super::Error::KubernetesTooOld {
+            found: "v1.28.7".into(),
+        }
+        .to_string();
+        assert!(!message.contains('\n'));
+        assert!(
+            message.contains("1.31 or newer") && message.contains("v1.28.7"),
+            "{message}"
+        );
+    }
+
     use super::*;
 
     #[test]
