@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
     kind = "Snapshot",
     namespaced,
     status = "SnapshotStatus",
-    shortname = "gpus",
+    shortname = "gpusnap",
     category = "gpucloud"
 )]
 #[serde(rename_all = "camelCase")]

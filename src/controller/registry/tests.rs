@@ -74,10 +74,22 @@ fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
             .flatten()
             .map(|c| c.name.as_str())
             .collect();
-        assert!(
-            columns.contains(&"Ready") && columns.contains(&"Age"),
+        assert_eq!(
+            (columns.first(), columns.get(1), columns.last()),
+            (Some(&"State"), Some(&"Ready"), Some(&"Age")),
             "{name}: {columns:?}"
         );
+        // A short name is `gpu` and an abbreviation of the kind, and never reads as another
+        // word: `kubectl get gpus` listing snapshots surprised people.
+        let kind = crd.spec.names.kind.to_lowercase();
+        let kind = kind.trim_start_matches("gpu");
+        for short in crd.spec.names.short_names.iter().flatten() {
+            let rest = short.strip_prefix("gpu").unwrap_or_default();
+            assert!(
+                !rest.is_empty() && rest != "s" && kind.contains(&rest[..1]),
+                "{name}: short name {short}"
+            );
+        }
     }
 }
 
