@@ -40,6 +40,10 @@ enum Command {
     Run(gpucloud_controller::cli::Args),
     /// Print the CustomResourceDefinitions of every kind as YAML (what `crds/` holds).
     Crds,
+    /// Let go of the objects for good before removing the operator: its finalizer is removed
+    /// with Orphan semantics, so the cloud resources stay; each is recorded in the operator's
+    /// namespace and printed (kind, namespace/name, cloud id) on standard output.
+    Release(gpucloud_controller::release::Args),
     /// Run the cloud API simulator.
     #[cfg(feature = "sandbox")]
     Simulator(gpucloud_simulator::cli::Args),
@@ -89,6 +93,25 @@ async fn main() -> anyhow::Result<()> {
                 eprintln!("Error: {error}");
                 std::process::exit(1);
             }
+        }
+        Command::Release(args) => {
+            let released = gpucloud_controller::release::run(&args)
+                .await
+                .context("release")?;
+            println!("KIND\tNAMESPACE/NAME\tCLOUD ID (left in the cloud)");
+            for object in &released {
+                let id = object.external_id.as_deref().unwrap_or("-");
+                println!(
+                    "{}\t{}/{}\t{id}",
+                    object.kind, object.namespace, object.name
+                );
+            }
+            eprintln!(
+                "released {} objects; what they leave in the cloud is also recorded in ConfigMap {}/{}",
+                released.len(),
+                args.operator_namespace,
+                gpucloud_controller::orphans::RELEASED_CONFIGMAP
+            );
         }
         Command::Crds | Command::Version => {}
     }

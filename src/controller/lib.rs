@@ -24,6 +24,7 @@ pub mod reconcile;
 pub mod records;
 pub mod references;
 pub mod registry;
+pub mod release;
 pub mod replica;
 pub mod requeue;
 pub mod run;

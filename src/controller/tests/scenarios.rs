@@ -23,6 +23,7 @@ mod policies;
 mod production;
 mod rate_limit_storm;
 mod readoption;
+mod release;
 mod secret_isolation;
 mod settled_traffic;
 mod snapshots;
