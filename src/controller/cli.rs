@@ -133,7 +133,7 @@ pub enum Error {
         MIN_RUNTIME_STALL.as_secs()
     )]
     RuntimeStall,
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", crate::error::KubeMessage(.0))]
     Kube(#[from] kube::Error),
     #[error(
         "the CustomResourceDefinitions are not installed ({0}); install them with: gpucloud-operator crds | kubectl apply -f -"

@@ -10,7 +10,7 @@ pub enum Error {
     #[error("cloud API: {0}")]
     Cloud(#[from] CloudError),
 
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", KubeMessage(.0))]
     Kube(#[from] kube::Error),
 
     /// No list of the kind could be had from the cloud.
@@ -88,10 +88,28 @@ pub enum Error {
 /// The reconcile's own error, without the finalizer helper's wrapping, which would only add
 /// noise to conditions and events.
 fn finalizer_message(error: &kube::runtime::finalizer::Error<Error>) -> String {
+    use kube::runtime::finalizer::Error as Finalizer;
     match error {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e.to_string(),
+        Finalizer::ApplyFailed(e) | Finalizer::CleanupFailed(e) => e.to_string(),
+        Finalizer::AddFinalizer(e) => format!("adding the finalizer: {}", KubeMessage(e)),
+        Finalizer::RemoveFinalizer(e) => format!("removing the finalizer: {}", KubeMessage(e)),
         other => format!("finalizer: {other}"),
+    }
+}
+
+/// A Kubernetes API error as a person reads it in a condition, an Event or a log line: the
+/// server's message, code and reason. kube's own text appends a Debug dump of the whole
+/// `Status`.
+pub struct KubeMessage<'a>(pub &'a kube::Error);
+
+impl std::fmt::Display for KubeMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            kube::Error::Api(status) => {
+                write!(f, "{} ({} {})", status.message, status.code, status.reason)
+            }
+            other => write!(f, "{other}"),
+        }
     }
 }
 
@@ -297,6 +315,36 @@ impl Error {
 mod tests {
     use super::*;
     use gpucloud_cloud::Operation;
+
+    /// Conditions and Events carry the API server's message, never a Debug dump of it.
+    #[test]
+    fn kubernetes_errors_read_as_the_server_wrote_them() {
+        let status = || {
+            kube::Error::Api(Box::new(kube::core::Status {
+                message: "Operation cannot be fulfilled on gpuinstances \"a\": the object has been modified".into(),
+                reason: "Conflict".into(),
+                code: 409,
+                ..kube::core::Status::default()
+            }))
+        };
+        use kube::runtime::finalizer::Error as Finalizer;
+        for error in [
+            Error::Kube(status()),
+            Error::Finalizer(Box::new(Finalizer::AddFinalizer(status()))),
+            Error::Finalizer(Box::new(Finalizer::RemoveFinalizer(status()))),
+            Error::Finalizer(Box::new(Finalizer::ApplyFailed(Error::Kube(status())))),
+        ] {
+            let text = error.to_string();
+            assert!(
+                !text.contains("Status {") && !text.contains("ApiError"),
+                "{text}"
+            );
+            assert!(
+                text.contains("the object has been modified (409 Conflict)"),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn categories_drive_conditions() {

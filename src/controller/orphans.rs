@@ -102,7 +102,7 @@ impl OrphanSweepSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The objects of a kind could not be listed: without every claim, nothing is reported.
-    #[error("listing {kind} objects: {source}")]
+    #[error("listing {kind} objects: {}", crate::error::KubeMessage(.source))]
     ListObjects {
         kind: String,
         #[source]

@@ -59,7 +59,7 @@ pub enum Error {
         namespace: String,
         name: String,
     },
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", crate::error::KubeMessage(.0))]
     Kube(#[from] kube::Error),
 }
 
