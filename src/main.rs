@@ -58,9 +58,22 @@ enum Command {
     Version,
 }
 
+/// Runs the command; an error that ends it is the log's last line, in the log's format, on
+/// one line with its causes (see [`one_line`]).
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let format = cli.log_format;
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            gpucloud_telemetry::report_fatal(format, &one_line(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     // kube and reqwest both bring rustls; name the provider once for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     if matches!(cli.command, Command::Crds | Command::Version) {
@@ -85,15 +98,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Apiserver(args) => gpucloud_apiserver::cli::run(args)
             .await
             .context("apiserver")?,
-        // The sandbox's errors are one line each, shown without a cause chain or a
-        // backtrace (whatever RUST_BACKTRACE says).
+        // The sandbox's errors are one line each already: no context added.
         #[cfg(feature = "sandbox")]
-        Command::Dev(args) => {
-            if let Err(error) = gpucloud_dev::run(args).await {
-                eprintln!("Error: {error}");
-                std::process::exit(1);
-            }
-        }
+        Command::Dev(args) => gpucloud_dev::run(args).await?,
         Command::Release(args) => {
             let released = gpucloud_controller::release::run(&args)
                 .await
@@ -129,6 +136,23 @@ impl Command {
     }
 }
 
+/// `context: cause: cause`, each cause once: an error whose text already carries its source's
+/// (as most of ours do, to read well in conditions) does not repeat it.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 fn print_only(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Crds => print!("{}", gpucloud_controller::registry::crds_yaml()?),
@@ -143,6 +167,34 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
+    fn a_fatal_error_names_each_cause_once() {
+        /// An error whose text carries its source's, as the operator's errors do.
+        #[derive(Debug)]
+        struct Wrapping(std::io::Error);
+        impl std::fmt::Display for Wrapping {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "Kubernetes API: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapping {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no file /etc/kubeconfig");
+        let error = anyhow::Error::new(Wrapping(io)).context("operator");
+        assert_eq!(
+            super::one_line(&error),
+            "operator: Kubernetes API: no file /etc/kubeconfig"
+        );
+        let chained = anyhow::anyhow!("connection refused").context("listing volumes");
+        assert_eq!(
+            super::one_line(&chained.context("operator")),
+            "operator: listing volumes: connection refused"
+        );
+    }
+
+    #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
     }
@@ -153,7 +205,7 @@ mod tests {
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        let mut roles = vec!["run", "crds", "version"];
+        let mut roles = vec!["run", "crds", "release", "version"];
         if cfg!(feature = "sandbox") {
             roles.extend(["simulator", "apiserver", "dev"]);
         } else {

@@ -155,3 +155,55 @@ async fn sigterm_mid_fleet_then_restart_converges_without_duplicates_or_leaks() 
         leaks.first()
     );
 }
+
+/// A start that fails (here: no kubeconfig at the path given) ends the log with one line that
+/// names the cause and the path: one JSON object under `--log-format json`, like every line
+/// before it; `Error: ...` under text. stderr is not a terminal here, so no line carries a
+/// colour code.
+#[tokio::test]
+async fn a_failed_start_ends_the_log_with_one_line_in_its_format() {
+    for format in ["json", "text"] {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_gpucloud-operator"))
+            .args([
+                "--log-format",
+                format,
+                "run",
+                "--cloud-url",
+                "http://127.0.0.1:9",
+            ])
+            .args([
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--health-listen",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("NO_COLOR")
+            .output()
+            .await
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(!stderr.contains('\x1b'), "colour codes: {stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        let message = if format == "json" {
+            for line in stderr.lines() {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            }
+            let fatal: serde_json::Value = serde_json::from_str(last).unwrap();
+            assert_eq!(fatal["level"], "ERROR", "{last}");
+            fatal["message"].as_str().unwrap().to_string()
+        } else {
+            last.strip_prefix("Error: ").expect(last).to_string()
+        };
+        assert!(message.contains("/nonexistent/kubeconfig"), "{message}");
+        // Each cause once.
+        assert_eq!(
+            message.matches("Failed to infer configuration").count(),
+            1,
+            "{message}"
+        );
+    }
+}

@@ -6,6 +6,6 @@ pub mod metrics;
 pub mod server;
 
 pub use health::{Health, HealthSettings, Role, WatchSignal};
-pub use logging::{LogFormat, init_logging};
+pub use logging::{LogFormat, init_logging, report_fatal};
 pub use metrics::{KindState, Metrics, StateSource};
 pub use server::Endpoints;
