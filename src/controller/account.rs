@@ -6,6 +6,11 @@
 //! client, one rate limiter and one set of cloud observers, so the operator never runs two
 //! limiters against the same account. Keys are told apart by their SHA-256 digest
 //! ([`AccountId`]), so two different keys never share an account.
+//!
+//! An account no object resolves to any more (its objects deleted, or their Secret now holds
+//! another key) is retired after two passes in a row without users ([`Accounts::retire_unused`]):
+//! its observers stop listing, its balance is no longer read, the sweeper no longer visits it.
+//! Nothing irreversible follows: an object that resolves to the key again gets a new account.
 
 use crate::error::Error;
 use crate::lock;
@@ -18,7 +23,7 @@ use gpucloud_cloud::{ApiKey, CallObserver, ClientConfig, CloudClient, RateLimit}
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,6 +110,8 @@ pub struct Account {
     /// Counts the account's recoveries: objects that failed during an outage wait on this
     /// rather than each on a growing timer of its own.
     recoveries: watch::Sender<u64>,
+    /// Set once no object uses the account: its observers stop.
+    retired: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Account {
@@ -125,7 +132,24 @@ impl Account {
             pricing: Mutex::new(None),
             down_since: Mutex::new(None),
             recoveries: watch::Sender::new(0),
+            retired: watch::Sender::new(false),
         })
+    }
+
+    /// Whether no object used the account any more when it was last looked at.
+    pub fn is_retired(&self) -> bool {
+        *self.retired.borrow()
+    }
+
+    /// Marks the account as no longer used: its observers stop.
+    pub(crate) fn retire(&self) {
+        self.retired.send_replace(true);
+    }
+
+    /// Resolves once the account is retired.
+    pub async fn retirement(&self) {
+        let mut retired = self.retired.subscribe();
+        let _ = retired.wait_for(|retired| *retired).await;
     }
 
     /// Marks the account's cloud as not answering.
@@ -211,6 +235,10 @@ impl Account {
     }
 }
 
+/// The credentials the objects of one kind (in one watched scope) use: each object's namespace
+/// and the Secret reference of its spec.
+pub type CredentialUsers = Box<dyn Fn() -> Vec<(String, Option<SecretKeyRef>)> + Send + Sync>;
+
 /// Accounts by key digest, and which Secret resolved to which key.
 pub struct Accounts {
     settings: CloudSettings,
@@ -218,6 +246,9 @@ pub struct Accounts {
     default_secret: Option<SecretLocation>,
     by_id: Mutex<HashMap<AccountId, Arc<Account>>>,
     resolved: Mutex<ResolvedSecrets>,
+    users: Mutex<Vec<CredentialUsers>>,
+    /// The accounts the previous [`Accounts::retire_unused`] found without users.
+    unused_before: Mutex<HashSet<AccountId>>,
 }
 
 /// How long a Secret's account is reused without reading the Secret again. A change to a
@@ -249,7 +280,48 @@ impl Accounts {
             default_secret,
             by_id: Mutex::new(HashMap::new()),
             resolved: Mutex::new(ResolvedSecrets::default()),
+            users: Mutex::new(Vec::new()),
+            unused_before: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Adds the objects of a kind to those whose credentials keep accounts in use.
+    pub fn register_users(&self, users: CredentialUsers) {
+        lock(&self.users).push(users);
+    }
+
+    /// Retires the accounts no object has resolved to in this pass and the one before: they
+    /// leave [`Accounts::all`], and their observers stop. Returns them.
+    pub fn retire_unused(&self) -> Vec<AccountId> {
+        let locations: HashSet<SecretLocation> = lock(&self.users)
+            .iter()
+            .flat_map(|users| users())
+            .filter_map(|(namespace, reference)| self.secret_for(&namespace, reference.as_ref()))
+            .collect();
+        let in_use: HashSet<AccountId> = {
+            let resolved = lock(&self.resolved);
+            locations
+                .iter()
+                .filter_map(|location| resolved.by_location.get(location))
+                .map(|(_, account)| account.id)
+                .collect()
+        };
+        let known: HashSet<AccountId> = lock(&self.by_id).keys().copied().collect();
+        let retire = {
+            let mut unused_before = lock(&self.unused_before);
+            let (retire, unused) = to_retire(&known, &in_use, &unused_before);
+            *unused_before = unused;
+            retire
+        };
+        for id in &retire {
+            if let Some(account) = lock(&self.by_id).remove(id) {
+                account.retire();
+            }
+        }
+        lock(&self.resolved)
+            .by_location
+            .retain(|_, (_, account)| !retire.contains(&account.id));
+        retire
     }
 
     /// Forgets what the Secret `namespace`/`name` resolved to: it changed or went away.
@@ -379,6 +451,20 @@ impl Accounts {
     }
 }
 
+/// The accounts to retire (known, unused now and at the previous pass) and those unused now
+/// for the first time, for the next pass.
+fn to_retire(
+    known: &HashSet<AccountId>,
+    in_use: &HashSet<AccountId>,
+    unused_before: &HashSet<AccountId>,
+) -> (Vec<AccountId>, HashSet<AccountId>) {
+    let (retire, unused): (Vec<AccountId>, Vec<AccountId>) = known
+        .difference(in_use)
+        .copied()
+        .partition(|id| unused_before.contains(id));
+    (retire, unused.into_iter().collect())
+}
+
 fn read_key(secret: &Secret, key: &str) -> Option<ApiKey> {
     let from_data = secret
         .data
@@ -402,6 +488,35 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn an_account_is_retired_after_two_passes_in_a_row_without_users() {
+        let id = |key: &str| AccountId::of(&ApiKey::new(key));
+        let set = |keys: &[&str]| keys.iter().map(|k| id(k)).collect::<HashSet<_>>();
+        // (known, in use, unused at the previous pass) -> (retired, unused for the next pass)
+        type Keys = &'static [&'static str];
+        let cases: [(Keys, Keys, Keys, Keys, Keys); 5] = [
+            // Used: kept.
+            (&["a"], &["a"], &[], &[], &[]),
+            // Unused once: only noted.
+            (&["a", "b"], &["a"], &[], &[], &["b"]),
+            // Unused twice in a row: retired.
+            (&["a", "b"], &["a"], &["b"], &["b"], &[]),
+            // Used again between the two passes: the count starts over.
+            (&["a", "b"], &["a", "b"], &["b"], &[], &[]),
+            // Unused before, gone since (retired, or never resolved again): nothing to do.
+            (&["a"], &["a"], &["c"], &[], &[]),
+        ];
+        for (known, in_use, before, retired, unused) in cases {
+            let (got_retired, got_unused) = to_retire(&set(known), &set(in_use), &set(before));
+            assert_eq!(
+                got_retired.into_iter().collect::<HashSet<_>>(),
+                set(retired),
+                "{known:?} {in_use:?} {before:?}"
+            );
+            assert_eq!(got_unused, set(unused), "{known:?} {in_use:?} {before:?}");
+        }
+    }
 
     #[test]
     fn keys_are_read_trimmed_and_empty_ones_refused() {

@@ -213,6 +213,10 @@ impl<R: CloudRecord> Observer<R> {
                 let Some(observer) = weak.upgrade() else {
                     return;
                 };
+                // No object uses the account any more: stop listing it.
+                if account.is_retired() {
+                    return;
+                }
                 let started = Instant::now();
                 let result = L::list(account.client.clone()).await;
                 let mut diff = None;
@@ -256,6 +260,7 @@ impl<R: CloudRecord> Observer<R> {
                 tokio::select! {
                     () = tokio::time::sleep(interval) => {}
                     () = observer.wake.notified() => {}
+                    () = account.retirement() => return,
                 }
             }
         });
@@ -476,6 +481,24 @@ mod tests {
             Some("the cloud list loop has stopped".to_string())
         );
         assert!(observer.list_after(Instant::now()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_retired_account_is_no_longer_listed() {
+        let account = Account::for_tests("http://127.0.0.1:9");
+        let (changes, mut received) = mpsc::unbounded_channel();
+        tokio::spawn(async move { while received.recv().await.is_some() {} });
+        // A long interval: the loop waits in its sleep when the retirement comes.
+        let intervals = listing_every(Duration::from_secs(3600));
+        let observer = Observer::spawn::<Flapping>(account.clone(), intervals, changes);
+        assert!(observer.latest().await.is_ok());
+        assert!(observer.is_running());
+        account.retire();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while observer.is_running() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!observer.is_running(), "still listing a retired account");
     }
 
     /// Readers of the list and the list loop's writes share one lock: a reader that held

@@ -306,7 +306,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     config.metrics.set_leader(true);
     let mut controllers = Vec::new();
     controllers.push(
-        report_balances(
+        keep_accounts(
             accounts.clone(),
             config.metrics.clone(),
             config.reconcile.observe.resync,
@@ -403,10 +403,15 @@ fn relay_secrets(
         })
 }
 
-/// Reads each account's balance once per resync interval for `gpucloud_account_balance`:
-/// one call per account, however many objects there are.
-async fn report_balances(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Duration) {
+/// Once per resync interval: retires the accounts no object uses any more, then reads each
+/// remaining account's balance for `gpucloud_account_balance` (one call per account, however
+/// many objects there are).
+async fn keep_accounts(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Duration) {
     loop {
+        for retired in accounts.retire_unused() {
+            metrics.remove_balance(&retired.label());
+            tracing::info!(account = %retired, "no object uses the account any more; it is no longer listed");
+        }
         for account in accounts.all() {
             match account.balance().await {
                 Ok(balance) => metrics.set_balance(&account.id.label(), balance.balance),
@@ -590,6 +595,15 @@ fn controller<K: ManagedKind>(
     let gauges = Arc::new(KindGauges::new(store.clone()));
     config.metrics.register_state(gauges.clone());
     shared.ownership.register(store.clone());
+    let users = store.clone();
+    shared.accounts.register_users(Box::new(move || {
+        let objects = users.state();
+        let credentials = |object: &Arc<K>| {
+            let reference = object.managed().credentials_secret_ref.clone();
+            (object.namespace().unwrap_or_default(), reference)
+        };
+        objects.iter().map(credentials).collect()
+    }));
     let kind = K::kind(&()).to_string();
     let scope = sync_key(&kind, namespace);
     let (trigger, triggers) = mpsc::unbounded_channel();

@@ -284,6 +284,13 @@ impl Metrics {
             .set(balance);
     }
 
+    /// `account` is no longer used: its balance is no longer reported.
+    pub fn remove_balance(&self, account: &str) {
+        self.balance.remove(&AccountLabels {
+            account: account.into(),
+        });
+    }
+
     /// The result of one orphan sweep: orphans by cloud resource kind (kinds with none
     /// included, so a cleared orphan goes back to 0).
     pub fn set_orphans<'a>(&self, counts: impl IntoIterator<Item = (&'a str, i64)>) {

@@ -4,6 +4,7 @@
 use crate::support;
 
 use gpucloud_api::*;
+use gpucloud_cloud::ApiKey;
 use gpucloud_cloud::model::CreateInstanceRequest;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
@@ -468,4 +469,61 @@ async fn secrets_of_other_namespaces_cannot_be_used() {
     );
     condition(&env, "cross2", "Stalled", "True", "CredentialsMissing").await;
     assert!(env.simulator.state().instances.is_empty());
+}
+
+/// A key replaced in its Secret by another key of the same cloud account: the object goes on
+/// with the new key, and the old key's account, which no object uses any more, is retired:
+/// no longer listed, its balance no longer read or reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_key_stops_being_used() {
+    const OLD_KEY: &str = "old-key-0d1e";
+    const NEW_KEY: &str = "new-key-7a2b";
+    let simulator = gpucloud_simulator::SimulatorConfig {
+        api_keys: vec!["default-key-5c3f".into(), OLD_KEY.into(), NEW_KEY.into()],
+        ..gpucloud_simulator::SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    let config = support::test_config(&env.simulator);
+    let metrics = config.metrics.clone();
+    env.start_operator(config);
+    env.put_secret(NAMESPACE, "team-key", OLD_KEY).await;
+    let object = instance(
+        "rotated",
+        serde_json::json!({"credentialsSecretRef": {"name": "team-key"}}),
+    );
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let machine = support::ready::<GpuInstance>(&env, "rotated")
+        .await
+        .cloud_status()
+        .external_id;
+    let balance_of = |key: &str| {
+        let account = gpucloud_controller::account::AccountId::of(&ApiKey::new(key));
+        format!(
+            "gpucloud_account_balance{{account=\"{}\"}}",
+            account.label()
+        )
+    };
+    let reported = |key: &str| metrics.encode().contains(&balance_of(key));
+    eventually(30, "the old key's balance reported", || async {
+        reported(OLD_KEY).then_some(())
+    })
+    .await;
+
+    env.put_secret(NAMESPACE, "team-key", NEW_KEY).await;
+    eventually(30, "the old key retired, the new one in use", || async {
+        (!reported(OLD_KEY) && reported(NEW_KEY)).then_some(())
+    })
+    .await;
+    let after = support::ready::<GpuInstance>(&env, "rotated").await;
+    assert_eq!(
+        after.cloud_status().external_id,
+        machine,
+        "the same machine"
+    );
+    // Retired for good while no object names the key again: not back a few passes later.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!reported(OLD_KEY), "{}", metrics.encode());
 }
