@@ -72,8 +72,10 @@ pub trait Managed {
     const COLUMNS: &'static [Column];
 }
 
-/// The kind's CRD with its `kubectl get` table: State and Ready, the kind's own columns,
-/// then ID (with `-o wide`) and Age, so every kind reads the same way.
+/// The kind's CRD as `kubectl get` and `kubectl explain` show it. Its table: State and Ready,
+/// the kind's own columns, then ID (with `-o wide`) and Age, so every kind reads the same way.
+/// Its descriptions: the kind's is its spec's (the derive writes a placeholder there), and the
+/// doc comments they come from are unwrapped, since `kubectl explain` wraps text itself.
 pub fn crd<K: kube::CustomResourceExt + Managed>() -> CustomResourceDefinition {
     let shared_first = [
         Column::new("State", "string", ".status.state"),
@@ -96,6 +98,47 @@ pub fn crd<K: kube::CustomResourceExt + Managed>() -> CustomResourceDefinition {
     let mut crd = K::crd();
     for version in &mut crd.spec.versions {
         version.additional_printer_columns = Some(columns.clone());
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            let spec = schema.properties.as_ref().and_then(|p| p.get("spec"));
+            schema.description = spec.and_then(|spec| spec.description.clone());
+        }
     }
-    crd
+    unwrapped(crd)
+}
+
+/// `crd` with every description's lines joined (paragraphs, split by a blank line, kept).
+fn unwrapped(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(node: &mut serde_json::Value) {
+        match node {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map.iter_mut() {
+                    match value {
+                        serde_json::Value::String(text) if key == "description" => {
+                            *text = join_lines(text);
+                        }
+                        _ => walk(value),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    walk(&mut value["spec"]["versions"]);
+    serde_json::from_value(value).unwrap_or(crd)
+}
+
+/// A doc comment's lines joined with spaces, its paragraphs kept apart.
+fn join_lines(text: &str) -> String {
+    text.split("\n\n")
+        .map(|paragraph| paragraph.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }

@@ -93,6 +93,50 @@ fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
     }
 }
 
+/// `kubectl explain <kind>` opens with what the kind is, and wraps descriptions itself: the
+/// doc comments they come from carry no line breaks into the CRDs.
+#[test]
+fn descriptions_read_well_in_kubectl_explain() {
+    fn descriptions<'a>(
+        node: &'a serde_json::Value,
+        path: String,
+        out: &mut Vec<(String, &'a str)>,
+    ) {
+        match node {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    match value.as_str() {
+                        Some(text) if key == "description" => out.push((path.clone(), text)),
+                        _ => descriptions(value, format!("{path}.{key}"), out),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    descriptions(item, path.clone(), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    for crd in super::crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let root = schema["openAPIV3Schema"]["description"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            !root.is_empty() && !root.contains("Auto-generated"),
+            "{name}: {root:?}"
+        );
+        let mut all = Vec::new();
+        descriptions(&schema, name.clone(), &mut all);
+        for (path, text) in all {
+            assert!(!text.contains('\n'), "{path}: {text:?}");
+        }
+    }
+}
+
 /// A structural schema (what the apiserver demands of a CRD) has a type on every node, and
 /// no `$ref`, `anyOf`/`oneOf` carrying types, or `additionalProperties` beside `properties`.
 #[test]
