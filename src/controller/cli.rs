@@ -215,7 +215,7 @@ impl Args {
                     delete: self.delete_duplicates,
                 },
             },
-            reporter: "gpucloud-operator".into(),
+            reporter: crate::events::Reporter::new("gpucloud-operator", self.instance_name()),
             orphans: OrphanSweepSettings {
                 interval: self.orphan_sweep_interval,
                 grace_period: self.orphan_grace_period,
@@ -253,15 +253,24 @@ impl Args {
         })
     }
 
-    /// The pod name, or the host name with a random suffix outside a pod.
-    fn identity(&self) -> String {
+    /// The pod name, or the host name outside a pod: the replica Events name as their
+    /// `reportingInstance`.
+    fn instance_name(&self) -> String {
         if let Some(name) = self.pod_name.as_ref().filter(|n| !n.is_empty()) {
             return name.clone();
         }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "gpucloud-operator".into());
-        format!("{host}-{:08x}", rand::random::<u32>())
+            .unwrap_or_else(|_| "gpucloud-operator".into())
+    }
+
+    /// The lease holder's name: the pod name, or the host name with a random suffix outside a
+    /// pod (two processes on one host are two candidates).
+    fn identity(&self) -> String {
+        match self.pod_name.as_ref().filter(|n| !n.is_empty()) {
+            Some(name) => name.clone(),
+            None => format!("{}-{:08x}", self.instance_name(), rand::random::<u32>()),
+        }
     }
 }
 

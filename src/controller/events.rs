@@ -56,6 +56,24 @@ const LANES: usize = 4;
 /// Events queued in one lane at most; past it an event is dropped.
 const LANE_CAPACITY: usize = 1024;
 
+/// Who reports the events: the controller's name, and the replica (`reportingInstance`, the
+/// pod's name) that wrote each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reporter {
+    pub controller: String,
+    pub instance: String,
+}
+
+impl Reporter {
+    /// `controller` reporting from the replica `instance`.
+    pub fn new(controller: impl Into<String>, instance: impl Into<String>) -> Self {
+        Reporter {
+            controller: controller.into(),
+            instance: instance.into(),
+        }
+    }
+}
+
 /// Publishes events under one reporting controller name.
 pub struct EventPublisher {
     writer: Arc<Writer>,
@@ -66,7 +84,7 @@ pub struct EventPublisher {
 /// What writes events to the API server; shared with the background lanes.
 struct Writer {
     client: kube::Client,
-    controller: String,
+    reporter: Reporter,
     remembered: Mutex<Remembered>,
     limit: usize,
 }
@@ -85,16 +103,16 @@ struct Sent {
 }
 
 impl EventPublisher {
-    pub fn new(client: kube::Client, controller: impl Into<String>) -> Self {
-        Self::with_limit(client, controller, REMEMBERED_LIMIT)
+    pub fn new(client: kube::Client, reporter: Reporter) -> Self {
+        Self::with_limit(client, reporter, REMEMBERED_LIMIT)
     }
 
     /// A publisher that remembers at most `limit` events for series.
-    pub fn with_limit(client: kube::Client, controller: impl Into<String>, limit: usize) -> Self {
+    pub fn with_limit(client: kube::Client, reporter: Reporter, limit: usize) -> Self {
         EventPublisher {
             writer: Arc::new(Writer {
                 client,
-                controller: controller.into(),
+                reporter,
                 remembered: Mutex::new(Remembered {
                     by_key: HashMap::new(),
                     pruned_at: Instant::now(),
@@ -234,7 +252,10 @@ impl Writer {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into());
-        let subject = regarding.name.as_deref().unwrap_or(&self.controller);
+        let subject = regarding
+            .name
+            .as_deref()
+            .unwrap_or(&self.reporter.controller);
         KubeEvent {
             metadata: ObjectMeta {
                 // client-go's naming: unique per object and nanosecond.
@@ -249,8 +270,8 @@ impl Writer {
             type_: Some(type_name(event.type_).into()),
             regarding: Some(regarding.clone()),
             related: event.secondary.clone(),
-            reporting_controller: Some(self.controller.clone()),
-            reporting_instance: Some(self.controller.clone()),
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(self.reporter.instance.clone()),
             ..KubeEvent::default()
         }
     }

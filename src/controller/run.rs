@@ -41,7 +41,7 @@ pub struct OperatorConfig {
     pub default_secret: Option<SecretLocation>,
     pub reconcile: ReconcileSettings,
     /// Name the operator's events carry.
-    pub reporter: String,
+    pub reporter: crate::events::Reporter,
     /// The orphan sweeper; see `orphans.rs`.
     pub orphans: OrphanSweepSettings,
     pub metrics: Arc<Metrics>,

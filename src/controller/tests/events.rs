@@ -70,7 +70,7 @@ fn expected(events: &[(&str, &str, i32)]) -> Vec<(String, String, i32)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_event_becomes_a_series_on_the_first() {
     let env = Env::without_operator(SimulatorConfig::default()).await;
-    let publisher = EventPublisher::new(env.client.clone(), "gpucloud-operator");
+    let publisher = EventPublisher::new(env.client.clone(), reporter());
     for _ in 0..3 {
         send(&publisher, "Created", "a").await;
     }
@@ -85,6 +85,9 @@ async fn a_repeated_event_becomes_a_series_on_the_first() {
     // The first event is gone (expired, deleted): a repeat starts a new one.
     let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
     for e in events.list(&ListParams::default()).await.unwrap().items {
+        // Which controller, and which of its replicas, wrote it.
+        assert_eq!(e.reporting_controller.as_deref(), Some("gpucloud-operator"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("test-replica"));
         if e.reason.as_deref() == Some("Ready") {
             let name = e.metadata.name.unwrap();
             events
@@ -103,7 +106,7 @@ async fn a_repeated_event_becomes_a_series_on_the_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_past_the_limit_are_sent_but_not_remembered() {
     let env = Env::without_operator(SimulatorConfig::default()).await;
-    let publisher = EventPublisher::with_limit(env.client.clone(), "gpucloud-operator", 2);
+    let publisher = EventPublisher::with_limit(env.client.clone(), reporter(), 2);
     for name in ["a", "b", "c"] {
         send(&publisher, "Created", name).await;
     }
@@ -129,7 +132,7 @@ async fn events_past_the_limit_are_sent_but_not_remembered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_events_arrive_in_order_and_repeats_fold_into_a_series() {
     let env = Env::without_operator(SimulatorConfig::default()).await;
-    let publisher = EventPublisher::new(env.client.clone(), "gpucloud-operator");
+    let publisher = EventPublisher::new(env.client.clone(), reporter());
     for _ in 0..5 {
         publisher.send(event("Created"), regarding("a"));
     }

@@ -118,7 +118,7 @@ pub fn sweeper(env: &Env, grace_period: Duration, delete: bool) -> OrphanSweeper
             summary_namespace: OPERATOR_NAMESPACE.into(),
             summary_name: "gpucloud-operator".into(),
         },
-        Arc::new(EventPublisher::new(env.client.clone(), "gpucloud-operator")),
+        Arc::new(EventPublisher::new(env.client.clone(), support::reporter())),
     )
 }
 

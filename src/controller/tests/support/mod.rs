@@ -34,6 +34,11 @@ pub struct Env {
     _watchdog: Watchdog,
 }
 
+/// The reporter of the tests' events: the operator's controller name, a replica of its own.
+pub fn reporter() -> gpucloud_controller::events::Reporter {
+    gpucloud_controller::events::Reporter::new("gpucloud-operator", "test-replica")
+}
+
 /// Operator settings sized for tests: fast lists, short windows.
 pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
     OperatorConfig {
@@ -68,7 +73,7 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
                 delete: true,
             },
         },
-        reporter: "gpucloud-operator".into(),
+        reporter: reporter(),
         orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
         metrics: Default::default(),
         health: Default::default(),
