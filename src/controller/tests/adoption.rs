@@ -100,11 +100,7 @@ async fn another_teams_machine_cannot_be_taken_by_annotation_at_create_or_later(
     let env = Env::start().await;
     tenant_namespace(&env).await;
     create(&env, &machine("victim", serde_json::json!({}))).await;
-    let victim = ready::<GpuInstance>(&env, "victim")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let victim = ready_id::<GpuInstance>(&env, "victim").await;
 
     // The tenant's own machine, to which the annotation is added later.
     let own = tenant_api::<GpuInstance>(&env);
@@ -192,11 +188,7 @@ async fn another_teams_firewall_cannot_be_adopted() {
         serde_json::json!({"region": "us-east-1", "rules": [rule]}),
     );
     create(&env, &firewall).await;
-    let id = ready::<Firewall>(&env, "edge")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let id = ready_id::<Firewall>(&env, "edge").await;
     let rules_before = env.simulator.state().firewalls[0].rules.clone();
     let before = writes(&env);
 
@@ -267,11 +259,7 @@ async fn another_teams_machine_cannot_be_snapshotted_by_id() {
     let env = Env::start().await;
     tenant_namespace(&env).await;
     create(&env, &machine("victim", serde_json::json!({}))).await;
-    let victim = ready::<GpuInstance>(&env, "victim")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let victim = ready_id::<GpuInstance>(&env, "victim").await;
     let gets_before = env.calls("GetInstance");
     let before = writes(&env);
 
@@ -301,11 +289,7 @@ async fn a_refusal_whose_report_was_lost_shows_soon_after() {
     let env = Env::start().await;
     tenant_namespace(&env).await;
     create(&env, &machine("victim", serde_json::json!({}))).await;
-    let victim = ready::<GpuInstance>(&env, "victim")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let victim = ready_id::<GpuInstance>(&env, "victim").await;
     let conflicts = gpucloud_apiserver::faults::ApiFaultPlan {
         seed: 1,
         status_conflict_rate: 1.0,

@@ -197,14 +197,10 @@ async fn stop_at_night_stops_and_starts(env: &Env) {
             .env("KUBECONFIG", &kubeconfig)
             .env("POWER_STATE", power)
             .output();
-        let output = tokio::task::spawn_blocking(move || run)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "the CronJob's script with POWER_STATE={power}: {}",
-            String::from_utf8_lossy(&output.stderr)
+        let output = tokio::task::spawn_blocking(move || run).await.unwrap();
+        succeeded(
+            output,
+            &format!("the CronJob's script with POWER_STATE={power}"),
         );
         eventually(60, &format!("dev-box {vm_status} and Ready"), || {
             let api = api.clone();
@@ -265,13 +261,19 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) {
     let output = std::process::Command::new("kubectl")
         .args(args)
         .env("KUBECONFIG", kubeconfig)
-        .output()
-        .expect("kubectl runs");
+        .output();
+    succeeded(output, &format!("kubectl {args:?}"));
+}
+
+/// The standard output of a command that ran and succeeded; `what` names it when it did not.
+fn succeeded(output: std::io::Result<std::process::Output>, what: &str) -> String {
+    let output = output.unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
         output.status.success(),
-        "kubectl {args:?}: {}",
+        "{what}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+    String::from_utf8(output.stdout).unwrap()
 }
 
 /// The folders the Argo CD Applications and Flux Kustomizations sync exist in this repository
@@ -317,14 +319,8 @@ fn gitops_paths_exist_and_render(applied: &[(String, String, String, DynamicObje
         let output = std::process::Command::new("kubectl")
             .arg("kustomize")
             .arg(&folder)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "kubectl kustomize {path}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let rendered = String::from_utf8(output.stdout).unwrap();
+            .output();
+        let rendered = succeeded(output, &format!("kubectl kustomize {path}"));
         let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&rendered)
             .map(|d| serde_json::Value::deserialize(d).unwrap())
             .filter_map(|v| v["kind"].as_str().map(str::to_string))

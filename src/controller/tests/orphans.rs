@@ -210,11 +210,7 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
     )
     .await;
     let ready_vm = ready::<GpuInstance>(&env, "ready-vm").await;
-    let kept_id = ready::<Volume>(&env, "kept-vol")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let kept_id = ready_id::<Volume>(&env, "kept-vol").await;
     support::delete_and_wait::<Volume>(&env, "kept-vol").await;
     env.stop_operator().await;
     let released: Api<ConfigMap> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use support::{Env, NAMESPACE, OPERATOR_NAMESPACE, create, object, ready};
+use support::{Env, NAMESPACE, OPERATOR_NAMESPACE, create, object, ready_id};
 
 fn args() -> Args {
     Args {
@@ -41,16 +41,8 @@ async fn release_lets_go_of_every_object_and_leaves_the_cloud_as_it_was() {
     );
     create(&env, &instance).await;
     create(&env, &volume).await;
-    let instance_id = ready::<GpuInstance>(&env, "train-1")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
-    let volume_id = ready::<Volume>(&env, "data")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let instance_id = ready_id::<GpuInstance>(&env, "train-1").await;
+    let volume_id = ready_id::<Volume>(&env, "data").await;
 
     // A replica holds the lease (renewed just now): refused, nothing touched.
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);

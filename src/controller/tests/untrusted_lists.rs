@@ -48,11 +48,7 @@ async fn a_volume_left_out_of_lists_stays_ready_and_is_deleted_for_real() {
         serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
     );
     create(&env, &volume).await;
-    let id = ready::<Volume>(&env, "data")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let id = ready_id::<Volume>(&env, "data").await;
 
     omit_from_lists(&env, &id, 5).await;
     assert_eq!(
@@ -76,16 +72,8 @@ async fn a_firewall_and_a_key_left_out_of_lists_are_not_created_twice() {
     let key: SshKey = object("dev", serde_json::json!({}));
     create(&env, &firewall).await;
     create(&env, &key).await;
-    let firewall_id = ready::<Firewall>(&env, "edge")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
-    let key_id = ready::<SshKey>(&env, "dev")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let firewall_id = ready_id::<Firewall>(&env, "edge").await;
+    let key_id = ready_id::<SshKey>(&env, "dev").await;
 
     let before = env.simulator.fault_counts().omitted_from_lists;
     env.simulator.set_faults(FaultPlan {
@@ -156,11 +144,7 @@ async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported
     .await;
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     env.simulator.set_faults(FaultPlan::default());
-    let recorded = ready::<Volume>(&env, "data")
-        .await
-        .cloud_status()
-        .external_id
-        .unwrap();
+    let recorded = ready_id::<Volume>(&env, "data").await;
     eventually(45, "the late create carried out", || async {
         (data_volumes(&env).len() == 2).then_some(())
     })

@@ -363,6 +363,13 @@ pub trait TestKind: Watched + gpucloud_api::Managed + serde::Serialize {}
 
 impl<K: Watched + gpucloud_api::Managed + serde::Serialize> TestKind for K {}
 
+/// The cloud id `name` records once it is `Ready`.
+pub async fn ready_id<K: TestKind>(env: &Env, name: &str) -> String {
+    let object: K = ready(env, name).await;
+    let id = object.cloud_status().external_id;
+    id.unwrap_or_else(|| panic!("{name} is Ready without a cloud id"))
+}
+
 /// Waits until `name` is `Ready` for its current generation.
 pub async fn ready<K>(env: &Env, name: &str) -> K
 where
