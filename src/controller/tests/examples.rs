@@ -112,8 +112,12 @@ async fn every_example_applies_and_becomes_ready() {
                     .unwrap_or_else(|| default_namespace.clone());
                 ensure_namespace(&env.client, &namespace).await;
                 let (resource, kind) = resource_of(&object);
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(env.client.clone(), &namespace, &resource);
+                // The examples' one cluster-scoped kind: Flux's target namespace.
+                let api: Api<DynamicObject> = if kind == "Namespace" {
+                    Api::all_with(env.client.clone(), &resource)
+                } else {
+                    Api::namespaced_with(env.client.clone(), &namespace, &resource)
+                };
                 let name = object.name_any();
                 within(
                     20,
@@ -139,7 +143,7 @@ async fn every_example_applies_and_becomes_ready() {
             "Snapshot" => wait_ready::<Snapshot>(&env, namespace, name).await,
             "Image" => wait_ready::<Image>(&env, namespace, name).await,
             "Firewall" => wait_ready::<Firewall>(&env, namespace, name).await,
-            "Application" | "Kustomization" => continue,
+            "Application" | "Kustomization" | "Namespace" => continue,
             other => panic!("no readiness check for {other}"),
         };
         assert!(ready.is_ready(None), "{kind} {namespace}/{name}");
@@ -168,6 +172,46 @@ async fn every_example_applies_and_becomes_ready() {
 
     stop_at_night_stops_and_starts(&env).await;
     gitops_paths_exist_and_render(&applied);
+    gitops_syncs_need_no_ordering(&applied);
+}
+
+/// What a GitOps sync of the examples cannot count on: its target namespace existing (Flux's
+/// `targetNamespace` creates none; Argo CD creates it when told), and the CRDs being served
+/// before the objects (Argo CD orders standalone Applications by nothing, so the objects'
+/// Application skips the dry run of unknown kinds and retries).
+fn gitops_syncs_need_no_ordering(applied: &[(String, String, String, DynamicObject)]) {
+    let namespaces: Vec<&str> = applied
+        .iter()
+        .filter(|(kind, ..)| kind == "Namespace")
+        .map(|(_, _, name, _)| name.as_str())
+        .collect();
+    for (kind, _, name, object) in applied {
+        let spec = &object.data["spec"];
+        match kind.as_str() {
+            "Kustomization" => {
+                if let Some(target) = spec["targetNamespace"].as_str() {
+                    assert!(
+                        namespaces.contains(&target),
+                        "{name}: no Namespace {target}"
+                    );
+                }
+            }
+            "Application" if spec["destination"]["namespace"].is_string() => {
+                let options = spec["syncPolicy"]["syncOptions"].to_string();
+                for option in ["CreateNamespace=true", "SkipDryRunOnMissingResource=true"] {
+                    assert!(
+                        options.contains(option),
+                        "{name}: {option} missing: {options}"
+                    );
+                }
+                assert!(
+                    spec["syncPolicy"]["retry"]["limit"].as_u64() > Some(0),
+                    "{name}"
+                );
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The stop-at-night example: the CronJob's script from its README, run against the sandbox
