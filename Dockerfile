@@ -7,6 +7,9 @@
 ARG RUST_VERSION=1.89
 
 FROM rust:${RUST_VERSION}-bookworm AS build
+# The commit the binary reports (`version`, `gpucloud_build_info`); .git is not in the context.
+ARG GIT_COMMIT=
+ENV GPUCLOUD_GIT_COMMIT=${GIT_COMMIT}
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and the build between builds; the binary is copied out of

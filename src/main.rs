@@ -87,7 +87,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let log_level = cli.log_level.as_deref().unwrap_or(default_level);
     gpucloud_telemetry::init_logging(cli.log_format, log_level)?;
     match cli.command {
-        Command::Run(args) => gpucloud_controller::cli::run(args)
+        Command::Run(args) => gpucloud_controller::cli::run(args, BUILD)
             .await
             .context("operator")?,
         #[cfg(feature = "sandbox")]
@@ -153,18 +153,50 @@ fn one_line(error: &anyhow::Error) -> String {
     line
 }
 
+/// What this binary is (build.rs records the commit).
+const BUILD: gpucloud_telemetry::BuildInfo = gpucloud_telemetry::BuildInfo {
+    version: env!("CARGO_PKG_VERSION"),
+    commit: env!("GPUCLOUD_GIT_COMMIT"),
+    commit_date: env!("GPUCLOUD_COMMIT_DATE"),
+    kubernetes: gpucloud_controller::cli::KUBERNETES_API,
+};
+
 fn print_only(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Crds => print!("{}", gpucloud_controller::registry::crds_yaml()?),
-        _ => println!("gpucloud-operator {}", env!("CARGO_PKG_VERSION")),
+        _ => print!("{}", version_text(&BUILD)),
     }
     Ok(())
+}
+
+/// `gpucloud-operator version`: one fact a line.
+fn version_text(build: &gpucloud_telemetry::BuildInfo) -> String {
+    let (major, minor) = gpucloud_controller::cli::MIN_KUBERNETES;
+    format!(
+        "gpucloud-operator {}\ncommit: {} ({})\nkubernetes: API {}, runs on {major}.{minor} or newer\n",
+        build.version, build.commit, build.commit_date, build.kubernetes
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::Cli;
     use clap::CommandFactory;
+
+    #[test]
+    fn version_names_the_commit_and_the_kubernetes_it_needs() {
+        let text = super::version_text(&super::BUILD);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("gpucloud-operator {}", env!("CARGO_PKG_VERSION"))
+        );
+        assert!(
+            lines[1].starts_with("commit: ") && !lines[1].contains("unknown"),
+            "{text}"
+        );
+        assert_eq!(lines[2], "kubernetes: API 1.33, runs on 1.31 or newer");
+    }
 
     #[test]
     fn a_fatal_error_names_each_cause_once() {

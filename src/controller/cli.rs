@@ -277,8 +277,9 @@ impl Args {
 /// Serves metrics and probes, checks the CRDs are installed, then runs this replica until
 /// Ctrl-C or SIGTERM (or until it loses the leader lease, which is an error: exit and start
 /// over).
-pub async fn run(args: Args) -> Result<(), Error> {
+pub async fn run(args: Args, build: gpucloud_telemetry::BuildInfo) -> Result<(), Error> {
     let config = args.config()?;
+    config.metrics.set_build_info(&build);
     let replica = args.replica()?;
     let (stop_endpoints, endpoints_stopped) = oneshot::channel::<()>();
     let endpoints = gpucloud_telemetry::server::serve(
@@ -309,6 +310,9 @@ pub async fn run(args: Args) -> Result<(), Error> {
 
 /// The oldest Kubernetes whose API server accepts the CRDs (CEL's `isCIDR` came in 1.31).
 pub const MIN_KUBERNETES: (u32, u32) = (1, 31);
+
+/// The Kubernetes API the operator is built against (k8s-openapi's `v1_33` feature).
+pub const KUBERNETES_API: &str = "1.33";
 
 /// Refuses an API server older than [`MIN_KUBERNETES`], in one line that says what is needed.
 pub async fn ensure_server_supported(client: &kube::Client) -> Result<(), Error> {
@@ -396,6 +400,15 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    // The push is there only when k8s-openapi's feature is `v1_33`.
+    #[allow(clippy::vec_init_then_push)]
+    fn the_targeted_kubernetes_api_is_k8s_openapis() {
+        let mut features = Vec::new();
+        k8s_openapi::k8s_if_1_33! { features.push("1.33"); }
+        assert_eq!(features, [super::KUBERNETES_API]);
+    }
+
     #[test]
     fn servers_older_than_the_crds_need_are_refused() {
         for (major, minor, expected) in [

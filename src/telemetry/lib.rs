@@ -7,5 +7,5 @@ pub mod server;
 
 pub use health::{Health, HealthSettings, Role, WatchSignal};
 pub use logging::{LogFormat, init_logging, report_fatal};
-pub use metrics::{KindState, Metrics, StateSource};
+pub use metrics::{BuildInfo, KindState, Metrics, StateSource};
 pub use server::Endpoints;

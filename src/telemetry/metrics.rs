@@ -108,7 +108,25 @@ pub struct Metrics {
     duplicates_found: Family<KindLabels, Counter>,
     duplicates_deleted: Family<KindLabels, Counter>,
     leader: Gauge,
+    build_info: Family<BuildLabels, Gauge>,
     sources: Arc<StateSources>,
+}
+
+/// What the running binary is: its version, the commit it was built from and the Kubernetes
+/// API version it targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: &'static str,
+    pub commit: &'static str,
+    pub commit_date: &'static str,
+    pub kubernetes: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+    kubernetes: String,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -144,6 +162,7 @@ impl Metrics {
             duplicates_found: Family::default(),
             duplicates_deleted: Family::default(),
             leader: Gauge::default(),
+            build_info: Family::default(),
             sources: Arc::new(StateSources::default()),
         };
         let r = &mut metrics.registry;
@@ -227,6 +246,11 @@ impl Metrics {
             "1 while this replica holds the leader lease (or runs without leader election)",
             metrics.leader.clone(),
         );
+        r.register(
+            "build_info",
+            "1, labelled with the running binary's version, commit and targeted Kubernetes API",
+            metrics.build_info.clone(),
+        );
         r.register_collector(Box::new(metrics.sources.clone()));
         metrics
     }
@@ -282,6 +306,17 @@ impl Metrics {
                 account: account.into(),
             })
             .set(balance);
+    }
+
+    /// Reports what the running binary is (`gpucloud_build_info`, always 1).
+    pub fn set_build_info(&self, build: &BuildInfo) {
+        self.build_info
+            .get_or_create(&BuildLabels {
+                version: build.version.into(),
+                commit: build.commit.into(),
+                kubernetes: build.kubernetes.into(),
+            })
+            .set(1);
     }
 
     /// `account` is no longer used: its balance is no longer reported.
@@ -508,6 +543,12 @@ mod tests {
         metrics.set_balance("fp-1234", 12.5);
         metrics.set_leader(true);
         metrics.set_orphans([("instance", 2)]);
+        metrics.set_build_info(&BuildInfo {
+            version: "0.1.0",
+            commit: "0123456789ab",
+            commit_date: "2026-11-27T01:00:00+00:00",
+            kubernetes: "1.33",
+        });
         let throttled = CallOutcome {
             status: Some(429),
             error: Some("rate_limited"),
@@ -537,6 +578,7 @@ mod tests {
             r#"gpucloud_watch_restarts_total{kind="Volume"} 1"#,
             r#"gpucloud_account_balance{account="fp-1234"} 12.5"#,
             r#"gpucloud_leader 1"#,
+            r#"gpucloud_build_info{version="0.1.0",commit="0123456789ab",kubernetes="1.33"} 1"#,
             r#"gpucloud_orphaned_resources{resource="instance"} 2"#,
             r#"gpucloud_objects{kind="GpuInstance",condition="Ready",status="True"} 3"#,
             r#"gpucloud_hourly_cost{kind="GpuInstance",namespace="team-a",currency="USD"} 5.98"#,
