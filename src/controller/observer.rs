@@ -215,7 +215,7 @@ impl<R: CloudRecord> Observer<R> {
                 };
                 // No object uses the account any more: stop listing it.
                 if account.is_retired() {
-                    return;
+                    break;
                 }
                 let started = Instant::now();
                 let result = L::list(account.client.clone()).await;
@@ -260,9 +260,12 @@ impl<R: CloudRecord> Observer<R> {
                 tokio::select! {
                     () = tokio::time::sleep(interval) => {}
                     () = observer.wake.notified() => {}
-                    () = account.retirement() => return,
+                    () = account.retirement() => break,
                 }
             }
+            // Retired: its last list serves no one (a stopped observer answers with an
+            // error), and the maps that still name the observer would keep it in memory.
+            tx.send_modify(|state| state.list = Arc::new(CloudList::empty()));
         });
         observer
     }

@@ -110,7 +110,10 @@ pub async fn release(client: &kube::Client, args: &Args) -> Result<Vec<Released>
 }
 
 /// The holder of a lease still in force at `now`, and how long ago it was renewed. A lease
-/// handed back (no holder) or not renewed within its duration is not held.
+/// handed back (no holder) or not renewed within its duration is not held. Unlike the
+/// election (`leader.rs`), which times a record by its own clock, this compares the renew
+/// time with the local clock: one look, from a machine whose clock may be off by more than a
+/// lease duration, so `--force` is there for a wrong verdict either way.
 fn held(spec: &LeaseSpec, now: Timestamp) -> Option<(String, SignedDuration)> {
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty())?;
     let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
