@@ -340,12 +340,13 @@ async fn readme_session_with_kubectl() {
     assert_eq!(
         columns,
         [
-            "NAME", "STATE", "READY", "GPU", "COUNT", "REGION", "IP", "AGE"
+            "NAME", "STATE", "READY", "REASON", "GPU", "COUNT", "REGION", "IP", "AGE"
         ],
         "{instances}"
     );
     let row = lines[1];
     assert_eq!(cell(lines[0], row, "STATE"), "ACTIVE");
+    assert_eq!(cell(lines[0], row, "REASON"), "Available");
     assert_eq!(cell(lines[0], row, "GPU"), "H100-80G");
     assert_eq!(cell(lines[0], row, "COUNT"), "1");
     assert_eq!(cell(lines[0], row, "REGION"), "us-east-1");

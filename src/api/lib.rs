@@ -72,8 +72,8 @@ pub trait Managed {
     const COLUMNS: &'static [Column];
 }
 
-/// The kind's CRD as `kubectl get` and `kubectl explain` show it. Its table: State and Ready,
-/// the kind's own columns, then ID (with `-o wide`) and Age, so every kind reads the same way.
+/// The kind's CRD as `kubectl get` and `kubectl explain` show it. Its table: State, Ready and
+/// Ready's reason, the kind's own columns, then ID (with `-o wide`) and Age, so every kind reads the same way.
 /// Its descriptions: the kind's is its spec's (the derive writes a placeholder there), and the
 /// doc comments they come from are unwrapped, since `kubectl explain` wraps text itself.
 pub fn crd<K: kube::CustomResourceExt + Managed>() -> CustomResourceDefinition {
@@ -83,6 +83,13 @@ pub fn crd<K: kube::CustomResourceExt + Managed>() -> CustomResourceDefinition {
             "Ready",
             "string",
             ".status.conditions[?(@.type==\"Ready\")].status",
+        ),
+        // Why it is or is not Ready (`Available`, `Creating`, `InsufficientCredit`, ...): a
+        // Stalled object says why without `kubectl describe`.
+        Column::new(
+            "Reason",
+            "string",
+            ".status.conditions[?(@.type==\"Ready\")].reason",
         ),
     ];
     let shared_last = [

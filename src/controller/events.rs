@@ -235,7 +235,9 @@ impl Writer {
         f(&mut lock(&self.remembered))
     }
 
-    /// What makes two events the same series: client-go's key (the note is not part of it).
+    /// What makes two events the same series: client-go's key. The note is not part of it, but
+    /// the whole reference is, resource version included: a repeat after the object changed is a
+    /// new event, not a count on a stale message.
     fn key(&self, event: &Event, regarding: &ObjectReference) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         (type_name(event.type_), &event.action, &event.reason).hash(&mut hasher);
@@ -299,12 +301,14 @@ fn type_name(type_: EventType) -> &'static str {
     }
 }
 
-/// Hashes the identifying fields of a reference (not its resourceVersion, which changes with
-/// every write of the object).
+/// Hashes the whole reference, as client-go's key compares it. A failure repeated on every retry
+/// still folds: the operator writes status only when it changes, so the version stays.
 fn hash_reference(reference: &ObjectReference, hasher: &mut impl Hasher) {
     reference.api_version.hash(hasher);
     reference.kind.hash(hasher);
     reference.namespace.hash(hasher);
     reference.name.hash(hasher);
     reference.uid.hash(hasher);
+    reference.resource_version.hash(hasher);
+    reference.field_path.hash(hasher);
 }

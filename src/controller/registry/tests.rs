@@ -74,10 +74,22 @@ fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
             .flatten()
             .map(|c| c.name.as_str())
             .collect();
+        // Why an object is not Ready (or Stalled) shows in the default table, from Ready's reason.
         assert_eq!(
-            (columns.first(), columns.get(1), columns.last()),
-            (Some(&"State"), Some(&"Ready"), Some(&"Age")),
+            (columns.get(..3), columns.last()),
+            (Some(&["State", "Ready", "Reason"][..]), Some(&"Age")),
             "{name}: {columns:?}"
+        );
+        let reason = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .find(|c| c.name == "Reason")
+            .unwrap();
+        assert_eq!(
+            (reason.json_path.as_str(), reason.priority),
+            (".status.conditions[?(@.type==\"Ready\")].reason", None),
+            "{name}"
         );
         // A short name is `gpu` and an abbreviation of the kind, and never reads as another
         // word: `kubectl get gpus` listing snapshots surprised people.

@@ -103,6 +103,44 @@ async fn a_repeated_event_becomes_a_series_on_the_first() {
     );
 }
 
+/// A repeat folds into a series only while the object is at the version the first event
+/// named (client-go's key holds the whole reference): a state change that moved the object to
+/// a new version starts a new event, so `kubectl describe` never shows the first change's
+/// message counted for a later one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_at_a_new_object_version_is_a_new_event() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let publisher = EventPublisher::new(env.client.clone(), reporter());
+    let at = |version: &str, note: &str| {
+        let mut regarding = regarding("a");
+        regarding.resource_version = Some(version.into());
+        let mut event = event("StateChanged");
+        event.note = Some(note.into());
+        (event, regarding)
+    };
+    for (version, note) in [
+        ("1", "is now STOPPING"),
+        ("1", "is now STOPPING"),
+        ("2", "is now RUNNING"),
+    ] {
+        let (event, regarding) = at(version, note);
+        publisher.publish(&event, &regarding).await.unwrap();
+    }
+    let mut notes: Vec<(String, i32)> = all_events(&env)
+        .await
+        .into_iter()
+        .map(|e| (e.note.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
+        .collect();
+    notes.sort();
+    assert_eq!(
+        notes,
+        vec![
+            ("is now RUNNING".to_string(), 1),
+            ("is now STOPPING".to_string(), 2)
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_past_the_limit_are_sent_but_not_remembered() {
     let env = Env::without_operator(SimulatorConfig::default()).await;
