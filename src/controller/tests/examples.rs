@@ -180,6 +180,7 @@ async fn every_example_applies_and_becomes_ready() {
 /// before the objects (Argo CD orders standalone Applications by nothing, so the objects'
 /// Application skips the dry run of unknown kinds and retries).
 fn gitops_syncs_need_no_ordering(applied: &[(String, String, String, DynamicObject)]) {
+    argo_app_of_apps_orders_crds_first(applied);
     let namespaces: Vec<&str> = applied
         .iter()
         .filter(|(kind, ..)| kind == "Namespace")
@@ -212,6 +213,51 @@ fn gitops_syncs_need_no_ordering(applied: &[(String, String, String, DynamicObje
             _ => {}
         }
     }
+}
+
+/// Argo CD's app-of-apps: its one Application syncs a folder holding the other Applications, in
+/// sync waves that put the Application of the CRDs before the one of the objects, and Argo CD's
+/// settings (deploy/argocd/argocd-cm.yaml) restore the Application health check the waves wait
+/// on.
+fn argo_app_of_apps_orders_crds_first(applied: &[(String, String, String, DynamicObject)]) {
+    let applications: Vec<&DynamicObject> = applied
+        .iter()
+        .filter(|(kind, ..)| kind == "Application")
+        .map(|(.., object)| object)
+        .collect();
+    let path = |app: &DynamicObject| {
+        app.data["spec"]["source"]["path"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let children_folder = repository_root().join("examples/gitops/argocd/apps");
+    let roots: Vec<&&DynamicObject> = applications
+        .iter()
+        .filter(|app| repository_root().join(path(app)) == children_folder)
+        .collect();
+    assert_eq!(
+        roots.len(),
+        1,
+        "one app-of-apps syncs examples/gitops/argocd/apps"
+    );
+    let mut files = Vec::new();
+    manifests(&children_folder, &mut files);
+    let wave_of = |synced: &str| -> i64 {
+        let child = files
+            .iter()
+            .flat_map(|file| documents(file))
+            .find(|child| path(child) == synced)
+            .unwrap_or_else(|| panic!("no Application in apps/ syncs {synced}"));
+        child
+            .annotations()
+            .get("argocd.argoproj.io/sync-wave")
+            .map_or(0, |wave| wave.parse().unwrap())
+    };
+    assert!(wave_of("crds") < wave_of("examples/gitops/workloads"));
+    let settings =
+        std::fs::read_to_string(repository_root().join("deploy/argocd/argocd-cm.yaml")).unwrap();
+    assert!(settings.contains("resource.customizations.health.argoproj.io_Application"));
 }
 
 /// The stop-at-night example: the CronJob's script from its README, run against the sandbox
@@ -335,8 +381,8 @@ fn gitops_paths_exist_and_render(applied: &[(String, String, String, DynamicObje
     }
     assert_eq!(
         paths.len(),
-        4,
-        "two Argo CD Applications, two Flux Kustomizations"
+        5,
+        "three Argo CD Applications (the app-of-apps and its two), two Flux Kustomizations"
     );
     let kubectl_found = std::process::Command::new("kubectl")
         .args(["version", "--client"])
