@@ -84,11 +84,18 @@ pub enum Error {
         after: Duration,
     },
     /// The request failed below HTTP. `connected` is false when the connection was never
-    /// established, which proves the server did not act.
-    #[error("{operation}: transport error (connected: {connected}): {source}")]
+    /// established, which proves the server did not act. `endpoint` is the base URL's origin
+    /// (scheme, host, port: never a user or password) and `cause` the innermost error, what a
+    /// person needs to fix a wrong URL, DNS name or firewall.
+    #[error(
+        "{operation}: {} {endpoint}: {cause}",
+        if *connected { "the connection failed to" } else { "cannot connect to" }
+    )]
     Transport {
         operation: Operation,
         connected: bool,
+        endpoint: String,
+        cause: String,
         #[source]
         source: reqwest::Error,
     },

@@ -66,6 +66,11 @@ impl CloudClient {
             Error::Transport {
                 operation,
                 connected: !err.is_connect(),
+                endpoint: err.url().map_or_else(
+                    || "the cloud".into(),
+                    |url| url.origin().ascii_serialization(),
+                ),
+                cause: innermost_cause(&err),
                 source: err.without_url(),
             }
         }
@@ -164,4 +169,14 @@ pub(super) fn oversized(operation: Operation, status: u16, bytes: &[u8]) -> Erro
         reason: format!("response body exceeds {MAX_RESPONSE_BYTES} bytes"),
         excerpt: excerpt(bytes),
     }
+}
+
+/// The last error of `err`'s source chain (e.g. "Connection refused (os error 111)", "failed
+/// to lookup address information: ..."): reqwest's own text says only "error sending request".
+fn innermost_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost = err;
+    while let Some(source) = innermost.source() {
+        innermost = source;
+    }
+    innermost.to_string()
 }

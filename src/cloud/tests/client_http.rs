@@ -235,6 +235,37 @@ async fn base_url_with_a_path_prefix_is_kept() {
     assert_eq!(server.received()[0].uri.path(), "/api/v1/balance/");
 }
 
+/// A cloud that cannot be reached is named in the error with why (what a person needs to fix
+/// a wrong URL or a firewall), never with the API key or a user:password in the URL.
+#[tokio::test]
+async fn an_unreachable_cloud_is_named_with_the_cause() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = CloudClient::new(config(format!(
+        "http://admin:hunter2@127.0.0.1:{port}/api/v1/"
+    )))
+    .unwrap();
+    let err = bounded(client.get_balance()).await.unwrap_err();
+    assert!(err.never_sent(), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("http://127.0.0.1:{port}")),
+        "{message}"
+    );
+    assert!(
+        message.to_lowercase().contains("connection refused"),
+        "{message}"
+    );
+    for secret in [KEY, "hunter2", "admin"] {
+        assert!(!message.contains(secret), "{message}");
+        assert!(!format!("{err:?}").contains(secret), "{err:?}");
+    }
+}
+
 #[tokio::test]
 async fn statuses_map_to_typed_errors_with_message_and_code() {
     // (status, code, message, metric label); the error keeps the code the reply carries.
