@@ -515,10 +515,8 @@ fn gitops_installs_name_the_chart_with_values_it_accepts() {
             .unwrap()
     };
     let applications = deploy::yaml_documents(
-        &std::fs::read_to_string(
-            repository_root().join("examples/gitops/argocd/applications.yaml"),
-        )
-        .unwrap(),
+        &std::fs::read_to_string(repository_root().join("examples/gitops/argocd/apps/crds.yaml"))
+            .unwrap(),
     );
     let crds = applications
         .iter()

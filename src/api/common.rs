@@ -229,6 +229,12 @@ pub struct CloudStatus {
     /// A create in flight; see `PendingCreate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_create: Option<PendingCreate>,
+    /// The cloud account the resource (or the create in flight) was last seen in, named by
+    /// its API key's digest as the metrics name it. Credentials that open another account,
+    /// which does not hold the resource, are not followed: the object is Stalled
+    /// (`AccountChanged`) until they are put back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
     /// `Ready`, `Reconciling` and `Stalled`, as kstatus defines them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]

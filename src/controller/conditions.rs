@@ -37,6 +37,7 @@ pub mod reason {
     pub const CREATE_REFUSED: &str = "CreateRefused";
     pub const TIER_NOT_SUPPORTED: &str = "TierNotSupported";
     pub const EXTERNAL_DELETED: &str = "ExternalDeleted";
+    pub const ACCOUNT_CHANGED: &str = "AccountChanged";
     pub const SOURCE_DELETED: &str = "SourceDeleted";
     pub const NOT_FOUND_IN_CLOUD: &str = "NotFoundInCloud";
     pub const ALREADY_OWNED: &str = "AlreadyOwned";

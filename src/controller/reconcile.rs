@@ -227,6 +227,13 @@ async fn apply<K: ManagedKind>(
     let observer = cx.observer(&account);
     let listed = observer.latest().await?;
     let status = object.cloud_status();
+    refuse_another_account::<K>(&account, &listed, &status).await?;
+    // Every write below records the account the resource is now seen in (a key of the same
+    // account that replaced the old one included).
+    let status = CloudStatus {
+        account: Some(account.id.label()),
+        ..status
+    };
     let adopted_id = object
         .annotations()
         .get(EXTERNAL_ID_ANNOTATION)
@@ -447,6 +454,7 @@ async fn create_step<K: ManagedKind>(
             // The intent is written with the object's resourceVersion: a stale cache or a
             // second replica loses here, before any cloud call.
             let intent = CloudStatus {
+                account: Some(account.id.label()),
                 cloud_name: Some(cloud_name.clone()),
                 pending_create: Some(PendingCreate {
                     cloud_name: cloud_name.clone(),
@@ -689,8 +697,12 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         }
         Err(error) => return Err(error),
     };
-    object.hold_deletion(cx, &account).await?;
     let observer = cx.observer(&account);
+    // Before anything is asked of the cloud for this deletion (a final snapshot included):
+    // another account's silence proves nothing, and an id there may be anyone's.
+    let seen = observer.latest().await?;
+    refuse_another_account::<K>(&account, &seen, &status).await?;
+    object.hold_deletion(cx, &account).await?;
     let uid = object.uid().unwrap_or_default();
     let cloud_name = naming::cloud_name(&namespace(&*object), &object.name_any(), &uid);
 
@@ -776,6 +788,52 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     Err(Error::InProgress {
         reason: reason::DELETING,
         message: format!("deleting {}", ids.join(", ")),
+    })
+}
+
+/// Refuses to act for an object whose resource was last seen in another cloud account than
+/// the one its credentials open now, unless this account holds the resource (the same account
+/// under a new key): the recorded cloud name under the recorded id or, for a create in flight,
+/// the name alone. Otherwise nothing may be concluded here: the resource is not missing (it is
+/// in the other account), an id may name another team's resource in this one, and a create
+/// would bill a second machine.
+async fn refuse_another_account<K: ManagedKind>(
+    account: &Account,
+    listed: &CloudList<Record<K>>,
+    status: &CloudStatus,
+) -> Result<(), Error> {
+    let current = account.id.label();
+    let Some(recorded) = status.account.as_deref().filter(|r| *r != current) else {
+        return Ok(());
+    };
+    let name = status.cloud_name.as_deref().unwrap_or_default();
+    let (held, what) = match &status.external_id {
+        Some(id) => {
+            let record = match listed.get(id) {
+                Some(record) => Some(record.clone()),
+                None => K::Cloud::get(account.client.clone(), id.clone()).await?,
+            };
+            (
+                record.is_some_and(|r| !name.is_empty() && r.name() == name),
+                format!("cloud resource {id}"),
+            )
+        }
+        None if status.pending_create.is_some() => (
+            !name.is_empty() && !listed.named(name).is_empty(),
+            format!("a create of {name}"),
+        ),
+        None => return Ok(()),
+    };
+    if held {
+        return Ok(());
+    }
+    Err(Error::Blocked {
+        reason: reason::ACCOUNT_CHANGED,
+        message: format!(
+            "{what} is in cloud account {recorded}, and the credentials now open account \
+             {current}, which does not hold it: put the key of account {recorded} back, or set \
+             deletionPolicy: Orphan and delete this object to leave the resource there"
+        ),
     })
 }
 

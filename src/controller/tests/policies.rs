@@ -527,3 +527,94 @@ async fn a_replaced_key_stops_being_used() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(!reported(OLD_KEY), "{}", metrics.encode());
 }
+
+/// A Secret switched to the key of another cloud account, one that does not hold the object's
+/// resource. Nothing irreversible is concluded from that account's silence: no second resource
+/// is created there (a second bill, and the first one left running unseen), and nothing is
+/// reported deleted outside. The objects are Stalled until the key is put back; deleting one
+/// keeps its finalizer (the resource still exists, in the first account) until
+/// `deletionPolicy: Orphan` leaves the resource where it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_account_is_not_followed() {
+    const FIRST: &str = "first-account-key-1c2d";
+    const SECOND: &str = "second-account-key-9e8f";
+    let simulator = gpucloud_simulator::SimulatorConfig {
+        api_keys: vec!["default-key-5c3f".into(), FIRST.into()],
+        other_accounts: vec![vec![SECOND.into()]],
+        ..gpucloud_simulator::SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    env.start_operator(support::test_config(&env.simulator));
+    env.put_secret(NAMESPACE, "team-key", FIRST).await;
+    let credentials = serde_json::json!({"credentialsSecretRef": {"name": "team-key"}});
+    support::create(&env, &instance("switched", credentials.clone())).await;
+    // An SshKey is a kind the operator creates again when its resource is deleted outside.
+    let mut key_spec = serde_json::json!({"publicKey": support::PUBLIC_KEY});
+    key_spec["credentialsSecretRef"] = credentials["credentialsSecretRef"].clone();
+    support::create(&env, &support::object::<SshKey>("switched-key", key_spec)).await;
+    let machine = support::ready_id::<GpuInstance>(&env, "switched").await;
+    let key = support::ready_id::<SshKey>(&env, "switched-key").await;
+
+    env.put_secret(NAMESPACE, "team-key", SECOND).await;
+    let held = condition(&env, "switched", "Stalled", "True", "AccountChanged").await;
+    let message = held
+        .cloud_status()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains(&machine), "{message}");
+    support::condition::<SshKey>(&env, "switched-key", "Stalled", "True", "AccountChanged").await;
+    // A few resyncs later: still nothing made in the second account.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = env.simulator.account_state(1).unwrap();
+    assert!(
+        second.instances.is_empty() && second.ssh_keys.is_empty(),
+        "created in the second account: {second:?}"
+    );
+    for secret in [FIRST, SECOND] {
+        assert!(!message.contains(secret), "{message}");
+    }
+
+    // The key put back: the same resources, Ready again.
+    env.put_secret(NAMESPACE, "team-key", FIRST).await;
+    assert_eq!(
+        support::ready_id::<GpuInstance>(&env, "switched").await,
+        machine
+    );
+    assert_eq!(support::ready_id::<SshKey>(&env, "switched-key").await, key);
+
+    // Deleted while the key opens the other account: the finalizer stays, and the machine,
+    // until the resource is explicitly left behind.
+    env.put_secret(NAMESPACE, "team-key", SECOND).await;
+    condition(&env, "switched", "Stalled", "True", "AccountChanged").await;
+    let api = env.api::<GpuInstance>();
+    api.delete("switched", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        api.get_opt("switched").await.unwrap().is_some(),
+        "the finalizer went"
+    );
+    api.patch(
+        "switched",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"deletionPolicy": "Orphan"}})),
+    )
+    .await
+    .unwrap();
+    eventually(30, "the orphaned object gone", || async {
+        api.get_opt("switched")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let first = env.simulator.account_state(0).unwrap();
+    assert!(
+        first.instances.iter().any(|i| i.instance_id == machine),
+        "the machine is left in the first account"
+    );
+}
