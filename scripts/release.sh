@@ -6,9 +6,10 @@
 # It refuses a chart whose version or appVersion is not the operator crate's version, and a
 # chart `helm lint --strict` finds anything in. It needs python3 with venv and PyPI access
 # (.ci/python-tools.sh) and cargo; no helm binary, no container runtime.
-# Environment: CHART and DIST (default charts/gpucloud-operator and target/dist), IMAGE_REPOSITORY (default gpucloud-operator, a local image name until the project
-# has a registry), SOURCE_URL (the image's org.opencontainers.image.source label, empty by
-# default), SOURCE_DATE_EPOCH (the image's creation date; default now).
+# Environment: CHART and DIST (default charts/gpucloud-operator and target/dist);
+# IMAGE_REPOSITORY (default gpucloud-operator, a local image name until the project has a
+# registry); SOURCE_URL (the image's org.opencontainers.image.source label, empty by default);
+# SOURCE_DATE_EPOCH (the image's creation date; default now).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
