@@ -88,12 +88,7 @@ async fn every_combination_renders_lints_validates_and_applies() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     for (label, values) in combinations() {
         let rendered = render(&values);
-        let findings: Vec<&Value> = rendered.lint["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["severity"].as_i64().unwrap() >= 2)
-            .collect();
+        let findings = rendered.lint_findings(2);
         assert!(
             findings.is_empty(),
             "{label}: helm lint --strict: {findings:#?}"

@@ -66,12 +66,7 @@ fn the_release_script_packages_the_chart_at_the_crate_version() {
     assert_eq!(rendered.metadata["version"], VERSION);
     assert_eq!(rendered.metadata["appVersion"], VERSION);
     assert_eq!(rendered.metadata["kubeVersion"], ">=1.31.0-0");
-    let findings: Vec<&Value> = rendered.lint["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["severity"].as_i64().unwrap() >= 1)
-        .collect();
+    let findings = rendered.lint_findings(1);
     assert!(findings.is_empty(), "helm lint --strict: {findings:#?}");
     // The icon is docs/icon.svg itself.
     let encoded = Command::new("base64")

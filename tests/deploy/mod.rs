@@ -64,6 +64,16 @@ pub struct Rendered {
 }
 
 impl Rendered {
+    /// `helm lint --strict`'s messages of at least `severity` (1 info, 2 warning, 3 error).
+    pub fn lint_findings(&self, severity: i64) -> Vec<&Value> {
+        self.lint["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["severity"].as_i64().unwrap() >= severity)
+            .collect()
+    }
+
     pub fn crd_objects(&self) -> Vec<Value> {
         self.crds.iter().flat_map(|t| yaml_documents(t)).collect()
     }
