@@ -261,7 +261,7 @@ fn chart_with_a_changed_crd(destination: &Path) -> PathBuf {
 /// The packaged chart through real Helm (helm-python-sdk's Helm library) against the embedded
 /// API server: install; upgrade to a chart whose CRD changed, which changes the server's CRD
 /// (Helm never upgrades a chart's `crds/`, so they are templates); uninstall, which keeps the
-/// CRDs (`crds.keep`) and with them the objects of their kinds.
+/// CRDs (`crds.keep`) and with them the objects of their kinds; install again over them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_upgrade_updates_the_crds_and_uninstall_keeps_them() {
     let dir = scratch("helm");
@@ -340,5 +340,10 @@ async fn helm_upgrade_updates_the_crds_and_uninstall_keeps_them() {
         .get(firewall["metadata"]["name"].as_str().unwrap())
         .await
         .unwrap();
+
+    // Installing again takes the kept CRDs over (they still name this release).
+    let reinstalled = helm("install", archive).await.unwrap();
+    assert_eq!(reinstalled["status"], "deployed", "{reinstalled}");
+    assert!(!columns(&firewall_crd().await).contains(&"Description".to_string()));
     server.shutdown().await;
 }
