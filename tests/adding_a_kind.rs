@@ -29,7 +29,7 @@ const A_KINDS_PLACES: &[&str] = &[
     "src/simulator/openapi.rs",
     // derived from the registry, regenerated
     "crds/",
-    "charts/gpucloud-operator/crds/",
+    "charts/gpucloud-operator/templates/crds.yaml",
     "charts/gpucloud-operator/templates/_kinds.tpl",
     "deploy/kustomize/crds/",
     "deploy/kustomize/rbac.yaml",

@@ -1,7 +1,7 @@
 //! The managed kinds, listed once.
 //!
 //! Everything that is a list of kinds is derived from [`each_kind`]: the CRDs (`crds/`, the
-//! chart's and the kustomize base's copies), the controllers `run` starts, the orphan
+//! chart's template of them and the kustomize base's copies), the controllers `run` starts, the orphan
 //! sweeper's claims and cloud lists, the sandbox's table, and the RBAC rules of the chart
 //! (`templates/_kinds.tpl`, generated; deploy/kustomize is rendered from the chart). A kind
 //! is managed, swept and granted in RBAC exactly when it is listed here, so a kind the
@@ -113,6 +113,39 @@ pub fn chart_kinds_template() -> String {
         list(status),
         list(crd_names),
     )
+}
+
+/// `charts/gpucloud-operator/templates/crds.yaml`: the CRDs as chart templates (cert-manager's
+/// convention), so that `helm upgrade` updates them, which Helm never does for a chart's
+/// `crds/`. `crds.enabled` renders them; `crds.keep` annotates them
+/// `helm.sh/resource-policy: keep`, so `helm uninstall` leaves them and with them every object.
+/// Takes the CRDs as an argument so tests can template changed ones the same way.
+pub fn chart_crds_template(crds: &[CustomResourceDefinition]) -> Result<String, serde_yaml::Error> {
+    let mut out = String::from(
+        "{{/* Generated from the kind registry (src/controller/registry.rs): the CRDs of every\n\
+         managed kind. Regenerate with\n\
+         UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry; do not edit. */}}\n\
+         {{- if .Values.crds.enabled }}\n",
+    );
+    for crd in crds {
+        let yaml = escape_template(&serde_yaml::to_string(crd)?);
+        out.push_str("---\n");
+        // The generated CRDs carry no annotations of their own, so this is the only key.
+        out.push_str(&yaml.replacen(
+            "\nmetadata:\n",
+            "\nmetadata:\n  {{- if .Values.crds.keep }}\n  annotations:\n    \
+             helm.sh/resource-policy: keep\n  {{- end }}\n",
+            1,
+        ));
+    }
+    out.push_str("{{- end }}\n");
+    Ok(out)
+}
+
+/// Text that Helm's template engine outputs unchanged: only `{{` starts an action, so each
+/// one becomes an action printing it (a CEL rule or a description may hold one).
+pub fn escape_template(text: &str) -> String {
+    text.replace("{{", "{{ \"{{\" }}")
 }
 
 /// `deploy/kustomize/crds/kustomization.yaml`: the CRD files of every kind.

@@ -1,12 +1,14 @@
 """Renders, lints and validates the Helm chart for the Rust deployment tests.
 
-Usage: chart.py CHART_DIR VALUES_JSON RELEASE NAMESPACE
+Usage: chart.py CHART VALUES_JSON RELEASE NAMESPACE
 
-Prints one JSON document: {"crds": [yaml text], "manifests": [yaml text], "lint": report,
-"invalid": [messages]}. "invalid" lists schema violations of the rendered built-in objects
-(kubernetes-validate, strict, Kubernetes 1.33); custom resources of other projects (the
-ServiceMonitor) are left to the embedded API server. Values the chart's values.schema.json
-rejects exit with status 2 and the message on stderr.
+CHART is the chart's directory or a packaged .tgz. Prints one JSON document: {"crds": [yaml
+text], "manifests": [yaml text], "metadata": Chart.yaml, "lint": report, "invalid":
+[messages]}: "crds" is the output of templates/crds.yaml, "manifests" every other template's.
+"invalid" lists schema violations of the rendered built-in objects (kubernetes-validate,
+strict, Kubernetes 1.33); custom resources of other projects (the ServiceMonitor) are left to
+the embedded API server. Values the chart's values.schema.json rejects exit with status 2 and
+the message on stderr.
 """
 
 import json
@@ -20,19 +22,25 @@ KUBERNETES_VERSION = "1.33"
 
 
 def main() -> int:
-    chart_dir, values_json, release, namespace = sys.argv[1:5]
+    chart_path, values_json, release, namespace = sys.argv[1:5]
     values = json.loads(values_json)
-    chart = helm_python.Chart.load(chart_dir)
+    if chart_path.endswith(".tgz"):
+        with open(chart_path, "rb") as archive:
+            chart = helm_python.Chart.load_archive(archive.read())
+    else:
+        chart = helm_python.Chart.load(chart_path)
     try:
         chart.validate_schema(values)
     except helm_python.errors.HelmValuesError as error:
         print(str(error), file=sys.stderr)
         return 2
     rendered = chart.render(values, name=release, namespace=namespace, is_install=True)
+    crds_template = f"{chart.name}/templates/crds.yaml"
+    crds = [text for path, text in rendered.items() if path == crds_template and text.strip()]
     manifests = [
         text
         for path, text in sorted(rendered.items())
-        if not path.endswith("NOTES.txt") and text.strip()
+        if path != crds_template and not path.endswith("NOTES.txt") and text.strip()
     ]
     invalid = []
     for text in manifests:
@@ -46,10 +54,11 @@ def main() -> int:
             except kubernetes_validate.ValidationError as error:
                 name = document.get("metadata", {}).get("name")
                 invalid.append(f"{document.get('kind')} {name}: {error.message}")
-    lint = helm_python.lint(chart_dir, values, strict=True, namespace=namespace)
+    lint = helm_python.lint(chart_path, values, strict=True, namespace=namespace)
     json.dump(
         {
-            "crds": [crd["data"] for crd in chart.crds],
+            "crds": crds,
+            "metadata": chart.metadata,
             "manifests": manifests,
             "lint": lint,
             "invalid": invalid,

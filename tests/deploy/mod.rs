@@ -51,10 +51,12 @@ pub fn python() -> &'static Path {
 /// The chart rendered with some values.
 #[derive(Debug, Deserialize)]
 pub struct Rendered {
-    /// The chart's `crds/` files, as Helm installs them before the templates.
+    /// The CRDs (`templates/crds.yaml`; empty with `crds.enabled: false`).
     pub crds: Vec<String>,
-    /// Each template's output (NOTES.txt left out).
+    /// Each other template's output (NOTES.txt left out).
     pub manifests: Vec<String>,
+    /// Chart.yaml as Helm reads it.
+    pub metadata: Value,
     /// `helm lint --strict` with the same values.
     pub lint: Value,
     /// Rendered built-in objects the Kubernetes 1.33 schemas reject.
@@ -62,6 +64,16 @@ pub struct Rendered {
 }
 
 impl Rendered {
+    /// `helm lint --strict`'s messages of at least `severity` (1 info, 2 warning, 3 error).
+    pub fn lint_findings(&self, severity: i64) -> Vec<&Value> {
+        self.lint["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["severity"].as_i64().unwrap() >= severity)
+            .collect()
+    }
+
     pub fn crd_objects(&self) -> Vec<Value> {
         self.crds.iter().flat_map(|t| yaml_documents(t)).collect()
     }
@@ -102,9 +114,14 @@ impl Rendered {
 /// Runs `tests/deploy/chart.py`: the chart rendered as release `gpucloud-operator` in
 /// `gpucloud-system`, or the values schema's refusal.
 pub fn try_render(values: &Value) -> Result<Rendered, String> {
+    try_render_chart(&chart_dir(), values)
+}
+
+/// [`try_render`] of another chart: a directory or a packaged `.tgz`.
+pub fn try_render_chart(chart: &Path, values: &Value) -> Result<Rendered, String> {
     let output = Command::new(python())
         .arg(repository_root().join("tests/deploy/chart.py"))
-        .arg(chart_dir())
+        .arg(chart)
         .arg(values.to_string())
         .arg(RELEASE)
         .arg(RELEASE_NAMESPACE)
@@ -121,7 +138,32 @@ pub fn try_render(values: &Value) -> Result<Rendered, String> {
 }
 
 pub fn render(values: &Value) -> Rendered {
-    try_render(values).unwrap_or_else(|e| panic!("values {values} rejected: {e}"))
+    render_chart(&chart_dir(), values)
+}
+
+pub fn render_chart(chart: &Path, values: &Value) -> Rendered {
+    try_render_chart(chart, values).unwrap_or_else(|e| panic!("values {values} rejected: {e}"))
+}
+
+/// A real Helm action (`tests/deploy/helm.py`) on release [`RELEASE`] in [`RELEASE_NAMESPACE`]
+/// of the cluster `kubeconfig` names: `install` or `upgrade` of `chart` (a directory or a
+/// `.tgz`) with `values`, or `uninstall` (`chart` and `values` unused). Returns Helm's result;
+/// fails the test on Helm's refusal. Blocking, so async tests run it off their runtime.
+pub fn helm(kubeconfig: &Path, action: &str, chart: &Path, values: &Value) -> Value {
+    let output = Command::new(python())
+        .arg(repository_root().join("tests/deploy/helm.py"))
+        .arg(kubeconfig)
+        .args([RELEASE_NAMESPACE, RELEASE, action])
+        .arg(chart)
+        .arg(values.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 pub fn yaml_documents(text: &str) -> Vec<Value> {
@@ -144,6 +186,17 @@ fn api_resource(object: &Value) -> ApiResource {
 /// Server-side applies `objects` (as `kubectl apply --server-side` would), failing the test
 /// on any refusal. Namespaced objects carry their namespace (the chart sets it everywhere).
 pub async fn apply_all(client: &kube::Client, objects: &[Value]) {
+    apply_all_with(client, objects, &PatchParams::apply("deploy-test").force()).await;
+}
+
+/// [`apply_all`] as a server-side dry run: every admission and validation step, nothing stored.
+pub async fn dry_run_all(client: &kube::Client, objects: &[Value]) {
+    let mut params = PatchParams::apply("deploy-test").force();
+    params.dry_run = true;
+    apply_all_with(client, objects, &params).await;
+}
+
+async fn apply_all_with(client: &kube::Client, objects: &[Value], params: &PatchParams) {
     for object in objects {
         let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
         let resource = api_resource(object);
@@ -151,19 +204,15 @@ pub async fn apply_all(client: &kube::Client, objects: &[Value]) {
             Some(ns) => Api::namespaced_with(client.clone(), &ns, &resource),
             None => Api::all_with(client.clone(), &resource),
         };
-        api.patch(
-            &dynamic.name_any(),
-            &PatchParams::apply("deploy-test").force(),
-            &Patch::Apply(&dynamic),
-        )
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{} {} refused by the API server: {e}",
-                object["kind"],
-                dynamic.name_any()
-            )
-        });
+        api.patch(&dynamic.name_any(), params, &Patch::Apply(&dynamic))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{} {} refused by the API server: {e}",
+                    object["kind"],
+                    dynamic.name_any()
+                )
+            });
     }
 }
 

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The files generated from the kind registry (the CRDs in `crds/`, the field reference, the
-//! chart's kind lists, the kustomize base's CRD list) are kept in step with it here.
+//! chart's kind lists and CRD template, the kustomize base's CRD list) are kept in step with
+//! it here.
 //! Regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry`.
 
 use std::path::PathBuf;
@@ -311,7 +312,7 @@ fn generated(path: &std::path::Path, text: &str) {
 }
 
 #[test]
-fn chart_kind_lists_and_kustomize_crd_list_match_the_registry() {
+fn chart_kind_lists_crd_template_and_kustomize_crd_list_match_the_registry() {
     let root = crds_dir().join("..");
     generated(
         &root.join("charts/gpucloud-operator/templates/_kinds.tpl"),
@@ -320,6 +321,10 @@ fn chart_kind_lists_and_kustomize_crd_list_match_the_registry() {
     generated(
         &root.join("deploy/kustomize/crds/kustomization.yaml"),
         &super::kustomize_crds(),
+    );
+    generated(
+        &root.join("charts/gpucloud-operator/templates/crds.yaml"),
+        &super::chart_crds_template(&super::crds()).unwrap(),
     );
     let template = super::chart_kinds_template();
     for crd in super::crds() {
@@ -330,6 +335,29 @@ fn chart_kind_lists_and_kustomize_crd_list_match_the_registry() {
             "{plural}"
         );
     }
+}
+
+/// A `{{` in a CRD (a CEL rule, a description) reaches the template as an action printing it,
+/// and nothing else changes; tests/deploy_chart.rs renders such a template with Helm.
+#[test]
+fn crd_template_escapes_template_actions() {
+    assert_eq!(
+        super::escape_template("self.matches('^{{x}}$') {{- y"),
+        "self.matches('^{{ \"{{\" }}x}}$') {{ \"{{\" }}- y"
+    );
+    let mut crd = super::crds().remove(0);
+    let schema = crd.spec.versions[0].schema.as_mut().unwrap();
+    schema.open_api_v3_schema.as_mut().unwrap().description = Some("Say {{ hello }}.".into());
+    let template = super::chart_crds_template(&[crd]).unwrap();
+    let lines: Vec<&str> = template.lines().collect();
+    assert_eq!(lines[3], "{{- if .Values.crds.enabled }}");
+    assert_eq!(lines.last(), Some(&"{{- end }}"));
+    assert!(
+        template.contains(r#"Say {{ "{{" }} hello }}."#),
+        "{template}"
+    );
+    // The comment, `if` and `end` for enabled and keep, and the escaped description.
+    assert_eq!(template.matches("{{").count(), 7, "{template}");
 }
 
 /// The sweeper lists and claims exactly the kinds the operator manages: a kind it did not
