@@ -29,6 +29,7 @@ pub mod deletion_protection;
 pub mod firewall;
 pub mod gpu_instance;
 pub mod image;
+pub mod lifetime;
 pub mod reference;
 pub mod snapshot;
 pub mod ssh_key;

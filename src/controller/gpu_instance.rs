@@ -5,11 +5,13 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
+use crate::events::EventType;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
+use gpucloud_api::lifetime::{OnExpiry, Stage};
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
     Managed, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
@@ -21,6 +23,8 @@ use gpucloud_cloud::model::{
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeMap;
@@ -42,6 +46,10 @@ pub enum InstanceAction {
     RemoveRule(String),
     /// Write the connection Secret of this name (a running machine's address and keys).
     WriteConnectionSecret(String),
+    /// Tell that the lifetime ends at this time (a Warning Event, recorded in the status).
+    WarnExpiry(Timestamp),
+    /// The lifetime ended at this time with `onExpiry` Delete or Snapshot: delete the object.
+    Expire(Timestamp),
 }
 
 impl ManagedKind for GpuInstance {
@@ -137,9 +145,12 @@ impl ManagedKind for GpuInstance {
                         .flatten()
                 }),
                 final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
+                expires_at: expiry(self).map(Time),
+                expiry_warned: previous.and_then(|p| p.expiry_warned.clone()),
             },
             None => GpuInstanceStatus {
                 cloud: common,
+                expires_at: expiry(self).map(Time),
                 ..previous.cloned().unwrap_or_default()
             },
         }
@@ -154,6 +165,12 @@ impl ManagedKind for GpuInstance {
     ) -> Result<InstancePlan, Error> {
         let namespace = self.namespace().unwrap_or_default();
         let spec = &self.spec;
+        // A machine created expired would be billed only to be stopped or deleted at once.
+        if let Some(Stage::Expired { expires_at }) = lifetime_stage(self, Timestamp::now())? {
+            return Err(Error::InvalidSpec(format!(
+                "spec.lifetime ends at {expires_at}, which has passed: the machine is not created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
+            )));
+        }
         // Refused before a machine is billed, not after: the Secret is written once it runs.
         if let Some(name) = &spec.connection_secret {
             let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
@@ -254,7 +271,8 @@ impl ManagedKind for GpuInstance {
         }
     }
 
-    type Resolved = ();
+    /// The moment the plan is made: where the lifetime stands depends on it.
+    type Resolved = Timestamp;
     type Action = InstanceAction;
 
     async fn resolve(
@@ -262,13 +280,13 @@ impl ManagedKind for GpuInstance {
         _cx: &Context<Self>,
         _account: &Account,
         _record: &Instance,
-    ) -> Result<(), Error> {
-        Ok(())
+    ) -> Result<Timestamp, Error> {
+        Ok(Timestamp::now())
     }
 
     /// Power state first (the other changes need a running machine), then a requested reboot,
     /// the public IP, the security rules, and the connection Secret of a running machine.
-    fn plan(&self, record: &Instance, _resolved: ()) -> Result<Plan<InstanceAction>, Error> {
+    fn plan(&self, record: &Instance, now: Timestamp) -> Result<Plan<InstanceAction>, Error> {
         let id = record.instance_id.as_str();
         let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
         match &record.status {
@@ -292,7 +310,21 @@ impl ManagedKind for GpuInstance {
             _ => {}
         }
 
-        let wanted = self.spec.power_state;
+        let stage = lifetime_stage(self, now)?;
+        let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
+        let wanted = match (stage, on_expiry) {
+            (Some(Stage::Expired { expires_at }), Some(on_expiry)) if on_expiry.deletes() => {
+                return Ok(Plan::act(
+                    InstanceAction::Expire(expires_at),
+                    progressing(format!(
+                        "the lifetime ended at {expires_at}: deleting (onExpiry {on_expiry:?})"
+                    )),
+                ));
+            }
+            (Some(Stage::Expired { .. }), Some(OnExpiry::Hibernate)) => PowerState::Hibernated,
+            (Some(Stage::Expired { .. }), Some(_)) => PowerState::Stopped,
+            _ => self.spec.power_state,
+        };
         let power = match (wanted, &record.status) {
             (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
                 Some((InstanceAction::Restore, "restoring"))
@@ -320,10 +352,11 @@ impl ManagedKind for GpuInstance {
             } else {
                 "hibernated"
             };
-            return Ok(Plan::stand(Outcome::ready(
+            let outcome = Outcome::ready(
                 reason::AVAILABLE,
-                format!("{id} is {state}"),
-            )));
+                format!("{id} is {state}{}", lifetime_note(stage, on_expiry)),
+            );
+            return Ok(settled(self, stage, outcome));
         }
         if record.vm_status != VmStatus::Running {
             return Ok(Plan::stand(Outcome::progressing(
@@ -377,14 +410,20 @@ impl ManagedKind for GpuInstance {
         // machine is stopped only when its spec says so.
         let outcome = above_price_limit(self.spec.max_hourly_rate, record).unwrap_or_else(|| {
             let address = record.ip_address.as_deref().unwrap_or("no public IP");
-            Outcome::ready(reason::AVAILABLE, format!("{id} is running ({address})"))
+            Outcome::ready(
+                reason::AVAILABLE,
+                format!(
+                    "{id} is running ({address}){}",
+                    lifetime_note(stage, on_expiry)
+                ),
+            )
         });
         Ok(match &self.spec.connection_secret {
-            Some(secret) => Plan::act(
+            Some(secret) if !expiry_warning_due(self, stage) => Plan::act(
                 InstanceAction::WriteConnectionSecret(secret.clone()),
                 outcome,
             ),
-            None => Plan::stand(outcome),
+            _ => settled(self, stage, outcome),
         })
     }
 
@@ -412,14 +451,41 @@ impl ManagedKind for GpuInstance {
             InstanceAction::WriteConnectionSecret(secret) => {
                 write_connection_secret(self, cx, secret, record).await?
             }
+            InstanceAction::WarnExpiry(expires_at) => {
+                let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
+                let note = format!(
+                    "{id} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
+                    on_expiry.map_or_else(String::new, |o| format!("{o:?}"))
+                );
+                crate::reconcile::publish(cx, self, EventType::Warning, EXPIRES_SOON, &note);
+            }
+            InstanceAction::Expire(expires_at) => {
+                let note = format!("the lifetime ended at {expires_at}: deleting this object");
+                crate::reconcile::publish(cx, self, EventType::Normal, EXPIRED, &note);
+                delete_self(self, cx).await?
+            }
         }
         Ok(())
     }
 
     fn executed(&mut self, action: &InstanceAction) {
-        if let (InstanceAction::Reboot(requested), Some(status)) = (action, self.status.as_mut()) {
-            status.restarted_at = Some(requested.clone());
+        match (action, self.status.as_mut()) {
+            (InstanceAction::Reboot(requested), Some(status)) => {
+                status.restarted_at = Some(requested.clone());
+            }
+            (InstanceAction::WarnExpiry(expires_at), Some(status)) => {
+                status.expiry_warned = Some(Time(*expires_at));
+            }
+            _ => {}
         }
+    }
+
+    /// The lifetime's next stage (its warning, its expiry) is acted on at its moment.
+    fn next_wake(&self) -> Option<Timestamp> {
+        lifetime_stage(self, Timestamp::now())
+            .ok()
+            .flatten()
+            .and_then(Stage::next_change)
     }
 
     fn observed(&self, record: &Instance) -> Outcome {
@@ -442,7 +508,14 @@ impl ManagedKind for GpuInstance {
         cx: &Context<Self>,
         account: &std::sync::Arc<Account>,
     ) -> Result<(), Error> {
-        if self.spec.managed.deletion_policy == DeletionPolicy::Snapshot {
+        let expired_with_snapshot = self.spec.lifetime.as_ref().is_some_and(|l| {
+            l.on_expiry == OnExpiry::Snapshot
+                && matches!(
+                    lifetime_stage(self, Timestamp::now()),
+                    Ok(Some(Stage::Expired { .. }))
+                )
+        });
+        if self.spec.managed.deletion_policy == DeletionPolicy::Snapshot || expired_with_snapshot {
             crate::final_snapshot::hold(self, cx, account).await
         } else {
             Ok(())
@@ -451,6 +524,92 @@ impl ManagedKind for GpuInstance {
 
     async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
         crate::final_snapshot::release(self, cx).await
+    }
+}
+
+/// Reasons of the lifetime's Events.
+pub const EXPIRES_SOON: &str = "ExpiresSoon";
+pub const EXPIRED: &str = "Expired";
+
+/// Where the machine stands in its lifetime at `now`; `None` without one. A lifetime the
+/// operator cannot read (admission refuses those) is an invalid spec.
+fn lifetime_stage(instance: &GpuInstance, now: Timestamp) -> Result<Option<Stage>, Error> {
+    let Some(lifetime) = &instance.spec.lifetime else {
+        return Ok(None);
+    };
+    let created = instance
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0);
+    lifetime
+        .stage(created, now)
+        .map(Some)
+        .map_err(Error::InvalidSpec)
+}
+
+/// When the machine expires, for the status.
+fn expiry(instance: &GpuInstance) -> Option<Timestamp> {
+    let created = instance.meta().creation_timestamp.as_ref()?.0;
+    instance.spec.lifetime.as_ref()?.expires_at(created).ok()
+}
+
+/// Whether the warning of this expiry is still to be given.
+fn expiry_warning_due(instance: &GpuInstance, stage: Option<Stage>) -> bool {
+    let Some(Stage::Expiring { expires_at }) = stage else {
+        return false;
+    };
+    let warned = instance
+        .status
+        .as_ref()
+        .and_then(|s| s.expiry_warned.as_ref());
+    warned.is_none_or(|w| w.0 != expires_at)
+}
+
+/// A machine that needs nothing more: the warning of its expiry, once, or nothing.
+fn settled(instance: &GpuInstance, stage: Option<Stage>, outcome: Outcome) -> Plan<InstanceAction> {
+    match stage {
+        Some(stage) if expiry_warning_due(instance, Some(stage)) => {
+            Plan::act(InstanceAction::WarnExpiry(stage.expires_at()), outcome)
+        }
+        _ => Plan::stand(outcome),
+    }
+}
+
+/// What the Ready message says of the lifetime.
+fn lifetime_note(stage: Option<Stage>, on_expiry: Option<OnExpiry>) -> String {
+    match (stage, on_expiry) {
+        (Some(Stage::Expired { expires_at }), _) => {
+            format!(": its lifetime ended at {expires_at}")
+        }
+        (Some(stage), Some(on_expiry)) => {
+            format!(
+                "; expires at {} (onExpiry {on_expiry:?})",
+                stage.expires_at()
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// Deletes the object itself (its lifetime ended): the finalizer then deletes the machine,
+/// after a final snapshot under `onExpiry: Snapshot`. Only this very object is deleted (its
+/// uid is a precondition), never a namesake created since.
+async fn delete_self(instance: &GpuInstance, cx: &Context<GpuInstance>) -> Result<(), Error> {
+    let api: Api<GpuInstance> =
+        Api::namespaced(cx.client.clone(), &instance.namespace().unwrap_or_default());
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: instance.uid(),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::default()
+    };
+    match api.delete(&instance.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        // Already gone, or a namesake: nothing of this object is left to delete.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -912,8 +1071,155 @@ mod tests {
 
     /// What kind of outcome a plan ends at, and its action.
     fn planned(object: &GpuInstance, record: &Instance) -> (Option<InstanceAction>, &'static str) {
-        let plan = object.plan(record, ()).unwrap();
+        planned_at(object, record, Timestamp::now())
+    }
+
+    fn planned_at(
+        object: &GpuInstance,
+        record: &Instance,
+        now: Timestamp,
+    ) -> (Option<InstanceAction>, &'static str) {
+        let plan = object.plan(record, now).unwrap();
         (plan.action, plan.outcome.standing())
+    }
+
+    /// A machine created at 09:00 with a two-hour lifetime, warned of 30 minutes before.
+    fn with_lifetime(on_expiry: &str, power_state: &str, warned: Option<&str>) -> GpuInstance {
+        let mut object = instance(
+            serde_json::json!({
+                "powerState": power_state,
+                "tier": "Legacy",
+                "lifetime": {"ttl": "2h", "warnBefore": "30m", "onExpiry": on_expiry},
+            }),
+            None,
+        );
+        object.metadata.creation_timestamp = Some(Time(at("2026-11-27T09:00:00Z")));
+        object.status = Some(GpuInstanceStatus {
+            expiry_warned: warned.map(|w| Time(at(w))),
+            ..GpuInstanceStatus::default()
+        });
+        object
+    }
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_lifetime_warns_once_then_stops_hibernates_or_deletes_at_its_end() {
+        use InstanceAction::{Expire, Hibernate, Stop, WarnExpiry};
+        let expiry = at("2026-11-27T11:00:00Z");
+        let running = machine(InstanceStatus::Active, VmStatus::Running);
+        let stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let table = [
+            // (onExpiry, powerState, warned, now, machine, action, standing)
+            ("Stop", "Running", None, "10:00", &running, None, "ready"),
+            (
+                "Stop",
+                "Running",
+                None,
+                "10:30",
+                &running,
+                Some(WarnExpiry(expiry)),
+                "ready",
+            ),
+            (
+                "Stop",
+                "Running",
+                Some("11:00"),
+                "10:45",
+                &running,
+                None,
+                "ready",
+            ),
+            // A warning given for another expiry (the lifetime was edited) is given again.
+            (
+                "Stop",
+                "Running",
+                Some("10:00"),
+                "10:45",
+                &running,
+                Some(WarnExpiry(expiry)),
+                "ready",
+            ),
+            (
+                "Stop",
+                "Running",
+                Some("11:00"),
+                "11:00",
+                &running,
+                Some(Stop),
+                "progressing",
+            ),
+            (
+                "Stop",
+                "Running",
+                Some("11:00"),
+                "12:00",
+                &stopped,
+                None,
+                "ready",
+            ),
+            // After expiry, powerState Running does not start it again.
+            ("Stop", "Running", None, "12:00", &stopped, None, "ready"),
+            (
+                "Hibernate",
+                "Running",
+                None,
+                "11:00",
+                &running,
+                Some(Hibernate),
+                "progressing",
+            ),
+            (
+                "Delete",
+                "Running",
+                None,
+                "11:00",
+                &running,
+                Some(Expire(expiry)),
+                "progressing",
+            ),
+            (
+                "Snapshot",
+                "Stopped",
+                None,
+                "11:00",
+                &stopped,
+                Some(Expire(expiry)),
+                "progressing",
+            ),
+            // A stopped machine whose expiry deletes it is warned too.
+            (
+                "Delete",
+                "Stopped",
+                None,
+                "10:40",
+                &stopped,
+                Some(WarnExpiry(expiry)),
+                "ready",
+            ),
+        ];
+        for (on_expiry, power, warned, now, record, action, standing) in table {
+            let warned = warned.map(|w| format!("2026-11-27T{w}:00Z"));
+            let object = with_lifetime(on_expiry, power, warned.as_deref());
+            let now = at(&format!("2026-11-27T{now}:00Z"));
+            assert_eq!(
+                planned_at(&object, record, now),
+                (action, standing),
+                "{on_expiry} {power} warned {warned:?} at {now}"
+            );
+        }
+        // The Ready message says when, and what then happens.
+        let object = with_lifetime("Stop", "Running", None);
+        let plan = object.plan(&running, at("2026-11-27T10:00:00Z")).unwrap();
+        assert!(
+            plan.outcome
+                .message()
+                .contains("expires at 2026-11-27T11:00:00Z (onExpiry Stop)"),
+            "{}",
+            plan.outcome.message()
+        );
     }
 
     #[test]

@@ -566,18 +566,28 @@ async fn converge<K: ManagedKind>(
         }
     }
     write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
-    match outcome {
-        Outcome::Ready { .. } => Ok(requeue(settled_recheck(cx))),
+    let after = match outcome {
+        Outcome::Ready { .. } => settled_recheck(cx),
         // Waiting for another object (an attachment target): its watch wakes this one.
         Outcome::Progressing { reason, .. } if reason == reason::WAITING_FOR_REFERENCE => {
-            Ok(requeue(cx.settings.observe.resync))
+            cx.settings.observe.resync
         }
         Outcome::Progressing { .. } => {
             cx.observer(account).mark_hot();
-            Ok(requeue(cx.settings.transition_requeue))
+            cx.settings.transition_requeue
         }
-        Outcome::Stalled { .. } => Ok(requeue(cx.settings.observe.resync)),
-    }
+        Outcome::Stalled { .. } => cx.settings.observe.resync,
+    };
+    Ok(requeue(until_wake(after, working.next_wake())))
+}
+
+/// `after`, or less when the object must be looked at again sooner (`next_wake`).
+fn until_wake(after: Duration, wake: Option<Timestamp>) -> Duration {
+    let Some(wake) = wake else {
+        return after;
+    };
+    let until = Duration::try_from(wake.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO);
+    after.min(until)
 }
 
 /// Resources carrying the object's own cloud name besides the one it recorded: a create the

@@ -26,6 +26,7 @@ fn instance() -> GpuInstance {
             max_hourly_rate: None,
             connection_secret: None,
             final_snapshot: None,
+            lifetime: None,
         },
     )
 }
@@ -402,4 +403,67 @@ fn deletion_policy_snapshot_is_for_gpu_instances_only() {
     refused::<Image>(serde_json::json!({"snapshotRef": {"name": "s"}}));
     refused::<SshKey>(serde_json::json!({}));
     refused::<Firewall>(serde_json::json!({"region": "us-east-1", "rules": [rule]}));
+}
+
+fn with_lifetime(lifetime: serde_json::Value) -> GpuInstance {
+    let mut i = instance();
+    i.spec.lifetime = Some(serde_json::from_value(lifetime).unwrap());
+    i
+}
+
+/// Each lifetime a person could get wrong is refused at admission, naming the field.
+#[test]
+fn lifetimes_are_checked_at_admission() {
+    for accepted in [
+        serde_json::json!({"ttl": "2h"}),
+        serde_json::json!({"ttl": "1h30m", "onExpiry": "Delete", "warnBefore": "10m"}),
+        serde_json::json!({"ttl": "1.5h", "onExpiry": "Snapshot"}),
+        serde_json::json!({"expiresAt": "2026-12-01T18:00:00Z", "onExpiry": "Stop"}),
+    ] {
+        let i = with_lifetime(accepted.clone());
+        assert!(
+            validate_cel(&i).is_ok(),
+            "{accepted}: {:?}",
+            validate_cel(&i)
+        );
+    }
+    for (lifetime, needle) in [
+        (
+            serde_json::json!({}),
+            "set exactly one of ttl and expiresAt",
+        ),
+        (
+            serde_json::json!({"ttl": "2h", "expiresAt": "2026-12-01T18:00:00Z"}),
+            "set exactly one of ttl and expiresAt",
+        ),
+        (
+            serde_json::json!({"ttl": "-1h"}),
+            "ttl must be a positive duration",
+        ),
+        (
+            serde_json::json!({"ttl": "0s"}),
+            "ttl must be a positive duration",
+        ),
+        (
+            serde_json::json!({"ttl": "2 days"}),
+            "ttl must be a positive duration",
+        ),
+        (
+            serde_json::json!({"ttl": "2h", "warnBefore": "soon"}),
+            "warnBefore must be a duration",
+        ),
+        (
+            serde_json::json!({"ttl": "2h", "onExpiry": "Hibernate"}),
+            "onExpiry Hibernate needs tier Legacy",
+        ),
+    ] {
+        rejected_with(&with_lifetime(lifetime), None, needle);
+    }
+    let mut orphaned = with_lifetime(serde_json::json!({"ttl": "2h", "onExpiry": "Delete"}));
+    orphaned.spec.managed.deletion_policy = DeletionPolicy::Orphan;
+    rejected_with(&orphaned, None, "leave the machine billing");
+    // Editing the lifetime is how it is extended.
+    let old = with_lifetime(serde_json::json!({"ttl": "2h"}));
+    let new = with_lifetime(serde_json::json!({"ttl": "8h"}));
+    assert!(validate_cel_update(&new, &old).is_ok());
 }

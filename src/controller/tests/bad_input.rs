@@ -109,6 +109,52 @@ fn cases() -> Vec<Case> {
     let volume = json!({"region": "us-east-1", "sizeGb": 10});
     let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop";
     vec![
+        // GpuInstance lifetimes
+        spec(
+            "lifetime ttl negative",
+            "GpuInstance",
+            with(vm(), json!({"lifetime": {"ttl": "-1h"}})),
+            "spec.lifetime.ttl",
+        ),
+        spec(
+            "lifetime ttl not a duration",
+            "GpuInstance",
+            with(vm(), json!({"lifetime": {"ttl": "2 days"}})),
+            "spec.lifetime.ttl",
+        ),
+        spec(
+            "lifetime with both ttl and expiresAt",
+            "GpuInstance",
+            with(
+                vm(),
+                json!({"lifetime": {"ttl": "2h", "expiresAt": "2026-12-01T18:00:00Z"}}),
+            ),
+            "spec.lifetime",
+        ),
+        spec(
+            "lifetime expiresAt not a time",
+            "GpuInstance",
+            with(vm(), json!({"lifetime": {"expiresAt": "tomorrow"}})),
+            "spec.lifetime.expiresAt",
+        ),
+        spec(
+            "lifetime onExpiry unknown",
+            "GpuInstance",
+            with(
+                vm(),
+                json!({"lifetime": {"ttl": "2h", "onExpiry": "Explode"}}),
+            ),
+            "spec.lifetime.onExpiry",
+        ),
+        spec(
+            "lifetime Delete with deletionPolicy Orphan",
+            "GpuInstance",
+            with(
+                vm(),
+                json!({"deletionPolicy": "Orphan", "lifetime": {"ttl": "2h", "onExpiry": "Delete"}}),
+            ),
+            "spec.lifetime.onExpiry",
+        ),
         // GpuInstance
         spec(
             "gpuCount of the wrong type",

@@ -1,0 +1,242 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Lifetimes: a machine is stopped, or deleted, at the end of `spec.lifetime`, to within a
+//! second of its expiry plus the cloud call, also when the operator was down at that moment;
+//! a lifetime extended in time keeps it running; one that has passed before the create makes
+//! no machine.
+
+use crate::support::{self, Env, NAMESPACE, eventually, test_config};
+use gpucloud_api::*;
+use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// When each StopInstance call was answered.
+#[derive(Default)]
+struct Stops(Mutex<Vec<Timestamp>>);
+
+impl CallObserver for Stops {
+    fn on_call(&self, operation: Operation, _outcome: &CallOutcome, elapsed: Duration) {
+        if operation.name() == "StopInstance" {
+            let sent = Timestamp::now() - SignedDuration::try_from(elapsed).unwrap();
+            self.0.lock().unwrap().push(sent);
+        }
+    }
+}
+
+fn instance(name: &str, lifetime: serde_json::Value) -> GpuInstance {
+    support::object(
+        name,
+        serde_json::json!({
+            "region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
+            "lifetime": lifetime,
+        }),
+    )
+}
+
+async fn vm_status(env: &Env, name: &str, wanted: &str) -> GpuInstance {
+    let api = env.api::<GpuInstance>();
+    eventually(30, &format!("{name} {wanted}"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await.ok()?;
+            let status = object.status.as_ref()?;
+            (status.vm_status.as_deref() == Some(wanted)
+                && object.cloud_status().is_ready(object.metadata.generation))
+            .then_some(object)
+        }
+    })
+    .await
+}
+
+async fn events_about(env: &Env, name: &str, reason: &str) -> Vec<KubeEvent> {
+    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+fn expiry_of(object: &GpuInstance) -> Timestamp {
+    object
+        .status
+        .as_ref()
+        .unwrap()
+        .expires_at
+        .as_ref()
+        .unwrap()
+        .0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_is_warned_then_stopped_at_the_end_of_its_lifetime() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let stops = Arc::new(Stops::default());
+    let mut config = test_config(&env.simulator);
+    config.cloud.observer = Some(stops.clone());
+    env.start_operator(config);
+    support::create(
+        &env,
+        &instance(
+            "short",
+            serde_json::json!({"ttl": "6s", "warnBefore": "3s"}),
+        ),
+    )
+    .await;
+    let ready = vm_status(&env, "short", "RUNNING").await;
+    let created = ready.metadata.creation_timestamp.as_ref().unwrap().0;
+    let expiry = expiry_of(&ready);
+    assert_eq!(expiry, created + SignedDuration::from_secs(6));
+    let message = ready
+        .cloud_status()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains(&format!("expires at {expiry}")),
+        "{message}"
+    );
+
+    let stopped = vm_status(&env, "short", "STOPPED").await;
+    let message = stopped
+        .cloud_status()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains("its lifetime ended"), "{message}");
+    let sent = stops.0.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let late = sent[0].duration_since(expiry);
+    assert!(
+        late >= SignedDuration::ZERO && late <= SignedDuration::from_secs(1),
+        "stopped {late} after the expiry at {expiry}"
+    );
+    // Warned once, before.
+    let warned = events_about(&env, "short", "ExpiresSoon").await;
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0].type_.as_deref(), Some("Warning"));
+    assert!(warned[0].event_time.as_ref().unwrap().0 < expiry);
+
+    // Extended: the machine runs again, until the new expiry.
+    env.api::<GpuInstance>()
+        .patch(
+            "short",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"lifetime": {"ttl": "1h"}}})),
+        )
+        .await
+        .unwrap();
+    let extended = vm_status(&env, "short", "RUNNING").await;
+    assert_eq!(
+        expiry_of(&extended),
+        created + SignedDuration::from_hours(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_passed_while_the_operator_was_down_is_acted_on_at_its_start() {
+    let mut env = Env::start().await;
+    support::create(
+        &env,
+        &instance("while-down", serde_json::json!({"ttl": "5s"})),
+    )
+    .await;
+    let ready = vm_status(&env, "while-down", "RUNNING").await;
+    let expiry = expiry_of(&ready);
+    env.kill_operator().await;
+    let wait = expiry.duration_since(Timestamp::now()) + SignedDuration::from_secs(1);
+    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
+    assert_eq!(env.calls("StopInstance"), 0);
+    env.start_operator(test_config(&env.simulator));
+    vm_status(&env, "while-down", "STOPPED").await;
+    assert_eq!(env.calls("StopInstance"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_that_deletes_leaves_nothing_billed() {
+    let env = Env::start().await;
+    support::create(
+        &env,
+        &instance(
+            "one-shot",
+            serde_json::json!({"ttl": "4s", "onExpiry": "Delete"}),
+        ),
+    )
+    .await;
+    vm_status(&env, "one-shot", "RUNNING").await;
+    let api = env.api::<GpuInstance>();
+    eventually(30, "one-shot deleted", || {
+        let api = api.clone();
+        async move { api.get_opt("one-shot").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    // Its finalizer went only once the machine was gone.
+    assert!(env.simulator.state().instances.is_empty());
+    assert_eq!(events_about(&env, "one-shot", "Expired").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifetime_over_before_the_create_makes_no_machine() {
+    let env = Env::start().await;
+    let past = Timestamp::now() - SignedDuration::from_mins(5);
+    support::create(
+        &env,
+        &instance(
+            "too-late",
+            serde_json::json!({"expiresAt": past.to_string()}),
+        ),
+    )
+    .await;
+    let stalled =
+        support::condition::<GpuInstance>(&env, "too-late", "Stalled", "True", "InvalidSpec").await;
+    let message = stalled
+        .cloud_status()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains("spec.lifetime"), "{message}");
+    assert_eq!(env.calls("CreateInstance"), 0);
+    env.api::<GpuInstance>()
+        .delete("too-late", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_with_a_snapshot_keeps_the_disk_and_deletes_the_machine() {
+    let env = Env::start().await;
+    support::create(
+        &env,
+        &instance(
+            "kept-disk",
+            serde_json::json!({"ttl": "4s", "onExpiry": "Snapshot"}),
+        ),
+    )
+    .await;
+    vm_status(&env, "kept-disk", "RUNNING").await;
+    let api = env.api::<GpuInstance>();
+    eventually(60, "kept-disk deleted", || {
+        let api = api.clone();
+        async move { api.get_opt("kept-disk").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let state = env.simulator.state();
+    assert!(state.instances.is_empty(), "{:?}", state.instances);
+    assert_eq!(
+        state.snapshots.len(),
+        1,
+        "the final snapshot is left in the cloud"
+    );
+    assert_eq!(env.calls("CreateSnapshot"), 1);
+}
