@@ -17,6 +17,7 @@ mod firewalls;
 mod idempotence;
 mod invalid_objects;
 mod lifecycle;
+mod openmetrics;
 mod orphans;
 mod outage;
 mod policies;
