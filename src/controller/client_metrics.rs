@@ -7,22 +7,26 @@
 //! lasts as long as the watch. Labels are the method, the status code and the API server's
 //! host only (no path, no object name), so the number of series stays small.
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
+use crate::client_hooks::hooked_client;
 use gpucloud_telemetry::Metrics;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// `client`, reporting each request to `metrics`. `host` is the API server's `host:port`
 /// (the client's requests carry only a path; the base URL is added inside the client).
 pub fn counted_client(client: &kube::Client, metrics: Arc<Metrics>, host: &str) -> kube::Client {
-    let service = Counting {
-        inner: client.clone(),
-        metrics,
-        host: host.into(),
-    };
-    kube::Client::new(service, client.default_namespace())
+    let host: Arc<str> = host.into();
+    hooked_client(
+        client,
+        Arc::new(move |request| {
+            let method = request.method().as_str().to_string();
+            let (metrics, host, started) = (metrics.clone(), host.clone(), Instant::now());
+            Box::new(move |response| {
+                let code = response.ok().map(|r| r.status().as_u16());
+                metrics.kube_request(&method, &host, code, started.elapsed());
+            })
+        }),
+    )
 }
 
 /// The `host` label of a cluster URL: its authority (`10.96.0.1:443`), without any user info.
@@ -35,39 +39,6 @@ pub fn host_label(url: &http::Uri) -> String {
                 .to_string()
         })
         .unwrap_or_default()
-}
-
-#[derive(Clone)]
-struct Counting {
-    inner: kube::Client,
-    metrics: Arc<Metrics>,
-    host: Arc<str>,
-}
-
-// === impl Counting ===
-
-impl tower_service::Service<http::Request<kube::client::Body>> for Counting {
-    type Response = http::Response<kube::client::Body>;
-    // The inner client's own error: `Client::send` passes it on unchanged.
-    type Error = kube::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
-        let method = request.method().as_str().to_string();
-        let (client, metrics, host) = (self.inner.clone(), self.metrics.clone(), self.host.clone());
-        async move {
-            let started = Instant::now();
-            let response = client.send(request).await;
-            let code = response.as_ref().ok().map(|r| r.status().as_u16());
-            metrics.kube_request(&method, &host, code, started.elapsed());
-            response
-        }
-        .boxed()
-    }
 }
 
 #[cfg(test)]
