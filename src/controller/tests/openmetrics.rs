@@ -275,3 +275,14 @@ fn series_and_their_functions_are_found() {
         vec!["sum(a{  }) >".to_string()]
     );
 }
+
+/// The parser is strict: a counter sample without its `_total` suffix, or a body without the
+/// closing `# EOF`, is refused, as Prometheus refuses it.
+#[test]
+fn the_parser_refuses_what_openmetrics_forbids() {
+    for body in ["# TYPE a counter\na 1\n# EOF\n", "# TYPE a gauge\na 1\n"] {
+        let refused = std::panic::catch_unwind(|| parse(body));
+        assert!(refused.is_err(), "accepted:\n{body}");
+    }
+    assert_eq!(parse("# TYPE a gauge\na 1\n# EOF\n")["a"].type_, "gauge");
+}
