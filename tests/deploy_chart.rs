@@ -45,6 +45,11 @@ fn combinations() -> Vec<(&'static str, Value)> {
                     {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
                 "logFormat": "text", "logLevel": "debug", "resyncInterval": "5m",
                 "concurrency": 16, "budgetFloor": 25.5,
+                "prometheusRule": {"enabled": true, "labels": {"release": "prom"}, "lowBalance": 80,
+                    "additionalRules": [{"alert": "GpuCloudSpendHigh",
+                        "expr": "sum(gpucloud_hourly_cost) > 100", "for": "1h"}]},
+                "grafana": {"dashboards": {"enabled": true,
+                    "annotations": {"grafana_folder": "GPU cloud"}}},
                 "extraEnv": [{"name": "GPUCLOUD_SETTLE_WINDOW", "value": "45s"}],
                 "podAnnotations": {"example.com/team": "platform"},
                 "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -69,14 +74,17 @@ fn combinations() -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// Minimal CRD of the Prometheus Operator's ServiceMonitor, as installed with it.
-fn service_monitor_crd() -> Value {
+/// Minimal CRD of one of the Prometheus Operator's kinds (ServiceMonitor, PrometheusRule), as
+/// installed with it.
+fn monitoring_crd(kind: &str) -> Value {
+    let singular = kind.to_lowercase();
+    let plural = format!("{singular}s");
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
         "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-            "names": {"plural": "servicemonitors", "singular": "servicemonitor",
-                      "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
+            "names": {"plural": plural, "singular": singular,
+                      "kind": kind, "listKind": format!("{kind}List")},
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object",
                     "x-kubernetes-preserve-unknown-fields": true}}}]}
@@ -114,7 +122,11 @@ async fn every_combination_renders_lints_validates_and_applies() {
             namespaces.extend(list.iter().map(|n| n.as_str().unwrap()));
         }
         deploy::create_namespaces(&client, &namespaces).await;
-        deploy::apply_all(&client, &[service_monitor_crd()]).await;
+        let monitoring = [
+            monitoring_crd("ServiceMonitor"),
+            monitoring_crd("PrometheusRule"),
+        ];
+        deploy::apply_all(&client, &monitoring).await;
         deploy::apply_all(&client, &rendered.crd_objects()).await;
         deploy::apply_all(&client, &rendered.objects()).await;
         server.shutdown().await;
@@ -160,6 +172,57 @@ fn check_pod(label: &str, rendered: &Rendered) {
     assert_eq!(downward, ["POD_NAME", "POD_NAMESPACE"], "{label}");
 }
 
+/// The PrometheusRule selects the job the ServiceMonitor's Service makes, and the dashboard
+/// ConfigMap carries the chart's dashboard file as it is.
+fn check_monitoring(rendered: &Rendered) {
+    let service = format!("{RELEASE}-metrics");
+    assert!(rendered.find("Service", &service).is_some());
+    let rule = rendered.find("PrometheusRule", RELEASE).unwrap();
+    assert_eq!(rule["metadata"]["labels"]["release"], "prom", "{rule}");
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let alerts: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    for alert in [
+        "GpuCloudOperatorDown",
+        "GpuCloudOperatorNoLeader",
+        "GpuCloudObjectsStalled",
+        "GpuCloudOrphanedResources",
+        "GpuCloudDuplicateResources",
+        "GpuCloudLowBalance",
+        "GpuCloudCreatesRefusedForCredit",
+        "GpuCloudThrottled",
+        "GpuCloudSpendHigh",
+    ] {
+        assert!(alerts.contains(&alert), "{alert} missing: {alerts:?}");
+    }
+    let selector = format!(r#"job="{service}",namespace="{RELEASE_NAMESPACE}""#);
+    for rule in &rules[..rules.len() - 1] {
+        let expr = rule["expr"].as_str().unwrap();
+        assert!(expr.contains(&selector), "{expr}");
+    }
+    let low = rules
+        .iter()
+        .find(|r| r["alert"] == "GpuCloudLowBalance")
+        .unwrap();
+    assert!(low["expr"].as_str().unwrap().ends_with("< 80"), "{low}");
+
+    let dashboard = rendered
+        .find("ConfigMap", &format!("{RELEASE}-dashboard"))
+        .unwrap();
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        dashboard["metadata"]["annotations"]["grafana_folder"],
+        "GPU cloud"
+    );
+    let file = std::fs::read_to_string(
+        repository_root().join("charts/gpucloud-operator/dashboards/gpucloud-operator.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        dashboard["data"]["gpucloud-operator.json"].as_str(),
+        Some(file.trim_end())
+    );
+}
+
 #[test]
 fn values_reach_the_operator_settings() {
     let rendered = render(&combinations()[3].1);
@@ -196,6 +259,7 @@ fn values_reach_the_operator_settings() {
     );
     assert!(rendered.find("PodDisruptionBudget", RELEASE).is_some());
     assert!(rendered.find("NetworkPolicy", RELEASE).is_some());
+    check_monitoring(&rendered);
 
     let namespaced = render(&combinations()[1].1);
     assert_eq!(

@@ -293,7 +293,17 @@ pub async fn run(args: Args, build: gpucloud_telemetry::BuildInfo) -> Result<(),
     )
     .await?;
     tracing::info!(metrics = %endpoints.metrics, health = %endpoints.health, "serving metrics and probes");
-    let client = kube::Client::try_default().await?;
+    let kube_config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let host = crate::client_metrics::host_label(&kube_config.cluster_url);
+    // Wrapped once, here: every request of the replica (start-up checks, election,
+    // controllers) is counted.
+    let client = crate::client_metrics::counted_client(
+        &kube::Client::try_from(kube_config)?,
+        config.metrics.clone(),
+        &host,
+    );
     ensure_server_supported(&client).await?;
     ensure_crds_installed(&client).await?;
     tracing::info!(

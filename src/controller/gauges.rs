@@ -3,17 +3,20 @@
 //! computed from its reflector store and from the reconcile requests it has seen.
 //!
 //! Queue depth counts the objects due for a reconcile that has not started: woken by a watch
-//! event, a reference or Secret change, a cloud list, or a requeue whose time has come.
+//! event, a reference or Secret change, a cloud list, or a requeue whose time has come. The
+//! same bookkeeping feeds controller-runtime's names for these numbers (`workqueue_depth`,
+//! `workqueue_queue_duration_seconds`, `controller_runtime_active_workers`,
+//! `controller_runtime_max_concurrent_reconciles`).
 
 use crate::kind::ManagedKind;
 use crate::lock;
 use gpucloud_api::condition_type;
-use gpucloud_telemetry::{KindState, StateSource};
+use gpucloud_telemetry::{KindState, Metrics, StateSource};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct KindGauges<K: ManagedKind> {
@@ -22,15 +25,20 @@ pub struct KindGauges<K: ManagedKind> {
     /// When each object is next due for a reconcile, while one is pending.
     due: Mutex<HashMap<ObjectRef<K>, Instant>>,
     in_flight: AtomicI64,
+    /// The controller's concurrency (0: no limit).
+    max_concurrent: u16,
+    metrics: Arc<Metrics>,
 }
 
 impl<K: ManagedKind> KindGauges<K> {
-    pub fn new(store: Store<K>) -> Self {
+    pub fn new(store: Store<K>, metrics: Arc<Metrics>, max_concurrent: u16) -> Self {
         KindGauges {
             kind: K::kind(&()).to_string(),
             store,
             due: Mutex::new(HashMap::new()),
             in_flight: AtomicI64::new(0),
+            max_concurrent,
+            metrics,
         }
     }
 
@@ -52,9 +60,12 @@ impl<K: ManagedKind> KindGauges<K> {
         });
     }
 
-    /// A reconcile of `object` starts.
+    /// A reconcile of `object` starts: how long it waited since it came due is observed.
     pub fn started(&self, object: &ObjectRef<K>) {
-        self.with_due(|due| due.remove(object));
+        if let Some(at) = self.with_due(|due| due.remove(object)) {
+            let waited = Instant::now().saturating_duration_since(at);
+            self.metrics.dequeued(&self.kind, waited);
+        }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -137,6 +148,7 @@ impl<K: ManagedKind> StateSource for KindGauges<K> {
             due.values().filter(|at| **at <= now).count()
         }) as i64;
         state.in_flight = self.in_flight.load(Ordering::Relaxed);
+        state.max_concurrent = i64::from(self.max_concurrent);
         state
     }
 }

@@ -2,6 +2,8 @@
 
 pub mod account;
 pub mod cli;
+pub mod client_hooks;
+pub mod client_metrics;
 pub mod conditions;
 pub mod context;
 pub mod create;

@@ -15,6 +15,7 @@ use gpucloud_api::{
     CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
     PAUSED_ANNOTATION, PendingCreate,
 };
+use gpucloud_telemetry::ReconcileResult;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
@@ -80,9 +81,13 @@ pub async fn reconcile<K: ManagedKind>(
             .instrument(span),
         )
         .await;
-    timer.finish(match &result {
-        Ok(_) => "success",
-        Err(error) => error.metric_label(),
+    timer.finish(match (&result, requeue_after) {
+        (Ok(_), None) => ReconcileResult::Done,
+        (Ok(_), Some(after)) => ReconcileResult::RequeueAfter(after),
+        (Err(error), _) => ReconcileResult::Failed {
+            label: error.metric_label(),
+            terminal: error.category() == crate::error::Category::Terminal,
+        },
     });
     match &result {
         Ok(_) => tracing::debug!(

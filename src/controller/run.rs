@@ -592,7 +592,11 @@ fn controller<K: ManagedKind>(
     // on. Without the filter, each status write would wake its own object again, and a
     // refused create would be retried in a loop.
     let (store, writer) = reflector::store();
-    let gauges = Arc::new(KindGauges::new(store.clone()));
+    let gauges = Arc::new(KindGauges::new(
+        store.clone(),
+        config.metrics.clone(),
+        config.concurrency,
+    ));
     config.metrics.register_state(gauges.clone());
     shared.ownership.register(store.clone());
     let users = store.clone();

@@ -9,12 +9,10 @@
 //!   outage a quiet watch would look failing for ever. Its client reports each watch request
 //!   the API server accepts.
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
+use crate::client_hooks::hooked_client;
 use gpucloud_telemetry::{Health, WatchSignal};
 use kube::runtime::watcher;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 /// What a watcher item tells readiness.
 pub fn signal<K>(item: &Result<watcher::Event<K>, watcher::Error>) -> WatchSignal {
@@ -53,48 +51,22 @@ fn cause(error: &watcher::Error) -> String {
 
 /// `client`, reporting to `health` each watch request of `watch` the API server accepts.
 pub fn reporting_client(client: &kube::Client, health: Arc<Health>, watch: String) -> kube::Client {
-    let service = Reporting {
-        inner: client.clone(),
-        health,
-        watch: watch.into(),
-    };
-    kube::Client::new(service, client.default_namespace())
-}
-
-#[derive(Clone)]
-struct Reporting {
-    inner: kube::Client,
-    health: Arc<Health>,
-    watch: Arc<str>,
-}
-
-// === impl Reporting ===
-
-impl tower_service::Service<http::Request<kube::client::Body>> for Reporting {
-    type Response = http::Response<kube::client::Body>;
-    // The inner client's own error: `Client::send` passes it on unchanged.
-    type Error = kube::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
-        let is_watch = request
-            .uri()
-            .query()
-            .is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"));
-        let (client, health, watch) = (self.inner.clone(), self.health.clone(), self.watch.clone());
-        async move {
-            let response = client.send(request).await?;
-            if is_watch && response.status().is_success() {
-                health.watch_signal(&watch, WatchSignal::Answered);
-            }
-            Ok(response)
-        }
-        .boxed()
-    }
+    let watch: Arc<str> = watch.into();
+    hooked_client(
+        client,
+        Arc::new(move |request| {
+            let is_watch = request
+                .uri()
+                .query()
+                .is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"));
+            let (health, watch) = (health.clone(), watch.clone());
+            Box::new(move |response| {
+                if is_watch && response.is_ok_and(|r| r.status().is_success()) {
+                    health.watch_signal(&watch, WatchSignal::Answered);
+                }
+            })
+        }),
+    )
 }
 
 #[cfg(test)]

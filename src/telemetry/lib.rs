@@ -3,9 +3,10 @@
 pub mod health;
 pub mod logging;
 pub mod metrics;
+pub mod process;
 pub mod server;
 
 pub use health::{Health, HealthSettings, Role, WatchSignal};
 pub use logging::{LogFormat, init_logging, report_fatal};
-pub use metrics::{BuildInfo, KindState, Metrics, StateSource};
+pub use metrics::{BuildInfo, KindState, Metrics, ReconcileResult, StateSource};
 pub use server::Endpoints;

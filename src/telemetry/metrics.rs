@@ -1,4 +1,7 @@
-//! The operator's Prometheus metrics: one registry, every family registered once here.
+//! The operator's Prometheus metrics: one registry, every family registered once here. Ours
+//! carry the prefix `gpucloud_`; beside them, without it, the names controller-runtime and
+//! client-go serve (`controller_runtime_*`, `workqueue_*`, `rest_client_*`), fed by the same
+//! updates, and the standard process metrics (`process.rs`).
 //!
 //! Counters and histograms are updated where things happen (reconciles, cloud calls, watch
 //! events). Gauges that describe the objects (how many per condition, what they cost per
@@ -28,6 +31,19 @@ const DURATION_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
 ];
 
+/// client-go's buckets of `rest_client_request_duration_seconds` (component-base's
+/// restclient metrics), so that dashboards made for Kubernetes' own clients read ours alike.
+const REST_CLIENT_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+];
+
+/// controller-runtime's workqueue buckets: 10 ns to 1,000 s, by factors of 10.
+fn workqueue_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        1e-8, 10.0, 12,
+    ))
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
@@ -38,6 +54,58 @@ struct ReconcileLabels {
     kind: String,
     /// `success`, or the error's metric label.
     result: String,
+}
+
+/// controller-runtime's label of a controller: the kind's name in lower case.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerResultLabels {
+    controller: String,
+    /// `success`, `error`, `requeue` or `requeue_after`.
+    result: String,
+}
+
+/// A workqueue's labels: controller-runtime names each controller's queue after it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    name: String,
+    controller: String,
+}
+
+impl QueueLabels {
+    fn of(kind: &str) -> Self {
+        let controller = controller_name(kind);
+        QueueLabels {
+            name: controller.clone(),
+            controller,
+        }
+    }
+}
+
+/// client-go's `rest_client_requests_total` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RestResultLabels {
+    /// The HTTP status code, or `<error>` when there was no answer.
+    code: String,
+    method: String,
+    host: String,
+}
+
+/// client-go's `rest_client_request_duration_seconds` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RestLatencyLabels {
+    verb: String,
+    host: String,
+}
+
+/// The `controller` label of a kind's controller-runtime metrics (`GpuInstance` →
+/// `gpuinstance`), as controller-runtime names a controller built for a kind.
+pub fn controller_name(kind: &str) -> String {
+    kind.to_lowercase()
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -81,6 +149,55 @@ pub struct KindState {
     pub queue_depth: i64,
     /// Reconciles running now.
     pub in_flight: i64,
+    /// Reconciles the kind's controller runs at once at most (0: no limit).
+    pub max_concurrent: i64,
+}
+
+impl KindState {
+    /// Adds `other` (the same kind's controller in another namespace).
+    fn merge(&mut self, other: KindState) {
+        for (key, count) in other.conditions {
+            *self.conditions.entry(key).or_default() += count;
+        }
+        for (key, cost) in other.hourly_cost {
+            *self.hourly_cost.entry(key).or_default() += cost;
+        }
+        self.queue_depth += other.queue_depth;
+        self.in_flight += other.in_flight;
+        self.max_concurrent += other.max_concurrent;
+    }
+}
+
+/// How a reconcile ended, for `gpucloud_reconciles` and controller-runtime's names.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReconcileResult<'a> {
+    /// Done, waiting for a change.
+    Done,
+    /// Done, to run again after the delay.
+    RequeueAfter(Duration),
+    /// Failed with the error's metric label; `terminal` when it will fail until someone
+    /// changes something.
+    Failed { label: &'a str, terminal: bool },
+}
+
+impl ReconcileResult<'_> {
+    /// `gpucloud_reconciles`' result: `success` or the error's class.
+    fn label(&self) -> &str {
+        match self {
+            ReconcileResult::Done | ReconcileResult::RequeueAfter(_) => "success",
+            ReconcileResult::Failed { label, .. } => label,
+        }
+    }
+
+    /// `controller_runtime_reconcile_total`'s result.
+    fn controller_runtime(&self) -> &'static str {
+        match self {
+            ReconcileResult::Done => "success",
+            ReconcileResult::RequeueAfter(after) if after.is_zero() => "requeue",
+            ReconcileResult::RequeueAfter(_) => "requeue_after",
+            ReconcileResult::Failed { .. } => "error",
+        }
+    }
 }
 
 /// Computes a kind's [`KindState`] from its controller's cache on every scrape.
@@ -110,6 +227,16 @@ pub struct Metrics {
     leader: Gauge,
     build_info: Family<BuildLabels, Gauge>,
     sources: Arc<StateSources>,
+    // controller-runtime's and client-go's names, for dashboards and alerts made for them.
+    rest_requests: Family<RestResultLabels, Counter>,
+    rest_duration: Family<RestLatencyLabels, Histogram>,
+    cr_reconciles: Family<ControllerResultLabels, Counter>,
+    cr_errors: Family<ControllerLabels, Counter>,
+    cr_terminal_errors: Family<ControllerLabels, Counter>,
+    cr_reconcile_time: Family<ControllerLabels, Histogram>,
+    queue_retries: Family<QueueLabels, Counter>,
+    queue_wait: Family<QueueLabels, Histogram>,
+    queue_work: Family<QueueLabels, Histogram>,
 }
 
 /// What the running binary is: its version, the commit it was built from and the Kubernetes
@@ -145,7 +272,7 @@ impl Metrics {
     pub fn new() -> Self {
         let histogram = || Histogram::new(DURATION_BUCKETS);
         let mut metrics = Metrics {
-            registry: Registry::with_prefix("gpucloud"),
+            registry: Registry::default(),
             reconciles: Family::default(),
             reconcile_duration: Family::new_with_constructor(histogram),
             watch_restarts: Family::default(),
@@ -164,8 +291,18 @@ impl Metrics {
             leader: Gauge::default(),
             build_info: Family::default(),
             sources: Arc::new(StateSources::default()),
+            rest_requests: Family::default(),
+            rest_duration: Family::new_with_constructor(|| Histogram::new(REST_CLIENT_BUCKETS)),
+            cr_reconciles: Family::default(),
+            cr_errors: Family::default(),
+            cr_terminal_errors: Family::default(),
+            cr_reconcile_time: Family::new_with_constructor(histogram),
+            queue_retries: Family::default(),
+            queue_wait: Family::new_with_constructor(workqueue_histogram),
+            queue_work: Family::new_with_constructor(workqueue_histogram),
         };
-        let r = &mut metrics.registry;
+        metrics.register_common_names();
+        let r = metrics.registry.sub_registry_with_prefix("gpucloud");
         r.register(
             "reconciles",
             "Reconciles by kind and result (success or the error's class)",
@@ -251,8 +388,65 @@ impl Metrics {
             "1, labelled with the running binary's version, commit and targeted Kubernetes API",
             metrics.build_info.clone(),
         );
-        r.register_collector(Box::new(metrics.sources.clone()));
         metrics
+            .registry
+            .register_collector(Box::new(metrics.sources.clone()));
+        #[cfg(target_os = "linux")]
+        metrics
+            .registry
+            .register_collector(Box::new(crate::process::ProcessCollector));
+        metrics
+    }
+
+    /// The families named as controller-runtime and client-go name them (without our
+    /// prefix). Their scrape-time gauges are encoded by [`StateSources`].
+    fn register_common_names(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "rest_client_requests",
+            "Number of HTTP requests to the Kubernetes API, partitioned by status code, method, and host",
+            self.rest_requests.clone(),
+        );
+        r.register(
+            "rest_client_request_duration_seconds",
+            "Kubernetes API request latency in seconds (to the response's headers), by verb and host",
+            self.rest_duration.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            self.cr_reconciles.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            self.cr_errors.clone(),
+        );
+        r.register(
+            "controller_runtime_terminal_reconcile_errors",
+            "Total number of terminal reconciliation errors per controller (errors that fail until the object or its environment changes)",
+            self.cr_terminal_errors.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            self.cr_reconcile_time.clone(),
+        );
+        r.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            self.queue_retries.clone(),
+        );
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            self.queue_wait.clone(),
+        );
+        r.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            self.queue_work.clone(),
+        );
     }
 
     /// The whole registry in the Prometheus text format.
@@ -272,6 +466,31 @@ impl Metrics {
             kind: kind.to_string(),
             started: Instant::now(),
         }
+    }
+
+    /// An object of `kind` waited `waited` between becoming due and its reconcile starting.
+    pub fn dequeued(&self, kind: &str, waited: Duration) {
+        self.queue_wait
+            .get_or_create(&QueueLabels::of(kind))
+            .observe(waited.as_secs_f64());
+    }
+
+    /// One request of the Kubernetes client: `method` (GET, POST, ...), the API server's
+    /// `host`, and the status code (`None`: no answer), timed to the response's headers.
+    pub fn kube_request(&self, method: &str, host: &str, code: Option<u16>, elapsed: Duration) {
+        self.rest_requests
+            .get_or_create(&RestResultLabels {
+                code: code.map_or_else(|| "<error>".to_string(), |c| c.to_string()),
+                method: method.into(),
+                host: host.into(),
+            })
+            .inc();
+        self.rest_duration
+            .get_or_create(&RestLatencyLabels {
+                verb: method.into(),
+                host: host.into(),
+            })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// A kind's object watch started over with a full list.
@@ -343,8 +562,32 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    /// Adds a kind's scrape-time state.
+    /// Adds a kind's scrape-time state, and serves the kind's counters from 0 on: a series
+    /// that first appears at 1 is missed by `increase()`, so an alert on the first duplicate
+    /// would never fire. controller-runtime starts its reconcile counters at 0 the same way.
     pub fn register_state(&self, source: Arc<dyn StateSource>) {
+        let kind = source.kind().to_string();
+        let labels = KindLabels { kind: kind.clone() };
+        for family in [
+            &self.duplicates_found,
+            &self.duplicates_deleted,
+            &self.watch_restarts,
+            &self.watch_errors,
+        ] {
+            let _ = family.get_or_create(&labels);
+        }
+        let controller = ControllerLabels {
+            controller: controller_name(&kind),
+        };
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            let _ = self.cr_reconciles.get_or_create(&ControllerResultLabels {
+                controller: controller.controller.clone(),
+                result: result.into(),
+            });
+        }
+        let _ = self.cr_errors.get_or_create(&controller);
+        let _ = self.cr_terminal_errors.get_or_create(&controller);
+        let _ = self.queue_retries.get_or_create(&QueueLabels::of(&kind));
         self.sources
             .sources
             .lock()
@@ -361,21 +604,43 @@ pub struct ReconcileTimer<'a> {
 }
 
 impl ReconcileTimer<'_> {
-    /// Records the reconcile with `result`: `success` or an error's metric label.
-    pub fn finish(self, result: &str) {
-        self.metrics
-            .reconcile_duration
-            .get_or_create(&KindLabels {
+    /// Records the reconcile under our names and controller-runtime's.
+    pub fn finish(self, result: ReconcileResult<'_>) {
+        let m = self.metrics;
+        let seconds = self.started.elapsed().as_secs_f64();
+        let controller = ControllerLabels {
+            controller: controller_name(&self.kind),
+        };
+        let queue = QueueLabels::of(&self.kind);
+        for histogram in [
+            m.reconcile_duration.get_or_create(&KindLabels {
                 kind: self.kind.clone(),
-            })
-            .observe(self.started.elapsed().as_secs_f64());
-        self.metrics
-            .reconciles
+            }),
+            m.cr_reconcile_time.get_or_create(&controller),
+            m.queue_work.get_or_create(&queue),
+        ] {
+            histogram.observe(seconds);
+        }
+        m.reconciles
             .get_or_create(&ReconcileLabels {
-                kind: self.kind,
-                result: result.into(),
+                kind: self.kind.clone(),
+                result: result.label().into(),
             })
             .inc();
+        m.cr_reconciles
+            .get_or_create(&ControllerResultLabels {
+                controller: controller.controller.clone(),
+                result: result.controller_runtime().into(),
+            })
+            .inc();
+        if let ReconcileResult::Failed { terminal, .. } = result {
+            // Every failed reconcile is requeued with backoff (`error_policy`): a retry.
+            m.cr_errors.get_or_create(&controller).inc();
+            m.queue_retries.get_or_create(&queue).inc();
+            if terminal {
+                m.cr_terminal_errors.get_or_create(&controller).inc();
+            }
+        }
     }
 }
 
@@ -426,8 +691,9 @@ impl CallObserver for Metrics {
     }
 }
 
-/// The registered [`StateSource`]s, encoded as gauges on every scrape (the registry adds
-/// the `gpucloud_` prefix).
+/// The registered [`StateSource`]s, encoded as gauges on every scrape: ours, and
+/// controller-runtime's names for the same numbers. A kind watched in several namespaces has a
+/// controller (and a source) per namespace; their states are added up.
 #[derive(Default)]
 struct StateSources {
     sources: Mutex<Vec<Arc<dyn StateSource>>>,
@@ -441,19 +707,33 @@ impl std::fmt::Debug for StateSources {
 
 impl Collector for StateSources {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let states: Vec<(String, KindState)> = self
+        let mut states: BTreeMap<String, KindState> = BTreeMap::new();
+        for source in self
             .sources
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|s| (s.kind().to_string(), s.state()))
-            .collect();
+        {
+            states
+                .entry(source.kind().to_string())
+                .or_default()
+                .merge(source.state());
+        }
+        let controllers: Vec<String> = states.keys().map(|k| controller_name(k)).collect();
 
         let mut objects = Vec::new();
         let mut costs = Vec::new();
         let mut queued = Vec::new();
         let mut running = Vec::new();
-        for (kind, state) in &states {
+        let (mut workers, mut max_workers, mut depth) = (Vec::new(), Vec::new(), Vec::new());
+        for ((kind, state), controller) in states.iter().zip(&controllers) {
+            let controller = controller.as_str();
+            workers.push((vec![("controller", controller)], state.in_flight));
+            max_workers.push((vec![("controller", controller)], state.max_concurrent));
+            depth.push((
+                vec![("name", controller), ("controller", controller)],
+                state.queue_depth,
+            ));
             for ((condition, status), count) in &state.conditions {
                 let labels = vec![
                     ("kind", kind.as_str()),
@@ -475,27 +755,45 @@ impl Collector for StateSources {
         }
         gauge_family(
             &mut encoder,
-            "objects",
+            "gpucloud_objects",
             "Objects by kind and by the status of each kstatus condition",
             &objects,
         )?;
         gauge_family(
             &mut encoder,
-            "hourly_cost",
+            "gpucloud_hourly_cost",
             "Summed hourly rate of the cloud resources the operator manages, by kind, namespace and currency",
             &costs,
         )?;
         gauge_family(
             &mut encoder,
-            "queue_depth",
+            "gpucloud_queue_depth",
             "Objects due for a reconcile that has not started yet",
             &queued,
         )?;
         gauge_family(
             &mut encoder,
-            "reconciles_in_flight",
+            "gpucloud_reconciles_in_flight",
             "Reconciles running now",
             &running,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            &workers,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            &max_workers,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "workqueue_depth",
+            "Current depth of workqueue: objects due for a reconcile that has not started",
+            &depth,
         )?;
         Ok(())
     }
@@ -538,7 +836,9 @@ mod tests {
     #[test]
     fn every_family_is_exposed_with_the_prefix() {
         let metrics = Metrics::new();
-        metrics.reconcile_started("GpuInstance").finish("success");
+        metrics
+            .reconcile_started("GpuInstance")
+            .finish(ReconcileResult::RequeueAfter(Duration::from_secs(1)));
         metrics.watch_restarted("Volume");
         metrics.set_balance("fp-1234", 12.5);
         metrics.set_leader(true);
@@ -593,11 +893,93 @@ mod tests {
         }
     }
 
+    /// controller-runtime's and client-go's names come from the same updates as ours, and a
+    /// kind watched in two namespaces is one series per family.
+    #[test]
+    fn controller_runtime_names_follow_the_same_updates() {
+        let metrics = Metrics::new();
+        metrics
+            .reconcile_started("GpuInstance")
+            .finish(ReconcileResult::Done);
+        metrics
+            .reconcile_started("GpuInstance")
+            .finish(ReconcileResult::RequeueAfter(Duration::from_secs(30)));
+        metrics
+            .reconcile_started("GpuInstance")
+            .finish(ReconcileResult::RequeueAfter(Duration::ZERO));
+        metrics
+            .reconcile_started("GpuInstance")
+            .finish(ReconcileResult::Failed {
+                label: "cloud_unavailable",
+                terminal: false,
+            });
+        metrics
+            .reconcile_started("GpuInstance")
+            .finish(ReconcileResult::Failed {
+                label: "invalid_spec",
+                terminal: true,
+            });
+        metrics.dequeued("GpuInstance", Duration::from_millis(20));
+        metrics.kube_request("GET", "10.96.0.1:443", Some(200), Duration::from_millis(3));
+        metrics.kube_request("PATCH", "10.96.0.1:443", None, Duration::from_millis(3));
+        for namespace_state in [(2, 1, 4), (1, 0, 4)] {
+            let (queue_depth, in_flight, max_concurrent) = namespace_state;
+            metrics.register_state(Arc::new(Fixed(KindState {
+                queue_depth,
+                in_flight,
+                max_concurrent,
+                ..KindState::default()
+            })));
+        }
+        let text = metrics.encode();
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="gpuinstance",result="success"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="gpuinstance",result="requeue_after"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="gpuinstance",result="requeue"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="gpuinstance",result="error"} 2"#,
+            r#"controller_runtime_reconcile_errors_total{controller="gpuinstance"} 2"#,
+            r#"controller_runtime_terminal_reconcile_errors_total{controller="gpuinstance"} 1"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="gpuinstance"} 5"#,
+            r#"gpucloud_reconciles_total{kind="GpuInstance",result="success"} 3"#,
+            r#"gpucloud_reconciles_total{kind="GpuInstance",result="cloud_unavailable"} 1"#,
+            r#"workqueue_retries_total{name="gpuinstance",controller="gpuinstance"} 2"#,
+            r#"workqueue_work_duration_seconds_count{name="gpuinstance",controller="gpuinstance"} 5"#,
+            r#"workqueue_queue_duration_seconds_count{name="gpuinstance",controller="gpuinstance"} 1"#,
+            r#"workqueue_depth{name="gpuinstance",controller="gpuinstance"} 3"#,
+            r#"controller_runtime_active_workers{controller="gpuinstance"} 1"#,
+            r#"controller_runtime_max_concurrent_reconciles{controller="gpuinstance"} 8"#,
+            r#"gpucloud_queue_depth{kind="GpuInstance"} 3"#,
+            r#"rest_client_requests_total{code="200",method="GET",host="10.96.0.1:443"} 1"#,
+            r#"rest_client_requests_total{code="<error>",method="PATCH",host="10.96.0.1:443"} 1"#,
+            r#"rest_client_request_duration_seconds_count{verb="GET",host="10.96.0.1:443"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        assert_eq!(
+            text.matches("\ngpucloud_queue_depth{").count(),
+            1,
+            "one series per kind:\n{text}"
+        );
+        #[cfg(target_os = "linux")]
+        for family in [
+            "# TYPE process_cpu_seconds counter",
+            "# TYPE process_resident_memory_bytes gauge",
+            "# TYPE process_virtual_memory_bytes gauge",
+            "# TYPE process_open_fds gauge",
+            "# TYPE process_max_fds gauge",
+            "# TYPE process_start_time_seconds gauge",
+        ] {
+            assert!(text.contains(family), "missing {family} in\n{text}");
+        }
+    }
+
     /// Every series the sample Grafana dashboard queries is one the operator exports.
     #[test]
     fn the_grafana_dashboard_queries_exported_families() {
         let metrics = Metrics::new();
-        metrics.reconcile_started("GpuInstance").finish("success");
+        metrics
+            .reconcile_started("GpuInstance")
+            .finish(ReconcileResult::RequeueAfter(Duration::from_secs(1)));
         metrics.watch_restarted("Volume");
         metrics.watch_failed("Volume");
         metrics.set_balance("fp", 1.0);
@@ -619,9 +1001,10 @@ mod tests {
         metrics.register_state(Arc::new(Fixed(state)));
         let exported = metrics.encode();
 
-        let dashboard: serde_json::Value =
-            serde_json::from_str(include_str!("../../deploy/grafana/gpucloud-operator.json"))
-                .expect("the dashboard is JSON");
+        let dashboard: serde_json::Value = serde_json::from_str(include_str!(
+            "../../charts/gpucloud-operator/dashboards/gpucloud-operator.json"
+        ))
+        .expect("the dashboard is JSON");
         let panels = dashboard["panels"].as_array().expect("panels");
         let mut checked = 0;
         for target in panels

@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 pub const RELEASE: &str = "gpucloud-operator";
 pub const RELEASE_NAMESPACE: &str = "gpucloud-system";
@@ -25,27 +24,12 @@ pub fn chart_dir() -> PathBuf {
     repository_root().join("charts/gpucloud-operator")
 }
 
-/// The virtualenv's interpreter, made by `.ci/python-tools.sh` on first use. Without Python
-/// the deployment cannot be checked at all, so this fails the test rather than skipping it.
+#[path = "../python/tools.rs"]
+mod tools;
+
+/// The virtualenv's interpreter, made by `.ci/python-tools.sh` on first use.
 pub fn python() -> &'static Path {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let script = repository_root().join(".ci/python-tools.sh");
-        let output = Command::new(&script).output().unwrap_or_else(|e| {
-            panic!(
-                "cannot run {}: {e}; the deployment tests need bash and python3 (with venv and pip)",
-                script.display()
-            )
-        });
-        assert!(
-            output.status.success(),
-            "{} failed: the deployment tests need python3 with the venv module and pip access \
-             to PyPI (helm-python-sdk, kubernetes-validate):\n{}",
-            script.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-    })
+    tools::python(repository_root())
 }
 
 /// The chart rendered with some values.

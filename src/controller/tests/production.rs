@@ -11,7 +11,7 @@ use gpucloud_controller::leader::LeaseSettings;
 use gpucloud_controller::orphans::OrphanSweepSettings;
 use gpucloud_controller::replica::{self, ReplicaSettings};
 use gpucloud_controller::run::OperatorConfig;
-use gpucloud_simulator::{FaultPlan, SimulatorConfig};
+use gpucloud_simulator::{FaultPlan, SimulatorConfig, ThrottleBurst};
 use gpucloud_telemetry::{Endpoints, Health, HealthSettings, Metrics};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -59,6 +59,15 @@ impl Replica {
             health: Arc::new(Health::new(config.health.settings())),
             ..config
         };
+        // As the binary does (cli.rs).
+        config
+            .metrics
+            .set_build_info(&gpucloud_telemetry::BuildInfo {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: "0123456789ab",
+                commit_date: "2026-11-27T00:00:00+00:00",
+                kubernetes: gpucloud_controller::cli::KUBERNETES_API,
+            });
         let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
         let endpoints = gpucloud_telemetry::server::serve(
             Endpoints {
@@ -76,8 +85,14 @@ impl Replica {
             leader_election: lease,
             shutdown_timeout: Duration::from_secs(10),
         };
+        // As the binary does (cli.rs): the client counts every request it makes.
+        let client = gpucloud_controller::client_metrics::counted_client(
+            &env.client,
+            config.metrics.clone(),
+            &env.apiserver.local_addr().to_string(),
+        );
         let task = tokio::spawn(replica::run_replica(
-            env.client.clone(),
+            client,
             config,
             settings,
             stopped.map(drop).boxed(),
@@ -157,7 +172,20 @@ fn instance(name: &str, extra: serde_json::Value) -> GpuInstance {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_probes_and_events_follow_a_whole_run() {
-    let env = Env::without_operator(SimulatorConfig::default()).await;
+    // An occasional 429 and a small client bucket: the throttling, retry and rate-limiter
+    // families the dashboard plots have samples too.
+    let simulator = SimulatorConfig {
+        faults: FaultPlan {
+            throttle_burst: Some(ThrottleBurst {
+                probability: 0.1,
+                length: 1,
+                retry_after_secs: 0,
+            }),
+            ..FaultPlan::default()
+        },
+        ..SimulatorConfig::default()
+    };
+    let env = Env::without_operator(simulator).await;
     // A resource with the operator's mark that no object claims, for the sweeper to count.
     support::cloud_client(&env)
         .create_ssh_key(&gpucloud_cloud::model::CreateSshKeyRequest {
@@ -167,6 +195,10 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
         .await
         .unwrap();
     let mut config = test_config(&env.simulator);
+    config.cloud.rate_limit = Some(gpucloud_cloud::RateLimit {
+        per_second: 50.0,
+        burst: 1,
+    });
     config.orphans = OrphanSweepSettings {
         interval: Duration::from_secs(1),
         grace_period: Duration::ZERO,
@@ -242,7 +274,9 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
             ) >= 1.0
             && sample(&text, r#"gpucloud_orphaned_resources{resource="ssh-key"}"#) == 1.0
             // Read once per resync interval.
-            && text.contains("gpucloud_account_balance{account="))
+            && text.contains("gpucloud_account_balance{account=")
+            && text.contains("gpucloud_cloud_throttled_total{")
+            && text.contains("gpucloud_cloud_rate_limit_wait_seconds_total{"))
         .then_some(text)
     })
     .await;
@@ -256,6 +290,37 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     moved(r#"gpucloud_cloud_request_duration_seconds_count{operation="ListInstances"}"#);
     moved(r#"gpucloud_cloud_requests_total{operation="StopInstance",code="200"}"#);
     moved(r#"gpucloud_watch_restarts_total{kind="GpuInstance"}"#);
+    // controller-runtime's and client-go's names, from the same updates.
+    let host = env.apiserver.local_addr().to_string();
+    for series in [
+        r#"controller_runtime_reconcile_time_seconds_count{controller="gpuinstance"}"#,
+        r#"workqueue_work_duration_seconds_count{name="gpuinstance",controller="gpuinstance"}"#,
+        r#"workqueue_queue_duration_seconds_count{name="gpuinstance",controller="gpuinstance"}"#,
+        &format!(r#"rest_client_requests_total{{code="200",method="GET",host="{host}"}}"#),
+        &format!(r#"rest_client_requests_total{{code="200",method="PATCH",host="{host}"}}"#),
+        &format!(r#"rest_client_request_duration_seconds_count{{verb="GET",host="{host}"}}"#),
+    ] {
+        moved(series);
+    }
+    assert_eq!(
+        sample(
+            &after,
+            r#"controller_runtime_max_concurrent_reconciles{controller="gpuinstance"}"#
+        ),
+        4.0,
+        "{after}"
+    );
+    for family in [
+        r#"workqueue_depth{name="volume",controller="volume"}"#,
+        r#"controller_runtime_active_workers{controller="volume"}"#,
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(after.contains(family), "missing {family}\n{after}");
+    }
+    crate::openmetrics::check(&after);
     assert_eq!(
         sample(
             &after,

@@ -18,6 +18,7 @@ mod idempotence;
 mod invalid_objects;
 mod lifecycle;
 mod lifetimes;
+mod openmetrics;
 mod orphans;
 mod outage;
 mod policies;
