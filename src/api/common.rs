@@ -235,6 +235,12 @@ pub struct CloudStatus {
     /// (`AccountChanged`) until they are put back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// When the resource expires, from `spec.lifetime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Time>,
+    /// The expiry the `ExpiresSoon` warning was given for (a changed expiry is warned of again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry_warned: Option<Time>,
     /// `Ready`, `Reconciling` and `Stalled`, as kstatus defines them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]

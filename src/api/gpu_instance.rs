@@ -4,7 +4,6 @@ use crate::common::{
     CloudStatus, Column, ConfigMapKeyRef, LocalRef, ManagedFields, OnChange, Tier,
 };
 use crate::lifetime::Lifetime;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -39,7 +38,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("has(self.sshKeyRefs) == has(oldSelf.sshKeyRefs) && (!has(self.sshKeyRefs) || self.sshKeyRefs == oldSelf.sshKeyRefs)").message("sshKeyRefs is immutable: the cloud installs SSH keys only when it creates a machine; delete and recreate the GpuInstance to change them").field_path(".sshKeyRefs"),
     validation = Rule::new("has(self.startupScript) == has(oldSelf.startupScript) && (!has(self.startupScript) || self.startupScript == oldSelf.startupScript)").message("startupScript is immutable: the cloud runs it at first boot only; delete and recreate the GpuInstance to change it").field_path(".startupScript"),
     validation = Rule::new("!has(self.lifetime) || self.lifetime.onExpiry != 'Hibernate' || self.tier == 'Legacy'").message("lifetime.onExpiry Hibernate needs tier Legacy: the cloud wakes a hibernated machine on the Legacy tier only; use Stop").field_path(".lifetime.onExpiry"),
-    validation = Rule::new("!has(self.lifetime) || !(self.lifetime.onExpiry in ['Delete', 'Snapshot']) || !has(self.deletionPolicy) || self.deletionPolicy != 'Orphan'").message("lifetime.onExpiry Delete or Snapshot with deletionPolicy Orphan would delete the object and leave the machine billing; use onExpiry Stop, or another deletionPolicy").field_path(".lifetime.onExpiry"),
+    validation = crate::lifetime::deleting_expiry_is_not_orphan(),
     validation = crate::common::credentials_secret_ref_is_immutable(),
 )]
 pub struct GpuInstanceSpec {
@@ -303,12 +302,6 @@ pub struct GpuInstanceStatus {
     /// before the machine is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_snapshot: Option<FinalSnapshotStatus>,
-    /// When the machine expires, from `spec.lifetime`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<Time>,
-    /// The expiry the `ExpiresSoon` warning was given for (a changed expiry is warned of again).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expiry_warned: Option<Time>,
 }
 
 /// Hardware of an instance as the cloud reports it.
@@ -378,4 +371,4 @@ impl GpuInstance {
     ];
 }
 
-impl_managed!(GpuInstance);
+impl_managed!(with_lifetime GpuInstance);

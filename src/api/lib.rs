@@ -6,8 +6,16 @@
 
 /// Implements [`Managed`] for a kind whose spec holds `managed: ManagedFields` and whose status
 /// holds `cloud: CloudStatus`; each kind's module invokes it for its type.
+/// `impl_managed!(with_lifetime Kind)` also reads `spec.lifetime`.
 macro_rules! impl_managed {
-    ($($kind:ty),*) => {$(
+    (with_lifetime $kind:ty) => {
+        impl_managed!(@impl $kind {
+            fn lifetime(&self) -> Option<&$crate::lifetime::Lifetime> {
+                self.spec.lifetime.as_ref()
+            }
+        });
+    };
+    (@impl $kind:ty { $($extra:tt)* }) => {
         impl $crate::Managed for $kind {
             const ON_CHANGE: &'static [(&'static str, $crate::OnChange)] = <$kind>::ON_CHANGE;
             const COLUMNS: &'static [$crate::Column] = <$kind>::COLUMNS;
@@ -20,8 +28,12 @@ macro_rules! impl_managed {
             fn cloud_status_ref(&self) -> Option<&$crate::CloudStatus> {
                 self.status.as_ref().map(|s| &s.cloud)
             }
+            $($extra)*
         }
-    )*};
+    };
+    ($kind:ty) => {
+        impl_managed!(@impl $kind {});
+    };
 }
 
 pub mod common;
@@ -71,6 +83,11 @@ pub trait Managed {
     const ON_CHANGE: &'static [(&'static str, OnChange)];
     /// The kind's own `kubectl get` columns, between the shared ones (see [`crd`]).
     const COLUMNS: &'static [Column];
+    /// When the resource expires and what then happens (`spec.lifetime`, on the billed
+    /// kinds that have one).
+    fn lifetime(&self) -> Option<&lifetime::Lifetime> {
+        None
+    }
 }
 
 /// The kind's CRD as `kubectl get` and `kubectl explain` show it. Its table: State, Ready and

@@ -130,6 +130,33 @@ impl Lifetime {
     }
 }
 
+/// The CEL rule (on a spec) refusing a lifetime that deletes the object under
+/// `deletionPolicy: Orphan`: the object would go and the resource stay, billing.
+pub fn deleting_expiry_is_not_orphan() -> kube::core::Rule {
+    kube::core::Rule::new(
+        "!has(self.lifetime) || !(self.lifetime.onExpiry in ['Delete', 'Snapshot']) || !has(self.deletionPolicy) || self.deletionPolicy != 'Orphan'",
+    )
+    .message("lifetime.onExpiry Delete or Snapshot with deletionPolicy Orphan would delete the object and leave the resource billing; use another deletionPolicy (or, for a GpuInstance, onExpiry Stop)")
+    .field_path(".lifetime.onExpiry")
+}
+
+/// Where `object` stands in its lifetime at `now`; `None` when it has none. Its creation time
+/// is the API server's (`now` until it has one).
+pub fn stage_of<K: crate::Managed + kube::Resource>(
+    object: &K,
+    now: Timestamp,
+) -> Result<Option<Stage>, String> {
+    let Some(lifetime) = object.lifetime() else {
+        return Ok(None);
+    };
+    let created = object
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0);
+    lifetime.stage(created, now).map(Some)
+}
+
 /// A non-negative duration as kubectl and Go write them: one or more numbers, each with a
 /// unit (`ns`, `us`, `ms`, `s`, `m`, `h`), e.g. `90s`, `1h30m`, `1.5h`.
 pub fn parse_duration(text: &str) -> Result<SignedDuration, String> {

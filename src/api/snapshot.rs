@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("has(self.instanceRef) == has(oldSelf.instanceRef) && (!has(self.instanceRef) || self.instanceRef == oldSelf.instanceRef) && has(self.instanceId) == has(oldSelf.instanceId) && (!has(self.instanceId) || self.instanceId == oldSelf.instanceId)").message("the source instance is immutable"),
     validation = Rule::new("self.description == oldSelf.description && self.labels == oldSelf.labels").message("description and labels are immutable; the cloud sets them at creation"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
+    validation = Rule::new("!has(self.lifetime) || self.lifetime.onExpiry == 'Delete'").message("a Snapshot's lifetime can only end in its deletion: write onExpiry: Delete").field_path(".lifetime.onExpiry"),
     validation = crate::common::deletion_policy_is_not_snapshot(),
+    validation = crate::lifetime::deleting_expiry_is_not_orphan(),
 )]
 pub struct SnapshotSpec {
     #[serde(flatten)]
@@ -42,6 +44,12 @@ pub struct SnapshotSpec {
     #[serde(default)]
     #[schemars(length(max = 32))]
     pub labels: Vec<SnapshotLabel>,
+    /// When the Snapshot expires: at `ttl` after the object's creation or at `expiresAt`, the
+    /// object is deleted and with it, under `deletionPolicy: Delete`, the snapshot (`onExpiry`
+    /// must say `Delete`). Editing it extends or brings forward the expiry; `status.expiresAt`
+    /// shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<crate::lifetime::Lifetime>,
 }
 
 /// A label string attached to the snapshot in the cloud.
@@ -79,7 +87,11 @@ impl Snapshot {
         ("instanceId", OnChange::Immutable),
         ("description", OnChange::Immutable),
         ("labels", OnChange::Immutable),
+        (
+            "lifetime",
+            OnChange::Applied("the expiry is computed again: extended or brought forward"),
+        ),
     ];
 }
 
-impl_managed!(Snapshot);
+impl_managed!(with_lifetime Snapshot);

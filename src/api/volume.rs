@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("self.bootable == oldSelf.bootable").message("bootable is immutable").field_path(".bootable"),
     validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("source is immutable").field_path(".source"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
+    validation = Rule::new("!has(self.lifetime) || self.lifetime.onExpiry == 'Delete'").message("a Volume's lifetime can only end in its deletion: write onExpiry: Delete").field_path(".lifetime.onExpiry"),
     validation = crate::common::deletion_policy_is_not_snapshot(),
+    validation = crate::lifetime::deleting_expiry_is_not_orphan(),
 )]
 pub struct VolumeSpec {
     #[serde(flatten)]
@@ -52,6 +54,12 @@ pub struct VolumeSpec {
     /// Create the volume as a clone of another. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<VolumeSource>,
+    /// When the Volume expires: at `ttl` after the object's creation or at `expiresAt`, the
+    /// object is deleted and with it, under `deletionPolicy: Delete`, the volume (`onExpiry`
+    /// must say `Delete`). Editing it extends or brings forward the expiry; `status.expiresAt`
+    /// shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<crate::lifetime::Lifetime>,
 }
 
 fn default_volume_type() -> String {
@@ -102,6 +110,10 @@ impl Volume {
         ("bootable", OnChange::Immutable),
         ("source", OnChange::Immutable),
         (
+            "lifetime",
+            OnChange::Applied("the expiry is computed again: extended or brought forward"),
+        ),
+        (
             "sizeGb",
             OnChange::Applied("the volume is resized (it can only grow)"),
         ),
@@ -112,4 +124,4 @@ impl Volume {
     ];
 }
 
-impl_managed!(Volume);
+impl_managed!(with_lifetime Volume);

@@ -294,6 +294,7 @@ fn final_object(instance: &GpuInstance, machine: &str) -> Snapshot {
             instance_id: Some(machine.to_string()),
             description: format!("{DESCRIPTION_PREFIX}{name}"),
             labels: Vec::new(),
+            lifetime: None,
         },
     );
     object.metadata = ObjectMeta {

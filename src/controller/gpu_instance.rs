@@ -5,13 +5,12 @@ use crate::account::Account;
 use crate::conditions::{Outcome, reason};
 use crate::context::Context;
 use crate::error::Error;
-use crate::events::EventType;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
 use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
-use gpucloud_api::lifetime::{OnExpiry, Stage};
+use gpucloud_api::lifetime::{OnExpiry, Stage, stage_of};
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
     Managed, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
@@ -23,7 +22,6 @@ use gpucloud_cloud::model::{
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
@@ -46,10 +44,6 @@ pub enum InstanceAction {
     RemoveRule(String),
     /// Write the connection Secret of this name (a running machine's address and keys).
     WriteConnectionSecret(String),
-    /// Tell that the lifetime ends at this time (a Warning Event, recorded in the status).
-    WarnExpiry(Timestamp),
-    /// The lifetime ended at this time with `onExpiry` Delete or Snapshot: delete the object.
-    Expire(Timestamp),
 }
 
 impl ManagedKind for GpuInstance {
@@ -145,12 +139,9 @@ impl ManagedKind for GpuInstance {
                         .flatten()
                 }),
                 final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
-                expires_at: expiry(self).map(Time),
-                expiry_warned: previous.and_then(|p| p.expiry_warned.clone()),
             },
             None => GpuInstanceStatus {
                 cloud: common,
-                expires_at: expiry(self).map(Time),
                 ..previous.cloned().unwrap_or_default()
             },
         }
@@ -165,12 +156,6 @@ impl ManagedKind for GpuInstance {
     ) -> Result<InstancePlan, Error> {
         let namespace = self.namespace().unwrap_or_default();
         let spec = &self.spec;
-        // A machine created expired would be billed only to be stopped or deleted at once.
-        if let Some(Stage::Expired { expires_at }) = lifetime_stage(self, Timestamp::now())? {
-            return Err(Error::InvalidSpec(format!(
-                "spec.lifetime ends at {expires_at}, which has passed: the machine is not created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
-            )));
-        }
         // Refused before a machine is billed, not after: the Secret is written once it runs.
         if let Some(name) = &spec.connection_secret {
             let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
@@ -312,15 +297,8 @@ impl ManagedKind for GpuInstance {
 
         let stage = lifetime_stage(self, now)?;
         let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
+        // An expiry that deletes the object is carried out by the shared flow before any plan.
         let wanted = match (stage, on_expiry) {
-            (Some(Stage::Expired { expires_at }), Some(on_expiry)) if on_expiry.deletes() => {
-                return Ok(Plan::act(
-                    InstanceAction::Expire(expires_at),
-                    progressing(format!(
-                        "the lifetime ended at {expires_at}: deleting (onExpiry {on_expiry:?})"
-                    )),
-                ));
-            }
             (Some(Stage::Expired { .. }), Some(OnExpiry::Hibernate)) => PowerState::Hibernated,
             (Some(Stage::Expired { .. }), Some(_)) => PowerState::Stopped,
             _ => self.spec.power_state,
@@ -356,7 +334,7 @@ impl ManagedKind for GpuInstance {
                 reason::AVAILABLE,
                 format!("{id} is {state}{}", lifetime_note(stage, on_expiry)),
             );
-            return Ok(settled(self, stage, outcome));
+            return Ok(Plan::stand(outcome));
         }
         if record.vm_status != VmStatus::Running {
             return Ok(Plan::stand(Outcome::progressing(
@@ -419,11 +397,11 @@ impl ManagedKind for GpuInstance {
             )
         });
         Ok(match &self.spec.connection_secret {
-            Some(secret) if !expiry_warning_due(self, stage) => Plan::act(
+            Some(secret) => Plan::act(
                 InstanceAction::WriteConnectionSecret(secret.clone()),
                 outcome,
             ),
-            _ => settled(self, stage, outcome),
+            None => Plan::stand(outcome),
         })
     }
 
@@ -451,41 +429,14 @@ impl ManagedKind for GpuInstance {
             InstanceAction::WriteConnectionSecret(secret) => {
                 write_connection_secret(self, cx, secret, record).await?
             }
-            InstanceAction::WarnExpiry(expires_at) => {
-                let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
-                let note = format!(
-                    "{id} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
-                    on_expiry.map_or_else(String::new, |o| format!("{o:?}"))
-                );
-                crate::reconcile::publish(cx, self, EventType::Warning, EXPIRES_SOON, &note);
-            }
-            InstanceAction::Expire(expires_at) => {
-                let note = format!("the lifetime ended at {expires_at}: deleting this object");
-                crate::reconcile::publish(cx, self, EventType::Normal, EXPIRED, &note);
-                delete_self(self, cx).await?
-            }
         }
         Ok(())
     }
 
     fn executed(&mut self, action: &InstanceAction) {
-        match (action, self.status.as_mut()) {
-            (InstanceAction::Reboot(requested), Some(status)) => {
-                status.restarted_at = Some(requested.clone());
-            }
-            (InstanceAction::WarnExpiry(expires_at), Some(status)) => {
-                status.expiry_warned = Some(Time(*expires_at));
-            }
-            _ => {}
+        if let (InstanceAction::Reboot(requested), Some(status)) = (action, self.status.as_mut()) {
+            status.restarted_at = Some(requested.clone());
         }
-    }
-
-    /// The lifetime's next stage (its warning, its expiry) is acted on at its moment.
-    fn next_wake(&self) -> Option<Timestamp> {
-        lifetime_stage(self, Timestamp::now())
-            .ok()
-            .flatten()
-            .and_then(Stage::next_change)
     }
 
     fn observed(&self, record: &Instance) -> Outcome {
@@ -527,53 +478,10 @@ impl ManagedKind for GpuInstance {
     }
 }
 
-/// Reasons of the lifetime's Events.
-pub const EXPIRES_SOON: &str = "ExpiresSoon";
-pub const EXPIRED: &str = "Expired";
-
 /// Where the machine stands in its lifetime at `now`; `None` without one. A lifetime the
 /// operator cannot read (admission refuses those) is an invalid spec.
 fn lifetime_stage(instance: &GpuInstance, now: Timestamp) -> Result<Option<Stage>, Error> {
-    let Some(lifetime) = &instance.spec.lifetime else {
-        return Ok(None);
-    };
-    let created = instance
-        .meta()
-        .creation_timestamp
-        .as_ref()
-        .map_or(now, |t| t.0);
-    lifetime
-        .stage(created, now)
-        .map(Some)
-        .map_err(Error::InvalidSpec)
-}
-
-/// When the machine expires, for the status.
-fn expiry(instance: &GpuInstance) -> Option<Timestamp> {
-    let created = instance.meta().creation_timestamp.as_ref()?.0;
-    instance.spec.lifetime.as_ref()?.expires_at(created).ok()
-}
-
-/// Whether the warning of this expiry is still to be given.
-fn expiry_warning_due(instance: &GpuInstance, stage: Option<Stage>) -> bool {
-    let Some(Stage::Expiring { expires_at }) = stage else {
-        return false;
-    };
-    let warned = instance
-        .status
-        .as_ref()
-        .and_then(|s| s.expiry_warned.as_ref());
-    warned.is_none_or(|w| w.0 != expires_at)
-}
-
-/// A machine that needs nothing more: the warning of its expiry, once, or nothing.
-fn settled(instance: &GpuInstance, stage: Option<Stage>, outcome: Outcome) -> Plan<InstanceAction> {
-    match stage {
-        Some(stage) if expiry_warning_due(instance, Some(stage)) => {
-            Plan::act(InstanceAction::WarnExpiry(stage.expires_at()), outcome)
-        }
-        _ => Plan::stand(outcome),
-    }
+    stage_of(instance, now).map_err(Error::InvalidSpec)
 }
 
 /// What the Ready message says of the lifetime.
@@ -589,27 +497,6 @@ fn lifetime_note(stage: Option<Stage>, on_expiry: Option<OnExpiry>) -> String {
             )
         }
         _ => String::new(),
-    }
-}
-
-/// Deletes the object itself (its lifetime ended): the finalizer then deletes the machine,
-/// after a final snapshot under `onExpiry: Snapshot`. Only this very object is deleted (its
-/// uid is a precondition), never a namesake created since.
-async fn delete_self(instance: &GpuInstance, cx: &Context<GpuInstance>) -> Result<(), Error> {
-    let api: Api<GpuInstance> =
-        Api::namespaced(cx.client.clone(), &instance.namespace().unwrap_or_default());
-    let params = kube::api::DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: instance.uid(),
-            resource_version: None,
-        }),
-        ..kube::api::DeleteParams::default()
-    };
-    match api.delete(&instance.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        // Already gone, or a namesake: nothing of this object is left to delete.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(error) => Err(error.into()),
     }
 }
 
@@ -1083,8 +970,8 @@ mod tests {
         (plan.action, plan.outcome.standing())
     }
 
-    /// A machine created at 09:00 with a two-hour lifetime, warned of 30 minutes before.
-    fn with_lifetime(on_expiry: &str, power_state: &str, warned: Option<&str>) -> GpuInstance {
+    /// A machine created at 09:00 with a two-hour lifetime.
+    fn with_lifetime(on_expiry: &str, power_state: &str) -> GpuInstance {
         let mut object = instance(
             serde_json::json!({
                 "powerState": power_state,
@@ -1093,11 +980,9 @@ mod tests {
             }),
             None,
         );
-        object.metadata.creation_timestamp = Some(Time(at("2026-11-27T09:00:00Z")));
-        object.status = Some(GpuInstanceStatus {
-            expiry_warned: warned.map(|w| Time(at(w))),
-            ..GpuInstanceStatus::default()
-        });
+        object.metadata.creation_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at("2026-11-27T09:00:00Z")),
+        );
         object
     }
 
@@ -1106,119 +991,69 @@ mod tests {
     }
 
     #[test]
-    fn a_lifetime_warns_once_then_stops_hibernates_or_deletes_at_its_end() {
-        use InstanceAction::{Expire, Hibernate, Stop, WarnExpiry};
-        let expiry = at("2026-11-27T11:00:00Z");
+    fn an_ended_lifetime_stops_or_hibernates_the_machine_whatever_power_state_says() {
+        use InstanceAction::{Hibernate, Start, Stop};
         let running = machine(InstanceStatus::Active, VmStatus::Running);
         let stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
         let table = [
-            // (onExpiry, powerState, warned, now, machine, action, standing)
-            ("Stop", "Running", None, "10:00", &running, None, "ready"),
+            // (onExpiry, powerState, now, machine, action, standing)
+            ("Stop", "Running", "10:59", &running, None, "ready"),
             (
                 "Stop",
                 "Running",
-                None,
-                "10:30",
-                &running,
-                Some(WarnExpiry(expiry)),
-                "ready",
-            ),
-            (
-                "Stop",
-                "Running",
-                Some("11:00"),
-                "10:45",
-                &running,
-                None,
-                "ready",
-            ),
-            // A warning given for another expiry (the lifetime was edited) is given again.
-            (
-                "Stop",
-                "Running",
-                Some("10:00"),
-                "10:45",
-                &running,
-                Some(WarnExpiry(expiry)),
-                "ready",
-            ),
-            (
-                "Stop",
-                "Running",
-                Some("11:00"),
                 "11:00",
                 &running,
                 Some(Stop),
                 "progressing",
             ),
-            (
-                "Stop",
-                "Running",
-                Some("11:00"),
-                "12:00",
-                &stopped,
-                None,
-                "ready",
-            ),
-            // After expiry, powerState Running does not start it again.
-            ("Stop", "Running", None, "12:00", &stopped, None, "ready"),
+            ("Stop", "Running", "12:00", &stopped, None, "ready"),
             (
                 "Hibernate",
                 "Running",
-                None,
                 "11:00",
                 &running,
                 Some(Hibernate),
                 "progressing",
             ),
+            // Before the end, powerState rules.
             (
-                "Delete",
+                "Stop",
                 "Running",
-                None,
-                "11:00",
-                &running,
-                Some(Expire(expiry)),
+                "10:00",
+                &stopped,
+                Some(Start),
                 "progressing",
             ),
-            (
-                "Snapshot",
-                "Stopped",
-                None,
-                "11:00",
-                &stopped,
-                Some(Expire(expiry)),
-                "progressing",
-            ),
-            // A stopped machine whose expiry deletes it is warned too.
-            (
-                "Delete",
-                "Stopped",
-                None,
-                "10:40",
-                &stopped,
-                Some(WarnExpiry(expiry)),
-                "ready",
-            ),
+            ("Stop", "Stopped", "10:00", &stopped, None, "ready"),
         ];
-        for (on_expiry, power, warned, now, record, action, standing) in table {
-            let warned = warned.map(|w| format!("2026-11-27T{w}:00Z"));
-            let object = with_lifetime(on_expiry, power, warned.as_deref());
+        for (on_expiry, power, now, record, action, standing) in table {
+            let object = with_lifetime(on_expiry, power);
             let now = at(&format!("2026-11-27T{now}:00Z"));
             assert_eq!(
                 planned_at(&object, record, now),
                 (action, standing),
-                "{on_expiry} {power} warned {warned:?} at {now}"
+                "{on_expiry} {power} at {now}"
             );
         }
-        // The Ready message says when, and what then happens.
-        let object = with_lifetime("Stop", "Running", None);
-        let plan = object.plan(&running, at("2026-11-27T10:00:00Z")).unwrap();
+        // The Ready message says when, and what then happens; after, that it happened.
+        let object = with_lifetime("Stop", "Running");
+        let before = object.plan(&running, at("2026-11-27T10:00:00Z")).unwrap();
         assert!(
-            plan.outcome
+            before
+                .outcome
                 .message()
                 .contains("expires at 2026-11-27T11:00:00Z (onExpiry Stop)"),
             "{}",
-            plan.outcome.message()
+            before.outcome.message()
+        );
+        let after = object.plan(&stopped, at("2026-11-27T12:00:00Z")).unwrap();
+        assert!(
+            after
+                .outcome
+                .message()
+                .contains("stopped: its lifetime ended at 2026-11-27T11:00:00Z"),
+            "{}",
+            after.outcome.message()
         );
     }
 

@@ -7,7 +7,6 @@ use crate::error::Error;
 use crate::observer::CloudResource;
 use gpucloud_api::{CloudStatus, Managed};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::jiff::Timestamp;
 use kube::core::object::HasStatus;
 use kube::{CustomResourceExt, Resource};
 use serde::Serialize;
@@ -149,13 +148,6 @@ pub trait ManagedKind:
     /// Records in the kind's own status fields what an executed action did (a reboot asked for
     /// by annotation), for the flow's status write. Nothing by default.
     fn executed(&mut self, _action: &Self::Action) {}
-
-    /// A moment the object must be looked at again whatever the cloud does (a lifetime's
-    /// warning or expiry): the reconcile's requeue is never later. Derived from the object,
-    /// so it holds across restarts; one timer per object, no polling.
-    fn next_wake(&self) -> Option<Timestamp> {
-        None
-    }
 
     /// What the object reports under `ObserveOnly`: the cloud's state, with nothing changed.
     fn observed(&self, record: &Record<Self>) -> Outcome;

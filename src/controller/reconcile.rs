@@ -11,6 +11,7 @@ use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
 use crate::observer::{CloudList, CloudRecord, CloudResource};
 use crate::references;
+use gpucloud_api::lifetime::{self, Stage};
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
     PAUSED_ANNOTATION, PendingCreate,
@@ -449,6 +450,14 @@ async fn create_step<K: ManagedKind>(
             Ok(requeue(recheck_after))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
+            // Created expired, a resource would be billed only to be stopped or deleted.
+            if let Some(Stage::Expired { expires_at }) =
+                lifetime::stage_of(&*object, Timestamp::now()).map_err(Error::InvalidSpec)?
+            {
+                return Err(Error::InvalidSpec(format!(
+                    "spec.lifetime ends at {expires_at}, which has passed: nothing is created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
+                )));
+            }
             account.check_budget(cx.settings.budget_floor).await?;
             let plan = match object.plan_create(cx, account).await {
                 Err(error) if error.is_waiting_for_reference() => {
@@ -522,6 +531,13 @@ async fn converge<K: ManagedKind>(
     status: CloudStatus,
     record: Record<K>,
 ) -> Result<Action, Error> {
+    let stage = lifetime::stage_of(&**object, Timestamp::now()).map_err(Error::InvalidSpec)?;
+    if let Some(Stage::Expired { expires_at }) = stage
+        && object.lifetime().is_some_and(|l| l.on_expiry.deletes())
+    {
+        expire(api, object, cx, expires_at).await?;
+        return Ok(await_change());
+    }
     let mut working = K::clone(object);
     let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
         object.observed(&record)
@@ -541,7 +557,24 @@ async fn converge<K: ManagedKind>(
         cx.forget_create(&object.uid().unwrap_or_default());
     }
     let previous_state = status.state.clone();
+    let warn_of = expiry_warning_due(stage, &status, &outcome);
+    if let Some(expires_at) = warn_of {
+        let on_expiry = object.lifetime().map(|l| l.on_expiry);
+        publish(
+            cx,
+            object,
+            EventType::Warning,
+            EXPIRES_SOON,
+            &format!(
+                "{} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
+                record.id(),
+                on_expiry.map_or_else(String::new, |o| format!("{o:?}"))
+            ),
+        );
+    }
     let status = CloudStatus {
+        expires_at: stage.map(|s| Time(s.expires_at())),
+        expiry_warned: warn_of.map(Time).or(status.expiry_warned.clone()),
         external_id: Some(record.id().to_string()),
         cloud_name: status
             .cloud_name
@@ -583,7 +616,59 @@ async fn converge<K: ManagedKind>(
         }
         Outcome::Stalled { .. } => cx.settings.observe.resync,
     };
-    Ok(requeue(until_wake(after, working.next_wake())))
+    Ok(requeue(until_wake(
+        after,
+        stage.and_then(Stage::next_change),
+    )))
+}
+
+/// Reasons of the lifetime's Events.
+pub const EXPIRES_SOON: &str = "ExpiresSoon";
+pub const EXPIRED: &str = "Expired";
+
+/// The expiry to warn of now: in the warning stage, once the object is settled (Ready), and
+/// not already warned of (an edited expiry is warned of again).
+fn expiry_warning_due(
+    stage: Option<Stage>,
+    status: &CloudStatus,
+    outcome: &Outcome,
+) -> Option<Timestamp> {
+    let Some(Stage::Expiring { expires_at }) = stage else {
+        return None;
+    };
+    let warned = status.expiry_warned.as_ref().map(|t| t.0);
+    (matches!(outcome, Outcome::Ready { .. }) && warned != Some(expires_at)).then_some(expires_at)
+}
+
+/// The lifetime ended with `onExpiry` Delete or Snapshot: the object deletes itself, and the
+/// finalizer deletes the resource (after a final snapshot for `Snapshot`). Only this very object
+/// is deleted (its uid is a precondition), never a namesake created since.
+async fn expire<K: ManagedKind>(
+    api: &Api<K>,
+    object: &K,
+    cx: &Context<K>,
+    expires_at: Timestamp,
+) -> Result<(), Error> {
+    publish(
+        cx,
+        object,
+        EventType::Normal,
+        EXPIRED,
+        &format!("the lifetime ended at {expires_at}: deleting this object"),
+    );
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: object.uid(),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::default()
+    };
+    match api.delete(&object.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        // Already gone, or a namesake: nothing of this object is left to delete.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// `after`, or less when the object must be looked at again sooner (`next_wake`).
@@ -1005,4 +1090,74 @@ pub(crate) fn publish<K: ManagedKind>(
 
 fn namespace<K: Resource>(object: &K) -> String {
     object.meta().namespace.clone().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn an_expiry_is_warned_of_once_when_settled_and_again_when_moved() {
+        let expires_at = at("2026-11-27T11:00:00Z");
+        let expiring = Some(Stage::Expiring { expires_at });
+        let ready = Outcome::ready(reason::AVAILABLE, "up");
+        let busy = Outcome::progressing(reason::UPDATING, "stopping");
+        let warned = |at: Option<Timestamp>| CloudStatus {
+            expiry_warned: at.map(Time),
+            ..CloudStatus::default()
+        };
+        let moved = at("2026-11-27T10:00:00Z");
+        for (stage, status, outcome, due) in [
+            (expiring, warned(None), &ready, Some(expires_at)),
+            (expiring, warned(Some(expires_at)), &ready, None),
+            (expiring, warned(Some(moved)), &ready, Some(expires_at)),
+            // Not while anything is under way: the warning waits for a settled object.
+            (expiring, warned(None), &busy, None),
+            (
+                Some(Stage::Live {
+                    warn_at: moved,
+                    expires_at,
+                }),
+                warned(None),
+                &ready,
+                None,
+            ),
+            (
+                Some(Stage::Expired { expires_at }),
+                warned(None),
+                &ready,
+                None,
+            ),
+            (None, warned(None), &ready, None),
+        ] {
+            assert_eq!(
+                expiry_warning_due(stage, &status, outcome),
+                due,
+                "{stage:?} {status:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_requeue_is_never_later_than_the_next_wake() {
+        let soon = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(5);
+        let after = until_wake(Duration::from_secs(300), Some(soon));
+        assert!(
+            after <= Duration::from_secs(5) && after > Duration::from_secs(3),
+            "{after:?}"
+        );
+        assert_eq!(
+            until_wake(Duration::from_secs(300), None),
+            Duration::from_secs(300)
+        );
+        let past = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(5);
+        assert_eq!(
+            until_wake(Duration::from_secs(300), Some(past)),
+            Duration::ZERO
+        );
+    }
 }

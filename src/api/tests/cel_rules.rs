@@ -161,6 +161,7 @@ fn volumes_grow_but_never_shrink() {
             bootable: false,
             instance_ref: None,
             source: None,
+            lifetime: None,
         },
     );
     let mut grown = old.clone();
@@ -174,6 +175,15 @@ fn volumes_grow_but_never_shrink() {
         name: "train-1".into(),
     });
     validate_cel_update(&moved, &old).unwrap();
+    // A volume's lifetime ends in its deletion, said out loud.
+    let mut expiring = old.clone();
+    expiring.spec.lifetime =
+        Some(serde_json::from_value(serde_json::json!({"ttl": "24h"})).unwrap());
+    rejected_with(&expiring, None, "write onExpiry: Delete");
+    expiring.spec.lifetime = Some(
+        serde_json::from_value(serde_json::json!({"ttl": "24h", "onExpiry": "Delete"})).unwrap(),
+    );
+    validate_cel(&expiring).unwrap();
 }
 
 #[test]
@@ -184,6 +194,7 @@ fn snapshots_name_one_source_instance_that_never_changes() {
         instance_id: id.map(Into::into),
         description: String::new(),
         labels: vec![],
+        lifetime: None,
     };
     rejected_with(
         &Snapshot::new("s", spec(Some("a"), Some("vm-1"))),
@@ -461,7 +472,7 @@ fn lifetimes_are_checked_at_admission() {
     }
     let mut orphaned = with_lifetime(serde_json::json!({"ttl": "2h", "onExpiry": "Delete"}));
     orphaned.spec.managed.deletion_policy = DeletionPolicy::Orphan;
-    rejected_with(&orphaned, None, "leave the machine billing");
+    rejected_with(&orphaned, None, "leave the resource billing");
     // Editing the lifetime is how it is extended.
     let old = with_lifetime(serde_json::json!({"ttl": "2h"}));
     let new = with_lifetime(serde_json::json!({"ttl": "8h"}));

@@ -2,7 +2,7 @@
 //! Lifetimes: a machine is stopped, or deleted, at the end of `spec.lifetime`, to within a
 //! second of its expiry plus the cloud call, also when the operator was down at that moment;
 //! a lifetime extended in time keeps it running; one that has passed before the create makes
-//! no machine.
+//! no machine. A Volume's lifetime ends in its deletion.
 
 use crate::support::{self, Env, NAMESPACE, eventually, test_config};
 use gpucloud_api::*;
@@ -66,14 +66,7 @@ async fn events_about(env: &Env, name: &str, reason: &str) -> Vec<KubeEvent> {
 }
 
 fn expiry_of(object: &GpuInstance) -> Timestamp {
-    object
-        .status
-        .as_ref()
-        .unwrap()
-        .expires_at
-        .as_ref()
-        .unwrap()
-        .0
+    object.cloud_status().expires_at.unwrap().0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,4 +232,29 @@ async fn an_expiry_with_a_snapshot_keeps_the_disk_and_deletes_the_machine() {
         "the final snapshot is left in the cloud"
     );
     assert_eq!(env.calls("CreateSnapshot"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_is_deleted_at_the_end_of_its_lifetime() {
+    let env = Env::start().await;
+    let volume: Volume = support::object(
+        "scratch",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10,
+                           "lifetime": {"ttl": "4s", "onExpiry": "Delete"}}),
+    );
+    support::create(&env, &volume).await;
+    let ready = support::ready::<Volume>(&env, "scratch").await;
+    let expiry = ready.cloud_status().expires_at.unwrap().0;
+    assert_eq!(
+        expiry,
+        ready.metadata.creation_timestamp.unwrap().0 + SignedDuration::from_secs(4)
+    );
+    let api = env.api::<Volume>();
+    eventually(30, "scratch deleted", || {
+        let api = api.clone();
+        async move { api.get_opt("scratch").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    assert!(env.simulator.state().volumes.is_empty());
+    assert!(Timestamp::now() >= expiry);
 }
