@@ -7,9 +7,8 @@
 use crate::support::*;
 use gpucloud_api::SshKey;
 use gpucloud_simulator::SimulatorConfig;
-use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// The SshKey CRD with a spec of any shape: what an older or looser schema let in.
@@ -29,15 +28,9 @@ async fn loosen_ssh_key_schema(env: &Env) {
 
 /// The InvalidObject events about `name`: (type, note, series count).
 async fn invalid_object_events(env: &Env, name: &str) -> Vec<(String, String, i32)> {
-    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
-    events
-        .list(&ListParams::default())
+    events_about(env, name, gpucloud_controller::decode::INVALID_OBJECT)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(gpucloud_controller::decode::INVALID_OBJECT))
         .map(|e| {
             (
                 e.type_.unwrap_or_default(),

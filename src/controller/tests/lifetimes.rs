@@ -4,13 +4,11 @@
 //! a lifetime extended in time keeps it running; one that has passed before the create makes
 //! no machine. A Volume's lifetime ends in its deletion.
 
-use crate::support::{self, Env, NAMESPACE, eventually, test_config};
+use crate::support::{self, Env, eventually, test_config};
 use gpucloud_api::*;
 use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
-use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,19 +48,6 @@ async fn vm_status(env: &Env, name: &str, wanted: &str) -> GpuInstance {
         }
     })
     .await
-}
-
-async fn events_about(env: &Env, name: &str, reason: &str) -> Vec<KubeEvent> {
-    let events: Api<KubeEvent> = Api::namespaced(env.client.clone(), NAMESPACE);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect()
 }
 
 fn expiry_of(object: &GpuInstance) -> Timestamp {
@@ -115,7 +100,7 @@ async fn a_machine_is_warned_then_stopped_at_the_end_of_its_lifetime() {
         "stopped {late} after the expiry at {expiry}"
     );
     // Warned once, before.
-    let warned = events_about(&env, "short", "ExpiresSoon").await;
+    let warned = support::events_about(&env, "short", "ExpiresSoon").await;
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert_eq!(warned[0].type_.as_deref(), Some("Warning"));
     assert!(warned[0].event_time.as_ref().unwrap().0 < expiry);
@@ -167,15 +152,15 @@ async fn an_expiry_that_deletes_leaves_nothing_billed() {
     )
     .await;
     vm_status(&env, "one-shot", "RUNNING").await;
-    let api = env.api::<GpuInstance>();
-    eventually(30, "one-shot deleted", || {
-        let api = api.clone();
-        async move { api.get_opt("one-shot").await.ok()?.is_none().then_some(()) }
-    })
-    .await;
+    support::gone::<GpuInstance>(&env, "one-shot").await;
     // Its finalizer went only once the machine was gone.
     assert!(env.simulator.state().instances.is_empty());
-    assert_eq!(events_about(&env, "one-shot", "Expired").await.len(), 1);
+    assert_eq!(
+        support::events_about(&env, "one-shot", "Expired")
+            .await
+            .len(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,12 +203,7 @@ async fn an_expiry_with_a_snapshot_keeps_the_disk_and_deletes_the_machine() {
     )
     .await;
     vm_status(&env, "kept-disk", "RUNNING").await;
-    let api = env.api::<GpuInstance>();
-    eventually(60, "kept-disk deleted", || {
-        let api = api.clone();
-        async move { api.get_opt("kept-disk").await.ok()?.is_none().then_some(()) }
-    })
-    .await;
+    support::gone::<GpuInstance>(&env, "kept-disk").await;
     let state = env.simulator.state();
     assert!(state.instances.is_empty(), "{:?}", state.instances);
     assert_eq!(
@@ -249,12 +229,7 @@ async fn a_volume_is_deleted_at_the_end_of_its_lifetime() {
         expiry,
         ready.metadata.creation_timestamp.unwrap().0 + SignedDuration::from_secs(4)
     );
-    let api = env.api::<Volume>();
-    eventually(30, "scratch deleted", || {
-        let api = api.clone();
-        async move { api.get_opt("scratch").await.ok()?.is_none().then_some(()) }
-    })
-    .await;
+    support::gone::<Volume>(&env, "scratch").await;
     assert!(env.simulator.state().volumes.is_empty());
     assert!(Timestamp::now() >= expiry);
 }

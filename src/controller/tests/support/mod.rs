@@ -435,6 +435,25 @@ pub fn ready_message<K: gpucloud_api::Managed>(object: &K) -> String {
         .unwrap_or_default()
 }
 
+/// The Events about the object `name` in the test namespace with `reason`.
+pub async fn events_about(
+    env: &Env,
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(env.client.clone(), NAMESPACE);
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
 /// Waits until `name` is gone from the API server.
 pub async fn gone<K>(env: &Env, name: &str)
 where
