@@ -461,7 +461,8 @@ impl Run {
     }
 
     /// Neither an API key nor a private key in any object (statuses and condition messages
-    /// included) or any event.
+    /// included) or any event; and no Rust Debug dump of an API error (`Status { .. }`,
+    /// `ApiError`), which a person could not read, in either.
     pub(crate) async fn check_secrets_in_objects_and_events(&mut self) -> Result<(), String> {
         let mut texts = Vec::new();
         texts.extend(list_json::<SshKey>(&self.env).await?);
@@ -481,6 +482,15 @@ impl Run {
         }
         let mut markers: Vec<&str> = self.keys.iter().flatten().map(String::as_str).collect();
         markers.push("PRIVATE KEY");
+        for text in &texts {
+            for dump in ["Status {", "ApiError"] {
+                if text.contains(dump) {
+                    return Err(format!(
+                        "a Debug dump ({dump:?}) in an object or event: {text}"
+                    ));
+                }
+            }
+        }
         for text in texts {
             for marker in &markers {
                 if text.contains(marker) {
