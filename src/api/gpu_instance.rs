@@ -4,6 +4,7 @@ use crate::common::{
     CloudStatus, Column, ConfigMapKeyRef, LocalRef, ManagedFields, OnChange, Tier,
 };
 use crate::lifetime::Lifetime;
+use crate::schedule::Schedule;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("has(self.startupScript) == has(oldSelf.startupScript) && (!has(self.startupScript) || self.startupScript == oldSelf.startupScript)").message("startupScript is immutable: the cloud runs it at first boot only; delete and recreate the GpuInstance to change it").field_path(".startupScript"),
     validation = Rule::new("!has(self.lifetime) || self.lifetime.onExpiry != 'Hibernate' || self.tier == 'Legacy'").message("lifetime.onExpiry Hibernate needs tier Legacy: the cloud wakes a hibernated machine on the Legacy tier only; use Stop").field_path(".lifetime.onExpiry"),
     validation = crate::lifetime::deleting_expiry_is_not_orphan(),
+    validation = Rule::new("!has(self.schedule) || self.schedule.outside != 'Hibernated' || self.tier == 'Legacy'").message("schedule.outside Hibernated needs tier Legacy: the cloud wakes a hibernated machine on the Legacy tier only; use Stopped").field_path(".schedule.outside"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
 )]
 pub struct GpuInstanceSpec {
@@ -130,6 +132,14 @@ pub struct GpuInstanceSpec {
     /// extends or brings forward the expiry; `status.expiresAt` shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifetime: Option<Lifetime>,
+
+    /// The windows of the week in which the machine runs (days, from and to times, an IANA
+    /// time zone); outside them it is stopped or hibernated. Applies while `powerState` is
+    /// `Running`: `Stopped` or `Hibernated` keep the machine off whatever the schedule says,
+    /// and an ended `lifetime` wins over both. `status.nextTransition` shows the next start
+    /// or stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 /// The final snapshot taken when a GpuInstance with `deletionPolicy: Snapshot` is deleted.
@@ -302,6 +312,9 @@ pub struct GpuInstanceStatus {
     /// before the machine is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_snapshot: Option<FinalSnapshotStatus>,
+    /// When `spec.schedule` next starts or stops the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_transition: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// Hardware of an instance as the cloud reports it.
@@ -345,6 +358,10 @@ impl GpuInstance {
         (
             "powerState",
             OnChange::Applied("the machine is started, stopped or hibernated"),
+        ),
+        (
+            "schedule",
+            OnChange::Applied("the machine is started or stopped by the new windows"),
         ),
         (
             "lifetime",

@@ -43,6 +43,7 @@ pub mod gpu_instance;
 pub mod image;
 pub mod lifetime;
 pub mod reference;
+pub mod schedule;
 pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;

@@ -11,6 +11,7 @@ use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::lifetime::{OnExpiry, Stage, stage_of};
+use gpucloud_api::schedule::OutsideWindows;
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
     Managed, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
@@ -22,6 +23,7 @@ use gpucloud_cloud::model::{
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
@@ -139,9 +141,11 @@ impl ManagedKind for GpuInstance {
                         .flatten()
                 }),
                 final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
+                next_transition: self.next_wake(Timestamp::now()).map(Time),
             },
             None => GpuInstanceStatus {
                 cloud: common,
+                next_transition: self.next_wake(Timestamp::now()).map(Time),
                 ..previous.cloned().unwrap_or_default()
             },
         }
@@ -156,6 +160,8 @@ impl ManagedKind for GpuInstance {
     ) -> Result<InstancePlan, Error> {
         let namespace = self.namespace().unwrap_or_default();
         let spec = &self.spec;
+        // A schedule that cannot be read would leave the machine running, billed: refused first.
+        scheduled(self, Timestamp::now())?;
         // Refused before a machine is billed, not after: the Secret is written once it runs.
         if let Some(name) = &spec.connection_secret {
             let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
@@ -298,11 +304,17 @@ impl ManagedKind for GpuInstance {
         let stage = lifetime_stage(self, now)?;
         let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
         // An expiry that deletes the object is carried out by the shared flow before any plan.
+        let scheduled = scheduled(self, now)?;
         let wanted = match (stage, on_expiry) {
             (Some(Stage::Expired { .. }), Some(OnExpiry::Hibernate)) => PowerState::Hibernated,
             (Some(Stage::Expired { .. }), Some(_)) => PowerState::Stopped,
-            _ => self.spec.power_state,
+            _ => scheduled.map_or(self.spec.power_state, |(power, _)| power),
         };
+        let note = format!(
+            "{}{}",
+            lifetime_note(stage, on_expiry),
+            schedule_note(scheduled, stage)
+        );
         let power = match (wanted, &record.status) {
             (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
                 Some((InstanceAction::Restore, "restoring"))
@@ -330,10 +342,7 @@ impl ManagedKind for GpuInstance {
             } else {
                 "hibernated"
             };
-            let outcome = Outcome::ready(
-                reason::AVAILABLE,
-                format!("{id} is {state}{}", lifetime_note(stage, on_expiry)),
-            );
+            let outcome = Outcome::ready(reason::AVAILABLE, format!("{id} is {state}{note}"));
             return Ok(Plan::stand(outcome));
         }
         if record.vm_status != VmStatus::Running {
@@ -390,10 +399,7 @@ impl ManagedKind for GpuInstance {
             let address = record.ip_address.as_deref().unwrap_or("no public IP");
             Outcome::ready(
                 reason::AVAILABLE,
-                format!(
-                    "{id} is running ({address}){}",
-                    lifetime_note(stage, on_expiry)
-                ),
+                format!("{id} is running ({address}){note}"),
             )
         });
         Ok(match &self.spec.connection_secret {
@@ -431,6 +437,14 @@ impl ManagedKind for GpuInstance {
             }
         }
         Ok(())
+    }
+
+    /// The schedule's next start or stop is acted on at its moment.
+    fn next_wake(&self, now: Timestamp) -> Option<Timestamp> {
+        scheduled(self, now)
+            .ok()
+            .flatten()
+            .and_then(|(_, next)| next)
     }
 
     fn executed(&mut self, action: &InstanceAction) {
@@ -482,6 +496,47 @@ impl ManagedKind for GpuInstance {
 /// operator cannot read (admission refuses those) is an invalid spec.
 fn lifetime_stage(instance: &GpuInstance, now: Timestamp) -> Result<Option<Stage>, Error> {
     stage_of(instance, now).map_err(Error::InvalidSpec)
+}
+
+/// The power state `spec.schedule` asks for at `now` and when that next changes; `None`
+/// without a schedule or while `powerState` keeps the machine off. A schedule the operator
+/// cannot read (an unknown time zone, overlapping windows) is an invalid spec.
+fn scheduled(
+    instance: &GpuInstance,
+    now: Timestamp,
+) -> Result<Option<(PowerState, Option<Timestamp>)>, Error> {
+    let Some(schedule) = &instance.spec.schedule else {
+        return Ok(None);
+    };
+    if instance.spec.power_state != PowerState::Running {
+        return Ok(None);
+    }
+    let standing = schedule.at(now).map_err(Error::InvalidSpec)?;
+    let power = match (standing.running, schedule.outside) {
+        (true, _) => PowerState::Running,
+        (false, OutsideWindows::Stopped) => PowerState::Stopped,
+        (false, OutsideWindows::Hibernated) => PowerState::Hibernated,
+    };
+    Ok(Some((power, standing.next_transition)))
+}
+
+/// What the Ready message says of the schedule (nothing once an ended lifetime rules).
+fn schedule_note(
+    scheduled: Option<(PowerState, Option<Timestamp>)>,
+    stage: Option<Stage>,
+) -> String {
+    match (scheduled, stage) {
+        (_, Some(Stage::Expired { .. })) | (None, _) => String::new(),
+        (Some((power, Some(next))), _) => {
+            let change = if power == PowerState::Running {
+                "stops"
+            } else {
+                "starts"
+            };
+            format!("; the schedule {change} it at {next}")
+        }
+        (Some((_, None)), _) => "; the schedule never changes it".into(),
+    }
 }
 
 /// What the Ready message says of the lifetime.
@@ -1055,6 +1110,84 @@ mod tests {
             "{}",
             after.outcome.message()
         );
+    }
+
+    #[test]
+    fn a_schedule_runs_the_machine_in_its_windows_and_power_state_or_an_ended_lifetime_win() {
+        use InstanceAction::{Start, Stop};
+        let running = machine(InstanceStatus::Active, VmStatus::Running);
+        let stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let scheduled = |power: &str, lifetime: Option<&str>| {
+            let mut spec = serde_json::json!({
+                "powerState": power,
+                "schedule": {"timeZone": "Europe/Berlin", "windows": [
+                    {"days": ["Mon", "Tue", "Wed", "Thu", "Fri"], "from": "08:00", "to": "20:00"}
+                ]},
+            });
+            if let Some(ttl) = lifetime {
+                spec["lifetime"] = serde_json::json!({"ttl": ttl});
+            }
+            let mut object = instance(spec, None);
+            object.metadata.creation_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at("2026-11-27T07:00:00Z")),
+            );
+            object
+        };
+        // Friday 2026-11-27: 12:00 CET is 11:00Z, in the window; 21:00 CET is outside.
+        let (inside, outside) = ("2026-11-27T11:00:00Z", "2026-11-27T20:00:00Z");
+        for (power, lifetime, now, record, action, standing) in [
+            (
+                "Running",
+                None,
+                inside,
+                &stopped,
+                Some(Start),
+                "progressing",
+            ),
+            ("Running", None, inside, &running, None, "ready"),
+            (
+                "Running",
+                None,
+                outside,
+                &running,
+                Some(Stop),
+                "progressing",
+            ),
+            ("Running", None, outside, &stopped, None, "ready"),
+            // powerState Stopped keeps it off inside the window.
+            ("Stopped", None, inside, &running, Some(Stop), "progressing"),
+            // An ended lifetime wins over the window.
+            (
+                "Running",
+                Some("1h"),
+                inside,
+                &running,
+                Some(Stop),
+                "progressing",
+            ),
+        ] {
+            let object = scheduled(power, lifetime);
+            assert_eq!(
+                planned_at(&object, record, at(now)),
+                (action, standing),
+                "{power} {lifetime:?} at {now}"
+            );
+        }
+        let object = scheduled("Running", None);
+        assert_eq!(
+            object.next_wake(at(inside)),
+            Some(at("2026-11-27T19:00:00Z")),
+            "20:00 CET"
+        );
+        let plan = object.plan(&running, at(inside)).unwrap();
+        assert!(
+            plan.outcome
+                .message()
+                .contains("the schedule stops it at 2026-11-27T19:00:00Z"),
+            "{}",
+            plan.outcome.message()
+        );
+        assert_eq!(scheduled("Stopped", None).next_wake(at(inside)), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::observer::CloudResource;
 use gpucloud_api::{CloudStatus, Managed};
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::jiff::Timestamp;
 use kube::core::object::HasStatus;
 use kube::{CustomResourceExt, Resource};
 use serde::Serialize;
@@ -148,6 +149,13 @@ pub trait ManagedKind:
     /// Records in the kind's own status fields what an executed action did (a reboot asked for
     /// by annotation), for the flow's status write. Nothing by default.
     fn executed(&mut self, _action: &Self::Action) {}
+
+    /// A moment after `now` when the object must be looked at again whatever the cloud does
+    /// (a power schedule's next start or stop): the reconcile's requeue is never later. Read
+    /// from the object, so it holds across restarts: one timer per object, no polling.
+    fn next_wake(&self, _now: Timestamp) -> Option<Timestamp> {
+        None
+    }
 
     /// What the object reports under `ObserveOnly`: the cloud's state, with nothing changed.
     fn observed(&self, record: &Record<Self>) -> Outcome;

@@ -616,10 +616,14 @@ async fn converge<K: ManagedKind>(
         }
         Outcome::Stalled { .. } => cx.settings.observe.resync,
     };
-    Ok(requeue(until_wake(
-        after,
+    let wake = [
         stage.and_then(Stage::next_change),
-    )))
+        working.next_wake(Timestamp::now()),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    Ok(requeue(until_wake(after, wake)))
 }
 
 /// Reasons of the lifetime's Events.

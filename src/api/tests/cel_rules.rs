@@ -27,6 +27,7 @@ fn instance() -> GpuInstance {
             connection_secret: None,
             final_snapshot: None,
             lifetime: None,
+            schedule: None,
         },
     )
 }
@@ -477,4 +478,43 @@ fn lifetimes_are_checked_at_admission() {
     let old = with_lifetime(serde_json::json!({"ttl": "2h"}));
     let new = with_lifetime(serde_json::json!({"ttl": "8h"}));
     assert!(validate_cel_update(&new, &old).is_ok());
+}
+
+/// A schedule's times are read at admission: a time that is not one, and a window that ends
+/// before it starts, are refused naming the field.
+#[test]
+fn schedules_are_checked_at_admission() {
+    let with_schedule = |schedule: serde_json::Value| {
+        let mut i = instance();
+        i.spec.schedule = Some(serde_json::from_value(schedule).unwrap());
+        i
+    };
+    let window = |from: &str, to: &str| {
+        serde_json::json!({"timeZone": "Europe/Berlin",
+                           "windows": [{"days": ["Mon", "Fri"], "from": from, "to": to}]})
+    };
+    validate_cel(&with_schedule(window("08:00", "20:00"))).unwrap();
+    validate_cel(&with_schedule(window("08:00:30", "24:00"))).unwrap();
+    rejected_with(
+        &with_schedule(window("8am", "20:00")),
+        None,
+        "from must be a time of day",
+    );
+    rejected_with(
+        &with_schedule(window("08:00", "25:00")),
+        None,
+        "to must be a time of day",
+    );
+    rejected_with(
+        &with_schedule(window("20:00", "08:00")),
+        None,
+        "to must be after from",
+    );
+    let mut hibernating = window("08:00", "20:00");
+    hibernating["outside"] = "Hibernated".into();
+    rejected_with(
+        &with_schedule(hibernating),
+        None,
+        "schedule.outside Hibernated needs tier Legacy",
+    );
 }

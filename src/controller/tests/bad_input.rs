@@ -155,6 +155,33 @@ fn cases() -> Vec<Case> {
             ),
             "spec.lifetime.onExpiry",
         ),
+        spec(
+            "schedule time not a time",
+            "GpuInstance",
+            with(
+                vm(),
+                json!({"schedule": {"timeZone": "UTC", "windows": [{"days": ["Mon"], "from": "8am", "to": "20:00"}]}}),
+            ),
+            "spec.schedule.windows[0].from",
+        ),
+        spec(
+            "schedule window ending before it starts",
+            "GpuInstance",
+            with(
+                vm(),
+                json!({"schedule": {"timeZone": "UTC", "windows": [{"days": ["Mon"], "from": "20:00", "to": "08:00"}]}}),
+            ),
+            "spec.schedule.windows[0].to",
+        ),
+        spec(
+            "schedule day unknown",
+            "GpuInstance",
+            with(
+                vm(),
+                json!({"schedule": {"timeZone": "UTC", "windows": [{"days": ["Someday"], "from": "08:00", "to": "20:00"}]}}),
+            ),
+            "spec.schedule.windows[0].days[0]",
+        ),
         // GpuInstance
         spec(
             "gpuCount of the wrong type",

@@ -233,3 +233,118 @@ async fn a_volume_is_deleted_at_the_end_of_its_lifetime() {
     assert!(env.simulator.state().volumes.is_empty());
     assert!(Timestamp::now() >= expiry);
 }
+
+/// A schedule whose window closes in a few seconds: the machine runs, then is stopped at the
+/// window's end (to within a second plus the call), and `status.nextTransition` says when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_stops_the_machine_when_its_window_closes() {
+    let time_of = |h, m| k8s_openapi::jiff::civil::time(h, m, 0, 0);
+    use k8s_openapi::jiff::tz::TimeZone;
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let stops = Arc::new(Stops::default());
+    let mut config = test_config(&env.simulator);
+    config.cloud.observer = Some(stops.clone());
+    env.start_operator(config);
+    // A zone where the window (a minute ago until eight seconds from now) lies within today.
+    let now = Timestamp::now();
+    let (zone, local) = ["UTC", "Asia/Tokyo", "America/New_York"]
+        .into_iter()
+        .map(|zone| (zone, now.to_zoned(TimeZone::get(zone).unwrap())))
+        .find(|(_, local)| {
+            let time = local.time();
+            time > time_of(0, 5) && time < time_of(23, 55)
+        })
+        .unwrap();
+    let at = |offset: i64| {
+        let at = local
+            .checked_add(SignedDuration::from_secs(offset))
+            .unwrap();
+        at.with().subsec_nanosecond(0).build().unwrap()
+    };
+    let clock = |offset: i64| at(offset).time().strftime("%H:%M:%S").to_string();
+    let closes = at(8).timestamp();
+    let every_day = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    let object: GpuInstance = support::object(
+        "office-hours",
+        serde_json::json!({
+            "region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
+            "schedule": {"timeZone": zone, "windows": [
+                {"days": every_day, "from": clock(-60), "to": clock(8)}
+            ]},
+        }),
+    );
+    support::create(&env, &object).await;
+    let running = vm_status(&env, "office-hours", "RUNNING").await;
+    let next = running
+        .status
+        .as_ref()
+        .unwrap()
+        .next_transition
+        .clone()
+        .unwrap()
+        .0;
+    assert_eq!(next, closes, "{zone} {}", clock(8));
+
+    let stopped = vm_status(&env, "office-hours", "STOPPED").await;
+    let sent = stops.0.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let late = sent[0].duration_since(closes);
+    assert!(
+        late >= SignedDuration::ZERO && late <= SignedDuration::from_secs(1),
+        "stopped {late} after the window closed at {closes}"
+    );
+    // Next: the window opens again tomorrow.
+    let next = stopped
+        .status
+        .as_ref()
+        .unwrap()
+        .next_transition
+        .clone()
+        .unwrap()
+        .0;
+    assert!(
+        next > Timestamp::now() + SignedDuration::from_hours(23),
+        "{next}"
+    );
+}
+
+/// What only the operator can tell of a schedule (its time zone exists, its windows do not
+/// overlap) is told before any machine is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_the_operator_cannot_read_creates_no_machine() {
+    let env = Env::start().await;
+    for (name, schedule, field) in [
+        (
+            "mars-time",
+            serde_json::json!({"timeZone": "Mars/Olympus_Mons", "windows": [
+                {"days": ["Mon"], "from": "08:00", "to": "20:00"}]}),
+            "spec.schedule.timeZone",
+        ),
+        (
+            "double-booked",
+            serde_json::json!({"timeZone": "UTC", "windows": [
+                {"days": ["Mon", "Tue"], "from": "08:00", "to": "12:00"},
+                {"days": ["Tue"], "from": "11:00", "to": "13:00"}]}),
+            "spec.schedule.windows[1] overlaps",
+        ),
+    ] {
+        let object: GpuInstance = support::object(
+            name,
+            serde_json::json!({
+                "region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
+                "schedule": schedule,
+            }),
+        );
+        support::create(&env, &object).await;
+        let stalled =
+            support::condition::<GpuInstance>(&env, name, "Stalled", "True", "InvalidSpec").await;
+        let message = stalled
+            .cloud_status()
+            .condition("Ready")
+            .unwrap()
+            .message
+            .clone();
+        assert!(message.contains(field), "{name}: {message}");
+    }
+    assert_eq!(env.calls("CreateInstance"), 0);
+}
