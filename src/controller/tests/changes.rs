@@ -24,7 +24,15 @@ async fn merge(
     name: &str,
     patch: serde_json::Value,
 ) -> Result<GpuInstance, kube::Error> {
-    env.api::<GpuInstance>()
+    merge_into::<GpuInstance>(env, name, patch).await
+}
+
+async fn merge_into<K: crate::support::TestKind>(
+    env: &Env,
+    name: &str,
+    patch: serde_json::Value,
+) -> Result<K, kube::Error> {
+    env.api::<K>()
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
 }
@@ -440,6 +448,32 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
         "{rules:?}"
     );
     walked.insert(("GpuInstance", "securityRules"));
+    // A lifetime already over stops the machine; removed, the machine runs again.
+    change_and_wait::<GpuInstance>(
+        &env,
+        "walk-legacy",
+        serde_json::json!({"lifetime": {"expiresAt": "2020-01-01T00:00:00Z"}}),
+    )
+    .await;
+    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Shutoff);
+    change_and_wait::<GpuInstance>(&env, "walk-legacy", serde_json::json!({"lifetime": null}))
+        .await;
+    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Active);
+    walked.insert(("GpuInstance", "lifetime"));
+    // A schedule whose one window is not now (the first second of each day) stops it.
+    let every_day = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    change_and_wait::<GpuInstance>(
+        &env,
+        "walk-legacy",
+        serde_json::json!({"schedule": {"timeZone": "UTC", "windows": [
+            {"days": every_day, "from": "00:00", "to": "00:00:01"}]}}),
+    )
+    .await;
+    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Shutoff);
+    change_and_wait::<GpuInstance>(&env, "walk-legacy", serde_json::json!({"schedule": null}))
+        .await;
+    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Active);
+    walked.insert(("GpuInstance", "schedule"));
     // Re-checked: a limit below the running machine's rate is reported, and the machine is
     // left as it is; raised again, the machine is Ready.
     env.api::<GpuInstance>()
@@ -477,6 +511,29 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
     change_and_wait::<Volume>(&env, "walk", serde_json::json!({"instanceRef": null})).await;
     assert_eq!(volume().instance_id, None);
     walked.insert(("Volume", "instanceRef"));
+    // A lifetime already over deletes the volume and its object.
+    let expired = serde_json::json!({"spec": {"lifetime": {"expiresAt": "2020-01-01T00:00:00Z", "onExpiry": "Delete"}}});
+    merge_into::<Volume>(&env, "walk", expired.clone())
+        .await
+        .unwrap();
+    support::gone::<Volume>(&env, "walk").await;
+    assert!(support::data_volumes(&env).is_empty());
+    walked.insert(("Volume", "lifetime"));
+
+    // Snapshot
+    support::create(
+        &env,
+        &support::object::<Snapshot>(
+            "walk",
+            serde_json::json!({"instanceRef": {"name": "walk-peer"}}),
+        ),
+    )
+    .await;
+    support::ready::<Snapshot>(&env, "walk").await;
+    merge_into::<Snapshot>(&env, "walk", expired).await.unwrap();
+    support::gone::<Snapshot>(&env, "walk").await;
+    assert!(env.simulator.state().snapshots.is_empty());
+    walked.insert(("Snapshot", "lifetime"));
 
     // Firewall
     change_and_wait::<Firewall>(&env, "walk", serde_json::json!({"rules": [rule.clone()]})).await;
