@@ -141,18 +141,26 @@ impl Schedule {
                             .map_err(|e| format!("spec.schedule: {e}"))?
                             .to_datetime(Time::midnight()),
                     };
-                    // A time skipped by a daylight-saving change is read after the gap, one
-                    // repeated by one at its first occurrence.
-                    let edge = edge
-                        .to_zoned(zone.clone())
-                        .map_err(|e| format!("spec.schedule: {e}"))?
-                        .timestamp();
-                    if edge > now {
-                        edges.push(edge);
+                    // A local time a daylight-saving change skips or repeats is an edge at
+                    // both of its readings; the changes themselves are edges too (below).
+                    let readings = zone.to_ambiguous_timestamp(edge);
+                    for reading in [readings.earlier(), readings.later()] {
+                        let reading = reading.map_err(|e| format!("spec.schedule: {e}"))?;
+                        if reading > now {
+                            edges.push(reading);
+                        }
                     }
                 }
             }
         }
+        let horizon = now
+            .checked_add(jiff::SignedDuration::from_hours(24 * 9))
+            .map_err(|e| format!("spec.schedule: {e}"))?;
+        edges.extend(
+            zone.following(now)
+                .map(|transition| transition.timestamp())
+                .take_while(|&at| at <= horizon),
+        );
         edges.sort();
         let next_transition = edges.into_iter().find(|&edge| running(edge) != now_running);
         Ok(Standing {
@@ -249,6 +257,31 @@ mod tests {
             ("2026-10-26T07:00:00Z", true, "2026-10-26T19:00:00Z"),
             // Just before the window opens.
             ("2026-10-26T06:59:59Z", false, "2026-10-26T07:00:00Z"),
+        ] {
+            assert_eq!(
+                schedule.at(at(now)),
+                Ok(Standing {
+                    running,
+                    next_transition: Some(at(next))
+                }),
+                "{now}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_window_in_the_hour_summer_time_repeats_runs_in_both() {
+        // 2026-10-25 in Berlin: 02:00-03:00 happens twice (CEST, then CET from 01:00Z).
+        let schedule = berlin(vec![Window {
+            days: vec![Day::Sun],
+            from: "01:00".into(),
+            to: "02:30".into(),
+        }]);
+        for (now, running, next) in [
+            ("2026-10-25T00:00:00Z", true, "2026-10-25T00:30:00Z"),
+            ("2026-10-25T00:30:00Z", false, "2026-10-25T01:00:00Z"),
+            ("2026-10-25T01:00:00Z", true, "2026-10-25T01:30:00Z"),
+            ("2026-10-25T01:30:00Z", false, "2026-11-01T00:00:00Z"),
         ] {
             assert_eq!(
                 schedule.at(at(now)),

@@ -38,6 +38,11 @@ pub mod reason {
     pub const TIER_NOT_SUPPORTED: &str = "TierNotSupported";
     pub const EXTERNAL_DELETED: &str = "ExternalDeleted";
     pub const ACCOUNT_CHANGED: &str = "AccountChanged";
+    /// Event reasons of lifetimes: the warning before the end, the end, and a deletion at
+    /// the end that the API server refused (deletion protection).
+    pub const EXPIRES_SOON: &str = "ExpiresSoon";
+    pub const EXPIRED: &str = "Expired";
+    pub const EXPIRY_REFUSED: &str = "ExpiryRefused";
     pub const SOURCE_DELETED: &str = "SourceDeleted";
     pub const NOT_FOUND_IN_CLOUD: &str = "NotFoundInCloud";
     pub const ALREADY_OWNED: &str = "AlreadyOwned";

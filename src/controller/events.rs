@@ -155,7 +155,8 @@ impl EventPublisher {
                 .collect()
         });
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        hash_reference(&regarding, &mut hasher);
+        // By the object's identity alone (not its version): all its events share a lane.
+        hash_identity(&regarding, &mut hasher);
         let lane = &lanes[(hasher.finish() % lanes.len() as u64) as usize];
         if let Err(mpsc::error::TrySendError::Full((event, _))) = lane.try_send((event, regarding))
         {
@@ -304,11 +305,16 @@ fn type_name(type_: EventType) -> &'static str {
 /// Hashes the whole reference, as client-go's key compares it. A failure repeated on every retry
 /// still folds: the operator writes status only when it changes, so the version stays.
 fn hash_reference(reference: &ObjectReference, hasher: &mut impl Hasher) {
+    hash_identity(reference, hasher);
+    reference.resource_version.hash(hasher);
+    reference.field_path.hash(hasher);
+}
+
+/// Hashes which object a reference names, whatever its version.
+fn hash_identity(reference: &ObjectReference, hasher: &mut impl Hasher) {
     reference.api_version.hash(hasher);
     reference.kind.hash(hasher);
     reference.namespace.hash(hasher);
     reference.name.hash(hasher);
     reference.uid.hash(hasher);
-    reference.resource_version.hash(hasher);
-    reference.field_path.hash(hasher);
 }

@@ -7,10 +7,11 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
+use crate::reconcile::lifetime_stage;
 use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
-use gpucloud_api::lifetime::{OnExpiry, Stage, stage_of};
+use gpucloud_api::lifetime::{OnExpiry, Stage};
 use gpucloud_api::schedule::OutsideWindows;
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
@@ -304,10 +305,19 @@ impl ManagedKind for GpuInstance {
         let stage = lifetime_stage(self, now)?;
         let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
         // An expiry that deletes the object is carried out by the shared flow before any plan.
-        let scheduled = scheduled(self, now)?;
-        let wanted = match (stage, on_expiry) {
-            (Some(Stage::Expired { .. }), Some(OnExpiry::Hibernate)) => PowerState::Hibernated,
-            (Some(Stage::Expired { .. }), Some(_)) => PowerState::Stopped,
+        let expired = matches!(stage, Some(Stage::Expired { .. }));
+        // Once the lifetime has ended the schedule no longer matters (not even whether it
+        // can be read).
+        let scheduled = if expired { None } else { scheduled(self, now)? };
+        let wanted = match on_expiry {
+            // An ended lifetime only ever turns a machine further off: one already off by
+            // `powerState` stays as it is (never started to be stopped or hibernated).
+            Some(_) if expired && self.spec.power_state != PowerState::Running => {
+                self.spec.power_state
+            }
+            Some(OnExpiry::Hibernate) if expired => PowerState::Hibernated,
+            // Stop, and a Delete or Snapshot whose deletion was refused (deletion protection).
+            Some(_) if expired => PowerState::Stopped,
             _ => scheduled.map_or(self.spec.power_state, |(power, _)| power),
         };
         let note = format!(
@@ -441,6 +451,9 @@ impl ManagedKind for GpuInstance {
 
     /// The schedule's next start or stop is acted on at its moment.
     fn next_wake(&self, now: Timestamp) -> Option<Timestamp> {
+        if matches!(lifetime_stage(self, now), Ok(Some(Stage::Expired { .. }))) {
+            return None;
+        }
         scheduled(self, now)
             .ok()
             .flatten()
@@ -490,12 +503,6 @@ impl ManagedKind for GpuInstance {
     async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
         crate::final_snapshot::release(self, cx).await
     }
-}
-
-/// Where the machine stands in its lifetime at `now`; `None` without one. A lifetime the
-/// operator cannot read (admission refuses those) is an invalid spec.
-fn lifetime_stage(instance: &GpuInstance, now: Timestamp) -> Result<Option<Stage>, Error> {
-    stage_of(instance, now).map_err(Error::InvalidSpec)
 }
 
 /// The power state `spec.schedule` asks for at `now` and when that next changes; `None`
@@ -1050,6 +1057,7 @@ mod tests {
         use InstanceAction::{Hibernate, Start, Stop};
         let running = machine(InstanceStatus::Active, VmStatus::Running);
         let stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let hibernated = machine(InstanceStatus::Hibernated, VmStatus::Stopped);
         let table = [
             // (onExpiry, powerState, now, machine, action, standing)
             ("Stop", "Running", "10:59", &running, None, "ready"),
@@ -1068,6 +1076,18 @@ mod tests {
                 "11:00",
                 &running,
                 Some(Hibernate),
+                "progressing",
+            ),
+            // A machine off by powerState is never woken by the end of its lifetime.
+            ("Stop", "Hibernated", "12:00", &hibernated, None, "ready"),
+            ("Hibernate", "Stopped", "12:00", &stopped, None, "ready"),
+            // A Delete the API server refused (deletion protection): at least stopped.
+            (
+                "Delete",
+                "Running",
+                "12:00",
+                &running,
+                Some(Stop),
                 "progressing",
             ),
             // Before the end, powerState rules.
@@ -1188,6 +1208,15 @@ mod tests {
             plan.outcome.message()
         );
         assert_eq!(scheduled("Stopped", None).next_wake(at(inside)), None);
+        // After an ended lifetime the schedule wakes nothing, and one that cannot be read
+        // does not keep the lifetime from stopping the machine.
+        assert_eq!(scheduled("Running", Some("1h")).next_wake(at(inside)), None);
+        let mut unreadable = scheduled("Running", Some("1h"));
+        unreadable.spec.schedule.as_mut().unwrap().time_zone = "Mars/Olympus_Mons".into();
+        assert_eq!(
+            planned_at(&unreadable, &running, at(inside)),
+            (Some(Stop), "progressing")
+        );
     }
 
     #[test]

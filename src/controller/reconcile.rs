@@ -451,8 +451,7 @@ async fn create_step<K: ManagedKind>(
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
             // Created expired, a resource would be billed only to be stopped or deleted.
-            if let Some(Stage::Expired { expires_at }) =
-                lifetime::stage_of(&*object, Timestamp::now()).map_err(Error::InvalidSpec)?
+            if let Some(Stage::Expired { expires_at }) = lifetime_stage(&*object, Timestamp::now())?
             {
                 return Err(Error::InvalidSpec(format!(
                     "spec.lifetime ends at {expires_at}, which has passed: nothing is created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
@@ -531,11 +530,11 @@ async fn converge<K: ManagedKind>(
     status: CloudStatus,
     record: Record<K>,
 ) -> Result<Action, Error> {
-    let stage = lifetime::stage_of(&**object, Timestamp::now()).map_err(Error::InvalidSpec)?;
+    let stage = lifetime_stage(&**object, Timestamp::now())?;
     if let Some(Stage::Expired { expires_at }) = stage
         && object.lifetime().is_some_and(|l| l.on_expiry.deletes())
+        && expire(api, object, cx, expires_at).await?
     {
-        expire(api, object, cx, expires_at).await?;
         return Ok(await_change());
     }
     let mut working = K::clone(object);
@@ -564,7 +563,7 @@ async fn converge<K: ManagedKind>(
             cx,
             object,
             EventType::Warning,
-            EXPIRES_SOON,
+            reason::EXPIRES_SOON,
             &format!(
                 "{} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
                 record.id(),
@@ -626,9 +625,14 @@ async fn converge<K: ManagedKind>(
     Ok(requeue(until_wake(after, wake)))
 }
 
-/// Reasons of the lifetime's Events.
-pub const EXPIRES_SOON: &str = "ExpiresSoon";
-pub const EXPIRED: &str = "Expired";
+/// Where `object` stands in its lifetime at `now`; a lifetime the operator cannot read
+/// (admission refuses those) is an invalid spec.
+pub(crate) fn lifetime_stage<K: ManagedKind>(
+    object: &K,
+    now: Timestamp,
+) -> Result<Option<Stage>, Error> {
+    lifetime::stage_of(object, now).map_err(Error::InvalidSpec)
+}
 
 /// The expiry to warn of now: in the warning stage, once the object is settled (Ready), and
 /// not already warned of (an edited expiry is warned of again).
@@ -646,20 +650,16 @@ fn expiry_warning_due(
 
 /// The lifetime ended with `onExpiry` Delete or Snapshot: the object deletes itself, and the
 /// finalizer deletes the resource (after a final snapshot for `Snapshot`). Only this very object
-/// is deleted (its uid is a precondition), never a namesake created since.
+/// is deleted (its uid is a precondition), never a namesake created since. Returns whether the
+/// object is deleted (or gone); `false` when the API server refused (deletion protection), in
+/// which case the kind keeps the resource as cheap as it can (a GpuInstance is stopped) and a
+/// Warning says why.
 async fn expire<K: ManagedKind>(
     api: &Api<K>,
     object: &K,
     cx: &Context<K>,
     expires_at: Timestamp,
-) -> Result<(), Error> {
-    publish(
-        cx,
-        object,
-        EventType::Normal,
-        EXPIRED,
-        &format!("the lifetime ended at {expires_at}: deleting this object"),
-    );
+) -> Result<bool, Error> {
     let params = kube::api::DeleteParams {
         preconditions: Some(kube::api::Preconditions {
             uid: object.uid(),
@@ -668,9 +668,31 @@ async fn expire<K: ManagedKind>(
         ..kube::api::DeleteParams::default()
     };
     match api.delete(&object.name_any(), &params).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            publish(
+                cx,
+                object,
+                EventType::Normal,
+                reason::EXPIRED,
+                &format!("the lifetime ended at {expires_at}: deleting this object"),
+            );
+            Ok(true)
+        }
         // Already gone, or a namesake: nothing of this object is left to delete.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            publish(
+                cx,
+                object,
+                EventType::Warning,
+                reason::EXPIRY_REFUSED,
+                &format!(
+                    "the lifetime ended at {expires_at}, and deleting this object was refused: {}",
+                    status.message
+                ),
+            );
+            Ok(false)
+        }
         Err(error) => Err(error.into()),
     }
 }

@@ -174,13 +174,20 @@ async fn queued_events_arrive_in_order_and_repeats_fold_into_a_series() {
     for _ in 0..5 {
         publisher.send(event("Created"), regarding("a"));
     }
-    publisher.send(event("Ready"), regarding("a"));
+    // Later versions of the object: still its lane, so still in order.
+    for (reason, version) in [("Ready", "2"), ("Stopped", "3"), ("Started", "4")] {
+        let mut at_version = regarding("a");
+        at_version.resource_version = Some(version.into());
+        publisher.send(event(reason), at_version);
+    }
     for name in ["b", "c", "d"] {
         publisher.send(event("Created"), regarding(name));
     }
     let wanted = expected(&[
         ("a", "Created", 5),
         ("a", "Ready", 1),
+        ("a", "Started", 1),
+        ("a", "Stopped", 1),
         ("b", "Created", 1),
         ("c", "Created", 1),
         ("d", "Created", 1),
@@ -197,5 +204,9 @@ async fn queued_events_arrive_in_order_and_repeats_fold_into_a_series() {
         .collect();
     of_a.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
     let order: Vec<_> = of_a.iter().filter_map(|e| e.reason.clone()).collect();
-    assert_eq!(order, ["Created", "Ready"], "a's events out of order");
+    assert_eq!(
+        order,
+        ["Created", "Ready", "Stopped", "Started"],
+        "a's events out of order"
+    );
 }
