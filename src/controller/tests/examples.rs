@@ -90,6 +90,7 @@ async fn every_example_applies_and_becomes_ready() {
             "gitops",
             "quickstart",
             "snapshot-and-restore",
+            "spend-over-time",
             "stop-at-night"
         ]
     );
@@ -152,8 +153,8 @@ async fn every_example_applies_and_becomes_ready() {
     let state = env.simulator.state();
     assert_eq!(
         state.instances.len(),
-        7,
-        "train-1, finetune-1, its restored copy, eval-1, dev-box, nightly-eval and the adopted machine"
+        8,
+        "train-1, finetune-1, its restored copy, eval-1, dev-box, nightly-eval, workstation and the adopted machine"
     );
     assert_eq!(state.snapshots.len(), 1);
     assert_eq!(state.images.len(), 1);
@@ -161,13 +162,34 @@ async fn every_example_applies_and_becomes_ready() {
     let data_volumes = state.volumes.iter().filter(|v| !v.bootable).count();
     let names: Vec<&str> = state.volumes.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(
-        data_volumes, 3,
-        "dataset, checkpoints and its clone: {names:?}"
+        data_volumes, 4,
+        "dataset, checkpoints, its clone and scratch: {names:?}"
     );
     assert_eq!(
         env.calls("RebootInstance"),
         0,
         "the initial restartedAt value reboots nothing"
+    );
+
+    // spend-over-time: the expiry and the schedule's next transition are shown.
+    let workstation = Api::<GpuInstance>::namespaced(env.client.clone(), "spend-over-time")
+        .get("workstation")
+        .await
+        .unwrap();
+    let created = workstation.metadata.creation_timestamp.clone().unwrap().0;
+    assert_eq!(
+        workstation.cloud_status().expires_at.map(|t| t.0),
+        Some(created + k8s_openapi::jiff::SignedDuration::from_hours(168))
+    );
+    assert!(
+        workstation
+            .status
+            .as_ref()
+            .unwrap()
+            .next_transition
+            .is_some(),
+        "{:?}",
+        workstation.status
     );
 
     stop_at_night_stops_and_starts(&env).await;
