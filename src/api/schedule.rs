@@ -244,20 +244,9 @@ mod tests {
         text.parse().unwrap()
     }
 
-    #[test]
-    fn office_hours_in_berlin_follow_the_wall_clock_across_the_end_of_summer_time() {
-        let schedule = berlin(vec![weekdays("08:00", "20:00")]);
-        // Summer time ends on Sunday 2026-10-25 (03:00 CEST becomes 02:00 CET).
-        for (now, running, next) in [
-            // Friday 10:00 CEST: running until 20:00 CEST (18:00Z).
-            ("2026-10-23T08:00:00Z", true, "2026-10-23T18:00:00Z"),
-            // Friday 20:00 CEST: stopped until Monday 08:00, now CET (07:00Z).
-            ("2026-10-23T18:00:00Z", false, "2026-10-26T07:00:00Z"),
-            ("2026-10-25T12:00:00Z", false, "2026-10-26T07:00:00Z"),
-            ("2026-10-26T07:00:00Z", true, "2026-10-26T19:00:00Z"),
-            // Just before the window opens.
-            ("2026-10-26T06:59:59Z", false, "2026-10-26T07:00:00Z"),
-        ] {
+    /// Each case: at `now`, running or not, and the next transition.
+    fn expect(schedule: &Schedule, cases: &[(&str, bool, &str)]) {
+        for &(now, running, next) in cases {
             assert_eq!(
                 schedule.at(at(now)),
                 Ok(Standing {
@@ -270,6 +259,23 @@ mod tests {
     }
 
     #[test]
+    fn office_hours_in_berlin_follow_the_wall_clock_across_the_end_of_summer_time() {
+        let schedule = berlin(vec![weekdays("08:00", "20:00")]);
+        // Summer time ends on Sunday 2026-10-25 (03:00 CEST becomes 02:00 CET).
+        let cases = [
+            // Friday 10:00 CEST: running until 20:00 CEST (18:00Z).
+            ("2026-10-23T08:00:00Z", true, "2026-10-23T18:00:00Z"),
+            // Friday 20:00 CEST: stopped until Monday 08:00, now CET (07:00Z).
+            ("2026-10-23T18:00:00Z", false, "2026-10-26T07:00:00Z"),
+            ("2026-10-25T12:00:00Z", false, "2026-10-26T07:00:00Z"),
+            ("2026-10-26T07:00:00Z", true, "2026-10-26T19:00:00Z"),
+            // Just before the window opens.
+            ("2026-10-26T06:59:59Z", false, "2026-10-26T07:00:00Z"),
+        ];
+        expect(&schedule, &cases);
+    }
+
+    #[test]
     fn a_window_in_the_hour_summer_time_repeats_runs_in_both() {
         // 2026-10-25 in Berlin: 02:00-03:00 happens twice (CEST, then CET from 01:00Z).
         let schedule = berlin(vec![Window {
@@ -277,21 +283,13 @@ mod tests {
             from: "01:00".into(),
             to: "02:30".into(),
         }]);
-        for (now, running, next) in [
+        let cases = [
             ("2026-10-25T00:00:00Z", true, "2026-10-25T00:30:00Z"),
             ("2026-10-25T00:30:00Z", false, "2026-10-25T01:00:00Z"),
             ("2026-10-25T01:00:00Z", true, "2026-10-25T01:30:00Z"),
             ("2026-10-25T01:30:00Z", false, "2026-11-01T00:00:00Z"),
-        ] {
-            assert_eq!(
-                schedule.at(at(now)),
-                Ok(Standing {
-                    running,
-                    next_transition: Some(at(next))
-                }),
-                "{now}"
-            );
-        }
+        ];
+        expect(&schedule, &cases);
     }
 
     #[test]

@@ -25,6 +25,27 @@ impl CallObserver for Stops {
     }
 }
 
+/// An operator whose StopInstance calls are timed.
+async fn counting_stops() -> (Env, Arc<Stops>) {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let stops = Arc::new(Stops::default());
+    let mut config = test_config(&env.simulator);
+    config.cloud.observer = Some(stops.clone());
+    env.start_operator(config);
+    (env, stops)
+}
+
+/// Asserts the one StopInstance call was sent within a second after `at`.
+fn stopped_within_a_second_of(stops: &Stops, at: Timestamp) {
+    let sent = stops.0.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let late = sent[0].duration_since(at);
+    assert!(
+        late >= SignedDuration::ZERO && late <= SignedDuration::from_secs(1),
+        "stopped {late} after {at}"
+    );
+}
+
 fn instance(name: &str, lifetime: serde_json::Value) -> GpuInstance {
     support::object(
         name,
@@ -56,11 +77,7 @@ fn expiry_of(object: &GpuInstance) -> Timestamp {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_is_warned_then_stopped_at_the_end_of_its_lifetime() {
-    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
-    let stops = Arc::new(Stops::default());
-    let mut config = test_config(&env.simulator);
-    config.cloud.observer = Some(stops.clone());
-    env.start_operator(config);
+    let (env, stops) = counting_stops().await;
     support::create(
         &env,
         &instance(
@@ -92,13 +109,7 @@ async fn a_machine_is_warned_then_stopped_at_the_end_of_its_lifetime() {
         .message
         .clone();
     assert!(message.contains("its lifetime ended"), "{message}");
-    let sent = stops.0.lock().unwrap().clone();
-    assert_eq!(sent.len(), 1, "{sent:?}");
-    let late = sent[0].duration_since(expiry);
-    assert!(
-        late >= SignedDuration::ZERO && late <= SignedDuration::from_secs(1),
-        "stopped {late} after the expiry at {expiry}"
-    );
+    stopped_within_a_second_of(&stops, expiry);
     // Warned once, before.
     let warned = support::events_about(&env, "short", "ExpiresSoon").await;
     assert_eq!(warned.len(), 1, "{warned:?}");
@@ -240,11 +251,7 @@ async fn a_volume_is_deleted_at_the_end_of_its_lifetime() {
 async fn a_schedule_stops_the_machine_when_its_window_closes() {
     let time_of = |h, m| k8s_openapi::jiff::civil::time(h, m, 0, 0);
     use k8s_openapi::jiff::tz::TimeZone;
-    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
-    let stops = Arc::new(Stops::default());
-    let mut config = test_config(&env.simulator);
-    config.cloud.observer = Some(stops.clone());
-    env.start_operator(config);
+    let (env, stops) = counting_stops().await;
     // A zone where the window (a minute ago until eight seconds from now) lies within today.
     let now = Timestamp::now();
     let (zone, local) = ["UTC", "Asia/Tokyo", "America/New_York"]
@@ -286,13 +293,7 @@ async fn a_schedule_stops_the_machine_when_its_window_closes() {
     assert_eq!(next, closes, "{zone} {}", clock(8));
 
     let stopped = vm_status(&env, "office-hours", "STOPPED").await;
-    let sent = stops.0.lock().unwrap().clone();
-    assert_eq!(sent.len(), 1, "{sent:?}");
-    let late = sent[0].duration_since(closes);
-    assert!(
-        late >= SignedDuration::ZERO && late <= SignedDuration::from_secs(1),
-        "stopped {late} after the window closed at {closes}"
-    );
+    stopped_within_a_second_of(&stops, closes);
     // Next: the window opens again tomorrow.
     let next = stopped
         .status

@@ -441,6 +441,15 @@ pub async fn events_about(
     name: &str,
     reason: &str,
 ) -> Vec<k8s_openapi::api::events::v1::Event> {
+    events_of(env, name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// The Events about the object `name` in the test namespace.
+async fn events_of(env: &Env, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
     let events: kube::Api<k8s_openapi::api::events::v1::Event> =
         kube::Api::namespaced(env.client.clone(), NAMESPACE);
     events
@@ -450,7 +459,6 @@ pub async fn events_about(
         .items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .collect()
 }
 
@@ -542,15 +550,9 @@ pub fn data_volumes(env: &Env) -> Vec<gpucloud_cloud::model::Volume> {
 
 /// Reasons of the events about the object `name` in the test namespace, oldest first.
 pub async fn event_reasons(env: &Env, name: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.client.clone(), NAMESPACE);
-    events
-        .list(&kube::api::ListParams::default())
+    events_of(env, name)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
         .filter_map(|e| e.reason)
         .collect()
 }
