@@ -116,7 +116,14 @@ async fn reconcile_flow<K: ManagedKind>(
     }
     let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
         match event {
-            FinalizerEvent::Apply(object) => apply(&api, object, cx).await,
+            FinalizerEvent::Apply(object) => {
+                // Whatever the flow decides, the object is looked at again at its next
+                // wake: one timer per object, read from the object, so no polling.
+                let wake = wake_of(&*object, Timestamp::now());
+                apply(&api, object, cx)
+                    .await
+                    .map(|action| no_later_than(action, wake))
+            }
             FinalizerEvent::Cleanup(object) => cleanup(object, cx).await,
         }
     })
@@ -234,6 +241,15 @@ async fn apply<K: ManagedKind>(
     let listed = observer.latest().await?;
     let status = object.cloud_status();
     refuse_another_account::<K>(&account, &listed, &status).await?;
+    // An ended lifetime that deletes the object does so whatever the cloud shows (the
+    // resource running, gone, or never made); refused (deletion protection), the flow goes on
+    // and the kind keeps the resource as cheap as it can.
+    if let Some(Stage::Expired { expires_at }) = lifetime_stage(&*object, Timestamp::now())?
+        && object.lifetime().is_some_and(|l| l.on_expiry.deletes())
+        && expire(api, &object, cx, expires_at).await?
+    {
+        return Ok(await_change());
+    }
     // Every write below records the account the resource is now seen in (a key of the same
     // account that replaced the old one included).
     let status = CloudStatus {
@@ -531,12 +547,6 @@ async fn converge<K: ManagedKind>(
     record: Record<K>,
 ) -> Result<Action, Error> {
     let stage = lifetime_stage(&**object, Timestamp::now())?;
-    if let Some(Stage::Expired { expires_at }) = stage
-        && object.lifetime().is_some_and(|l| l.on_expiry.deletes())
-        && expire(api, object, cx, expires_at).await?
-    {
-        return Ok(await_change());
-    }
     let mut working = K::clone(object);
     let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
         object.observed(&record)
@@ -615,14 +625,7 @@ async fn converge<K: ManagedKind>(
         }
         Outcome::Stalled { .. } => cx.settings.observe.resync,
     };
-    let wake = [
-        stage.and_then(Stage::next_change),
-        working.next_wake(Timestamp::now()),
-    ]
-    .into_iter()
-    .flatten()
-    .min();
-    Ok(requeue(until_wake(after, wake)))
+    Ok(requeue(after))
 }
 
 /// Where `object` stands in its lifetime at `now`; a lifetime the operator cannot read
@@ -697,13 +700,33 @@ async fn expire<K: ManagedKind>(
     }
 }
 
-/// `after`, or less when the object must be looked at again sooner (`next_wake`).
-fn until_wake(after: Duration, wake: Option<Timestamp>) -> Duration {
+/// The moment the object must be looked at again whatever the cloud does: its lifetime's
+/// next stage, or the kind's own (a power schedule's next transition).
+fn wake_of<K: ManagedKind>(object: &K, now: Timestamp) -> Option<Timestamp> {
+    let stage = lifetime::stage_of(object, now)
+        .ok()
+        .flatten()
+        .and_then(Stage::next_change);
+    [stage, object.next_wake(now)].into_iter().flatten().min()
+}
+
+/// `action`, or a requeue at `wake` when that is sooner than what it asked for.
+fn no_later_than(action: Action, wake: Option<Timestamp>) -> Action {
+    let asked = REQUEUE.try_with(Cell::get).ok().flatten();
+    match until_wake(asked, wake) {
+        Some(after) if Some(after) != asked => requeue(after),
+        _ => action,
+    }
+}
+
+/// The requeue `asked` (`None`: wait for a change), or sooner when the object must be looked
+/// at again at `wake`.
+fn until_wake(asked: Option<Duration>, wake: Option<Timestamp>) -> Option<Duration> {
     let Some(wake) = wake else {
-        return after;
+        return asked;
     };
     let until = Duration::try_from(wake.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO);
-    after.min(until)
+    Some(asked.map_or(until, |asked| asked.min(until)))
 }
 
 /// Resources carrying the object's own cloud name besides the one it recorded: a create the
@@ -1170,20 +1193,20 @@ mod tests {
 
     #[test]
     fn a_requeue_is_never_later_than_the_next_wake() {
+        let five_minutes = Some(Duration::from_secs(300));
         let soon = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(5);
-        let after = until_wake(Duration::from_secs(300), Some(soon));
-        assert!(
-            after <= Duration::from_secs(5) && after > Duration::from_secs(3),
-            "{after:?}"
-        );
-        assert_eq!(
-            until_wake(Duration::from_secs(300), None),
-            Duration::from_secs(300)
-        );
+        for asked in [five_minutes, None] {
+            let after = until_wake(asked, Some(soon)).unwrap();
+            assert!(
+                after <= Duration::from_secs(5) && after > Duration::from_secs(3),
+                "{after:?}"
+            );
+        }
+        assert_eq!(until_wake(five_minutes, None), five_minutes);
+        assert_eq!(until_wake(None, None), None);
         let past = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(5);
-        assert_eq!(
-            until_wake(Duration::from_secs(300), Some(past)),
-            Duration::ZERO
-        );
+        assert_eq!(until_wake(five_minutes, Some(past)), Some(Duration::ZERO));
+        let later = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(1);
+        assert_eq!(until_wake(five_minutes, Some(later)), five_minutes);
     }
 }

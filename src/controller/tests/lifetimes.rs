@@ -349,3 +349,23 @@ async fn a_schedule_the_operator_cannot_read_creates_no_machine() {
     }
     assert_eq!(env.calls("CreateInstance"), 0);
 }
+
+/// An expiry that deletes the object does so whatever became of the resource: one deleted
+/// outside the operator (the object Stalled, ExternalDeleted) still ends its object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_deletes_the_object_of_a_resource_deleted_outside() {
+    let env = Env::start().await;
+    let volume: Volume = support::object(
+        "gone-early",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10,
+                           "lifetime": {"ttl": "8s", "onExpiry": "Delete"}}),
+    );
+    support::create(&env, &volume).await;
+    let id = support::ready_id::<Volume>(&env, "gone-early").await;
+    support::cloud_client(&env)
+        .delete_volume(&id)
+        .await
+        .unwrap();
+    support::condition::<Volume>(&env, "gone-early", "Stalled", "True", "ExternalDeleted").await;
+    support::gone::<Volume>(&env, "gone-early").await;
+}
