@@ -241,6 +241,11 @@ pub struct CloudStatus {
     /// The expiry the `ExpiresSoon` warning was given for (a changed expiry is warned of again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiry_warned: Option<Time>,
+    /// Set when the lifetime ended and the object deleted itself: what `onExpiry` asked for
+    /// then, so that an edit of the spec during the deletion cannot change it (a final
+    /// snapshot skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_with: Option<crate::lifetime::OnExpiry>,
     /// `Ready`, `Reconciling` and `Stalled`, as kstatus defines them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]

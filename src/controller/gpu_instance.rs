@@ -486,13 +486,9 @@ impl ManagedKind for GpuInstance {
         cx: &Context<Self>,
         account: &std::sync::Arc<Account>,
     ) -> Result<(), Error> {
-        let expired_with_snapshot = self.spec.lifetime.as_ref().is_some_and(|l| {
-            l.on_expiry == OnExpiry::Snapshot
-                && matches!(
-                    lifetime_stage(self, Timestamp::now()),
-                    Ok(Some(Stage::Expired { .. }))
-                )
-        });
+        // Deleted by an expiry that asked for a snapshot: as recorded then, whatever the spec
+        // says now.
+        let expired_with_snapshot = self.cloud_status().expired_with == Some(OnExpiry::Snapshot);
         if self.spec.managed.deletion_policy == DeletionPolicy::Snapshot || expired_with_snapshot {
             crate::final_snapshot::hold(self, cx, account).await
         } else {

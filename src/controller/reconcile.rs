@@ -19,7 +19,7 @@ use gpucloud_api::{
 use gpucloud_telemetry::ReconcileResult;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
+use kube::api::{PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -663,6 +663,18 @@ async fn expire<K: ManagedKind>(
     cx: &Context<K>,
     expires_at: Timestamp,
 ) -> Result<bool, Error> {
+    // What the expiry asks for is recorded before the deletion, where the deletion reads it:
+    // an edit of the spec meanwhile cannot change it.
+    let on_expiry = object.lifetime().map(|l| l.on_expiry);
+    if object.cloud_status().expired_with != on_expiry {
+        let recorded = serde_json::json!({"status": {"expiredWith": on_expiry}});
+        api.patch_status(
+            &object.name_any(),
+            &PatchParams::default(),
+            &kube::api::Patch::Merge(&recorded),
+        )
+        .await?;
+    }
     let params = kube::api::DeleteParams {
         preconditions: Some(kube::api::Preconditions {
             uid: object.uid(),

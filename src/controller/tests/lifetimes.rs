@@ -214,6 +214,32 @@ async fn an_expiry_with_a_snapshot_keeps_the_disk_and_deletes_the_machine() {
     )
     .await;
     vm_status(&env, "kept-disk", "RUNNING").await;
+    // Once the expiry has deleted it, the lifetime is removed from the spec: the final
+    // snapshot the expiry asked for is taken all the same.
+    let api = env.api::<GpuInstance>();
+    let deleting = eventually(30, "kept-disk deleting", || {
+        let api = api.clone();
+        async move {
+            let object = api.get_opt("kept-disk").await.ok()??;
+            object
+                .metadata
+                .deletion_timestamp
+                .is_some()
+                .then_some(object)
+        }
+    })
+    .await;
+    assert_eq!(
+        deleting.cloud_status().expired_with,
+        Some(gpucloud_api::lifetime::OnExpiry::Snapshot)
+    );
+    api.patch(
+        "kept-disk",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"lifetime": null}})),
+    )
+    .await
+    .unwrap();
     support::gone::<GpuInstance>(&env, "kept-disk").await;
     let state = env.simulator.state();
     assert!(state.instances.is_empty(), "{:?}", state.instances);
