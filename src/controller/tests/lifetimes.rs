@@ -46,6 +46,15 @@ fn stopped_within_a_second_of(stops: &Stops, at: Timestamp) {
     );
 }
 
+/// A 10 GB Volume deleted `ttl` after its creation.
+fn expiring_volume(name: &str, ttl: &str) -> Volume {
+    support::object(
+        name,
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10,
+                           "lifetime": {"ttl": ttl, "onExpiry": "Delete"}}),
+    )
+}
+
 fn instance(name: &str, lifetime: serde_json::Value) -> GpuInstance {
     support::object(
         name,
@@ -254,12 +263,7 @@ async fn an_expiry_with_a_snapshot_keeps_the_disk_and_deletes_the_machine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_is_deleted_at_the_end_of_its_lifetime() {
     let env = Env::start().await;
-    let volume: Volume = support::object(
-        "scratch",
-        serde_json::json!({"region": "us-east-1", "sizeGb": 10,
-                           "lifetime": {"ttl": "4s", "onExpiry": "Delete"}}),
-    );
-    support::create(&env, &volume).await;
+    support::create(&env, &expiring_volume("scratch", "4s")).await;
     let ready = support::ready::<Volume>(&env, "scratch").await;
     let expiry = ready.cloud_status().expires_at.unwrap().0;
     assert_eq!(
@@ -381,12 +385,7 @@ async fn a_schedule_the_operator_cannot_read_creates_no_machine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expiry_deletes_the_object_of_a_resource_deleted_outside() {
     let env = Env::start().await;
-    let volume: Volume = support::object(
-        "gone-early",
-        serde_json::json!({"region": "us-east-1", "sizeGb": 10,
-                           "lifetime": {"ttl": "8s", "onExpiry": "Delete"}}),
-    );
-    support::create(&env, &volume).await;
+    support::create(&env, &expiring_volume("gone-early", "8s")).await;
     let id = support::ready_id::<Volume>(&env, "gone-early").await;
     support::cloud_client(&env)
         .delete_volume(&id)
