@@ -22,6 +22,7 @@ use crate::account::Account;
 use crate::conditions::reason;
 use crate::context::Context;
 use crate::error::Error;
+use gpucloud_api::lifetime::OnExpiry;
 use gpucloud_api::{
     DeletionPolicy, FinalSnapshotStatus, GpuInstance, Managed, ManagedFields, Snapshot,
     SnapshotSpec,
@@ -197,17 +198,33 @@ pub async fn hold(
     Ok(())
 }
 
+/// Whether this deletion takes a final snapshot: `deletionPolicy: Snapshot`, or an expiry that
+/// asked for one (as recorded then, whatever the spec says now).
+pub fn asked_for(instance: &GpuInstance) -> bool {
+    instance.spec.managed.deletion_policy == DeletionPolicy::Snapshot
+        || instance.cloud_status().expired_with == Some(OnExpiry::Snapshot)
+}
+
 /// Once the machine is gone: removes the final Snapshot object unless it is kept. Under the
 /// `Orphan` policy step 2 gave it, its cloud snapshot stays.
-pub async fn release(instance: &GpuInstance, cx: &Context<GpuInstance>) -> Result<(), Error> {
-    let Some(recorded) = instance
-        .status
-        .as_ref()
-        .and_then(|s| s.final_snapshot.as_ref())
-    else {
+pub async fn release(instance: &GpuInstance, client: &kube::Client) -> Result<(), Error> {
+    let namespace = instance.namespace().unwrap_or_default();
+    let recorded_in = |i: &GpuInstance| i.status.as_ref().and_then(|s| s.final_snapshot.clone());
+    // The copy in hand may predate the record this same deletion wrote (a cache behind a cut
+    // watch): trusted alone, it would leave the final Snapshot object behind.
+    let fresh = if recorded_in(instance).is_none() && asked_for(instance) {
+        let instances: Api<GpuInstance> = Api::namespaced(client.clone(), &namespace);
+        match instances.get_opt(&instance.name_any()).await? {
+            Some(fresh) => fresh,
+            None => return Ok(()),
+        }
+    } else {
+        instance.clone()
+    };
+    let Some(recorded) = recorded_in(&fresh) else {
         return Ok(());
     };
-    if instance
+    if fresh
         .spec
         .final_snapshot
         .as_ref()
@@ -215,15 +232,14 @@ pub async fn release(instance: &GpuInstance, cx: &Context<GpuInstance>) -> Resul
     {
         return Ok(());
     }
-    let namespace = instance.namespace().unwrap_or_default();
-    let snapshots: Api<Snapshot> = Api::namespaced(cx.client.clone(), &namespace);
+    let snapshots: Api<Snapshot> = Api::namespaced(client.clone(), &namespace);
     let Some(object) = snapshots.get_opt(&recorded.object).await? else {
         return Ok(());
     };
     let ours = object
         .annotations()
         .get(FINAL_SNAPSHOT_OF_UID_ANNOTATION)
-        .is_some_and(|uid| Some(uid) == instance.uid().as_ref());
+        .is_some_and(|uid| Some(uid) == fresh.uid().as_ref());
     if ours
         && object.meta().deletion_timestamp.is_none()
         && object.spec.managed.deletion_policy == DeletionPolicy::Orphan

@@ -14,8 +14,8 @@ use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::lifetime::{OnExpiry, Stage};
 use gpucloud_api::schedule::OutsideWindows;
 use gpucloud_api::{
-    CloudStatus, DeletionPolicy, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
-    Managed, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
+    CloudStatus, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES, Managed,
+    PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
 };
 use gpucloud_cloud::model::{
     CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
@@ -486,10 +486,7 @@ impl ManagedKind for GpuInstance {
         cx: &Context<Self>,
         account: &std::sync::Arc<Account>,
     ) -> Result<(), Error> {
-        // Deleted by an expiry that asked for a snapshot: as recorded then, whatever the spec
-        // says now.
-        let expired_with_snapshot = self.cloud_status().expired_with == Some(OnExpiry::Snapshot);
-        if self.spec.managed.deletion_policy == DeletionPolicy::Snapshot || expired_with_snapshot {
+        if crate::final_snapshot::asked_for(self) {
             crate::final_snapshot::hold(self, cx, account).await
         } else {
             Ok(())
@@ -497,7 +494,7 @@ impl ManagedKind for GpuInstance {
     }
 
     async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
-        crate::final_snapshot::release(self, cx).await
+        crate::final_snapshot::release(self, &cx.client).await
     }
 }
 

@@ -39,7 +39,8 @@
 //! team's, a foreign or an observed resource, nor a create without the team's mark.
 //!
 //! `GPUCLOUD_CHAOS_SEED=N` replays one seed (printing its trace); `GPUCLOUD_CHAOS_SEEDS=N`
-//! runs seeds 1..=N (default 200, about 6 min on a 2-core machine; the long mode is 2,000);
+//! runs seeds 1..=N (default 200, about 6 min on a 2-core machine; the long mode is 2,000),
+//! from `GPUCLOUD_CHAOS_FIRST` instead of 1 if set;
 //! `GPUCLOUD_CHAOS_CONCURRENCY` sets how many worlds run at once (default 8). See
 //! docs/reliability.md.
 
@@ -248,7 +249,10 @@ async fn seeded_chaos_runs_keep_every_invariant() {
     let replay = env_number("GPUCLOUD_CHAOS_SEED");
     let seeds: Vec<u64> = match replay {
         Some(seed) => vec![seed],
-        None => (1..=env_number("GPUCLOUD_CHAOS_SEEDS").unwrap_or(200)).collect(),
+        None => {
+            let first = env_number("GPUCLOUD_CHAOS_FIRST").unwrap_or(1);
+            (first..=env_number("GPUCLOUD_CHAOS_SEEDS").unwrap_or(200)).collect()
+        }
     };
     let concurrency = env_number("GPUCLOUD_CHAOS_CONCURRENCY").unwrap_or(8).max(1) as usize;
     let started = Instant::now();

@@ -6,7 +6,9 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_controller::final_snapshot::{FINAL_SNAPSHOT_OF_LABEL, object_name};
+use gpucloud_controller::final_snapshot::{
+    FINAL_SNAPSHOT_OF_LABEL, FINAL_SNAPSHOT_OF_UID_ANNOTATION, object_name,
+};
 use gpucloud_controller::orphans::RELEASED_CONFIGMAP;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams};
@@ -231,4 +233,42 @@ async fn a_snapshot_object_of_the_same_name_blocks_the_deletion_and_keeps_the_ma
     gone::<GpuInstance>(&env, "busy").await;
     assert_eq!(snapshots_of(&env, &id), 1);
     env.stop_operator().await;
+}
+
+/// Releasing the final Snapshot object reads the instance's record from the API server when
+/// the copy in hand predates it (a cache behind a cut watch), so the object is not left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_object_is_released_when_the_copy_in_hand_predates_its_record() {
+    let env = Env::without_operator(Default::default()).await;
+    let instances = env.api::<GpuInstance>();
+    create(&env, &machine("trainer", serde_json::json!({}))).await;
+    let stale = instances.get("trainer").await.unwrap();
+
+    let mut snapshot: Snapshot = object(
+        &object_name("trainer"),
+        serde_json::json!({"instanceId": "vm-000000000001", "deletionPolicy": "Orphan"}),
+    );
+    snapshot.metadata.annotations = Some(
+        [(
+            FINAL_SNAPSHOT_OF_UID_ANNOTATION.to_string(),
+            stale.metadata.uid.clone().unwrap(),
+        )]
+        .into(),
+    );
+    create(&env, &snapshot).await;
+    let record = serde_json::json!({"status": {"finalSnapshot": {
+        "object": object_name("trainer"), "snapshotId": "snap-000000000002"}}});
+    instances
+        .patch_status(
+            "trainer",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&record),
+        )
+        .await
+        .unwrap();
+
+    gpucloud_controller::final_snapshot::release(&stale, &env.client)
+        .await
+        .unwrap();
+    gone::<Snapshot>(&env, &object_name("trainer")).await;
 }

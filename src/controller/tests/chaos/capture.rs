@@ -83,7 +83,11 @@ fn world_of(line: &str) -> Option<u64> {
 /// lines of the world's log that concern it.
 pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
     let mut out = String::new();
-    let stuck = |l: &&str| l.contains(": not Ready") || l.contains(" but not refused");
+    let stuck = |l: &&str| {
+        l.contains(": not Ready")
+            || l.contains(" but not refused")
+            || l.contains(": deleted but still present")
+    };
     for problem in message.lines().filter(stuck) {
         let mut words = problem.split_whitespace();
         let (Some(kind), Some(name)) = (words.next(), words.next()) else {
