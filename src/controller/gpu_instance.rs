@@ -209,18 +209,7 @@ impl ManagedKind for GpuInstance {
             }
         };
         if let Some(limit) = spec.max_hourly_rate {
-            let pricing = account.pricing().await?;
-            let per_gpu = pricing
-                .gpus
-                .iter()
-                .find(|p| p.gpu_type == gpu_type)
-                .map(|p| p.price_per_gpu_hour);
-            let per_gpu = per_gpu.ok_or_else(|| {
-                Error::InvalidSpec(format!(
-                    "the cloud's price list has no GPU type {gpu_type:?}"
-                ))
-            })?;
-            let rate = per_gpu * f64::from(gpu_count);
+            let rate = machine_rate(account, &gpu_type, gpu_count).await?;
             if rate > limit {
                 return Err(Error::PriceAboveLimit { rate, limit });
             }
@@ -241,6 +230,27 @@ impl ManagedKind for GpuInstance {
         };
         let request = create_request(spec, gpu_type, image_id, ssh_key_ids, startup_script)?;
         Ok(InstancePlan::Create(Box::new(request)))
+    }
+
+    async fn planned_hourly_rate(
+        plan: &InstancePlan,
+        account: &Account,
+    ) -> Result<Option<f64>, Error> {
+        let (gpu_type, gpu_count) = match plan {
+            InstancePlan::Create(request) => (request.gpu_type.clone(), request.gpu_count),
+            // A restored machine has its snapshot's hardware.
+            InstancePlan::Restore { snapshot_id } => {
+                let snapshot = account.client.get_snapshot(snapshot_id).await?;
+                let specs = snapshot.specs.ok_or_else(|| {
+                    Error::InvalidSpec(format!(
+                        "the cloud does not say which GPUs snapshot {snapshot_id} restores to"
+                    ))
+                })?;
+                (specs.gpu_type, specs.gpu_count)
+            }
+        };
+        let count = u32::try_from(gpu_count).unwrap_or(u32::MAX);
+        machine_rate(account, &gpu_type, count).await.map(Some)
     }
 
     async fn create(
@@ -688,6 +698,22 @@ fn login_user(record: &Instance) -> &'static str {
     } else {
         "root"
     }
+}
+
+/// What a machine of `gpu_count` GPUs of `gpu_type` costs per hour, from the price list.
+async fn machine_rate(account: &Account, gpu_type: &str, gpu_count: u32) -> Result<f64, Error> {
+    let pricing = account.pricing().await?;
+    let per_gpu = pricing
+        .gpus
+        .iter()
+        .find(|p| p.gpu_type == gpu_type)
+        .map(|p| p.price_per_gpu_hour)
+        .ok_or_else(|| {
+            Error::InvalidSpec(format!(
+                "the cloud's price list has no GPU type {gpu_type:?}"
+            ))
+        })?;
+    Ok(per_gpu * f64::from(gpu_count))
 }
 
 /// How an instance comes to exist: booted from an image, or restored from a snapshot.

@@ -102,6 +102,16 @@ pub trait ManagedKind:
         account: &Account,
     ) -> impl Future<Output = Result<Self::CreatePlan, Error>> + Send;
 
+    /// What the resource `plan` creates will cost per hour, in the account's currency, read
+    /// from the price list (or the catalog) before the create: what a `Budget` reserves
+    /// (`budget.rs`). `None` for a kind the cloud does not bill.
+    fn planned_hourly_rate(
+        _plan: &Self::CreatePlan,
+        _account: &Account,
+    ) -> impl Future<Output = Result<Option<f64>, Error>> + Send {
+        async { Ok(None) }
+    }
+
     /// Creates the cloud resource under `cloud_name` with one cloud call and returns it as the
     /// cloud answered.
     fn create(
