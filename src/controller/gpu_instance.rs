@@ -249,8 +249,7 @@ impl ManagedKind for GpuInstance {
                 (specs.gpu_type, specs.gpu_count)
             }
         };
-        let count = u32::try_from(gpu_count).unwrap_or(u32::MAX);
-        machine_rate(account, &gpu_type, count).await.map(Some)
+        machine_rate(account, &gpu_type, gpu_count).await.map(Some)
     }
 
     async fn create(
