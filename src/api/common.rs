@@ -253,7 +253,9 @@ pub struct CloudStatus {
 }
 
 /// Conditions are a map-list keyed by `type`, so server-side apply merges them per type.
-fn conditions_schema(generator: &mut schemars::generate::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn conditions_schema(
+    generator: &mut schemars::generate::SchemaGenerator,
+) -> schemars::Schema {
     let mut schema = generator.subschema_for::<Vec<Condition>>();
     let object = schema.ensure_object();
     object.insert("x-kubernetes-list-type".into(), "map".into());

@@ -36,6 +36,7 @@ macro_rules! impl_managed {
     };
 }
 
+pub mod budget;
 pub mod common;
 pub mod deletion_protection;
 pub mod firewall;
@@ -48,6 +49,7 @@ pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;
 
+pub use budget::{Budget, BudgetSpec, BudgetStatus, Reservation};
 pub use common::*;
 pub use firewall::{Firewall, FirewallSpec, FirewallStatus};
 pub use gpu_instance::{
@@ -115,12 +117,20 @@ pub fn crd<K: kube::CustomResourceExt + Managed>() -> CustomResourceDefinition {
         Column::new("ID", "string", ".status.externalId").wide(),
         Column::new("Age", "date", ".metadata.creationTimestamp"),
     ];
-    let columns: Vec<_> = shared_first
+    let columns: Vec<Column> = shared_first
         .iter()
         .chain(K::COLUMNS)
         .chain(&shared_last)
-        .map(Column::definition)
+        .cloned()
         .collect();
+    crd_with_columns::<K>(&columns)
+}
+
+/// The CRD of a kind with the given `kubectl get` columns, its descriptions as [`crd`] says.
+pub fn crd_with_columns<K: kube::CustomResourceExt>(
+    columns: &[Column],
+) -> CustomResourceDefinition {
+    let columns: Vec<_> = columns.iter().map(Column::definition).collect();
     let mut crd = K::crd();
     for version in &mut crd.spec.versions {
         version.additional_printer_columns = Some(columns.clone());

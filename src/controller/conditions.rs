@@ -33,6 +33,13 @@ pub mod reason {
     pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
     pub const INSUFFICIENT_CREDIT: &str = "InsufficientCredit";
     pub const PRICE_ABOVE_LIMIT: &str = "PriceAboveLimit";
+    /// A create refused because a `Budget` of the namespace would be passed; on a Budget, its
+    /// count is over its limit.
+    pub const BUDGET_EXCEEDED: &str = "BudgetExceeded";
+    /// A Budget counting in a currency the cloud account does not bill in.
+    pub const CURRENCY_MISMATCH: &str = "CurrencyMismatch";
+    /// A Budget whose count is within its limit.
+    pub const WITHIN_BUDGET: &str = "WithinBudget";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const CREATE_REFUSED: &str = "CreateRefused";
     pub const TIER_NOT_SUPPORTED: &str = "TierNotSupported";

@@ -61,6 +61,18 @@ pub enum Error {
     #[error("hourly rate {rate:.4} exceeds maxHourlyRate {limit:.4}")]
     PriceAboveLimit { rate: f64, limit: f64 },
 
+    /// A create would take what a `Budget` of the namespace counts past its limit.
+    #[error(
+        "Budget {budget}: this create would add {rate:.4} {currency}/h to the {counted:.4} {currency}/h counted, over its maxHourlyRate of {limit:.4} {currency}/h"
+    )]
+    BudgetExceeded {
+        budget: String,
+        rate: f64,
+        counted: f64,
+        limit: f64,
+        currency: String,
+    },
+
     /// Work under way that the controller must come back to (a deletion the cloud has not
     /// finished). An error, not a success, so that the finalizer stays until it is done.
     #[error("{message}")]
@@ -182,6 +194,7 @@ impl Error {
             | Error::Blocked { .. }
             | Error::InsufficientCredit { .. }
             | Error::PriceAboveLimit { .. }
+            | Error::BudgetExceeded { .. }
             | Error::Serialization(_) => Category::Terminal,
             Error::WaitingFor { .. } | Error::InProgress { .. } => Category::Waiting,
             Error::Finalizer(_) => Category::Transient,
@@ -241,6 +254,7 @@ impl Error {
             | Error::Blocked { reason, .. } => reason,
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
+            Error::BudgetExceeded { .. } => reason::BUDGET_EXCEEDED,
             Error::Finalizer(_) => reason::UPDATING,
         }
     }
@@ -305,6 +319,7 @@ impl Error {
             Error::WaitingFor { .. } | Error::InProgress { .. } => "waiting",
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",
+            Error::BudgetExceeded { .. } => "budget_exceeded",
             Error::Serialization(_) => "serialization",
             Error::Finalizer(_) => "finalizer",
         }

@@ -52,6 +52,7 @@ pub enum InstanceAction {
 impl ManagedKind for GpuInstance {
     type Cloud = Instances;
     const WHEN_GONE: WhenGone = WhenGone::Report;
+    const BILLED: bool = true;
     const REFERS_TO: &'static [(&'static str, &'static str)] = &[
         ("SshKey", "spec.sshKeyRefs"),
         ("Image", "spec.imageRef"),

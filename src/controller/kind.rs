@@ -64,6 +64,9 @@ pub trait ManagedKind:
     /// What to do when a resource the object recorded is gone from the cloud.
     const WHEN_GONE: WhenGone;
 
+    /// Whether the cloud bills the kind's resources: its objects count against `Budget`s.
+    const BILLED: bool = false;
+
     /// The status holding `common` plus the kind's own fields taken from `record` (kept from
     /// the current status when `record` is `None`).
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status;

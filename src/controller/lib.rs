@@ -1,6 +1,7 @@
 //! Reconcilers for every gpucloud.io kind and the machinery they share.
 
 pub mod account;
+pub mod budget;
 pub mod cli;
 pub mod client_hooks;
 pub mod client_metrics;

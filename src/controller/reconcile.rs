@@ -480,6 +480,16 @@ async fn create_step<K: ManagedKind>(
                 }
                 plan => plan?,
             };
+            // Reserved before the intent: no cloud call is made for a create a Budget refuses.
+            let budgets = crate::budget::budgets_of(&cx.client, &*object).await?;
+            let mut reserved = false;
+            if !budgets.is_empty()
+                && let Some(rate) = K::planned_hourly_rate(&plan, account).await?
+            {
+                let currency = account.pricing().await?.currency.clone();
+                crate::budget::reserve(&cx.client, &*object, budgets, rate, &currency).await?;
+                reserved = true;
+            }
             // The intent is written with the object's resourceVersion: a stale cache or a
             // second replica loses here, before any cloud call.
             let intent = CloudStatus {
@@ -521,12 +531,15 @@ async fn create_step<K: ManagedKind>(
                     Ok(requeue(cx.settings.transition_requeue))
                 }
                 Err(error) if error.is_definite_refusal() => {
-                    // The cloud refused before acting: nothing was created.
+                    // The cloud refused before acting: nothing was created, nothing is billed.
                     let cleared = CloudStatus {
                         pending_create: None,
                         ..intent
                     };
                     write_status(api, &object, cleared, None, &error.outcome()).await?;
+                    if reserved {
+                        crate::budget::release(&cx.client, &object).await?;
+                    }
                     Err(error)
                 }
                 // Unknown outcome: keep the intent; the next reconcile looks before creating.

@@ -10,7 +10,7 @@
 
 use crate::kind::ManagedKind;
 use gpucloud_api::{
-    Firewall, GpuInstance, Image, KindReference, Managed, Snapshot, SshKey, Volume,
+    Budget, Firewall, GpuInstance, Image, KindReference, Managed, Snapshot, SshKey, Volume,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -78,7 +78,16 @@ pub fn kinds() -> Vec<KindReference> {
 
 /// The CRDs of every kind, ordered by kind name.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    kinds().into_iter().map(|k| k.crd).collect()
+    let mut crds: Vec<CustomResourceDefinition> = kinds().into_iter().map(|k| k.crd).collect();
+    crds.extend(policy_crds());
+    crds.sort_by(|a, b| a.spec.names.kind.cmp(&b.spec.names.kind));
+    crds
+}
+
+/// The CRDs of the kinds that own no cloud resource but govern those that do (`Budget`,
+/// `budget.rs`): installed, granted and rendered with the managed kinds, never swept.
+pub fn policy_crds() -> Vec<CustomResourceDefinition> {
+    vec![gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS)]
 }
 
 /// The CRDs as one multi-document YAML stream (what `gpucloud-operator crds` prints).

@@ -17,6 +17,7 @@ use crate::reconcile::{error_policy, reconcile};
 use crate::registry::{KindFn, KindVisitor, each_kind, map_kinds};
 use crate::watch_health;
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
+use gpucloud_api::Budget;
 use gpucloud_cloud::{CallObserver, FanOut};
 use gpucloud_telemetry::{Health, Metrics};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -211,6 +212,7 @@ struct Wiring<'a> {
     shutdown: &'a futures::future::Shared<BoxFuture<'static, ()>>,
     changes: &'a Arc<ChangeHub>,
     secrets: &'a Arc<Relay<PartialObjectMeta<Secret>>>,
+    budgets: &'a Arc<Relay<Budget>>,
     controllers: Vec<BoxFuture<'static, ()>>,
 }
 
@@ -223,6 +225,7 @@ impl KindVisitor for Wiring<'_> {
             self.shutdown.clone(),
             self.changes.clone(),
             self.secrets,
+            self.budgets,
         ));
     }
 }
@@ -330,6 +333,8 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         let changes = Arc::new(ChangeHub::default());
         // Credentials Secrets, which every kind reads: watched once for all controllers.
         let secrets = Arc::new(Relay::<PartialObjectMeta<Secret>>::default());
+        // Budgets, which wake the billed objects they refused.
+        let budgets = Arc::new(Relay::<Budget>::default());
         let mut wiring = Wiring {
             shared: &shared,
             config: &config,
@@ -337,11 +342,19 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             shutdown: &shutdown,
             changes: &changes,
             secrets: &secrets,
+            budgets: &budgets,
             controllers: Vec::new(),
         };
         each_kind(&mut wiring);
         controllers.extend(wiring.controllers);
         let scoped = ScopedApi::new(&shared, scope.as_deref(), &config);
+        controllers.push(budget_controller(
+            &scoped,
+            &changes,
+            budgets,
+            config.reconcile.observe.resync,
+            shutdown.clone(),
+        ));
         if followed_kinds().iter().any(|k| k == CONFIG_MAP) {
             controllers.push(relay_config_maps(&scoped, changes, shutdown.clone()).boxed());
         }
@@ -586,6 +599,7 @@ fn controller<K: ManagedKind>(
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
     changes: Arc<ChangeHub>,
     secrets: &Relay<PartialObjectMeta<Secret>>,
+    budgets: &Relay<Budget>,
 ) -> BoxFuture<'static, ()> {
     let scoped = ScopedApi::new(shared, namespace, config);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
@@ -696,6 +710,16 @@ fn controller<K: ManagedKind>(
         }))
     });
 
+    // A changed Budget (raised, or with room again) looks again at the creates it refused.
+    let budget_gauges = gauges.clone();
+    let budget_changes = budgets.subscribe().flat_map(move |budget| {
+        let namespace = budget.namespace();
+        futures::stream::iter(
+            budget_gauges
+                .wake(|o| K::BILLED && o.meta().namespace == namespace && refused_by_budget(o)),
+        )
+    });
+
     let follower = gauges.clone();
     let followed = changes
         .subscribe(followed_by::<K>())
@@ -705,6 +729,7 @@ fn controller<K: ManagedKind>(
         .with_config(ControllerConfig::default().concurrency(config.concurrency))
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .reconcile_on(secret_changes)
+        .reconcile_on(budget_changes)
         .graceful_shutdown_on(shutdown);
     let kind = K::kind(&()).to_string();
     controller
@@ -717,6 +742,76 @@ fn controller<K: ManagedKind>(
             }
             futures::future::ready(())
         })
+        .boxed()
+}
+
+/// Whether the object's last create was refused by a Budget.
+fn refused_by_budget<K: ManagedKind>(object: &K) -> bool {
+    object
+        .cloud_status_ref()
+        .and_then(|s| s.condition(gpucloud_api::condition_type::READY))
+        .is_some_and(|c| c.reason == crate::conditions::reason::BUDGET_EXCEEDED)
+}
+
+/// The Budgets of a scope (`budget.rs`): each is recounted when it changes, when a billed
+/// object of its namespace changes, and once per resync interval; each change of a Budget
+/// is relayed to the billed kinds' controllers, which look again at the creates it refused.
+fn budget_controller(
+    scoped: &ScopedApi,
+    changes: &ChangeHub,
+    relay: Arc<Relay<Budget>>,
+    resync: Duration,
+    shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
+) -> BoxFuture<'static, ()> {
+    struct Billed;
+    impl KindFn<Option<String>> for Billed {
+        fn call<K: ManagedKind>(&self) -> Option<String> {
+            K::BILLED.then(|| K::kind(&()).into_owned())
+        }
+    }
+    let (store, writer) = reflector::store::<Budget>();
+    let in_namespace = store.clone();
+    let billed_changes = changes
+        .subscribe(map_kinds(Billed).into_iter().flatten().collect())
+        .flat_map(move |change| {
+            let budgets: Vec<ObjectRef<Budget>> = in_namespace
+                .state()
+                .iter()
+                .filter(|b| b.namespace() == change.namespace)
+                .map(|b| ObjectRef::from_obj(b.as_ref()))
+                .collect();
+            futures::stream::iter(budgets)
+        });
+    let health = scoped.health.clone();
+    let scope = sync_key("Budget", scoped.namespace.as_deref());
+    let objects = scoped
+        .watch::<Budget>(watcher::Config::default())
+        .reflect(writer)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::Apply(budget) | watcher::Event::Delete(budget)) => {
+                relay.send(budget)
+            }
+            Ok(watcher::Event::InitDone) => health.synced(&scope),
+            _ => {}
+        })
+        .applied_objects()
+        .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
+    let client = Arc::new(scoped.client.clone());
+    Controller::for_stream(objects, store)
+        .reconcile_on(billed_changes)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |budget, client: Arc<kube::Client>| async move {
+                crate::budget::reconcile(&client, &budget).await?;
+                Ok::<_, crate::error::Error>(kube::runtime::controller::Action::requeue(resync))
+            },
+            |budget, error, _| {
+                tracing::debug!(budget = %budget.name_any(), %error, "budget not counted; trying again");
+                kube::runtime::controller::Action::requeue(Duration::from_secs(if error.is_stale_write() { 1 } else { 10 }))
+            },
+            client,
+        )
+        .for_each(|_| futures::future::ready(()))
         .boxed()
 }
 

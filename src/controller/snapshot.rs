@@ -45,6 +45,7 @@ impl ManagedKind for Snapshot {
     }
 
     const WHEN_GONE: WhenGone = WhenGone::Report;
+    const BILLED: bool = true;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
         match record {

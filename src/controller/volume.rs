@@ -68,6 +68,7 @@ impl ManagedKind for Volume {
     }
 
     const WHEN_GONE: WhenGone = WhenGone::Report;
+    const BILLED: bool = true;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
         match record {

@@ -8,6 +8,7 @@ mod support;
 mod adoption;
 mod all_in_one;
 mod bad_input;
+mod budgets;
 mod changes;
 mod deletion_protection;
 mod events;

@@ -1,0 +1,594 @@
+//! Budgets: what a namespace's billed objects may cost per hour together.
+//!
+//! A create of a billed kind reserves its hourly rate in every Budget of its namespace whose
+//! selector matches it, before the create intent is recorded and before any cloud call
+//! ([`reserve`]). The reservation is a status write carrying the Budget's resourceVersion, so
+//! of concurrent creates each sees the others' reservations: together they cannot pass a
+//! limit that each alone would pass. A create refused by the Budget, or by the cloud, gives
+//! its reservation back ([`release`]); one that succeeded keeps it until the object records
+//! its resource, from when the object's own `status.hourlyRate` counts instead. The Budget's
+//! controller ([`reconcile`]) recounts on every change of a billed object of its namespace and
+//! drops reservations whose create is over, whose object is gone, or that no create has
+//! followed for [`ABANDONED_AFTER`].
+//!
+//! Counting reads the objects from the API server, never from a cache, so a count is never
+//! older than the reservation it is checked with.
+
+use crate::conditions::{self, Outcome, reason};
+use crate::error::Error;
+use crate::kind::ManagedKind;
+use crate::registry::{KindFn, map_kinds};
+use gpucloud_api::{Budget, BudgetStatus, Reservation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{ListParams, PostParams};
+use kube::core::{Selector, SelectorExt};
+use kube::{Api, Resource, ResourceExt};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A reservation no create has followed for this long (the create was given up: its object
+/// refused for another reason, its spec changed) is dropped.
+pub const ABANDONED_AFTER: SignedDuration = SignedDuration::from_mins(10);
+
+/// How often a Budget whose reservation write lost a race is read again before the create
+/// gives up for now (and is retried like any conflict).
+const RESERVE_ATTEMPTS: usize = 8;
+
+/// The counted objects listed in a Budget's status, at most.
+const LISTED_OBJECTS: usize = 50;
+
+/// A billed object as a Budget counts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Billed {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    /// What its resource costs per hour, once the object records it.
+    pub hourly_rate: Option<f64>,
+    pub currency: Option<String>,
+    /// Whether a create of it is under way or done (a cloud id or a create intent recorded).
+    pub create_started: bool,
+    /// Whether the object records its resource and no create is pending.
+    pub created: bool,
+}
+
+/// What a Budget counts: the objects' own rates, and reservations of creates not yet
+/// recorded. An object with both counts once, at the larger.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Count {
+    pub hourly_rate: f64,
+    /// `Kind/name` of each counted object, dearest first.
+    pub objects: Vec<String>,
+}
+
+/// Counts `objects` and `reservations`, leaving out the object `except` (the one reserving).
+pub fn count(objects: &[Billed], reservations: &[Reservation], except: Option<&str>) -> Count {
+    let mut rates: BTreeMap<&str, (String, f64)> = BTreeMap::new();
+    for object in objects.iter().filter(|o| Some(o.uid.as_str()) != except) {
+        if let Some(rate) = object.hourly_rate.filter(|_| object.created) {
+            rates.insert(
+                &object.uid,
+                (format!("{}/{}", object.kind, object.name), rate),
+            );
+        }
+    }
+    for reservation in reservations
+        .iter()
+        .filter(|r| Some(r.uid.as_str()) != except)
+    {
+        let entry = rates
+            .entry(&reservation.uid)
+            .or_insert_with(|| (format!("{}/{}", reservation.kind, reservation.name), 0.0));
+        entry.1 = entry.1.max(reservation.hourly_rate);
+    }
+    let mut counted: Vec<(String, f64)> = rates.into_values().collect();
+    counted.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Count {
+        hourly_rate: counted.iter().map(|(_, rate)| rate).sum(),
+        objects: counted.into_iter().map(|(name, _)| name).collect(),
+    }
+}
+
+/// Rates are compared with this slack, so that sums of prices written with a few decimals
+/// never refuse a create that fits exactly.
+const RATE_SLACK: f64 = 1e-9;
+
+/// Whether a create costing `rate` fits: the count without it plus `rate` within `limit`.
+pub fn fits(count: &Count, rate: f64, limit: f64) -> bool {
+    count.hourly_rate + rate <= limit + RATE_SLACK
+}
+
+/// The reservations still held once `objects` are seen at `now`: those of an object still
+/// there that has not recorded its resource, and not abandoned.
+pub fn held(reservations: &[Reservation], objects: &[Billed], now: Timestamp) -> Vec<Reservation> {
+    reservations
+        .iter()
+        .filter(|r| {
+            let Some(object) = objects.iter().find(|o| o.uid == r.uid) else {
+                return false;
+            };
+            if object.created {
+                return false;
+            }
+            object.create_started || now.duration_since(r.reserved_at.0) < ABANDONED_AFTER
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether `labels` are selected by the Budget (every object when it has no selector).
+pub fn selects(budget: &Budget, labels: &BTreeMap<String, String>) -> Result<bool, Error> {
+    match &budget.spec.selector {
+        None => Ok(true),
+        Some(selector) => Ok(parse_selector(budget, selector)?.matches(labels)),
+    }
+}
+
+fn parse_selector(budget: &Budget, selector: &LabelSelector) -> Result<Selector, Error> {
+    Selector::try_from(selector.clone()).map_err(|e| Error::Blocked {
+        reason: reason::INVALID_SPEC,
+        message: format!("Budget {}: spec.selector: {e}", budget.name_any()),
+    })
+}
+
+/// The billed objects of `namespace` that `budget` counts, read from the API server.
+pub async fn billed_objects(
+    client: &kube::Client,
+    namespace: &str,
+    budget: &Budget,
+) -> Result<Vec<Billed>, Error> {
+    let params = match &budget.spec.selector {
+        None => ListParams::default(),
+        Some(selector) => ListParams::default().labels_from(&parse_selector(budget, selector)?),
+    };
+    let mut objects = Vec::new();
+    for listed in map_kinds(ListBilled {
+        client: client.clone(),
+        namespace: namespace.to_string(),
+        params,
+    }) {
+        objects.extend(listed.await?);
+    }
+    Ok(objects)
+}
+
+type Listing = Pin<Box<dyn Future<Output = Result<Vec<Billed>, Error>> + Send>>;
+
+/// Lists the objects of each billed kind.
+struct ListBilled {
+    client: kube::Client,
+    namespace: String,
+    params: ListParams,
+}
+
+impl KindFn<Listing> for ListBilled {
+    fn call<K: ManagedKind>(&self) -> Listing {
+        if !K::BILLED {
+            return Box::pin(async { Ok(Vec::new()) });
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
+        let params = self.params.clone();
+        Box::pin(async move {
+            let listed = api.list(&params).await?;
+            Ok(listed.items.iter().map(billed).collect())
+        })
+    }
+}
+
+/// An object as a Budget counts it.
+pub fn billed<K: ManagedKind>(object: &K) -> Billed {
+    let status = object.cloud_status();
+    let cost = object.hourly_cost();
+    Billed {
+        kind: K::kind(&()).into_owned(),
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        hourly_rate: cost.as_ref().map(|(rate, _)| *rate),
+        currency: cost.map(|(_, currency)| currency),
+        create_started: status.external_id.is_some() || status.pending_create.is_some(),
+        created: status.external_id.is_some() && status.pending_create.is_none(),
+    }
+}
+
+/// The Budgets of the object's namespace that count it.
+pub async fn budgets_of<K: ManagedKind>(
+    client: &kube::Client,
+    object: &K,
+) -> Result<Vec<Budget>, Error> {
+    if !K::BILLED {
+        return Ok(Vec::new());
+    }
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let mut counting = Vec::new();
+    for budget in api.list(&ListParams::default()).await?.items {
+        if selects(&budget, object.labels())? {
+            counting.push(budget);
+        }
+    }
+    Ok(counting)
+}
+
+/// Reserves `rate` (in `currency`) for the create of `object` in each of `budgets`, or
+/// refuses it with `BudgetExceeded` when one would be passed (giving back what it reserved
+/// in the others). A reservation the object already holds is kept as it is.
+pub async fn reserve<K: ManagedKind>(
+    client: &kube::Client,
+    object: &K,
+    budgets: Vec<Budget>,
+    rate: f64,
+    currency: &str,
+) -> Result<(), Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let uid = object.uid().unwrap_or_default();
+    let mut reserved: Vec<String> = Vec::new();
+    for budget in budgets {
+        let name = budget.name_any();
+        match reserve_in(client, &api, object, &uid, budget, rate, currency).await {
+            Ok(()) => reserved.push(name),
+            Err(error) => {
+                for name in &reserved {
+                    if let Err(e) = release_in(&api, name, &uid).await {
+                        tracing::warn!(budget = %name, error = %e, "reservation not given back; the Budget drops it once the object is settled");
+                    }
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn reserve_in<K: ManagedKind>(
+    client: &kube::Client,
+    api: &Api<Budget>,
+    object: &K,
+    uid: &str,
+    mut budget: Budget,
+    rate: f64,
+    currency: &str,
+) -> Result<(), Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = budget.name_any();
+    for _ in 0..RESERVE_ATTEMPTS {
+        let mut status = budget.status.clone().unwrap_or_default();
+        if status.reservations.iter().any(|r| r.uid == uid) {
+            return Ok(());
+        }
+        if budget.spec.currency != currency {
+            return Err(currency_mismatch(&budget, currency));
+        }
+        let objects = billed_objects(client, &namespace, &budget).await?;
+        let counted = count(&objects, &status.reservations, Some(uid));
+        let limit = budget.spec.max_hourly_rate;
+        if !fits(&counted, rate, limit) {
+            return Err(Error::BudgetExceeded {
+                budget: name,
+                rate,
+                counted: counted.hourly_rate,
+                limit,
+                currency: currency.to_string(),
+            });
+        }
+        status.reservations.push(Reservation {
+            kind: K::kind(&()).into_owned(),
+            name: object.name_any(),
+            uid: uid.to_string(),
+            hourly_rate: rate,
+            reserved_at: Time(Timestamp::now()),
+        });
+        let total = count(&objects, &status.reservations, None);
+        show_count(&mut status, &total, &budget, currency);
+        budget.status = Some(status);
+        // Carries the resourceVersion read: a concurrent reservation makes this one lose.
+        match api
+            .replace_status(&name, &PostParams::default(), &budget)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                budget = api.get(&name).await?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(Error::InProgress {
+        reason: reason::BUDGET_EXCEEDED,
+        message: format!(
+            "Budget {name} changed under {RESERVE_ATTEMPTS} reservations in a row; trying again"
+        ),
+    })
+}
+
+/// Gives back the reservations of `object` (its create was refused).
+pub async fn release<K: ManagedKind>(client: &kube::Client, object: &K) -> Result<(), Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let uid = object.uid().unwrap_or_default();
+    for budget in api.list(&ListParams::default()).await?.items {
+        let holds = budget
+            .status
+            .as_ref()
+            .is_some_and(|s| s.reservations.iter().any(|r| r.uid == uid));
+        if holds {
+            release_in(&api, &budget.name_any(), &uid).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn release_in(api: &Api<Budget>, name: &str, uid: &str) -> Result<(), Error> {
+    for _ in 0..RESERVE_ATTEMPTS {
+        let mut budget = api.get(name).await?;
+        let mut status = budget.status.clone().unwrap_or_default();
+        let before = status.reservations.len();
+        status.reservations.retain(|r| r.uid != uid);
+        if status.reservations.len() == before {
+            return Ok(());
+        }
+        budget.status = Some(status);
+        match api
+            .replace_status(name, &PostParams::default(), &budget)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+fn currency_mismatch(budget: &Budget, currency: &str) -> Error {
+    Error::Blocked {
+        reason: reason::CURRENCY_MISMATCH,
+        message: format!(
+            "Budget {} counts in {} but the cloud account bills in {currency}: set spec.currency to {currency}",
+            budget.name_any(),
+            budget.spec.currency
+        ),
+    }
+}
+
+/// Writes the figures of `count` into `status`.
+fn show_count(status: &mut BudgetStatus, count: &Count, budget: &Budget, currency: &str) {
+    status.hourly_rate = Some(round(count.hourly_rate));
+    status.remaining = Some(round(budget.spec.max_hourly_rate - count.hourly_rate));
+    status.currency = Some(currency.to_string());
+    status.counted = Some(i32::try_from(count.objects.len()).unwrap_or(i32::MAX));
+    status.objects = count.objects.iter().take(LISTED_OBJECTS).cloned().collect();
+}
+
+/// Rates to a millionth: sums of prices otherwise show float noise in `kubectl get`.
+fn round(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
+}
+
+/// Where a Budget stands: within its limit, over it (objects counted before the limit was
+/// lowered, or adopted), or unusable.
+pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
+    let currency = &budget.spec.currency;
+    if let Some(other) = objects
+        .iter()
+        .filter_map(|o| o.currency.as_deref())
+        .find(|c| c != currency)
+    {
+        return Outcome::stalled(
+            reason::CURRENCY_MISMATCH,
+            format!(
+                "the counted objects are billed in {other} but the Budget counts in {currency}: set spec.currency to {other}"
+            ),
+        );
+    }
+    let limit = budget.spec.max_hourly_rate;
+    let message = format!(
+        "{} objects cost {:.4} {currency}/h of {:.4} {currency}/h",
+        count.objects.len(),
+        count.hourly_rate,
+        limit
+    );
+    // Over the limit (objects counted before it was lowered, or adopted) the Budget still
+    // does its work: Ready, with the reason and the `Exceeded` condition saying so.
+    if fits(count, 0.0, limit) {
+        Outcome::ready(reason::WITHIN_BUDGET, message)
+    } else {
+        Outcome::ready(
+            reason::BUDGET_EXCEEDED,
+            format!("{message}: new billed creates are refused"),
+        )
+    }
+}
+
+/// Recounts a Budget: its figures, conditions and the reservations still held, written with
+/// its resourceVersion (a reservation made meanwhile is never dropped).
+pub async fn reconcile(client: &kube::Client, budget: &Budget) -> Result<(), Error> {
+    let namespace = budget.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let objects = match billed_objects(client, &namespace, budget).await {
+        Ok(objects) => objects,
+        Err(error @ Error::Blocked { .. }) => {
+            let mut status = budget.status.clone().unwrap_or_default();
+            conditions::apply(
+                &mut status.conditions,
+                &error.outcome(),
+                budget.meta().generation,
+                Timestamp::now(),
+            );
+            return write(&api, budget, status).await;
+        }
+        Err(error) => return Err(error),
+    };
+    let mut status = budget.status.clone().unwrap_or_default();
+    status.reservations = held(&status.reservations, &objects, Timestamp::now());
+    let counted = count(&objects, &status.reservations, None);
+    let currency = objects
+        .iter()
+        .find_map(|o| o.currency.clone())
+        .unwrap_or_else(|| budget.spec.currency.clone());
+    show_count(&mut status, &counted, budget, &currency);
+    status.observed_generation = budget.meta().generation;
+    let outcome = outcome(budget, &counted, &objects);
+    conditions::apply(
+        &mut status.conditions,
+        &outcome,
+        budget.meta().generation,
+        Timestamp::now(),
+    );
+    set_exceeded(&mut status, &outcome, budget.meta().generation);
+    write(&api, budget, status).await
+}
+
+/// The condition type saying whether the count is over the limit.
+pub const EXCEEDED: &str = "Exceeded";
+
+/// Sets `Exceeded` from the outcome, its time moving only when its status does.
+fn set_exceeded(status: &mut BudgetStatus, outcome: &Outcome, generation: Option<i64>) {
+    let exceeded = outcome.reason() == reason::BUDGET_EXCEEDED;
+    let value = if exceeded { "True" } else { "False" };
+    let since = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == EXCEEDED && c.status == value)
+        .map_or_else(
+            || Time(Timestamp::now()),
+            |c| c.last_transition_time.clone(),
+        );
+    status.conditions.retain(|c| c.type_ != EXCEEDED);
+    status.conditions.push(Condition {
+        type_: EXCEEDED.into(),
+        status: value.into(),
+        reason: outcome.reason().into(),
+        message: outcome.message().into(),
+        observed_generation: generation,
+        last_transition_time: since,
+    });
+}
+
+async fn write(api: &Api<Budget>, budget: &Budget, status: BudgetStatus) -> Result<(), Error> {
+    if budget.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let mut updated = budget.clone();
+    updated.status = Some(status);
+    api.replace_status(&budget.name_any(), &PostParams::default(), &updated)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str, rate: Option<f64>, created: bool) -> Billed {
+        Billed {
+            kind: "GpuInstance".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            hourly_rate: rate,
+            currency: rate.map(|_| "USD".into()),
+            create_started: created,
+            created,
+        }
+    }
+
+    fn reservation(name: &str, rate: f64, minutes_ago: i64) -> Reservation {
+        Reservation {
+            kind: "GpuInstance".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            hourly_rate: rate,
+            reserved_at: Time(Timestamp::now() - SignedDuration::from_mins(minutes_ago)),
+        }
+    }
+
+    #[test]
+    fn an_object_counts_once_at_the_larger_of_its_rate_and_its_reservation() {
+        let objects = [object("a", Some(2.0), true), object("b", None, false)];
+        // (reservations, except, expected rate, expected objects)
+        type Row<'a> = (Vec<Reservation>, Option<&'a str>, f64, Vec<&'a str>);
+        let table: Vec<Row> = vec![
+            (vec![], None, 2.0, vec!["GpuInstance/a"]),
+            (
+                vec![reservation("b", 3.0, 0)],
+                None,
+                5.0,
+                vec!["GpuInstance/b", "GpuInstance/a"],
+            ),
+            // Reserved and already reporting: once, the larger.
+            (
+                vec![reservation("a", 2.5, 0)],
+                None,
+                2.5,
+                vec!["GpuInstance/a"],
+            ),
+            (
+                vec![reservation("a", 1.0, 0)],
+                None,
+                2.0,
+                vec!["GpuInstance/a"],
+            ),
+            // The object reserving is left out of its own check.
+            (
+                vec![reservation("b", 3.0, 0)],
+                Some("uid-b"),
+                2.0,
+                vec!["GpuInstance/a"],
+            ),
+        ];
+        for (reservations, except, rate, names) in table {
+            let counted = count(&objects, &reservations, except);
+            assert!(
+                (counted.hourly_rate - rate).abs() < 1e-12,
+                "{reservations:?}"
+            );
+            assert_eq!(counted.objects, names, "{reservations:?}");
+        }
+    }
+
+    #[test]
+    fn a_rate_not_yet_settled_does_not_count_without_a_reservation() {
+        // A create in flight shows no rate of its own: its reservation is what counts.
+        let objects = [object("a", Some(2.0), false)];
+        assert_eq!(count(&objects, &[], None).hourly_rate, 0.0);
+    }
+
+    #[test]
+    fn a_create_fits_up_to_the_limit_exactly() {
+        let counted = Count {
+            hourly_rate: 0.1 + 0.2,
+            objects: vec![],
+        };
+        assert!(fits(&counted, 0.7, 1.0));
+        assert!(!fits(&counted, 0.71, 1.0));
+        assert!(fits(&Count::default(), 0.0, 0.0));
+        assert!(!fits(&Count::default(), 0.01, 0.0));
+    }
+
+    #[test]
+    fn reservations_are_held_until_the_create_is_over() {
+        let now = Timestamp::now();
+        let objects = [
+            object("settled", Some(1.0), true),
+            object("creating", None, false),
+            Billed {
+                create_started: true,
+                ..object("in-flight", None, false)
+            },
+        ];
+        // (reservation, held?)
+        let table = [
+            (reservation("settled", 1.0, 0), false),
+            (reservation("creating", 1.0, 1), true),
+            (reservation("creating", 1.0, 11), false),
+            (reservation("in-flight", 1.0, 60), true),
+            (reservation("gone", 1.0, 0), false),
+        ];
+        for (reservation, expected) in table {
+            let kept = held(std::slice::from_ref(&reservation), &objects, now);
+            assert_eq!(!kept.is_empty(), expected, "{}", reservation.name);
+        }
+    }
+}

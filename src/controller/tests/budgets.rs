@@ -1,0 +1,237 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Budgets: concurrent creates cannot together pass a namespace's `maxHourlyRate`, a refused
+//! create makes no cloud call and is looked at again when the Budget is raised, a selector
+//! counts only what it selects, and a Budget in another currency than the account's refuses.
+
+use crate::support::{self, Env, eventually};
+use gpucloud_api::*;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+
+/// The simulator's price of one L40S GPU per hour.
+const L40S: f64 = 1.10;
+
+fn machine(name: &str, labels: &[(&str, &str)]) -> GpuInstance {
+    let mut machine: GpuInstance = support::object(
+        name,
+        serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+                           "osImage": "ubuntu-22.04-cuda-12"}),
+    );
+    machine.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    machine
+}
+
+fn budget(name: &str, spec: serde_json::Value) -> Budget {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+        "metadata": {"name": name, "namespace": support::NAMESPACE},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn budgets(env: &Env) -> Api<Budget> {
+    Api::namespaced(env.client.clone(), support::NAMESPACE)
+}
+
+fn machines_in_cloud(env: &Env) -> usize {
+    env.simulator.state().instances.len()
+}
+
+/// Waits until the Budget's status counts `objects` at `rate` per hour, with no reservation
+/// left, and returns it.
+async fn counted(env: &Env, name: &str, objects: i32, rate: f64) -> Budget {
+    let api = budgets(env);
+    eventually(
+        60,
+        &format!("Budget {name} counting {objects} at {rate}/h"),
+        || {
+            let api = api.clone();
+            async move {
+                let budget = api.get(name).await.ok()?;
+                let status = budget.status.clone()?;
+                (status.counted == Some(objects)
+                    && status.reservations.is_empty()
+                    && status.hourly_rate.is_some_and(|r| (r - rate).abs() < 1e-6))
+                .then_some(budget)
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_concurrent_creates_make_two_machines_under_a_budget_for_two() {
+    let mut env = Env::start().await;
+    budgets(&env)
+        .create(
+            &PostParams::default(),
+            &budget("team", serde_json::json!({"maxHourlyRate": 2.5 * L40S})),
+        )
+        .await
+        .unwrap();
+    counted(&env, "team", 0, 0.0).await;
+
+    let api = env.api::<GpuInstance>();
+    let creates = ["a", "b", "c"].map(|name| {
+        let api = api.clone();
+        async move {
+            api.create(&PostParams::default(), &machine(name, &[]))
+                .await
+                .unwrap()
+        }
+    });
+    futures::future::join_all(creates).await;
+
+    // Two become Ready, one is refused before any cloud call of its own.
+    let refused = eventually(60, "one machine refused by the Budget", || {
+        let api = api.clone();
+        async move {
+            let mut refused = Vec::new();
+            for name in ["a", "b", "c"] {
+                let object = api.get(name).await.ok()?;
+                let ready = object.cloud_status().condition("Ready").cloned()?;
+                if ready.reason == "BudgetExceeded" {
+                    refused.push(object);
+                }
+            }
+            (refused.len() == 1).then(|| refused.remove(0))
+        }
+    })
+    .await;
+    let refused_name = refused.metadata.name.clone().unwrap();
+    for name in ["a", "b", "c"].into_iter().filter(|n| *n != refused_name) {
+        support::ready::<GpuInstance>(&env, name).await;
+    }
+    assert_eq!(machines_in_cloud(&env), 2);
+    assert!(refused.cloud_status().pending_create.is_none());
+    assert!(refused.cloud_status().external_id.is_none());
+    let message = support::ready_message(&refused);
+    assert!(message.contains("Budget team"), "{message}");
+    assert!(
+        refused.cloud_status().condition("Stalled").is_some(),
+        "{:?}",
+        refused.cloud_status().conditions
+    );
+    let team = counted(&env, "team", 2, 2.0 * L40S).await;
+    let status = team.status.unwrap();
+    assert!((status.remaining.unwrap() - 0.5 * L40S).abs() < 1e-6);
+    assert_eq!(status.currency.as_deref(), Some("USD"));
+    let exceeded = status.conditions.iter().find(|c| c.type_ == "Exceeded");
+    assert_eq!(exceeded.map(|c| c.status.as_str()), Some("False"));
+
+    // Still two a while later: the refusal holds.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(machines_in_cloud(&env), 2);
+
+    // Raised: the refused machine is looked at again and created.
+    budgets(&env)
+        .patch(
+            "team",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 3.0 * L40S}})),
+        )
+        .await
+        .unwrap();
+    support::ready_within::<GpuInstance>(&env, &refused_name, 30).await;
+    assert_eq!(machines_in_cloud(&env), 3);
+    counted(&env, "team", 3, 3.0 * L40S).await;
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_counts_only_its_team_and_another_currency_refuses() {
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "vision",
+            serde_json::json!({"maxHourlyRate": L40S,
+                               "selector": {"matchLabels": {"team": "vision"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    support::create(&env, &machine("v1", &[("team", "vision")])).await;
+    support::ready::<GpuInstance>(&env, "v1").await;
+    // Another team's machine is not counted, and not refused.
+    support::create(&env, &machine("n1", &[("team", "nlp")])).await;
+    support::ready::<GpuInstance>(&env, "n1").await;
+    counted(&env, "vision", 1, L40S).await;
+    // The vision team's second machine would pass its Budget.
+    support::create(&env, &machine("v2", &[("team", "vision")])).await;
+    support::condition::<GpuInstance>(&env, "v2", "Ready", "False", "BudgetExceeded").await;
+    assert_eq!(machines_in_cloud(&env), 2);
+
+    // A Budget counting in euros, when the account bills in dollars: refused, and said so.
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "euros",
+            serde_json::json!({"maxHourlyRate": 100.0, "currency": "EUR"}),
+        ),
+    )
+    .await
+    .unwrap();
+    eventually(30, "Budget euros Stalled with CurrencyMismatch", || {
+        let api = api.clone();
+        async move {
+            let budget = api.get("euros").await.ok()?;
+            let conditions = budget.status?.conditions;
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Stalled" && c.reason == "CurrencyMismatch")
+                .then_some(())
+        }
+    })
+    .await;
+    support::create(&env, &machine("n2", &[("team", "nlp")])).await;
+    let refused: GpuInstance =
+        support::condition(&env, "n2", "Ready", "False", "CurrencyMismatch").await;
+    let message = support::ready_message(&refused);
+    assert!(message.contains("set spec.currency to USD"), "{message}");
+    assert_eq!(machines_in_cloud(&env), 2);
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_is_refused_at_admission_with_the_field_named() {
+    let env = Env::without_operator(Default::default()).await;
+    let resource = kube::api::ApiResource::erase::<Budget>(&());
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(env.client.clone(), support::NAMESPACE, &resource);
+    for (spec, field) in [
+        (
+            serde_json::json!({"maxHourlyRate": -1.0}),
+            "spec.maxHourlyRate",
+        ),
+        (
+            serde_json::json!({"maxHourlyRate": 1.0, "currency": "usd"}),
+            "spec.currency",
+        ),
+        (
+            serde_json::json!({"maxHourlyRate": 1.0, "currency": "DOLLARS"}),
+            "spec.currency",
+        ),
+        (serde_json::json!({}), "spec.maxHourlyRate"),
+    ] {
+        let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+            "metadata": {"name": "bad"}, "spec": spec,
+        }))
+        .unwrap();
+        let error = api
+            .create(&PostParams::default(), &object)
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(field), "{spec}: {message}");
+    }
+}
