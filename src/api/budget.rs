@@ -41,6 +41,25 @@ pub struct BudgetSpec {
     /// label, say). All of them when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
+    /// What happens while the counted objects cost more than `maxHourlyRate` (the limit was
+    /// lowered, machines were started or adopted): `Refuse` (the default) refuses new
+    /// billed creates; `Stop` and `Hibernate` also power off the newest running
+    /// GpuInstances until the rest fit, never one annotated
+    /// `gpucloud.io/deletion-protection: "true"`. A machine so powered off starts again
+    /// once its hourly rate fits again, or when the Budget goes or says `Refuse`.
+    #[serde(default)]
+    pub on_exceeded: OnExceeded,
+}
+
+/// What a Budget does while its count is over its limit, besides refusing creates.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum OnExceeded {
+    #[default]
+    Refuse,
+    Stop,
+    Hibernate,
 }
 
 fn default_currency() -> String {
@@ -71,6 +90,9 @@ pub struct BudgetStatus {
     /// object is gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reservations: Vec<Reservation>,
+    /// The machines this Budget powered off, newest first, until their rates fit again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub powered_off: Vec<PoweredOff>,
     /// The `metadata.generation` the figures were counted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -92,6 +114,20 @@ pub struct Reservation {
     pub hourly_rate: f64,
     /// When it was reserved.
     pub reserved_at: Time,
+}
+
+/// A GpuInstance a Budget keeps powered off.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoweredOff {
+    pub name: String,
+    pub uid: String,
+    /// What the machine cost per hour running, when it was chosen: it starts again once
+    /// that fits.
+    pub hourly_rate: f64,
+    /// `Stopped` or `Hibernated`.
+    pub power_state: crate::PowerState,
+    pub since: Time,
 }
 
 impl Budget {

@@ -49,7 +49,7 @@ pub mod snapshot;
 pub mod ssh_key;
 pub mod volume;
 
-pub use budget::{Budget, BudgetSpec, BudgetStatus, Reservation};
+pub use budget::{Budget, BudgetSpec, BudgetStatus, OnExceeded, PoweredOff, Reservation};
 pub use common::*;
 pub use firewall::{Firewall, FirewallSpec, FirewallStatus};
 pub use gpu_instance::{

@@ -18,7 +18,7 @@ use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
 use crate::kind::ManagedKind;
 use crate::registry::{KindFn, map_kinds};
-use gpucloud_api::{Budget, BudgetStatus, Reservation};
+use gpucloud_api::{Budget, BudgetStatus, OnExceeded, PowerState, PoweredOff, Reservation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ListParams, PostParams};
@@ -52,6 +52,10 @@ pub struct Billed {
     pub create_started: bool,
     /// Whether the object records its resource and no create is pending.
     pub created: bool,
+    pub created_at: Option<Timestamp>,
+    /// A machine the cloud reports running, which a Budget may power off: not annotated
+    /// with deletion protection.
+    pub may_power_off: bool,
 }
 
 /// What a Budget counts: the objects' own rates, and reservations of creates not yet
@@ -97,7 +101,11 @@ const RATE_SLACK: f64 = 1e-9;
 
 /// Whether a create costing `rate` fits: the count without it plus `rate` within `limit`.
 pub fn fits(count: &Count, rate: f64, limit: f64) -> bool {
-    count.hourly_rate + rate <= limit + RATE_SLACK
+    fits_rate(count.hourly_rate + rate, limit)
+}
+
+fn fits_rate(rate: f64, limit: f64) -> bool {
+    rate <= limit + RATE_SLACK
 }
 
 /// The reservations still held once `objects` are seen at `now`: those of an object still
@@ -189,7 +197,78 @@ pub fn billed<K: ManagedKind>(object: &K) -> Billed {
         currency: cost.map(|(_, currency)| currency),
         create_started: status.external_id.is_some() || status.pending_create.is_some(),
         created: status.external_id.is_some() && status.pending_create.is_none(),
+        created_at: object.meta().creation_timestamp.as_ref().map(|t| t.0),
+        may_power_off: object.is_running()
+            && object
+                .annotations()
+                .get(gpucloud_api::deletion_protection::ANNOTATION)
+                .is_none_or(|v| v != "true"),
     }
+}
+
+/// The machines a Budget keeps powered off, from those it `held` before: while what is
+/// counted would pass `limit` once every held machine is off (whose own rate is then taken
+/// as nothing; the next count corrects it), the newest running machines are added; while
+/// it fits, held machines are let go, oldest first, each whose running rate fits again.
+/// Machines gone are let go. Under `Refuse` none is held.
+pub fn powered_off(
+    on_exceeded: OnExceeded,
+    limit: f64,
+    counted: &Count,
+    objects: &[Billed],
+    held: &[PoweredOff],
+    now: Timestamp,
+) -> Vec<PoweredOff> {
+    let power_state = match on_exceeded {
+        OnExceeded::Refuse => return Vec::new(),
+        OnExceeded::Stop => PowerState::Stopped,
+        OnExceeded::Hibernate => PowerState::Hibernated,
+    };
+    let find = |uid: &str| objects.iter().find(|o| o.uid == uid);
+    let rate_now = |uid: &str| {
+        find(uid)
+            .filter(|o| o.created)
+            .and_then(|o| o.hourly_rate)
+            .unwrap_or(0.0)
+    };
+    let mut held: Vec<PoweredOff> = held
+        .iter()
+        .filter(|h| find(&h.uid).is_some())
+        .cloned()
+        .collect();
+    let mut projected = counted.hourly_rate - held.iter().map(|h| rate_now(&h.uid)).sum::<f64>();
+    if !fits_rate(projected, limit) {
+        let mut candidates: Vec<&Billed> = objects
+            .iter()
+            .filter(|o| o.may_power_off && o.created && !held.iter().any(|h| h.uid == o.uid))
+            .collect();
+        candidates.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+        for machine in candidates {
+            if fits_rate(projected, limit) {
+                break;
+            }
+            let rate = machine.hourly_rate.unwrap_or(0.0);
+            projected -= rate;
+            held.push(PoweredOff {
+                name: machine.name.clone(),
+                uid: machine.uid.clone(),
+                hourly_rate: rate,
+                power_state,
+                since: Time(now),
+            });
+        }
+    } else {
+        let created_at = |h: &PoweredOff| find(&h.uid).and_then(|o| o.created_at);
+        let mut oldest_first: Vec<PoweredOff> = held.clone();
+        oldest_first.sort_by_key(created_at);
+        for machine in oldest_first {
+            if fits_rate(projected + machine.hourly_rate, limit) {
+                projected += machine.hourly_rate - rate_now(&machine.uid);
+                held.retain(|h| h.uid != machine.uid);
+            }
+        }
+    }
+    held
 }
 
 /// The Budgets of the object's namespace that count it.
@@ -430,6 +509,14 @@ pub async fn reconcile(client: &kube::Client, budget: &Budget) -> Result<(), Err
         .unwrap_or_else(|| budget.spec.currency.clone());
     show_count(&mut status, &counted, budget, &currency);
     status.observed_generation = budget.meta().generation;
+    status.powered_off = powered_off(
+        budget.spec.on_exceeded,
+        budget.spec.max_hourly_rate,
+        &counted,
+        &objects,
+        &status.powered_off,
+        Timestamp::now(),
+    );
     let outcome = outcome(budget, &counted, &objects);
     conditions::apply(
         &mut status.conditions,
@@ -491,6 +578,8 @@ mod tests {
             currency: rate.map(|_| "USD".into()),
             create_started: created,
             created,
+            created_at: None,
+            may_power_off: false,
         }
     }
 
@@ -590,5 +679,106 @@ mod tests {
             let kept = held(std::slice::from_ref(&reservation), &objects, now);
             assert_eq!(!kept.is_empty(), expected, "{}", reservation.name);
         }
+    }
+
+    /// A running machine created `minute` minutes into the hour.
+    fn running(name: &str, rate: f64, minute: i64) -> Billed {
+        Billed {
+            created_at: Some(Timestamp::from_second(minute * 60).unwrap()),
+            may_power_off: true,
+            ..object(name, Some(rate), true)
+        }
+    }
+
+    fn names(held: &[PoweredOff]) -> Vec<&str> {
+        held.iter().map(|h| h.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_newest_running_machines_are_powered_off_until_the_rest_fit() {
+        let now = Timestamp::now();
+        let protected = Billed {
+            may_power_off: false,
+            ..running("protected", 1.0, 9)
+        };
+        let objects = [
+            running("oldest", 1.0, 1),
+            running("middle", 1.0, 2),
+            running("newest", 1.0, 3),
+            protected,
+            object("volume", Some(0.5), true),
+        ];
+        let counted = count(&objects, &[], None);
+        assert_eq!(counted.hourly_rate, 4.5);
+        // (policy, limit, held before, held after)
+        let table: Vec<(OnExceeded, f64, Vec<&str>, Vec<&str>)> = vec![
+            (OnExceeded::Stop, 10.0, vec![], vec![]),
+            (OnExceeded::Stop, 3.5, vec![], vec!["newest"]),
+            (OnExceeded::Stop, 2.5, vec![], vec!["newest", "middle"]),
+            // Only the protected machine and the volume left: as far as it can go.
+            (
+                OnExceeded::Stop,
+                0.1,
+                vec![],
+                vec!["newest", "middle", "oldest"],
+            ),
+            (OnExceeded::Refuse, 2.5, vec![], vec![]),
+            // Held machines count as off: no further machine is chosen.
+            (
+                OnExceeded::Stop,
+                2.5,
+                vec!["middle", "newest"],
+                vec!["newest", "middle"],
+            ),
+        ];
+        for (policy, limit, before, after) in table {
+            let before: Vec<PoweredOff> =
+                powered_off(OnExceeded::Stop, 0.0, &counted, &objects, &[], now)
+                    .into_iter()
+                    .filter(|h| before.contains(&h.name.as_str()))
+                    .collect();
+            let held = powered_off(policy, limit, &counted, &objects, &before, now);
+            assert_eq!(names(&held), after, "{policy:?} at {limit}");
+        }
+    }
+
+    #[test]
+    fn a_machine_powered_off_starts_again_once_its_running_rate_fits() {
+        let now = Timestamp::now();
+        // Stopped: they bill a tenth of their running rate.
+        let objects = [
+            running("oldest", 1.0, 1),
+            Billed {
+                may_power_off: false,
+                ..running("middle", 0.1, 2)
+            },
+            Billed {
+                may_power_off: false,
+                ..running("newest", 0.1, 3)
+            },
+        ];
+        let held: Vec<PoweredOff> = ["middle", "newest"]
+            .iter()
+            .map(|name| PoweredOff {
+                name: name.to_string(),
+                uid: format!("uid-{name}"),
+                hourly_rate: 1.0,
+                power_state: PowerState::Stopped,
+                since: Time(now),
+            })
+            .collect();
+        let counted = count(&objects, &[], None);
+        // (limit, still held)
+        for (limit, after) in [
+            (1.5, vec!["middle", "newest"]),
+            (2.0, vec!["newest"]),
+            (3.0, vec![]),
+        ] {
+            let kept = powered_off(OnExceeded::Stop, limit, &counted, &objects, &held, now);
+            assert_eq!(names(&kept), after, "at {limit}");
+        }
+        // A machine gone is let go.
+        let kept = powered_off(OnExceeded::Stop, 1.5, &counted, &objects[..2], &held, now);
+        assert_eq!(names(&kept), ["middle"]);
     }
 }

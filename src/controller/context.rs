@@ -8,7 +8,7 @@ use crate::lock;
 use crate::observer::{Changes, ObserveIntervals, Observer};
 use crate::ownership::Ownership;
 use crate::requeue::RequeuePolicy;
-use gpucloud_api::{CloudStatus, PendingCreate};
+use gpucloud_api::{Budget, CloudStatus, PendingCreate};
 use gpucloud_telemetry::Metrics;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -92,6 +92,8 @@ pub struct Context<K: ManagedKind> {
     pub gauges: Arc<KindGauges<K>>,
     /// Every kind's objects: who owns which cloud resource.
     pub ownership: Arc<Ownership>,
+    /// The Budgets of the controller's scope (`budget.rs`): those that keep a machine off.
+    pub budgets: Store<Budget>,
     observers: Mutex<HashMap<AccountId, Arc<Observer<Record<K>>>>>,
     changes: mpsc::UnboundedSender<(AccountId, Changes)>,
     /// When the cloud last answered this process's delete for an object (by uid): a list sent
@@ -127,6 +129,7 @@ impl<K: ManagedKind> Context<K> {
         metrics: Arc<Metrics>,
         gauges: Arc<KindGauges<K>>,
         trigger: mpsc::UnboundedSender<ObjectRef<K>>,
+        budgets: Store<Budget>,
     ) -> Arc<Self> {
         let store = gauges.store().clone();
         let woken = gauges.clone();
@@ -154,6 +157,7 @@ impl<K: ManagedKind> Context<K> {
             metrics,
             gauges,
             ownership: shared.ownership.clone(),
+            budgets,
             settings,
             observers: Mutex::new(HashMap::new()),
             changes,

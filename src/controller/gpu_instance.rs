@@ -96,6 +96,10 @@ impl ManagedKind for GpuInstance {
         references
     }
 
+    fn is_running(&self) -> bool {
+        self.status.as_ref().and_then(|s| s.vm_status.as_deref()) == Some("RUNNING")
+    }
+
     /// The rate the cloud gave for the machine, while it has one.
     fn hourly_cost(&self) -> Option<(f64, String)> {
         let status = self.status.as_ref()?;
@@ -274,21 +278,51 @@ impl ManagedKind for GpuInstance {
     }
 
     /// The moment the plan is made: where the lifetime stands depends on it.
-    type Resolved = Timestamp;
+    type Resolved = Moment;
     type Action = InstanceAction;
 
     async fn resolve(
         &self,
-        _cx: &Context<Self>,
+        cx: &Context<Self>,
         _account: &Account,
         _record: &Instance,
-    ) -> Result<Timestamp, Error> {
-        Ok(Timestamp::now())
+    ) -> Result<Moment, Error> {
+        // A Budget read before its store is filled would let a machine it keeps off start.
+        cx.budgets
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::CloudUnavailable("the Budgets are not watched".into()))?;
+        let uid = self.uid().unwrap_or_default();
+        let namespace = self.namespace();
+        let budget_hold = cx
+            .budgets
+            .state()
+            .iter()
+            .filter(|b| b.namespace() == namespace)
+            .filter_map(|b| {
+                let held = b
+                    .status
+                    .as_ref()?
+                    .powered_off
+                    .iter()
+                    .find(|p| p.uid == uid)?;
+                Some(BudgetHold {
+                    budget: b.name_any(),
+                    power_state: held.power_state,
+                })
+            })
+            // Hibernated if any Budget asks for it: the further off.
+            .max_by_key(|h| h.power_state == PowerState::Hibernated);
+        Ok(Moment {
+            now: Timestamp::now(),
+            budget_hold,
+        })
     }
 
     /// Power state first (the other changes need a running machine), then a requested reboot,
     /// the public IP, the security rules, and the connection Secret of a running machine.
-    fn plan(&self, record: &Instance, now: Timestamp) -> Result<Plan<InstanceAction>, Error> {
+    fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
+        let now = moment.now;
         let id = record.instance_id.as_str();
         let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
         match &record.status {
@@ -330,10 +364,17 @@ impl ManagedKind for GpuInstance {
             Some(_) if expired => PowerState::Stopped,
             _ => scheduled.map_or(self.spec.power_state, |(power, _)| power),
         };
+        // A Budget over its limit only keeps a machine that would run off (never starts one,
+        // never wakes a hibernated one to stop it).
+        let budget_hold = moment
+            .budget_hold
+            .filter(|_| !expired && wanted == PowerState::Running);
+        let wanted = budget_hold.as_ref().map_or(wanted, |h| h.power_state);
         let note = format!(
-            "{}{}",
+            "{}{}{}",
             lifetime_note(stage, on_expiry),
-            schedule_note(scheduled, stage)
+            schedule_note(scheduled, stage),
+            budget_note(budget_hold.as_ref())
         );
         let power = match (wanted, &record.status) {
             (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
@@ -716,6 +757,43 @@ async fn machine_rate(account: &Account, gpu_type: &str, gpu_count: u32) -> Resu
     Ok(per_gpu * f64::from(gpu_count))
 }
 
+/// When a plan is made, and what holds the machine off besides its spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moment {
+    pub now: Timestamp,
+    pub budget_hold: Option<BudgetHold>,
+}
+
+impl From<Timestamp> for Moment {
+    fn from(now: Timestamp) -> Self {
+        Moment {
+            now,
+            budget_hold: None,
+        }
+    }
+}
+
+/// A Budget over its limit that keeps the machine powered off (`budget.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetHold {
+    pub budget: String,
+    pub power_state: PowerState,
+}
+
+/// What the Ready message says of a Budget keeping the machine off.
+fn budget_note(hold: Option<&BudgetHold>) -> String {
+    hold.map_or_else(String::new, |h| {
+        format!(
+            "; kept {} by Budget {} (over its maxHourlyRate) until its rate fits again",
+            match h.power_state {
+                PowerState::Hibernated => "hibernated",
+                _ => "stopped",
+            },
+            h.budget
+        )
+    })
+}
+
 /// How an instance comes to exist: booted from an image, or restored from a snapshot.
 pub enum InstancePlan {
     Create(Box<CreateInstanceRequest>),
@@ -1047,7 +1125,7 @@ mod tests {
         record: &Instance,
         now: Timestamp,
     ) -> (Option<InstanceAction>, &'static str) {
-        let plan = object.plan(record, now).unwrap();
+        let plan = object.plan(record, now.into()).unwrap();
         (plan.action, plan.outcome.standing())
     }
 
@@ -1131,7 +1209,9 @@ mod tests {
         }
         // The Ready message says when, and what then happens; after, that it happened.
         let object = with_lifetime("Stop", "Running");
-        let before = object.plan(&running, at("2026-11-27T10:00:00Z")).unwrap();
+        let before = object
+            .plan(&running, at("2026-11-27T10:00:00Z").into())
+            .unwrap();
         assert!(
             before
                 .outcome
@@ -1140,7 +1220,9 @@ mod tests {
             "{}",
             before.outcome.message()
         );
-        let after = object.plan(&stopped, at("2026-11-27T12:00:00Z")).unwrap();
+        let after = object
+            .plan(&stopped, at("2026-11-27T12:00:00Z").into())
+            .unwrap();
         assert!(
             after
                 .outcome
@@ -1218,7 +1300,7 @@ mod tests {
             Some(at("2026-11-27T19:00:00Z")),
             "20:00 CET"
         );
-        let plan = object.plan(&running, at(inside)).unwrap();
+        let plan = object.plan(&running, at(inside).into()).unwrap();
         assert!(
             plan.outcome
                 .message()

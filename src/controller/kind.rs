@@ -216,6 +216,11 @@ pub trait ManagedKind:
         true
     }
 
+    /// Whether the cloud reports the resource running (a machine a `Budget` may power off).
+    fn is_running(&self) -> bool {
+        false
+    }
+
     /// What the object's cloud resource costs per hour, and in which currency, when the cloud
     /// says (`gpucloud_hourly_cost`).
     fn hourly_cost(&self) -> Option<(f64, String)> {

@@ -212,7 +212,8 @@ struct Wiring<'a> {
     shutdown: &'a futures::future::Shared<BoxFuture<'static, ()>>,
     changes: &'a Arc<ChangeHub>,
     secrets: &'a Arc<Relay<PartialObjectMeta<Secret>>>,
-    budgets: &'a Arc<Relay<Budget>>,
+    budgets: &'a Arc<Relay<BudgetChange>>,
+    budget_store: &'a reflector::Store<Budget>,
     controllers: Vec<BoxFuture<'static, ()>>,
 }
 
@@ -226,6 +227,7 @@ impl KindVisitor for Wiring<'_> {
             self.changes.clone(),
             self.secrets,
             self.budgets,
+            self.budget_store.clone(),
         ));
     }
 }
@@ -333,8 +335,10 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         let changes = Arc::new(ChangeHub::default());
         // Credentials Secrets, which every kind reads: watched once for all controllers.
         let secrets = Arc::new(Relay::<PartialObjectMeta<Secret>>::default());
-        // Budgets, which wake the billed objects they refused.
-        let budgets = Arc::new(Relay::<Budget>::default());
+        // Budgets, which wake the billed objects they refused and the machines they power
+        // off or let go; read by the machines' reconciles from their store.
+        let budgets = Arc::new(Relay::<BudgetChange>::default());
+        let (budget_store, budget_writer) = reflector::store::<Budget>();
         let mut wiring = Wiring {
             shared: &shared,
             config: &config,
@@ -343,6 +347,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             changes: &changes,
             secrets: &secrets,
             budgets: &budgets,
+            budget_store: &budget_store,
             controllers: Vec::new(),
         };
         each_kind(&mut wiring);
@@ -351,6 +356,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         controllers.push(budget_controller(
             &scoped,
             &changes,
+            (budget_store, budget_writer),
             budgets,
             config.reconcile.observe.resync,
             shutdown.clone(),
@@ -599,7 +605,8 @@ fn controller<K: ManagedKind>(
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
     changes: Arc<ChangeHub>,
     secrets: &Relay<PartialObjectMeta<Secret>>,
-    budgets: &Relay<Budget>,
+    budgets: &Relay<BudgetChange>,
+    budget_store: reflector::Store<Budget>,
 ) -> BoxFuture<'static, ()> {
     let scoped = ScopedApi::new(shared, namespace, config);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
@@ -631,6 +638,7 @@ fn controller<K: ManagedKind>(
         config.metrics.clone(),
         gauges.clone(),
         trigger.clone(),
+        budget_store,
     );
     let readoption = Arc::new(Readoption::start(cx.clone(), trigger));
     let (metrics, health, woken, checked) = (
@@ -710,14 +718,16 @@ fn controller<K: ManagedKind>(
         }))
     });
 
-    // A changed Budget (raised, or with room again) looks again at the creates it refused.
+    // A changed Budget (raised, or with room again) looks again at the creates it refused,
+    // and at the machines it powers off or lets go.
     let budget_gauges = gauges.clone();
-    let budget_changes = budgets.subscribe().flat_map(move |budget| {
-        let namespace = budget.namespace();
-        futures::stream::iter(
-            budget_gauges
-                .wake(|o| K::BILLED && o.meta().namespace == namespace && refused_by_budget(o)),
-        )
+    let budget_changes = budgets.subscribe().flat_map(move |change| {
+        futures::stream::iter(budget_gauges.wake(|o| {
+            K::BILLED
+                && o.meta().namespace == change.namespace
+                && (refused_by_budget(o)
+                    || o.uid().is_some_and(|uid| change.powered_off.contains(&uid)))
+        }))
     });
 
     let follower = gauges.clone();
@@ -745,6 +755,22 @@ fn controller<K: ManagedKind>(
         .boxed()
 }
 
+/// A Budget's change as the billed kinds' controllers follow it: its namespace, and the
+/// machines it powers off now or did before.
+#[derive(Clone)]
+struct BudgetChange {
+    namespace: Option<String>,
+    powered_off: Vec<String>,
+}
+
+fn powered_off_by(budget: &Budget) -> Vec<String> {
+    budget
+        .status
+        .iter()
+        .flat_map(|s| s.powered_off.iter().map(|p| p.uid.clone()))
+        .collect()
+}
+
 /// Whether the object's last create was refused by a Budget.
 fn refused_by_budget<K: ManagedKind>(object: &K) -> bool {
     object
@@ -759,7 +785,8 @@ fn refused_by_budget<K: ManagedKind>(object: &K) -> bool {
 fn budget_controller(
     scoped: &ScopedApi,
     changes: &ChangeHub,
-    relay: Arc<Relay<Budget>>,
+    (store, writer): (reflector::Store<Budget>, reflector::store::Writer<Budget>),
+    relay: Arc<Relay<BudgetChange>>,
     resync: Duration,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
 ) -> BoxFuture<'static, ()> {
@@ -769,8 +796,8 @@ fn budget_controller(
             K::BILLED.then(|| K::kind(&()).into_owned())
         }
     }
-    let (store, writer) = reflector::store::<Budget>();
     let in_namespace = store.clone();
+    let before = store.clone();
     let billed_changes = changes
         .subscribe(map_kinds(Billed).into_iter().flatten().collect())
         .flat_map(move |change| {
@@ -786,14 +813,27 @@ fn budget_controller(
     let scope = sync_key("Budget", scoped.namespace.as_deref());
     let objects = scoped
         .watch::<Budget>(watcher::Config::default())
-        .reflect(writer)
+        // Before the store takes the change: the machines it powered off until now are
+        // woken too, so that those it lets go start again.
         .inspect(move |event| match event {
-            Ok(watcher::Event::Apply(budget) | watcher::Event::Delete(budget)) => {
-                relay.send(budget)
+            Ok(
+                watcher::Event::Apply(budget)
+                | watcher::Event::InitApply(budget)
+                | watcher::Event::Delete(budget),
+            ) => {
+                let mut powered_off = powered_off_by(budget);
+                if let Some(old) = before.get(&ObjectRef::from_obj(budget)) {
+                    powered_off.extend(powered_off_by(&old));
+                }
+                relay.send(&BudgetChange {
+                    namespace: budget.namespace(),
+                    powered_off,
+                });
             }
             Ok(watcher::Event::InitDone) => health.synced(&scope),
             _ => {}
         })
+        .reflect(writer)
         .applied_objects()
         .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
     let client = Arc::new(scoped.client.clone());

@@ -235,3 +235,104 @@ async fn a_budget_is_refused_at_admission_with_the_field_named() {
         assert!(message.contains(field), "{spec}: {message}");
     }
 }
+
+/// Waits until the cloud reports the machine `name` records in `vm_status`.
+async fn power_is(env: &Env, name: &str, vm_status: &str) -> GpuInstance {
+    let api = env.api::<GpuInstance>();
+    eventually(60, &format!("{name} {vm_status}"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await.ok()?;
+            let id = object.cloud_status().external_id?;
+            let state = env_state(env, &id)?;
+            (state == vm_status).then_some(object)
+        }
+    })
+    .await
+}
+
+fn env_state(env: &Env, id: &str) -> Option<String> {
+    env.simulator
+        .state()
+        .instances
+        .iter()
+        .find(|i| i.instance_id == id)
+        .map(|i| i.vm_status.as_str().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_fits_again() {
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "team",
+            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": "Stop"}),
+        ),
+    )
+    .await
+    .unwrap();
+    for name in ["oldest", "middle", "newest"] {
+        let mut machine = machine(name, &[]);
+        if name == "newest" {
+            machine.metadata.annotations = Some(
+                [(
+                    gpucloud_api::deletion_protection::ANNOTATION.to_string(),
+                    "true".to_string(),
+                )]
+                .into(),
+            );
+        }
+        support::create(&env, &machine).await;
+        support::ready::<GpuInstance>(&env, name).await;
+        // Creation times a second apart: "newest" is an order, not a tie.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    counted(&env, "team", 3, 3.0 * L40S).await;
+
+    // Lowered: the newest machine is protected, so the next newest is stopped, and only it.
+    api.patch(
+        "team",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 2.5 * L40S}})),
+    )
+    .await
+    .unwrap();
+    let middle = power_is(&env, "middle", "STOPPED").await;
+    let message = support::ready_message(&middle);
+    assert!(message.contains("Budget team"), "{message}");
+    let team = api.get("team").await.unwrap().status.unwrap();
+    let held: Vec<&str> = team.powered_off.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(held, ["middle"]);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        env_state(&env, &ready_id(&env, "oldest").await).as_deref(),
+        Some("RUNNING")
+    );
+    assert_eq!(
+        env_state(&env, &ready_id(&env, "newest").await).as_deref(),
+        Some("RUNNING")
+    );
+    assert_eq!(
+        env_state(&env, middle.cloud_status().external_id.as_deref().unwrap()).as_deref(),
+        Some("STOPPED")
+    );
+
+    // Raised again: it fits, and starts.
+    api.patch(
+        "team",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 3.0 * L40S}})),
+    )
+    .await
+    .unwrap();
+    power_is(&env, "middle", "RUNNING").await;
+    let team = api.get("team").await.unwrap().status.unwrap();
+    assert!(team.powered_off.is_empty(), "{:?}", team.powered_off);
+    env.stop_operator().await;
+}
+
+async fn ready_id(env: &Env, name: &str) -> String {
+    support::ready_id::<GpuInstance>(env, name).await
+}
