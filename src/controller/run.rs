@@ -219,16 +219,8 @@ struct Wiring<'a> {
 
 impl KindVisitor for Wiring<'_> {
     fn visit<K: ManagedKind>(&mut self) {
-        self.controllers.push(controller::<K>(
-            self.shared,
-            self.config,
-            self.scope,
-            self.shutdown.clone(),
-            self.changes.clone(),
-            self.secrets,
-            self.budgets,
-            self.budget_store.clone(),
-        ));
+        let controller = controller::<K>(self);
+        self.controllers.push(controller);
     }
 }
 
@@ -598,16 +590,25 @@ impl ScopedApi {
     }
 }
 
-fn controller<K: ManagedKind>(
-    shared: &Shared,
-    config: &OperatorConfig,
-    namespace: Option<&str>,
-    shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
-    changes: Arc<ChangeHub>,
-    secrets: &Relay<PartialObjectMeta<Secret>>,
-    budgets: &Relay<BudgetChange>,
-    budget_store: reflector::Store<Budget>,
-) -> BoxFuture<'static, ()> {
+/// The controller of kind `K` in the wiring's scope.
+fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
+    let Wiring {
+        shared,
+        config,
+        scope: namespace,
+        shutdown,
+        changes,
+        secrets,
+        budgets,
+        budget_store,
+        ..
+    } = wiring;
+    let (shared, config, namespace) = (*shared, *config, *namespace);
+    let (shutdown, changes, budget_store) = (
+        (*shutdown).clone(),
+        (*changes).clone(),
+        (*budget_store).clone(),
+    );
     let scoped = ScopedApi::new(shared, namespace, config);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
     // on. Without the filter, each status write would wake its own object again, and a
