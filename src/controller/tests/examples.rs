@@ -87,10 +87,10 @@ async fn every_example_applies_and_becomes_ready() {
         folder_names,
         [
             "adopt-existing",
+            "budget-and-lifetimes",
             "gitops",
             "quickstart",
             "snapshot-and-restore",
-            "spend-over-time",
             "stop-at-night"
         ]
     );
@@ -144,6 +144,10 @@ async fn every_example_applies_and_becomes_ready() {
             "Snapshot" => wait_ready::<Snapshot>(&env, namespace, name).await,
             "Image" => wait_ready::<Image>(&env, namespace, name).await,
             "Firewall" => wait_ready::<Firewall>(&env, namespace, name).await,
+            "Budget" => {
+                budget_counts_its_namespace(&env, namespace, name).await;
+                continue;
+            }
             "Application" | "Kustomization" | "Namespace" => continue,
             other => panic!("no readiness check for {other}"),
         };
@@ -171,8 +175,8 @@ async fn every_example_applies_and_becomes_ready() {
         "the initial restartedAt value reboots nothing"
     );
 
-    // spend-over-time: the expiry and the schedule's next transition are shown.
-    let workstation = Api::<GpuInstance>::namespaced(env.client.clone(), "spend-over-time")
+    // budget-and-lifetimes: the expiry and the schedule's next transition are shown.
+    let workstation = Api::<GpuInstance>::namespaced(env.client.clone(), "budget-and-lifetimes")
         .get("workstation")
         .await
         .unwrap();
@@ -511,4 +515,39 @@ where
         }
     })
     .await
+}
+
+/// Waits until the Budget is Ready and counts what its namespace's billed objects say they
+/// cost per hour.
+async fn budget_counts_its_namespace(env: &Env, namespace: &str, name: &str) {
+    let budgets: Api<Budget> = Api::namespaced(env.client.clone(), namespace);
+    let client = env.client.clone();
+    eventually(60, &format!("Budget {namespace}/{name} counting"), || {
+        let (budgets, client) = (budgets.clone(), client.clone());
+        async move {
+            let budget = budgets.get(name).await.ok()?;
+            let status = budget.status?;
+            let ready = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let mut sum = 0.0;
+            let instances: Api<GpuInstance> = Api::namespaced(client.clone(), namespace);
+            for i in instances.list(&Default::default()).await.ok()?.items {
+                sum += i.status.and_then(|s| s.hourly_rate).unwrap_or(0.0);
+            }
+            let volumes: Api<Volume> = Api::namespaced(client, namespace);
+            for v in volumes.list(&Default::default()).await.ok()?.items {
+                let rate = serde_json::to_value(&v.status).ok()?["hourlyRate"].as_f64();
+                sum += rate.unwrap_or(0.0);
+            }
+            (ready
+                && sum > 0.0
+                && status
+                    .hourly_rate
+                    .is_some_and(|r| (r - sum).abs() < 1e-6))
+            .then_some(())
+        }
+    })
+    .await;
 }
