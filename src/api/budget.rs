@@ -9,6 +9,9 @@
 
 use crate::common::Column;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::jiff::civil::Date;
+use k8s_openapi::jiff::tz::TimeZone;
+use k8s_openapi::jiff::{Span, Timestamp};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +29,9 @@ use serde::{Deserialize, Serialize};
     category = "gpucloud"
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.maxSpend) == has(self.period)").message("maxSpend and period go together: the spend is counted per period"),
+)]
 pub struct BudgetSpec {
     /// The most the counted resources may cost per hour together, in `currency`. A create
     /// whose hourly rate would take the sum past it is refused; `0` refuses every billed
@@ -49,6 +55,43 @@ pub struct BudgetSpec {
     /// once its hourly rate fits again, or when the Budget goes or says `Refuse`.
     #[serde(default)]
     pub on_exceeded: OnExceeded,
+    /// The most the counted objects may cost together in one `period`, in `currency`, as
+    /// the cloud's billing says (spend of objects deleted in the period included). Once
+    /// spent, billed creates are refused and, under `Stop` or `Hibernate`, every running
+    /// machine the Budget may power off is, until the next period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub max_spend: Option<f64>,
+    /// The period `maxSpend` is counted over, in UTC: `Monthly` from `dayOfMonth` (1-28,
+    /// default 1) or `Weekly` from `dayOfWeek` (default Monday), at midnight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<BudgetPeriod>,
+}
+
+/// How a Budget's spend is counted over time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.dayOfMonth) || self.type == 'Monthly'").message("dayOfMonth applies to a Monthly period").field_path(".dayOfMonth"),
+    validation = Rule::new("!has(self.dayOfWeek) || self.type == 'Weekly'").message("dayOfWeek applies to a Weekly period").field_path(".dayOfWeek"),
+)]
+pub struct BudgetPeriod {
+    #[serde(rename = "type")]
+    pub type_: PeriodType,
+    /// The day of the month a Monthly period starts on (1-28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 28))]
+    pub day_of_month: Option<i32>,
+    /// The day a Weekly period starts on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub day_of_week: Option<crate::schedule::Day>,
+}
+
+/// The length of a Budget's period.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum PeriodType {
+    Monthly,
+    Weekly,
 }
 
 /// What a Budget does while its count is over its limit, besides refusing creates.
@@ -90,6 +133,24 @@ pub struct BudgetStatus {
     /// object is gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reservations: Vec<Reservation>,
+    /// What the counted objects cost in the current period, from the cloud's billing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<f64>,
+    /// `spent` plus `hourlyRate` until the period ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projected: Option<f64>,
+    /// `maxSpend` less `spent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend_remaining: Option<f64>,
+    /// The current period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_start: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_end: Option<Time>,
+    /// The cloud names of the resources counted in this period, deleted ones included, by
+    /// which their billing is found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub charged: Vec<String>,
     /// The machines this Budget powered off, newest first, until their rates fit again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub powered_off: Vec<PoweredOff>,
@@ -136,6 +197,9 @@ impl Budget {
         Column::new("Max/h", "number", ".spec.maxHourlyRate"),
         Column::new("Rate/h", "number", ".status.hourlyRate"),
         Column::new("Remaining", "number", ".status.remaining"),
+        Column::new("Spent", "number", ".status.spent"),
+        Column::new("Max spend", "number", ".spec.maxSpend"),
+        Column::new("Projected", "number", ".status.projected").wide(),
         Column::new("Currency", "string", ".spec.currency"),
         Column::new("Counted", "integer", ".status.counted"),
         Column::new(
@@ -150,4 +214,141 @@ impl Budget {
         ),
         Column::new("Age", "date", ".metadata.creationTimestamp"),
     ];
+}
+
+impl BudgetPeriod {
+    /// The period that holds `now`: its start and end, at midnight UTC.
+    pub fn around(&self, now: Timestamp) -> Result<(Timestamp, Timestamp), String> {
+        let today = now.to_zoned(TimeZone::UTC).date();
+        let midnight = |date: Date| -> Result<Timestamp, String> {
+            date.to_zoned(TimeZone::UTC)
+                .map(|z| z.timestamp())
+                .map_err(|e| format!("spec.period: {e}"))
+        };
+        let (start, end) = match self.type_ {
+            PeriodType::Monthly => {
+                let day = self.day_of_month.unwrap_or(1);
+                let day = i8::try_from(day)
+                    .ok()
+                    .filter(|d| (1..=28).contains(d))
+                    .ok_or_else(|| format!("spec.period.dayOfMonth {day} is not within 1-28"))?;
+                let this_month = today
+                    .first_of_month()
+                    .with()
+                    .day(day)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let start = if today >= this_month {
+                    this_month
+                } else {
+                    this_month
+                        .checked_sub(Span::new().months(1))
+                        .map_err(|e| e.to_string())?
+                };
+                let end = start
+                    .checked_add(Span::new().months(1))
+                    .map_err(|e| e.to_string())?;
+                (start, end)
+            }
+            PeriodType::Weekly => {
+                let first = self
+                    .day_of_week
+                    .unwrap_or(crate::schedule::Day::Mon)
+                    .weekday();
+                let back = i64::from(today.weekday().since(first));
+                let start = today
+                    .checked_sub(Span::new().days(back))
+                    .map_err(|e| e.to_string())?;
+                let end = start
+                    .checked_add(Span::new().days(7))
+                    .map_err(|e| e.to_string())?;
+                (start, end)
+            }
+        };
+        Ok((midnight(start)?, midnight(end)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::Day;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_period_starts_at_midnight_utc_on_its_day() {
+        let monthly = |day| BudgetPeriod {
+            type_: PeriodType::Monthly,
+            day_of_month: day,
+            day_of_week: None,
+        };
+        let weekly = |day| BudgetPeriod {
+            type_: PeriodType::Weekly,
+            day_of_month: None,
+            day_of_week: day,
+        };
+        // (period, now, start, end)
+        let table = [
+            (
+                monthly(None),
+                "2026-11-27T10:00:00Z",
+                "2026-11-01T00:00:00Z",
+                "2026-12-01T00:00:00Z",
+            ),
+            (
+                monthly(Some(15)),
+                "2026-11-27T10:00:00Z",
+                "2026-11-15T00:00:00Z",
+                "2026-12-15T00:00:00Z",
+            ),
+            (
+                monthly(Some(28)),
+                "2026-11-27T23:59:59Z",
+                "2026-10-28T00:00:00Z",
+                "2026-11-28T00:00:00Z",
+            ),
+            (
+                monthly(Some(28)),
+                "2027-03-01T00:00:00Z",
+                "2027-02-28T00:00:00Z",
+                "2027-03-28T00:00:00Z",
+            ),
+            (
+                monthly(None),
+                "2026-12-31T23:00:00Z",
+                "2026-12-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+            ),
+            // 2026-11-27 is a Friday.
+            (
+                weekly(None),
+                "2026-11-27T10:00:00Z",
+                "2026-11-23T00:00:00Z",
+                "2026-11-30T00:00:00Z",
+            ),
+            (
+                weekly(Some(Day::Fri)),
+                "2026-11-27T00:00:00Z",
+                "2026-11-27T00:00:00Z",
+                "2026-12-04T00:00:00Z",
+            ),
+            (
+                weekly(Some(Day::Sat)),
+                "2026-11-27T10:00:00Z",
+                "2026-11-21T00:00:00Z",
+                "2026-11-28T00:00:00Z",
+            ),
+        ];
+        for (period, now, start, end) in table {
+            assert_eq!(
+                period.around(at(now)),
+                Ok((at(start), at(end))),
+                "{period:?} at {now}"
+            );
+        }
+        assert!(monthly(Some(0)).around(at("2026-11-27T10:00:00Z")).is_err());
+    }
 }

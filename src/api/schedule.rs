@@ -81,7 +81,7 @@ pub struct Standing {
 }
 
 impl Day {
-    fn weekday(self) -> Weekday {
+    pub fn weekday(self) -> Weekday {
         match self {
             Day::Mon => Weekday::Monday,
             Day::Tue => Weekday::Tuesday,

@@ -541,12 +541,8 @@ async fn budget_counts_its_namespace(env: &Env, namespace: &str, name: &str) {
                 let rate = serde_json::to_value(&v.status).ok()?["hourlyRate"].as_f64();
                 sum += rate.unwrap_or(0.0);
             }
-            (ready
-                && sum > 0.0
-                && status
-                    .hourly_rate
-                    .is_some_and(|r| (r - sum).abs() < 1e-6))
-            .then_some(())
+            (ready && sum > 0.0 && status.hourly_rate.is_some_and(|r| (r - sum).abs() < 1e-6))
+                .then_some(())
         }
     })
     .await;
