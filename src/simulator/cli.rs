@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::config::{
-    Delays, DropMode, FaultPlan, LatencySpike, RateLimit, SimulatorConfig, ThrottleBurst,
+    DEFAULT_HIBERNATED_RATE_FRACTION, DEFAULT_STOPPED_RATE_FRACTION, Delays, DropMode, FaultPlan,
+    LatencySpike, RateLimit, SimulatorConfig, ThrottleBurst,
 };
 use crate::{Error, Simulator};
 
@@ -58,6 +59,20 @@ pub struct Args {
     /// Balance of the fresh account, in USD.
     #[arg(long, env = "GPUCLOUD_SIM_INITIAL_BALANCE", default_value_t = 1000.0)]
     pub initial_balance: f64,
+    /// Share of its running hourly rate a machine is billed while SHUTOFF (0 to 1).
+    #[arg(
+        long,
+        env = "GPUCLOUD_SIM_STOPPED_RATE_FRACTION",
+        default_value_t = DEFAULT_STOPPED_RATE_FRACTION
+    )]
+    pub stopped_rate_fraction: f64,
+    /// Share of its running hourly rate a machine is billed while HIBERNATED (0 to 1).
+    #[arg(
+        long,
+        env = "GPUCLOUD_SIM_HIBERNATED_RATE_FRACTION",
+        default_value_t = DEFAULT_HIBERNATED_RATE_FRACTION
+    )]
+    pub hibernated_rate_fraction: f64,
     /// Bearer token of the admin API under /_admin/; the admin API is off without it.
     #[arg(long, env = "GPUCLOUD_SIM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<Secret>,
@@ -167,6 +182,8 @@ impl Args {
                 volume: millis(self.volume_delay_ms),
             },
             initial_balance: self.initial_balance,
+            stopped_rate_fraction: self.stopped_rate_fraction,
+            hibernated_rate_fraction: self.hibernated_rate_fraction,
             admin_token: self
                 .admin_token
                 .as_ref()
@@ -264,9 +281,16 @@ mod tests {
             "close",
             "--list-lag-ms",
             "250",
+            "--stopped-rate-fraction",
+            "0.25",
         ])
         .unwrap();
         let config = cli.args.to_config();
+        assert_eq!(config.stopped_rate_fraction, 0.25);
+        assert_eq!(
+            config.hibernated_rate_fraction,
+            SimulatorConfig::default().hibernated_rate_fraction
+        );
         assert_eq!(config.api_keys, vec!["a", "b"]);
         assert_eq!(
             config.rate_limit,

@@ -28,6 +28,10 @@ pub struct SimulatorConfig {
     pub delays: Delays,
     /// Balance of a fresh account, in USD.
     pub initial_balance: f64,
+    /// The share of its running hourly rate a machine is billed while `SHUTOFF` (0 to 1).
+    pub stopped_rate_fraction: f64,
+    /// The share of its running hourly rate a machine is billed while `HIBERNATED` (0 to 1).
+    pub hibernated_rate_fraction: f64,
     /// Bearer token of the `/_admin/` API; the admin API is off when `None`.
     pub admin_token: Option<String>,
     /// Faults in force from the start.
@@ -43,6 +47,13 @@ pub struct SimulatorConfig {
     pub keep_ledger: bool,
 }
 
+/// The share of the running rate a `SHUTOFF` machine is billed by default (the cloud's
+/// documents do not say; `docs/cloud-api.md` states it as assumed).
+pub const DEFAULT_STOPPED_RATE_FRACTION: f64 = 0.1;
+
+/// The share of the running rate a `HIBERNATED` machine is billed by default.
+pub const DEFAULT_HIBERNATED_RATE_FRACTION: f64 = 0.05;
+
 impl Default for SimulatorConfig {
     fn default() -> Self {
         SimulatorConfig {
@@ -53,6 +64,8 @@ impl Default for SimulatorConfig {
             rate_limit: None,
             delays: Delays::fast(),
             initial_balance: 1000.0,
+            stopped_rate_fraction: DEFAULT_STOPPED_RATE_FRACTION,
+            hibernated_rate_fraction: DEFAULT_HIBERNATED_RATE_FRACTION,
             admin_token: None,
             faults: FaultPlan::default(),
             list_lag: Duration::ZERO,
@@ -79,6 +92,8 @@ impl std::fmt::Debug for SimulatorConfig {
             .field("rate_limit", &self.rate_limit)
             .field("delays", &self.delays)
             .field("initial_balance", &self.initial_balance)
+            .field("stopped_rate_fraction", &self.stopped_rate_fraction)
+            .field("hibernated_rate_fraction", &self.hibernated_rate_fraction)
             .field(
                 "admin_token",
                 &self.admin_token.as_ref().map(|_| "<redacted>"),

@@ -119,6 +119,16 @@ fn validate(config: &SimulatorConfig) -> Result<(), Error> {
     if !config.initial_balance.is_finite() {
         return invalid("initial_balance must be a finite number");
     }
+    for (setting, fraction) in [
+        ("stopped_rate_fraction", config.stopped_rate_fraction),
+        ("hibernated_rate_fraction", config.hibernated_rate_fraction),
+    ] {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::Config(format!(
+                "{setting} must be between 0 and 1 (the share of a machine's running hourly rate it is billed while off), not {fraction}"
+            )));
+        }
+    }
     if let Some(token) = &config.admin_token {
         if token.trim().is_empty() {
             return invalid("the admin token must not be empty");
@@ -329,5 +339,33 @@ mod tests {
                 && !debug.contains("also-secret")
                 && !debug.contains("secret-too")
         );
+    }
+
+    #[test]
+    fn rate_fractions_of_a_machine_that_is_off_are_within_0_and_1() {
+        type Setter = fn(&mut SimulatorConfig, f64);
+        let settings: [(&str, Setter); 2] = [
+            ("stopped_rate_fraction", |c, f| c.stopped_rate_fraction = f),
+            ("hibernated_rate_fraction", |c, f| {
+                c.hibernated_rate_fraction = f
+            }),
+        ];
+        for (setting, set) in settings {
+            for accepted in [0.0, 0.5, 1.0] {
+                let mut config = SimulatorConfig::default();
+                set(&mut config, accepted);
+                assert!(validate(&config).is_ok(), "{setting} = {accepted}");
+            }
+            for refused in [1.5, -0.1, f64::NAN] {
+                let mut config = SimulatorConfig::default();
+                set(&mut config, refused);
+                let err = validate(&config).expect_err("an out-of-range fraction is refused");
+                let message = err.to_string();
+                assert!(
+                    matches!(err, Error::Config(_)) && message.contains(setting),
+                    "{setting} = {refused}: {message}"
+                );
+            }
+        }
     }
 }

@@ -537,6 +537,7 @@ impl Engine {
             }
         }
         validate_chat_parameters(request)?;
+        self.settle(now);
         let balance = self.balance(now);
         if balance < catalog::AI_MINIMUM_BALANCE {
             return Err(ApiError::InsufficientCredit {

@@ -8,8 +8,8 @@ use gpucloud_cloud::model::{
 };
 
 use super::{
-    ApiResult, BillingSpan, Engine, SimTime, format_time, validate_name, validate_region,
-    validate_tier,
+    ApiResult, BillingSpan, Engine, EngineSettings, SimTime, format_time, validate_name,
+    validate_region, validate_tier,
 };
 use crate::catalog;
 use crate::error::ApiError;
@@ -45,6 +45,25 @@ impl InstanceState {
             InstanceState::Deleting | InstanceState::Deleted => InstanceStatus::Deleting,
         }
     }
+
+    /// The share of the running rate billed from the moment the machine reaches this state;
+    /// `None` for the states that bill as the state they leave: the intermediate ones,
+    /// `DELETING` included (billing ends when the machine is gone). `CREATING` bills the
+    /// running rate the span opens with.
+    fn billed_share(self, settings: &EngineSettings) -> Option<f64> {
+        match self {
+            InstanceState::Active => Some(1.0),
+            InstanceState::Shutoff => Some(settings.stopped_rate_fraction),
+            InstanceState::Hibernated => Some(settings.hibernated_rate_fraction),
+            InstanceState::Creating
+            | InstanceState::Stopping
+            | InstanceState::Starting
+            | InstanceState::Rebooting
+            | InstanceState::Hibernating
+            | InstanceState::Deleting
+            | InstanceState::Deleted => None,
+        }
+    }
 }
 
 /// An instance and the bookkeeping of its transitions.
@@ -76,20 +95,32 @@ pub struct Instance {
     pub deleted_at: Option<SimTime>,
     /// The volume it boots from, which goes with it.
     pub boot_volume_id: Option<String>,
+    /// What the machine costs per hour while it runs (GPU price times GPU count).
+    pub running_rate: f64,
+    /// Billed at `running_rate` while it runs, at a share of it while it is off.
     pub billing: BillingSpan,
 }
 
 impl Instance {
-    pub(super) fn settle(&mut self, now: SimTime) {
+    pub(super) fn settle(&mut self, now: SimTime, settings: &EngineSettings) {
         while let Some((at, next)) = self.pending {
             if at > now {
                 break;
             }
-            self.state = next;
             self.pending = None;
-            if next == InstanceState::Active {
-                self.active_since = Some(at);
-            }
+            self.enter(next, at, settings);
+        }
+    }
+
+    /// The machine reaches `state` at `at`: the rate billed follows its power state from that
+    /// moment.
+    fn enter(&mut self, state: InstanceState, at: SimTime, settings: &EngineSettings) {
+        self.state = state;
+        if state == InstanceState::Active {
+            self.active_since = Some(at);
+        }
+        if let Some(share) = state.billed_share(settings) {
+            self.billing.change_rate(at, self.running_rate * share);
         }
     }
 
@@ -137,7 +168,7 @@ impl Instance {
                 IpStatus::Unassigned
             },
             billing: model::Billing {
-                hourly_rate: self.billing.hourly_rate,
+                hourly_rate: self.billing.rate_at(now),
                 currency: catalog::CURRENCY.to_string(),
             },
             specs: self.specs.clone(),
@@ -394,6 +425,7 @@ impl Engine {
         let id = self.new_id("vm");
         let ip_address = self.new_ip_address();
         let gpu = blueprint.gpu;
+        let running_rate = gpu.price_per_gpu_hour * f64::from(blueprint.gpu_count);
         let (pending, active_since) = match state {
             InstanceState::Creating => (
                 Some((
@@ -431,10 +463,8 @@ impl Engine {
             active_since,
             deleted_at: None,
             boot_volume_id: None,
-            billing: BillingSpan::open(
-                now,
-                gpu.price_per_gpu_hour * f64::from(blueprint.gpu_count),
-            ),
+            running_rate,
+            billing: BillingSpan::open(now, running_rate),
         };
         if let Some((at, _)) = instance.pending {
             self.transitions.insert((at, id.clone()));
@@ -498,6 +528,7 @@ impl Engine {
     ) -> ApiResult<(model::PowerActionBody, Tier)> {
         self.settle(now);
         let delay = Self::delay(self.settings.delays.power_transition);
+        let settings = self.settings.clone();
         let instance = self.instance_mut(id, now)?;
         if action == PowerAction::RestoreHibernated && instance.tier != Tier::Legacy {
             return Err(ApiError::TierNotSupported {
@@ -518,8 +549,7 @@ impl Engine {
             )));
         }
         if during == after {
-            instance.state = after;
-            instance.active_since = Some(now);
+            instance.enter(after, now, &settings);
         } else {
             instance.state = during;
             instance.pending = Some((now + delay, after));
@@ -673,7 +703,7 @@ impl Engine {
                 gpu_type: i.specs.gpu_type.clone(),
                 gpu_count: i.specs.gpu_count,
                 tier: i.tier.clone(),
-                hourly_rate: i.billing.hourly_rate,
+                hourly_rate: i.billing.rate_at(now),
                 start_time: format_time(i.billing.start),
                 end_time: i.billing.end.filter(|end| *end <= now).map(format_time),
                 total_duration_minutes: i.billing.minutes(now),
@@ -848,6 +878,219 @@ mod tests {
         assert_eq!(billing.records[0].total_duration_minutes, 0);
         let expected = 2.0 * 1.89 * 23.0 / 3600.0;
         assert!((billing.total_cost - expected).abs() < 1e-9);
+    }
+
+    /// What the instance's record and its billing say at `at`: the body's rate and the
+    /// billing record's total.
+    fn rate_and_total(engine: &mut Engine, id: &str, at: SimTime) -> (f64, f64) {
+        let rate = engine.get_instance(id, at).unwrap().billing.hourly_rate;
+        let record = &engine.instance_billing(Some(id), at).records[0];
+        assert_eq!(
+            record.hourly_rate, rate,
+            "the record shows the rate billed now"
+        );
+        (rate, record.total_cost)
+    }
+
+    /// The boot volume's hourly rate (billed alongside the instance, from the balance too).
+    fn boot_volume_rate(engine: &Engine, at: SimTime) -> f64 {
+        let volumes = engine.volume_billing_records(at);
+        assert_eq!(volumes.len(), 1, "only the boot volume");
+        volumes[0].per_minute_rate * 60.0
+    }
+
+    #[test]
+    fn a_machine_that_is_off_bills_its_share_of_the_running_rate() {
+        // One L40S: 1.10 per hour while running. Created at 0, ACTIVE at 10; the power
+        // action at 20 completes at 23 (a three-second transition).
+        let running = 1.10;
+        let cases = [
+            (PowerAction::Stop, InstanceStatus::Shutoff, 0.1),
+            (PowerAction::Hibernate, InstanceStatus::Hibernated, 0.05),
+        ];
+        for (action, off, share) in cases {
+            let mut engine = engine();
+            let id = instance(&mut engine, Tier::Advanced);
+            assert_eq!(rate_and_total(&mut engine, &id, secs(20)).0, running);
+            engine.power_action(&id, action, secs(20)).unwrap();
+            // While the transition runs the machine bills as the state it leaves.
+            assert_eq!(rate_and_total(&mut engine, &id, secs(22)).0, running);
+            assert_eq!(engine.get_instance(&id, secs(23)).unwrap().status, off);
+            let (rate, total_when_off) = rate_and_total(&mut engine, &id, secs(23));
+            assert!((rate - share * running).abs() < 1e-12, "{action:?}: {rate}");
+            assert!((total_when_off - running * 23.0 / 3600.0).abs() < 1e-9);
+
+            // Exactly one simulated hour off: its share of the rate for that hour.
+            let balance_when_off = engine.balance(secs(23));
+            let (_, total_an_hour_later) = rate_and_total(&mut engine, &id, secs(3623));
+            let hour = total_an_hour_later - total_when_off;
+            assert!(
+                (hour - share * running).abs() < 1e-9,
+                "{action:?}: an hour off cost {hour}"
+            );
+            // The balance drains by that, plus the boot volume, which is billed as before.
+            let drained = balance_when_off - engine.balance(secs(3623));
+            let expected = share * running + boot_volume_rate(&engine, secs(3623));
+            assert!(
+                (drained - expected).abs() < 1e-9,
+                "{action:?}: drained {drained}, expected {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn billing_follows_the_power_state_across_several_changes() {
+        // Two A100-80G (3.78 per hour running), legacy so it can restore from hibernation.
+        let running = 2.0 * 1.89;
+        let mut engine = engine();
+        let id = engine
+            .create_instance(&create_request("a", Tier::Legacy), secs(0))
+            .unwrap()
+            .instance_id;
+        let boot_rate = boot_volume_rate(&engine, secs(0));
+        // What happens when, and the rate the body shows: full until the machine is off, its
+        // share while it is off (STARTING included), full again once ACTIVE. Each action
+        // completes three seconds later, except restore-hibernated (at once).
+        enum Step {
+            Act(PowerAction),
+            Delete,
+            SetBalance(f64),
+            Shows(InstanceStatus, f64),
+        }
+        use InstanceStatus::*;
+        let timeline = [
+            (3600, Step::Act(PowerAction::Stop)),
+            (3601, Step::Shows(Stopping, 1.0)),
+            (3603, Step::Shows(Shutoff, 0.1)),
+            (5000, Step::SetBalance(50.0)),
+            (7203, Step::Act(PowerAction::Start)),
+            (7204, Step::Shows(Starting, 0.1)),
+            (7206, Step::Shows(Active, 1.0)),
+            (10_806, Step::Act(PowerAction::Hibernate)),
+            (10_807, Step::Shows(Hibernating, 1.0)),
+            (10_809, Step::Shows(Hibernated, 0.05)),
+            (14_409, Step::Act(PowerAction::RestoreHibernated)),
+            (14_409, Step::Shows(Active, 1.0)),
+            (18_009, Step::Delete),
+            (18_010, Step::Shows(Deleting, 1.0)),
+        ];
+        for (at, step) in timeline {
+            match step {
+                Step::Act(action) => {
+                    engine.power_action(&id, action, secs(at)).unwrap();
+                }
+                Step::Delete => {
+                    engine.delete_instance(&id, secs(at)).unwrap();
+                }
+                Step::SetBalance(balance) => engine.set_balance(balance, secs(at)),
+                Step::Shows(status, share) => {
+                    let (rate, _) = rate_and_total(&mut engine, &id, secs(at));
+                    assert_eq!(engine.get_instance(&id, secs(at)).unwrap().status, status);
+                    assert!(
+                        (rate - share * running).abs() < 1e-12,
+                        "at {at} ({status}): {rate}"
+                    );
+                }
+            }
+        }
+        // The pieces: running, stopped, running, hibernated, running until gone at 18012.
+        let pieces = [
+            (0, 3603, 1.0),
+            (3603, 7206, 0.1),
+            (7206, 10_809, 1.0),
+            (10_809, 14_409, 0.05),
+            (14_409, 18_012, 1.0),
+        ];
+        let cost_of = |from: i64, to: i64| -> f64 {
+            pieces
+                .iter()
+                .map(|(start, end, share)| {
+                    let (a, b) = (from.max(*start), to.min(*end));
+                    (b - a).max(0) as f64 / 3600.0 * share * running
+                })
+                .sum()
+        };
+
+        // Any window costs the sum of its pieces, however many changes it spans.
+        let billing = &engine.instances[&id].billing;
+        let windows = [
+            (0, 18_012),
+            (0, 99_999),
+            (1800, 12_000),
+            (3603, 7206),
+            (5000, 16_000),
+            (10_809, 14_409),
+            (17_000, 20_000),
+        ];
+        for (from, to) in windows {
+            let cost = billing.cost_between(secs(from), secs(to));
+            let expected = cost_of(from, to);
+            assert!(
+                (cost - expected).abs() < 1e-9,
+                "[{from}, {to}]: {cost} instead of {expected}"
+            );
+        }
+
+        // The billing record's total is the sum of every piece; its rate the last one.
+        let record = &engine.instance_billing(Some(&id), secs(20_000)).records[0];
+        assert!((record.total_cost - cost_of(0, 18_012)).abs() < 1e-9);
+        assert_eq!(record.hourly_rate, running);
+        assert_eq!(record.end_time.as_deref(), Some("2026-01-01T05:00:12Z"));
+
+        // The balance set at 5000 drained by the same pieces, plus the boot volume until it
+        // went with the instance.
+        let drained = 50.0 - engine.balance(secs(20_000));
+        let expected = cost_of(5000, 18_012) + boot_rate * (18_012.0 - 5000.0) / 3600.0;
+        assert!(
+            (drained - expected).abs() < 1e-9,
+            "drained {drained}, expected {expected}"
+        );
+    }
+
+    #[test]
+    fn a_machine_deleted_while_off_bills_its_share_until_gone() {
+        let running = 1.10;
+        let mut engine = engine();
+        let id = instance(&mut engine, Tier::Advanced);
+        engine
+            .power_action(&id, PowerAction::Stop, secs(20))
+            .unwrap();
+        engine.delete_instance(&id, secs(3623)).unwrap();
+        let deleting = engine.get_instance(&id, secs(3624)).unwrap();
+        assert_eq!(deleting.status, InstanceStatus::Deleting);
+        assert!((deleting.billing.hourly_rate - 0.1 * running).abs() < 1e-12);
+        let record = &engine.instance_billing(Some(&id), secs(9999)).records[0];
+        let expected = running * 23.0 / 3600.0 + 0.1 * running * 3603.0 / 3600.0;
+        assert!((record.total_cost - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn off_machines_bill_what_the_settings_say() {
+        let mut engine = Engine::new(
+            EngineSettings {
+                stopped_rate_fraction: 0.0,
+                hibernated_rate_fraction: 1.0,
+                ..settings()
+            },
+            T0,
+        );
+        let stopped = instance(&mut engine, Tier::Advanced);
+        let hibernated = instance(&mut engine, Tier::Advanced);
+        engine
+            .power_action(&stopped, PowerAction::Stop, secs(20))
+            .unwrap();
+        engine
+            .power_action(&hibernated, PowerAction::Hibernate, secs(20))
+            .unwrap();
+        let rate = |engine: &mut Engine, id: &str| {
+            engine
+                .get_instance(id, secs(30))
+                .unwrap()
+                .billing
+                .hourly_rate
+        };
+        assert_eq!(rate(&mut engine, &stopped), 0.0);
+        assert_eq!(rate(&mut engine, &hibernated), 1.10);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! Every method takes the simulated time `now` (milliseconds since the Unix epoch), so the
 //! rules are tested without sleeping. Intermediate states are stored with the time they end
 //! and settled lazily by [`Engine::settle`] at the start of each call; billing is a closed
-//! form over each billed resource's start and end time, so no background task exists.
+//! form over each billed resource's start, end and rate changes, so no background task
+//! exists. An instance's rate changes at the moment it settles into `SHUTOFF`, `HIBERNATED`
+//! or `ACTIVE`, so a read of a cost settles first, as every other call does.
 
 mod account;
 mod images;
@@ -43,6 +45,10 @@ pub type ApiResult<T> = Result<T, ApiError>;
 pub struct EngineSettings {
     pub delays: Delays,
     pub initial_balance: f64,
+    /// The share of its running rate a machine is billed while `SHUTOFF`.
+    pub stopped_rate_fraction: f64,
+    /// The share of its running rate a machine is billed while `HIBERNATED`.
+    pub hibernated_rate_fraction: f64,
     pub list_lag: Duration,
     pub gpu_capacity_per_region: u32,
     pub seed: u64,
@@ -65,6 +71,8 @@ impl EngineSettings {
         EngineSettings {
             delays: config.delays,
             initial_balance: config.initial_balance,
+            stopped_rate_fraction: config.stopped_rate_fraction,
+            hibernated_rate_fraction: config.hibernated_rate_fraction,
             list_lag: config.list_lag,
             gpu_capacity_per_region: config.gpu_capacity_per_region,
             seed: config.seed.wrapping_add(account),
@@ -73,12 +81,22 @@ impl EngineSettings {
     }
 }
 
-/// An interval during which a resource is billed at a fixed hourly rate.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// An interval during which a resource is billed, at an hourly rate that may change over
+/// time (an instance's power state, a volume's size).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BillingSpan {
     pub start: SimTime,
     pub end: Option<SimTime>,
-    pub hourly_rate: f64,
+    /// The rate from `start`, then each change: never empty, in time order, the first entry
+    /// at `start`.
+    rates: Vec<RateChange>,
+}
+
+/// The hourly rate billed from `from` until the next change.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+struct RateChange {
+    from: SimTime,
+    hourly_rate: f64,
 }
 
 impl BillingSpan {
@@ -86,24 +104,87 @@ impl BillingSpan {
         BillingSpan {
             start,
             end: None,
-            hourly_rate,
+            rates: vec![RateChange {
+                from: start,
+                hourly_rate,
+            }],
         }
     }
 
-    /// Cost accrued inside `[from, to]`.
+    /// The rate billed at `at` (the first rate before the span starts, the last one after it
+    /// ends).
+    pub fn rate_at(&self, at: SimTime) -> f64 {
+        self.rates
+            .iter()
+            .take_while(|change| change.from <= at)
+            .last()
+            .or(self.rates.first())
+            .map_or(0.0, |change| change.hourly_rate)
+    }
+
+    /// Bills `hourly_rate` from `at` on. Changes are recorded in time order: one earlier than
+    /// the last change takes effect with it, and a change at the same moment replaces it.
+    fn change_rate(&mut self, at: SimTime, hourly_rate: f64) {
+        let Some(last) = self.rates.last_mut() else {
+            self.rates.push(RateChange {
+                from: self.start.max(at),
+                hourly_rate,
+            });
+            return;
+        };
+        if at <= last.from {
+            last.hourly_rate = hourly_rate;
+            // A change back to the rate before it is no change at all.
+            let len = self.rates.len();
+            if len >= 2 && self.rates[len - 2].hourly_rate == hourly_rate {
+                self.rates.pop();
+            }
+        } else if last.hourly_rate != hourly_rate {
+            self.rates.push(RateChange {
+                from: at,
+                hourly_rate,
+            });
+        }
+    }
+
+    /// Cost accrued inside `[from, to]`: each rate times the part of its interval inside the
+    /// window and the span.
     pub fn cost_between(&self, from: SimTime, to: SimTime) -> f64 {
         let start = self.start.max(from);
         let end = self.end.map_or(to, |end| end.min(to));
         if end <= start {
             return 0.0;
         }
-        hours(end - start) * self.hourly_rate
+        let untils = self
+            .rates
+            .iter()
+            .skip(1)
+            .map(|next| next.from)
+            .chain(std::iter::once(SimTime::MAX));
+        self.rates
+            .iter()
+            .zip(untils)
+            .map(|(change, until)| {
+                let (a, b) = (change.from.max(start), until.min(end));
+                if b > a {
+                    hours(b - a) * change.hourly_rate
+                } else {
+                    0.0
+                }
+            })
+            .sum()
     }
 
     /// Whole minutes billed up to `now`.
     pub fn minutes(&self, now: SimTime) -> u64 {
         let end = self.end.map_or(now, |end| end.min(now));
         u64::try_from((end - self.start).max(0) / 60_000).unwrap_or(0)
+    }
+
+    /// Cost of the whole minutes billed up to `now`, each at the rate in force then.
+    pub fn cost_of_whole_minutes(&self, now: SimTime) -> f64 {
+        let minutes = i64::try_from(self.minutes(now)).unwrap_or(i64::MAX / 120_000);
+        self.cost_between(self.start, self.start + minutes * 60_000)
     }
 
     /// Ends the span at `at`, unless it already ended earlier.
@@ -201,7 +282,7 @@ impl Engine {
             let Some(instance) = self.instances.get_mut(&id) else {
                 continue;
             };
-            instance.settle(now);
+            instance.settle(now, &self.settings);
             // A boot volume goes when its instance is gone.
             if instance.state == InstanceState::Deleted
                 && let Some(boot) = &instance.boot_volume_id
@@ -438,6 +519,8 @@ pub(crate) mod test_support {
                 volume: Duration::from_secs(2),
             },
             initial_balance: 100.0,
+            stopped_rate_fraction: 0.1,
+            hibernated_rate_fraction: 0.05,
             list_lag: Duration::ZERO,
             gpu_capacity_per_region: 16,
             seed: 7,
@@ -514,16 +597,72 @@ mod tests {
 
     #[test]
     fn billing_span_costs_only_inside_the_window() {
-        let span = BillingSpan {
-            start: secs(0),
-            end: Some(secs(7200)),
-            hourly_rate: 2.0,
-        };
+        let mut span = BillingSpan::open(secs(0), 2.0);
+        span.close(secs(7200));
         assert!((span.cost_between(secs(0), secs(3600)) - 2.0).abs() < 1e-9);
         assert!((span.cost_between(secs(3600), secs(99_999)) - 2.0).abs() < 1e-9);
         assert_eq!(span.cost_between(secs(8000), secs(9000)), 0.0);
         assert_eq!(span.minutes(secs(90)), 1);
         assert_eq!(span.minutes(secs(99_999)), 120);
+    }
+
+    #[test]
+    fn billing_span_integrates_across_rate_changes() {
+        // 2/h for an hour, 0.2/h for two hours, 2/h for an hour, then ended.
+        let mut span = BillingSpan::open(secs(0), 2.0);
+        span.change_rate(secs(3600), 0.2);
+        span.change_rate(secs(10_800), 2.0);
+        span.close(secs(14_400));
+        let cases = [
+            // (from, to, expected cost)
+            (0, 3600, 2.0),
+            (3600, 10_800, 0.4),
+            (0, 14_400, 2.0 + 0.4 + 2.0),
+            (1800, 12_600, 1.0 + 0.4 + 1.0),
+            (5400, 7200, 0.1),
+            (-3600, 99_999, 4.4),
+            (14_400, 20_000, 0.0),
+            (7200, 3600, 0.0),
+        ];
+        for (from, to, expected) in cases {
+            let cost = span.cost_between(secs(from), secs(to));
+            assert!(
+                (cost - expected).abs() < 1e-9,
+                "[{from}, {to}]: {cost} instead of {expected}"
+            );
+        }
+        // Any split of a window costs what the window costs.
+        for cut in [0, 1, 3599, 3600, 3601, 7200, 10_800, 14_399] {
+            let whole = span.cost_between(secs(0), secs(14_400));
+            let parts =
+                span.cost_between(secs(0), secs(cut)) + span.cost_between(secs(cut), secs(14_400));
+            assert!((whole - parts).abs() < 1e-9, "cut at {cut}");
+        }
+        for (at, rate) in [(-1, 2.0), (0, 2.0), (3599, 2.0), (3600, 0.2), (10_800, 2.0)] {
+            assert_eq!(span.rate_at(secs(at)), rate, "rate at {at}");
+        }
+        assert_eq!(span.minutes(secs(99_999)), 240);
+        assert!((span.cost_of_whole_minutes(secs(99_999)) - 4.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn billing_span_records_changes_in_time_order() {
+        let mut span = BillingSpan::open(secs(0), 1.0);
+        // The same rate again is no change; a change at the start replaces the first rate.
+        span.change_rate(secs(10), 1.0);
+        span.change_rate(secs(0), 3.0);
+        assert_eq!(span.rates.len(), 1);
+        assert_eq!(span.rate_at(secs(5)), 3.0);
+        // Two changes at one instant: the later one holds, and going back to the rate before
+        // leaves no trace.
+        span.change_rate(secs(60), 0.5);
+        span.change_rate(secs(60), 3.0);
+        assert_eq!(span.rates.len(), 1);
+        span.change_rate(secs(60), 0.5);
+        span.change_rate(secs(60), 0.25);
+        assert_eq!(span.rates.len(), 2);
+        assert_eq!(span.rate_at(secs(60)), 0.25);
+        assert!((span.cost_between(secs(0), secs(3660)) - (3.0 / 60.0 + 0.25)).abs() < 1e-9);
     }
 
     #[test]

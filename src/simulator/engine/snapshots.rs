@@ -244,7 +244,7 @@ impl Engine {
                 snapshot_id: s.id.clone(),
                 snapshot_name: s.name.clone(),
                 size_gb: s.size,
-                hourly_rate: s.billing.hourly_rate,
+                hourly_rate: s.billing.rate_at(now),
                 start_time: format_time(s.billing.start),
                 end_time: s.billing.end.map(format_time),
                 total_duration_minutes: s.billing.minutes(now),

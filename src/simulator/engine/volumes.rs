@@ -320,20 +320,10 @@ impl Engine {
         if let Some(volume) = self.volumes.get_mut(id)
             && size != volume.size
         {
-            // The price changes from now on: close the old span into a rate-weighted
-            // equivalent by re-anchoring the span at the new rate.
-            let rate_per_gb = volume.billing.hourly_rate / volume.size.max(1) as f64;
-            let accrued = volume.billing.cost_between(volume.billing.start, now);
+            // The rate changes from now on; what was accrued before stays as it was.
+            let price = catalog::volume_type_price(&volume.volume_type).unwrap_or(0.0);
             volume.size = size;
-            volume.billing.hourly_rate = rate_per_gb * size as f64;
-            // Keep the accrued cost: shift the start so cost(start..now) at the new rate
-            // equals what was accrued at the old one.
-            let elapsed_ms = if volume.billing.hourly_rate > 0.0 {
-                (accrued / volume.billing.hourly_rate * 3_600_000.0) as i64
-            } else {
-                0
-            };
-            volume.billing.start = now - elapsed_ms;
+            volume.billing.change_rate(now, price * size as f64);
         }
         self.get_volume(id, now)
     }
@@ -518,7 +508,7 @@ impl Engine {
             .map(|v| {
                 let end = v.billing.end.map_or(now, |end| end.min(now));
                 let minutes = v.billing.minutes(now);
-                let per_minute_rate = v.billing.hourly_rate / 60.0;
+                let per_minute_rate = v.billing.rate_at(now) / 60.0;
                 let status = if v.deleted_at.is_some_and(|d| d <= now) {
                     "deleted".to_string()
                 } else {
@@ -534,7 +524,7 @@ impl Engine {
                     end_time: format_time_without_zone(end),
                     total_duration_minutes: minutes,
                     per_minute_rate,
-                    total_cost: per_minute_rate * minutes as f64,
+                    total_cost: v.billing.cost_of_whole_minutes(now),
                     currency: catalog::CURRENCY.to_string(),
                     status,
                     description: format!(
@@ -726,10 +716,23 @@ mod tests {
                 secs(0),
             )
             .unwrap();
+        // A balance set half-way through the first hour: what it drains must not jump when
+        // the rate changes, whichever window it covers.
+        engine.set_balance(50.0, secs(1800));
         let before = engine.balance(secs(3600));
         engine.resize_volume(&volume.id, 400, secs(3600)).unwrap();
         let after = engine.balance(secs(3600));
-        assert!((before - after).abs() < 1e-6, "{before} vs {after}");
+        assert!((before - after).abs() < 1e-12, "{before} vs {after}");
+        // 100 GB of NVMe for the first hour, 400 GB from then on.
+        let (small, large) = (100.0 * 0.0002, 400.0 * 0.0002);
+        let drained = 50.0 - engine.balance(secs(7200));
+        assert!((drained - (small / 2.0 + large)).abs() < 1e-12, "{drained}");
+        // The billing record: real minutes, today's rate, each minute at the rate it had.
+        let record = engine.volume_billing_records(secs(7200)).remove(0);
+        assert_eq!(record.size_gb, 400);
+        assert_eq!(record.total_duration_minutes, 120);
+        assert!((record.per_minute_rate - large / 60.0).abs() < 1e-15);
+        assert!((record.total_cost - (small + large)).abs() < 1e-12);
     }
 
     #[test]

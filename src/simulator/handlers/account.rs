@@ -10,6 +10,8 @@ use crate::reply::Reply;
 
 pub(super) fn get_balance(call: &Call<'_>) -> Result<Reply, ApiError> {
     call.engine(|e, now| {
+        // A machine that reached SHUTOFF or HIBERNATED since the last call bills less from then.
+        e.settle(now);
         Reply::new(
             "balance retrieved",
             model::BalanceBody {

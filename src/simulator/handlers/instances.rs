@@ -29,6 +29,7 @@ pub(super) fn list_instances(call: &Call<'_>) -> Result<Reply, ApiError> {
 pub(super) fn get_instance_billing(call: &Call<'_>) -> Result<Reply, ApiError> {
     let instance_id = call.query.text("instance_id").map(str::to_string);
     call.engine(|e, now| {
+        e.settle(now);
         if let Some(id) = &instance_id
             && e.instance_billing(Some(id), now).records.is_empty()
         {

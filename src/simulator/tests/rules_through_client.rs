@@ -934,6 +934,87 @@ async fn ai_models_list_the_parameter_table_and_chat_checks_ranges_and_balance()
 // === Balance and credit ===
 
 #[tokio::test]
+async fn a_machine_that_is_off_bills_a_share_of_its_rate_until_it_runs_again() {
+    let sim = start_simulator(SimulatorConfig {
+        stopped_rate_fraction: 0.1,
+        ..hour_long_states()
+    })
+    .await;
+    let client = client_for(&sim);
+    let vm = step(client.create_instance(&instance_request("sleeper", Tier::Advanced)))
+        .await
+        .unwrap()
+        .instance_id;
+    sim.advance_clock(HOUR);
+    let running = get(&client, &vm).await.billing.hourly_rate;
+    assert_eq!(running, 1.89, "one A100-80G, running");
+    let boot_volume = step(client.get_volume_billing(&VolumeBillingQuery::default()))
+        .await
+        .unwrap()
+        .records
+        .remove(0);
+    let boot_rate = boot_volume.per_minute_rate * 60.0;
+    let billing = |client: &CloudClient| {
+        let client = client.clone();
+        let vm = vm.clone();
+        async move {
+            step(client.get_instance_billing(&InstanceBillingQuery {
+                instance_id: Some(vm),
+            }))
+            .await
+            .unwrap()
+            .records
+            .remove(0)
+        }
+    };
+    let close = |what: &str, got: f64, expected: f64| {
+        // The clock also runs at real speed while the test does: allow a few seconds' worth.
+        assert!(
+            (got - expected).abs() < 0.01 * expected.max(0.01),
+            "{what}: {got}, expected {expected}"
+        );
+    };
+
+    step(client.stop_instance(&vm)).await.unwrap();
+    assert_eq!(get(&client, &vm).await.billing.hourly_rate, running);
+    sim.advance_clock(HOUR);
+    let stopped = get(&client, &vm).await;
+    assert_eq!(stopped.status, InstanceStatus::Shutoff);
+    assert_eq!(stopped.billing.hourly_rate, 0.1 * running);
+
+    // An hour stopped: a tenth of the machine's hour, plus the boot volume's.
+    let record_before = billing(&client).await;
+    let before = step(client.get_balance()).await.unwrap().balance;
+    sim.advance_clock(HOUR);
+    let after = step(client.get_balance()).await.unwrap().balance;
+    let record_after = billing(&client).await;
+    close("drained", before - after, 0.1 * running + boot_rate);
+    close(
+        "billed for the hour",
+        record_after.total_cost - record_before.total_cost,
+        0.1 * running,
+    );
+    assert_eq!(record_after.hourly_rate, 0.1 * running);
+    // An hour creating and an hour stopping at the full rate, then the hour stopped.
+    close(
+        "total",
+        record_after.total_cost,
+        2.0 * running + 0.1 * running,
+    );
+
+    step(client.start_instance(&vm)).await.unwrap();
+    sim.advance_clock(HOUR);
+    let started = get(&client, &vm).await;
+    assert_eq!(started.status, InstanceStatus::Active);
+    assert_eq!(started.billing.hourly_rate, running);
+    let before = step(client.get_balance()).await.unwrap().balance;
+    sim.advance_clock(HOUR);
+    let after = step(client.get_balance()).await.unwrap().balance;
+    close("drained once running", before - after, running + boot_rate);
+    step(sim.shutdown()).await;
+}
+
+#[tokio::test]
 async fn balance_drains_and_billed_creates_are_refused_once_it_is_spent() {
     let sim = start_simulator(SimulatorConfig::default()).await;
     let client = client_for(&sim);
