@@ -18,9 +18,12 @@ use crate::secrets::{
     CREDENTIALS_LABEL, CREDENTIALS_LABEL_VALUE, Read, labelled_as_credentials, read_if,
 };
 use gpucloud_api::SecretKeyRef;
-use gpucloud_cloud::model::{BalanceBody, PricingBody};
+use gpucloud_cloud::model::{
+    BalanceBody, InstanceBillingQuery, PricingBody, SnapshotBillingQuery, VolumeBillingQuery,
+};
 use gpucloud_cloud::{ApiKey, CallObserver, ClientConfig, CloudClient, RateLimit};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
@@ -104,6 +107,7 @@ pub struct Account {
     catalog_ttl: Duration,
     balance: Mutex<Option<(Instant, BalanceBody)>>,
     pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
+    billing: Mutex<Option<(Instant, Arc<Vec<Charge>>)>>,
     /// Since when the account's cloud has not answered (a list or a call failed as a server
     /// that is down fails); `None` while it answers.
     down_since: Mutex<Option<Instant>>,
@@ -130,6 +134,7 @@ impl Account {
             catalog_ttl,
             balance: Mutex::new(None),
             pricing: Mutex::new(None),
+            billing: Mutex::new(None),
             down_since: Mutex::new(None),
             recoveries: watch::Sender::new(0),
             retired: watch::Sender::new(false),
@@ -218,6 +223,65 @@ impl Account {
         Ok(body)
     }
 
+    /// What the cloud has billed for each resource of the account, instances, volumes and
+    /// snapshots, deleted ones included: the three billing lists (the volumes' one page of
+    /// 100 at a time), read at most once per catalog TTL, whoever asks.
+    pub async fn billing(&self) -> Result<Arc<Vec<Charge>>, Error> {
+        if let Some((at, charges)) = lock(&self.billing).as_ref()
+            && at.elapsed() < self.catalog_ttl
+        {
+            return Ok(charges.clone());
+        }
+        let mut charges = Vec::new();
+        let instances = self
+            .client
+            .get_instance_billing(&InstanceBillingQuery::default())
+            .await?;
+        for r in instances.records {
+            charges.extend(Charge::read(
+                &r.vm_name,
+                &r.start_time,
+                r.end_time.as_deref(),
+                r.total_cost,
+            ));
+        }
+        let snapshots = self
+            .client
+            .get_snapshot_billing(&SnapshotBillingQuery::default())
+            .await?;
+        for r in snapshots.records {
+            charges.extend(Charge::read(
+                &r.snapshot_name,
+                &r.start_time,
+                r.end_time.as_deref(),
+                r.total_cost,
+            ));
+        }
+        let mut page = 1;
+        loop {
+            let query = VolumeBillingQuery {
+                page: Some(page),
+                limit: Some(100),
+                ..VolumeBillingQuery::default()
+            };
+            let volumes = self.client.get_volume_billing(&query).await?;
+            for r in &volumes.records {
+                // As shown, the volume record's times carry no zone: UTC.
+                let start = format!("{}Z", r.start_time.trim_end_matches('Z'));
+                let end = format!("{}Z", r.end_time.trim_end_matches('Z'));
+                let ended = (r.status == "deleted").then_some(end.as_str());
+                charges.extend(Charge::read(&r.volume_name, &start, ended, r.total_cost));
+            }
+            if page >= volumes.total_pages {
+                break;
+            }
+            page += 1;
+        }
+        let charges = Arc::new(charges);
+        *lock(&self.billing) = Some((Instant::now(), charges.clone()));
+        Ok(charges)
+    }
+
     /// Refuses a billed create when the balance is below `floor`.
     pub async fn check_budget(&self, floor: f64) -> Result<(), Error> {
         if floor <= 0.0 {
@@ -232,6 +296,52 @@ impl Account {
             });
         }
         Ok(())
+    }
+}
+
+/// What the cloud billed for one resource: from when, until when (`None` while billed), and
+/// how much in all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Charge {
+    pub cloud_name: String,
+    pub start: Timestamp,
+    pub end: Option<Timestamp>,
+    pub total_cost: f64,
+}
+
+impl Charge {
+    /// A billing record's charge; `None` (logged) when its times do not read.
+    fn read(name: &str, start: &str, end: Option<&str>, total_cost: f64) -> Option<Charge> {
+        let parse = |text: &str| text.parse::<Timestamp>().ok();
+        let charge = Charge {
+            cloud_name: name.to_string(),
+            start: parse(start)?,
+            end: match end {
+                Some(text) => Some(parse(text)?),
+                None => None,
+            },
+            total_cost,
+        };
+        Some(charge)
+    }
+
+    /// The part of the charge that falls after `from` (up to `now`), assuming it accrued
+    /// evenly: exact for a resource billed at one rate throughout.
+    pub fn since(&self, from: Timestamp, now: Timestamp) -> f64 {
+        let end = self.end.unwrap_or(now).max(self.start);
+        if end <= from {
+            return 0.0;
+        }
+        if self.start >= from {
+            return self.total_cost;
+        }
+        let whole = end.duration_since(self.start).as_secs_f64();
+        let inside = end.duration_since(from).as_secs_f64();
+        if whole <= 0.0 {
+            self.total_cost
+        } else {
+            self.total_cost * inside / whole
+        }
     }
 }
 
