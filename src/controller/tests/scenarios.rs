@@ -14,6 +14,7 @@ mod events;
 mod examples;
 mod final_snapshot;
 mod firewalls;
+mod hourly_rates;
 mod idempotence;
 mod invalid_objects;
 mod lifecycle;
