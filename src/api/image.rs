@@ -44,11 +44,21 @@ pub struct ImageStatus {
     /// Size as the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
+    /// What the image costs per hour, in `currency`: its size times the image price per
+    /// GB-hour in the account's price list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hourly_rate: Option<f64>,
+    /// Currency of `hourlyRate`, e.g. `USD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
 }
 
 impl Image {
     /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
-    pub const COLUMNS: &[Column] = &[Column::new("Snapshot", "string", ".spec.snapshotRef.name")];
+    pub const COLUMNS: &[Column] = &[
+        Column::new("Snapshot", "string", ".spec.snapshotRef.name"),
+        Column::new("Rate", "number", ".status.hourlyRate").wide(),
+    ];
 
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[("snapshotRef", OnChange::Immutable)];

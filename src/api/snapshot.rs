@@ -72,6 +72,13 @@ pub struct SnapshotStatus {
     /// Cloud id of the snapshotted instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_instance_id: Option<String>,
+    /// What the snapshot costs per hour, in `currency`: its size times the snapshot price per
+    /// GB-hour in the account's price list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hourly_rate: Option<f64>,
+    /// Currency of `hourlyRate`, e.g. `USD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
 }
 
 impl Snapshot {
@@ -79,6 +86,7 @@ impl Snapshot {
     pub const COLUMNS: &[Column] = &[
         Column::new("Instance", "string", ".spec.instanceRef.name"),
         Column::new("Size", "integer", ".status.size"),
+        Column::new("Rate", "number", ".status.hourlyRate").wide(),
     ];
 
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).

@@ -92,6 +92,13 @@ pub struct VolumeStatus {
     /// Whether the cloud reports the volume bootable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootable: Option<bool>,
+    /// What the volume costs per hour, in `currency`: its size times the price per GB-hour of
+    /// its volume type in the account's price list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hourly_rate: Option<f64>,
+    /// Currency of `hourlyRate`, e.g. `USD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
 }
 
 impl Volume {
@@ -100,6 +107,7 @@ impl Volume {
         Column::new("Size", "integer", ".status.sizeGb"),
         Column::new("Instance", "string", ".spec.instanceRef.name"),
         Column::new("Region", "string", ".spec.region"),
+        Column::new("Rate", "number", ".status.hourlyRate").wide(),
     ];
 
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).

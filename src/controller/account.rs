@@ -108,6 +108,8 @@ pub struct Account {
     balance: Mutex<Option<(Instant, BalanceBody)>>,
     pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
     billing: Mutex<Option<(Instant, Arc<Vec<Charge>>)>>,
+    /// When the latest read of the price list failed; `None` once one succeeds.
+    pricing_failed: Mutex<Option<Instant>>,
     /// Since when the account's cloud has not answered (a list or a call failed as a server
     /// that is down fails); `None` while it answers.
     down_since: Mutex<Option<Instant>>,
@@ -135,6 +137,7 @@ impl Account {
             balance: Mutex::new(None),
             pricing: Mutex::new(None),
             billing: Mutex::new(None),
+            pricing_failed: Mutex::new(None),
             down_since: Mutex::new(None),
             recoveries: watch::Sender::new(0),
             retired: watch::Sender::new(false),
@@ -218,8 +221,15 @@ impl Account {
         {
             return Ok(body.clone());
         }
-        let body = Arc::new(self.client.get_pricing().await?);
+        let body = match self.client.get_pricing().await {
+            Ok(body) => Arc::new(body),
+            Err(error) => {
+                *lock(&self.pricing_failed) = Some(Instant::now());
+                return Err(error.into());
+            }
+        };
         *lock(&self.pricing) = Some((Instant::now(), body.clone()));
+        *lock(&self.pricing_failed) = None;
         Ok(body)
     }
 
@@ -280,6 +290,25 @@ impl Account {
         let charges = Arc::new(charges);
         *lock(&self.billing) = Some((Instant::now(), charges.clone()));
         Ok(charges)
+    }
+
+    /// The price list a status's hourly rate is read from (`ManagedKind::priced`): as
+    /// [`Account::pricing`], except that after a failed read it is not asked for again for a
+    /// catalog TTL (`None` meanwhile, the rates shown left as they are), so that every
+    /// reconcile of every priced object does not call the cloud while the list cannot be read.
+    pub async fn pricing_for_status(&self) -> Option<Arc<PricingBody>> {
+        let failed_recently =
+            lock(&self.pricing_failed).is_some_and(|at| at.elapsed() < self.catalog_ttl);
+        if failed_recently {
+            return None;
+        }
+        match self.pricing().await {
+            Ok(body) => Some(body),
+            Err(error) => {
+                tracing::warn!(account = %self.id, %error, "the price list could not be read: hourly rates are left as they are");
+                None
+            }
+        }
     }
 
     /// Refuses a billed create when the balance is below `floor`.

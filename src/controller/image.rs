@@ -9,10 +9,13 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone, never_acts};
 use crate::observer::CloudResource;
+use crate::pricing;
 use crate::records::{cloud_record, found, gone};
 use crate::references;
 use gpucloud_api::{CloudStatus, Image, ImageStatus, Snapshot};
-use gpucloud_cloud::model::{CreateImageRequest, Image as CloudImage, ImageStatus as CloudState};
+use gpucloud_cloud::model::{
+    CreateImageRequest, Image as CloudImage, ImageStatus as CloudState, PricingBody,
+};
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::{Api, Resource, ResourceExt};
 
@@ -28,18 +31,40 @@ impl ManagedKind for Image {
     const BILLED: bool = true;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        let previous = self.status.as_ref();
         match record {
             Some(r) => ImageStatus {
                 cloud: common,
                 snapshot_id: Some(r.snapshot_id.clone()),
                 region: Some(r.region.clone()),
                 size: Some(i64::try_from(r.size).unwrap_or(i64::MAX)),
+                // From the price list, by `priced`.
+                hourly_rate: previous.and_then(|p| p.hourly_rate),
+                currency: previous.and_then(|p| p.currency.clone()),
             },
             None => ImageStatus {
                 cloud: common,
-                ..self.status.clone().unwrap_or_default()
+                ..previous.cloned().unwrap_or_default()
             },
         }
+    }
+
+    const PRICED: bool = true;
+
+    /// Its size (its snapshot's, which the cloud copies) times the image price per GB-hour.
+    fn priced(&mut self, record: &CloudImage, pricing: &PricingBody) {
+        let price = pricing::image_price(pricing);
+        if let Some((rate, currency)) = pricing::shown(pricing, price, record.size) {
+            let status = self.status.get_or_insert_with(ImageStatus::default);
+            status.hourly_rate = Some(rate);
+            status.currency = Some(currency);
+        }
+    }
+
+    /// The rate the price list gave for the image, while it has one.
+    fn hourly_cost(&self) -> Option<(f64, String)> {
+        let status = self.status.as_ref()?;
+        pricing::recorded_cost(&status.cloud, status.hourly_rate, status.currency.as_ref())
     }
 
     /// The cloud id of the snapshot.
@@ -54,6 +79,18 @@ impl ManagedKind for Image {
             "Snapshot",
         )
         .await
+    }
+
+    /// The snapshot's size (read by id: the plan holds only the id) times the image price per
+    /// GB-hour: an image is as large as its snapshot.
+    async fn planned_hourly_rate(
+        snapshot_id: &String,
+        account: &Account,
+    ) -> Result<Option<f64>, Error> {
+        let snapshot = account.client.get_snapshot(snapshot_id).await?;
+        let pricing = account.pricing().await?;
+        let price = pricing::required(pricing::image_price(&pricing), "image price")?;
+        Ok(Some(pricing::per_hour(snapshot.size, price)))
     }
 
     async fn create(
@@ -145,5 +182,72 @@ impl CloudResource for Images {
 
     async fn delete(client: CloudClient, record: CloudImage) -> Result<(), CloudError> {
         gone(client.delete_image(&record.id).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucloud_api::Managed;
+
+    fn image(rate: Option<f64>) -> Image {
+        let mut object: Image = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "Image",
+            "metadata": {"name": "golden", "namespace": "ml"},
+            "spec": {"snapshotRef": {"name": "epoch-3"}},
+        }))
+        .unwrap();
+        object.status = Some(ImageStatus {
+            cloud: CloudStatus {
+                external_id: Some("img-1".into()),
+                ..CloudStatus::default()
+            },
+            hourly_rate: rate,
+            currency: rate.map(|_| "USD".to_string()),
+            ..ImageStatus::default()
+        });
+        object
+    }
+
+    #[test]
+    fn the_rate_is_the_size_times_the_image_price() {
+        let list = |image_price: f64| PricingBody {
+            currency: "USD".into(),
+            snapshot_price_per_gb_hour: 0.00005,
+            image_price_per_gb_hour: image_price,
+            ..PricingBody::default()
+        };
+        for (before, size, image_price, after) in [
+            (None, 750, 0.00005, Some(0.0375)),
+            (None, 100, 0.0002, Some(0.02)),
+            // No image price in the list, or no size on the record: the rate stays.
+            (Some(0.5), 100, 0.0, Some(0.5)),
+            (None, 100, 0.0, None),
+            (Some(0.5), 0, 0.0002, Some(0.5)),
+        ] {
+            let case = format!("{before:?} {size} GB at {image_price}");
+            let record = CloudImage {
+                id: "img-1".into(),
+                size,
+                ..CloudImage::default()
+            };
+            let mut object = image(before);
+            object.priced(&record, &list(image_price));
+            let written = object.with_status(object.cloud_status(), Some(&record));
+            let status = written.status.as_ref().unwrap();
+            match after {
+                Some(rate) => {
+                    let shown = status.hourly_rate.expect(&case);
+                    assert!((shown - rate).abs() < 1e-12, "{case}: {shown}");
+                    assert_eq!(status.currency.as_deref(), Some("USD"), "{case}");
+                    assert_eq!(
+                        written.hourly_cost(),
+                        Some((shown, "USD".to_string())),
+                        "{case}"
+                    );
+                }
+                None => assert_eq!(written.hourly_cost(), None, "{case}"),
+            }
+        }
     }
 }

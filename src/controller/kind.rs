@@ -6,6 +6,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::observer::CloudResource;
 use gpucloud_api::{CloudStatus, Managed};
+use gpucloud_cloud::model::PricingBody;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::object::HasStatus;
@@ -226,6 +227,19 @@ pub trait ManagedKind:
     fn hourly_cost(&self) -> Option<(f64, String)> {
         None
     }
+
+    /// Whether the cloud bills the resource by the account's price list rather than giving
+    /// its rate on the record (volumes, snapshots and images, by size): before the status
+    /// write of each converge (the resource found in the cloud), the flow reads the price list
+    /// (`Account::pricing_for_status`: cached for the catalog TTL, so no per-object call) and
+    /// hands it to [`ManagedKind::priced`].
+    const PRICED: bool = false;
+
+    /// Records in the kind's own status fields (`hourlyRate`, `currency`) what `record` costs
+    /// per hour by `pricing`, for the flow's status write (`status_with` keeps them). Pure.
+    /// A price the list does not give leaves them as they are: never a wrong or zero rate.
+    /// Nothing by default.
+    fn priced(&mut self, _record: &Record<Self>, _pricing: &PricingBody) {}
 
     /// Why the recorded resource is gone from the cloud, when the kind can tell better than
     /// "deleted outside the operator" (an image removed with its snapshot). `None` keeps the

@@ -22,6 +22,7 @@ pub mod naming;
 pub mod observer;
 pub mod orphans;
 pub mod ownership;
+pub mod pricing;
 pub mod readopt;
 pub mod reconcile;
 pub mod records;

@@ -574,6 +574,13 @@ async fn converge<K: ManagedKind>(
         }
         plan.outcome
     };
+    // What the resource costs by the price list, for the kinds the cloud bills by it: the
+    // list is cached per account, so this is no call per object.
+    if K::PRICED
+        && let Some(pricing) = account.pricing_for_status().await
+    {
+        working.priced(&record, &pricing);
+    }
     if status.pending_create.is_some() {
         // Listed: the create's settle window no longer matters.
         cx.forget_create(&object.uid().unwrap_or_default());

@@ -8,6 +8,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone, never_acts};
 use crate::observer::CloudResource;
+use crate::pricing;
 use crate::records::{cloud_record, found, gone};
 use crate::references;
 use gpucloud_api::{
@@ -15,7 +16,8 @@ use gpucloud_api::{
     SnapshotStatus,
 };
 use gpucloud_cloud::model::{
-    CreateSnapshotRequest, InstanceStatus, Snapshot as CloudSnapshot, SnapshotStatus as CloudState,
+    CreateSnapshotRequest, Instance, InstanceStatus, PricingBody, Snapshot as CloudSnapshot,
+    SnapshotStatus as CloudState,
 };
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::api::ListParams;
@@ -26,6 +28,8 @@ use std::sync::Arc;
 pub struct SnapshotPlan {
     instance_id: String,
     request: CreateSnapshotRequest,
+    /// The machine's storage in GB, as its cloud record says: the snapshot's size.
+    size_gb: u64,
 }
 
 impl ManagedKind for Snapshot {
@@ -48,18 +52,40 @@ impl ManagedKind for Snapshot {
     const BILLED: bool = true;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        let previous = self.status.as_ref();
         match record {
             Some(r) => SnapshotStatus {
                 cloud: common,
                 size: Some(i64::try_from(r.size).unwrap_or(i64::MAX)),
                 region: Some(r.region.clone()),
                 source_instance_id: Some(r.instance_id.clone()),
+                // From the price list, by `priced`.
+                hourly_rate: previous.and_then(|p| p.hourly_rate),
+                currency: previous.and_then(|p| p.currency.clone()),
             },
             None => SnapshotStatus {
                 cloud: common,
-                ..self.status.clone().unwrap_or_default()
+                ..previous.cloned().unwrap_or_default()
             },
         }
+    }
+
+    const PRICED: bool = true;
+
+    /// Its size times the snapshot price per GB-hour.
+    fn priced(&mut self, record: &CloudSnapshot, pricing: &PricingBody) {
+        let price = pricing::snapshot_price(pricing);
+        if let Some((rate, currency)) = pricing::shown(pricing, price, record.size) {
+            let status = self.status.get_or_insert_with(SnapshotStatus::default);
+            status.hourly_rate = Some(rate);
+            status.currency = Some(currency);
+        }
+    }
+
+    /// The rate the price list gave for the snapshot, while it has one.
+    fn hourly_cost(&self) -> Option<(f64, String)> {
+        let status = self.status.as_ref()?;
+        pricing::recorded_cost(&status.cloud, status.hourly_rate, status.currency.as_ref())
     }
 
     type CreatePlan = SnapshotPlan;
@@ -94,7 +120,8 @@ impl ManagedKind for Snapshot {
                 ));
             }
         };
-        // The cloud snapshots ACTIVE machines only: wait for it rather than fail.
+        // The cloud snapshots ACTIVE machines only (`snapshot_plan`): wait for it rather
+        // than fail.
         let instance = match account.client.get_instance(&instance_id).await {
             Ok(instance) => instance,
             Err(e) if e.is_not_found() && self.spec.instance_ref.is_some() => {
@@ -110,24 +137,17 @@ impl ManagedKind for Snapshot {
             }
             Err(e) => return Err(e.into()),
         };
-        if instance.status != InstanceStatus::Active {
-            return Err(Error::InProgress {
-                reason: reason::WAITING_FOR_INSTANCE,
-                message: format!(
-                    "instance {instance_id} is {}; the cloud snapshots ACTIVE instances only",
-                    instance.status
-                ),
-            });
-        }
-        Ok(SnapshotPlan {
-            instance_id,
-            request: CreateSnapshotRequest {
-                // `create` names it.
-                name: String::new(),
-                description: self.spec.description.clone(),
-                labels: self.spec.labels.iter().map(|l| l.0.clone()).collect(),
-            },
-        })
+        snapshot_plan(self, instance_id, &instance)
+    }
+
+    /// The machine's storage times the snapshot price per GB-hour.
+    async fn planned_hourly_rate(
+        plan: &SnapshotPlan,
+        account: &Account,
+    ) -> Result<Option<f64>, Error> {
+        let pricing = account.pricing().await?;
+        let price = pricing::required(pricing::snapshot_price(&pricing), "snapshot price")?;
+        Ok(Some(pricing::per_hour(plan.size_gb, price)))
     }
 
     async fn create(
@@ -259,6 +279,36 @@ impl ManagedKind for Snapshot {
     }
 }
 
+/// The create plan of `snapshot` of the machine `instance_id`, from the machine's cloud record.
+/// Pure: `plan_create` reads the references and the record. The cloud snapshots `ACTIVE`
+/// machines only: another state waits rather than fails.
+pub fn snapshot_plan(
+    snapshot: &Snapshot,
+    instance_id: String,
+    instance: &Instance,
+) -> Result<SnapshotPlan, Error> {
+    if instance.status != InstanceStatus::Active {
+        return Err(Error::InProgress {
+            reason: reason::WAITING_FOR_INSTANCE,
+            message: format!(
+                "instance {instance_id} is {}; the cloud snapshots ACTIVE instances only",
+                instance.status
+            ),
+        });
+    }
+    Ok(SnapshotPlan {
+        instance_id,
+        request: CreateSnapshotRequest {
+            // `create` names it.
+            name: String::new(),
+            description: snapshot.spec.description.clone(),
+            labels: snapshot.spec.labels.iter().map(|l| l.0.clone()).collect(),
+        },
+        // The cloud snapshots the machine's storage.
+        size_gb: u64::from(instance.specs.storage_gb),
+    })
+}
+
 /// What holds a snapshot's deletion for its images, if anything: the Image objects naming it
 /// (name and recorded image id), and the ids of the images the cloud relates to it. Cloud
 /// images an Image object records are named by that object.
@@ -323,7 +373,106 @@ impl CloudResource for Snapshots {
 
 #[cfg(test)]
 mod tests {
-    use super::dependents;
+    use super::{dependents, snapshot_plan};
+    use crate::kind::ManagedKind;
+    use gpucloud_api::{CloudStatus, Managed, Snapshot, SnapshotStatus};
+    use gpucloud_cloud::model::{
+        Instance, InstanceSpecs, InstanceStatus, PricingBody, Snapshot as CloudSnapshot,
+    };
+
+    fn snapshot(rate: Option<f64>) -> Snapshot {
+        let mut object: Snapshot = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "epoch-3", "namespace": "ml"},
+            "spec": {"instanceRef": {"name": "trainer"}},
+        }))
+        .unwrap();
+        object.status = Some(SnapshotStatus {
+            cloud: CloudStatus {
+                external_id: Some("snap-1".into()),
+                ..CloudStatus::default()
+            },
+            hourly_rate: rate,
+            currency: rate.map(|_| "USD".to_string()),
+            ..SnapshotStatus::default()
+        });
+        object
+    }
+
+    fn price_list(snapshot_price: f64) -> PricingBody {
+        PricingBody {
+            currency: "USD".into(),
+            snapshot_price_per_gb_hour: snapshot_price,
+            image_price_per_gb_hour: 0.00007,
+            ..PricingBody::default()
+        }
+    }
+
+    #[test]
+    fn the_rate_is_the_size_times_the_snapshot_price() {
+        for (before, size, snapshot_price, after) in [
+            (None, 750, 0.00005, Some(0.0375)),
+            (None, 200, 0.0001, Some(0.02)),
+            (Some(0.01), 200, 0.0001, Some(0.02)),
+            // No snapshot price in the list, or no size on the record: the rate stays.
+            (Some(0.5), 200, 0.0, Some(0.5)),
+            (None, 200, 0.0, None),
+            (Some(0.5), 0, 0.0001, Some(0.5)),
+        ] {
+            let case = format!("{before:?} {size} GB at {snapshot_price}");
+            let record = CloudSnapshot {
+                snapshot_id: "snap-1".into(),
+                size,
+                ..CloudSnapshot::default()
+            };
+            let mut object = snapshot(before);
+            object.priced(&record, &price_list(snapshot_price));
+            let written = object.with_status(object.cloud_status(), Some(&record));
+            let status = written.status.as_ref().unwrap();
+            match after {
+                Some(rate) => {
+                    let shown = status.hourly_rate.expect(&case);
+                    assert!((shown - rate).abs() < 1e-12, "{case}: {shown}");
+                    assert_eq!(
+                        written.hourly_cost(),
+                        Some((shown, "USD".to_string())),
+                        "{case}"
+                    );
+                }
+                None => assert_eq!(written.hourly_cost(), None, "{case}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_snapshot_is_planned_at_its_machines_storage_once_the_machine_is_active() {
+        let machine = |status: InstanceStatus| Instance {
+            instance_id: "vm-1".into(),
+            status,
+            specs: InstanceSpecs {
+                storage_gb: 750,
+                ..InstanceSpecs::default()
+            },
+            ..Instance::default()
+        };
+        let plan = snapshot_plan(
+            &snapshot(None),
+            "vm-1".into(),
+            &machine(InstanceStatus::Active),
+        )
+        .unwrap();
+        assert_eq!((plan.instance_id.as_str(), plan.size_gb), ("vm-1", 750));
+        let waiting = snapshot_plan(
+            &snapshot(None),
+            "vm-1".into(),
+            &machine(InstanceStatus::Shutoff),
+        );
+        assert!(
+            matches!(waiting, Err(crate::Error::InProgress { .. })),
+            "{:?}",
+            waiting.err()
+        );
+    }
 
     fn objects(list: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
         list.iter()

@@ -8,11 +8,12 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
+use crate::pricing;
 use crate::records::{cloud_record, found, gone};
 use crate::references;
 use gpucloud_api::{CloudStatus, Volume, VolumeStatus};
 use gpucloud_cloud::model::{
-    CreateVolumeRequest, Tier as CloudTier, Volume as CloudVolume, VolumeListQuery,
+    CreateVolumeRequest, PricingBody, Tier as CloudTier, Volume as CloudVolume, VolumeListQuery,
     VolumeStatus as CloudState,
 };
 use gpucloud_cloud::{CloudClient, Error as CloudError};
@@ -21,7 +22,11 @@ use kube::ResourceExt;
 /// How a volume comes to exist: made empty, or cloned from another volume.
 pub enum VolumePlan {
     Create(CreateVolumeRequest),
-    Clone { source_id: String },
+    /// A clone has its source's size and type; it is then grown to `size_gb` if that is more.
+    Clone {
+        source_id: String,
+        size_gb: u64,
+    },
 }
 
 /// Where `instanceRef` says the volume belongs.
@@ -71,6 +76,7 @@ impl ManagedKind for Volume {
     const BILLED: bool = true;
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        let previous = self.status.as_ref();
         match record {
             Some(r) => VolumeStatus {
                 cloud: common,
@@ -78,12 +84,33 @@ impl ManagedKind for Volume {
                 size_gb: Some(i32::try_from(r.size).unwrap_or(i32::MAX)),
                 volume_type: Some(r.volume_type.clone()),
                 bootable: Some(r.bootable),
+                // From the price list, by `priced`.
+                hourly_rate: previous.and_then(|p| p.hourly_rate),
+                currency: previous.and_then(|p| p.currency.clone()),
             },
             None => VolumeStatus {
                 cloud: common,
-                ..self.status.clone().unwrap_or_default()
+                ..previous.cloned().unwrap_or_default()
             },
         }
+    }
+
+    const PRICED: bool = true;
+
+    /// Its size times the price per GB-hour of its volume type.
+    fn priced(&mut self, record: &CloudVolume, pricing: &PricingBody) {
+        let price = pricing::storage_price(pricing, &record.volume_type);
+        if let Some((rate, currency)) = pricing::shown(pricing, price, record.size) {
+            let status = self.status.get_or_insert_with(VolumeStatus::default);
+            status.hourly_rate = Some(rate);
+            status.currency = Some(currency);
+        }
+    }
+
+    /// The rate the price list gave for the volume, while it has one.
+    fn hourly_cost(&self) -> Option<(f64, String)> {
+        let status = self.status.as_ref()?;
+        pricing::recorded_cost(&status.cloud, status.hourly_rate, status.currency.as_ref())
     }
 
     type CreatePlan = VolumePlan;
@@ -107,9 +134,36 @@ impl ManagedKind for Volume {
                 "Volume",
             )
             .await?;
-            return Ok(VolumePlan::Clone { source_id });
+            return Ok(VolumePlan::Clone {
+                source_id,
+                size_gb: u64::try_from(self.spec.size_gb).unwrap_or_default(),
+            });
         }
         Ok(VolumePlan::Create(create_request(&self.spec)?))
+    }
+
+    /// The size and type of the request; a clone's are its source's (read by id), grown to
+    /// the spec's size when that is more, as the volume soon will be.
+    async fn planned_hourly_rate(
+        plan: &VolumePlan,
+        account: &Account,
+    ) -> Result<Option<f64>, Error> {
+        let (size, volume_type) = match plan {
+            VolumePlan::Create(request) => (
+                request.size,
+                request.volume_type.clone().unwrap_or_default(),
+            ),
+            VolumePlan::Clone { source_id, size_gb } => {
+                let source = account.client.get_volume(source_id).await?;
+                (source.size.max(*size_gb), source.volume_type)
+            }
+        };
+        let pricing = account.pricing().await?;
+        let price = pricing::required(
+            pricing::storage_price(&pricing, &volume_type),
+            &format!("volume type {volume_type:?}"),
+        )?;
+        Ok(Some(pricing::per_hour(size, price)))
     }
 
     async fn create(
@@ -123,7 +177,7 @@ impl ManagedKind for Volume {
                 request.name = cloud_name.to_string();
                 Ok(account.client.create_volume(&request).await?)
             }
-            VolumePlan::Clone { source_id } => {
+            VolumePlan::Clone { source_id, .. } => {
                 Ok(account.client.clone_volume(&source_id, cloud_name).await?)
             }
         }
@@ -262,9 +316,7 @@ async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> 
 
 /// The create request a spec asks for (unnamed: `create` names it). Pure, so the mapping is
 /// tested without a cloud.
-pub(crate) fn create_request(
-    spec: &gpucloud_api::VolumeSpec,
-) -> Result<CreateVolumeRequest, Error> {
+pub fn create_request(spec: &gpucloud_api::VolumeSpec) -> Result<CreateVolumeRequest, Error> {
     let size = u64::try_from(spec.size_gb)
         .ok()
         .filter(|size| *size > 0)
@@ -321,6 +373,7 @@ impl CloudResource for Volumes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpucloud_api::Managed;
 
     fn volume(size_gb: i32) -> Volume {
         serde_json::from_value(serde_json::json!({
@@ -426,6 +479,102 @@ mod tests {
             let case = format!("{size} GB wanted, {record:?}, {target:?}");
             assert_eq!(planned(size, &record, target), (action, standing), "{case}");
         }
+    }
+
+    /// The simulator's price list.
+    fn price_list() -> PricingBody {
+        serde_json::from_value(serde_json::json!({
+            "currency": "USD",
+            "storage": [
+                {"volume_type": "NVMe", "price_per_gb_hour": 0.0002},
+                {"volume_type": "SSD", "price_per_gb_hour": 0.0001},
+            ],
+            "snapshot_price_per_gb_hour": 0.00005,
+            "image_price_per_gb_hour": 0.00005,
+        }))
+        .unwrap()
+    }
+
+    /// A recorded volume whose status shows `rate` (in USD), priced by `pricing` for `record`
+    /// and written: what the status then shows, and what `hourly_cost` says.
+    fn priced_status(
+        rate: Option<f64>,
+        record: &CloudVolume,
+        pricing: Option<&PricingBody>,
+    ) -> (VolumeStatus, Option<(f64, String)>) {
+        let mut object = volume(100);
+        object.status = Some(VolumeStatus {
+            cloud: CloudStatus {
+                external_id: Some("vol-1".into()),
+                ..CloudStatus::default()
+            },
+            hourly_rate: rate,
+            currency: rate.map(|_| "USD".to_string()),
+            ..VolumeStatus::default()
+        });
+        if let Some(pricing) = pricing {
+            object.priced(record, pricing);
+        }
+        let written = object.with_status(object.cloud_status(), Some(record));
+        let cost = written.hourly_cost();
+        (written.status.unwrap(), cost)
+    }
+
+    #[test]
+    fn the_rate_is_the_size_times_the_price_of_the_volume_type() {
+        let list = price_list();
+        let sized = |size: u64, volume_type: &str| CloudVolume {
+            volume_type: volume_type.into(),
+            ..record(size, CloudState::Available, None)
+        };
+        for (before, record, pricing, after) in [
+            (None, sized(100, "SSD"), Some(&list), Some(0.01)),
+            (None, sized(100, "NVMe"), Some(&list), Some(0.02)),
+            (None, sized(50, "nvme"), Some(&list), Some(0.01)),
+            // Grown: the rate follows the size.
+            (Some(0.02), sized(200, "NVMe"), Some(&list), Some(0.04)),
+            // A type the list does not price, a record without a size, a price list that could
+            // not be read: what the status showed stays.
+            (Some(0.5), sized(100, "HDD"), Some(&list), Some(0.5)),
+            (None, sized(100, "HDD"), Some(&list), None),
+            (Some(0.5), sized(0, "SSD"), Some(&list), Some(0.5)),
+            (Some(0.5), sized(100, "SSD"), None, Some(0.5)),
+            (None, sized(100, "SSD"), None, None),
+        ] {
+            let case = format!("{before:?} {record:?} priced: {}", pricing.is_some());
+            let (status, cost) = priced_status(before, &record, pricing);
+            match after {
+                Some(rate) => {
+                    let shown = status.hourly_rate.expect(&case);
+                    assert!((shown - rate).abs() < 1e-12, "{case}: {shown}");
+                    assert_eq!(status.currency.as_deref(), Some("USD"), "{case}");
+                    assert_eq!(cost, Some((shown, "USD".to_string())), "{case}");
+                }
+                None => {
+                    assert_eq!(
+                        (status.hourly_rate, status.currency),
+                        (None, None),
+                        "{case}"
+                    );
+                    assert_eq!(cost, None, "{case}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_rate_is_kept_without_a_record_and_costs_nothing_without_a_cloud_id() {
+        let mut object = volume(100);
+        object.status = Some(VolumeStatus {
+            hourly_rate: Some(0.02),
+            currency: Some("USD".into()),
+            ..VolumeStatus::default()
+        });
+        // Nothing recorded (an object whose create was refused, say): nothing is billed.
+        assert_eq!(object.hourly_cost(), None);
+        let kept = object.status_with(CloudStatus::default(), None);
+        assert_eq!(kept.hourly_rate, Some(0.02));
+        assert_eq!(kept.currency.as_deref(), Some("USD"));
     }
 
     #[test]

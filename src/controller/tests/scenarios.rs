@@ -15,6 +15,7 @@ mod events;
 mod examples;
 mod final_snapshot;
 mod firewalls;
+mod hourly_rates;
 mod idempotence;
 mod invalid_objects;
 mod lifecycle;
