@@ -300,8 +300,17 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     .await
     .unwrap();
     let middle = power_is(&env, "middle", "STOPPED").await;
-    let message = support::ready_message(&middle);
-    assert!(message.contains("Budget team"), "{message}");
+    let machines = env.api::<GpuInstance>();
+    eventually(30, "middle's Ready message naming the Budget", || {
+        let machines = machines.clone();
+        async move {
+            let middle = machines.get("middle").await.ok()?;
+            support::ready_message(&middle)
+                .contains("kept stopped by Budget team")
+                .then_some(())
+        }
+    })
+    .await;
     let team = api.get("team").await.unwrap().status.unwrap();
     let held: Vec<&str> = team.powered_off.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(held, ["middle"]);
