@@ -14,6 +14,7 @@
 //! Counting reads the objects from the API server, never from a cache, so a count is never
 //! older than the reservation it is checked with.
 
+use crate::account::{Accounts, Charge};
 use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
 use crate::kind::ManagedKind;
@@ -27,6 +28,7 @@ use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// A reservation no create has followed for this long (the create was given up: its object
 /// refused for another reason, its spec changed) is dropped.
@@ -52,6 +54,9 @@ pub struct Billed {
     pub create_started: bool,
     /// Whether the object records its resource and no create is pending.
     pub created: bool,
+    /// The name its resource carries in the cloud, and the account it is in (key digest).
+    pub cloud_name: Option<String>,
+    pub account: Option<String>,
     pub created_at: Option<Timestamp>,
     /// A machine the cloud reports running, which a Budget may power off: not annotated
     /// with deletion protection.
@@ -197,6 +202,8 @@ pub fn billed<K: ManagedKind>(object: &K) -> Billed {
         currency: cost.map(|(_, currency)| currency),
         create_started: status.external_id.is_some() || status.pending_create.is_some(),
         created: status.external_id.is_some() && status.pending_create.is_none(),
+        cloud_name: status.cloud_name.clone(),
+        account: status.account.clone(),
         created_at: object.meta().creation_timestamp.as_ref().map(|t| t.0),
         may_power_off: object.is_running()
             && object
@@ -290,15 +297,23 @@ pub async fn budgets_of<K: ManagedKind>(
     Ok(counting)
 }
 
-/// Reserves `rate` (in `currency`) for the create of `object` in each of `budgets`, or
-/// refuses it with `BudgetExceeded` when one would be passed (giving back what it reserved
-/// in the others). A reservation the object already holds is kept as it is.
+/// What a create reserves: its hourly rate in the account's currency, and the resource it
+/// makes (`<account>/<cloud name>`), whose billing a Budget with `maxSpend` counts from then
+/// on, even should the resource be deleted before the Budget is next counted.
+pub struct Ask<'a> {
+    pub rate: f64,
+    pub currency: &'a str,
+    pub charge: String,
+}
+
+/// Reserves `ask` for the create of `object` in each of `budgets`, or refuses it with
+/// `BudgetExceeded` when one would be passed (giving back what it reserved in the others).
+/// A reservation the object already holds is kept as it is.
 pub async fn reserve<K: ManagedKind>(
     client: &kube::Client,
     object: &K,
     budgets: Vec<Budget>,
-    rate: f64,
-    currency: &str,
+    ask: &Ask<'_>,
 ) -> Result<(), Error> {
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
@@ -306,7 +321,7 @@ pub async fn reserve<K: ManagedKind>(
     let mut reserved: Vec<String> = Vec::new();
     for budget in budgets {
         let name = budget.name_any();
-        match reserve_in(client, &api, object, &uid, budget, rate, currency).await {
+        match reserve_in(client, &api, object, &uid, budget, ask).await {
             Ok(()) => reserved.push(name),
             Err(error) => {
                 for name in &reserved {
@@ -327,9 +342,9 @@ async fn reserve_in<K: ManagedKind>(
     object: &K,
     uid: &str,
     mut budget: Budget,
-    rate: f64,
-    currency: &str,
+    ask: &Ask<'_>,
 ) -> Result<(), Error> {
+    let (rate, currency) = (ask.rate, ask.currency);
     let namespace = object.namespace().unwrap_or_default();
     let name = budget.name_any();
     for _ in 0..RESERVE_ATTEMPTS {
@@ -346,10 +361,16 @@ async fn reserve_in<K: ManagedKind>(
         if !fits(&counted, rate, limit) {
             return Err(Error::BudgetExceeded {
                 budget: name,
-                rate,
-                counted: counted.hourly_rate,
-                limit,
-                currency: currency.to_string(),
+                message: format!(
+                    "this create would add {rate:.4} {currency}/h to the {:.4} {currency}/h counted, over its maxHourlyRate of {limit:.4} {currency}/h",
+                    counted.hourly_rate
+                ),
+            });
+        }
+        if let Some(message) = spend_used_up(&budget) {
+            return Err(Error::BudgetExceeded {
+                budget: name,
+                message,
             });
         }
         status.reservations.push(Reservation {
@@ -359,6 +380,9 @@ async fn reserve_in<K: ManagedKind>(
             hourly_rate: rate,
             reserved_at: Time(Timestamp::now()),
         });
+        if budget.spec.max_spend.is_some() && !status.charged.contains(&ask.charge) {
+            status.charged.push(ask.charge.clone());
+        }
         let total = count(&objects, &status.reservations, None);
         show_count(&mut status, &total, &budget, currency);
         budget.status = Some(status);
@@ -421,6 +445,119 @@ async fn release_in(api: &Api<Budget>, name: &str, uid: &str) -> Result<(), Erro
     Ok(())
 }
 
+/// Why no create may be billed under the Budget's spend limit this period, if so: what the
+/// Budget last counted as spent has reached `maxSpend`.
+fn spend_used_up(budget: &Budget) -> Option<String> {
+    let max = budget.spec.max_spend?;
+    let status = budget.status.as_ref()?;
+    let spent = status.spent?;
+    let currency = &budget.spec.currency;
+    let until = status
+        .period_end
+        .as_ref()
+        .map_or_else(String::new, |end| format!(" until {}", end.0));
+    (spent >= max).then(|| {
+        format!(
+            "{spent:.2} {currency} of its maxSpend {max:.2} {currency} is spent this period: no billed create{until}"
+        )
+    })
+}
+
+/// The charges to count: the billing entries, by account, of the resources `charged` names
+/// (`<account>/<cloud name>`).
+pub fn spent_since(
+    charged: &[String],
+    billing: &BTreeMap<String, Arc<Vec<Charge>>>,
+    from: Timestamp,
+    now: Timestamp,
+) -> f64 {
+    let mut spent = 0.0;
+    for entry in charged {
+        let Some((account, name)) = entry.split_once('/') else {
+            continue;
+        };
+        if let Some(charges) = billing.get(account) {
+            spent += charges
+                .iter()
+                .filter(|c| c.cloud_name == name)
+                .map(|c| c.since(from, now))
+                .sum::<f64>();
+        }
+    }
+    spent
+}
+
+/// Counts the period's spend into `status` (for a Budget with `maxSpend`): the resources
+/// counted this period are remembered in `status.charged` (so a deleted one's spend still
+/// counts), each account's billing is read (cached per catalog TTL), and the spend, the
+/// projection to the period's end and what is left are written. A billing read that fails
+/// leaves the last figures.
+async fn count_spend(
+    status: &mut BudgetStatus,
+    budget: &Budget,
+    objects: &[Billed],
+    counted: &Count,
+    accounts: &Accounts,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let (Some(max), Some(period)) = (budget.spec.max_spend, &budget.spec.period) else {
+        status.spent = None;
+        status.projected = None;
+        status.spend_remaining = None;
+        status.period_start = None;
+        status.period_end = None;
+        status.charged.clear();
+        return Ok(());
+    };
+    let (start, end) = period.around(now).map_err(|message| Error::Blocked {
+        reason: reason::INVALID_SPEC,
+        message,
+    })?;
+    if status.period_start.as_ref().map(|t| t.0) != Some(start) {
+        status.charged.clear();
+        status.spent = Some(0.0);
+    }
+    status.period_start = Some(Time(start));
+    status.period_end = Some(Time(end));
+    for object in objects.iter().filter(|o| o.create_started) {
+        if let (Some(account), Some(name)) = (&object.account, &object.cloud_name) {
+            let entry = format!("{account}/{name}");
+            if !status.charged.contains(&entry) {
+                status.charged.push(entry);
+            }
+        }
+    }
+    let mut billing = BTreeMap::new();
+    let mut unread = false;
+    for account in accounts.all() {
+        let label = account.id.label();
+        if !status
+            .charged
+            .iter()
+            .any(|c| c.starts_with(&format!("{label}/")))
+        {
+            continue;
+        }
+        match account.billing().await {
+            Ok(charges) => {
+                billing.insert(label, charges);
+            }
+            Err(error) => {
+                tracing::warn!(account = %label, %error, "billing not read; the Budget keeps its last spend");
+                unread = true;
+            }
+        }
+    }
+    if !unread {
+        status.spent = Some(round(spent_since(&status.charged, &billing, start, now)));
+    }
+    let spent = status.spent.unwrap_or(0.0);
+    let hours_left = end.duration_since(now).as_secs_f64().max(0.0) / 3600.0;
+    status.projected = Some(round(spent + counted.hourly_rate * hours_left));
+    status.spend_remaining = Some(round(max - spent));
+    Ok(())
+}
+
 fn currency_mismatch(budget: &Budget, currency: &str) -> Error {
     Error::Blocked {
         reason: reason::CURRENCY_MISMATCH,
@@ -471,7 +608,9 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
     );
     // Over the limit (objects counted before it was lowered, or adopted) the Budget still
     // does its work: Ready, with the reason and the `Exceeded` condition saying so.
-    if fits(count, 0.0, limit) {
+    if let Some(used_up) = spend_used_up(budget) {
+        Outcome::ready(reason::BUDGET_EXCEEDED, format!("{message}; {used_up}"))
+    } else if fits(count, 0.0, limit) {
         Outcome::ready(reason::WITHIN_BUDGET, message)
     } else {
         Outcome::ready(
@@ -483,7 +622,11 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
 
 /// Recounts a Budget: its figures, conditions and the reservations still held, written with
 /// its resourceVersion (a reservation made meanwhile is never dropped).
-pub async fn reconcile(client: &kube::Client, budget: &Budget) -> Result<(), Error> {
+pub async fn reconcile(
+    client: &kube::Client,
+    accounts: &Accounts,
+    budget: &Budget,
+) -> Result<(), Error> {
     let namespace = budget.namespace().unwrap_or_default();
     let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
     let objects = match billed_objects(client, &namespace, budget).await {
@@ -509,15 +652,35 @@ pub async fn reconcile(client: &kube::Client, budget: &Budget) -> Result<(), Err
         .unwrap_or_else(|| budget.spec.currency.clone());
     show_count(&mut status, &counted, budget, &currency);
     status.observed_generation = budget.meta().generation;
+    let now = Timestamp::now();
+    if let Err(error) = count_spend(&mut status, budget, &objects, &counted, accounts, now).await {
+        conditions::apply(
+            &mut status.conditions,
+            &error.outcome(),
+            budget.meta().generation,
+            now,
+        );
+        return write(&api, budget, status).await;
+    }
+    let counted_budget = Budget {
+        status: Some(status.clone()),
+        ..budget.clone()
+    };
+    // With the period's spend used up, nothing running may stay on.
+    let limit = if spend_used_up(&counted_budget).is_some() {
+        0.0
+    } else {
+        budget.spec.max_hourly_rate
+    };
     status.powered_off = powered_off(
         budget.spec.on_exceeded,
-        budget.spec.max_hourly_rate,
+        limit,
         &counted,
         &objects,
         &status.powered_off,
         Timestamp::now(),
     );
-    let outcome = outcome(budget, &counted, &objects);
+    let outcome = outcome(&counted_budget, &counted, &objects);
     conditions::apply(
         &mut status.conditions,
         &outcome,
@@ -578,6 +741,8 @@ mod tests {
             currency: rate.map(|_| "USD".into()),
             create_started: created,
             created,
+            cloud_name: None,
+            account: None,
             created_at: None,
             may_power_off: false,
         }
@@ -780,5 +945,67 @@ mod tests {
         // A machine gone is let go.
         let kept = powered_off(OnExceeded::Stop, 1.5, &counted, &objects[..2], &held, now);
         assert_eq!(names(&kept), ["middle"]);
+    }
+
+    fn charge(name: &str, start: &str, end: Option<&str>, cost: f64) -> Charge {
+        Charge {
+            cloud_name: name.into(),
+            start: start.parse().unwrap(),
+            end: end.map(|e| e.parse().unwrap()),
+            total_cost: cost,
+        }
+    }
+
+    #[test]
+    fn spend_counts_the_charged_resources_from_the_period_start() {
+        let from: Timestamp = "2026-11-01T00:00:00Z".parse().unwrap();
+        let now: Timestamp = "2026-11-11T00:00:00Z".parse().unwrap();
+        let billing: BTreeMap<String, Arc<Vec<Charge>>> = [
+            (
+                "acct1".to_string(),
+                Arc::new(vec![
+                    // Inside the period: all of it.
+                    charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 24.0),
+                    // Deleted inside the period: all of it still.
+                    charge(
+                        "gco-a-vol",
+                        "2026-11-03T00:00:00Z",
+                        Some("2026-11-04T00:00:00Z"),
+                        2.0,
+                    ),
+                    // Begun before the period, still billed: the share after its start.
+                    charge("gco-a-old", "2026-10-27T00:00:00Z", None, 15.0),
+                    // Ended before the period: nothing.
+                    charge(
+                        "gco-a-gone",
+                        "2026-10-01T00:00:00Z",
+                        Some("2026-10-02T00:00:00Z"),
+                        9.0,
+                    ),
+                    // Not this Budget's.
+                    charge("gco-b-vm", "2026-11-02T00:00:00Z", None, 100.0),
+                ]),
+            ),
+            (
+                "acct2".to_string(),
+                Arc::new(vec![charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 50.0)]),
+            ),
+        ]
+        .into();
+        let charged: Vec<String> = [
+            "acct1/gco-a-vm",
+            "acct1/gco-a-vol",
+            "acct1/gco-a-old",
+            "acct1/gco-a-gone",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // 24 + 2 + 15 x 10/15 days + 0; the same name in another account is another resource.
+        let spent = spent_since(&charged, &billing, from, now);
+        assert!((spent - 36.0).abs() < 1e-9, "{spent}");
+        let with_other_account = [charged.clone(), vec!["acct2/gco-a-vm".into()]].concat();
+        let spent = spent_since(&with_other_account, &billing, from, now);
+        assert!((spent - 86.0).abs() < 1e-9, "{spent}");
     }
 }

@@ -61,17 +61,10 @@ pub enum Error {
     #[error("hourly rate {rate:.4} exceeds maxHourlyRate {limit:.4}")]
     PriceAboveLimit { rate: f64, limit: f64 },
 
-    /// A create would take what a `Budget` of the namespace counts past its limit.
-    #[error(
-        "Budget {budget}: this create would add {rate:.4} {currency}/h to the {counted:.4} {currency}/h counted, over its maxHourlyRate of {limit:.4} {currency}/h"
-    )]
-    BudgetExceeded {
-        budget: String,
-        rate: f64,
-        counted: f64,
-        limit: f64,
-        currency: String,
-    },
+    /// A create a `Budget` of the namespace refuses: it would pass its hourly limit, or the
+    /// period's spend is used up.
+    #[error("Budget {budget}: {message}")]
+    BudgetExceeded { budget: String, message: String },
 
     /// Work under way that the controller must come back to (a deletion the cloud has not
     /// finished). An error, not a success, so that the finalizer stays until it is done.

@@ -487,7 +487,12 @@ async fn create_step<K: ManagedKind>(
                 && let Some(rate) = K::planned_hourly_rate(&plan, account).await?
             {
                 let currency = account.pricing().await?.currency.clone();
-                crate::budget::reserve(&cx.client, &*object, budgets, rate, &currency).await?;
+                let ask = crate::budget::Ask {
+                    rate,
+                    currency: &currency,
+                    charge: format!("{}/{cloud_name}", account.id.label()),
+                };
+                crate::budget::reserve(&cx.client, &*object, budgets, &ask).await?;
                 reserved = true;
             }
             // The intent is written with the object's resourceVersion: a stale cache or a

@@ -350,6 +350,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &changes,
             (budget_store, budget_writer),
             budgets,
+            accounts.clone(),
             config.reconcile.observe.resync,
             shutdown.clone(),
         ));
@@ -788,6 +789,7 @@ fn budget_controller(
     changes: &ChangeHub,
     (store, writer): (reflector::Store<Budget>, reflector::store::Writer<Budget>),
     relay: Arc<Relay<BudgetChange>>,
+    accounts: Arc<Accounts>,
     resync: Duration,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
 ) -> BoxFuture<'static, ()> {
@@ -837,13 +839,13 @@ fn budget_controller(
         .reflect(writer)
         .applied_objects()
         .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
-    let client = Arc::new(scoped.client.clone());
+    let client = Arc::new((scoped.client.clone(), accounts));
     Controller::for_stream(objects, store)
         .reconcile_on(billed_changes)
         .graceful_shutdown_on(shutdown)
         .run(
-            move |budget, client: Arc<kube::Client>| async move {
-                crate::budget::reconcile(&client, &budget).await?;
+            move |budget, cx: Arc<(kube::Client, Arc<Accounts>)>| async move {
+                crate::budget::reconcile(&cx.0, &cx.1, &budget).await?;
                 Ok::<_, crate::error::Error>(kube::runtime::controller::Action::requeue(resync))
             },
             |budget, error, _| {

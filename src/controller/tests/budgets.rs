@@ -345,3 +345,119 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
 async fn ready_id(env: &Env, name: &str) -> String {
     support::ready_id::<GpuInstance>(env, name).await
 }
+
+/// What the cloud's billing lists say the resources named `names` cost in all.
+async fn billed(env: &Env, names: &[String]) -> f64 {
+    let cloud = support::cloud_client(env);
+    let instances = cloud
+        .get_instance_billing(&Default::default())
+        .await
+        .unwrap();
+    let volumes = cloud
+        .get_volume_billing(&gpucloud_cloud::model::VolumeBillingQuery {
+            limit: Some(100),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let machines = instances
+        .records
+        .iter()
+        .filter(|r| names.contains(&r.vm_name))
+        .map(|r| r.total_cost);
+    let disks = volumes
+        .records
+        .iter()
+        .filter(|r| names.contains(&r.volume_name))
+        .map(|r| r.total_cost);
+    machines.chain(disks).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses() {
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "month",
+            serde_json::json!({"maxHourlyRate": 100.0, "maxSpend": 100000.0,
+                               "period": {"type": "Monthly"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    support::create(&env, &machine("trainer", &[])).await;
+    let volume: Volume = support::object(
+        "scratch",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 500}),
+    );
+    support::create(&env, &volume).await;
+    let trainer: GpuInstance = support::ready(&env, "trainer").await;
+    let scratch: Volume = support::ready(&env, "scratch").await;
+    let names = [trainer.cloud_status(), scratch.cloud_status()]
+        .map(|s| s.cloud_name.unwrap())
+        .to_vec();
+
+    // Ten days running, then stopped (billed a tenth) and the volume deleted: its spend stays.
+    env.simulator
+        .advance_clock(std::time::Duration::from_secs(10 * 86_400));
+    env.api::<GpuInstance>()
+        .patch(
+            "trainer",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+        )
+        .await
+        .unwrap();
+    power_is(&env, "trainer", "STOPPED").await;
+    support::delete_and_wait::<Volume>(&env, "scratch").await;
+    env.simulator
+        .advance_clock(std::time::Duration::from_secs(20 * 86_400));
+
+    // The Budget is counted again on its own (at the resync); its billing is read at most
+    // once per catalog TTL.
+    let spent = eventually(
+        60,
+        "the Budget's spend within 1% of the cloud's billing",
+        || {
+            let (api, names, env) = (api.clone(), names.clone(), &env);
+            async move {
+                let expected = billed(env, &names).await;
+                let spent = api.get("month").await.ok()?.status?.spent?;
+                ((spent - expected).abs() <= 0.01 * expected).then_some(spent)
+            }
+        },
+    )
+    .await;
+    // A month of a machine is hundreds of dollars: the test measured something.
+    assert!(spent > 10.0 * 24.0 * L40S, "{spent}");
+
+    // Spent: lowered below what is spent, the Budget refuses the next create.
+    api.patch(
+        "month",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"maxSpend": spent / 2.0}})),
+    )
+    .await
+    .unwrap();
+    eventually(30, "the Budget says its spend is used up", || {
+        let api = api.clone();
+        async move {
+            let status = api.get("month").await.ok()?.status?;
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Exceeded" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+    support::create(&env, &machine("another", &[])).await;
+    let refused: GpuInstance =
+        support::condition(&env, "another", "Ready", "False", "BudgetExceeded").await;
+    let message = support::ready_message(&refused);
+    assert!(message.contains("spent this period"), "{message}");
+    assert_eq!(machines_in_cloud(&env), 1);
+    env.stop_operator().await;
+}
