@@ -220,6 +220,29 @@ async fn a_budget_is_refused_at_admission_with_the_field_named() {
             "spec.currency",
         ),
         (serde_json::json!({}), "spec.maxHourlyRate"),
+        (
+            serde_json::json!({"maxHourlyRate": 1.0, "maxSpend": 10.0}),
+            "maxSpend and period go together",
+        ),
+        (
+            serde_json::json!({"maxHourlyRate": 1.0, "maxSpend": 10.0,
+                               "period": {"type": "Monthly", "dayOfMonth": 0}}),
+            "spec.period.dayOfMonth",
+        ),
+        (
+            serde_json::json!({"maxHourlyRate": 1.0, "maxSpend": 10.0,
+                               "period": {"type": "Monthly", "dayOfWeek": "Mon"}}),
+            "spec.period.dayOfWeek",
+        ),
+        (
+            serde_json::json!({"maxHourlyRate": 1.0, "maxSpend": -5.0,
+                               "period": {"type": "Weekly"}}),
+            "spec.maxSpend",
+        ),
+        (
+            serde_json::json!({"maxHourlyRate": 1.0, "onExceeded": "Delete"}),
+            "spec.onExceeded",
+        ),
     ] {
         let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
