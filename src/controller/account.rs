@@ -311,12 +311,15 @@ impl Account {
         }
     }
 
-    /// Refuses a billed create when the balance is below `floor`.
+    /// Refuses a billed create when the balance is below `floor`. The balance is read afresh
+    /// (one call per create, only with a floor set): a cached one may predate a drop below
+    /// the floor by a whole catalog TTL.
     pub async fn check_budget(&self, floor: f64) -> Result<(), Error> {
         if floor <= 0.0 {
             return Ok(());
         }
-        let balance = self.balance().await?;
+        let balance = self.client.get_balance().await?;
+        *lock(&self.balance) = Some((Instant::now(), balance.clone()));
         if balance.balance < floor {
             return Err(Error::InsufficientCredit {
                 balance: balance.balance,

@@ -582,3 +582,37 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
     );
     env.stop_operator().await;
 }
+
+/// The balance floor reads the balance afresh for every billed create: a balance that fell
+/// below the floor a moment ago refuses the next create, cache or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_balance_floor_reads_the_balance_of_the_moment() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let mut config = support::test_config(&env.simulator);
+    config.reconcile.budget_floor = 500.0;
+    env.start_operator(config);
+    let api = env.api::<GpuInstance>();
+    api.create(
+        &PostParams::default(),
+        &instance("first", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    support::ready::<GpuInstance>(&env, "first").await;
+    env.simulator.set_balance(100.0);
+    api.create(
+        &PostParams::default(),
+        &instance("second", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    let refused: GpuInstance =
+        support::condition(&env, "second", "Stalled", "True", "InsufficientCredit").await;
+    assert!(
+        ready_message(&refused).contains("below the configured floor"),
+        "{:?}",
+        refused.cloud_status().conditions
+    );
+    assert_eq!(env.calls("CreateInstance"), 1);
+    env.stop_operator().await;
+}
