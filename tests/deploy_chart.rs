@@ -249,12 +249,12 @@ fn values_reach_the_operator_settings() {
         .find("Secret", "gpucloud-operator-credentials")
         .unwrap();
     assert_eq!(secret["stringData"]["apiKey"], "sk-test");
-    // `gpucloud_hourly_cost{namespace=...}` names the objects' namespace; without
-    // honorLabels Prometheus would rename it `exported_namespace` and put the operator's own
-    // namespace (the target's) in its place, so spend by namespace would show one namespace.
+    // The operator's labels never collide with the target's (`object_namespace`, not
+    // `namespace`; see openmetrics.rs), so the scrape keeps Prometheus' own `job`, `instance`
+    // and `namespace`: no honorLabels.
     let monitor = rendered.find("ServiceMonitor", RELEASE).unwrap();
-    assert_eq!(
-        monitor["spec"]["endpoints"][0]["honorLabels"], true,
+    assert!(
+        monitor["spec"]["endpoints"][0]["honorLabels"].is_null(),
         "{monitor}"
     );
     assert!(rendered.find("PodDisruptionBudget", RELEASE).is_some());

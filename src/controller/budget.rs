@@ -583,6 +583,30 @@ fn round(value: f64) -> f64 {
     (value * 1e6).round() / 1e6
 }
 
+/// The Budgets of a scope as a scrape reports them (`gpucloud_budget_*`).
+pub struct Figures(pub kube::runtime::reflector::Store<Budget>);
+
+impl gpucloud_telemetry::BudgetSource for Figures {
+    fn budgets(&self) -> Vec<gpucloud_telemetry::BudgetFigures> {
+        self.0
+            .state()
+            .iter()
+            .map(|b| {
+                let status = b.status.clone().unwrap_or_default();
+                gpucloud_telemetry::BudgetFigures {
+                    namespace: b.namespace().unwrap_or_default(),
+                    name: b.name_any(),
+                    currency: b.spec.currency.clone(),
+                    hourly_rate: status.hourly_rate,
+                    max_hourly_rate: b.spec.max_hourly_rate,
+                    spent: status.spent,
+                    max_spend: b.spec.max_spend,
+                }
+            })
+            .collect()
+    }
+}
+
 /// Where a Budget stands: within its limit, over it (objects counted before the limit was
 /// lowered, or adopted), or unusable.
 pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {

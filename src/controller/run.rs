@@ -799,6 +799,9 @@ fn budget_controller(
             K::BILLED.then(|| K::kind(&()).into_owned())
         }
     }
+    scoped
+        .metrics
+        .register_budgets(Arc::new(crate::budget::Figures(store.clone())));
     let in_namespace = store.clone();
     let before = store.clone();
     let billed_changes = changes

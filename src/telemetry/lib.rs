@@ -8,5 +8,7 @@ pub mod server;
 
 pub use health::{Health, HealthSettings, Role, WatchSignal};
 pub use logging::{LogFormat, init_logging, report_fatal};
-pub use metrics::{BuildInfo, KindState, Metrics, ReconcileResult, StateSource};
+pub use metrics::{
+    BudgetFigures, BudgetSource, BuildInfo, KindState, Metrics, ReconcileResult, StateSource,
+};
 pub use server::Endpoints;

@@ -206,6 +206,23 @@ pub trait StateSource: Send + Sync {
     fn state(&self) -> KindState;
 }
 
+/// One Budget's figures, as its status and spec say them.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct BudgetFigures {
+    pub namespace: String,
+    pub name: String,
+    pub currency: String,
+    pub hourly_rate: Option<f64>,
+    pub max_hourly_rate: f64,
+    pub spent: Option<f64>,
+    pub max_spend: Option<f64>,
+}
+
+/// The Budgets a scope's Budget controller sees, read at scrape time.
+pub trait BudgetSource: Send + Sync {
+    fn budgets(&self) -> Vec<BudgetFigures>;
+}
+
 /// Every metric family of the operator.
 pub struct Metrics {
     registry: Registry,
@@ -565,6 +582,15 @@ impl Metrics {
     /// Adds a kind's scrape-time state, and serves the kind's counters from 0 on: a series
     /// that first appears at 1 is missed by `increase()`, so an alert on the first duplicate
     /// would never fire. controller-runtime starts its reconcile counters at 0 the same way.
+    /// Adds a scope's Budgets to what a scrape reports.
+    pub fn register_budgets(&self, source: Arc<dyn BudgetSource>) {
+        self.sources
+            .budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(source);
+    }
+
     pub fn register_state(&self, source: Arc<dyn StateSource>) {
         let kind = source.kind().to_string();
         let labels = KindLabels { kind: kind.clone() };
@@ -697,6 +723,7 @@ impl CallObserver for Metrics {
 #[derive(Default)]
 struct StateSources {
     sources: Mutex<Vec<Arc<dyn StateSource>>>,
+    budgets: Mutex<Vec<Arc<dyn BudgetSource>>>,
 }
 
 impl std::fmt::Debug for StateSources {
@@ -705,8 +732,60 @@ impl std::fmt::Debug for StateSources {
     }
 }
 
+impl StateSources {
+    /// `gpucloud_budget_*`: each Budget's hourly rate and spend next to its limits.
+    fn encode_budgets(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let budgets: Vec<BudgetFigures> = self
+            .budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flat_map(|source| source.budgets())
+            .collect();
+        type Figure = fn(&BudgetFigures) -> Option<f64>;
+        let families: [(&str, &str, Figure); 4] = [
+            (
+                "gpucloud_budget_hourly_rate",
+                "What the objects a Budget counts cost per hour together, reservations included",
+                |b| b.hourly_rate,
+            ),
+            (
+                "gpucloud_budget_max_hourly_rate",
+                "A Budget's maxHourlyRate",
+                |b| Some(b.max_hourly_rate),
+            ),
+            (
+                "gpucloud_budget_spent",
+                "What the objects a Budget counts cost in its current period, from the cloud's billing",
+                |b| b.spent,
+            ),
+            (
+                "gpucloud_budget_max_spend",
+                "A Budget's maxSpend per period",
+                |b| b.max_spend,
+            ),
+        ];
+        for (name, help, figure) in families {
+            let samples: Vec<(Vec<(&str, &str)>, f64)> = budgets
+                .iter()
+                .filter_map(|b| {
+                    let labels = vec![
+                        ("object_namespace", b.namespace.as_str()),
+                        ("budget", b.name.as_str()),
+                        ("currency", b.currency.as_str()),
+                    ];
+                    figure(b).map(|value| (labels, value))
+                })
+                .collect();
+            gauge_family(encoder, name, help, &samples)?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for StateSources {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.encode_budgets(&mut encoder)?;
         let mut states: BTreeMap<String, KindState> = BTreeMap::new();
         for source in self
             .sources
@@ -745,7 +824,9 @@ impl Collector for StateSources {
             for ((namespace, currency), cost) in &state.hourly_cost {
                 let labels = vec![
                     ("kind", kind.as_str()),
-                    ("namespace", namespace),
+                    // Not `namespace`: a scrape's target labels (namespace, pod, job, ...)
+                    // would take its place.
+                    ("object_namespace", namespace),
                     ("currency", currency),
                 ];
                 costs.push((labels, *cost));
@@ -881,7 +962,7 @@ mod tests {
             r#"gpucloud_build_info{version="0.1.0",commit="0123456789ab",kubernetes="1.33"} 1"#,
             r#"gpucloud_orphaned_resources{resource="instance"} 2"#,
             r#"gpucloud_objects{kind="GpuInstance",condition="Ready",status="True"} 3"#,
-            r#"gpucloud_hourly_cost{kind="GpuInstance",namespace="team-a",currency="USD"} 5.98"#,
+            r#"gpucloud_hourly_cost{kind="GpuInstance",object_namespace="team-a",currency="USD"} 5.98"#,
             r#"gpucloud_queue_depth{kind="GpuInstance"} 1"#,
             r#"gpucloud_cloud_requests_total{operation="ListInstances",code="429"} 1"#,
             r#"gpucloud_cloud_throttled_total{operation="ListInstances"} 1"#,

@@ -42,6 +42,10 @@ pub fn check(body: &str) {
         ("gpucloud_reconcile_duration_seconds", "histogram"),
         ("gpucloud_objects", "gauge"),
         ("gpucloud_hourly_cost", "gauge"),
+        ("gpucloud_budget_hourly_rate", "gauge"),
+        ("gpucloud_budget_max_hourly_rate", "gauge"),
+        ("gpucloud_budget_spent", "gauge"),
+        ("gpucloud_budget_max_spend", "gauge"),
         ("gpucloud_queue_depth", "gauge"),
         ("gpucloud_account_balance", "gauge"),
         ("gpucloud_cloud_requests", "counter"),
@@ -103,8 +107,7 @@ pub fn check(body: &str) {
         }
     }
 
-    // The spend panel groups by labels gpucloud_hourly_cost carries (the ServiceMonitor's
-    // honorLabels keeps its `namespace`, see tests/deploy_chart.rs).
+    // The spend panel groups by labels gpucloud_hourly_cost carries.
     let spend = panels
         .iter()
         .find(|p| p["title"] == "Hourly spend by namespace")
@@ -122,7 +125,28 @@ pub fn check(body: &str) {
             "{label} not in {served:?}"
         );
     }
-    assert!(grouped.contains("namespace"), "{expr}");
+    assert!(grouped.contains("object_namespace"), "{expr}");
+
+    // No family carries a label Prometheus gives the scrape target itself: it would be
+    // renamed `exported_*` (or, with honorLabels, override the target's).
+    let target_labels = [
+        "job",
+        "instance",
+        "namespace",
+        "pod",
+        "service",
+        "container",
+        "endpoint",
+        "node",
+    ];
+    for (name, family) in &families {
+        for label in &family.labels {
+            assert!(
+                !target_labels.contains(&label.as_str()),
+                "{name} carries the target label {label}"
+            );
+        }
+    }
 }
 
 /// The families of `body` as the OpenMetrics parser reads them; a refused body fails the test.

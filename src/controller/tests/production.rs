@@ -229,6 +229,16 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     .await
     .unwrap();
     ready::<GpuInstance>(&env, "metered").await;
+    let budget: Budget = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+        "metadata": {"name": "team", "namespace": support::NAMESPACE},
+        "spec": {"maxHourlyRate": 50.0, "maxSpend": 1000.0, "period": {"type": "Weekly"}},
+    }))
+    .unwrap();
+    kube::Api::<Budget>::namespaced(env.client.clone(), support::NAMESPACE)
+        .create(&PostParams::default(), &budget)
+        .await
+        .unwrap();
     support::condition::<GpuInstance>(
         &env,
         "unknown-gpu",
@@ -276,7 +286,9 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
             // Read once per resync interval.
             && text.contains("gpucloud_account_balance{account=")
             && text.contains("gpucloud_cloud_throttled_total{")
-            && text.contains("gpucloud_cloud_rate_limit_wait_seconds_total{"))
+            && text.contains("gpucloud_cloud_rate_limit_wait_seconds_total{")
+            // Counted by the Budget's controller.
+            && text.contains(r#"gpucloud_budget_spent{object_namespace="team-a",budget="team",currency="USD"}"#))
         .then_some(text)
     })
     .await;
@@ -321,6 +333,25 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
         assert!(after.contains(family), "missing {family}\n{after}");
     }
     crate::openmetrics::check(&after);
+    for (series, value) in [
+        (
+            r#"gpucloud_budget_max_hourly_rate{object_namespace="team-a",budget="team",currency="USD"}"#,
+            50.0,
+        ),
+        (
+            r#"gpucloud_budget_max_spend{object_namespace="team-a",budget="team",currency="USD"}"#,
+            1000.0,
+        ),
+    ] {
+        assert_eq!(sample(&after, series), value, "{after}");
+    }
+    assert!(
+        sample(
+            &after,
+            r#"gpucloud_budget_hourly_rate{object_namespace="team-a",budget="team",currency="USD"}"#
+        ) > 0.0,
+        "{after}"
+    );
     assert_eq!(
         sample(
             &after,
@@ -333,7 +364,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     assert_eq!(
         sample(
             &after,
-            r#"gpucloud_hourly_cost{kind="GpuInstance",namespace="team-a",currency="USD"}"#
+            r#"gpucloud_hourly_cost{kind="GpuInstance",object_namespace="team-a",currency="USD"}"#
         ),
         rate,
         "{after}"
