@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Once everything is settled, cloud traffic follows the number of kinds, not of objects:
-//! a list per kind per resync interval and no per-object call.
+//! Once everything is settled, cloud traffic follows the number of kinds and accounts, not
+//! of objects: a list per kind per resync interval, a Budget's billing reads per account, and
+//! no per-object call.
 
 use crate::support;
 
@@ -18,6 +19,17 @@ async fn settled_objects_cost_only_periodic_lists() {
     config.reconcile.observe.hot_window = Duration::from_secs(1);
     env.start_operator(config);
     const N: usize = 24;
+    // A Budget with a spend limit: its billing reads are per account, not per object.
+    let budget: Budget = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+        "metadata": {"name": "team", "namespace": support::NAMESPACE},
+        "spec": {"maxHourlyRate": 1000.0, "maxSpend": 100000.0, "period": {"type": "Monthly"}},
+    }))
+    .unwrap();
+    kube::Api::<Budget>::namespaced(env.client.clone(), support::NAMESPACE)
+        .create(&PostParams::default(), &budget)
+        .await
+        .unwrap();
     let api = env.api::<GpuInstance>();
     for i in 0..N {
         let spec = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"});
@@ -60,9 +72,18 @@ async fn settled_objects_cost_only_periodic_lists() {
     // `gpucloud_account_balance`: per account, not per object.
     let balance_reads = made.get("GetBalance").copied().unwrap_or(0);
     assert!(balance_reads <= 3, "balance read {balance_reads} times");
+    // The Budget's billing: the three billing lists of the account, once per catalog TTL (5 s
+    // here), whatever the number of objects.
+    let billing = ["GetInstanceBilling", "GetSnapshotBilling", "GetVolumeBilling"];
+    for operation in billing {
+        let reads = made.get(operation).copied().unwrap_or(0);
+        assert!((1..=2).contains(&reads), "{operation} {reads} times: {made:?}");
+    }
     assert!(
-        made.keys()
-            .all(|op| op.starts_with("List") || *op == "GetBalance"),
+        made.keys().all(|op| op.starts_with("List")
+            || *op == "GetBalance"
+            || *op == "GetPricing"
+            || billing.contains(op)),
         "settled objects made per-object or mutating calls: {made:?}"
     );
     assert_eq!(env.simulator.state().instances.len(), N);
