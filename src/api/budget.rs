@@ -202,17 +202,9 @@ impl Budget {
         Column::new("Projected", "number", ".status.projected").wide(),
         Column::new("Currency", "string", ".spec.currency"),
         Column::new("Counted", "integer", ".status.counted"),
-        Column::new(
-            "Ready",
-            "string",
-            ".status.conditions[?(@.type==\"Ready\")].status",
-        ),
-        Column::new(
-            "Reason",
-            "string",
-            ".status.conditions[?(@.type==\"Ready\")].reason",
-        ),
-        Column::new("Age", "date", ".metadata.creationTimestamp"),
+        crate::READY_COLUMN,
+        crate::REASON_COLUMN,
+        crate::AGE_COLUMN,
     ];
 }
 

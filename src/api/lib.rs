@@ -93,6 +93,21 @@ pub trait Managed {
     }
 }
 
+/// `Ready`'s status, as every kind's table shows it.
+pub const READY_COLUMN: Column = Column::new(
+    "Ready",
+    "string",
+    ".status.conditions[?(@.type==\"Ready\")].status",
+);
+/// Why it is or is not Ready (`Available`, `Creating`, `InsufficientCredit`, ...): a Stalled
+/// object says why without `kubectl describe`.
+pub const REASON_COLUMN: Column = Column::new(
+    "Reason",
+    "string",
+    ".status.conditions[?(@.type==\"Ready\")].reason",
+);
+pub const AGE_COLUMN: Column = Column::new("Age", "date", ".metadata.creationTimestamp");
+
 /// The kind's CRD as `kubectl get` and `kubectl explain` show it. Its table: State, Ready and
 /// Ready's reason, the kind's own columns, then ID (with `-o wide`) and Age, so every kind reads the same way.
 /// Its descriptions: the kind's is its spec's (the derive writes a placeholder there), and the
@@ -100,22 +115,12 @@ pub trait Managed {
 pub fn crd<K: kube::CustomResourceExt + Managed>() -> CustomResourceDefinition {
     let shared_first = [
         Column::new("State", "string", ".status.state"),
-        Column::new(
-            "Ready",
-            "string",
-            ".status.conditions[?(@.type==\"Ready\")].status",
-        ),
-        // Why it is or is not Ready (`Available`, `Creating`, `InsufficientCredit`, ...): a
-        // Stalled object says why without `kubectl describe`.
-        Column::new(
-            "Reason",
-            "string",
-            ".status.conditions[?(@.type==\"Ready\")].reason",
-        ),
+        READY_COLUMN,
+        REASON_COLUMN,
     ];
     let shared_last = [
         Column::new("ID", "string", ".status.externalId").wide(),
-        Column::new("Age", "date", ".metadata.creationTimestamp"),
+        AGE_COLUMN,
     ];
     let columns: Vec<Column> = shared_first
         .iter()

@@ -74,10 +74,17 @@ async fn settled_objects_cost_only_periodic_lists() {
     assert!(balance_reads <= 3, "balance read {balance_reads} times");
     // The Budget's billing: the three billing lists of the account, once per catalog TTL (5 s
     // here), whatever the number of objects.
-    let billing = ["GetInstanceBilling", "GetSnapshotBilling", "GetVolumeBilling"];
+    let billing = [
+        "GetInstanceBilling",
+        "GetSnapshotBilling",
+        "GetVolumeBilling",
+    ];
     for operation in billing {
         let reads = made.get(operation).copied().unwrap_or(0);
-        assert!((1..=2).contains(&reads), "{operation} {reads} times: {made:?}");
+        assert!(
+            (1..=2).contains(&reads),
+            "{operation} {reads} times: {made:?}"
+        );
     }
     assert!(
         made.keys().all(|op| op.starts_with("List")
