@@ -288,10 +288,13 @@ impl ManagedKind for GpuInstance {
         _record: &Instance,
     ) -> Result<Moment, Error> {
         // A Budget read before its store is filled would let a machine it keeps off start.
-        cx.budgets
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::CloudUnavailable("the Budgets are not watched".into()))?;
+        let listed = tokio::time::timeout(BUDGETS_LISTED_WITHIN, cx.budgets.wait_until_ready());
+        if !matches!(listed.await, Ok(Ok(()))) {
+            return Err(Error::InProgress {
+                reason: reason::UPDATING,
+                message: "waiting for the namespace's Budgets to be listed before changing the machine's power".into(),
+            });
+        }
         let uid = self.uid().unwrap_or_default();
         let namespace = self.namespace();
         let budget_hold = cx
@@ -756,6 +759,9 @@ async fn machine_rate(account: &Account, gpu_type: &str, gpu_count: u32) -> Resu
         })?;
     Ok(per_gpu * f64::from(gpu_count))
 }
+
+/// How long a reconcile waits for the Budgets' first list before it gives up for now.
+const BUDGETS_LISTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// When a plan is made, and what holds the machine off besides its spec.
 #[derive(Debug, Clone, PartialEq)]

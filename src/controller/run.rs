@@ -804,6 +804,10 @@ fn budget_controller(
         .register_budgets(Arc::new(crate::budget::Figures(store.clone())));
     let in_namespace = store.clone();
     let before = store.clone();
+    // The machines the changed Budget held before the change, from one stage of its watch
+    // stream to the next (the stream takes one event at a time).
+    let held_before = Arc::new(Mutex::new(Vec::<String>::new()));
+    let held_after = held_before.clone();
     let billed_changes = changes
         .subscribe(map_kinds(Billed).into_iter().flatten().collect())
         .flat_map(move |change| {
@@ -819,8 +823,21 @@ fn budget_controller(
     let scope = sync_key("Budget", scoped.namespace.as_deref());
     let objects = scoped
         .watch::<Budget>(watcher::Config::default())
-        // Before the store takes the change: the machines it powered off until now are
-        // woken too, so that those it lets go start again.
+        // Read before the store takes the change: the machines it powered off until now.
+        .inspect(move |event| {
+            if let Ok(
+                watcher::Event::Apply(budget)
+                | watcher::Event::InitApply(budget)
+                | watcher::Event::Delete(budget),
+            ) = event
+            {
+                let old = before.get(&ObjectRef::from_obj(budget));
+                *lock(&held_before) = old.as_deref().map(powered_off_by).unwrap_or_default();
+            }
+        })
+        .reflect(writer)
+        // Relayed once the store has it (the machines read their holds there): those it powers
+        // off now and those it let go, which start again.
         .inspect(move |event| match event {
             Ok(
                 watcher::Event::Apply(budget)
@@ -828,9 +845,7 @@ fn budget_controller(
                 | watcher::Event::Delete(budget),
             ) => {
                 let mut powered_off = powered_off_by(budget);
-                if let Some(old) = before.get(&ObjectRef::from_obj(budget)) {
-                    powered_off.extend(powered_off_by(&old));
-                }
+                powered_off.append(&mut lock(&held_after));
                 relay.send(&BudgetChange {
                     namespace: budget.namespace(),
                     powered_off,
@@ -839,7 +854,6 @@ fn budget_controller(
             Ok(watcher::Event::InitDone) => health.synced(&scope),
             _ => {}
         })
-        .reflect(writer)
         .applied_objects()
         .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
     let client = Arc::new((scoped.client.clone(), accounts));

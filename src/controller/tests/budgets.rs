@@ -362,6 +362,18 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     power_is(&env, "middle", "RUNNING").await;
     let team = api.get("team").await.unwrap().status.unwrap();
     assert!(team.powered_off.is_empty(), "{:?}", team.powered_off);
+
+    // Lowered again, then the Budget deleted: what it kept off starts again.
+    api.patch(
+        "team",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 2.5 * L40S}})),
+    )
+    .await
+    .unwrap();
+    power_is(&env, "middle", "STOPPED").await;
+    api.delete("team", &Default::default()).await.unwrap();
+    power_is(&env, "middle", "RUNNING").await;
     env.stop_operator().await;
 }
 
