@@ -542,8 +542,10 @@ async fn create_step<K: ManagedKind>(
                         ..intent
                     };
                     write_status(api, &object, cleared, None, &error.outcome()).await?;
-                    if reserved {
-                        crate::budget::release(&cx.client, &object).await?;
+                    // Given back at once; should that fail, the Budget drops the reservation
+                    // of a create no longer pending after `budget::ABANDONED_AFTER`.
+                    if reserved && let Err(e) = crate::budget::release(&cx.client, &object).await {
+                        tracing::warn!(error = %e, "the Budget reservation of a refused create was not given back");
                     }
                     Err(error)
                 }
