@@ -21,6 +21,7 @@ use crate::lock;
 use crate::observer::{CloudList, CloudRecord};
 use crate::reconcile::paused;
 use gpucloud_api::{FINALIZER, SecretKeyRef};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::{HashMap, HashSet};
@@ -89,14 +90,14 @@ pub fn settled<K: ManagedKind>(object: &K) -> bool {
         && object.annotations_observed()
 }
 
-/// Whether `record` is what the object's status shows: the state, and every field the kind
-/// takes from the record into its status.
-pub fn listed_as_recorded<K: ManagedKind>(object: &K, record: &Record<K>) -> bool {
+/// Whether `record` is what the object's status shows at `now`: the state, and every field
+/// the kind takes from the record (or the time) into its status.
+pub fn listed_as_recorded<K: ManagedKind>(object: &K, record: &Record<K>, now: Timestamp) -> bool {
     let Some(status) = object.cloud_status_ref() else {
         return false;
     };
     status.state.as_deref() == Some(record.state().as_str())
-        && object.status() == Some(&object.status_with(status.clone(), Some(record)))
+        && object.status() == Some(&object.status_at(status.clone(), Some(record), now))
 }
 
 /// Checks the settled objects of the first list against the cloud's first list, then spreads
@@ -129,7 +130,8 @@ async fn check<K: ManagedKind>(
             None => None,
         };
         let key = ObjectRef::from_obj(&object);
-        if listed.is_some_and(|snapshot| matches_cloud(&snapshot, &object)) {
+        let now = cx.settings.clock.now();
+        if listed.is_some_and(|snapshot| matches_cloud(&snapshot, &object, now)) {
             readopted.insert(key);
         } else {
             reconciled += 1;
@@ -159,13 +161,17 @@ async fn first_list<K: ManagedKind>(
     cx.observer(&account).latest().await.ok()
 }
 
-/// Whether `listed` shows the object's resource as its status records it.
-fn matches_cloud<K: ManagedKind>(listed: &CloudList<Record<K>>, object: &K) -> bool {
+/// Whether `listed` shows the object's resource as its status records it at `now`.
+fn matches_cloud<K: ManagedKind>(
+    listed: &CloudList<Record<K>>,
+    object: &K,
+    now: Timestamp,
+) -> bool {
     object
         .cloud_status_ref()
         .and_then(|s| s.external_id.as_deref())
         .and_then(|id| listed.get(id))
-        .is_some_and(|record| listed_as_recorded(object, record))
+        .is_some_and(|record| listed_as_recorded(object, record, now))
 }
 
 /// Wakes `objects` one after another, evenly over `over` and in no particular order: the
@@ -316,15 +322,20 @@ mod tests {
     #[test]
     fn a_record_matches_when_the_status_shows_it() {
         let object = key(settled_key());
-        assert!(listed_as_recorded(&object, &record(KEY)));
+        assert!(listed_as_recorded(&object, &record(KEY), Timestamp::now()));
         // A field the kind takes into its status differs.
         assert!(!listed_as_recorded(
             &object,
-            &record("ssh-ed25519 AAAAother key")
+            &record("ssh-ed25519 AAAAother key"),
+            Timestamp::now()
         ));
         // The state recorded differs from the listed one.
         let mut other_state = settled_key();
         merge(&mut other_state, &json!({"status": {"state": "pending"}}));
-        assert!(!listed_as_recorded(&key(other_state), &record(KEY)));
+        assert!(!listed_as_recorded(
+            &key(other_state),
+            &record(KEY),
+            Timestamp::now()
+        ));
     }
 }

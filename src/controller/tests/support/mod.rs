@@ -72,6 +72,7 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
                 grace_period: Duration::from_secs(3),
                 delete: true,
             },
+            clock: gpucloud_controller::clock::Clock::real(),
         },
         reporter: reporter(),
         orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
