@@ -15,6 +15,7 @@
 //! older than the reservation it is checked with.
 
 use crate::account::{Accounts, Charge};
+use crate::clock::Clock;
 use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
 use crate::kind::ManagedKind;
@@ -314,6 +315,7 @@ pub async fn reserve<K: ManagedKind>(
     object: &K,
     budgets: Vec<Budget>,
     ask: &Ask<'_>,
+    clock: &Clock,
 ) -> Result<(), Error> {
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
@@ -321,7 +323,7 @@ pub async fn reserve<K: ManagedKind>(
     let mut reserved: Vec<String> = Vec::new();
     for budget in budgets {
         let name = budget.name_any();
-        match reserve_in(client, &api, object, &uid, budget, ask).await {
+        match reserve_in(client, &api, object, &uid, budget, ask, clock).await {
             Ok(()) => reserved.push(name),
             Err(error) => {
                 for name in &reserved {
@@ -343,6 +345,7 @@ async fn reserve_in<K: ManagedKind>(
     uid: &str,
     mut budget: Budget,
     ask: &Ask<'_>,
+    clock: &Clock,
 ) -> Result<(), Error> {
     let (rate, currency) = (ask.rate, ask.currency);
     let namespace = object.namespace().unwrap_or_default();
@@ -378,7 +381,8 @@ async fn reserve_in<K: ManagedKind>(
             name: object.name_any(),
             uid: uid.to_string(),
             hourly_rate: rate,
-            reserved_at: Time(Timestamp::now()),
+            // On the operator's clock, as `held` reads it (`ABANDONED_AFTER`).
+            reserved_at: Time(clock.now()),
         });
         if budget.spec.max_spend.is_some() && !status.charged.contains(&ask.charge) {
             status.charged.push(ask.charge.clone());
@@ -645,11 +649,14 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
 }
 
 /// Recounts a Budget: its figures, conditions and the reservations still held, written with
-/// its resourceVersion (a reservation made meanwhile is never dropped).
+/// its resourceVersion (a reservation made meanwhile is never dropped). Its period, the
+/// reservations' age and the spend are read at the `clock`'s now; its conditions' times are
+/// the wall clock's, as events' are.
 pub async fn reconcile(
     client: &kube::Client,
     accounts: &Accounts,
     budget: &Budget,
+    clock: &Clock,
 ) -> Result<(), Error> {
     let namespace = budget.namespace().unwrap_or_default();
     let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
@@ -667,8 +674,9 @@ pub async fn reconcile(
         }
         Err(error) => return Err(error),
     };
+    let now = clock.now();
     let mut status = budget.status.clone().unwrap_or_default();
-    status.reservations = held(&status.reservations, &objects, Timestamp::now());
+    status.reservations = held(&status.reservations, &objects, now);
     let counted = count(&objects, &status.reservations, None);
     let currency = objects
         .iter()
@@ -676,13 +684,12 @@ pub async fn reconcile(
         .unwrap_or_else(|| budget.spec.currency.clone());
     show_count(&mut status, &counted, budget, &currency);
     status.observed_generation = budget.meta().generation;
-    let now = Timestamp::now();
     if let Err(error) = count_spend(&mut status, budget, &objects, &counted, accounts, now).await {
         conditions::apply(
             &mut status.conditions,
             &error.outcome(),
             budget.meta().generation,
-            now,
+            Timestamp::now(),
         );
         return write(&api, budget, status).await;
     }
@@ -702,7 +709,7 @@ pub async fn reconcile(
         &counted,
         &objects,
         &status.powered_off,
-        Timestamp::now(),
+        now,
     );
     let outcome = outcome(&counted_budget, &counted, &objects);
     conditions::apply(

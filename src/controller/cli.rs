@@ -214,6 +214,7 @@ impl Args {
                     grace_period: self.duplicate_grace_period,
                     delete: self.delete_duplicates,
                 },
+                clock: crate::clock::Clock::real(),
             },
             reporter: crate::events::Reporter::new("gpucloud-operator", self.instance_name()),
             orphans: OrphanSweepSettings {

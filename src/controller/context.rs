@@ -1,6 +1,7 @@
 //! Per-kind context handed to every reconcile of that kind.
 
 use crate::account::{Account, AccountId, Accounts, SecretLocation};
+use crate::clock::Clock;
 use crate::events::EventPublisher;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
@@ -36,6 +37,9 @@ pub struct ReconcileSettings {
     pub allow_adoption: bool,
     /// What happens to a second resource under an object's cloud name.
     pub duplicates: DuplicateSettings,
+    /// The time lifetimes, power schedules and Budget periods are read at, and their timers
+    /// set by (`clock.rs`): the wall clock but in tests.
+    pub clock: Clock,
 }
 
 /// Duplicates: resources carrying an object's cloud name other than the one it recorded (a
@@ -67,6 +71,7 @@ impl Default for ReconcileSettings {
             operator_namespace: "gpucloud-system".into(),
             allow_adoption: false,
             duplicates: DuplicateSettings::default(),
+            clock: Clock::real(),
         }
     }
 }

@@ -147,13 +147,25 @@ impl ManagedKind for GpuInstance {
                         .flatten()
                 }),
                 final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
-                next_transition: self.next_wake(Timestamp::now()).map(Time),
+                next_transition: previous.and_then(|p| p.next_transition.clone()),
             },
             None => GpuInstanceStatus {
                 cloud: common,
-                next_transition: self.next_wake(Timestamp::now()).map(Time),
                 ..previous.cloned().unwrap_or_default()
             },
+        }
+    }
+
+    /// The schedule's next transition is shown as of `now`.
+    fn status_at(
+        &self,
+        common: CloudStatus,
+        record: Option<&Record<Self>>,
+        now: Timestamp,
+    ) -> GpuInstanceStatus {
+        GpuInstanceStatus {
+            next_transition: self.next_wake(now).map(Time),
+            ..self.status_with(common, record)
         }
     }
 
@@ -167,7 +179,7 @@ impl ManagedKind for GpuInstance {
         let namespace = self.namespace().unwrap_or_default();
         let spec = &self.spec;
         // A schedule that cannot be read would leave the machine running, billed: refused first.
-        scheduled(self, Timestamp::now())?;
+        scheduled(self, cx.settings.clock.now())?;
         // Refused before a machine is billed, not after: the Secret is written once it runs.
         if let Some(name) = &spec.connection_secret {
             let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
@@ -317,7 +329,7 @@ impl ManagedKind for GpuInstance {
             // Hibernated if any Budget asks for it: the further off.
             .max_by_key(|h| h.power_state == PowerState::Hibernated);
         Ok(Moment {
-            now: Timestamp::now(),
+            now: cx.settings.clock.now(),
             budget_hold,
         })
     }

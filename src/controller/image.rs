@@ -233,7 +233,11 @@ mod tests {
             };
             let mut object = image(before);
             object.priced(&record, &list(image_price));
-            let written = object.with_status(object.cloud_status(), Some(&record));
+            let written = object.with_status(
+                object.cloud_status(),
+                Some(&record),
+                k8s_openapi::jiff::Timestamp::now(),
+            );
             let status = written.status.as_ref().unwrap();
             match after {
                 Some(rate) => {

@@ -72,10 +72,26 @@ pub trait ManagedKind:
     /// the current status when `record` is `None`).
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status;
 
-    /// A copy of the object with `status_with`'s status.
-    fn with_status(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self {
+    /// `status_with`'s status as of `now` (the operator's clock): a kind whose status shows
+    /// something that depends on the time (a power schedule's next transition) sets it here.
+    fn status_at(
+        &self,
+        common: CloudStatus,
+        record: Option<&Record<Self>>,
+        _now: Timestamp,
+    ) -> Self::Status {
+        self.status_with(common, record)
+    }
+
+    /// A copy of the object with `status_at`'s status.
+    fn with_status(
+        &self,
+        common: CloudStatus,
+        record: Option<&Record<Self>>,
+        now: Timestamp,
+    ) -> Self {
         let mut object = self.clone();
-        *object.status_mut() = Some(self.status_with(common, record));
+        *object.status_mut() = Some(self.status_at(common, record, now));
         object
     }
 

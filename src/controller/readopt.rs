@@ -13,17 +13,24 @@
 //! A change the status does not show (a security rule edited in the cloud while no operator
 //! ran) is found by that first recheck, within one resync interval, as a settled operator
 //! finds it with its next list.
+//!
+//! A moment the object must be looked at whatever the cloud does (its lifetime's next stage, a
+//! power schedule's next transition) is kept across the restart: an object whose moment
+//! passed while no operator ran is reconciled at once, and a re-adopted one is rechecked at
+//! its moment should that come before its place in the spread.
 
 use crate::account::SecretLocation;
 use crate::context::Context;
 use crate::kind::{ManagedKind, Record};
 use crate::lock;
 use crate::observer::{CloudList, CloudRecord};
-use crate::reconcile::paused;
+use crate::reconcile::{paused, wake_of};
+use gpucloud_api::lifetime::{self, Stage};
 use gpucloud_api::{FINALIZER, SecretKeyRef};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -89,14 +96,14 @@ pub fn settled<K: ManagedKind>(object: &K) -> bool {
         && object.annotations_observed()
 }
 
-/// Whether `record` is what the object's status shows: the state, and every field the kind
-/// takes from the record into its status.
-pub fn listed_as_recorded<K: ManagedKind>(object: &K, record: &Record<K>) -> bool {
+/// Whether `record` is what the object's status shows at `now`: the state, and every field
+/// the kind takes from the record (or the time) into its status.
+pub fn listed_as_recorded<K: ManagedKind>(object: &K, record: &Record<K>, now: Timestamp) -> bool {
     let Some(status) = object.cloud_status_ref() else {
         return false;
     };
     status.state.as_deref() == Some(record.state().as_str())
-        && object.status() == Some(&object.status_with(status.clone(), Some(record)))
+        && object.status() == Some(&object.status_at(status.clone(), Some(record), now))
 }
 
 /// Checks the settled objects of the first list against the cloud's first list, then spreads
@@ -111,9 +118,11 @@ async fn check<K: ManagedKind>(
     // once per object.
     let mut first_lists: HashMap<SecretLocation, Option<Arc<CloudList<Record<K>>>>> =
         HashMap::new();
-    // A set: a first list retried after an error offers its objects again.
-    let mut readopted = HashSet::new();
+    // A map: a first list retried after an error offers its objects again. Each with the
+    // moment it must be looked at whatever the cloud does.
+    let mut readopted = HashMap::new();
     let mut reconciled = 0_usize;
+    let clock = cx.settings.clock;
     while let Some(object) = received.recv().await {
         let namespace = object.namespace().unwrap_or_default();
         let reference = object.managed().credentials_secret_ref.as_ref();
@@ -129,8 +138,13 @@ async fn check<K: ManagedKind>(
             None => None,
         };
         let key = ObjectRef::from_obj(&object);
-        if listed.is_some_and(|snapshot| matches_cloud(&snapshot, &object)) {
-            readopted.insert(key);
+        let now = clock.now();
+        // A lifetime that reached a stage while no operator ran is acted on now, not at the
+        // object's place in the spread (a schedule's edge shows in `status_at`).
+        if !lifetime_due(&object, now)
+            && listed.is_some_and(|snapshot| matches_cloud(&snapshot, &object, now))
+        {
+            readopted.insert(key, wake_of(&object, now));
         } else {
             reconciled += 1;
             cx.gauges.triggered(&key);
@@ -159,31 +173,63 @@ async fn first_list<K: ManagedKind>(
     cx.observer(&account).latest().await.ok()
 }
 
-/// Whether `listed` shows the object's resource as its status records it.
-fn matches_cloud<K: ManagedKind>(listed: &CloudList<Record<K>>, object: &K) -> bool {
+/// Whether the object's lifetime is at a stage at `now` that its status may not show yet:
+/// ended (carried out or not, the reconcile tells at no cloud call), or in its warning stage
+/// not warned of.
+fn lifetime_due<K: ManagedKind>(object: &K, now: Timestamp) -> bool {
+    match lifetime::stage_of(object, now) {
+        Ok(Some(Stage::Expired { .. })) | Err(_) => true,
+        Ok(Some(Stage::Expiring { expires_at })) => {
+            object
+                .cloud_status_ref()
+                .and_then(|s| s.expiry_warned.as_ref())
+                .map(|t| t.0)
+                != Some(expires_at)
+        }
+        Ok(Some(Stage::Live { .. }) | None) => false,
+    }
+}
+
+/// Whether `listed` shows the object's resource as its status records it at `now`.
+fn matches_cloud<K: ManagedKind>(
+    listed: &CloudList<Record<K>>,
+    object: &K,
+    now: Timestamp,
+) -> bool {
     object
         .cloud_status_ref()
         .and_then(|s| s.external_id.as_deref())
         .and_then(|id| listed.get(id))
-        .is_some_and(|record| listed_as_recorded(object, record))
+        .is_some_and(|record| listed_as_recorded(object, record, now))
 }
 
 /// Wakes `objects` one after another, evenly over `over` and in no particular order: the
-/// recheck each would have had one resync interval after its last reconcile.
+/// recheck each would have had one resync interval after its last reconcile, or sooner at
+/// the moment (of the operator's clock) it must be looked at.
 async fn spread<K: ManagedKind>(
     cx: &Context<K>,
-    objects: HashSet<ObjectRef<K>>,
+    objects: HashMap<ObjectRef<K>, Option<Timestamp>>,
     over: Duration,
     trigger: &mpsc::UnboundedSender<ObjectRef<K>>,
 ) {
     let count = u32::try_from(objects.len()).unwrap_or(u32::MAX).max(1);
     let step = over / count;
-    for (n, key) in (1..).zip(&objects) {
-        cx.gauges.due_in(key, step * n);
-    }
+    let clock = cx.settings.clock;
     let start = tokio::time::Instant::now();
-    for (n, key) in (1..).zip(objects) {
-        tokio::time::sleep_until(start + step * n).await;
+    let mut due: Vec<(Duration, ObjectRef<K>)> = (1..)
+        .zip(objects)
+        .map(|(n, (key, wake))| {
+            let slot = step * n;
+            let at = wake.map_or(slot, |wake| slot.min(clock.until(wake)));
+            (at, key)
+        })
+        .collect();
+    due.sort_by_key(|(at, _)| *at);
+    for (at, key) in &due {
+        cx.gauges.due_in(key, *at);
+    }
+    for (at, key) in due {
+        tokio::time::sleep_until(start + at).await;
         // Deleted meanwhile: its watch event has already woken it.
         if cx.gauges.store().get(&key).is_none() {
             continue;
@@ -313,18 +359,64 @@ mod tests {
         assert!(!settled(&instance(Some("t1"), None)));
     }
 
+    /// A lifetime's stage the status may not show yet brings a reconcile at the start: ended,
+    /// or in its warning stage without the warning recorded.
+    #[test]
+    fn a_lifetime_ended_or_unwarned_is_due_at_the_start() {
+        let expires_at = "2026-10-23T12:00:00Z";
+        let instance = |warned: Option<&str>| -> GpuInstance {
+            serde_json::from_value(json!({
+                "apiVersion": "gpucloud.io/v1alpha1",
+                "kind": "GpuInstance",
+                "metadata": {"name": "gpu", "namespace": "team", "generation": 1},
+                "spec": {
+                    "region": "us-east-1", "gpuType": "A100", "osImage": "ubuntu-22.04",
+                    "lifetime": {"expiresAt": expires_at, "warnBefore": "1h", "onExpiry": "Stop"},
+                },
+                "status": {"externalId": "vm-1", "expiryWarned": warned},
+            }))
+            .expect("a valid GpuInstance")
+        };
+        let at = |text: &str| -> Timestamp { text.parse().unwrap() };
+        for (now, warned, due) in [
+            ("2026-10-23T10:00:00Z", None, false),
+            ("2026-10-23T11:30:00Z", None, true),
+            ("2026-10-23T11:30:00Z", Some(expires_at), false),
+            ("2026-10-23T11:30:00Z", Some("2026-10-23T09:00:00Z"), true),
+            ("2026-10-23T12:00:00Z", Some(expires_at), true),
+        ] {
+            assert_eq!(
+                lifetime_due(&instance(warned), at(now)),
+                due,
+                "{now} {warned:?}"
+            );
+        }
+        let without: GpuInstance = serde_json::from_value(json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+            "metadata": {"name": "gpu", "namespace": "team"},
+            "spec": {"region": "us-east-1", "gpuType": "A100", "osImage": "ubuntu-22.04"},
+        }))
+        .expect("a valid GpuInstance");
+        assert!(!lifetime_due(&without, at("2026-10-23T12:00:00Z")));
+    }
+
     #[test]
     fn a_record_matches_when_the_status_shows_it() {
         let object = key(settled_key());
-        assert!(listed_as_recorded(&object, &record(KEY)));
+        assert!(listed_as_recorded(&object, &record(KEY), Timestamp::now()));
         // A field the kind takes into its status differs.
         assert!(!listed_as_recorded(
             &object,
-            &record("ssh-ed25519 AAAAother key")
+            &record("ssh-ed25519 AAAAother key"),
+            Timestamp::now()
         ));
         // The state recorded differs from the listed one.
         let mut other_state = settled_key();
         merge(&mut other_state, &json!({"status": {"state": "pending"}}));
-        assert!(!listed_as_recorded(&key(other_state), &record(KEY)));
+        assert!(!listed_as_recorded(
+            &key(other_state),
+            &record(KEY),
+            Timestamp::now()
+        ));
     }
 }

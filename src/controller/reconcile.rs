@@ -2,6 +2,7 @@
 //! create, convergence, status and conditions, deletion.
 
 use crate::account::Account;
+use crate::clock::Clock;
 use crate::conditions::{self, Outcome, reason};
 use crate::context::Context;
 use crate::create::{self, CreateDecision, Found};
@@ -111,7 +112,7 @@ async fn reconcile_flow<K: ManagedKind>(
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(cx.client.clone(), &namespace);
     if paused(&*object) {
-        show_paused(&api, &object).await;
+        show_paused(&api, &object, cx.settings.clock.now()).await;
         return Ok(await_change());
     }
     let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
@@ -119,10 +120,11 @@ async fn reconcile_flow<K: ManagedKind>(
             FinalizerEvent::Apply(object) => {
                 // Whatever the flow decides, the object is looked at again at its next
                 // wake: one timer per object, read from the object, so no polling.
-                let wake = wake_of(&*object, Timestamp::now());
+                let clock = cx.settings.clock;
+                let wake = wake_of(&*object, clock.now());
                 apply(&api, object, cx)
                     .await
-                    .map(|action| no_later_than(action, wake))
+                    .map(|action| no_later_than(action, wake, &clock))
             }
             FinalizerEvent::Cleanup(object) => cleanup(object, cx).await,
         }
@@ -176,14 +178,14 @@ async fn reference_cycle<K: ManagedKind>(
 
 /// Best effort: a paused object says so in its `Paused` condition (the next reconcile after
 /// the annotation is removed clears it). A failed write is shown by the next change.
-async fn show_paused<K: ManagedKind>(api: &Api<K>, object: &K) {
+async fn show_paused<K: ManagedKind>(api: &Api<K>, object: &K, now: Timestamp) {
     let mut status = object.cloud_status();
     if conditions::pause(
         &mut status.conditions,
         object.meta().generation,
         Timestamp::now(),
     ) {
-        let updated = object.with_status(status, None);
+        let updated = object.with_status(status, None, now);
         if let Err(error) = api
             .replace_status(&object.name_any(), &PostParams::default(), &updated)
             .await
@@ -244,7 +246,7 @@ async fn apply<K: ManagedKind>(
     // An ended lifetime that deletes the object does so whatever the cloud shows (the
     // resource running, gone, or never made); refused (deletion protection), the flow goes on
     // and the kind keeps the resource as cheap as it can.
-    if let Some(Stage::Expired { expires_at }) = lifetime_stage(&*object, Timestamp::now())?
+    if let Some(Stage::Expired { expires_at }) = lifetime_stage(&*object, cx.settings.clock.now())?
         && object.lifetime().is_some_and(|l| l.on_expiry.deletes())
         && expire(api, &object, cx, expires_at).await?
     {
@@ -318,7 +320,7 @@ async fn apply<K: ManagedKind>(
                 reason::WAITING_FOR_CLOUD_LIST,
                 format!("waiting for {id} to appear in the cloud's list"),
             );
-            write_status(api, &object, status, None, &outcome).await?;
+            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
             return Ok(requeue(cx.settings.transition_requeue));
         }
         if status.external_id.is_none() {
@@ -326,7 +328,7 @@ async fn apply<K: ManagedKind>(
                 reason::NOT_FOUND_IN_CLOUD,
                 format!("{EXTERNAL_ID_ANNOTATION} names {id}, which the cloud does not list"),
             );
-            write_status(api, &object, status, None, &outcome).await?;
+            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
             return Ok(requeue(cx.settings.observe.resync));
         }
         if K::WHEN_GONE == WhenGone::Report
@@ -350,7 +352,7 @@ async fn apply<K: ManagedKind>(
                     outcome.message(),
                 );
             }
-            write_status(api, &object, status, None, &outcome).await?;
+            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
             return Ok(await_change());
         }
         // Stateless and gone: forget the id and create it again below.
@@ -369,6 +371,7 @@ async fn apply<K: ManagedKind>(
         let object = Arc::new(
             write_status(
                 api,
+                &cx.settings.clock,
                 &object,
                 cleared,
                 None,
@@ -386,7 +389,7 @@ async fn apply<K: ManagedKind>(
                 "managementPolicy ObserveOnly needs the {EXTERNAL_ID_ANNOTATION} annotation naming an existing resource"
             ),
         );
-        write_status(api, &object, status, None, &outcome).await?;
+        write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
         return Ok(await_change());
     }
     create_step(api, object, cx, &account, &listed).await
@@ -451,7 +454,15 @@ async fn create_step<K: ManagedKind>(
             };
             let outcome =
                 Outcome::progressing(reason::PROVISIONING, "found the cloud resource; converging");
-            write_status(api, &object, status, record.as_ref(), &outcome).await?;
+            write_status(
+                api,
+                &cx.settings.clock,
+                &object,
+                status,
+                record.as_ref(),
+                &outcome,
+            )
+            .await?;
             Ok(requeue(Duration::ZERO))
         }
         CreateDecision::WaitForList { recheck_after } => {
@@ -462,12 +473,13 @@ async fn create_step<K: ManagedKind>(
                     "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
                 ),
             );
-            write_status(api, &object, status, None, &outcome).await?;
+            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
             Ok(requeue(recheck_after))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
             // Created expired, a resource would be billed only to be stopped or deleted.
-            if let Some(Stage::Expired { expires_at }) = lifetime_stage(&*object, Timestamp::now())?
+            if let Some(Stage::Expired { expires_at }) =
+                lifetime_stage(&*object, cx.settings.clock.now())?
             {
                 return Err(Error::InvalidSpec(format!(
                     "spec.lifetime ends at {expires_at}, which has passed: nothing is created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
@@ -492,7 +504,8 @@ async fn create_step<K: ManagedKind>(
                     currency: &currency,
                     charge: format!("{}/{cloud_name}", account.id.label()),
                 };
-                crate::budget::reserve(&cx.client, &*object, budgets, &ask).await?;
+                crate::budget::reserve(&cx.client, &*object, budgets, &ask, &cx.settings.clock)
+                    .await?;
                 reserved = true;
             }
             // The intent is written with the object's resourceVersion: a stale cache or a
@@ -507,7 +520,15 @@ async fn create_step<K: ManagedKind>(
                 ..status
             };
             let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
-            let object = write_status(api, &object, intent.clone(), None, &outcome).await?;
+            let object = write_status(
+                api,
+                &cx.settings.clock,
+                &object,
+                intent.clone(),
+                None,
+                &outcome,
+            )
+            .await?;
             observer.mark_hot();
             let created = K::create(cx, account, plan, &cloud_name).await;
             // Whatever the answer, a list sent before now may not show the resource: if a
@@ -532,7 +553,15 @@ async fn create_step<K: ManagedKind>(
                         reason::PROVISIONING,
                         format!("{} is {}", record.id(), record.state()),
                     );
-                    write_status(api, &object, created, Some(&record), &outcome).await?;
+                    write_status(
+                        api,
+                        &cx.settings.clock,
+                        &object,
+                        created,
+                        Some(&record),
+                        &outcome,
+                    )
+                    .await?;
                     Ok(requeue(cx.settings.transition_requeue))
                 }
                 Err(error) if error.is_definite_refusal() => {
@@ -541,7 +570,15 @@ async fn create_step<K: ManagedKind>(
                         pending_create: None,
                         ..intent
                     };
-                    write_status(api, &object, cleared, None, &error.outcome()).await?;
+                    write_status(
+                        api,
+                        &cx.settings.clock,
+                        &object,
+                        cleared,
+                        None,
+                        &error.outcome(),
+                    )
+                    .await?;
                     // Given back at once; should that fail, the Budget drops the reservation
                     // of a create no longer pending after `budget::ABANDONED_AFTER`.
                     if reserved && let Err(e) = crate::budget::release(&cx.client, &object).await {
@@ -566,7 +603,7 @@ async fn converge<K: ManagedKind>(
     status: CloudStatus,
     record: Record<K>,
 ) -> Result<Action, Error> {
-    let stage = lifetime_stage(&**object, Timestamp::now())?;
+    let stage = lifetime_stage(&**object, cx.settings.clock.now())?;
     let mut working = K::clone(object);
     let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
         object.observed(&record)
@@ -639,7 +676,16 @@ async fn converge<K: ManagedKind>(
             publish(cx, object, event_type, outcome.reason(), outcome.message());
         }
     }
-    write_status_from(api, object, &working, status, Some(&record), &outcome).await?;
+    write_status_from(
+        api,
+        &cx.settings.clock,
+        object,
+        &working,
+        status,
+        Some(&record),
+        &outcome,
+    )
+    .await?;
     let after = match outcome {
         Outcome::Ready { .. } => settled_recheck(cx),
         // Waiting for another object (an attachment target): its watch wakes this one.
@@ -741,7 +787,7 @@ async fn expire<K: ManagedKind>(
 
 /// The moment the object must be looked at again whatever the cloud does: its lifetime's
 /// next stage, or the kind's own (a power schedule's next transition).
-fn wake_of<K: ManagedKind>(object: &K, now: Timestamp) -> Option<Timestamp> {
+pub(crate) fn wake_of<K: ManagedKind>(object: &K, now: Timestamp) -> Option<Timestamp> {
     let stage = lifetime::stage_of(object, now)
         .ok()
         .flatten()
@@ -749,22 +795,23 @@ fn wake_of<K: ManagedKind>(object: &K, now: Timestamp) -> Option<Timestamp> {
     [stage, object.next_wake(now)].into_iter().flatten().min()
 }
 
-/// `action`, or a requeue at `wake` when that is sooner than what it asked for.
-fn no_later_than(action: Action, wake: Option<Timestamp>) -> Action {
+/// `action`, or a requeue at `wake` (a moment of `clock`) when that is sooner than what it
+/// asked for.
+fn no_later_than(action: Action, wake: Option<Timestamp>, clock: &Clock) -> Action {
     let asked = REQUEUE.try_with(Cell::get).ok().flatten();
-    match until_wake(asked, wake) {
+    match until_wake(asked, wake, clock) {
         Some(after) if Some(after) != asked => requeue(after),
         _ => action,
     }
 }
 
 /// The requeue `asked` (`None`: wait for a change), or sooner when the object must be looked
-/// at again at `wake`.
-fn until_wake(asked: Option<Duration>, wake: Option<Timestamp>) -> Option<Duration> {
+/// at again at `wake`: the real time until `clock` reads it.
+fn until_wake(asked: Option<Duration>, wake: Option<Timestamp>, clock: &Clock) -> Option<Duration> {
     let Some(wake) = wake else {
         return asked;
     };
-    let until = Duration::try_from(wake.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO);
+    let until = clock.until(wake);
     Some(asked.map_or(until, |asked| asked.min(until)))
 }
 
@@ -1062,18 +1109,20 @@ fn cleanup_targets<K: ManagedKind>(
 /// the write when nothing would change. Returns the object as stored.
 async fn write_status<K: ManagedKind>(
     api: &Api<K>,
+    clock: &Clock,
     object: &K,
     status: CloudStatus,
     record: Option<&Record<K>>,
     outcome: &Outcome,
 ) -> Result<K, Error> {
-    write_status_from(api, object, object, status, record, outcome).await
+    write_status_from(api, clock, object, object, status, record, outcome).await
 }
 
 /// As `write_status`, with the kind's own status fields taken from `working`, a copy of
 /// `stored` that a kind's executed action may have annotated (`ManagedKind::executed`).
 async fn write_status_from<K: ManagedKind>(
     api: &Api<K>,
+    clock: &Clock,
     stored: &K,
     working: &K,
     mut status: CloudStatus,
@@ -1088,7 +1137,9 @@ async fn write_status_from<K: ManagedKind>(
         generation,
         Timestamp::now(),
     );
-    let updated = working.with_status(status, record);
+    // The kind's time-dependent fields (a schedule's next transition) by the operator's
+    // clock; the condition's transition time above is the wall clock's, as events are.
+    let updated = working.with_status(status, record, clock.now());
     if serde_json::to_value(&updated)? == serde_json::to_value(stored)? {
         return Ok(updated);
     }
@@ -1121,7 +1172,8 @@ async fn report_failure<K: ManagedKind>(
             outcome.message(),
         );
     }
-    let reported = match write_status(api, object, status, None, &outcome).await {
+    let reported = match write_status(api, &cx.settings.clock, object, status, None, &outcome).await
+    {
         Ok(_) => true,
         // The reconcile itself wrote the status (a create's intent) before it failed, so the
         // copy it started from is stale: report on the stored object, or a failure after the
@@ -1133,7 +1185,7 @@ async fn report_failure<K: ManagedKind>(
                         && changed_condition(&fresh.cloud_status(), &outcome) =>
                 {
                     let status = fresh.cloud_status();
-                    write_status(api, &fresh, status, None, &outcome)
+                    write_status(api, &cx.settings.clock, &fresh, status, None, &outcome)
                         .await
                         .is_ok()
                 }
@@ -1232,20 +1284,41 @@ mod tests {
 
     #[test]
     fn a_requeue_is_never_later_than_the_next_wake() {
+        let real = Clock::real();
         let five_minutes = Some(Duration::from_secs(300));
         let soon = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(5);
         for asked in [five_minutes, None] {
-            let after = until_wake(asked, Some(soon)).unwrap();
+            let after = until_wake(asked, Some(soon), &real).unwrap();
             assert!(
                 after <= Duration::from_secs(5) && after > Duration::from_secs(3),
                 "{after:?}"
             );
         }
-        assert_eq!(until_wake(five_minutes, None), five_minutes);
-        assert_eq!(until_wake(None, None), None);
+        assert_eq!(until_wake(five_minutes, None, &real), five_minutes);
+        assert_eq!(until_wake(None, None, &real), None);
         let past = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(5);
-        assert_eq!(until_wake(five_minutes, Some(past)), Some(Duration::ZERO));
+        assert_eq!(
+            until_wake(five_minutes, Some(past), &real),
+            Some(Duration::ZERO)
+        );
         let later = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(1);
-        assert_eq!(until_wake(five_minutes, Some(later)), five_minutes);
+        assert_eq!(until_wake(five_minutes, Some(later), &real), five_minutes);
+    }
+
+    /// On a scaled clock, a wake hours of clock time away is a timer of seconds.
+    #[test]
+    fn a_wake_on_a_scaled_clock_is_its_clock_span_over_the_scale() {
+        let origin = at("2026-10-23T04:00:00Z");
+        let clock = Clock::scaled(origin, 3600.0);
+        let five_minutes = Some(Duration::from_secs(300));
+        let after = until_wake(five_minutes, Some(at("2026-10-23T06:00:00Z")), &clock).unwrap();
+        assert!(
+            after <= Duration::from_secs(2) && after > Duration::from_millis(1900),
+            "{after:?}"
+        );
+        assert_eq!(
+            until_wake(five_minutes, Some(origin), &clock),
+            Some(Duration::ZERO)
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! of each kind.
 
 use crate::account::{Accounts, CloudSettings, SecretLocation};
+use crate::clock::Clock;
 use crate::context::{Context, ReconcileSettings, Shared};
 use crate::decode::{Decoded, Guard};
 use crate::events::EventPublisher;
@@ -351,7 +352,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             (budget_store, budget_writer),
             budgets,
             accounts.clone(),
-            config.reconcile.observe.resync,
+            &config.reconcile,
             shutdown.clone(),
         ));
         if followed_kinds().iter().any(|k| k == CONFIG_MAP) {
@@ -790,9 +791,10 @@ fn budget_controller(
     (store, writer): (reflector::Store<Budget>, reflector::store::Writer<Budget>),
     relay: Arc<Relay<BudgetChange>>,
     accounts: Arc<Accounts>,
-    resync: Duration,
+    settings: &ReconcileSettings,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
 ) -> BoxFuture<'static, ()> {
+    let (resync, clock) = (settings.observe.resync, settings.clock);
     struct Billed;
     impl KindFn<Option<String>> for Billed {
         fn call<K: ManagedKind>(&self) -> Option<String> {
@@ -856,13 +858,13 @@ fn budget_controller(
         })
         .applied_objects()
         .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
-    let client = Arc::new((scoped.client.clone(), accounts));
+    let client = Arc::new((scoped.client.clone(), accounts, clock));
     Controller::for_stream(objects, store)
         .reconcile_on(billed_changes)
         .graceful_shutdown_on(shutdown)
         .run(
-            move |budget, cx: Arc<(kube::Client, Arc<Accounts>)>| async move {
-                crate::budget::reconcile(&cx.0, &cx.1, &budget).await?;
+            move |budget, cx: Arc<(kube::Client, Arc<Accounts>, Clock)>| async move {
+                crate::budget::reconcile(&cx.0, &cx.1, &budget, &cx.2).await?;
                 Ok::<_, crate::error::Error>(kube::runtime::controller::Action::requeue(resync))
             },
             |budget, error, _| {

@@ -427,7 +427,11 @@ mod tests {
             };
             let mut object = snapshot(before);
             object.priced(&record, &price_list(snapshot_price));
-            let written = object.with_status(object.cloud_status(), Some(&record));
+            let written = object.with_status(
+                object.cloud_status(),
+                Some(&record),
+                k8s_openapi::jiff::Timestamp::now(),
+            );
             let status = written.status.as_ref().unwrap();
             match after {
                 Some(rate) => {

@@ -515,7 +515,11 @@ mod tests {
         if let Some(pricing) = pricing {
             object.priced(record, pricing);
         }
-        let written = object.with_status(object.cloud_status(), Some(record));
+        let written = object.with_status(
+            object.cloud_status(),
+            Some(record),
+            k8s_openapi::jiff::Timestamp::now(),
+        );
         let cost = written.hourly_cost();
         (written.status.unwrap(), cost)
     }

@@ -32,6 +32,9 @@ pub struct Args {
     /// Simulated seconds per real second (billing and state delays).
     #[arg(long, env = "GPUCLOUD_SIM_TIME_SCALE", default_value_t = 1.0)]
     pub time_scale: f64,
+    /// The moment the simulated clock starts at (RFC 3339); the wall clock when absent.
+    #[arg(long, env = "GPUCLOUD_SIM_START_AT")]
+    pub start_at: Option<jiff::Timestamp>,
     /// Requests per second per API key; unlimited when absent.
     #[arg(long, env = "GPUCLOUD_SIM_RATE_LIMIT")]
     pub rate_limit: Option<f64>,
@@ -169,6 +172,7 @@ impl Args {
                 .collect(),
             seed: self.seed,
             time_scale: self.time_scale,
+            start: self.start_at,
             rate_limit: self.rate_limit.map(|per_second| RateLimit {
                 per_second,
                 burst: self.rate_burst,

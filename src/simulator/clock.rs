@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::engine::SimTime;
 
-/// The simulated clock: wall time at start plus real elapsed time times the scale, plus any
-/// manual advance.
+/// The simulated clock: its start (wall time unless chosen) plus real elapsed time times the
+/// scale, plus any manual advance.
 pub struct Clock {
     origin: Instant,
     origin_millis: SimTime,
@@ -16,10 +16,12 @@ pub struct Clock {
 }
 
 impl Clock {
-    pub fn new(scale: f64) -> Self {
+    /// A clock reading `start` now (the wall clock when `None`) and running `scale` simulated
+    /// seconds per real second.
+    pub fn new(scale: f64, start: Option<jiff::Timestamp>) -> Self {
         Clock {
             origin: Instant::now(),
-            origin_millis: jiff::Timestamp::now().as_millisecond(),
+            origin_millis: start.unwrap_or_else(jiff::Timestamp::now).as_millisecond(),
             scale,
             advanced_millis: AtomicI64::new(0),
         }
@@ -30,6 +32,11 @@ impl Clock {
         self.origin_millis
             .saturating_add(elapsed as i64)
             .saturating_add(self.advanced_millis.load(Ordering::Relaxed))
+    }
+
+    /// The simulated now as a timestamp (to the millisecond).
+    pub fn timestamp(&self) -> jiff::Timestamp {
+        jiff::Timestamp::from_millisecond(self.now()).unwrap_or(jiff::Timestamp::MAX)
     }
 
     /// Moves simulated time forward (billing accrues, pending states complete).
@@ -45,7 +52,7 @@ mod tests {
 
     #[test]
     fn clock_runs_scaled_and_advances_on_demand() {
-        let clock = Clock::new(3600.0);
+        let clock = Clock::new(3600.0, None);
         let start = clock.now();
         std::thread::sleep(Duration::from_millis(20));
         // 20 ms of real time at 3600x is at least 72 simulated seconds.
@@ -53,5 +60,16 @@ mod tests {
         let before = clock.now();
         clock.advance(Duration::from_secs(86_400));
         assert!(clock.now() - before >= 86_400_000);
+    }
+
+    #[test]
+    fn clock_starts_at_a_chosen_instant() {
+        let start: jiff::Timestamp = "2026-10-23T04:00:00Z".parse().unwrap();
+        let clock = Clock::new(3600.0, Some(start));
+        let now = clock.timestamp();
+        assert!(
+            now >= start && now < start + jiff::SignedDuration::from_secs(60),
+            "{now}"
+        );
     }
 }

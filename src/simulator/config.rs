@@ -22,6 +22,8 @@ pub struct SimulatorConfig {
     /// Simulated seconds per real second. Billing, balance drain and every state delay run on
     /// the simulated clock.
     pub time_scale: f64,
+    /// The moment the simulated clock starts at; the wall clock when `None`.
+    pub start: Option<jiff::Timestamp>,
     /// Token bucket per API key; `None` means unlimited.
     pub rate_limit: Option<RateLimit>,
     /// How long intermediate states last (simulated time).
@@ -61,6 +63,7 @@ impl Default for SimulatorConfig {
             other_accounts: Vec::new(),
             seed: 1,
             time_scale: 1.0,
+            start: None,
             rate_limit: None,
             delays: Delays::fast(),
             initial_balance: 1000.0,
@@ -89,6 +92,7 @@ impl std::fmt::Debug for SimulatorConfig {
             )
             .field("seed", &self.seed)
             .field("time_scale", &self.time_scale)
+            .field("start", &self.start)
             .field("rate_limit", &self.rate_limit)
             .field("delays", &self.delays)
             .field("initial_balance", &self.initial_balance)

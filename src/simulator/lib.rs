@@ -225,6 +225,11 @@ impl SimulatorHandle {
             .with_engine(|engine, now| engine.set_balance(balance, now));
     }
 
+    /// The simulated clock's now (to the millisecond).
+    pub fn now(&self) -> jiff::Timestamp {
+        self.state.clock.timestamp()
+    }
+
     /// Moves the simulated clock forward: billing accrues, pending states complete.
     pub fn advance_clock(&self, by: Duration) {
         self.state.clock.advance(by);

@@ -68,7 +68,7 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl AppState {
     pub fn new(config: SimulatorConfig) -> Self {
-        let clock = Clock::new(config.time_scale);
+        let clock = Clock::new(config.time_scale, config.start);
         let engine = Engine::new(EngineSettings::from_config(&config), clock.now());
         let other_engines = (1..=config.other_accounts.len())
             .map(|account| {

@@ -20,6 +20,7 @@ mod idempotence;
 mod invalid_objects;
 mod lifecycle;
 mod lifetimes;
+mod lifetimes_scaled;
 mod openmetrics;
 mod orphans;
 mod outage;

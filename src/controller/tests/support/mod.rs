@@ -5,6 +5,7 @@
 use futures::FutureExt;
 use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
 use gpucloud_controller::account::{CloudSettings, SecretLocation};
+use gpucloud_controller::clock::Clock;
 use gpucloud_controller::context::ReconcileSettings;
 use gpucloud_controller::kind::Watched;
 use gpucloud_controller::observer::ObserveIntervals;
@@ -12,6 +13,7 @@ use gpucloud_controller::run::OperatorConfig;
 use gpucloud_simulator::{Simulator, SimulatorConfig, SimulatorHandle};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use std::collections::BTreeMap;
@@ -72,6 +74,7 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
                 grace_period: Duration::from_secs(3),
                 delete: true,
             },
+            clock: Clock::real(),
         },
         reporter: reporter(),
         orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
@@ -86,9 +89,6 @@ impl Env {
         let watchdog = watchdog(Duration::from_secs(300));
         let _ = rustls::crypto::ring::default_provider().install_default();
         let apiserver = ApiServer::start(ApiServerConfig::default()).await.unwrap();
-        let simulator = Simulator::start(simulator, "127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
         let client = apiserver.kube_client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in gpucloud_controller::registry::crds() {
@@ -101,6 +101,10 @@ impl Env {
                 .await
                 .unwrap();
         }
+        // Started last: a scaled clock has not run far by the time the test begins.
+        let simulator = Simulator::start(simulator, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
         let env = Env {
             apiserver,
             simulator,
@@ -116,6 +120,24 @@ impl Env {
         )
         .await;
         env
+    }
+
+    /// API server and simulator, no operator yet, on a scaled clock: the simulator's starts at
+    /// `start` and runs `scale` clock seconds per real second, and the returned clock (for
+    /// `ReconcileSettings::clock`) reads the same time, so the operator sees the cloud's time.
+    /// Objects' `creationTimestamp`s stay the API server's wall clock.
+    pub async fn on_scaled_clock(start: Timestamp, scale: f64) -> (Env, Clock) {
+        let env = Env::without_operator(SimulatorConfig {
+            time_scale: scale,
+            start: Some(start),
+            ..SimulatorConfig::default()
+        })
+        .await;
+        // Both clocks run on the real monotonic clock at the same scale: anchored at the
+        // simulator's reading, the operator's reads the same from then on (to the millisecond
+        // the simulator counts in).
+        let clock = Clock::scaled(env.simulator.now(), scale);
+        (env, clock)
     }
 
     /// The whole environment with the operator running.
