@@ -96,8 +96,10 @@ impl ManagedKind for GpuInstance {
         references
     }
 
+    /// `ACTIVE`: billed in full and stoppable, booting or running.
     fn is_running(&self) -> bool {
-        self.status.as_ref().and_then(|s| s.vm_status.as_deref()) == Some("RUNNING")
+        self.cloud_status_ref().and_then(|s| s.state.as_deref())
+            == Some(InstanceStatus::Active.as_str())
     }
 
     /// The rate the cloud gave for the machine, while it has one.
