@@ -432,6 +432,12 @@ fn scenario_objects(namespace: &str) -> Vec<Value> {
                  "osImage": "ubuntu-22.04-cuda-12",
                  "startupScript": {"configMapRef": {"name": "startup", "key": "script"}}}}),
     );
+    // A Budget every create reserves in, with room for all of them.
+    objects.push(
+        json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+        "metadata": {"name": "team"},
+        "spec": {"maxHourlyRate": 1000.0, "maxSpend": 100000.0, "period": {"type": "Monthly"}}}),
+    );
     for object in &mut objects {
         object["metadata"]["namespace"] = json!(namespace);
     }

@@ -397,7 +397,7 @@ async fn reserve_in<K: ManagedKind>(
         {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                budget = api.get(&name).await?;
+                budget = read(api, &name).await?;
             }
             Err(error) => return Err(error.into()),
         }
@@ -429,7 +429,7 @@ pub async fn release<K: ManagedKind>(client: &kube::Client, object: &K) -> Resul
 
 async fn release_in(api: &Api<Budget>, name: &str, uid: &str) -> Result<(), Error> {
     for _ in 0..RESERVE_ATTEMPTS {
-        let mut budget = api.get(name).await?;
+        let mut budget = read(api, name).await?;
         let mut status = budget.status.clone().unwrap_or_default();
         let before = status.reservations.len();
         status.reservations.retain(|r| r.uid != uid);
@@ -560,6 +560,21 @@ async fn count_spend(
     status.projected = Some(round(spent + counted.hourly_rate * hours_left));
     status.spend_remaining = Some(round(max - spent));
     Ok(())
+}
+
+/// A Budget as it stands now, read with a list (the operator is granted `list` and `watch` on
+/// Budgets, never `get`): gone, it is nothing to reserve in or give back to.
+async fn read(api: &Api<Budget>, name: &str) -> Result<Budget, Error> {
+    let params = ListParams::default().fields(&format!("metadata.name={name}"));
+    api.list(&params)
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::InProgress {
+            reason: reason::BUDGET_EXCEEDED,
+            message: format!("Budget {name} is gone; counting again"),
+        })
 }
 
 fn currency_mismatch(budget: &Budget, currency: &str) -> Error {

@@ -103,8 +103,16 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
 /// `charts/gpucloud-operator/templates/_kinds.tpl`: the kinds' resources as the chart's RBAC
 /// rules name them (objects; their status; their CRDs), as YAML flow lists.
 pub fn chart_kinds_template() -> String {
-    let mut plurals: Vec<String> = crds().into_iter().map(|c| c.spec.names.plural).collect();
+    let plural = |c: CustomResourceDefinition| c.spec.names.plural;
+    let mut plurals: Vec<String> = crds().into_iter().map(plural).collect();
     plurals.sort();
+    let mut policies: Vec<String> = policy_crds().into_iter().map(plural).collect();
+    policies.sort();
+    let managed: Vec<String> = plurals
+        .iter()
+        .filter(|p| !policies.contains(p))
+        .cloned()
+        .collect();
     let list = |items: Vec<String>| format!("[{}]", items.join(", "));
     let status = plurals.iter().map(|p| format!("{p}/status")).collect();
     let crd_names = plurals
@@ -116,9 +124,11 @@ pub fn chart_kinds_template() -> String {
          managed kind, for the RBAC rules in _helpers.tpl. Regenerate with\n\
          UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry; do not edit. */}}}}\n\
          {{{{- define \"gpucloud-operator.kindResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.policyResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.kindStatusResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.kindCrdNames\" -}}}}{}{{{{- end -}}}}\n",
-        list(plurals.clone()),
+        list(managed),
+        list(policies),
         list(status),
         list(crd_names),
     )
