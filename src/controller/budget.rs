@@ -678,14 +678,8 @@ pub async fn reconcile(
     let objects = match billed_objects(client, &namespace, budget).await {
         Ok(objects) => objects,
         Err(error @ Error::Blocked { .. }) => {
-            let mut status = budget.status.clone().unwrap_or_default();
-            conditions::apply(
-                &mut status.conditions,
-                &error.outcome(),
-                budget.meta().generation,
-                Timestamp::now(),
-            );
-            return write(&api, budget, status).await;
+            let status = budget.status.clone().unwrap_or_default();
+            return write_failure(&api, budget, status, &error).await;
         }
         Err(error) => return Err(error),
     };
@@ -700,13 +694,7 @@ pub async fn reconcile(
     show_count(&mut status, &counted, budget, &currency);
     status.observed_generation = budget.meta().generation;
     if let Err(error) = count_spend(&mut status, budget, &objects, &counted, accounts, now).await {
-        conditions::apply(
-            &mut status.conditions,
-            &error.outcome(),
-            budget.meta().generation,
-            Timestamp::now(),
-        );
-        return write(&api, budget, status).await;
+        return write_failure(&api, budget, status, &error).await;
     }
     let counted_budget = Budget {
         status: Some(status.clone()),
@@ -761,6 +749,22 @@ fn set_exceeded(status: &mut BudgetStatus, outcome: &Outcome, generation: Option
         observed_generation: generation,
         last_transition_time: since,
     });
+}
+
+/// Writes `status` with the failure that stopped the count on its conditions.
+async fn write_failure(
+    api: &Api<Budget>,
+    budget: &Budget,
+    mut status: BudgetStatus,
+    error: &Error,
+) -> Result<(), Error> {
+    conditions::apply(
+        &mut status.conditions,
+        &error.outcome(),
+        budget.meta().generation,
+        Timestamp::now(),
+    );
+    write(api, budget, status).await
 }
 
 async fn write(api: &Api<Budget>, budget: &Budget, status: BudgetStatus) -> Result<(), Error> {

@@ -130,14 +130,7 @@ async fn three_concurrent_creates_make_two_machines_under_a_budget_for_two() {
     assert_eq!(machines_in_cloud(&env), 2);
 
     // Raised: the refused machine is looked at again and created.
-    budgets(&env)
-        .patch(
-            "team",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 3.0 * L40S}})),
-        )
-        .await
-        .unwrap();
+    set_limit(&budgets(&env), "team", 3.0 * L40S).await;
     support::ready_within::<GpuInstance>(&env, &refused_name, 30).await;
     assert_eq!(machines_in_cloud(&env), 3);
     counted(&env, "team", 3, 3.0 * L40S).await;
@@ -313,13 +306,7 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     counted(&env, "team", 3, 3.0 * L40S).await;
 
     // Lowered: the newest machine is protected, so the next newest is stopped, and only it.
-    api.patch(
-        "team",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 2.5 * L40S}})),
-    )
-    .await
-    .unwrap();
+    set_limit(&api, "team", 2.5 * L40S).await;
     let middle = power_is(&env, "middle", "STOPPED").await;
     let machines = env.api::<GpuInstance>();
     eventually(30, "middle's Ready message naming the Budget", || {
@@ -356,13 +343,7 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     );
 
     // Raised again: it fits, and starts.
-    api.patch(
-        "team",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 3.0 * L40S}})),
-    )
-    .await
-    .unwrap();
+    set_limit(&api, "team", 3.0 * L40S).await;
     power_is(&env, "middle", "RUNNING").await;
     let team = api.get("team").await.unwrap().status.unwrap();
     assert!(team.powered_off.is_empty(), "{:?}", team.powered_off);
@@ -371,13 +352,7 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     // counted at its stopped rate, and the next newest running one would be chosen), then
     // the Budget deleted: what it kept off starts again.
     counted(&env, "team", 3, 3.0 * L40S).await;
-    api.patch(
-        "team",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": 2.5 * L40S}})),
-    )
-    .await
-    .unwrap();
+    set_limit(&api, "team", 2.5 * L40S).await;
     power_is(&env, "middle", "STOPPED").await;
     api.delete("team", &Default::default()).await.unwrap();
     power_is(&env, "middle", "RUNNING").await;
@@ -502,4 +477,15 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     assert!(message.contains("spent this period"), "{message}");
     assert_eq!(machines_in_cloud(&env), 1);
     env.stop_operator().await;
+}
+
+/// Sets the Budget's `maxHourlyRate`.
+async fn set_limit(api: &Api<Budget>, name: &str, rate: f64) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"maxHourlyRate": rate}})),
+    )
+    .await
+    .unwrap();
 }
