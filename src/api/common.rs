@@ -241,9 +241,10 @@ pub struct CloudStatus {
     /// The expiry the `ExpiresSoon` warning was given for (a changed expiry is warned of again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiry_warned: Option<Time>,
-    /// Set when the lifetime ended and the object deleted itself: what `onExpiry` asked for
-    /// then, so that an edit of the spec during the deletion cannot change it (a final
-    /// snapshot skipped).
+    /// `Snapshot` when a lifetime that ended with a final snapshot deleted the object: what
+    /// `onExpiry` asked for then, so that an edit of the spec during the deletion cannot skip
+    /// the snapshot. (Only the final snapshot depends on it: an expiry that just deletes
+    /// writes nothing here, one write fewer before the resource is deleted.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expired_with: Option<crate::lifetime::OnExpiry>,
     /// `Ready`, `Reconciling` and `Stalled`, as kstatus defines them.

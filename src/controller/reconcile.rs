@@ -12,7 +12,7 @@ use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
 use crate::observer::{CloudList, CloudRecord, CloudResource};
 use crate::references;
-use gpucloud_api::lifetime::{self, Stage};
+use gpucloud_api::lifetime::{self, OnExpiry, Stage};
 use gpucloud_api::{
     CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
     PAUSED_ANNOTATION, PendingCreate,
@@ -248,9 +248,14 @@ async fn apply<K: ManagedKind>(
     // and the kind keeps the resource as cheap as it can.
     if let Some(Stage::Expired { expires_at }) = lifetime_stage(&*object, cx.settings.clock.now())?
         && object.lifetime().is_some_and(|l| l.on_expiry.deletes())
-        && expire(api, &object, cx, expires_at).await?
     {
-        return Ok(await_change());
+        match expire(api, &object, cx, expires_at).await? {
+            Expiry::Refused => {}
+            Expiry::Gone => return Ok(await_change()),
+            // The deletion goes on in this reconcile rather than at the watch's news of it:
+            // the resource is deleted at the expiry, not a watch round trip later.
+            Expiry::Deleting(deleting) => return cleanup(Arc::new(deleting), cx).await,
+        }
     }
     // Every write below records the account the resource is now seen in (a key of the same
     // account that replaced the old one included).
@@ -724,22 +729,31 @@ fn expiry_warning_due(
     (matches!(outcome, Outcome::Ready { .. }) && warned != Some(expires_at)).then_some(expires_at)
 }
 
+/// What became of an object whose lifetime ended with a deletion.
+enum Expiry<K> {
+    /// The API server refused to delete it (deletion protection).
+    Refused,
+    /// Deleted, its finalizer still on: the object as the API server now holds it.
+    Deleting(K),
+    /// Deleted and gone, or replaced by a namesake: nothing of it is left to delete.
+    Gone,
+}
+
 /// The lifetime ended with `onExpiry` Delete or Snapshot: the object deletes itself, and the
 /// finalizer deletes the resource (after a final snapshot for `Snapshot`). Only this very object
-/// is deleted (its uid is a precondition), never a namesake created since. Returns whether the
-/// object is deleted (or gone); `false` when the API server refused (deletion protection), in
-/// which case the kind keeps the resource as cheap as it can (a GpuInstance is stopped) and a
-/// Warning says why.
+/// is deleted (its uid is a precondition), never a namesake created since. Refused (deletion
+/// protection), the kind keeps the resource as cheap as it can (a GpuInstance is stopped) and
+/// a Warning says why.
 async fn expire<K: ManagedKind>(
     api: &Api<K>,
     object: &K,
     cx: &Context<K>,
     expires_at: Timestamp,
-) -> Result<bool, Error> {
-    // What the expiry asks for is recorded before the deletion, where the deletion reads it:
-    // an edit of the spec meanwhile cannot change it.
+) -> Result<Expiry<K>, Error> {
+    // A final snapshot is recorded as asked for before the deletion, where the deletion reads
+    // it: an edit of the spec meanwhile cannot skip it. A plain delete needs no record.
     let on_expiry = object.lifetime().map(|l| l.on_expiry);
-    if object.cloud_status().expired_with != on_expiry {
+    if on_expiry == Some(OnExpiry::Snapshot) && object.cloud_status().expired_with != on_expiry {
         let recorded = serde_json::json!({"status": {"expiredWith": on_expiry}});
         api.patch_status(
             &object.name_any(),
@@ -756,7 +770,7 @@ async fn expire<K: ManagedKind>(
         ..kube::api::DeleteParams::default()
     };
     match api.delete(&object.name_any(), &params).await {
-        Ok(_) => {
+        Ok(deleted) => {
             publish(
                 cx,
                 object,
@@ -764,10 +778,17 @@ async fn expire<K: ManagedKind>(
                 reason::EXPIRED,
                 &format!("the lifetime ended at {expires_at}: deleting this object"),
             );
-            Ok(true)
+            Ok(match deleted.left() {
+                Some(deleting) if deleting.finalizers().iter().any(|f| f == FINALIZER) => {
+                    Expiry::Deleting(deleting)
+                }
+                _ => Expiry::Gone,
+            })
         }
         // Already gone, or a namesake: nothing of this object is left to delete.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+            Ok(Expiry::Gone)
+        }
         Err(kube::Error::Api(status)) if status.code == 403 => {
             publish(
                 cx,
@@ -779,7 +800,7 @@ async fn expire<K: ManagedKind>(
                     status.message
                 ),
             );
-            Ok(false)
+            Ok(Expiry::Refused)
         }
         Err(error) => Err(error.into()),
     }

@@ -24,7 +24,7 @@ use std::time::Duration;
 /// How late, in real time, a call may come after its moment (see the module's docs).
 const LATE_REAL: Duration = Duration::from_millis(11);
 
-/// The power calls of the operator, each with the clock time it was sent at.
+/// The power and delete calls of the operator, each with the clock time it was sent at.
 struct PowerCalls {
     clock: Clock,
     calls: Mutex<Vec<(&'static str, Timestamp)>>,
@@ -46,7 +46,10 @@ impl PowerCalls {
 impl CallObserver for PowerCalls {
     fn on_call(&self, operation: Operation, outcome: &CallOutcome, elapsed: Duration) {
         let name = operation.name();
-        if !matches!(name, "StartInstance" | "StopInstance") {
+        if !matches!(
+            name,
+            "StartInstance" | "StopInstance" | "HibernateInstance" | "DeleteInstance"
+        ) {
             return;
         }
         assert!(outcome.is_success(), "{name}: {outcome:?}");
@@ -243,13 +246,107 @@ async fn a_lifetime_that_ended_while_the_operator_was_down_ends_at_its_start() {
     on_time(name, sent, restarted, start_up);
 }
 
+/// Each end of a lifetime at 25 clock seconds per real second, where one clock second is
+/// 40 ms of real time, room for the reads and the API server's writes of a debug build (the
+/// `LATE_REAL` of the module's docs) before the call: three machines stopped, hibernated and deleted at their expiry by the operator that
+/// created them (Legacy tier machines: the cloud hibernates no other), then three more by an operator started after them (their timers derived from
+/// the objects), each call sent within one clock second of its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_end_of_a_lifetime_comes_within_a_clock_second_before_and_after_a_restart() {
+    const SCALE: f64 = 25.0;
+    let second = SignedDuration::from_secs(1);
+    let (mut env, clock) = Env::on_scaled_clock(Timestamp::now(), SCALE).await;
+    let calls = PowerCalls::new(clock);
+    start_operator(&mut env, clock, &calls, Duration::from_secs(2));
+    let ends = [
+        ("Stop", "STOPPED"),
+        ("Hibernate", "HIBERNATED"),
+        ("Delete", ""),
+    ];
+    let mut expiries = Vec::new();
+    for (ttl, set) in [("5m", "first"), ("10m", "second")] {
+        for (on_expiry, _) in ends {
+            let name = format!("{set}-{}", on_expiry.to_lowercase());
+            let lifetime = serde_json::json!({"ttl": ttl, "onExpiry": on_expiry});
+            support::create(&env, &with_lifetime(&name, lifetime)).await;
+        }
+    }
+    for set in ["first", "second"] {
+        let mut set_expiries = Vec::new();
+        for (on_expiry, _) in ends {
+            let name = format!("{set}-{}", on_expiry.to_lowercase());
+            let running = vm_status(&env, &name, "RUNNING").await;
+            set_expiries.push(running.cloud_status().expires_at.unwrap().0);
+        }
+        expiries.push(set_expiries);
+    }
+    assert!(
+        clock.now() < expiries[0][0],
+        "the set-up ran past the first expiry ({}): the scale is too high for this machine",
+        clock.now()
+    );
+
+    for (on_expiry, vm) in ends {
+        let name = format!("first-{}", on_expiry.to_lowercase());
+        match vm {
+            "" => support::gone::<GpuInstance>(&env, &name).await,
+            vm => drop(vm_status(&env, &name, vm).await),
+        }
+    }
+    env.kill_operator().await;
+    start_operator(&mut env, clock, &calls, Duration::from_secs(2));
+    assert!(
+        clock.now() < expiries[1][0],
+        "the restart ran past the second expiry ({})",
+        clock.now()
+    );
+    for (on_expiry, vm) in ends {
+        let name = format!("second-{}", on_expiry.to_lowercase());
+        match vm {
+            "" => support::gone::<GpuInstance>(&env, &name).await,
+            vm => drop(vm_status(&env, &name, vm).await),
+        }
+    }
+
+    // Each set's three calls come before the next set's, in any order among themselves.
+    let seen = calls.calls();
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    let wanted = ["StopInstance", "HibernateInstance", "DeleteInstance"];
+    let mut lateness = Vec::new();
+    for (set, set_calls) in seen.chunks(3).enumerate() {
+        let mut names: Vec<&str> = set_calls.iter().map(|(name, _)| *name).collect();
+        names.sort();
+        let mut expected = wanted.to_vec();
+        expected.sort();
+        assert_eq!(names, expected, "{seen:?}");
+        for (name, sent) in set_calls {
+            let end = wanted.iter().position(|w| w == name).unwrap();
+            let expiry = expiries[set][end];
+            lateness.push((*name, *sent, expiry));
+        }
+    }
+    let report: Vec<String> = lateness
+        .iter()
+        .map(|(name, sent, expiry)| format!("{name} {}", sent.duration_since(*expiry)))
+        .collect();
+    eprintln!("calls after their expiries: {report:?}");
+    for (name, sent, expiry) in lateness {
+        on_time(name, sent, expiry, second);
+    }
+}
+
 /// A machine with a two-hour lifetime that stops it.
 fn expiring(name: &str) -> GpuInstance {
+    with_lifetime(name, serde_json::json!({"ttl": "2h", "onExpiry": "Stop"}))
+}
+
+fn with_lifetime(name: &str, lifetime: serde_json::Value) -> GpuInstance {
     support::object(
         name,
         serde_json::json!({
             "region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
-            "lifetime": {"ttl": "2h", "onExpiry": "Stop"},
+            // The Legacy tier, the one whose machines can be hibernated.
+            "tier": "Legacy", "lifetime": lifetime,
         }),
     )
 }
