@@ -107,7 +107,7 @@ pub struct Account {
     catalog_ttl: Duration,
     balance: Mutex<Option<(Instant, BalanceBody)>>,
     pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
-    billing: Mutex<Option<(Instant, Arc<Vec<Charge>>)>>,
+    billing: Mutex<Option<(Instant, Arc<Billing>)>>,
     /// When the latest read of the price list failed; `None` once one succeeds.
     pricing_failed: Mutex<Option<Instant>>,
     /// Since when the account's cloud has not answered (a list or a call failed as a server
@@ -236,7 +236,7 @@ impl Account {
     /// What the cloud has billed for each resource of the account, instances, volumes and
     /// snapshots, deleted ones included: the three billing lists (the volumes' one page of
     /// 100 at a time), read at most once per catalog TTL, whoever asks.
-    pub async fn billing(&self) -> Result<Arc<Vec<Charge>>, Error> {
+    pub async fn billing(&self) -> Result<Arc<Billing>, Error> {
         if let Some((at, charges)) = lock(&self.billing).as_ref()
             && at.elapsed() < self.catalog_ttl
         {
@@ -247,7 +247,7 @@ impl Account {
             .client
             .get_instance_billing(&InstanceBillingQuery::default())
             .await?;
-        for r in instances.records {
+        for r in &instances.records {
             charges.extend(Charge::read(
                 &r.vm_name,
                 &r.start_time,
@@ -287,9 +287,16 @@ impl Account {
             }
             page += 1;
         }
-        let charges = Arc::new(charges);
-        *lock(&self.billing) = Some((Instant::now(), charges.clone()));
-        Ok(charges)
+        let billing = Arc::new(Billing::new(charges, instances.currency));
+        *lock(&self.billing) = Some((Instant::now(), billing.clone()));
+        Ok(billing)
+    }
+
+    /// The billing last read, however old, without a call: what a scrape reports.
+    pub fn last_billing(&self) -> Option<Arc<Billing>> {
+        lock(&self.billing)
+            .as_ref()
+            .map(|(_, billing)| billing.clone())
     }
 
     /// The price list a status's hourly rate is read from (`ManagedKind::priced`): as
@@ -328,6 +335,41 @@ impl Account {
             });
         }
         Ok(())
+    }
+}
+
+/// An account's billing records (instances, volumes and snapshots, deleted ones included), by
+/// the name of the resource each is for.
+#[derive(Debug, Default, PartialEq)]
+pub struct Billing {
+    /// The account's currency, as its instance billing names it.
+    pub currency: String,
+    by_name: HashMap<String, Vec<Charge>>,
+}
+
+impl Billing {
+    pub fn new(charges: Vec<Charge>, currency: String) -> Billing {
+        let mut by_name: HashMap<String, Vec<Charge>> = HashMap::new();
+        for charge in charges {
+            by_name
+                .entry(charge.cloud_name.clone())
+                .or_default()
+                .push(charge);
+        }
+        Billing { currency, by_name }
+    }
+
+    /// The charges for the resource named `cloud_name`.
+    pub fn charges_of(&self, cloud_name: &str) -> &[Charge] {
+        self.by_name.get(cloud_name).map_or(&[], Vec::as_slice)
+    }
+
+    /// What the resource named `cloud_name` has cost in all; `None` when the billing has no
+    /// record of it.
+    pub fn total_of(&self, cloud_name: &str) -> Option<f64> {
+        self.by_name
+            .get(cloud_name)
+            .map(|charges| charges.iter().map(|c| c.total_cost).sum())
     }
 }
 

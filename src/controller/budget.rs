@@ -14,7 +14,7 @@
 //! Counting reads the objects from the API server, never from a cache, so a count is never
 //! older than the reservation it is checked with.
 
-use crate::account::{Accounts, Charge};
+use crate::account::{Accounts, Billing};
 use crate::clock::Clock;
 use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
@@ -471,7 +471,7 @@ fn spend_used_up(budget: &Budget) -> Option<String> {
 /// (`<account>/<cloud name>`).
 pub fn spent_since(
     charged: &[String],
-    billing: &BTreeMap<String, Arc<Vec<Charge>>>,
+    billing: &BTreeMap<String, Arc<Billing>>,
     from: Timestamp,
     now: Timestamp,
 ) -> f64 {
@@ -480,10 +480,10 @@ pub fn spent_since(
         let Some((account, name)) = entry.split_once('/') else {
             continue;
         };
-        if let Some(charges) = billing.get(account) {
-            spent += charges
+        if let Some(billing) = billing.get(account) {
+            spent += billing
+                .charges_of(name)
                 .iter()
-                .filter(|c| c.cloud_name == name)
                 .map(|c| c.since(from, now))
                 .sum::<f64>();
         }
@@ -997,8 +997,8 @@ mod tests {
         assert_eq!(names(&kept), ["middle"]);
     }
 
-    fn charge(name: &str, start: &str, end: Option<&str>, cost: f64) -> Charge {
-        Charge {
+    fn charge(name: &str, start: &str, end: Option<&str>, cost: f64) -> crate::account::Charge {
+        crate::account::Charge {
             cloud_name: name.into(),
             start: start.parse().unwrap(),
             end: end.map(|e| e.parse().unwrap()),
@@ -1010,35 +1010,41 @@ mod tests {
     fn spend_counts_the_charged_resources_from_the_period_start() {
         let from: Timestamp = "2026-11-01T00:00:00Z".parse().unwrap();
         let now: Timestamp = "2026-11-11T00:00:00Z".parse().unwrap();
-        let billing: BTreeMap<String, Arc<Vec<Charge>>> = [
+        let billing: BTreeMap<String, Arc<Billing>> = [
             (
                 "acct1".to_string(),
-                Arc::new(vec![
-                    // Inside the period: all of it.
-                    charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 24.0),
-                    // Deleted inside the period: all of it still.
-                    charge(
-                        "gco-a-vol",
-                        "2026-11-03T00:00:00Z",
-                        Some("2026-11-04T00:00:00Z"),
-                        2.0,
-                    ),
-                    // Begun before the period, still billed: the share after its start.
-                    charge("gco-a-old", "2026-10-27T00:00:00Z", None, 15.0),
-                    // Ended before the period: nothing.
-                    charge(
-                        "gco-a-gone",
-                        "2026-10-01T00:00:00Z",
-                        Some("2026-10-02T00:00:00Z"),
-                        9.0,
-                    ),
-                    // Not this Budget's.
-                    charge("gco-b-vm", "2026-11-02T00:00:00Z", None, 100.0),
-                ]),
+                Arc::new(Billing::new(
+                    vec![
+                        // Inside the period: all of it.
+                        charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 24.0),
+                        // Deleted inside the period: all of it still.
+                        charge(
+                            "gco-a-vol",
+                            "2026-11-03T00:00:00Z",
+                            Some("2026-11-04T00:00:00Z"),
+                            2.0,
+                        ),
+                        // Begun before the period, still billed: the share after its start.
+                        charge("gco-a-old", "2026-10-27T00:00:00Z", None, 15.0),
+                        // Ended before the period: nothing.
+                        charge(
+                            "gco-a-gone",
+                            "2026-10-01T00:00:00Z",
+                            Some("2026-10-02T00:00:00Z"),
+                            9.0,
+                        ),
+                        // Not this Budget's.
+                        charge("gco-b-vm", "2026-11-02T00:00:00Z", None, 100.0),
+                    ],
+                    "USD".into(),
+                )),
             ),
             (
                 "acct2".to_string(),
-                Arc::new(vec![charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 50.0)]),
+                Arc::new(Billing::new(
+                    vec![charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 50.0)],
+                    "USD".into(),
+                )),
             ),
         ]
         .into();

@@ -1,6 +1,7 @@
 //! What one kind's controller reports at scrape time (`gpucloud_objects`,
-//! `gpucloud_hourly_cost`, `gpucloud_queue_depth`, `gpucloud_reconciles_in_flight`),
-//! computed from its reflector store and from the reconcile requests it has seen.
+//! `gpucloud_hourly_cost`, `gpucloud_spend`, `gpucloud_queue_depth`,
+//! `gpucloud_reconciles_in_flight`), computed from its reflector store, the accounts' billing
+//! last read (a scrape makes no cloud call) and the reconcile requests it has seen.
 //!
 //! Queue depth counts the objects due for a reconcile that has not started: woken by a watch
 //! event, a reference or Secret change, a cloud list, or a requeue whose time has come. The
@@ -8,6 +9,7 @@
 //! `workqueue_queue_duration_seconds`, `controller_runtime_active_workers`,
 //! `controller_runtime_max_concurrent_reconciles`).
 
+use crate::account::{Accounts, Billing};
 use crate::kind::ManagedKind;
 use crate::lock;
 use gpucloud_api::condition_type;
@@ -28,10 +30,16 @@ pub struct KindGauges<K: ManagedKind> {
     /// The controller's concurrency (0: no limit).
     max_concurrent: u16,
     metrics: Arc<Metrics>,
+    accounts: Arc<Accounts>,
 }
 
 impl<K: ManagedKind> KindGauges<K> {
-    pub fn new(store: Store<K>, metrics: Arc<Metrics>, max_concurrent: u16) -> Self {
+    pub fn new(
+        store: Store<K>,
+        metrics: Arc<Metrics>,
+        max_concurrent: u16,
+        accounts: Arc<Accounts>,
+    ) -> Self {
         KindGauges {
             kind: K::kind(&()).to_string(),
             store,
@@ -39,6 +47,7 @@ impl<K: ManagedKind> KindGauges<K> {
             in_flight: AtomicI64::new(0),
             max_concurrent,
             metrics,
+            accounts,
         }
     }
 
@@ -121,6 +130,16 @@ impl<K: ManagedKind> StateSource for KindGauges<K> {
 
     fn state(&self) -> KindState {
         let mut state = KindState::default();
+        // Each account's billing as last read, by the label objects record it under.
+        let billing: HashMap<String, Arc<Billing>> = if K::BILLED {
+            self.accounts
+                .all()
+                .iter()
+                .filter_map(|a| Some((a.id.label(), a.last_billing()?)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
         for object in self.store.state() {
             let status = object.cloud_status();
             for type_ in [
@@ -136,9 +155,21 @@ impl<K: ManagedKind> StateSource for KindGauges<K> {
                     .entry((type_.to_string(), value))
                     .or_default() += 1;
             }
+            let namespace = || object.meta().namespace.clone().unwrap_or_default();
             if let Some((rate, currency)) = object.hourly_cost() {
-                let namespace = object.meta().namespace.clone().unwrap_or_default();
-                *state.hourly_cost.entry((namespace, currency)).or_default() += rate;
+                *state
+                    .hourly_cost
+                    .entry((namespace(), currency))
+                    .or_default() += rate;
+            }
+            if let (Some(account), Some(cloud_name)) = (&status.account, &status.cloud_name)
+                && let Some(billing) = billing.get(account)
+                && let Some(spent) = billing.total_of(cloud_name)
+            {
+                *state
+                    .spend
+                    .entry((namespace(), billing.currency.clone()))
+                    .or_default() += spent;
             }
         }
         let now = Instant::now();

@@ -418,7 +418,8 @@ fn relay_secrets(
 
 /// Once per resync interval: retires the accounts no object uses any more, then reads each
 /// remaining account's balance for `gpucloud_account_balance` (one call per account, however
-/// many objects there are).
+/// many objects there are) and its billing for `gpucloud_spend` (the three billing lists,
+/// shared with the Budgets that count spend).
 async fn keep_accounts(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Duration) {
     loop {
         for retired in accounts.retire_unused() {
@@ -429,6 +430,9 @@ async fn keep_accounts(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Du
             match account.balance().await {
                 Ok(balance) => metrics.set_balance(&account.id.label(), balance.balance),
                 Err(error) => tracing::debug!(%error, "balance not read"),
+            }
+            if let Err(error) = account.billing().await {
+                tracing::debug!(%error, "billing not read");
             }
         }
         tokio::time::sleep(every).await;
@@ -620,6 +624,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         store.clone(),
         config.metrics.clone(),
         config.concurrency,
+        shared.accounts.clone(),
     ));
     config.metrics.register_state(gauges.clone());
     shared.ownership.register(store.clone());

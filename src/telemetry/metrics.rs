@@ -145,6 +145,9 @@ pub struct KindState {
     pub conditions: BTreeMap<(String, String), i64>,
     /// Summed hourly rate of the kind's cloud resources by (namespace, currency).
     pub hourly_cost: BTreeMap<(String, String), f64>,
+    /// What the cloud's billing charged for the kind's cloud resources, each since it was
+    /// made, by (namespace, currency).
+    pub spend: BTreeMap<(String, String), f64>,
     /// Objects due for a reconcile that has not started yet.
     pub queue_depth: i64,
     /// Reconciles running now.
@@ -161,6 +164,9 @@ impl KindState {
         }
         for (key, cost) in other.hourly_cost {
             *self.hourly_cost.entry(key).or_default() += cost;
+        }
+        for (key, spent) in other.spend {
+            *self.spend.entry(key).or_default() += spent;
         }
         self.queue_depth += other.queue_depth;
         self.in_flight += other.in_flight;
@@ -802,6 +808,7 @@ impl Collector for StateSources {
 
         let mut objects = Vec::new();
         let mut costs = Vec::new();
+        let mut spend = Vec::new();
         let mut queued = Vec::new();
         let mut running = Vec::new();
         let (mut workers, mut max_workers, mut depth) = (Vec::new(), Vec::new(), Vec::new());
@@ -821,15 +828,23 @@ impl Collector for StateSources {
                 ];
                 objects.push((labels, *count));
             }
-            for ((namespace, currency), cost) in &state.hourly_cost {
-                let labels = vec![
-                    ("kind", kind.as_str()),
-                    // Not `namespace`: a scrape's target labels (namespace, pod, job, ...)
-                    // would take its place.
+            // Not `namespace`: a scrape's target labels (namespace, pod, job, ...) would take
+            // its place.
+            fn money<'a>(
+                kind: &'a str,
+                (namespace, currency): &'a (String, String),
+            ) -> Vec<(&'static str, &'a str)> {
+                vec![
+                    ("kind", kind),
                     ("object_namespace", namespace),
                     ("currency", currency),
-                ];
-                costs.push((labels, *cost));
+                ]
+            }
+            for (key, cost) in &state.hourly_cost {
+                costs.push((money(kind, key), *cost));
+            }
+            for (key, spent) in &state.spend {
+                spend.push((money(kind, key), *spent));
             }
             queued.push((vec![("kind", kind.as_str())], state.queue_depth));
             running.push((vec![("kind", kind.as_str())], state.in_flight));
@@ -845,6 +860,12 @@ impl Collector for StateSources {
             "gpucloud_hourly_cost",
             "Summed hourly rate of the cloud resources the operator manages, by kind, namespace and currency",
             &costs,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "gpucloud_spend",
+            "What the cloud's billing charged for the cloud resources the operator manages, each since it was made, by kind, namespace and currency (billing read once per resync interval per account)",
+            &spend,
         )?;
         gauge_family(
             &mut encoder,
@@ -950,6 +971,7 @@ mod tests {
         state
             .hourly_cost
             .insert(("team-a".into(), "USD".into()), 5.98);
+        state.spend.insert(("team-a".into(), "USD".into()), 71.76);
         state.queue_depth = 1;
         metrics.register_state(Arc::new(Fixed(state)));
         let text = metrics.encode();
@@ -963,6 +985,7 @@ mod tests {
             r#"gpucloud_orphaned_resources{resource="instance"} 2"#,
             r#"gpucloud_objects{kind="GpuInstance",condition="Ready",status="True"} 3"#,
             r#"gpucloud_hourly_cost{kind="GpuInstance",object_namespace="team-a",currency="USD"} 5.98"#,
+            r#"gpucloud_spend{kind="GpuInstance",object_namespace="team-a",currency="USD"} 71.76"#,
             r#"gpucloud_queue_depth{kind="GpuInstance"} 1"#,
             r#"gpucloud_cloud_requests_total{operation="ListInstances",code="429"} 1"#,
             r#"gpucloud_cloud_throttled_total{operation="ListInstances"} 1"#,

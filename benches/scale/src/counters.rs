@@ -30,10 +30,18 @@ pub fn is_list(operation: &str) -> bool {
     operation.starts_with("List")
 }
 
-/// Calls made once per account whatever the number of objects (the balance behind
-/// `gpucloud_account_balance`).
+/// Calls made once per account and resync interval whatever the number of objects: the
+/// balance behind `gpucloud_account_balance` and the three billing lists behind
+/// `gpucloud_spend`.
+pub const PER_ACCOUNT: [&str; 4] = [
+    "GetBalance",
+    "GetInstanceBilling",
+    "GetSnapshotBilling",
+    "GetVolumeBilling",
+];
+
 pub fn is_per_account(operation: &str) -> bool {
-    operation == "GetBalance"
+    PER_ACCOUNT.contains(&operation)
 }
 
 impl Counters {

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Budgets: concurrent creates cannot together pass a namespace's `maxHourlyRate`, a refused
 //! create makes no cloud call and is looked at again when the Budget is raised, a selector
-//! counts only what it selects, and a Budget in another currency than the account's refuses.
+//! counts only what it selects, a Budget in another currency than the account's refuses, and
+//! spend is counted from the cloud's billing (in a Budget and in `gpucloud_spend`).
 
 use crate::support::{self, Env, eventually};
 use gpucloud_api::*;
@@ -392,7 +393,10 @@ async fn billed(env: &Env, names: &[String]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses() {
-    let mut env = Env::start().await;
+    let mut env = Env::without_operator(Default::default()).await;
+    let config = support::test_config(&env.simulator);
+    let metrics = config.metrics.clone();
+    env.start_operator(config);
     let api = budgets(&env);
     api.create(
         &PostParams::default(),
@@ -449,6 +453,31 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     .await;
     // A month of a machine is hundreds of dollars: the test measured something.
     assert!(spent > 10.0 * 24.0 * L40S, "{spent}");
+    // The metric by kind and namespace: the machine's billing since it was made (the deleted
+    // volume is no longer the namespace's).
+    let series = format!(
+        "gpucloud_spend{{kind=\"GpuInstance\",object_namespace=\"{}\",currency=\"USD\"}} ",
+        support::NAMESPACE
+    );
+    eventually(30, "gpucloud_spend shows the machine's billing", || {
+        let (metrics, series, names, env) = (metrics.clone(), series.clone(), names.clone(), &env);
+        async move {
+            let machine = billed(env, &names[..1]).await;
+            let text = metrics.encode();
+            let shown: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&series))?
+                .parse()
+                .ok()?;
+            ((shown - machine).abs() <= 0.01 * machine).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        !metrics.encode().contains("gpucloud_spend{kind=\"Volume\""),
+        "{}",
+        metrics.encode()
+    );
 
     // Spent: lowered below what is spent, the Budget refuses the next create.
     api.patch(

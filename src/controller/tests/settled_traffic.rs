@@ -72,8 +72,8 @@ async fn settled_objects_cost_only_periodic_lists() {
     // `gpucloud_account_balance`: per account, not per object.
     let balance_reads = made.get("GetBalance").copied().unwrap_or(0);
     assert!(balance_reads <= 3, "balance read {balance_reads} times");
-    // The Budget's billing: the three billing lists of the account, once per catalog TTL (5 s
-    // here), whatever the number of objects.
+    // The billing (for `gpucloud_spend` and the Budget): the three billing lists of the
+    // account, once per catalog TTL (5 s here), whatever the number of objects.
     let billing = [
         "GetInstanceBilling",
         "GetSnapshotBilling",

@@ -369,6 +369,16 @@ where
     .unwrap()
 }
 
+/// The reads the operator makes once per account per interval, however many objects there
+/// are: the balance (`gpucloud_account_balance`) and the three billing lists
+/// (`gpucloud_spend`, Budgets).
+pub const ACCOUNT_READS: [&str; 4] = [
+    "GetBalance",
+    "GetInstanceBilling",
+    "GetSnapshotBilling",
+    "GetVolumeBilling",
+];
+
 /// Creates `object` in the test namespace.
 pub async fn create<K>(env: &Env, object: &K)
 where
