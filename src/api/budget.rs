@@ -136,7 +136,7 @@ pub struct BudgetStatus {
     /// What the counted objects cost in the current period, from the cloud's billing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spent: Option<f64>,
-    /// `spent` plus `hourlyRate` until the period ends.
+    /// `spent` plus `hourlyRate` until the period ends, to the cent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projected: Option<f64>,
     /// `maxSpend` less `spent`.

@@ -557,7 +557,9 @@ async fn count_spend(
     }
     let spent = status.spent.unwrap_or(0.0);
     let hours_left = end.duration_since(now).as_secs_f64().max(0.0) / 3600.0;
-    status.projected = Some(round(spent + counted.hourly_rate * hours_left));
+    // To the cent: a projection to a millionth would change at every count, and each count
+    // would be a status write.
+    status.projected = Some(((spent + counted.hourly_rate * hours_left) * 100.0).round() / 100.0);
     status.spend_remaining = Some(round(max - spent));
     Ok(())
 }
@@ -666,20 +668,22 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
 /// Recounts a Budget: its figures, conditions and the reservations still held, written with
 /// its resourceVersion (a reservation made meanwhile is never dropped). Its period, the
 /// reservations' age and the spend are read at the `clock`'s now; its conditions' times are
-/// the wall clock's, as events' are.
+/// the wall clock's, as events' are. Returns when its spend period ends (with `maxSpend`).
 pub async fn reconcile(
     client: &kube::Client,
     accounts: &Accounts,
     budget: &Budget,
     clock: &Clock,
-) -> Result<(), Error> {
+) -> Result<Option<Timestamp>, Error> {
     let namespace = budget.namespace().unwrap_or_default();
     let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
     let objects = match billed_objects(client, &namespace, budget).await {
         Ok(objects) => objects,
         Err(error @ Error::Blocked { .. }) => {
             let status = budget.status.clone().unwrap_or_default();
-            return write_failure(&api, budget, status, &error).await;
+            return write_failure(&api, budget, status, &error)
+                .await
+                .map(|()| None);
         }
         Err(error) => return Err(error),
     };
@@ -694,8 +698,11 @@ pub async fn reconcile(
     show_count(&mut status, &counted, budget, &currency);
     status.observed_generation = budget.meta().generation;
     if let Err(error) = count_spend(&mut status, budget, &objects, &counted, accounts, now).await {
-        return write_failure(&api, budget, status, &error).await;
+        return write_failure(&api, budget, status, &error)
+            .await
+            .map(|()| None);
     }
+    let period_end = status.period_end.as_ref().map(|end| end.0);
     let counted_budget = Budget {
         status: Some(status.clone()),
         ..budget.clone()
@@ -722,7 +729,7 @@ pub async fn reconcile(
         Timestamp::now(),
     );
     set_exceeded(&mut status, &outcome, budget.meta().generation);
-    write(&api, budget, status).await
+    write(&api, budget, status).await.map(|()| period_end)
 }
 
 /// The condition type saying whether the count is over the limit.

@@ -862,6 +862,10 @@ fn budget_controller(
             _ => {}
         })
         .applied_objects()
+        // Its own status writes do not count it again (the projection moves with the clock,
+        // so every count would write and wake the next): the spec, a billed object's change,
+        // the resync and the period's end do.
+        .predicate_filter(intent_hash, PredicateConfig::default())
         .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
     let client = Arc::new((scoped.client.clone(), accounts, clock));
     Controller::for_stream(objects, store)
@@ -869,8 +873,11 @@ fn budget_controller(
         .graceful_shutdown_on(shutdown)
         .run(
             move |budget, cx: Arc<(kube::Client, Arc<Accounts>, Clock)>| async move {
-                crate::budget::reconcile(&cx.0, &cx.1, &budget, &cx.2).await?;
-                Ok::<_, crate::error::Error>(kube::runtime::controller::Action::requeue(resync))
+                let period_end = crate::budget::reconcile(&cx.0, &cx.1, &budget, &cx.2).await?;
+                // Counted again at the resync, or when its spend period ends if that is
+                // sooner: a spent Budget lets go at the new period, not up to an interval later.
+                let next = period_end.map_or(resync, |end| resync.min(cx.2.until(end)));
+                Ok::<_, crate::error::Error>(kube::runtime::controller::Action::requeue(next))
             },
             |budget, error, _| {
                 tracing::debug!(budget = %budget.name_any(), %error, "budget not counted; trying again");

@@ -419,6 +419,23 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     let names = [trainer.cloud_status(), scratch.cloud_status()]
         .map(|s| s.cloud_name.unwrap())
         .to_vec();
+    // Settled with a machine running (its projection moving with the clock), the Budget is
+    // counted at the resync (2 s here) and written only when a figure moved: its own status
+    // write does not count it again.
+    let budget_writes = || {
+        env.apiserver
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "budgets" && r.subresource == "status" && r.verb != "get")
+            .count()
+    };
+    let before = budget_writes();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let writes = budget_writes() - before;
+    assert!(
+        writes <= 3,
+        "{writes} status writes of a settled Budget in 5 s"
+    );
 
     // Ten days running, then stopped (billed a tenth) and the volume deleted: its spend stays.
     env.simulator
@@ -505,6 +522,67 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     let message = support::ready_message(&refused);
     assert!(message.contains("spent this period"), "{message}");
     assert_eq!(machines_in_cloud(&env), 1);
+    env.stop_operator().await;
+}
+
+/// A Budget spent before the end of its month stops the machine; at the first of the next
+/// month it is counted again at once (a timer at the period's end, not the next resync, made
+/// long here so that the two cannot be confused) and lets the machine start. On a clock of
+/// 3,600 clock seconds per real second from 14:00 on the last day of November.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_lets_go_at_the_start_of_its_next_period() {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    const SCALE: f64 = 3_600.0;
+    let at = |text: &str| text.parse::<Timestamp>().unwrap();
+    let (mut env, clock) = Env::on_scaled_clock(at("2026-11-30T14:00:00Z"), SCALE).await;
+    let mut config = support::test_config(&env.simulator);
+    config.reconcile.clock = clock;
+    // A resync of 60 real seconds is 60 clock hours: past the test's end.
+    config.reconcile.observe.resync = std::time::Duration::from_secs(60);
+    env.start_operator(config);
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "month",
+            serde_json::json!({"maxHourlyRate": 100.0, "maxSpend": 1000.0, "onExceeded": "Stop",
+                               "period": {"type": "Monthly"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    support::create(&env, &machine("trainer", &[])).await;
+    power_is(&env, "trainer", "RUNNING").await;
+    // Hours of an L40S later, the limit is lowered below what they cost: stopped.
+    tokio::time::sleep(clock.until(at("2026-11-30T20:00:00Z"))).await;
+    api.patch(
+        "month",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"maxSpend": 2.0}})),
+    )
+    .await
+    .unwrap();
+    power_is(&env, "trainer", "STOPPED").await;
+    let new_month = at("2026-12-01T00:00:00Z");
+    assert!(
+        clock.now() < new_month,
+        "stopped only at {}: the scale is too high for this machine",
+        clock.now()
+    );
+    let spent = api.get("month").await.unwrap().status.unwrap();
+    assert_eq!(spent.period_end.map(|t| t.0), Some(new_month));
+
+    power_is(&env, "trainer", "RUNNING").await;
+    let started = clock.now();
+    let budget = api.get("month").await.unwrap().status.unwrap();
+    assert_eq!(budget.period_start.map(|t| t.0), Some(new_month));
+    // Seen by polling the cloud: an hour of clock time is under a real second.
+    let late = started.duration_since(new_month);
+    eprintln!("started {late} after the new period began");
+    assert!(
+        late >= SignedDuration::ZERO && late <= SignedDuration::from_hours(1),
+        "started at {started}"
+    );
     env.stop_operator().await;
 }
 
