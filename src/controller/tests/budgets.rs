@@ -586,6 +586,47 @@ async fn a_spent_budget_lets_go_at_the_start_of_its_next_period() {
     env.stop_operator().await;
 }
 
+/// A Budget is its namespace's alone: another team's Budget that refuses everything and
+/// powers everything off, its status written by that team to name this team's machine,
+/// neither stops the machine nor refuses this team's next create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_namespaces_budget_neither_stops_nor_refuses_this_ones_machines() {
+    let env = Env::start().await;
+    support::create(&env, &machine("trainer", &[])).await;
+    let trainer = power_is(&env, "trainer", "RUNNING").await;
+    support::create_namespace(&env.client, "team-b", false)
+        .await
+        .unwrap();
+    let hostile: Api<Budget> = Api::namespaced(env.client.clone(), "team-b");
+    let mut zero = budget(
+        "everything",
+        serde_json::json!({"maxHourlyRate": 0.0, "onExceeded": "Stop"}),
+    );
+    zero.metadata.namespace = Some("team-b".into());
+    let created = hostile.create(&PostParams::default(), &zero).await.unwrap();
+    // The other team writes its Budget's status itself, naming this team's machine.
+    let forged = serde_json::json!({"status": {"poweredOff": [{
+        "name": "trainer", "uid": trainer.metadata.uid.clone().unwrap(), "hourlyRate": L40S,
+        "powerState": "Stopped", "since": "2026-11-27T00:00:00Z",
+    }]}});
+    hostile
+        .patch_status(
+            &created.metadata.name.clone().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(forged),
+        )
+        .await
+        .unwrap();
+
+    support::create(&env, &machine("another", &[])).await;
+    power_is(&env, "another", "RUNNING").await;
+    // Past a resync interval (2 s here) and the relay's wake-ups.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(env.calls("StopInstance"), 0);
+    assert_eq!(machines_in_cloud(&env), 2);
+    power_is(&env, "trainer", "RUNNING").await;
+}
+
 /// Sets the Budget's `maxHourlyRate`.
 async fn set_limit(api: &Api<Budget>, name: &str, rate: f64) {
     api.patch(
