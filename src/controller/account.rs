@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -107,7 +107,7 @@ pub struct Account {
     catalog_ttl: Duration,
     balance: Mutex<Option<(Instant, BalanceBody)>>,
     pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
-    billing: Mutex<Option<(Instant, Arc<Billing>)>>,
+    billing: Mutex<BillingCache>,
     /// When the latest read of the price list failed; `None` once one succeeds.
     pricing_failed: Mutex<Option<Instant>>,
     /// Since when the account's cloud has not answered (a list or a call failed as a server
@@ -136,7 +136,7 @@ impl Account {
             catalog_ttl,
             balance: Mutex::new(None),
             pricing: Mutex::new(None),
-            billing: Mutex::new(None),
+            billing: Mutex::new(BillingCache::default()),
             pricing_failed: Mutex::new(None),
             down_since: Mutex::new(None),
             recoveries: watch::Sender::new(0),
@@ -233,70 +233,100 @@ impl Account {
         Ok(body)
     }
 
-    /// What the cloud has billed for each resource of the account, instances, volumes and
-    /// snapshots, deleted ones included: the three billing lists (the volumes' one page of
-    /// 100 at a time), read at most once per catalog TTL, whoever asks.
-    pub async fn billing(&self) -> Result<Arc<Billing>, Error> {
-        if let Some((at, charges)) = lock(&self.billing).as_ref()
-            && at.elapsed() < self.catalog_ttl
-        {
-            return Ok(charges.clone());
+    /// What the cloud has billed for each resource of the account, deleted ones included: the
+    /// billing lists `wanted` are read unless read within a catalog TTL (whoever asked), the
+    /// others are as last read. The volume list is read 100 records a page, and holds the
+    /// machines' system disks too: it is asked for only where Volumes are counted.
+    pub async fn billing(&self, wanted: &[BillingList]) -> Result<Arc<Billing>, Error> {
+        let mut read = false;
+        for list in wanted {
+            let fresh = lock(&self.billing)
+                .lists
+                .get(list)
+                .is_some_and(|(at, _)| at.elapsed() < self.catalog_ttl);
+            if !fresh {
+                let (charges, currency) = self.read_billing(*list).await?;
+                let mut billing = lock(&self.billing);
+                billing.lists.insert(*list, (Instant::now(), charges));
+                billing.currency = Some(currency);
+                read = true;
+            }
         }
+        let mut billing = lock(&self.billing);
+        if read || billing.merged.is_none() {
+            let charges = billing
+                .lists
+                .values()
+                .flat_map(|(_, charges)| charges.iter().cloned())
+                .collect();
+            let currency = billing.currency.clone().unwrap_or_default();
+            billing.merged = Some(Arc::new(Billing::new(charges, currency)));
+        }
+        Ok(billing.merged.clone().unwrap_or_default())
+    }
+
+    /// One billing list, as charges, and the currency it is in.
+    async fn read_billing(&self, list: BillingList) -> Result<(Vec<Charge>, String), Error> {
         let mut charges = Vec::new();
-        let instances = self
-            .client
-            .get_instance_billing(&InstanceBillingQuery::default())
-            .await?;
-        for r in &instances.records {
-            charges.extend(Charge::read(
-                &r.vm_name,
-                &r.start_time,
-                r.end_time.as_deref(),
-                r.total_cost,
-            ));
-        }
-        let snapshots = self
-            .client
-            .get_snapshot_billing(&SnapshotBillingQuery::default())
-            .await?;
-        for r in snapshots.records {
-            charges.extend(Charge::read(
-                &r.snapshot_name,
-                &r.start_time,
-                r.end_time.as_deref(),
-                r.total_cost,
-            ));
-        }
-        let mut page = 1;
-        loop {
-            let query = VolumeBillingQuery {
-                page: Some(page),
-                limit: Some(100),
-                ..VolumeBillingQuery::default()
-            };
-            let volumes = self.client.get_volume_billing(&query).await?;
-            for r in &volumes.records {
-                // As shown, the volume record's times carry no zone: UTC.
-                let start = format!("{}Z", r.start_time.trim_end_matches('Z'));
-                let end = format!("{}Z", r.end_time.trim_end_matches('Z'));
-                let ended = (r.status == "deleted").then_some(end.as_str());
-                charges.extend(Charge::read(&r.volume_name, &start, ended, r.total_cost));
+        match list {
+            BillingList::Instances => {
+                let body = self
+                    .client
+                    .get_instance_billing(&InstanceBillingQuery::default())
+                    .await?;
+                for r in &body.records {
+                    charges.extend(Charge::read(
+                        &r.vm_name,
+                        &r.start_time,
+                        r.end_time.as_deref(),
+                        r.total_cost,
+                    ));
+                }
+                Ok((charges, body.currency))
             }
-            if page >= volumes.total_pages {
-                break;
+            BillingList::Snapshots => {
+                let body = self
+                    .client
+                    .get_snapshot_billing(&SnapshotBillingQuery::default())
+                    .await?;
+                for r in &body.records {
+                    charges.extend(Charge::read(
+                        &r.snapshot_name,
+                        &r.start_time,
+                        r.end_time.as_deref(),
+                        r.total_cost,
+                    ));
+                }
+                Ok((charges, body.currency))
             }
-            page += 1;
+            BillingList::Volumes => {
+                let mut page = 1;
+                loop {
+                    let query = VolumeBillingQuery {
+                        page: Some(page),
+                        limit: Some(100),
+                        ..VolumeBillingQuery::default()
+                    };
+                    let body = self.client.get_volume_billing(&query).await?;
+                    for r in &body.records {
+                        // As shown, the volume record's times carry no zone: UTC.
+                        let start = format!("{}Z", r.start_time.trim_end_matches('Z'));
+                        let end = format!("{}Z", r.end_time.trim_end_matches('Z'));
+                        let ended = (r.status == "deleted").then_some(end.as_str());
+                        charges.extend(Charge::read(&r.volume_name, &start, ended, r.total_cost));
+                    }
+                    if page >= body.total_pages {
+                        return Ok((charges, body.currency));
+                    }
+                    page += 1;
+                }
+            }
         }
-        let billing = Arc::new(Billing::new(charges, instances.currency));
-        *lock(&self.billing) = Some((Instant::now(), billing.clone()));
-        Ok(billing)
     }
 
     /// The billing last read, however old, without a call: what a scrape reports.
     pub fn last_billing(&self) -> Option<Arc<Billing>> {
-        lock(&self.billing)
-            .as_ref()
-            .map(|(_, billing)| billing.clone())
+        lock(&self.billing).merged.clone()
     }
 
     /// The price list a status's hourly rate is read from (`ManagedKind::priced`): as
@@ -336,6 +366,30 @@ impl Account {
         }
         Ok(())
     }
+}
+
+/// One of the cloud's billing lists, each billing one kind of resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BillingList {
+    Instances,
+    Snapshots,
+    Volumes,
+}
+
+impl BillingList {
+    pub const ALL: [BillingList; 3] = [
+        BillingList::Instances,
+        BillingList::Snapshots,
+        BillingList::Volumes,
+    ];
+}
+
+/// The billing lists as last read, and their charges merged.
+#[derive(Default)]
+struct BillingCache {
+    lists: HashMap<BillingList, (Instant, Vec<Charge>)>,
+    currency: Option<String>,
+    merged: Option<Arc<Billing>>,
 }
 
 /// An account's billing records (instances, volumes and snapshots, deleted ones included), by
@@ -430,7 +484,11 @@ pub struct Accounts {
     default_secret: Option<SecretLocation>,
     by_id: Mutex<HashMap<AccountId, Arc<Account>>>,
     resolved: Mutex<ResolvedSecrets>,
-    users: Mutex<Vec<CredentialUsers>>,
+    /// Each kind's users, with the billing list that bills the kind's resources.
+    users: Mutex<Vec<(Option<BillingList>, CredentialUsers)>>,
+    /// The billing lists each account's objects are billed in, as of the latest
+    /// [`Accounts::retire_unused`].
+    billed_in: Mutex<HashMap<AccountId, BTreeSet<BillingList>>>,
     /// The accounts the previous [`Accounts::retire_unused`] found without users.
     unused_before: Mutex<HashSet<AccountId>>,
 }
@@ -465,31 +523,54 @@ impl Accounts {
             by_id: Mutex::new(HashMap::new()),
             resolved: Mutex::new(ResolvedSecrets::default()),
             users: Mutex::new(Vec::new()),
+            billed_in: Mutex::new(HashMap::new()),
             unused_before: Mutex::new(HashSet::new()),
         }
     }
 
-    /// Adds the objects of a kind to those whose credentials keep accounts in use.
-    pub fn register_users(&self, users: CredentialUsers) {
-        lock(&self.users).push(users);
+    /// Adds the objects of a kind to those whose credentials keep accounts in use; `billing`
+    /// is the list the cloud bills the kind's resources in.
+    pub fn register_users(&self, billing: Option<BillingList>, users: CredentialUsers) {
+        lock(&self.users).push((billing, users));
+    }
+
+    /// The billing lists the objects using account `id` are billed in.
+    pub fn billed_in(&self, id: &AccountId) -> Vec<BillingList> {
+        lock(&self.billed_in)
+            .get(id)
+            .map(|lists| lists.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Retires the accounts no object has resolved to in this pass and the one before: they
     /// leave [`Accounts::all`], and their observers stop. Returns them.
     pub fn retire_unused(&self) -> Vec<AccountId> {
-        let locations: HashSet<SecretLocation> = lock(&self.users)
+        let locations: Vec<(Option<BillingList>, SecretLocation)> = lock(&self.users)
             .iter()
-            .flat_map(|users| users())
-            .filter_map(|(namespace, reference)| self.secret_for(&namespace, reference.as_ref()))
+            .flat_map(|(billing, users)| {
+                users()
+                    .into_iter()
+                    .filter_map(|(namespace, reference)| {
+                        self.secret_for(&namespace, reference.as_ref())
+                    })
+                    .map(|location| (*billing, location))
+                    .collect::<HashSet<_>>()
+            })
             .collect();
+        let mut billed_in: HashMap<AccountId, BTreeSet<BillingList>> = HashMap::new();
         let in_use: HashSet<AccountId> = {
             let resolved = lock(&self.resolved);
             locations
                 .iter()
-                .filter_map(|location| resolved.by_location.get(location))
-                .map(|(_, account)| account.id)
+                .filter_map(|(billing, location)| {
+                    let (_, account) = resolved.by_location.get(location)?;
+                    let lists = billed_in.entry(account.id).or_default();
+                    lists.extend(*billing);
+                    Some(account.id)
+                })
                 .collect()
         };
+        *lock(&self.billed_in) = billed_in;
         let known: HashSet<AccountId> = lock(&self.by_id).keys().copied().collect();
         let retire = {
             let mut unused_before = lock(&self.unused_before);

@@ -542,7 +542,7 @@ async fn count_spend(
         {
             continue;
         }
-        match account.billing().await {
+        match account.billing(&crate::account::BillingList::ALL).await {
             Ok(charges) => {
                 billing.insert(label, charges);
             }

@@ -53,6 +53,8 @@ impl ManagedKind for GpuInstance {
     type Cloud = Instances;
     const WHEN_GONE: WhenGone = WhenGone::Report;
     const BILLED: bool = true;
+    const BILLING_LIST: Option<crate::account::BillingList> =
+        Some(crate::account::BillingList::Instances);
     const REFERS_TO: &'static [(&'static str, &'static str)] = &[
         ("SshKey", "spec.sshKeyRefs"),
         ("Image", "spec.imageRef"),

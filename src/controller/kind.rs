@@ -68,6 +68,10 @@ pub trait ManagedKind:
     /// Whether the cloud bills the kind's resources: its objects count against `Budget`s.
     const BILLED: bool = false;
 
+    /// The cloud's billing list that holds the kind's resources, where there is one (the cloud
+    /// has none for images).
+    const BILLING_LIST: Option<crate::account::BillingList> = None;
+
     /// The status holding `common` plus the kind's own fields taken from `record` (kept from
     /// the current status when `record` is `None`).
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status;

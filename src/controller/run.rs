@@ -418,8 +418,8 @@ fn relay_secrets(
 
 /// Once per resync interval: retires the accounts no object uses any more, then reads each
 /// remaining account's balance for `gpucloud_account_balance` (one call per account, however
-/// many objects there are) and its billing for `gpucloud_spend` (the three billing lists,
-/// shared with the Budgets that count spend).
+/// many objects there are) and, for `gpucloud_spend`, the billing lists its objects' kinds are
+/// billed in (shared with the Budgets that count spend).
 async fn keep_accounts(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Duration) {
     loop {
         for retired in accounts.retire_unused() {
@@ -431,7 +431,10 @@ async fn keep_accounts(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Du
                 Ok(balance) => metrics.set_balance(&account.id.label(), balance.balance),
                 Err(error) => tracing::debug!(%error, "balance not read"),
             }
-            if let Err(error) = account.billing().await {
+            let lists = accounts.billed_in(&account.id);
+            if !lists.is_empty()
+                && let Err(error) = account.billing(&lists).await
+            {
                 tracing::debug!(%error, "billing not read");
             }
         }
@@ -629,14 +632,17 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     config.metrics.register_state(gauges.clone());
     shared.ownership.register(store.clone());
     let users = store.clone();
-    shared.accounts.register_users(Box::new(move || {
-        let objects = users.state();
-        let credentials = |object: &Arc<K>| {
-            let reference = object.managed().credentials_secret_ref.clone();
-            (object.namespace().unwrap_or_default(), reference)
-        };
-        objects.iter().map(credentials).collect()
-    }));
+    shared.accounts.register_users(
+        K::BILLING_LIST,
+        Box::new(move || {
+            let objects = users.state();
+            let credentials = |object: &Arc<K>| {
+                let reference = object.managed().credentials_secret_ref.clone();
+                (object.namespace().unwrap_or_default(), reference)
+            };
+            objects.iter().map(credentials).collect()
+        }),
+    );
     let kind = K::kind(&()).to_string();
     let scope = sync_key(&kind, namespace);
     let (trigger, triggers) = mpsc::unbounded_channel();

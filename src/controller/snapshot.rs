@@ -50,6 +50,8 @@ impl ManagedKind for Snapshot {
 
     const WHEN_GONE: WhenGone = WhenGone::Report;
     const BILLED: bool = true;
+    const BILLING_LIST: Option<crate::account::BillingList> =
+        Some(crate::account::BillingList::Snapshots);
 
     fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
         let previous = self.status.as_ref();

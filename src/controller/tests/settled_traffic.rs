@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Once everything is settled, cloud traffic follows the number of kinds and accounts, not
-//! of objects: a list per kind per resync interval, a Budget's billing reads per account, and
-//! no per-object call.
+//! of objects: a list per kind per resync interval, the billing lists per account, and no
+//! per-object call.
 
 use crate::support;
 
@@ -10,6 +10,30 @@ use kube::api::PostParams;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use support::{Env, eventually, test_config};
+
+/// Without a Budget, an account is read only the billing lists of the kinds its objects are:
+/// machines alone never have the volume list read (paged, and holding every machine's system
+/// disk, it grows with the fleet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_alone_read_only_the_instance_billing() {
+    let env = Env::start().await;
+    for i in 0..3 {
+        let spec = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"});
+        support::create(
+            &env,
+            &GpuInstance::new(&format!("vm-{i}"), serde_json::from_value(spec).unwrap()),
+        )
+        .await;
+    }
+    for i in 0..3 {
+        support::ready::<GpuInstance>(&env, &format!("vm-{i}")).await;
+    }
+    // Past the resync (2 s) and the catalog TTL (5 s) of the tests' settings.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(env.calls("GetInstanceBilling") >= 1);
+    assert_eq!(env.calls("GetVolumeBilling"), 0);
+    assert_eq!(env.calls("GetSnapshotBilling"), 0);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settled_objects_cost_only_periodic_lists() {
