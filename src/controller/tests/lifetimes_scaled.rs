@@ -286,13 +286,7 @@ async fn every_end_of_a_lifetime_comes_within_a_clock_second_before_and_after_a_
         clock.now()
     );
 
-    for (on_expiry, vm) in ends {
-        let name = format!("first-{}", on_expiry.to_lowercase());
-        match vm {
-            "" => support::gone::<GpuInstance>(&env, &name).await,
-            vm => drop(vm_status(&env, &name, vm).await),
-        }
-    }
+    ended(&env, "first", &ends).await;
     env.kill_operator().await;
     start_operator(&mut env, clock, &calls, Duration::from_secs(2));
     assert!(
@@ -300,13 +294,7 @@ async fn every_end_of_a_lifetime_comes_within_a_clock_second_before_and_after_a_
         "the restart ran past the second expiry ({})",
         clock.now()
     );
-    for (on_expiry, vm) in ends {
-        let name = format!("second-{}", on_expiry.to_lowercase());
-        match vm {
-            "" => support::gone::<GpuInstance>(&env, &name).await,
-            vm => drop(vm_status(&env, &name, vm).await),
-        }
-    }
+    ended(&env, "second", &ends).await;
 
     // Each set's three calls come before the next set's, in any order among themselves.
     let seen = calls.calls();
@@ -332,6 +320,18 @@ async fn every_end_of_a_lifetime_comes_within_a_clock_second_before_and_after_a_
     eprintln!("calls after their expiries: {report:?}");
     for (name, sent, expiry) in lateness {
         on_time(name, sent, expiry, second);
+    }
+}
+
+/// Waits until each machine of `set` has ended as its `onExpiry` asks: its machine in the
+/// vm status named next to it, or (named "") its object gone.
+async fn ended(env: &Env, set: &str, ends: &[(&str, &str)]) {
+    for (on_expiry, vm) in ends {
+        let name = format!("{set}-{}", on_expiry.to_lowercase());
+        match *vm {
+            "" => support::gone::<GpuInstance>(env, &name).await,
+            vm => drop(vm_status(env, &name, vm).await),
+        }
     }
 }
 
