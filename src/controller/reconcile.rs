@@ -657,7 +657,14 @@ async fn converge<K: ManagedKind>(
         pending_create: None,
         ..status
     };
-    if previous_state.as_deref() != status.state.as_deref() && previous_state.is_some() {
+    // A state change is news when the object was settled (a machine stopped from the cloud's
+    // console, an instance in ERROR); the states a transition passes through show in the
+    // status, and its end in the Ready (or Stalled) event.
+    let was_ready = object
+        .cloud_status()
+        .condition(gpucloud_api::condition_type::READY)
+        .is_some_and(|c| c.status == "True");
+    if was_ready && previous_state.is_some() && previous_state != status.state {
         publish(
             cx,
             object,
@@ -1148,7 +1155,8 @@ async fn write_status_from<K: ManagedKind>(
         .await?)
 }
 
-/// Best effort: puts the failure on the object's conditions and a Warning event.
+/// Best effort: puts the failure on the object's conditions and a Warning event (a Normal one
+/// for work under way, such as a deletion waiting for the cloud).
 async fn report_failure<K: ManagedKind>(
     api: &Api<K>,
     object: &Arc<K>,
@@ -1164,13 +1172,13 @@ async fn report_failure<K: ManagedKind>(
     let outcome = error.outcome();
     let status = object.cloud_status();
     if changed_condition(&status, &outcome) {
-        publish(
-            cx,
-            object,
-            EventType::Warning,
-            outcome.reason(),
-            outcome.message(),
-        );
+        // Work under way (a deletion waiting for the cloud) is no failure.
+        let event_type = if error.is_in_progress() {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        publish(cx, object, event_type, outcome.reason(), outcome.message());
     }
     let reported = match write_status(api, &cx.settings.clock, object, status, None, &outcome).await
     {
