@@ -285,8 +285,8 @@ impl Environment {
         Ok(())
     }
 
-    /// Starts an operator with its defaults except the rate limit; every log line that says
-    /// an instance converged is recorded in `converged`.
+    /// Starts an operator with its defaults except the rate limit and its endpoints' ports
+    /// (free ones); every log line that says an instance converged is recorded in `converged`.
     async fn start_operator(
         &self,
         args: &Args,
@@ -313,6 +313,12 @@ impl Environment {
                 &args.concurrency.to_string(),
                 "--resync-interval",
                 &format!("{}ms", args.resync_interval.as_millis()),
+                // Free ports: the default 8080 and 8081 may be another process's (a second
+                // benchmark on the same machine), and a restart must not fail on them.
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--health-listen",
+                "127.0.0.1:0",
             ]),
             &[
                 ("KUBECONFIG", self.operator_kubeconfig.display().to_string()),
