@@ -27,6 +27,11 @@ pub struct Args {
     /// environment variable: command lines are visible to other local users.
     #[arg(long, env = "GPUCLOUD_APISERVER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A further user, with a generated token, for a client whose requests are to be told
+    /// apart from the admin's (the request counts are by user); repeatable. The kubeconfig
+    /// holds a context `gpucloud-apiserver-NAME` for each.
+    #[arg(long = "user", value_name = "NAME")]
+    pub users: Vec<String>,
 }
 
 impl std::fmt::Debug for Args {
@@ -35,6 +40,7 @@ impl std::fmt::Debug for Args {
             .field("listen", &self.listen)
             .field("kubeconfig", &self.kubeconfig)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("users", &self.users)
             .finish()
     }
 }
@@ -48,6 +54,8 @@ pub enum Error {
     Kubeconfig(#[source] crate::server::Error),
     #[error("waiting for Ctrl-C: {0}")]
     Signal(#[source] std::io::Error),
+    #[error("generating a token for user {user}: {reason}")]
+    Token { user: String, reason: String },
 }
 
 /// Starts the server, writes the kubeconfig, prints how to use it, and serves until Ctrl-C.
@@ -60,12 +68,17 @@ pub async fn run_until<F>(args: Args, stop: F) -> Result<(), Error>
 where
     F: std::future::Future<Output = std::io::Result<()>>,
 {
+    let admin_token = match args.token {
+        Some(token) => token,
+        None => generated_token(DEFAULT_ADMIN_USER)?,
+    };
+    let mut users = vec![(admin_token, DEFAULT_ADMIN_USER.to_owned())];
+    for user in &args.users {
+        users.push((generated_token(user)?, user.clone()));
+    }
     let config = ApiServerConfig {
         listen: args.listen,
-        users: args
-            .token
-            .map(|token| vec![(token, DEFAULT_ADMIN_USER.to_owned())])
-            .unwrap_or_default(),
+        users,
         ..ApiServerConfig::default()
     };
     let server = ApiServer::start(config).await.map_err(Error::Start)?;
@@ -82,6 +95,13 @@ where
     let result = stop.await;
     server.shutdown().await;
     result.map_err(Error::Signal)
+}
+
+fn generated_token(user: &str) -> Result<String, Error> {
+    crate::auth::generate_token().map_err(|error| Error::Token {
+        user: user.to_owned(),
+        reason: error.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -126,6 +146,7 @@ mod tests {
             listen: "127.0.0.1:0".parse().unwrap(),
             kubeconfig: path.clone(),
             token: Some("cli-test-token".to_owned()),
+            users: vec!["bench-operator".to_owned()],
         };
         let server = tokio::spawn(run_until(args, async move {
             let _ = stopped.await;
@@ -143,6 +164,11 @@ mod tests {
         .await
         .unwrap();
         assert!(kubeconfig.contains("cli-test-token"));
+        // The further user has a context of its own, with a generated token.
+        assert!(
+            kubeconfig.contains("gpucloud-apiserver-bench-operator"),
+            "{kubeconfig}"
+        );
         let version = crate::kubeconfig::version_seen_through(&kubeconfig).await;
         assert_eq!(version.major, "1");
 
@@ -171,6 +197,7 @@ mod tests {
             listen: occupied.local_addr().unwrap(),
             kubeconfig: directory.path().join("kubeconfig"),
             token: None,
+            users: Vec::new(),
         };
         let error = start_error(args).await;
         assert!(matches!(error, Error::Start(_)), "{error}");
@@ -185,6 +212,7 @@ mod tests {
             listen: "127.0.0.1:0".parse().unwrap(),
             kubeconfig: directory.path().join("missing").join("kubeconfig"),
             token: None,
+            users: Vec::new(),
         };
         let error = start_error(args).await;
         assert!(matches!(error, Error::Kubeconfig(_)), "{error}");

@@ -75,6 +75,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     pub settings: Arc<Settings>,
     pub request_log: RequestLog,
+    /// Every request counted by user, verb, resource and answer, never dropped.
+    pub request_counts: RequestCounts,
     /// Faults injected on purpose by reliability tests (none unless a plan is set).
     pub faults: Arc<crate::faults::ApiFaults>,
     /// The admission policies and bindings, compiled.
@@ -140,6 +142,81 @@ impl RequestLog {
     }
 }
 
+/// What one line of [`RequestCounts`] counts: requests of one user, verb and resource that got
+/// one HTTP status, as an audit log would group them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct RequestCount {
+    pub user: String,
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    pub code: u16,
+    pub count: u64,
+}
+
+/// Requests counted by user, verb, resource and HTTP status since the server started. Unlike
+/// the [`RequestLog`] it forgets nothing, and it stays small: one entry per combination.
+/// Served at [`REQUEST_COUNTS_PATH`], so a process outside (the scale benchmark) can read what
+/// its clients cost the API server.
+#[derive(Clone, Debug, Default)]
+pub struct RequestCounts {
+    counts: Arc<Mutex<std::collections::BTreeMap<CountKey, u64>>>,
+}
+
+/// User, verb, group, resource, subresource and HTTP status.
+type CountKey = (String, String, String, String, String, u16);
+
+/// Where the server answers with its [`RequestCounts`] (JSON, a list of [`RequestCount`]).
+pub const REQUEST_COUNTS_PATH: &str = "/debug/gpucloud/request-counts";
+
+impl RequestCounts {
+    /// Counts one answered request.
+    pub fn add(&self, record: &RequestRecord, code: u16) {
+        let mut counts = match self.counts.lock() {
+            Ok(counts) => counts,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let key = (
+            record.user.clone(),
+            record.verb.clone(),
+            record.group.clone(),
+            record.resource.clone(),
+            record.subresource.clone(),
+            code,
+        );
+        *counts.entry(key).or_default() += 1;
+    }
+
+    pub fn snapshot(&self) -> Vec<RequestCount> {
+        let counts = match self.counts.lock() {
+            Ok(counts) => counts,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        counts
+            .iter()
+            .map(
+                |((user, verb, group, resource, subresource, code), count)| RequestCount {
+                    user: user.clone(),
+                    verb: verb.clone(),
+                    group: group.clone(),
+                    resource: resource.clone(),
+                    subresource: subresource.clone(),
+                    code: *code,
+                    count: *count,
+                },
+            )
+            .collect()
+    }
+}
+
+/// `GET` [`REQUEST_COUNTS_PATH`].
+async fn request_counts(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> axum::Json<Vec<RequestCount>> {
+    axum::Json(state.request_counts.snapshot())
+}
+
 impl AppState {
     pub fn new(config: &ApiServerConfig) -> Self {
         let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -151,6 +228,7 @@ impl AppState {
                 bookmark_interval: config.bookmark_interval,
             }),
             request_log: RequestLog::default(),
+            request_counts: RequestCounts::default(),
             faults: Arc::new(crate::faults::ApiFaults::default()),
             admission: Arc::new(crate::admission::Compiled::default()),
             stopping,
@@ -184,6 +262,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(crate::discovery::routes())
         .merge(crate::openapi::routes())
+        .route(REQUEST_COUNTS_PATH, axum::routing::get(request_counts))
         .fallback(crate::handlers::dispatch)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -422,6 +501,11 @@ impl ApiServerHandle {
     /// The requests handled so far (the most recent 100,000), oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.state.request_log.snapshot()
+    }
+
+    /// Every request so far, counted by user, verb, resource and status.
+    pub fn request_counts(&self) -> Vec<RequestCount> {
+        self.state.request_counts.snapshot()
     }
 
     /// Drops retained watch history and ends open watches with 410 Expired.

@@ -109,6 +109,8 @@ pub struct Context<K: ManagedKind> {
     /// the cloud may have acted after the client gave up), so the settle window counts from
     /// there.
     creates_ended: Mutex<HashMap<String, Timestamp>>,
+    /// The id this process's create call answered with, by object uid, until a list shows it.
+    creates_answered: Mutex<HashMap<String, String>>,
     /// When this process first saw each duplicate (by cloud id): its grace period counts from
     /// there, so a restart only makes it longer.
     duplicates_seen: Mutex<HashMap<String, Instant>>,
@@ -168,6 +170,7 @@ impl<K: ManagedKind> Context<K> {
             changes,
             deletes_answered: Mutex::new(HashMap::new()),
             creates_ended: Mutex::new(HashMap::new()),
+            creates_answered: Mutex::new(HashMap::new()),
             duplicates_seen: Mutex::new(HashMap::new()),
             outage_waiters: Arc::new(Mutex::new(HashMap::new())),
             recovery_listeners: Mutex::new(HashSet::new()),
@@ -252,6 +255,18 @@ impl<K: ManagedKind> Context<K> {
     /// is going.
     pub fn forget_create(&self, uid: &str) {
         lock(&self.creates_ended).remove(uid);
+        lock(&self.creates_answered).remove(uid);
+    }
+
+    /// Notes that the object `uid`'s create call answered with the resource `id`: until a
+    /// list shows it, the resource is read by that id before a create is tried again.
+    pub fn note_create_answered(&self, uid: &str, id: &str) {
+        lock(&self.creates_answered).insert(uid.to_string(), id.to_string());
+    }
+
+    /// The id the object `uid`'s create call answered with, while no list has shown it.
+    pub fn create_answered(&self, uid: &str) -> Option<String> {
+        lock(&self.creates_answered).get(uid).cloned()
     }
 
     /// The last moment a create recorded in `pending` may have been in flight: the attempt's

@@ -12,7 +12,11 @@
 //!    behind writes), so wait until the list has had `settle_window` to show it.
 //! 3. Only after that window, with the name still absent from a list *sent* after the window
 //!    (an older list proves nothing: lists fail or run late under load), is the create
-//!    repeated (recording the new attempt time first, again version-checked).
+//!    repeated (recording the new attempt time first, again version-checked); the id this
+//!    process's own create call answered with is read first, and found, it is recorded instead.
+//! 4. The create's answer is not written by itself: the intent's write already shows the create
+//!    under way, and the first list that shows the resource records its id, with its state, and
+//!    clears the intent in one write.
 //!
 //! This module is the pure decision; the reconcilers do the I/O around it.
 

@@ -289,6 +289,12 @@ impl Error {
         matches!(self.innermost(), Error::WaitingFor { .. })
     }
 
+    /// Whether the reconcile stopped only because work it started is still under way (a
+    /// deletion waiting for the cloud to finish).
+    pub fn is_in_progress(&self) -> bool {
+        matches!(self.innermost(), Error::InProgress { .. })
+    }
+
     /// The server's requested wait, when it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.innermost() {

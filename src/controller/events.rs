@@ -7,6 +7,12 @@
 //! there are: a copy of every event sent, kept six minutes, would hold more than the objects
 //! themselves during a bulk creation.
 //!
+//! Before that, client-go's spam filter: each object may have a burst of 25 events from this
+//! publisher, then one per five minutes (a token bucket per object and source). A failure that
+//! repeats on every retry therefore costs the API server 25 writes, then one per five
+//! minutes, however long it lasts; the events past the budget are dropped with a debug log
+//! line. The buckets are bounded by the same limit as the series.
+//!
 //! A reconcile never waits for an event: `send` queues it for a background lane and returns,
 //! as client-go's broadcaster does. Each object's events go through one lane, so they keep
 //! their order; a full lane drops the event (events are best effort) rather than hold a
@@ -50,6 +56,11 @@ const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// window becomes a new event instead of a series.
 pub const REMEMBERED_LIMIT: usize = 8192;
 
+/// client-go's spam filter: events an object may have at once, per source.
+const SPAM_BURST: f64 = 25.0;
+/// How long the spam filter takes to give an object back one event.
+const SPAM_REFILL: Duration = Duration::from_secs(5 * 60);
+
 /// Background lanes `send` spreads objects over: enough that one slow write does not hold
 /// the others back.
 const LANES: usize = 4;
@@ -91,7 +102,46 @@ struct Writer {
 
 struct Remembered {
     by_key: HashMap<u64, Sent>,
+    /// The spam filter's buckets, by object.
+    buckets: HashMap<u64, Bucket>,
     pruned_at: Instant,
+}
+
+/// An object's spam-filter budget: `tokens` events left at `at`, one more every
+/// [`SPAM_REFILL`] up to [`SPAM_BURST`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(at: Instant) -> Bucket {
+        Bucket {
+            tokens: SPAM_BURST,
+            at,
+        }
+    }
+
+    /// The budget at `now`, refilled since `at`.
+    fn refilled(self, now: Instant) -> Bucket {
+        let elapsed = now.saturating_duration_since(self.at);
+        let tokens = self.tokens + elapsed.as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        Bucket {
+            tokens: tokens.min(SPAM_BURST),
+            at: now,
+        }
+    }
+
+    /// Takes one event from the budget at `now`; `false` when none is left.
+    fn take(&mut self, now: Instant) -> bool {
+        *self = self.refilled(now);
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
 }
 
 /// An event already sent, enough to extend its series.
@@ -115,6 +165,7 @@ impl EventPublisher {
                 reporter,
                 remembered: Mutex::new(Remembered {
                     by_key: HashMap::new(),
+                    buckets: HashMap::new(),
                     pruned_at: Instant::now(),
                 }),
                 limit,
@@ -177,13 +228,26 @@ impl EventPublisher {
 impl Writer {
     async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
         let key = self.key(event, regarding);
+        let source = self.source(regarding);
         let now = Instant::now();
-        let repeat = self.with_remembered(|r| {
+        let Some(repeat) = self.with_remembered(|r| {
             r.prune(now);
-            r.by_key
-                .get(&key)
-                .map(|sent| (sent.namespace.clone(), sent.name.clone(), sent.count + 1))
-        });
+            if !r.admit(source, now, self.limit) {
+                return None;
+            }
+            Some(
+                r.by_key
+                    .get(&key)
+                    .map(|sent| (sent.namespace.clone(), sent.name.clone(), sent.count + 1)),
+            )
+        }) else {
+            tracing::debug!(
+                reason = %event.reason,
+                object = regarding.name.as_deref().unwrap_or_default(),
+                "event dropped by the spam filter"
+            );
+            return Ok(());
+        };
         if let Some((namespace, name, count)) = repeat {
             let series = serde_json::json!({
                 "series": EventSeries {
@@ -234,6 +298,15 @@ impl Writer {
 
     fn with_remembered<T>(&self, f: impl FnOnce(&mut Remembered) -> T) -> T {
         f(&mut lock(&self.remembered))
+    }
+
+    /// The spam filter's key: the object, whatever its version, and this publisher (client-go
+    /// keys it by the event's source and the involved object).
+    fn source(&self, regarding: &ObjectReference) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (&self.reporter.controller, &self.reporter.instance).hash(&mut hasher);
+        hash_identity(regarding, &mut hasher);
+        hasher.finish()
     }
 
     /// What makes two events the same series: client-go's key. The note is not part of it, but
@@ -288,10 +361,31 @@ impl Remembered {
         self.pruned_at = now;
         self.by_key
             .retain(|_, sent| now.duration_since(sent.last) < SERIES_WINDOW);
-        // Give back what a burst grew the table to.
+        // A bucket refilled to the burst is what an object never seen gets.
+        self.buckets
+            .retain(|_, bucket| bucket.refilled(now).tokens < SPAM_BURST);
+        // Give back what a burst grew the tables to.
         if self.by_key.capacity() > 4 * self.by_key.len().max(64) {
             self.by_key.shrink_to_fit();
         }
+        if self.buckets.capacity() > 4 * self.buckets.len().max(64) {
+            self.buckets.shrink_to_fit();
+        }
+    }
+
+    /// Whether the spam filter lets an event about `source` through at `now`. Past `limit`
+    /// objects a new one is let through without a bucket, as client-go's bounded cache
+    /// forgets the oldest: the filter then holds back less, never more.
+    fn admit(&mut self, source: u64, now: Instant, limit: usize) -> bool {
+        if let Some(bucket) = self.buckets.get_mut(&source) {
+            return bucket.take(now);
+        }
+        if self.buckets.len() < limit {
+            let mut bucket = Bucket::full(now);
+            bucket.take(now);
+            self.buckets.insert(source, bucket);
+        }
+        true
     }
 }
 
@@ -317,4 +411,38 @@ fn hash_identity(reference: &ObjectReference, hasher: &mut impl Hasher) {
     reference.namespace.hash(hasher);
     reference.name.hash(hasher);
     reference.uid.hash(hasher);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spam_filter_lets_a_burst_through_then_one_per_refill() {
+        let start = Instant::now();
+        let mut remembered = Remembered {
+            by_key: HashMap::new(),
+            buckets: HashMap::new(),
+            pruned_at: start,
+        };
+        let admitted = (0..30).filter(|_| remembered.admit(1, start, 10)).count();
+        assert_eq!(admitted, 25);
+        // Another object has its own budget.
+        assert!(remembered.admit(2, start, 10));
+        // One event back per five minutes, not more.
+        let later = start + SPAM_REFILL;
+        assert!(remembered.admit(1, later, 10));
+        assert!(!remembered.admit(1, later, 10));
+        // Past the limit of objects, a new one is let through unremembered.
+        for source in 3..=10 {
+            assert!(remembered.admit(source, start, 10));
+        }
+        assert_eq!(remembered.buckets.len(), 10);
+        assert!((0..30).all(|_| remembered.admit(11, start, 10)));
+        // Refilled buckets are dropped: an object not seen for long starts afresh.
+        let much_later = start + SPAM_REFILL * 30;
+        remembered.pruned_at = start;
+        remembered.prune(much_later);
+        assert!(remembered.buckets.is_empty());
+    }
 }

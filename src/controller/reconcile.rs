@@ -325,7 +325,7 @@ async fn apply<K: ManagedKind>(
                 reason::WAITING_FOR_CLOUD_LIST,
                 format!("waiting for {id} to appear in the cloud's list"),
             );
-            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
+            write_progress(api, &cx.settings.clock, &object, status, &outcome).await?;
             return Ok(requeue(cx.settings.transition_requeue));
         }
         if status.external_id.is_none() {
@@ -446,9 +446,33 @@ async fn create_step<K: ManagedKind>(
         listed = &fresh;
         decision = decide(listed);
     }
+    // The lists leave out what this process's create call made: read by the id it answered
+    // with, it exists, so it is recorded, never created again.
+    if decision == CreateDecision::RetryCreate
+        && let Some(id) = cx.create_answered(&uid)
+        && let Some(record) = K::Cloud::get(account.client.clone(), id.clone()).await?
+    {
+        tracing::info!(cloud_id = %id, "the cloud's lists left out a created resource its read by id found");
+        observer.mark_hot();
+        let status = CloudStatus {
+            account: Some(account.id.label()),
+            cloud_name: Some(cloud_name),
+            ..status
+        };
+        return converge(api, &object, cx, account, status, record).await;
+    }
     match decision {
         // The others under the name are duplicates, settled once this one is recorded.
         CreateDecision::Adopt { id, extra: _ } => {
+            // Recorded by the converge's one status write, with where the resource stands.
+            if let Some(record) = listed.get(&id).cloned() {
+                let status = CloudStatus {
+                    account: Some(account.id.label()),
+                    cloud_name: Some(cloud_name),
+                    ..status
+                };
+                return converge(api, &object, cx, account, status, record).await;
+            }
             cx.forget_create(&uid);
             let record = listed.get(&id).cloned();
             let status = CloudStatus {
@@ -478,7 +502,7 @@ async fn create_step<K: ManagedKind>(
                     "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
                 ),
             );
-            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
+            write_progress(api, &cx.settings.clock, &object, status, &outcome).await?;
             Ok(requeue(recheck_after))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
@@ -536,8 +560,8 @@ async fn create_step<K: ManagedKind>(
             .await?;
             observer.mark_hot();
             let created = K::create(cx, account, plan, &cloud_name).await;
-            // Whatever the answer, a list sent before now may not show the resource: if a
-            // status write below fails, the next reconcile's settle window counts from here.
+            // Whatever the answer, a list sent before now may not show the resource: the next
+            // reconcile's settle window counts from here.
             cx.note_create_call_ended(&uid);
             match created {
                 Ok(record) => {
@@ -548,25 +572,11 @@ async fn create_step<K: ManagedKind>(
                         reason::CREATING,
                         &format!("created {} as {cloud_name}", record.id()),
                     );
-                    // `pendingCreate` stays until a list shows the resource.
-                    let created = CloudStatus {
-                        external_id: Some(record.id().to_string()),
-                        state: Some(record.state()),
-                        ..intent
-                    };
-                    let outcome = Outcome::progressing(
-                        reason::PROVISIONING,
-                        format!("{} is {}", record.id(), record.state()),
-                    );
-                    write_status(
-                        api,
-                        &cx.settings.clock,
-                        &object,
-                        created,
-                        Some(&record),
-                        &outcome,
-                    )
-                    .await?;
+                    // No second status write: the intent's says the create is under way, and
+                    // the first list that shows the resource records its id and state
+                    // (`pendingCreate` finds it by name until then; the id answered here is
+                    // read before any retry).
+                    cx.note_create_answered(&uid, record.id());
                     Ok(requeue(cx.settings.transition_requeue))
                 }
                 Err(error) if error.is_definite_refusal() => {
@@ -610,6 +620,7 @@ async fn converge<K: ManagedKind>(
 ) -> Result<Action, Error> {
     let stage = lifetime_stage(&**object, cx.settings.clock.now())?;
     let mut working = K::clone(object);
+    let mut acted = false;
     let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
         object.observed(&record)
     } else {
@@ -620,6 +631,7 @@ async fn converge<K: ManagedKind>(
             tracing::debug!(object = %object.name_any(), ?action, "carrying out");
             working.execute(cx, account, &record, action).await?;
             working.executed(action);
+            acted = true;
         }
         plan.outcome
     };
@@ -662,7 +674,14 @@ async fn converge<K: ManagedKind>(
         pending_create: None,
         ..status
     };
-    if previous_state.as_deref() != status.state.as_deref() && previous_state.is_some() {
+    // A state change is news when the object was settled (a machine stopped from the cloud's
+    // console, an instance in ERROR); the states a transition passes through show in the
+    // status, and its end in the Ready (or Stalled) event.
+    let was_ready = object
+        .cloud_status()
+        .condition(gpucloud_api::condition_type::READY)
+        .is_some_and(|c| c.status == "True");
+    if was_ready && previous_state.is_some() && previous_state != status.state {
         publish(
             cx,
             object,
@@ -681,6 +700,9 @@ async fn converge<K: ManagedKind>(
             publish(cx, object, event_type, outcome.reason(), outcome.message());
         }
     }
+    // An action's write records what it did; without one, a step within a transition already
+    // shown under way is not news.
+    let write = if acted { Write::Always } else { Write::News };
     write_status_from(
         api,
         &cx.settings.clock,
@@ -689,6 +711,7 @@ async fn converge<K: ManagedKind>(
         status,
         Some(&record),
         &outcome,
+        write,
     )
     .await?;
     let after = match outcome {
@@ -1136,11 +1159,99 @@ async fn write_status<K: ManagedKind>(
     record: Option<&Record<K>>,
     outcome: &Outcome,
 ) -> Result<K, Error> {
-    write_status_from(api, clock, object, object, status, record, outcome).await
+    write_status_from(
+        api,
+        clock,
+        object,
+        object,
+        status,
+        record,
+        outcome,
+        Write::Always,
+    )
+    .await
+}
+
+/// As `write_status` for a report of work under way: not written when it only retells a
+/// transition the stored status already shows (`retells_progress`).
+async fn write_progress<K: ManagedKind>(
+    api: &Api<K>,
+    clock: &Clock,
+    object: &K,
+    status: CloudStatus,
+    outcome: &Outcome,
+) -> Result<K, Error> {
+    write_status_from(
+        api,
+        clock,
+        object,
+        object,
+        status,
+        None,
+        outcome,
+        Write::News,
+    )
+    .await
+}
+
+/// When a status write is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// Whenever anything would change.
+    Always,
+    /// Only with news for a person or for the next reconcile: not when it only retells a
+    /// transition the stored status already shows under way (`retells_progress`).
+    News,
+}
+
+/// Whether `updated` only retells what `stored` shows: both report the same work under way
+/// (`Reconciling`, for the same generation, with the same reasons), and nothing but the cloud's
+/// state, the conditions' messages and the kind's copy of the cloud record differs. The states
+/// a machine passes through while it boots are such steps; the end of the transition (Ready,
+/// Stalled), an id recorded, a create's intent set or cleared are not. A create waiting for the
+/// cloud's list to show it is the same transition as the create.
+fn retells_progress(stored: &CloudStatus, updated: &CloudStatus) -> bool {
+    let under_way = |s: &CloudStatus| {
+        s.condition(gpucloud_api::condition_type::RECONCILING)
+            .is_some_and(|c| c.status == "True")
+    };
+    let transition = |reason: &str| {
+        if reason == reason::WAITING_FOR_CLOUD_LIST {
+            reason::CREATING.to_string()
+        } else {
+            reason.to_string()
+        }
+    };
+    let shape = |s: &CloudStatus| {
+        let mut shape: Vec<_> = s
+            .conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    transition(&c.reason),
+                    c.observed_generation,
+                )
+            })
+            .collect();
+        shape.sort();
+        shape
+    };
+    let recorded = |s: &CloudStatus| CloudStatus {
+        state: None,
+        conditions: Vec::new(),
+        ..s.clone()
+    };
+    under_way(stored)
+        && under_way(updated)
+        && shape(stored) == shape(updated)
+        && recorded(stored) == recorded(updated)
 }
 
 /// As `write_status`, with the kind's own status fields taken from `working`, a copy of
 /// `stored` that a kind's executed action may have annotated (`ManagedKind::executed`).
+#[allow(clippy::too_many_arguments)]
 async fn write_status_from<K: ManagedKind>(
     api: &Api<K>,
     clock: &Clock,
@@ -1149,6 +1260,7 @@ async fn write_status_from<K: ManagedKind>(
     mut status: CloudStatus,
     record: Option<&Record<K>>,
     outcome: &Outcome,
+    write: Write,
 ) -> Result<K, Error> {
     let generation = stored.meta().generation;
     status.observed_generation = generation;
@@ -1164,12 +1276,16 @@ async fn write_status_from<K: ManagedKind>(
     if serde_json::to_value(&updated)? == serde_json::to_value(stored)? {
         return Ok(updated);
     }
+    if write == Write::News && retells_progress(&stored.cloud_status(), &updated.cloud_status()) {
+        return Ok(stored.clone());
+    }
     Ok(api
         .replace_status(&stored.name_any(), &PostParams::default(), &updated)
         .await?)
 }
 
-/// Best effort: puts the failure on the object's conditions and a Warning event.
+/// Best effort: puts the failure on the object's conditions and a Warning event (a Normal one
+/// for work under way, such as a deletion waiting for the cloud).
 async fn report_failure<K: ManagedKind>(
     api: &Api<K>,
     object: &Arc<K>,
@@ -1185,13 +1301,13 @@ async fn report_failure<K: ManagedKind>(
     let outcome = error.outcome();
     let status = object.cloud_status();
     if changed_condition(&status, &outcome) {
-        publish(
-            cx,
-            object,
-            EventType::Warning,
-            outcome.reason(),
-            outcome.message(),
-        );
+        // Work under way (a deletion waiting for the cloud) is no failure.
+        let event_type = if error.is_in_progress() {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        publish(cx, object, event_type, outcome.reason(), outcome.message());
     }
     let reported = match write_status(api, &cx.settings.clock, object, status, None, &outcome).await
     {
@@ -1301,6 +1417,59 @@ mod tests {
                 "{stage:?} {status:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_step_within_a_transition_shown_under_way_is_no_news() {
+        let now = Timestamp::now();
+        let status = |outcome: &Outcome, generation: i64, state: &str, id: Option<&str>| {
+            let mut status = CloudStatus {
+                external_id: id.map(str::to_string),
+                state: Some(state.to_string()),
+                observed_generation: Some(generation),
+                ..CloudStatus::default()
+            };
+            conditions::apply(&mut status.conditions, outcome, Some(generation), now);
+            status
+        };
+        let provisioning =
+            |state: &str| Outcome::progressing(reason::PROVISIONING, format!("vm-1 is {state}"));
+        let booting = status(&provisioning("CREATING"), 1, "CREATING", Some("vm-1"));
+        let ready = Outcome::ready(reason::AVAILABLE, "vm-1 is running");
+        // Another state of the same transition: not written.
+        assert!(retells_progress(
+            &booting,
+            &status(&provisioning("BOOTING"), 1, "ACTIVE", Some("vm-1"))
+        ));
+        // The transition's end, another transition, another generation, an id recorded: news.
+        assert!(!retells_progress(
+            &booting,
+            &status(&ready, 1, "ACTIVE", Some("vm-1"))
+        ));
+        let updating = Outcome::progressing(reason::UPDATING, "stopping vm-1");
+        assert!(!retells_progress(
+            &booting,
+            &status(&updating, 1, "ACTIVE", Some("vm-1"))
+        ));
+        assert!(!retells_progress(
+            &booting,
+            &status(&provisioning("BOOTING"), 2, "ACTIVE", Some("vm-1"))
+        ));
+        let creating = Outcome::progressing(reason::CREATING, "creating gco-x");
+        let waiting = Outcome::progressing(reason::WAITING_FOR_CLOUD_LIST, "waiting for the list");
+        let intent = status(&creating, 1, "", None);
+        assert!(!retells_progress(
+            &intent,
+            &status(&provisioning("CREATING"), 1, "CREATING", Some("vm-1"))
+        ));
+        // Waiting for the list to show a create is the create.
+        assert!(retells_progress(&intent, &status(&waiting, 1, "", None)));
+        // Nothing under way in the stored status: a report of work is news.
+        let settled = status(&ready, 1, "ACTIVE", Some("vm-1"));
+        assert!(!retells_progress(
+            &settled,
+            &status(&provisioning("BOOTING"), 1, "ACTIVE", Some("vm-1"))
+        ));
     }
 
     #[test]

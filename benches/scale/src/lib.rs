@@ -4,8 +4,10 @@
 //! the `gpucloud-operator` binary (so each one's memory and CPU time is its own), applies
 //! thousands of `GpuInstance` objects, and measures convergence, settled traffic, the
 //! latency of a new object's first reconcile, an operator restart and deletion against
-//! lower bounds computed from what the simulator counted.
+//! lower bounds computed from what the simulator counted, and counts the operator's writes to
+//! the API server per object.
 
+pub mod api_counts;
 pub mod args;
 pub mod counters;
 pub mod plot;

@@ -131,6 +131,93 @@ pub struct Memory {
     pub operator_cpu_s: f64,
 }
 
+/// The operator's writes to the API server in one stretch of the run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PhaseWrites {
+    /// Writes by `verb resource` (`update gpuinstances/status`), any answer.
+    pub by_request: BTreeMap<String, u64>,
+    /// Of those, the ones answered 409 Conflict.
+    pub conflicts: u64,
+    /// All writes over the objects.
+    pub per_object: f64,
+}
+
+impl PhaseWrites {
+    pub fn new(by_request: BTreeMap<String, u64>, conflicts: u64, objects: usize) -> PhaseWrites {
+        let total: u64 = by_request.values().sum();
+        PhaseWrites {
+            per_object: total as f64 / objects.max(1) as f64,
+            by_request,
+            conflicts,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.by_request.values().sum()
+    }
+}
+
+/// What the operator wrote to the API server (Events included), per object: from the first
+/// apply until everything was Ready and the quiet wait had passed (the SSH key's writes
+/// included), in the settled window and the restarts, and from the first delete until the
+/// operator stopped.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ApiWrites {
+    pub objects: usize,
+    pub create_to_ready: PhaseWrites,
+    pub settled_and_restarts: PhaseWrites,
+    pub delete: PhaseWrites,
+    /// All three over the objects: an object's whole life.
+    pub per_object: f64,
+}
+
+impl ApiWrites {
+    pub fn new(
+        objects: usize,
+        create_to_ready: PhaseWrites,
+        settled_and_restarts: PhaseWrites,
+        delete: PhaseWrites,
+    ) -> ApiWrites {
+        let total = create_to_ready.total() + settled_and_restarts.total() + delete.total();
+        ApiWrites {
+            objects,
+            per_object: total as f64 / objects.max(1) as f64,
+            create_to_ready,
+            settled_and_restarts,
+            delete,
+        }
+    }
+
+    /// One line per phase: its writes per object, then per object by request.
+    pub fn lines(&self) -> Vec<String> {
+        let objects = self.objects.max(1) as f64;
+        [
+            ("create to Ready", &self.create_to_ready),
+            ("settled, restarts", &self.settled_and_restarts),
+            ("delete", &self.delete),
+        ]
+        .into_iter()
+        .map(|(name, phase)| {
+            let requests: Vec<String> = phase
+                .by_request
+                .iter()
+                .map(|(request, n)| format!("{request} {:.2}", *n as f64 / objects))
+                .collect();
+            format!(
+                "API writes per object, {name}: {:.2} ({}; {} answered 409)",
+                phase.per_object,
+                if requests.is_empty() {
+                    "none".to_string()
+                } else {
+                    requests.join(", ")
+                },
+                phase.conflicts
+            )
+        })
+        .collect()
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Target {
     pub name: String,
@@ -152,6 +239,8 @@ pub struct BenchResult {
     pub throttled: u64,
     /// Every call over the whole run by operation.
     pub calls_by_operation: BTreeMap<String, u64>,
+    /// The operator's writes to the API server.
+    pub api_writes: ApiWrites,
     /// (seconds since start, Ready objects).
     pub timeline: Vec<(f64, usize)>,
     /// Seconds since start of: all N Ready, the operator restart, the start of deletion.
@@ -285,6 +374,19 @@ impl BenchResult {
             ),
             pass: d.ratio <= 1.25,
         });
+        let w = &self.api_writes;
+        targets.push(Target {
+            name: "API writes".into(),
+            target: "<= 6 per object, create to Ready to deleted (events included)".into(),
+            measured: format!(
+                "{:.2} per object ({:.2} to Ready, {:.2} settled, {:.2} delete)",
+                w.per_object,
+                w.create_to_ready.per_object,
+                w.settled_and_restarts.per_object,
+                w.delete.per_object
+            ),
+            pass: w.per_object <= 6.0,
+        });
         self.targets = targets;
     }
 
@@ -311,6 +413,10 @@ impl BenchResult {
                 if t.pass { "PASS" } else { "FAIL" },
                 t.measured,
             ));
+        }
+        for line in self.api_writes.lines() {
+            out.push_str(&line);
+            out.push('\n');
         }
         let m = &self.memory;
         out.push_str(&format!(
@@ -382,6 +488,28 @@ mod tests {
             .unwrap_or_else(|| panic!("two runs"));
         assert_eq!(restart.median.ratio, 1.2);
         assert_eq!(Restart::from_runs(Vec::new()), None);
+    }
+
+    #[test]
+    fn api_writes_are_per_object_over_the_whole_life() {
+        let phase = |entries: &[(&str, u64)]| {
+            let by_request = entries.iter().map(|(r, n)| (r.to_string(), *n)).collect();
+            PhaseWrites::new(by_request, 0, 10)
+        };
+        let writes = ApiWrites::new(
+            10,
+            phase(&[("create events", 20), ("update gpuinstances/status", 20)]),
+            phase(&[]),
+            phase(&[("patch gpuinstances", 10)]),
+        );
+        assert_eq!(writes.create_to_ready.per_object, 4.0);
+        assert_eq!(writes.per_object, 5.0);
+        let lines = writes.lines();
+        assert!(
+            lines[0].contains("create events 2.00, update gpuinstances/status 2.00"),
+            "{lines:?}"
+        );
+        assert!(lines[1].contains("0.00 (none;"), "{lines:?}");
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! The seven steps of the benchmark, in order: start the three processes, apply N objects,
 //! time a new object's first reconcile, count a settled window, restart the operator,
-//! delete everything, and write the result.
+//! delete everything, and write the result. The operator runs as an API server user of its
+//! own, so the API server's request counts tell its writes from the benchmark's.
 
+use crate::api_counts::{self, ApiCounts};
 use crate::args::Args;
 use crate::counters::{self, Admin, Counters};
 use crate::plot::{self, Marker};
 use crate::process::{self, ProcessUsage, RoleProcess};
 use crate::report::{
-    self, BenchResult, BoundedPhase, FirstReconcile, Memory, Restart, RestartRun, Settings, Settled,
+    self, ApiWrites, BenchResult, BoundedPhase, FirstReconcile, Memory, PhaseWrites, Restart,
+    RestartRun, Settings, Settled,
 };
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
@@ -136,6 +139,8 @@ struct Environment {
     simulator_url: String,
     api_key: String,
     kubeconfig: PathBuf,
+    /// The same API server as the operator's own user.
+    operator_kubeconfig: PathBuf,
     client: Client,
     admin: Admin,
 }
@@ -156,6 +161,8 @@ impl Environment {
                 "127.0.0.1:0",
                 "--kubeconfig",
                 &kubeconfig.display().to_string(),
+                "--user",
+                api_counts::OPERATOR_USER,
             ]),
             &[("GPUCLOUD_APISERVER_TOKEN", random_token())],
             &args.out,
@@ -201,6 +208,12 @@ impl Environment {
             .ok_or_else(|| Error::Banner(banner.clone()))?
             .to_string();
         let client = kube_client(&kubeconfig).await?;
+        let operator_kubeconfig = std::path::absolute(args.out.join("operator.kubeconfig"))
+            .map_err(|source| Error::Io {
+                path: args.out.display().to_string(),
+                source,
+            })?;
+        write_operator_kubeconfig(&kubeconfig, &operator_kubeconfig)?;
         let env = Environment {
             apiserver,
             simulator,
@@ -208,6 +221,7 @@ impl Environment {
             simulator_url,
             api_key,
             kubeconfig,
+            operator_kubeconfig,
             client,
         };
         env.prepare_cluster().await?;
@@ -271,8 +285,8 @@ impl Environment {
         Ok(())
     }
 
-    /// Starts an operator with its defaults except the rate limit; every log line that says
-    /// an instance converged is recorded in `converged`.
+    /// Starts an operator with its defaults except the rate limit and its endpoints' ports
+    /// (free ones); every log line that says an instance converged is recorded in `converged`.
     async fn start_operator(
         &self,
         args: &Args,
@@ -299,9 +313,15 @@ impl Environment {
                 &args.concurrency.to_string(),
                 "--resync-interval",
                 &format!("{}ms", args.resync_interval.as_millis()),
+                // Free ports: the default 8080 and 8081 may be another process's (a second
+                // benchmark on the same machine), and a restart must not fail on them.
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--health-listen",
+                "127.0.0.1:0",
             ]),
             &[
-                ("KUBECONFIG", self.kubeconfig.display().to_string()),
+                ("KUBECONFIG", self.operator_kubeconfig.display().to_string()),
                 ("GPUCLOUD_LOG_FORMAT", "json".into()),
                 (
                     "RUST_LOG",
@@ -316,10 +336,39 @@ impl Environment {
         Ok(operator)
     }
 
+    /// The API server's request counts now.
+    async fn api_counts(&self) -> Result<ApiCounts, Error> {
+        ApiCounts::read(&self.client)
+            .await
+            .map_err(kube_error("reading the API server's request counts"))
+    }
+
     async fn stop(self) {
         let _ = self.simulator.kill().await;
         let _ = self.apiserver.kill().await;
     }
+}
+
+/// The API server's kubeconfig with the operator's user as the current context (the API server
+/// names the context of a further user `gpucloud-apiserver-<user>`). Written as JSON, which
+/// every kubeconfig reader takes as YAML.
+fn write_operator_kubeconfig(admin: &Path, operator: &Path) -> Result<(), Error> {
+    let config_error = |reason: String| Error::Kubeconfig {
+        path: admin.display().to_string(),
+        reason,
+    };
+    let mut parsed =
+        kube::config::Kubeconfig::read_from(admin).map_err(|e| config_error(e.to_string()))?;
+    let context = format!("gpucloud-apiserver-{}", api_counts::OPERATOR_USER);
+    if !parsed.contexts.iter().any(|c| c.name == context) {
+        return Err(config_error(format!("no context {context}")));
+    }
+    parsed.current_context = Some(context);
+    let json = serde_json::to_vec_pretty(&parsed)?;
+    std::fs::write(operator, json).map_err(|source| Error::Io {
+        path: operator.display().to_string(),
+        source,
+    })
 }
 
 async fn kube_client(kubeconfig: &Path) -> Result<Client, Error> {
@@ -470,6 +519,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
     // 2. N objects in bulk, until all are Ready.
     let names: Vec<String> = (0..args.objects).map(|i| format!("gi-{i:05}")).collect();
     let before = env.admin.counters().await?;
+    let api_at_start = env.api_counts().await?;
     let started = Instant::now();
     create_ssh_key(&keys).await?;
     apply_all(&instances, &tracker, &names, args.writers).await?;
@@ -549,6 +599,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         args.settled_window.as_secs()
     ));
     tokio::time::sleep(args.quiet_wait).await;
+    let api_at_settled = env.api_counts().await?;
     let window_start = env.admin.counters().await?;
     tokio::time::sleep(args.settled_window).await;
     let window = env.admin.counters().await?.since(&window_start);
@@ -592,6 +643,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
     // 6. Delete everything; time until the account is empty.
     let deletion_mark = tracker.seconds(Instant::now());
     let before_delete = env.admin.counters().await?;
+    let api_before_delete = env.api_counts().await?;
     let deleting = Instant::now();
     delete_all(&instances, &all_names, args.writers).await?;
     keys.delete(SSH_KEY_NAME, &DeleteParams::default())
@@ -658,7 +710,28 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         simulator: env.simulator.usage()?,
         operator_cpu_s,
     };
+    // Events the operator queued while deleting reach the API server in a moment; counted
+    // once it has stopped, none is left out.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     operator.kill().await?;
+    let api_at_end = env.api_counts().await?;
+    let phase_writes = |later: &ApiCounts, earlier: &ApiCounts| {
+        let delta = later.since(earlier);
+        PhaseWrites::new(
+            delta.writes_of(api_counts::OPERATOR_USER),
+            delta.conflicts_of(api_counts::OPERATOR_USER),
+            all_names.len(),
+        )
+    };
+    let api_writes = ApiWrites::new(
+        all_names.len(),
+        phase_writes(&api_at_settled, &api_at_start),
+        phase_writes(&api_before_delete, &api_at_settled),
+        phase_writes(&api_at_end, &api_before_delete),
+    );
+    for line in api_writes.lines() {
+        log(&line);
+    }
     let end_mark = tracker.seconds(Instant::now());
     let mut timeline = tracker.timeline();
     timeline.retain(|(t, _)| *t <= end_mark);
@@ -672,6 +745,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         memory,
         throttled: totals.with_status("429"),
         calls_by_operation: totals.by_operation(),
+        api_writes,
         timeline,
         marks: vec![converged_mark, restart_mark, deletion_mark],
         targets: Vec::new(),

@@ -55,6 +55,7 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
         "restart",
         "429 absorbed",
         "deletion",
+        "API writes",
     ] {
         assert!(
             stdout
@@ -67,7 +68,7 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
     let json = std::fs::read(out.path().join("result.json")).unwrap();
     let result: BenchResult = serde_json::from_slice(&json).unwrap();
     assert_eq!(result.settings.objects, 1000);
-    assert_eq!(result.targets.len(), 9, "{:?}", result.targets);
+    assert_eq!(result.targets.len(), 10, "{:?}", result.targets);
     // Every object was created once in the cloud and deleted once.
     assert_eq!(
         result.convergence.calls_by_operation.get("CreateInstance"),
@@ -109,6 +110,23 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
     assert_eq!(result.throttled, 0);
     assert!(result.memory.operator_idle.rss_bytes > 0);
     assert!(result.timeline.iter().any(|(_, ready)| *ready == 1020));
+
+    // The operator's writes to the API server are counted apart from the bench's: the bench
+    // creates and deletes the GpuInstances, the operator never does.
+    let writes = &result.api_writes;
+    assert_eq!(writes.objects, 1020);
+    assert!(writes.create_to_ready.per_object > 0.0, "{writes:?}");
+    assert!(
+        writes.delete.by_request.contains_key("patch gpuinstances"),
+        "{writes:?}"
+    );
+    for phase in [&writes.create_to_ready, &writes.delete] {
+        assert!(
+            !phase.by_request.contains_key("create gpuinstances")
+                && !phase.by_request.contains_key("delete gpuinstances"),
+            "{writes:?}"
+        );
+    }
 
     let png = std::fs::read(out.path().join("ready.png")).unwrap();
     assert_eq!(&png[1..4], b"PNG");

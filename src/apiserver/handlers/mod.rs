@@ -251,7 +251,7 @@ async fn handle(
                     .then(|| value.trim().to_string())
             })
     };
-    state.request_log.push(RequestRecord {
+    let record = RequestRecord {
         user: user.clone(),
         verb: verb.to_string(),
         group: target.info.group.clone(),
@@ -268,7 +268,28 @@ async fn handle(
             .get(axum::http::header::ACCEPT)
             .and_then(|accept| accept.to_str().ok())
             .is_some_and(|accept| accept.contains("as=PartialObjectMetadata")),
-    });
+    };
+    state.request_log.push(record.clone());
+    let result = handle_verb(state, method, target, verb, query, headers, body, user).await;
+    let code = match &result {
+        Ok(response) => response.status().as_u16(),
+        Err(error) => error.code,
+    };
+    state.request_counts.add(&record, code);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn handle_verb(
+    state: &AppState,
+    method: Method,
+    target: Target,
+    verb: &'static str,
+    query: Query,
+    headers: HeaderMap,
+    body: Body,
+    user: String,
+) -> Result<Response, ApiError> {
     // The status subresource serves get, update and patch only.
     let allowed = match target.subresource {
         Some(_) => matches!(verb, "get" | "update" | "patch"),

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The operator's event publisher against the API server: repeats become a series on the
-//! first event, and what it remembers for that is bounded.
+//! first event, what it remembers for that is bounded, and client-go's spam filter holds back
+//! a flood about one object; and the events of an instance's whole life.
 
 use crate::support::*;
 use gpucloud_controller::events::{Event, EventPublisher, EventType};
@@ -209,4 +210,84 @@ async fn queued_events_arrive_in_order_and_repeats_fold_into_a_series() {
         ["Created", "Ready", "Stopped", "Started"],
         "a's events out of order"
     );
+}
+
+/// (reason, type, series count) of the events about `name`, oldest first.
+async fn life_of(env: &Env, name: &str) -> Vec<(String, String, i32)> {
+    let mut events: Vec<KubeEvent> = all_events(env)
+        .await
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    events.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
+    events
+        .into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+            )
+        })
+        .collect()
+}
+
+/// A machine created, made Ready and deleted carries one event per transition a person needs,
+/// in order, all Normal: no event for each state the machine passed through on its way to
+/// Ready (the status shows those), and its deletion is no Warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_then_deleted_instance_carries_one_event_per_transition() {
+    let env = Env::start().await;
+    let vm: gpucloud_api::GpuInstance = object(
+        "plain",
+        serde_json::json!({
+            "region": "us-east-1",
+            "gpuType": "H100-80G",
+            "osImage": "ubuntu-22.04-cuda-12",
+        }),
+    );
+    create(&env, &vm).await;
+    let _: gpucloud_api::GpuInstance = ready(&env, "plain").await;
+    let normal = |reason: &str| (reason.to_string(), "Normal".to_string(), 1);
+    let wanted = vec![normal("Creating"), normal("Available")];
+    eventually(10, "the events of a Ready instance", || async {
+        (life_of(&env, "plain").await == wanted).then_some(())
+    })
+    .await;
+
+    delete_and_wait::<gpucloud_api::GpuInstance>(&env, "plain").await;
+    let wanted = vec![
+        normal("Creating"),
+        normal("Available"),
+        normal("Deleting"),
+        normal("Deleted"),
+    ];
+    let mut last = Vec::new();
+    let seen = within(10, async {
+        loop {
+            last = life_of(&env, "plain").await;
+            if last == wanted {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "events of the deleted instance: {last:?}");
+}
+
+/// client-go's spam filter: an object gets 25 events at once from one publisher; past that,
+/// its events are dropped (the next one after five minutes), and other objects are not held
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_gets_a_burst_of_25_events_then_no_more_for_now() {
+    let env = Env::without_operator(SimulatorConfig::default()).await;
+    let publisher = EventPublisher::new(env.client.clone(), reporter());
+    for n in 0..30 {
+        send(&publisher, &format!("Reason{n}"), "noisy").await;
+    }
+    send(&publisher, "Created", "quiet").await;
+    let sent = sent(&env).await;
+    assert_eq!(sent.iter().filter(|(name, ..)| name == "noisy").count(), 25);
+    assert!(sent.contains(&("quiet".to_string(), "Created".to_string(), 1)));
 }

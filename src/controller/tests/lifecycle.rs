@@ -158,3 +158,55 @@ async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account
     .await;
     env.stop_operator().await;
 }
+
+/// What an instance's life writes to its own object: the finalizer added and removed, the
+/// create's intent, the id once listed, Ready, and Deleting, at most one status write per
+/// step; the states the machine passes through while it boots are not written one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_from_create_to_deleted_writes_its_object_only_with_news() {
+    let env = Env::start().await;
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &instance("frugal", &[]))
+        .await
+        .unwrap();
+    let _: GpuInstance = ready(&env, "frugal").await;
+    support::delete_and_wait::<GpuInstance>(&env, "frugal").await;
+    let writes = |subresource: &str| {
+        env.apiserver
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.resource == "gpuinstances"
+                    && r.name == "frugal"
+                    && r.subresource == subresource
+                    && matches!(r.verb.as_str(), "update" | "patch")
+            })
+            .count()
+    };
+    // A write refused with 409 (sent from a cache a moment behind) changed nothing: the
+    // object is the only GpuInstance, so every such answer was about it.
+    let refused = |subresource: &str| {
+        env.apiserver
+            .request_counts()
+            .into_iter()
+            .filter(|c| {
+                c.resource == "gpuinstances"
+                    && c.subresource == subresource
+                    && matches!(c.verb.as_str(), "update" | "patch")
+                    && c.code == 409
+            })
+            .map(|c| c.count as usize)
+            .sum::<usize>()
+    };
+    assert_eq!(
+        writes("") - refused(""),
+        2,
+        "the finalizer, added and removed"
+    );
+    let status_writes = writes("status") - refused("status");
+    assert!(
+        (3..=4).contains(&status_writes),
+        "{status_writes} status writes: the intent, the id (with Ready when the first list \
+         shows the machine running), Ready, Deleting"
+    );
+}

@@ -389,7 +389,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     support::wait_for_events(
         &env,
         "metered",
-        &["Creating", "StateChanged", "Available", "Deleted"],
+        &["Creating", "Available", "Deleting", "Deleted"],
     )
     .await;
     support::wait_for_events(&env, "unknown-gpu", &["InvalidSpec"]).await;

@@ -193,3 +193,36 @@ async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported
     .await;
     ready::<Volume>(&env, "data").await;
 }
+
+/// A machine whose create the cloud answered, and which no list shows: the settle window
+/// passes with the name missing from two lists, yet it is not created again. The id the create
+/// answered with is read first, found, and recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_machine_no_list_shows_is_read_by_id_not_created_again() {
+    let env = Env::start().await;
+    env.simulator.set_faults(FaultPlan {
+        list_omission_rate: 1.0,
+        ..FaultPlan::default()
+    });
+    let vm: GpuInstance = object(
+        "unlisted",
+        serde_json::json!({
+            "region": "us-east-1",
+            "gpuType": "H100-80G",
+            "osImage": "ubuntu-22.04-cuda-12",
+        }),
+    );
+    create(&env, &vm).await;
+    let id = ready_id::<GpuInstance>(&env, "unlisted").await;
+    env.simulator.set_faults(FaultPlan::default());
+    assert_eq!(env.calls("CreateInstance"), 1, "created again");
+    let machines: Vec<String> = env
+        .simulator
+        .state()
+        .instances
+        .into_iter()
+        .map(|i| i.instance_id)
+        .collect();
+    assert_eq!(machines, vec![id]);
+    support::delete_and_wait::<GpuInstance>(&env, "unlisted").await;
+}
