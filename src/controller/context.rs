@@ -76,6 +76,13 @@ impl Default for ReconcileSettings {
     }
 }
 
+/// When the cloud first and last answered this process's delete of one object.
+#[derive(Debug, Clone, Copy)]
+struct DeleteAnswers {
+    first: Instant,
+    last: Instant,
+}
+
 /// What every controller shares.
 pub struct Shared {
     pub client: kube::Client,
@@ -101,9 +108,10 @@ pub struct Context<K: ManagedKind> {
     pub budgets: Store<Budget>,
     observers: Mutex<HashMap<AccountId, Arc<Observer<Record<K>>>>>,
     changes: mpsc::UnboundedSender<(AccountId, Changes)>,
-    /// When the cloud last answered this process's delete for an object (by uid): a list sent
-    /// after that shows whether the resource is gone, with no need to wait for a newer one.
-    deletes_answered: Mutex<HashMap<String, Instant>>,
+    /// When the cloud first and last answered this process's delete for an object (by uid):
+    /// a list sent after the last shows whether the resource is gone, with no need to wait for
+    /// a newer one; the first tells how long the deletion has been under way.
+    deletes_answered: Mutex<HashMap<String, DeleteAnswers>>,
     /// When this process's last create call for an object (by uid) ended: a list sent before
     /// that may not show what it created (the call may have waited for the rate limiter, or
     /// the cloud may have acted after the client gave up), so the settle window counts from
@@ -182,12 +190,24 @@ impl<K: ManagedKind> Context<K> {
 
     /// Records that the cloud has just answered the delete for the object `uid`.
     pub fn note_delete_answered(&self, uid: &str) {
-        lock(&self.deletes_answered).insert(uid.to_string(), Instant::now());
+        let now = Instant::now();
+        lock(&self.deletes_answered)
+            .entry(uid.to_string())
+            .and_modify(|answers| answers.last = now)
+            .or_insert(DeleteAnswers {
+                first: now,
+                last: now,
+            });
     }
 
     /// When the cloud last answered this process's delete for the object `uid`.
     pub fn delete_answered_at(&self, uid: &str) -> Option<Instant> {
-        lock(&self.deletes_answered).get(uid).copied()
+        lock(&self.deletes_answered).get(uid).map(|a| a.last)
+    }
+
+    /// When the cloud first answered this process's delete for the object `uid`.
+    pub fn delete_first_answered_at(&self, uid: &str) -> Option<Instant> {
+        lock(&self.deletes_answered).get(uid).map(|a| a.first)
     }
 
     /// Forgets the object `uid`'s delete: its finalizer is going.

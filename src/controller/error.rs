@@ -74,6 +74,15 @@ pub enum Error {
         message: String,
     },
 
+    /// Work under way for less than one transition interval (a deletion the cloud has just
+    /// accepted). Like `InProgress` an error, so the finalizer stays, but not reported: it
+    /// ends before a person would read it, and its end is told.
+    #[error("{message}")]
+    Passing {
+        reason: &'static str,
+        message: String,
+    },
+
     /// Work that cannot go on until a person acts (a final snapshot the cloud cannot take).
     /// Unlike `InProgress`, it is reported as `Stalled`.
     #[error("{message}")]
@@ -189,7 +198,9 @@ impl Error {
             | Error::PriceAboveLimit { .. }
             | Error::BudgetExceeded { .. }
             | Error::Serialization(_) => Category::Terminal,
-            Error::WaitingFor { .. } | Error::InProgress { .. } => Category::Waiting,
+            Error::WaitingFor { .. } | Error::InProgress { .. } | Error::Passing { .. } => {
+                Category::Waiting
+            }
             Error::Finalizer(_) => Category::Transient,
         }
     }
@@ -243,6 +254,7 @@ impl Error {
             Error::WaitingFor { .. } => reason::WAITING_FOR_REFERENCE,
             Error::ReferenceCycle(_) => reason::REFERENCE_CYCLE,
             Error::InProgress { reason, .. }
+            | Error::Passing { reason, .. }
             | Error::AdoptionRefused { reason, .. }
             | Error::Blocked { reason, .. } => reason,
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
@@ -295,6 +307,11 @@ impl Error {
         matches!(self.innermost(), Error::InProgress { .. })
     }
 
+    /// Work under way too briefly to report (`Passing`).
+    pub fn is_passing(&self) -> bool {
+        matches!(self.innermost(), Error::Passing { .. })
+    }
+
     /// The server's requested wait, when it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.innermost() {
@@ -315,7 +332,9 @@ impl Error {
             Error::ReferenceCycle(_) => "reference_cycle",
             Error::AdoptionRefused { .. } => "adoption_refused",
             Error::Blocked { .. } => "blocked",
-            Error::WaitingFor { .. } | Error::InProgress { .. } => "waiting",
+            Error::WaitingFor { .. } | Error::InProgress { .. } | Error::Passing { .. } => {
+                "waiting"
+            }
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",
             Error::BudgetExceeded { .. } => "budget_exceeded",

@@ -565,17 +565,10 @@ async fn create_step<K: ManagedKind>(
             cx.note_create_call_ended(&uid);
             match created {
                 Ok(record) => {
-                    publish(
-                        cx,
-                        &object,
-                        EventType::Normal,
-                        reason::CREATING,
-                        &format!("created {} as {cloud_name}", record.id()),
-                    );
-                    // No second status write: the intent's says the create is under way, and
-                    // the first list that shows the resource records its id and state
-                    // (`pendingCreate` finds it by name until then; the id answered here is
-                    // read before any retry).
+                    // No second status write and no event yet: the intent's write says the
+                    // create is under way, and the first list that shows the resource records
+                    // its id and state and tells of the create (`pendingCreate` finds it by
+                    // name until then; the id answered here is read before any retry).
                     cx.note_create_answered(&uid, record.id());
                     Ok(requeue(cx.settings.transition_requeue))
                 }
@@ -642,9 +635,12 @@ async fn converge<K: ManagedKind>(
     {
         working.priced(&record, &pricing);
     }
-    if status.pending_create.is_some() {
+    let uid = object.uid().unwrap_or_default();
+    // The first sight of a resource this object's create made (its intent is still recorded).
+    let created = status.pending_create.is_some();
+    if created {
         // Listed: the create's settle window no longer matters.
-        cx.forget_create(&object.uid().unwrap_or_default());
+        cx.forget_create(&uid);
     }
     let previous_state = status.state.clone();
     let warn_of = expiry_warning_due(stage, &status, &outcome);
@@ -690,14 +686,25 @@ async fn converge<K: ManagedKind>(
             &format!("{} is now {}", record.id(), record.state()),
         );
     }
-    if changed_condition(&object.cloud_status(), &outcome) {
+    // Told once the status is written: a create's story in one event when it ends Ready at
+    // first sight; otherwise the create, then the transition's end when it comes.
+    let mut tell: Vec<(EventType, &str, String)> = Vec::new();
+    let ready = matches!(outcome, Outcome::Ready { .. });
+    if created {
+        let mut note = format!("created {} as {}", record.id(), record.name());
+        if ready {
+            note = format!("{note}; {}: {}", outcome.reason(), outcome.message());
+        }
+        tell.push((EventType::Normal, "Created", note));
+    }
+    if !(created && ready) && changed_condition(&object.cloud_status(), &outcome) {
         let event_type = match outcome {
             Outcome::Ready { .. } => Some(EventType::Normal),
             Outcome::Stalled { .. } => Some(EventType::Warning),
             Outcome::Progressing { .. } => None,
         };
         if let Some(event_type) = event_type {
-            publish(cx, object, event_type, outcome.reason(), outcome.message());
+            tell.push((event_type, outcome.reason(), outcome.message().to_string()));
         }
     }
     // An action's write records what it did; without one, a step within a transition already
@@ -714,6 +721,9 @@ async fn converge<K: ManagedKind>(
         write,
     )
     .await?;
+    for (event_type, reason, note) in tell {
+        publish(cx, object, event_type, reason, &note);
+    }
     let after = match outcome {
         Outcome::Ready { .. } => settled_recheck(cx),
         // Waiting for another object (an attachment target): its watch wakes this one.
@@ -1063,10 +1073,19 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
     }
     observer.mark_hot();
     let ids: Vec<&str> = targets.iter().map(CloudRecord::id).collect();
-    // Not done until a list no longer shows them: the finalizer stays until then.
+    let message = format!("deleting {}", ids.join(", "));
+    // Not done until a list no longer shows them: the finalizer stays until then. A deletion
+    // the cloud accepted moments ago is told by its end (`Deleted`), unless it lasts.
+    let under_way_since = cx.delete_first_answered_at(&uid);
+    if under_way_since.is_some_and(|since| since.elapsed() < cx.settings.transition_requeue) {
+        return Err(Error::Passing {
+            reason: reason::DELETING,
+            message,
+        });
+    }
     Err(Error::InProgress {
         reason: reason::DELETING,
-        message: format!("deleting {}", ids.join(", ")),
+        message,
     })
 }
 
@@ -1292,10 +1311,11 @@ async fn report_failure<K: ManagedKind>(
     cx: &Context<K>,
     error: &Error,
 ) {
-    if error.is_stale_write() {
+    if error.is_stale_write() || error.is_passing() {
         // Not a failure: the object changed since it was read, and the retry (a second away)
         // reads it again. Reporting it would change the object once more and make that retry
-        // stale too, for as long as the cache lags.
+        // stale too, for as long as the cache lags. Work passing within a transition interval
+        // is told by its end.
         return;
     }
     let outcome = error.outcome();

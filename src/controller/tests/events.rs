@@ -232,12 +232,25 @@ async fn life_of(env: &Env, name: &str) -> Vec<(String, String, i32)> {
         .collect()
 }
 
-/// A machine created, made Ready and deleted carries one event per transition a person needs,
-/// in order, all Normal: no event for each state the machine passed through on its way to
-/// Ready (the status shows those), and its deletion is no Warning.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ready_then_deleted_instance_carries_one_event_per_transition() {
-    let env = Env::start().await;
+/// The environment with the operator on the production transition interval (2 s) and the
+/// cloud's transitions taking `delays`.
+async fn with_transitions_of(delays: gpucloud_simulator::Delays) -> Env {
+    let mut env = Env::without_operator(SimulatorConfig {
+        delays,
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let mut config = test_config(&env.simulator);
+    config.reconcile.transition_requeue = std::time::Duration::from_secs(2);
+    env.start_operator(config);
+    env
+}
+
+/// Creates a plain machine, waits for it to be Ready, then deletes it; the events it carried
+/// when Ready and when gone.
+async fn life_of_a_plain_machine(
+    env: &Env,
+) -> (Vec<(String, String, i32)>, Vec<(String, String, i32)>) {
     let vm: gpucloud_api::GpuInstance = object(
         "plain",
         serde_json::json!({
@@ -246,34 +259,63 @@ async fn a_ready_then_deleted_instance_carries_one_event_per_transition() {
             "osImage": "ubuntu-22.04-cuda-12",
         }),
     );
-    create(&env, &vm).await;
-    let _: gpucloud_api::GpuInstance = ready(&env, "plain").await;
-    let normal = |reason: &str| (reason.to_string(), "Normal".to_string(), 1);
-    let wanted = vec![normal("Creating"), normal("Available")];
-    eventually(10, "the events of a Ready instance", || async {
-        (life_of(&env, "plain").await == wanted).then_some(())
-    })
-    .await;
+    create(env, &vm).await;
+    let _: gpucloud_api::GpuInstance = ready(env, "plain").await;
+    // Published from a queue: give the last one time to land.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let when_ready = life_of(env, "plain").await;
+    delete_and_wait::<gpucloud_api::GpuInstance>(env, "plain").await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    (when_ready, life_of(env, "plain").await)
+}
 
-    delete_and_wait::<gpucloud_api::GpuInstance>(&env, "plain").await;
-    let wanted = vec![
-        normal("Creating"),
-        normal("Available"),
-        normal("Deleting"),
-        normal("Deleted"),
-    ];
-    let mut last = Vec::new();
-    let seen = within(10, async {
-        loop {
-            last = life_of(&env, "plain").await;
-            if last == wanted {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
+fn normal(reason: &str) -> (String, String, i32) {
+    (reason.to_string(), "Normal".to_string(), 1)
+}
+
+/// A machine that is Ready at the first list after its create, and gone at the first list
+/// after its delete, carries two events, both Normal: `Created` (which tells it is Ready) and
+/// `Deleted`. The states it passed through within one transition interval are not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_ready_and_gone_at_once_carries_created_then_deleted() {
+    let env = with_transitions_of(gpucloud_simulator::Delays::instant()).await;
+    let (when_ready, when_gone) = life_of_a_plain_machine(&env).await;
+    assert_eq!(when_ready, vec![normal("Created")]);
+    assert_eq!(when_gone, vec![normal("Created"), normal("Deleted")]);
+    let created = all_events(&env)
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("Created"))
+        .and_then(|e| e.note)
+        .unwrap_or_default();
+    assert!(
+        created.contains("Available"),
+        "the Created event tells it is Ready: {created}"
+    );
+}
+
+/// A machine whose create and delete each last longer than a transition interval carries one
+/// event per transition a person waits through, in order, all Normal: created, Ready
+/// (`Available`), deleting, deleted. Still no event for each state it passed through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_slow_to_boot_and_to_go_carries_one_event_per_transition() {
+    let env = with_transitions_of(gpucloud_simulator::Delays {
+        create: std::time::Duration::from_secs(4),
+        power_transition: std::time::Duration::from_secs(4),
+        ..gpucloud_simulator::Delays::fast()
     })
     .await;
-    assert!(seen.is_ok(), "events of the deleted instance: {last:?}");
+    let (when_ready, when_gone) = life_of_a_plain_machine(&env).await;
+    assert_eq!(when_ready, vec![normal("Created"), normal("Available")]);
+    assert_eq!(
+        when_gone,
+        vec![
+            normal("Created"),
+            normal("Available"),
+            normal("Deleting"),
+            normal("Deleted"),
+        ]
+    );
 }
 
 /// client-go's spam filter: an object gets 25 events at once from one publisher; past that,

@@ -386,12 +386,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
 
     api.delete("metered", &Default::default()).await.unwrap();
     support::gone::<GpuInstance>(&env, "metered").await;
-    support::wait_for_events(
-        &env,
-        "metered",
-        &["Creating", "Available", "Deleting", "Deleted"],
-    )
-    .await;
+    support::wait_for_events(&env, "metered", &["Created", "Deleted"]).await;
     support::wait_for_events(&env, "unknown-gpu", &["InvalidSpec"]).await;
 
     replica.shut_down().await.unwrap();
