@@ -1,6 +1,7 @@
 //! `gpucloud-operator run`: every setting as a flag with an environment variable.
 
 use crate::account::{CloudSettings, SecretLocation};
+use crate::client_throttle::ClientThrottle;
 use crate::context::{DuplicateSettings, ReconcileSettings};
 use crate::leader::LeaseSettings;
 use crate::observer::ObserveIntervals;
@@ -59,6 +60,14 @@ pub struct Args {
     /// Burst of cloud requests per account.
     #[arg(long, env = "GPUCLOUD_RATE_BURST", default_value_t = 20)]
     pub rate_burst: u32,
+    /// Kubernetes API requests per second of the controllers, client-side (client-go's QPS);
+    /// 0 (the default, as controller-runtime's) leaves flow control to the API server's
+    /// Priority and Fairness. Leader election is never throttled.
+    #[arg(long, env = "GPUCLOUD_KUBE_API_QPS", default_value_t = 0.0)]
+    pub kube_api_qps: f64,
+    /// Burst of Kubernetes API requests of the controllers, with `--kube-api-qps`.
+    #[arg(long, env = "GPUCLOUD_KUBE_API_BURST", default_value_t = 100)]
+    pub kube_api_burst: u32,
     /// Bound on one cloud request.
     #[arg(long, env = "GPUCLOUD_CLOUD_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub cloud_timeout: Duration,
@@ -126,6 +135,10 @@ pub struct Args {
 pub enum Error {
     #[error("--credentials-secret {0:?}: expected NAME or NAMESPACE/NAME")]
     CredentialsSecret(String),
+    #[error(
+        "--kube-api-qps must be a number (0 for no client-side limit) and --kube-api-burst at least 1"
+    )]
+    KubeApiLimit,
     #[error("--rate-limit must be positive and --rate-burst at least 1")]
     RateLimit,
     #[error(
@@ -254,6 +267,17 @@ impl Args {
         })
     }
 
+    /// The client-side limit toward the API server, if any.
+    pub fn kube_api_limit(&self) -> Result<Option<RateLimit>, Error> {
+        if !self.kube_api_qps.is_finite() || (self.kube_api_qps > 0.0 && self.kube_api_burst == 0) {
+            return Err(Error::KubeApiLimit);
+        }
+        Ok((self.kube_api_qps > 0.0).then_some(RateLimit {
+            per_second: self.kube_api_qps,
+            burst: self.kube_api_burst,
+        }))
+    }
+
     /// The pod name, or the host name outside a pod: the replica Events name as their
     /// `reportingInstance`.
     fn instance_name(&self) -> String {
@@ -282,6 +306,7 @@ pub async fn run(args: Args, build: gpucloud_telemetry::BuildInfo) -> Result<(),
     let config = args.config()?;
     config.metrics.set_build_info(&build);
     let replica = args.replica()?;
+    let kube_api_limit = args.kube_api_limit()?;
     let (stop_endpoints, endpoints_stopped) = oneshot::channel::<()>();
     let endpoints = gpucloud_telemetry::server::serve(
         Endpoints {
@@ -305,6 +330,14 @@ pub async fn run(args: Args, build: gpucloud_telemetry::BuildInfo) -> Result<(),
         config.metrics.clone(),
         &host,
     );
+    let client = match kube_api_limit {
+        Some(limit) => crate::client_throttle::throttled_client(
+            &client,
+            &ClientThrottle { limit, host },
+            config.metrics.clone(),
+        ),
+        None => client,
+    };
     ensure_server_supported(&client).await?;
     ensure_crds_installed(&client).await?;
     tracing::info!(

@@ -5,6 +5,7 @@ pub mod budget;
 pub mod cli;
 pub mod client_hooks;
 pub mod client_metrics;
+pub mod client_throttle;
 pub mod clock;
 pub mod conditions;
 pub mod context;

@@ -253,6 +253,7 @@ pub struct Metrics {
     // controller-runtime's and client-go's names, for dashboards and alerts made for them.
     rest_requests: Family<RestResultLabels, Counter>,
     rest_duration: Family<RestLatencyLabels, Histogram>,
+    rest_rate_limiter: Family<RestLatencyLabels, Histogram>,
     cr_reconciles: Family<ControllerResultLabels, Counter>,
     cr_errors: Family<ControllerLabels, Counter>,
     cr_terminal_errors: Family<ControllerLabels, Counter>,
@@ -316,6 +317,7 @@ impl Metrics {
             sources: Arc::new(StateSources::default()),
             rest_requests: Family::default(),
             rest_duration: Family::new_with_constructor(|| Histogram::new(REST_CLIENT_BUCKETS)),
+            rest_rate_limiter: Family::new_with_constructor(|| Histogram::new(REST_CLIENT_BUCKETS)),
             cr_reconciles: Family::default(),
             cr_errors: Family::default(),
             cr_terminal_errors: Family::default(),
@@ -436,6 +438,11 @@ impl Metrics {
             self.rest_duration.clone(),
         );
         r.register(
+            "rest_client_rate_limiter_duration_seconds",
+            "Kubernetes API client-side rate limiter latency in seconds, by verb and host (observed only with --kube-api-qps set)",
+            self.rest_rate_limiter.clone(),
+        );
+        r.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
             self.cr_reconciles.clone(),
@@ -514,6 +521,16 @@ impl Metrics {
                 host: host.into(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// How long one request of the Kubernetes client waited for its client-side rate limiter.
+    pub fn kube_request_throttled(&self, method: &str, host: &str, waited: Duration) {
+        self.rest_rate_limiter
+            .get_or_create(&RestLatencyLabels {
+                verb: method.into(),
+                host: host.into(),
+            })
+            .observe(waited.as_secs_f64());
     }
 
     /// A kind's object watch started over with a full list.

@@ -85,6 +85,15 @@ impl ApiCounts {
         writes
     }
 
+    /// All of `user`'s requests, reads and watches included.
+    pub fn requests_of(&self, user: &str) -> u64 {
+        self.counts
+            .iter()
+            .filter(|((who, ..), _)| who == user)
+            .map(|(_, count)| count)
+            .sum()
+    }
+
     /// `user`'s writes answered 409 Conflict.
     pub fn conflicts_of(&self, user: &str) -> u64 {
         self.counts

@@ -24,6 +24,10 @@ pub struct Args {
     /// jitter never empties the simulator's bucket).
     #[arg(long, default_value_t = 5)]
     pub operator_burst: u32,
+    /// The operator's client-side limit on Kubernetes API requests per second
+    /// (`--kube-api-qps`); 0, its default, sets none.
+    #[arg(long, default_value_t = 0.0)]
+    pub kube_api_qps: f64,
     /// Reconciles of one kind at once in the operator (its default); used in the lower bound.
     #[arg(long, default_value_t = 8)]
     pub concurrency: u16,

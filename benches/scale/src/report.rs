@@ -14,6 +14,9 @@ pub struct Settings {
     pub simulator_burst: u32,
     pub operator_burst: u32,
     pub concurrency: u16,
+    /// The operator's `--kube-api-qps` (0: none).
+    #[serde(default)]
+    pub kube_api_qps: f64,
     pub resync_interval_s: f64,
     pub quiet_wait_s: f64,
     pub settled_window_s: f64,
@@ -140,13 +143,23 @@ pub struct PhaseWrites {
     pub conflicts: u64,
     /// All writes over the objects.
     pub per_object: f64,
+    /// Every request, reads and watches included, over the objects: what a client-side limit
+    /// (`--kube-api-qps`) paces.
+    #[serde(default)]
+    pub requests_per_object: f64,
 }
 
 impl PhaseWrites {
-    pub fn new(by_request: BTreeMap<String, u64>, conflicts: u64, objects: usize) -> PhaseWrites {
+    pub fn new(
+        by_request: BTreeMap<String, u64>,
+        conflicts: u64,
+        requests: u64,
+        objects: usize,
+    ) -> PhaseWrites {
         let total: u64 = by_request.values().sum();
         PhaseWrites {
             per_object: total as f64 / objects.max(1) as f64,
+            requests_per_object: requests as f64 / objects.max(1) as f64,
             by_request,
             conflicts,
         }
@@ -204,14 +217,15 @@ impl ApiWrites {
                 .map(|(request, n)| format!("{request} {:.2}", *n as f64 / objects))
                 .collect();
             format!(
-                "API writes per object, {name}: {:.2} ({}; {} answered 409)",
+                "API writes per object, {name}: {:.2} ({}; {} answered 409); all requests {:.2}",
                 phase.per_object,
                 if requests.is_empty() {
                     "none".to_string()
                 } else {
                     requests.join(", ")
                 },
-                phase.conflicts
+                phase.conflicts,
+                phase.requests_per_object
             )
         })
         .collect()
@@ -395,8 +409,8 @@ impl BenchResult {
         let mut out = String::new();
         let s = &self.settings;
         out.push_str(&format!(
-            "N = {}, L = {} ms, R = {}/s (operator --rate-limit {} --rate-burst {})\n",
-            s.objects, s.latency_ms, s.rate_limit, s.rate_limit, s.operator_burst
+            "N = {}, L = {} ms, R = {}/s (operator --rate-limit {} --rate-burst {} --kube-api-qps {})\n",
+            s.objects, s.latency_ms, s.rate_limit, s.rate_limit, s.operator_burst, s.kube_api_qps
         ));
         let name_width = self.targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
         let target_width = self
@@ -494,7 +508,7 @@ mod tests {
     fn api_writes_are_per_object_over_the_whole_life() {
         let phase = |entries: &[(&str, u64)]| {
             let by_request = entries.iter().map(|(r, n)| (r.to_string(), *n)).collect();
-            PhaseWrites::new(by_request, 0, 10)
+            PhaseWrites::new(by_request, 0, 70, 10)
         };
         let writes = ApiWrites::new(
             10,
@@ -510,6 +524,7 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[1].contains("0.00 (none;"), "{lines:?}");
+        assert!(lines[0].ends_with("all requests 7.00"), "{lines:?}");
     }
 
     #[test]

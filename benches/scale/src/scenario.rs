@@ -311,6 +311,8 @@ impl Environment {
                 &args.operator_burst.to_string(),
                 "--concurrency",
                 &args.concurrency.to_string(),
+                "--kube-api-qps",
+                &args.kube_api_qps.to_string(),
                 "--resync-interval",
                 &format!("{}ms", args.resync_interval.as_millis()),
                 // Free ports: the default 8080 and 8081 may be another process's (a second
@@ -494,6 +496,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         simulator_burst: args.simulator_burst,
         operator_burst: args.operator_burst,
         concurrency: args.concurrency,
+        kube_api_qps: args.kube_api_qps,
         resync_interval_s: args.resync_interval.as_secs_f64(),
         quiet_wait_s: args.quiet_wait.as_secs_f64(),
         settled_window_s: args.settled_window.as_secs_f64(),
@@ -720,6 +723,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         PhaseWrites::new(
             delta.writes_of(api_counts::OPERATOR_USER),
             delta.conflicts_of(api_counts::OPERATOR_USER),
+            delta.requests_of(api_counts::OPERATOR_USER),
             all_names.len(),
         )
     };

@@ -10,6 +10,7 @@ mod all_in_one;
 mod bad_input;
 mod budgets;
 mod changes;
+mod client_throttle;
 mod deletion_protection;
 mod events;
 mod examples;
