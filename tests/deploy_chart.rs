@@ -278,6 +278,8 @@ fn values_reach_the_operator_settings() {
         [
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Deployment",
             "ClusterRole",
             "ClusterRoleBinding",
@@ -396,22 +398,28 @@ fn chart_and_kustomize_crds_are_the_generated_crds() {
             .exists()
     );
     // Rendered, they are the Rust types' CRDs (crds/ itself is checked by gpucloud-api's
-    // tests), kept by `helm uninstall` unless `crds.keep` is off.
+    // tests), kept by `helm uninstall` unless `crds.keep` is off, and then open to the
+    // deletion that uninstall asks for.
     let from_types: Vec<Value> =
         deploy::yaml_documents(&gpucloud_controller::registry::crds_yaml().unwrap());
+    let annotated = |annotations: Value| -> Vec<Value> {
+        from_types
+            .iter()
+            .cloned()
+            .map(|mut crd| {
+                crd["metadata"]["annotations"] = annotations.clone();
+                crd
+            })
+            .collect()
+    };
     assert_eq!(
         render(&json!({"crds": {"keep": false}})).crd_objects(),
-        from_types
+        annotated(json!({"gpucloud.io/allow-deletion": "true"}))
     );
-    let kept: Vec<Value> = from_types
-        .iter()
-        .cloned()
-        .map(|mut crd| {
-            crd["metadata"]["annotations"] = json!({"helm.sh/resource-policy": "keep"});
-            crd
-        })
-        .collect();
-    assert_eq!(render(&json!({})).crd_objects(), kept);
+    assert_eq!(
+        render(&json!({})).crd_objects(),
+        annotated(json!({"helm.sh/resource-policy": "keep"}))
+    );
     assert!(
         render(&json!({"crds": {"enabled": false}}))
             .crd_objects()
@@ -503,13 +511,14 @@ fn kustomize_base_renders_what_the_chart_renders() {
             .into_iter()
             .map(|o| (key(&o), o))
             .collect();
-    // The CRDs without Helm's keep policy, which means nothing to kustomize.
-    let from_chart: BTreeMap<String, Value> = render(&json!({"crds": {"keep": false}}))
-        .crd_objects()
-        .into_iter()
-        .chain(rendered.objects().into_iter().map(without_helm_labels))
-        .map(|o| (key(&o), o))
-        .collect();
+    // The CRDs as the types make them: without Helm's keep policy, which means nothing to
+    // kustomize, and protected from deletion by the CRD policy.
+    let from_chart: BTreeMap<String, Value> =
+        deploy::yaml_documents(&gpucloud_controller::registry::crds_yaml().unwrap())
+            .into_iter()
+            .chain(rendered.objects().into_iter().map(without_helm_labels))
+            .map(|o| (key(&o), o))
+            .collect();
     assert_eq!(
         from_kustomize.keys().collect::<Vec<_>>(),
         from_chart.keys().collect::<Vec<_>>()

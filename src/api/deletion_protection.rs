@@ -12,7 +12,17 @@ pub const ANNOTATION: &str = "gpucloud.io/deletion-protection";
 /// chart names them after its release: `<fullname>-deletion-protection`).
 pub const POLICY_NAME: &str = "gpucloud-operator-deletion-protection";
 
-/// The policy and its binding as YAML (two documents): the kustomize base's copy, which
+/// The annotation that lets one of the operator's CustomResourceDefinitions be deleted: the
+/// value `"true"` lets the deletion through the CRD policy ([`CRD_POLICY_NAME`]). Deleting a
+/// CRD deletes every object of its kind without admission, and the operator then deletes their
+/// cloud resources, so it takes this second, deliberate step.
+pub const CRD_ANNOTATION: &str = "gpucloud.io/allow-deletion";
+
+/// The name of the policy (and binding) refusing the deletion of the operator's CRDs without
+/// [`CRD_ANNOTATION`] (the chart's: `<fullname>-crd-protection`).
+pub const CRD_POLICY_NAME: &str = "gpucloud-operator-crd-protection";
+
+/// The policies and their bindings as YAML (four documents): the kustomize base's copy, which
 /// `tests/deploy_chart.rs` keeps equal to the chart's default rendering. The dev sandbox
 /// installs it; tests apply it.
 pub const POLICY_MANIFEST: &str = include_str!("../../deploy/kustomize/deletion-protection.yaml");
@@ -25,7 +35,7 @@ mod tests {
     use serde::Deserialize;
 
     #[test]
-    fn the_manifest_is_the_policy_and_its_binding() {
+    fn the_manifest_is_the_two_policies_and_their_bindings() {
         let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(POLICY_MANIFEST)
             .map(|document| serde_json::Value::deserialize(document).unwrap())
             .filter(|document| !document.is_null())
@@ -38,28 +48,41 @@ mod tests {
             kinds,
             [
                 "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
+                "ValidatingAdmissionPolicy",
                 "ValidatingAdmissionPolicyBinding"
             ]
         );
-        let (policy, binding) = (&documents[0], &documents[1]);
-        assert_eq!(policy["metadata"]["name"], POLICY_NAME);
-        assert_eq!(binding["metadata"]["name"], POLICY_NAME);
-        assert_eq!(binding["spec"]["policyName"], POLICY_NAME);
-        assert_eq!(
-            binding["spec"]["validationActions"],
-            serde_json::json!(["Deny"])
-        );
-        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
-        let rule = &policy["spec"]["matchConstraints"]["resourceRules"][0];
-        assert_eq!(rule["apiGroups"], serde_json::json!([crate::GROUP]));
-        assert_eq!(rule["operations"], serde_json::json!(["DELETE"]));
-        let validation = &policy["spec"]["validations"][0];
-        assert!(
-            validation["expression"]
-                .as_str()
-                .unwrap()
-                .contains(&format!("'{ANNOTATION}'"))
-        );
-        assert_eq!(validation["reason"], "Forbidden");
+        for (pair, (name, group, resource, annotation)) in documents.chunks(2).zip([
+            (POLICY_NAME, crate::GROUP, "*", ANNOTATION),
+            (
+                CRD_POLICY_NAME,
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                CRD_ANNOTATION,
+            ),
+        ]) {
+            let (policy, binding) = (&pair[0], &pair[1]);
+            assert_eq!(policy["metadata"]["name"], name);
+            assert_eq!(binding["metadata"]["name"], name);
+            assert_eq!(binding["spec"]["policyName"], name);
+            assert_eq!(
+                binding["spec"]["validationActions"],
+                serde_json::json!(["Deny"])
+            );
+            assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+            let rule = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+            assert_eq!(rule["apiGroups"], serde_json::json!([group]));
+            assert_eq!(rule["resources"], serde_json::json!([resource]));
+            assert_eq!(rule["operations"], serde_json::json!(["DELETE"]));
+            let validation = &policy["spec"]["validations"][0];
+            assert!(
+                validation["expression"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("'{annotation}'"))
+            );
+            assert_eq!(validation["reason"], "Forbidden");
+        }
     }
 }

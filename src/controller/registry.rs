@@ -137,7 +137,9 @@ pub fn chart_kinds_template() -> String {
 /// `charts/gpucloud-operator/templates/crds.yaml`: the CRDs as chart templates (cert-manager's
 /// convention), so that `helm upgrade` updates them, which Helm never does for a chart's
 /// `crds/`. `crds.enabled` renders them; `crds.keep` annotates them
-/// `helm.sh/resource-policy: keep`, so `helm uninstall` leaves them and with them every object.
+/// `helm.sh/resource-policy: keep`, so `helm uninstall` leaves them and with them every object;
+/// without it they carry `gpucloud.io/allow-deletion: "true"`, so the deletion protection's CRD
+/// policy lets the uninstall that was asked for delete them.
 /// Takes the CRDs as an argument so tests can template changed ones the same way.
 pub fn chart_crds_template(crds: &[CustomResourceDefinition]) -> Result<String, serde_yaml::Error> {
     let mut out = String::from(
@@ -152,8 +154,9 @@ pub fn chart_crds_template(crds: &[CustomResourceDefinition]) -> Result<String, 
         // The generated CRDs carry no annotations of their own, so this is the only key.
         out.push_str(&yaml.replacen(
             "\nmetadata:\n",
-            "\nmetadata:\n  {{- if .Values.crds.keep }}\n  annotations:\n    \
-             helm.sh/resource-policy: keep\n  {{- end }}\n",
+            "\nmetadata:\n  annotations:\n  {{- if .Values.crds.keep }}\n    \
+             helm.sh/resource-policy: keep\n  {{- else }}\n    \
+             gpucloud.io/allow-deletion: \"true\"\n  {{- end }}\n",
             1,
         ));
     }

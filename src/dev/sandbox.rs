@@ -318,7 +318,7 @@ async fn install_crds(client: &kube::Client) -> Result<(), Error> {
     Ok(())
 }
 
-/// The deletion-protection policy and binding the chart and the kustomize base install, so
+/// The deletion-protection policies and bindings the chart and the kustomize base install, so
 /// kubectl against the sandbox refuses to delete a protected object as a cluster would.
 async fn install_deletion_protection(client: &kube::Client) -> Result<(), Error> {
     let setup = |reason: String| Error::Setup {

@@ -367,8 +367,9 @@ fn crd_template_escapes_template_actions() {
         template.contains(r#"Say {{ "{{" }} hello }}."#),
         "{template}"
     );
-    // The comment, `if` and `end` for enabled and keep, and the escaped description.
-    assert_eq!(template.matches("{{").count(), 7, "{template}");
+    // The comment, `if` and `end` for enabled, `if`, `else` and `end` for keep, and the
+    // escaped description.
+    assert_eq!(template.matches("{{").count(), 8, "{template}");
 }
 
 /// The sweeper lists and claims exactly the kinds the operator manages: a kind it did not

@@ -139,3 +139,68 @@ async fn a_protected_instance_and_its_machine_outlive_delete_until_the_annotatio
     .await;
     assert_eq!(env.calls("DeleteInstance"), 1);
 }
+
+/// Deleting the GpuInstance CRD would delete every GpuInstance without admission, and the
+/// operator would then delete their machines: the CRD policy refuses it until the CRD carries
+/// `gpucloud.io/allow-deletion: "true"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crd_outlives_delete_until_annotated_and_its_machines_with_it() {
+    use gpucloud_api::deletion_protection::{CRD_ANNOTATION, CRD_POLICY_NAME};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = Env::start().await;
+    support::install_deletion_protection(&env).await;
+    env.api::<GpuInstance>()
+        .create(
+            &PostParams::default(),
+            &support::object::<GpuInstance>(
+                "vm-2",
+                serde_json::json!({
+                    "region": "us-east-1",
+                    "gpuType": "H100-80G",
+                    "osImage": "ubuntu-22.04-cuda-12",
+                }),
+            ),
+        )
+        .await
+        .unwrap();
+    let ready: GpuInstance = support::ready(&env, "vm-2").await;
+    let machine = ready.status.unwrap().cloud.external_id.unwrap();
+
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let name = "gpuinstances.gpucloud.io";
+    let refused = match crds.delete(name, &DeleteParams::default()).await {
+        Err(kube::Error::Api(status)) => status,
+        other => panic!(
+            "the delete of the CRD was not refused: {:?}",
+            other.map(|_| ())
+        ),
+    };
+    assert_eq!((refused.code, refused.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        refused.message,
+        format!(
+            "customresourcedefinitions.apiextensions.k8s.io \"{name}\" is forbidden: \
+             ValidatingAdmissionPolicy '{CRD_POLICY_NAME}' with binding '{CRD_POLICY_NAME}' \
+             denied request: deleting the CustomResourceDefinition {name} deletes every object \
+             of its kind, and the operator then deletes their cloud resources; to go ahead, \
+             annotate it first (kubectl annotate crd {name} {CRD_ANNOTATION}=true)"
+        )
+    );
+    let crd = crds.get(name).await.unwrap();
+    assert!(
+        crd.metadata.deletion_timestamp.is_none(),
+        "the CRD is being deleted"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    still_protected(&env, "vm-2", &machine).await;
+
+    // The second, deliberate step lets it through.
+    crds.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {CRD_ANNOTATION: "true"}}})),
+    )
+    .await
+    .unwrap();
+    crds.delete(name, &DeleteParams::default()).await.unwrap();
+}
