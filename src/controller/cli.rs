@@ -39,7 +39,8 @@ pub struct Args {
     /// Namespaces to watch, comma-separated; empty watches the whole cluster.
     #[arg(long, env = "GPUCLOUD_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
-    /// Reconciles of one kind running at once.
+    /// Reconciles of one kind running at once per cloud account (credentials Secret), shared
+    /// out in turn between the namespaces waiting for one.
     #[arg(long, env = "GPUCLOUD_CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,
     /// Interval of the cloud lists while nothing is in transition (e.g. `60s`, `5m`).

@@ -3,6 +3,7 @@
 use crate::account::{Account, AccountId, Accounts, SecretLocation};
 use crate::clock::Clock;
 use crate::events::EventPublisher;
+use crate::fair_share::FairShare;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
 use crate::lock;
@@ -104,6 +105,8 @@ pub struct Context<K: ManagedKind> {
     pub gauges: Arc<KindGauges<K>>,
     /// Every kind's objects: who owns which cloud resource.
     pub ownership: Arc<Ownership>,
+    /// The reconcile slots of each account, shared out between namespaces.
+    pub fair_share: FairShare,
     /// The Budgets of the controller's scope (`budget.rs`): those that keep a machine off.
     pub budgets: Store<Budget>,
     observers: Mutex<HashMap<AccountId, Arc<Observer<Record<K>>>>>,
@@ -145,6 +148,7 @@ impl<K: ManagedKind> Context<K> {
         gauges: Arc<KindGauges<K>>,
         trigger: mpsc::UnboundedSender<ObjectRef<K>>,
         budgets: Store<Budget>,
+        fair_share: FairShare,
     ) -> Arc<Self> {
         let store = gauges.store().clone();
         let woken = gauges.clone();
@@ -172,6 +176,7 @@ impl<K: ManagedKind> Context<K> {
             metrics,
             gauges,
             ownership: shared.ownership.clone(),
+            fair_share,
             budgets,
             settings,
             observers: Mutex::new(HashMap::new()),

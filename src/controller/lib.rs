@@ -13,6 +13,7 @@ pub mod create;
 pub mod decode;
 pub mod error;
 pub mod events;
+pub mod fair_share;
 pub mod final_snapshot;
 pub mod firewall;
 pub mod gauges;

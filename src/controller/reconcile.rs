@@ -58,8 +58,25 @@ fn await_change() -> Action {
     Action::await_change()
 }
 
-/// Entry point for kube-runtime's `Controller::run`: the flow, timed and counted.
+/// Entry point for kube-runtime's `Controller::run`, which starts every due reconcile at once:
+/// a slot of the object's account first (`fair_share.rs`), then the flow. The flow's future is
+/// boxed once the slot is taken, so a reconcile waiting for one costs only this small future.
 pub async fn reconcile<K: ManagedKind>(
+    object: Arc<K>,
+    cx: Arc<Context<K>>,
+) -> Result<Action, Error> {
+    let namespace = namespace(&*object);
+    let lane = cx
+        .accounts
+        .secret_for(&namespace, object.managed().credentials_secret_ref.as_ref())
+        .map(|location| format!("{}/{}/{}", location.namespace, location.name, location.key))
+        .unwrap_or_default();
+    let _slot = cx.fair_share.slot(&lane, &namespace).await;
+    Box::pin(reconcile_in_slot(object, cx)).await
+}
+
+/// The flow, timed and counted.
+async fn reconcile_in_slot<K: ManagedKind>(
     object: Arc<K>,
     cx: Arc<Context<K>>,
 ) -> Result<Action, Error> {

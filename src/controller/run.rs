@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::context::{Context, ReconcileSettings, Shared};
 use crate::decode::{Decoded, Guard};
 use crate::events::EventPublisher;
+use crate::fair_share::FairShare;
 use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Reference, Watched};
 use crate::lock;
@@ -653,6 +654,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         gauges.clone(),
         trigger.clone(),
         budget_store,
+        FairShare::new(usize::from(config.concurrency)),
     );
     let readoption = Arc::new(Readoption::start(cx.clone(), trigger));
     let (metrics, health, woken, checked) = (
@@ -750,7 +752,10 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         .flat_map(move |change| futures::stream::iter(woken_by(&follower, &change)));
     let controller = controller
         .reconcile_on(followed)
-        .with_config(ControllerConfig::default().concurrency(config.concurrency))
+        // Every due reconcile starts at once and waits for a slot of its account's lane
+        // (`fair_share.rs`), where `--concurrency` applies: one queue for every account would
+        // hold a quiet team's object behind a busy team's thousands.
+        .with_config(ControllerConfig::default().concurrency(0))
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .reconcile_on(secret_changes)
         .reconcile_on(budget_changes)

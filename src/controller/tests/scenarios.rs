@@ -14,6 +14,7 @@ mod client_throttle;
 mod deletion_protection;
 mod events;
 mod examples;
+mod fair_share;
 mod final_snapshot;
 mod firewalls;
 mod hourly_rates;
