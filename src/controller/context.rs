@@ -77,6 +77,10 @@ impl Default for ReconcileSettings {
     }
 }
 
+/// How long a removed finalizer is remembered: far longer than a watch takes to deliver the
+/// deletion, far shorter than the life of a process.
+const RELEASED_REMEMBERED: Duration = Duration::from_secs(600);
+
 /// When the cloud first and last answered this process's delete of one object.
 #[derive(Debug, Clone, Copy)]
 struct DeleteAnswers {
@@ -125,6 +129,9 @@ pub struct Context<K: ManagedKind> {
     /// When this process first saw each duplicate (by cloud id): its grace period counts from
     /// there, so a restart only makes it longer.
     duplicates_seen: Mutex<HashMap<String, Instant>>,
+    /// Objects (by uid) whose finalizer this process removed, and when: a copy of one still
+    /// holding the finalizer is the cache behind, not a deletion to run again.
+    released: Mutex<HashMap<String, Instant>>,
     /// Objects waiting for an account's cloud to answer again, by account, and
     /// the accounts whose recoveries are listened to.
     outage_waiters: Arc<Mutex<HashMap<AccountId, HashSet<ObjectRef<K>>>>>,
@@ -185,6 +192,7 @@ impl<K: ManagedKind> Context<K> {
             creates_ended: Mutex::new(HashMap::new()),
             creates_answered: Mutex::new(HashMap::new()),
             duplicates_seen: Mutex::new(HashMap::new()),
+            released: Mutex::new(HashMap::new()),
             outage_waiters: Arc::new(Mutex::new(HashMap::new())),
             recovery_listeners: Mutex::new(HashSet::new()),
             trigger: triggers,
@@ -218,6 +226,21 @@ impl<K: ManagedKind> Context<K> {
     /// Forgets the object `uid`'s delete: its finalizer is going.
     pub fn forget_delete(&self, uid: &str) {
         lock(&self.deletes_answered).remove(uid);
+    }
+
+    /// Notes that the object `uid`'s finalizer was removed; forgets those removed long enough
+    /// ago for any cache to have seen it.
+    pub fn note_released(&self, uid: &str) {
+        let mut released = lock(&self.released);
+        released.retain(|_, at| at.elapsed() < RELEASED_REMEMBERED);
+        released.insert(uid.to_string(), Instant::now());
+    }
+
+    /// Whether this process removed the object `uid`'s finalizer (recently).
+    pub fn was_released(&self, uid: &str) -> bool {
+        lock(&self.released)
+            .get(uid)
+            .is_some_and(|at| at.elapsed() < RELEASED_REMEMBERED)
     }
 
     /// When the duplicate `id` was first seen, and whether that is now.

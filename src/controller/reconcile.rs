@@ -72,6 +72,14 @@ pub async fn reconcile<K: ManagedKind>(
         .map(|location| format!("{}/{}/{}", location.namespace, location.name, location.key))
         .unwrap_or_default();
     let _slot = cx.fair_share.slot(&lane, &namespace).await;
+    // The copy handed over when the reconcile started may be older than the slot: the store's
+    // copy now has what the object's previous reconcile wrote while this one waited (a
+    // finalizer, a status), so its writes do not meet 409 and its cleanup does not run twice.
+    let object = cx
+        .gauges
+        .store()
+        .get(&ObjectRef::from_obj(&*object))
+        .unwrap_or(object);
     Box::pin(reconcile_in_slot(object, cx)).await
 }
 
@@ -128,10 +136,16 @@ async fn reconcile_flow<K: ManagedKind>(
 ) -> Result<Action, Error> {
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(cx.client.clone(), &namespace);
+    let uid = object.uid().unwrap_or_default();
+    if object.meta().deletion_timestamp.is_some() && cx.was_released(&uid) {
+        // Released by this process already: this copy predates the finalizer's removal.
+        return Ok(await_change());
+    }
     if paused(&*object) {
         show_paused(&api, &object, cx.settings.clock.now()).await;
         return Ok(await_change());
     }
+    let cleaned_up = std::sync::atomic::AtomicBool::new(false);
     let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(object) => {
@@ -143,11 +157,19 @@ async fn reconcile_flow<K: ManagedKind>(
                     .await
                     .map(|action| no_later_than(action, wake, &clock))
             }
-            FinalizerEvent::Cleanup(object) => cleanup(object, cx).await,
+            FinalizerEvent::Cleanup(object) => {
+                let done = cleanup(object, cx).await;
+                cleaned_up.store(done.is_ok(), std::sync::atomic::Ordering::Relaxed);
+                done
+            }
         }
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
+    if cleaned_up.load(std::sync::atomic::Ordering::Relaxed) && result.is_ok() {
+        // The helper removed the finalizer after the cleanup's success.
+        cx.note_released(&uid);
+    }
     match &result {
         Ok(_) => cx.requeue.reset(&object.key()),
         Err(error) => report_failure(&api, &object, cx, error).await,
