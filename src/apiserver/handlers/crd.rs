@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::semantics::{FieldError, compile};
 use super::write::now;
 use crate::builtin;
-use crate::registry::{ALL_VERBS, PrinterColumn, ResourceInfo, ResourceKey};
+use crate::registry::{ALL_VERBS, PrinterColumn, ResourceInfo, ResourceKey, ScalePaths};
 use crate::server::AppState;
 
 /// The finalizer under which a CRD's custom resources are deleted before the CRD goes.
@@ -278,6 +278,22 @@ pub fn register(state: &AppState, crd: &Value) {
             namespaced: spec["scope"] == "Namespaced",
             verbs: ALL_VERBS.to_vec(),
             has_status: version.pointer("/subresources/status").is_some(),
+            scale: version
+                .pointer("/subresources/scale")
+                .map(|scale| ScalePaths {
+                    spec_replicas: scale["specReplicasPath"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    status_replicas: scale["statusReplicasPath"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    label_selector: scale["labelSelectorPath"]
+                        .as_str()
+                        .filter(|path| !path.is_empty())
+                        .map(str::to_string),
+                }),
             printer_columns,
             schema: Some(Arc::new(schema)),
             storage_version: version["storage"].as_bool() == Some(true),
