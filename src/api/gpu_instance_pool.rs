@@ -275,7 +275,10 @@ mod tests {
             .expect("scale subresource");
         assert_eq!(scale.spec_replicas_path, ".spec.replicas");
         assert_eq!(scale.status_replicas_path, ".status.replicas");
-        assert_eq!(scale.label_selector_path.as_deref(), Some(".status.selector"));
+        assert_eq!(
+            scale.label_selector_path.as_deref(),
+            Some(".status.selector")
+        );
         let yaml = serde_yaml::to_string(&crd).unwrap();
         assert!(!yaml.contains("gpuType is immutable"), "{yaml}");
         // The machine's other rules still hold in the template.
