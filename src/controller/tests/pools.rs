@@ -121,6 +121,9 @@ async fn settled(env: &Env, count: usize) -> Vec<GpuInstance> {
         async move {
             let pool = pools.get("workers").await.ok()?;
             let status = pool.status.clone()?;
+            if status.observed_generation != pool.metadata.generation {
+                return None;
+            }
             let hash = status.template_hash.clone()?;
             let machines = pool_machines(env).await;
             let ready = machines
@@ -266,7 +269,7 @@ async fn scale_down_removes_a_machine_that_is_not_ready_first() {
         .run(&["scale", "gpuinstancepool", "workers", "--replicas=2"])
         .await;
     let machines = settled(&env, 2).await;
-    // The oldest is stopped by hand in the cloud: not Ready until the operator starts it.
+    // The oldest is held to a price limit below its rate: Stalled, not Ready.
     let oldest = machines
         .iter()
         .min_by_key(|m| (m.meta().creation_timestamp.clone(), m.name_any()))
@@ -279,14 +282,17 @@ async fn scale_down_removes_a_machine_that_is_not_ready_first() {
             &oldest.name_any(),
             "--type=merge",
             "-p",
-            r#"{"spec":{"powerState":"Stopped"}}"#,
+            r#"{"spec":{"maxHourlyRate":0.0001}}"#,
         ])
         .await;
     eventually(60, "the oldest machine not Ready", || async {
         let machine = machines_api(&env).get(&oldest.name_any()).await.ok()?;
-        (!is_ready(&machine)
-            || machine.status.as_ref()?.vm_status.as_deref() == Some("STOPPED"))
-        .then_some(())
+        let ready = machine
+            .cloud_status()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (!ready).then_some(())
     })
     .await;
     kubectl
