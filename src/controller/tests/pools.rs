@@ -81,7 +81,8 @@ fn run(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
         .spawn()
         .expect("kubectl runs");
     if let Some(mut pipe) = child.stdin.take() {
-        pipe.write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
+        pipe.write_all(stdin.unwrap_or_default().as_bytes())
+            .unwrap();
     }
     let output = child.wait_with_output().unwrap();
     assert!(
@@ -183,8 +184,7 @@ async fn sample<T>(env: &Env, done: impl std::future::Future<Output = T>) -> (Se
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_scale_makes_exactly_replicas_machines_and_deleting_the_pool_empties_the_cloud()
-{
+async fn kubectl_scale_makes_exactly_replicas_machines_and_deleting_the_pool_empties_the_cloud() {
     let env = Env::start().await;
     let kubectl = Kubectl::new(&env);
     kubectl.run_with(&["apply", "-f", "-"], Some(POOL)).await;
@@ -354,7 +354,10 @@ async fn a_template_change_replaces_machines_within_max_unavailable() {
             .iter()
             .all(|old| after.iter().all(|new| new.name_any() != old.name_any()))
     );
-    assert!(fewest_ready >= 2, "{fewest_ready} Ready machines at one point");
+    assert!(
+        fewest_ready >= 2,
+        "{fewest_ready} Ready machines at one point"
+    );
     // maxSurge 0: the machine being deleted and its replacement are never both billed.
     assert!(most_objects <= 4, "{most_objects} objects at once");
     assert!(most_cloud <= 4, "{most_cloud} cloud machines at once");
@@ -387,7 +390,9 @@ spec:
     assert!(!described.contains("FailedGetScale"), "{described}");
     // The scale target resolves as the HPA controller resolves it: the kind's resource from
     // discovery, then its scale subresource with a selector.
-    let resources = kubectl.run(&["api-resources", "--api-group=gpucloud.io"]).await;
+    let resources = kubectl
+        .run(&["api-resources", "--api-group=gpucloud.io"])
+        .await;
     assert!(resources.contains("gpuinstancepools"), "{resources}");
     let scale: serde_json::Value = serde_json::from_str(
         &kubectl
@@ -415,9 +420,9 @@ async fn stale_copies_of_a_pool_never_make_more_than_replicas() {
     let pool = pools.create(&PostParams::default(), &pool).await.unwrap();
     let runs = (0..4).map(|_| {
         let (client, pool) = (env.client.clone(), pool.clone());
-        tokio::spawn(
-            async move { gpucloud_controller::gpu_instance_pool::reconcile(&client, &pool).await },
-        )
+        tokio::spawn(async move {
+            gpucloud_controller::gpu_instance_pool::reconcile(&client, &pool).await
+        })
     });
     let results: Vec<_> = futures::future::join_all(runs).await;
     let won = results
