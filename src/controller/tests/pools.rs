@@ -444,3 +444,49 @@ async fn stale_copies_of_a_pool_never_make_more_than_replicas() {
     }
     assert_eq!(pool_machines(&env).await.len(), 3);
 }
+
+/// Budgets apply per machine: a pool of three under a Budget with room for two has two Ready
+/// machines, and says why it has no third (`BudgetExceeded`, from its machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_a_budget_holds_back_says_why() {
+    let env = Env::start().await;
+    let kubectl = Kubectl::new(&env);
+    let budget = r#"
+apiVersion: gpucloud.io/v1alpha1
+kind: Budget
+metadata: {name: team, namespace: team-a}
+spec: {maxHourlyRate: 2.75}
+"#;
+    kubectl.run_with(&["apply", "-f", "-"], Some(budget)).await;
+    kubectl
+        .run_with(
+            &["apply", "-f", "-"],
+            Some(&POOL.replace("replicas: 1", "replicas: 3")),
+        )
+        .await;
+    let pools: Api<GpuInstancePool> = Api::namespaced(env.client.clone(), support::NAMESPACE);
+    let pool = eventually(120, "the pool Stalled with BudgetExceeded", || async {
+        let pool = pools.get("workers").await.ok()?;
+        let status = pool.status.clone()?;
+        let stalled = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True" && c.reason == "BudgetExceeded");
+        (stalled && status.ready_replicas == 2).then_some(pool)
+    })
+    .await;
+    let status = pool.status.unwrap();
+    assert_eq!(
+        status.replicas, 3,
+        "three machines, one refused by the Budget"
+    );
+    assert_eq!(env.simulator.state().instances.len(), 2);
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(ready.message.contains("2 of 3 machines Ready"), "{ready:?}");
+    assert_eq!(pool_machines(&env).await.len(), 3);
+}
