@@ -324,6 +324,15 @@ async fn handle_verb(
     let result = run_verb(&context, verb, &method, body).await;
     let warnings = context.take_warnings();
     let mut response = result?;
+    if verb == "create"
+        && context.info().is_custom()
+        && response.status() == StatusCode::CREATED
+        && state.faults.timeout_after_create()
+    {
+        return Err(ApiError::timeout(
+            "Timeout: request did not complete within requested timeout - context deadline exceeded",
+        ));
+    }
     for warning in warnings {
         // The real server's format: `299 - "<text>"`.
         let text = format!("299 - {}", serde_json::Value::String(warning));
