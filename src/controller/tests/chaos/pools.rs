@@ -1,7 +1,8 @@
 //! Seeded chaos for GpuInstancePools: one pool scaled up and down through its scale
 //! subresource 6 to 12 times, 0 to 400 ms apart, while the operator is killed (at random, and
 //! right after a scale, mid-scale-up or mid-scale-down) and restarted, watches are cut and
-//! compacted away (410), status writes conflict, creates of GpuInstances are carried out and
+//! compacted away (410), in a third of the seeds a second operator acts at once (a deposed
+//! leader), status writes conflict, creates of GpuInstances are carried out and
 //! answered `504 Timeout`, and the cloud drops create responses and fails calls.
 //!
 //! Checked: while the faults last, the pool never has more machines (not being deleted) than
@@ -32,6 +33,8 @@ pub struct PoolStats {
     pub creates: u64,
     pub create_timeouts: u64,
     pub status_conflicts: u64,
+    /// Runs with a second operator acting at once.
+    pub second_operators: u64,
 }
 
 impl PoolStats {
@@ -42,6 +45,7 @@ impl PoolStats {
         self.creates += other.creates;
         self.create_timeouts += other.create_timeouts;
         self.status_conflicts += other.status_conflicts;
+        self.second_operators += other.second_operators;
     }
 }
 
@@ -158,6 +162,25 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
     run.env.simulator.set_faults(cloud_faults);
     let config = test_config(&run.env.simulator);
     run.env.start_operator(config.clone());
+    // In a third of the seeds a second operator acts on the same objects through the fault
+    // phase, as a deposed leader that has not noticed yet: two controllers, each with its own
+    // (possibly stale) view of the pool.
+    let (stop_second, second) = if rng.random_bool(1.0 / 3.0) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(gpucloud_controller::run::run(
+            run.env.client.clone(),
+            config.clone(),
+            futures::FutureExt::boxed(async {
+                let _ = stopped.await;
+            }),
+        ));
+        run.trace
+            .push("a second operator runs through the fault phase".into());
+        stats.second_operators += 1;
+        (Some(stop), Some(task))
+    } else {
+        (None, None)
+    };
     let (mut replicas, mut most, mut asked) = (first, first, u64::try_from(first).unwrap_or(0));
 
     for _ in 0..rng.random_range(6..=12) {
@@ -217,6 +240,11 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
         }
     }
 
+    if let (Some(stop), Some(task)) = (stop_second, second) {
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
+        run.trace.push("the second operator stopped".into());
+    }
     let counts = run.env.apiserver.faults().counts();
     stats.create_timeouts = counts.create_timeouts;
     stats.status_conflicts = counts.status_conflicts;
