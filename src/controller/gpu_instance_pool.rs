@@ -25,9 +25,11 @@
 //! | create answered, machine not yet listed | name recorded, not listed | counted as a machine; created again: 409 |
 //! | after the delete record, before the delete | name recorded, machine live | deletes it |
 //!
-//! Scale-down removes what costs least first: recorded creates not yet made, then machines
-//! not Ready, then those made from an older template, then the newest; never one annotated
-//! with deletion protection. A template change (its hash is the machines'
+//! A recorded create is never given up before it is listed (a killed or deposed controller's
+//! request may still be on its way): a scale-down waits for it and then deletes it like any
+//! machine. Scale-down removes machines not Ready first, then those made from an older
+//! template, then the newest; never one annotated with deletion protection. A recorded delete
+//! not yet carried out is chosen again first, or let go when `replicas` was raised meanwhile. A template change (its hash is the machines'
 //! `gpucloud.io/pool-template-hash` label) replaces machines within `maxUnavailable` (Ready
 //! machines deleted only while more than `replicas - maxUnavailable` are Ready) and
 //! `maxSurge` (machines beyond `replicas` while old ones remain); `OnDelete` makes new ones
@@ -124,23 +126,30 @@ pub fn plan(
     new_name: &mut dyn FnMut() -> String,
 ) -> Plan {
     let listed = |name: &str| machines.iter().find(|m| m.name == name);
-    // A recorded create is done once listed; a recorded delete once listed deleting or gone.
+    // A recorded create stays recorded until it is listed, and counts as a machine: it may be
+    // carried out at any moment (by this process, or by a killed or deposed one whose request
+    // is still on its way), so it is never given up unlisted; once listed, it can be deleted.
     let mut creating: Vec<String> = record
         .creating
         .iter()
         .filter(|name| listed(name).is_none())
         .cloned()
         .collect();
-    let mut deleting: Vec<String> = record
+    // A recorded delete not yet carried out (its machine still live) is chosen again first
+    // while machines are still to go, and let go when none are (replicas raised meanwhile).
+    let chosen: Vec<&str> = record
         .deleting
         .iter()
         .filter(|name| listed(name).is_some_and(|m| !m.deleting))
-        .cloned()
+        .map(String::as_str)
         .collect();
-    let mut live: Vec<&Machine> = machines
-        .iter()
-        .filter(|m| !m.deleting && !deleting.contains(&m.name))
-        .collect();
+    let order = |a: &&Machine, b: &&Machine| {
+        let a_chosen = chosen.contains(&a.name.as_str());
+        let b_chosen = chosen.contains(&b.name.as_str());
+        b_chosen.cmp(&a_chosen).then_with(|| removal_order(a, b))
+    };
+    let mut deleting: Vec<String> = Vec::new();
+    let mut live: Vec<&Machine> = machines.iter().filter(|m| !m.deleting).collect();
     let surge = match strategy {
         Strategy::RollingReplace { max_surge, .. } => max_surge,
         Strategy::OnDelete => 0,
@@ -154,14 +163,10 @@ pub fn plan(
     };
     let mut protected_excess = 0;
 
-    // Beyond the ceiling: give up recorded creates first (newest first), then machines.
-    while live.len() + creating.len() > ceiling(&live) {
-        if let Some(name) = creating.pop() {
-            deleting.push(name);
-            continue;
-        }
+    // Listed machines beyond the ceiling go (recorded creates wait until they are listed).
+    while live.len() > ceiling(&live) {
         let mut candidates: Vec<&Machine> = live.iter().copied().filter(|m| !m.protected).collect();
-        candidates.sort_by(removal_order);
+        candidates.sort_by(order);
         match candidates.first() {
             Some(machine) => {
                 deleting.push(machine.name.clone());
@@ -186,7 +191,7 @@ pub fn plan(
             .copied()
             .filter(|m| !m.current && !m.protected)
             .collect();
-        old.sort_by(removal_order);
+        old.sort_by(order);
         for machine in old {
             if machine.ready {
                 if ready <= min_ready {

@@ -227,6 +227,7 @@ async fn kubectl_scale_makes_exactly_replicas_machines_and_deleting_the_pool_emp
     assert_eq!(scale["status"]["replicas"], 3);
     assert_eq!(scale["status"]["selector"], "app=workers");
     let table = kubectl.run(&["get", "gpupool", "workers"]).await;
+    eprintln!("{table}");
     assert!(table.contains("DESIRED"), "{table}");
     assert!(table.contains("UP-TO-DATE"), "{table}");
 

@@ -91,6 +91,40 @@ impl Run {
         Some((list.items.len(), live.len(), ready))
     }
 
+    /// The machines (name, created, deleting) and the pool's record, for a failure.
+    async fn describe(&self) -> String {
+        let machines: Vec<String> = self
+            .machines_api()
+            .list(&ListParams::default().labels(&format!("{POOL_LABEL}=workers")))
+            .await
+            .map(|list| {
+                list.items
+                    .iter()
+                    .map(|m| {
+                        format!(
+                            "{} created {:?}{}",
+                            m.metadata.name.as_deref().unwrap_or_default(),
+                            m.meta().creation_timestamp.as_ref().map(|t| t.0),
+                            if m.meta().deletion_timestamp.is_some() {
+                                " deleting"
+                            } else {
+                                ""
+                            }
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let record = self
+            .pools()
+            .get("workers")
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .map(|s| format!("creating {:?}, deleting {:?}", s.creating, s.deleting));
+        format!("machines {machines:?}; record {record:?}")
+    }
+
     fn created(&self) -> u64 {
         self.env
             .apiserver
@@ -234,8 +268,9 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
         if let Some((_, live, _)) = run.machines().await
             && live > usize::try_from(most).unwrap_or(0)
         {
+            let detail = run.describe().await;
             return Err(run.fail(format!(
-                "{live} machines at once, more than the most ever asked for ({most})"
+                "{live} machines at once, more than the most ever asked for ({most}): {detail}"
             )));
         }
     }
