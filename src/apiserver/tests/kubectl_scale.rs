@@ -329,3 +329,38 @@ spec:
         .await);
     assert_eq!(scale["spec"]["replicas"], 1);
 }
+
+#[tokio::test]
+async fn scale_paths_outside_spec_and_status_are_refused() {
+    let cluster = Cluster::start().await;
+    let crd = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: badpools.example.io
+spec:
+  group: example.io
+  names: {kind: BadPool, plural: badpools}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale:
+        specReplicasPath: .status.replicas
+        statusReplicasPath: status.replicas
+        labelSelectorPath: .metadata.labels
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+    let refused = cluster.apply_stdin(&[], crd).await.fails();
+    for expected in [
+        "spec.versions[0].subresources.scale.specReplicasPath: Invalid value: \".status.replicas\": should be a json path under .spec",
+        "spec.versions[0].subresources.scale.statusReplicasPath: Invalid value: \"status.replicas\": must be a simple json path starting with .",
+        "spec.versions[0].subresources.scale.labelSelectorPath: Invalid value: \".metadata.labels\": should be a json path under either .spec or .status",
+    ] {
+        assert!(refused.contains(expected), "{expected} in {refused}");
+    }
+}
