@@ -45,7 +45,7 @@ use gpucloud_api::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, Resource, ResourceExt};
 use std::time::Duration;
@@ -540,6 +540,25 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
     }
     for name in &plan.delete {
         match instances.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    // The pool's deletionPolicy is every machine's, also after it changes.
+    for machine in live
+        .iter()
+        .filter(|m| m.spec.managed.deletion_policy != pool.spec.deletion_policy)
+    {
+        let patch = serde_json::json!({"spec": {"deletionPolicy": pool.spec.deletion_policy}});
+        match instances
+            .patch(
+                &machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(error) => return Err(error.into()),

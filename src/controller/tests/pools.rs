@@ -491,3 +491,44 @@ spec: {maxHourlyRate: 2.75}
     assert!(ready.message.contains("2 of 3 machines Ready"), "{ready:?}");
     assert_eq!(pool_machines(&env).await.len(), 3);
 }
+
+/// The pool's `deletionPolicy` is set on every machine, also when it changes later; it is no
+/// template change (no machine is replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_deletion_policy_reaches_every_machine() {
+    let env = Env::start().await;
+    let kubectl = Kubectl::new(&env);
+    kubectl
+        .run_with(
+            &["apply", "-f", "-"],
+            Some(&POOL.replace("replicas: 1", "replicas: 2")),
+        )
+        .await;
+    let before = settled(&env, 2).await;
+    assert!(
+        before
+            .iter()
+            .all(|m| m.spec.managed.deletion_policy == DeletionPolicy::Delete)
+    );
+    kubectl
+        .run(&[
+            "patch",
+            "gpuinstancepool",
+            "workers",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"deletionPolicy":"Orphan"}}"#,
+        ])
+        .await;
+    eventually(60, "every machine Orphan", || async {
+        let machines = pool_machines(&env).await;
+        (machines.len() == 2
+            && machines
+                .iter()
+                .all(|m| m.spec.managed.deletion_policy == DeletionPolicy::Orphan))
+        .then_some(machines)
+    })
+    .await
+    .iter()
+    .for_each(|m| assert!(before.iter().any(|b| b.name_any() == m.name_any())));
+}
