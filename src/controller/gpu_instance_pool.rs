@@ -480,15 +480,54 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
         new_name(&pool_name)
     });
 
-    let live: Vec<&&GpuInstance> = owned
+    let live: Vec<&GpuInstance> = owned
         .iter()
+        .copied()
         .filter(|m| m.meta().deletion_timestamp.is_none() && !plan.delete.contains(&m.name_any()))
         .collect();
-    let not_ready: Vec<MachineStanding> = live
-        .iter()
-        .filter(|m| !condition_true(m, READY))
-        .map(|m| standing_of(m))
-        .collect();
+    let outcome = outcome(
+        replicas,
+        &machines,
+        &plan,
+        &live
+            .iter()
+            .filter(|m| !condition_true(m, READY))
+            .map(|m| standing_of(m))
+            .collect::<Vec<_>>(),
+    );
+    show(&mut status, pool, &machines, &live, &plan);
+    status.selector = Some(selector.to_string());
+    status.template_hash = Some(hash.clone());
+    conditions::apply(
+        &mut status.conditions,
+        &outcome,
+        pool.meta().generation,
+        Timestamp::now(),
+    );
+
+    // The record first, checked against the pool's resourceVersion; then what it says.
+    let acting = !plan.create.is_empty() || !plan.delete.is_empty();
+    let written = write(&pools, pool, status, acting).await?;
+    let refused = act(&instances, pool, &plan, &live, &hash).await?;
+    if !refused.is_empty() {
+        give_up(&pools, written, &refused).await?;
+        return Ok(STALLED_REQUEUE);
+    }
+    Ok(match outcome {
+        Outcome::Ready { .. } if !acting => SETTLED_REQUEUE,
+        Outcome::Stalled { .. } if !acting => STALLED_REQUEUE,
+        _ => BUSY_REQUEUE,
+    })
+}
+
+/// The figures of `status` for what was listed and planned, and the record to write.
+fn show(
+    status: &mut GpuInstancePoolStatus,
+    pool: &GpuInstancePool,
+    machines: &[Machine],
+    live: &[&GpuInstance],
+    plan: &Plan,
+) {
     let count = |f: &dyn Fn(&Machine) -> bool| {
         let n = machines
             .iter()
@@ -501,8 +540,6 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
     status.updated_replicas = count(&|m| m.current);
     status.available_replicas = status.ready_replicas;
     status.observed_generation = pool.meta().generation;
-    status.selector = Some(selector.to_string());
-    status.template_hash = Some(hash.clone());
     let rates: Vec<f64> = live
         .iter()
         .filter_map(|m| m.status.as_ref().and_then(|s| s.hourly_rate))
@@ -513,21 +550,22 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
         .find_map(|m| m.status.as_ref().and_then(|s| s.currency.clone()));
     status.creating = plan.record.creating.clone();
     status.deleting = plan.record.deleting.clone();
-    let outcome = outcome(replicas, &machines, &plan, &not_ready);
-    conditions::apply(
-        &mut status.conditions,
-        &outcome,
-        pool.meta().generation,
-        Timestamp::now(),
-    );
+}
 
-    // The record first, checked against the pool's resourceVersion; then what it says.
-    let acting = !plan.create.is_empty() || !plan.delete.is_empty();
-    let written = write(&pools, pool, status, acting).await?;
+/// Carries out a written record: its creates (one that exists is a 409, not a second
+/// machine) and deletes, and the pool's deletionPolicy on every live machine (also after it
+/// changes). Returns the creates the API server refused, with its message.
+async fn act(
+    instances: &Api<GpuInstance>,
+    pool: &GpuInstancePool,
+    plan: &Plan,
+    live: &[&GpuInstance],
+    hash: &str,
+) -> Result<Vec<(String, String)>, Error> {
     let mut refused = Vec::new();
     for name in &plan.create {
         match instances
-            .create(&PostParams::default(), &machine(pool, name, &hash))
+            .create(&PostParams::default(), &machine(pool, name, hash))
             .await
         {
             Ok(_) => {}
@@ -545,12 +583,12 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
             Err(error) => return Err(error.into()),
         }
     }
-    // The pool's deletionPolicy is every machine's, also after it changes.
+    let policy = pool.spec.deletion_policy;
     for machine in live
         .iter()
-        .filter(|m| m.spec.managed.deletion_policy != pool.spec.deletion_policy)
+        .filter(|m| m.spec.managed.deletion_policy != policy)
     {
-        let patch = serde_json::json!({"spec": {"deletionPolicy": pool.spec.deletion_policy}});
+        let patch = serde_json::json!({"spec": {"deletionPolicy": policy}});
         match instances
             .patch(
                 &machine.name_any(),
@@ -564,14 +602,21 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
             Err(error) => return Err(error.into()),
         }
     }
+    Ok(refused)
+}
+
+/// Creates the API server refused are refused again: their names leave the record and the
+/// pool says why (a later reconcile tries new names, after the requeue).
+async fn give_up(
+    pools: &Api<GpuInstancePool>,
+    pool: GpuInstancePool,
+    refused: &[(String, String)],
+) -> Result<(), Error> {
+    let mut status = pool.status.clone().unwrap_or_default();
+    status
+        .creating
+        .retain(|n| !refused.iter().any(|(r, _)| r == n));
     if let Some((name, message)) = refused.first() {
-        // A create the API server refuses will be refused again: the names are given up and
-        // the pool says why (a later reconcile tries new names, after the requeue).
-        let mut pool = written;
-        let mut status = pool.status.clone().unwrap_or_default();
-        status
-            .creating
-            .retain(|n| !refused.iter().any(|(r, _)| r == n));
         conditions::apply(
             &mut status.conditions,
             &Outcome::stalled(
@@ -581,15 +626,8 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
             pool.meta().generation,
             Timestamp::now(),
         );
-        pool.status = Some(status.clone());
-        write(&pools, &pool, status, false).await?;
-        return Ok(STALLED_REQUEUE);
     }
-    Ok(match outcome {
-        Outcome::Ready { .. } if !acting => SETTLED_REQUEUE,
-        Outcome::Stalled { .. } if !acting => STALLED_REQUEUE,
-        _ => BUSY_REQUEUE,
-    })
+    write(pools, &pool, status, false).await.map(drop)
 }
 
 fn round(value: f64) -> f64 {

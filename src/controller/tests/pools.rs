@@ -532,3 +532,32 @@ async fn a_changed_deletion_policy_reaches_every_machine() {
     .iter()
     .for_each(|m| assert!(before.iter().any(|b| b.name_any() == m.name_any())));
 }
+
+/// A machine the API server refuses (here a template label no object may carry) is not
+/// retried in a loop: the pool is Stalled with `CreateRefused` and the server's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_machine_stalls_the_pool_with_the_servers_message() {
+    let env = Env::start().await;
+    let kubectl = Kubectl::new(&env);
+    kubectl
+        .run_with(
+            &["apply", "-f", "-"],
+            Some(&POOL.replace(
+                "metadata: {labels: {app: workers}}",
+                "metadata: {labels: {app: workers, \"not a label!\": x}}",
+            )),
+        )
+        .await;
+    let pools: Api<GpuInstancePool> = Api::namespaced(env.client.clone(), support::NAMESPACE);
+    let stalled = eventually(60, "the pool Stalled with CreateRefused", || async {
+        let pool = pools.get("workers").await.ok()?;
+        pool.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Stalled" && c.status == "True" && c.reason == "CreateRefused")
+    })
+    .await;
+    assert!(stalled.message.contains("metadata.labels"), "{stalled:?}");
+    assert!(pool_machines(&env).await.is_empty());
+    assert!(env.simulator.state().instances.is_empty());
+}
