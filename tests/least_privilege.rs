@@ -432,6 +432,16 @@ fn scenario_objects(namespace: &str) -> Vec<Value> {
                  "osImage": "ubuntu-22.04-cuda-12",
                  "startupScript": {"configMapRef": {"name": "startup", "key": "script"}}}}),
     );
+    // A pool of two machines, scaled down to one below (its controller creates and deletes
+    // GpuInstances).
+    objects.push(
+        json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+        "metadata": {"name": "workers"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "workers"}},
+                 "template": {"metadata": {"labels": {"app": "workers"}},
+                              "spec": {"region": "us-east-1", "gpuType": "A100-80G", "gpuCount": 1,
+                                       "osImage": "ubuntu-22.04-cuda-12"}}}}),
+    );
     // A Budget every create reserves in, with room for all of them.
     objects.push(
         json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
@@ -506,6 +516,25 @@ async fn scenario(admin: &kube::Client, namespace: &str) {
     eventually(&format!("{namespace}/train-1 STOPPED"), || async {
         let object = instances.get("train-1").await.ok()?;
         (object.data["status"]["vmStatus"] == "STOPPED" && ready(&object)).then_some(())
+    })
+    .await;
+
+    let pools: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        namespace,
+        &resource("gpucloud.io/v1alpha1", "GpuInstancePool"),
+    );
+    pools
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    eventually(&format!("{namespace}/workers down to 1"), || async {
+        let object = pools.get("workers").await.ok()?;
+        (object.data["status"]["replicas"] == 1 && ready(&object)).then_some(())
     })
     .await;
 

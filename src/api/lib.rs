@@ -41,6 +41,7 @@ pub mod common;
 pub mod deletion_protection;
 pub mod firewall;
 pub mod gpu_instance;
+pub mod gpu_instance_pool;
 pub mod image;
 pub mod lifetime;
 pub mod reference;
@@ -55,6 +56,10 @@ pub use firewall::{Firewall, FirewallSpec, FirewallStatus};
 pub use gpu_instance::{
     FinalSnapshotSpec, FinalSnapshotStatus, GpuInstance, GpuInstanceSpec, GpuInstanceStatus,
     MAX_STARTUP_SCRIPT_BYTES, PowerState, SecurityRule,
+};
+pub use gpu_instance_pool::{
+    GpuInstancePool, GpuInstancePoolSpec, GpuInstancePoolStatus, MachineTemplate, PoolStrategy,
+    RollingReplace, StrategyType, TemplateMetadata,
 };
 pub use image::{Image, ImageSpec, ImageStatus};
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStatus};

@@ -206,6 +206,18 @@ const BUILTINS: &[Builtin] = &[
         namespaced: false,
         has_status: false,
     },
+    // What scales a custom resource through its scale subresource.
+    Builtin {
+        group: "autoscaling",
+        version: "v2",
+        kind: "HorizontalPodAutoscaler",
+        plural: "horizontalpodautoscalers",
+        singular: "horizontalpodautoscaler",
+        short_names: &["hpa"],
+        categories: &["all"],
+        namespaced: true,
+        has_status: true,
+    },
     Builtin {
         group: "apiextensions.k8s.io",
         version: "v1",
@@ -248,6 +260,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
                 ALL_VERBS.to_vec()
             },
             has_status: builtin.has_status,
+            scale: None,
             printer_columns: Vec::new(),
             schema: None,
             storage_version: true,

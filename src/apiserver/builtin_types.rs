@@ -56,6 +56,9 @@ fn schema_name(info: &ResourceInfo) -> Option<&'static str> {
         ("coordination.k8s.io", "Lease") => "io.k8s.api.coordination.v1.Lease",
         ("", "Service") => "io.k8s.api.core.v1.Service",
         ("apps", "Deployment") => "io.k8s.api.apps.v1.Deployment",
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler"
+        }
         ("policy", "PodDisruptionBudget") => "io.k8s.api.policy.v1.PodDisruptionBudget",
         ("networking.k8s.io", "NetworkPolicy") => "io.k8s.api.networking.v1.NetworkPolicy",
         ("rbac.authorization.k8s.io", "ClusterRole") => "io.k8s.api.rbac.v1.ClusterRole",
@@ -373,6 +376,7 @@ fn decode_typed(info: &ResourceInfo, object: &Value) -> Result<(), Error> {
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     };
     use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{
         ConfigMap, Event, Namespace, Secret, Service, ServiceAccount,
@@ -402,6 +406,7 @@ fn decode_typed(info: &ResourceInfo, object: &Value) -> Result<(), Error> {
         ("coordination.k8s.io", "Lease") => decode::<Lease>(object),
         ("", "Service") => decode::<Service>(object),
         ("apps", "Deployment") => decode::<Deployment>(object),
+        ("autoscaling", "HorizontalPodAutoscaler") => decode::<HorizontalPodAutoscaler>(object),
         ("policy", "PodDisruptionBudget") => decode::<PodDisruptionBudget>(object),
         ("networking.k8s.io", "NetworkPolicy") => decode::<NetworkPolicy>(object),
         ("rbac.authorization.k8s.io", "ClusterRole") => decode::<ClusterRole>(object),

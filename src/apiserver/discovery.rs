@@ -239,6 +239,7 @@ fn review_resource(group: &str, kind: &str, plural: &str) -> ResourceInfo {
         namespaced: false,
         verbs: vec!["create"],
         has_status: false,
+        scale: None,
         printer_columns: Vec::new(),
         schema: None,
         storage_version: true,
@@ -303,6 +304,17 @@ fn api_resources(resources: &[ResourceInfo]) -> Vec<Value> {
                 "singularName": "",
                 "namespaced": info.namespaced,
                 "kind": info.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if info.scale.is_some() {
+            entries.push(json!({
+                "name": format!("{}/scale", info.plural),
+                "singularName": "",
+                "namespaced": info.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
                 "verbs": ["get", "patch", "update"],
             }));
         }
@@ -381,15 +393,23 @@ fn aggregated_resource(info: &ResourceInfo) -> Value {
         if !info.categories.is_empty() {
             object.insert("categories".to_owned(), json!(info.categories));
         }
+        let mut subresources = Vec::new();
         if info.has_status {
-            object.insert(
-                "subresources".to_owned(),
-                json!([{
-                    "subresource": "status",
-                    "responseKind": response_kind,
-                    "verbs": ["get", "patch", "update"],
-                }]),
-            );
+            subresources.push(json!({
+                "subresource": "status",
+                "responseKind": response_kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if info.scale.is_some() {
+            subresources.push(json!({
+                "subresource": "scale",
+                "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if !subresources.is_empty() {
+            object.insert("subresources".to_owned(), Value::Array(subresources));
         }
     }
     entry

@@ -1,6 +1,7 @@
 //! Fault injection for reliability tests: watches cut on demand or at a seeded rate,
-//! `409 Conflict` answers to status writes at a seeded rate, and outages on demand (every
-//! request answered with one error status).
+//! `409 Conflict` answers to status writes at a seeded rate, creates carried out and answered
+//! `504 Timeout` at a seeded rate, and outages on demand (every request answered with one
+//! error status).
 //!
 //! A real control plane drops watches (load balancer idle timeouts, apiserver restarts) and
 //! answers writes with conflicts whenever another writer got there first. Controllers must
@@ -40,6 +41,10 @@ pub struct ApiFaultPlan {
     pub watch_cut_rate: f64,
     /// Shortest and longest lifetime of a watch that is to be cut.
     pub watch_lifetime: (Duration, Duration),
+    /// Probability that a create of a custom resource is carried out and then answered
+    /// `504 Timeout`, as when the request's deadline passes after the write committed: the
+    /// client cannot tell whether the object was created.
+    pub create_timeout_rate: f64,
 }
 
 impl ApiFaultPlan {
@@ -47,6 +52,7 @@ impl ApiFaultPlan {
         for (what, value) in [
             ("status_conflict_rate", self.status_conflict_rate),
             ("watch_cut_rate", self.watch_cut_rate),
+            ("create_timeout_rate", self.create_timeout_rate),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(FaultError::Probability { what, value });
@@ -67,6 +73,8 @@ pub struct FaultCounts {
     pub watches_cut: u64,
     /// Calls of [`ApiFaults::disconnect_watches`].
     pub disconnects: u64,
+    /// Creates carried out and answered `504 Timeout`.
+    pub create_timeouts: u64,
 }
 
 /// The fault state one server shares between its handlers.
@@ -76,6 +84,7 @@ pub struct ApiFaults {
     disconnect: watch::Sender<u64>,
     status_conflicts: AtomicU64,
     watches_cut: AtomicU64,
+    create_timeouts: AtomicU64,
     /// The status of an outage on demand, 0 for none: see [`ApiFaults::set_outage`].
     outage: AtomicU16,
 }
@@ -98,6 +107,7 @@ impl Default for ApiFaults {
             disconnect,
             status_conflicts: AtomicU64::new(0),
             watches_cut: AtomicU64::new(0),
+            create_timeouts: AtomicU64::new(0),
             outage: AtomicU16::new(0),
         }
     }
@@ -129,6 +139,7 @@ impl ApiFaults {
             status_conflicts: self.status_conflicts.load(Ordering::Relaxed),
             watches_cut: self.watches_cut.load(Ordering::Relaxed),
             disconnects: *self.disconnect.borrow(),
+            create_timeouts: self.create_timeouts.load(Ordering::Relaxed),
         }
     }
 
@@ -168,6 +179,20 @@ impl ApiFaults {
             self.status_conflicts.fetch_add(1, Ordering::Relaxed);
         }
         conflict
+    }
+
+    /// Whether the answer to this create, carried out, is to be lost (`504 Timeout`).
+    pub fn timeout_after_create(&self) -> bool {
+        let mut guard = self.lock();
+        let (plan, rng) = &mut *guard;
+        if plan.create_timeout_rate <= 0.0 {
+            return false;
+        }
+        let lost = rng.random::<f64>() < plan.create_timeout_rate;
+        if lost {
+            self.create_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        lost
     }
 
     /// What ends a new watch early: a receiver that changes on the next on-demand disconnect,
@@ -235,6 +260,7 @@ mod tests {
             status_conflict_rate: 0.3,
             watch_cut_rate: 0.5,
             watch_lifetime: (Duration::from_millis(100), Duration::from_millis(300)),
+            create_timeout_rate: 0.0,
         };
         let run = || {
             let faults = ApiFaults::default();

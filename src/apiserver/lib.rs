@@ -26,8 +26,12 @@
 //!   fields (`involvedObject.*`, `reason`, `type`, `source`, `reportingComponent`); CRD
 //!   `selectableFields` are not supported. A watch with an Event field selector does not turn
 //!   a change that leaves the selection into DELETED (label selectors do).
-//! - CRD conditions (`NamesAccepted`, `Established`) are set in the create response itself;
-//!   `/scale` subresources are not served.
+//! - CRD conditions (`NamesAccepted`, `Established`) are set in the create response itself.
+//! - The `/scale` subresource of custom resources is served (see [`handlers::scale`]) without
+//!   the real server's managedFields mapping of the replicas field between the Scale and the
+//!   object: a scale write is recorded as an update of the object by its manager. Server-side
+//!   apply of a Scale is not supported (415). HorizontalPodAutoscalers are stored, but no
+//!   controller acts on them.
 //! - Built-in objects are type-checked as decoding into their Go types does (see
 //!   [`builtin_types`]), but validated only for object metadata (name, labels, annotations,
 //!   finalizers), with Secret `stringData` folding and Namespace phase; the kinds' other

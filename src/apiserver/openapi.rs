@@ -39,6 +39,7 @@ const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
 const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
+const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
 
 const API_VERSION_DESCRIPTION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
 const KIND_DESCRIPTION: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
@@ -240,6 +241,9 @@ pub fn v3_document(state: &AppState, group: &str, version: &str) -> Value {
     // The shared meta types every document references.
     for shared in [OBJECT_META, LIST_META, STATUS, DELETE_OPTIONS, PATCH] {
         add_with_dependencies(&mut schemas, builtin, shared);
+    }
+    if resources.iter().any(|info| info.scale.is_some()) {
+        add_with_dependencies(&mut schemas, builtin, SCALE);
     }
     let referenced: Vec<String> = schemas.keys().cloned().collect();
     for name in referenced {
@@ -517,8 +521,43 @@ fn add_paths(paths: &mut Map<String, Value>, info: &ResourceInfo, name: &str, li
                 Some(patch_body(info)),
             ),
         );
-        status.insert("parameters".to_owned(), Value::Array(item_parameters));
+        status.insert(
+            "parameters".to_owned(),
+            Value::Array(item_parameters.clone()),
+        );
         paths.insert(format!("{scope}/{{name}}/status"), Value::Object(status));
+    }
+
+    if info.scale.is_some() {
+        let mut scale = Map::new();
+        scale.insert(
+            "get".to_owned(),
+            operation(info, "get", &id("read", "Scale"), SCALE, &[], None),
+        );
+        scale.insert(
+            "put".to_owned(),
+            operation(
+                info,
+                "put",
+                &id("replace", "Scale"),
+                SCALE,
+                &write_parameters(false),
+                Some(object_body(SCALE)),
+            ),
+        );
+        scale.insert(
+            "patch".to_owned(),
+            operation(
+                info,
+                "patch",
+                &id("patch", "Scale"),
+                SCALE,
+                &write_parameters(true),
+                Some(patch_body(info)),
+            ),
+        );
+        scale.insert("parameters".to_owned(), Value::Array(item_parameters));
+        paths.insert(format!("{scope}/{{name}}/scale"), Value::Object(scale));
     }
 }
 
@@ -698,6 +737,7 @@ fn generate_builtin_schemas() -> BTreeMap<String, Value> {
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     };
     use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{
         ConfigMap, Event, Namespace, Secret, Service, ServiceAccount,
@@ -720,6 +760,8 @@ fn generate_builtin_schemas() -> BTreeMap<String, Value> {
     // What an operator's installation consists of (its Helm chart and kustomize base).
     generator.subschema_for::<Service>();
     generator.subschema_for::<Deployment>();
+    generator.subschema_for::<HorizontalPodAutoscaler>();
+    generator.subschema_for::<k8s_openapi::api::autoscaling::v1::Scale>();
     generator.subschema_for::<PodDisruptionBudget>();
     generator.subschema_for::<NetworkPolicy>();
     generator.subschema_for::<ClusterRole>();

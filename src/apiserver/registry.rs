@@ -20,11 +20,21 @@ pub struct ResourceInfo {
     pub namespaced: bool,
     pub verbs: Vec<&'static str>,
     pub has_status: bool,
+    /// The CRD version's `subresources.scale`; `None` for built-in kinds.
+    pub scale: Option<ScalePaths>,
     pub printer_columns: Vec<PrinterColumn>,
     /// The compiled `openAPIV3Schema` of a CRD version; `None` for built-in kinds.
     pub schema: Option<Arc<Schema>>,
     pub storage_version: bool,
     pub served: bool,
+}
+
+/// The JSON paths of a CRD version's scale subresource (`.spec.replicas` style).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub label_selector: Option<String>,
 }
 
 /// One `additionalPrinterColumns` entry of a CRD version.

@@ -56,6 +56,12 @@ pub mod reason {
     pub const ADOPTION_NOT_ALLOWED: &str = "AdoptionNotAllowed";
     pub const RATE_LIMITED: &str = "RateLimited";
     pub const CLOUD_UNAVAILABLE: &str = "CloudUnavailable";
+    /// A GpuInstancePool making or deleting machines to reach `replicas`.
+    pub const SCALING: &str = "Scaling";
+    /// A GpuInstancePool replacing machines made from an older template.
+    pub const REPLACING: &str = "Replacing";
+    /// A GpuInstancePool with more machines than `replicas` that deletion protection keeps.
+    pub const DELETION_PROTECTED: &str = "DeletionProtected";
 }
 
 /// Where an object stands after a reconcile.

@@ -18,6 +18,7 @@ pub mod final_snapshot;
 pub mod firewall;
 pub mod gauges;
 pub mod gpu_instance;
+pub mod gpu_instance_pool;
 pub mod image;
 pub mod kind;
 pub mod leader;

@@ -10,7 +10,8 @@
 
 use crate::kind::ManagedKind;
 use gpucloud_api::{
-    Budget, Firewall, GpuInstance, Image, KindReference, Managed, Snapshot, SshKey, Volume,
+    Budget, Firewall, GpuInstance, GpuInstancePool, Image, KindReference, Managed, Snapshot,
+    SshKey, Volume,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -85,9 +86,13 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 }
 
 /// The CRDs of the kinds that own no cloud resource but govern those that do (`Budget`,
-/// `budget.rs`): installed, granted and rendered with the managed kinds, never swept.
+/// `budget.rs`; `GpuInstancePool`, which makes GpuInstances, `gpu_instance_pool.rs`):
+/// installed, granted and rendered with the managed kinds, never swept.
 pub fn policy_crds() -> Vec<CustomResourceDefinition> {
-    vec![gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS)]
+    vec![
+        gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS),
+        GpuInstancePool::definition(),
+    ]
 }
 
 /// The CRDs as one multi-document YAML stream (what `gpucloud-operator crds` prints).

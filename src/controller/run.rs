@@ -19,7 +19,7 @@ use crate::reconcile::{error_policy, reconcile};
 use crate::registry::{KindFn, KindVisitor, each_kind, map_kinds};
 use crate::watch_health;
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
-use gpucloud_api::Budget;
+use gpucloud_api::{Budget, GpuInstance, GpuInstancePool};
 use gpucloud_cloud::{CallObserver, FanOut};
 use gpucloud_telemetry::{Health, Metrics};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -356,6 +356,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &config.reconcile,
             shutdown.clone(),
         ));
+        controllers.push(pool_controller(&scoped, &changes, shutdown.clone()));
         if followed_kinds().iter().any(|k| k == CONFIG_MAP) {
             controllers.push(relay_config_maps(&scoped, changes, shutdown.clone()).boxed());
         }
@@ -900,10 +901,68 @@ fn budget_controller(
         .boxed()
 }
 
+/// The GpuInstancePools of a scope (`gpu_instance_pool.rs`): each is reconciled when its
+/// spec, labels or annotations change (not its own status writes), when one of its machines
+/// changes (the GpuInstances' one watch, relayed: a machine is named `<pool>-<suffix>`), and
+/// when its reconcile asks to be looked at again.
+fn pool_controller(
+    scoped: &ScopedApi,
+    changes: &ChangeHub,
+    shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
+) -> BoxFuture<'static, ()> {
+    let (store, writer) = reflector::store::<GpuInstancePool>();
+    let pools = store.clone();
+    let machine_changes = changes
+        .subscribe(vec![GpuInstance::kind(&()).into_owned()])
+        .filter_map(move |change| {
+            let pool = change
+                .name
+                .rsplit_once('-')
+                .map(|(pool, _)| pool.to_string())
+                .and_then(|pool| {
+                    let reference = ObjectRef::<GpuInstancePool>::new(&pool)
+                        .within(change.namespace.as_deref().unwrap_or_default());
+                    pools.get(&reference).map(|_| reference)
+                });
+            futures::future::ready(pool)
+        });
+    let health = scoped.health.clone();
+    let scope = sync_key("GpuInstancePool", scoped.namespace.as_deref());
+    let objects = scoped
+        .watch::<GpuInstancePool>(watcher::Config::default())
+        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                health.synced(&scope);
+            }
+        })
+        .applied_objects()
+        .predicate_filter(intent_hash, PredicateConfig::default())
+        .filter_map(|pool| futures::future::ready(pool.ok().map(Ok::<_, watcher::Error>)));
+    Controller::for_stream(objects, store)
+        .reconcile_on(machine_changes)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |pool, client: Arc<kube::Client>| async move {
+                let next = crate::gpu_instance_pool::reconcile(&client, &pool).await?;
+                Ok::<_, crate::error::Error>(kube::runtime::controller::Action::requeue(next))
+            },
+            |pool, error, _| {
+                tracing::debug!(pool = %pool.name_any(), %error, "pool not reconciled; trying again");
+                kube::runtime::controller::Action::requeue(Duration::from_secs(
+                    if error.is_stale_write() { 1 } else { 5 },
+                ))
+            },
+            Arc::new(scoped.client.clone()),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpucloud_api::{Firewall, GpuInstance, Image, Snapshot, SshKey, Volume};
+    use gpucloud_api::{Firewall, Image, Snapshot, SshKey, Volume};
 
     /// Who follows whom, derived from the kinds' declarations: each row is what the
     /// hand-wired relays did before the declarations existed.

@@ -58,6 +58,9 @@ docs/install.md says why each is needed; tests/least_privilege.rs proves each is
   resources: {{ include "gpucloud-operator.policyResources" . }}
   verbs: [list, watch]
 - apiGroups: [gpucloud.io]
+  resources: [gpuinstances]
+  verbs: [create, delete]
+- apiGroups: [gpucloud.io]
   resources: {{ include "gpucloud-operator.kindStatusResources" . }}
   verbs: [update]
 - apiGroups: [""]

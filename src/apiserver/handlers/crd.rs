@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::semantics::{FieldError, compile};
 use super::write::now;
 use crate::builtin;
-use crate::registry::{ALL_VERBS, PrinterColumn, ResourceInfo, ResourceKey};
+use crate::registry::{ALL_VERBS, PrinterColumn, ResourceInfo, ResourceKey, ScalePaths};
 use crate::server::AppState;
 
 /// The finalizer under which a CRD's custom resources are deleted before the CRD goes.
@@ -111,6 +111,9 @@ pub fn prepare(state: &AppState, crd: &mut Value, old: Option<&Value>) -> Vec<Fi
                     );
                 }
             }
+        }
+        if let Some(scale) = version.pointer("/subresources/scale") {
+            errors.extend(scale_path_errors(&format!("{path}.subresources"), scale));
         }
     }
     if !errors.is_empty() {
@@ -278,6 +281,22 @@ pub fn register(state: &AppState, crd: &Value) {
             namespaced: spec["scope"] == "Namespaced",
             verbs: ALL_VERBS.to_vec(),
             has_status: version.pointer("/subresources/status").is_some(),
+            scale: version
+                .pointer("/subresources/scale")
+                .map(|scale| ScalePaths {
+                    spec_replicas: scale["specReplicasPath"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    status_replicas: scale["statusReplicasPath"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    label_selector: scale["labelSelectorPath"]
+                        .as_str()
+                        .filter(|path| !path.is_empty())
+                        .map(str::to_string),
+                }),
             printer_columns,
             schema: Some(Arc::new(schema)),
             storage_version: version["storage"].as_bool() == Some(true),
@@ -285,6 +304,72 @@ pub fn register(state: &AppState, crd: &Value) {
         });
     }
     state.registry.replace_resource(group, plural, infos);
+}
+
+/// `validateCustomResourceDefinitionSubresources`: the scale paths are simple JSON paths,
+/// the spec replicas under `.spec`, the status replicas under `.status`, the selector under
+/// either.
+fn scale_path_errors(path: &str, scale: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let simple = |field: &str, value: &str| -> Option<FieldError> {
+        if value.is_empty() {
+            Some(FieldError::invalid(
+                field,
+                json!(value),
+                "must not be empty",
+            ))
+        } else if !value.starts_with('.') {
+            Some(FieldError::invalid(
+                field,
+                json!(value),
+                "must be a simple json path starting with .",
+            ))
+        } else {
+            None
+        }
+    };
+    for (name, under, message) in [
+        (
+            "specReplicasPath",
+            &[".spec."][..],
+            "should be a json path under .spec",
+        ),
+        (
+            "statusReplicasPath",
+            &[".status."][..],
+            "should be a json path under .status",
+        ),
+    ] {
+        let field = format!("{path}.scale.{name}");
+        match scale[name].as_str().filter(|value| !value.is_empty()) {
+            None => errors.push(FieldError::required(field, "")),
+            Some(value) => match simple(&field, value) {
+                Some(error) => errors.push(error),
+                None if !under.iter().any(|prefix| value.starts_with(prefix)) => {
+                    errors.push(FieldError::invalid(field, json!(value), message));
+                }
+                None => {}
+            },
+        }
+    }
+    if let Some(value) = scale["labelSelectorPath"]
+        .as_str()
+        .filter(|v| !v.is_empty())
+    {
+        let field = format!("{path}.scale.labelSelectorPath");
+        match simple(&field, value) {
+            Some(error) => errors.push(error),
+            None if !value.starts_with(".spec.") && !value.starts_with(".status.") => {
+                errors.push(FieldError::invalid(
+                    field,
+                    json!(value),
+                    "should be a json path under either .spec or .status",
+                ));
+            }
+            None => {}
+        }
+    }
+    errors
 }
 
 /// A CRD is gone: its objects are removed and its resources no longer served.

@@ -5,6 +5,7 @@ pub mod crd;
 pub mod delete;
 pub mod patch;
 pub mod read;
+pub mod scale;
 pub mod semantics;
 pub mod write;
 
@@ -290,7 +291,7 @@ async fn handle_verb(
     body: Body,
     user: String,
 ) -> Result<Response, ApiError> {
-    // The status subresource serves get, update and patch only.
+    // The status and scale subresources serve get, update and patch only.
     let allowed = match target.subresource {
         Some(_) => matches!(verb, "get" | "update" | "patch"),
         None => target.info.verbs.contains(&verb),
@@ -323,6 +324,15 @@ async fn handle_verb(
     let result = run_verb(&context, verb, &method, body).await;
     let warnings = context.take_warnings();
     let mut response = result?;
+    if verb == "create"
+        && context.info().is_custom()
+        && response.status() == StatusCode::CREATED
+        && state.faults.timeout_after_create()
+    {
+        return Err(ApiError::timeout(
+            "Timeout: request did not complete within requested timeout - context deadline exceeded",
+        ));
+    }
     for warning in warnings {
         // The real server's format: `299 - "<text>"`.
         let text = format!("299 - {}", serde_json::Value::String(warning));
@@ -339,6 +349,20 @@ async fn run_verb(
     method: &Method,
     body: Body,
 ) -> Result<Response, ApiError> {
+    if context.target.subresource.as_deref() == Some("scale") {
+        return match verb {
+            "get" => scale::get(context),
+            "update" => {
+                let body = read_body(context, body).await?;
+                scale::update(context, &body)
+            }
+            "patch" => {
+                let body = read_body(context, body).await?;
+                scale::patch(context, &body)
+            }
+            _ => Err(method_not_allowed(method)),
+        };
+    }
     match verb {
         "get" => read::get(context),
         "list" => read::list(context),
@@ -427,6 +451,7 @@ pub fn parse_target(state: &AppState, path: &str) -> Result<Target, ApiError> {
     }
     if let Some(subresource) = &subresource
         && !(subresource == "status" && info.has_status)
+        && !(subresource == "scale" && info.scale.is_some())
     {
         return Err(path_not_found());
     }

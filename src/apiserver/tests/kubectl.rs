@@ -5,3 +5,4 @@ mod kubectl_support;
 mod kubectl_admission;
 mod kubectl_conformance;
 mod kubectl_imperative;
+mod kubectl_scale;

@@ -52,6 +52,8 @@ mod capture;
 mod checks;
 #[path = "chaos/model.rs"]
 mod model;
+#[path = "chaos/pools.rs"]
+mod pools;
 #[path = "chaos/tenant.rs"]
 mod tenant;
 #[path = "chaos/world.rs"]
@@ -343,4 +345,67 @@ async fn seeded_chaos_runs_keep_every_invariant() {
         offending.join("\n")
     );
     assert!(capture.lines() > 0, "no log line was captured");
+}
+
+/// GpuInstancePools under operator kills, lost create answers and stale views
+/// (`chaos/pools.rs`): exactly `replicas` machines and no machine made twice, in every seed.
+/// The same seeds as the world runs (`GPUCLOUD_CHAOS_SEED`, `GPUCLOUD_CHAOS_SEEDS`,
+/// `GPUCLOUD_CHAOS_FIRST`, `GPUCLOUD_CHAOS_CONCURRENCY`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_pool_runs_keep_exactly_replicas() {
+    let seeds: Vec<u64> = match env_number("GPUCLOUD_CHAOS_SEED") {
+        Some(seed) => vec![seed],
+        None => {
+            let first = env_number("GPUCLOUD_CHAOS_FIRST").unwrap_or(1);
+            (first..=env_number("GPUCLOUD_CHAOS_SEEDS").unwrap_or(200)).collect()
+        }
+    };
+    let concurrency = env_number("GPUCLOUD_CHAOS_CONCURRENCY").unwrap_or(8).max(1) as usize;
+    let started = Instant::now();
+    let count = seeds.len();
+    let mut results = futures::stream::iter(seeds)
+        .map(|seed| async move {
+            let run = tokio::time::timeout(RUN_BOUND, pools::run_seed(seed));
+            match tokio::spawn(run).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(world::Failure {
+                    seed,
+                    message: format!(
+                        "pool: the run did not finish within {}s",
+                        RUN_BOUND.as_secs()
+                    ),
+                    trace: Vec::new(),
+                }),
+                Err(panic) => Err(world::Failure {
+                    seed,
+                    message: format!("pool: the run panicked: {panic}"),
+                    trace: Vec::new(),
+                }),
+            }
+        })
+        .buffer_unordered(concurrency);
+    let mut total = pools::PoolStats::default();
+    let mut failures = Vec::new();
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(stats) => total.add(&stats),
+            Err(failure) => {
+                eprintln!(
+                    "pool chaos seed {} FAILED: {}\n  replay: GPUCLOUD_CHAOS_SEED={} cargo test -p gpucloud-controller --test chaos seeded_pool\n  trace:\n    {}",
+                    failure.seed,
+                    failure.message,
+                    failure.seed,
+                    failure.trace.join("\n    ")
+                );
+                failures.push(failure.seed);
+            }
+        }
+    }
+    eprintln!(
+        "pool chaos: {count} seeds in {:.1}s ({} passed, {} failed)\n  {total:?}",
+        started.elapsed().as_secs_f64(),
+        total.runs,
+        failures.len(),
+    );
+    assert!(failures.is_empty(), "pool chaos seeds failed: {failures:?}");
 }

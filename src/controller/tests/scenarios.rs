@@ -27,6 +27,7 @@ mod openmetrics;
 mod orphans;
 mod outage;
 mod policies;
+mod pools;
 mod production;
 mod rate_limit_storm;
 mod readoption;

@@ -183,3 +183,66 @@ fn root_rules_see_only_name_and_generate_name_of_metadata() {
         vec!["<nil>: Invalid value: \"object\": name is fixed"]
     );
 }
+
+fn pool(template_spec: Value, strategy: Value) -> Value {
+    json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "workers"}},
+            "template": {"metadata": {"labels": {"app": "workers"}}, "spec": template_spec},
+            "strategy": strategy
+        }
+    })
+}
+
+/// A pool's template may change what a GpuInstance may not (its machines are replaced), keeps
+/// a GpuInstance's other rules, and must select its own machines.
+#[test]
+fn pool_templates_change_freely_and_select_their_machines() {
+    let schema = schema_of(&load("gpuinstancepools.gpucloud.io.yaml"));
+    let machine = json!({"region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+                         "osImage": "ubuntu-22.04-cuda-12"});
+    let mut old = pool(machine.clone(), json!({"type": "RollingReplace"}));
+    schema.apply_defaults(&mut old);
+    assert_eq!(old["spec"]["strategy"]["type"], "RollingReplace");
+    assert!(schema.validate(&old, None).is_empty());
+
+    let mut changed = old.clone();
+    changed["spec"]["template"]["spec"]["gpuType"] = json!("H100-80G");
+    changed["spec"]["template"]["spec"]["region"] = json!("eu-west-1");
+    assert_eq!(
+        messages(&schema.validate(&changed, Some(&old))),
+        Vec::<String>::new()
+    );
+
+    let mut two_sources = old.clone();
+    two_sources["spec"]["template"]["spec"]["imageRef"] = json!({"name": "img"});
+    let found = messages(&schema.validate(&two_sources, None)).join("\n");
+    assert!(
+        found.contains("exactly one of osImage, imageRef and source"),
+        "{found}"
+    );
+
+    let mut foreign = old.clone();
+    foreign["spec"]["selector"] = json!({"matchLabels": {"app": "other"}});
+    let found = messages(&schema.validate(&foreign, None)).join("\n");
+    assert!(
+        found.contains("selector.matchLabels must be among template.metadata.labels"),
+        "{found}"
+    );
+    let found = messages(&schema.validate(&foreign, Some(&old))).join("\n");
+    assert!(found.contains("selector is immutable"), "{found}");
+
+    let mut stuck = pool(
+        machine,
+        json!({"type": "RollingReplace", "rollingReplace": {"maxUnavailable": 0, "maxSurge": 0}}),
+    );
+    schema.apply_defaults(&mut stuck);
+    let found = messages(&schema.validate(&stuck, None)).join("\n");
+    assert!(
+        found.contains("maxUnavailable and maxSurge cannot both be 0"),
+        "{found}"
+    );
+}

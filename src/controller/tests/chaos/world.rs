@@ -476,6 +476,7 @@ impl Run {
             status_conflict_rate: rng.random_range(0.05..0.3),
             watch_cut_rate: rng.random_range(0.2..0.6),
             watch_lifetime: (Duration::from_millis(100), Duration::from_millis(1500)),
+            create_timeout_rate: 0.0,
         };
         self.note(format!("cloud faults {plan:?}"));
         self.note(format!("API server faults {api:?}"));

@@ -1,0 +1,351 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+
+/// A machine `name` made at second `age` (larger is newer): `r` Ready, `o` of the old
+/// template, `p` protected, `d` deleting.
+fn m(name: &str, age: i64, flags: &str) -> Machine {
+    Machine {
+        name: name.into(),
+        created: Some(Timestamp::from_second(age).unwrap()),
+        ready: flags.contains('r'),
+        current: !flags.contains('o'),
+        protected: flags.contains('p'),
+        deleting: flags.contains('d'),
+    }
+}
+
+fn record(creating: &[&str], deleting: &[&str]) -> Record {
+    Record {
+        creating: creating.iter().map(|s| s.to_string()).collect(),
+        deleting: deleting.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+const ROLLING: Strategy = Strategy::RollingReplace {
+    max_unavailable: 1,
+    max_surge: 0,
+};
+
+fn names(prefix: &str) -> impl FnMut() -> String {
+    let mut n = 0;
+    let prefix = prefix.to_string();
+    move || {
+        n += 1;
+        format!("{prefix}{n}")
+    }
+}
+
+struct Case {
+    what: &'static str,
+    replicas: usize,
+    strategy: Strategy,
+    machines: Vec<Machine>,
+    record: Record,
+    create: &'static [&'static str],
+    delete: &'static [&'static str],
+}
+
+#[test]
+fn the_plan_keeps_exactly_replicas() {
+    let cases = [
+        Case {
+            what: "scale up from nothing: names recorded and created",
+            replicas: 3,
+            strategy: ROLLING,
+            machines: vec![],
+            record: Record::default(),
+            create: &["new1", "new2", "new3"],
+            delete: &[],
+        },
+        Case {
+            what: "recorded creates not yet listed count: nothing new, created again",
+            replicas: 3,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r")],
+            record: record(&["b", "c"], &[]),
+            create: &["b", "c"],
+            delete: &[],
+        },
+        Case {
+            what: "recorded creates listed are done",
+            replicas: 3,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, ""), m("c", 3, "")],
+            record: record(&["b", "c"], &[]),
+            create: &[],
+            delete: &[],
+        },
+        Case {
+            what: "a machine deleted by hand is replaced",
+            replicas: 2,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, "rd")],
+            record: Record::default(),
+            create: &["new1"],
+            delete: &[],
+        },
+        Case {
+            what: "scale down: the not-Ready one first, then the newest",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, ""), m("c", 3, "r")],
+            record: Record::default(),
+            create: &[],
+            delete: &["b", "c"],
+        },
+        Case {
+            what: "scale down waits for recorded creates to be listed, and creates them",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r")],
+            record: record(&["b", "c"], &[]),
+            create: &["b", "c"],
+            delete: &[],
+        },
+        Case {
+            what: "once listed, they go first (not Ready, newest)",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, ""), m("c", 3, "")],
+            record: record(&["b", "c"], &[]),
+            create: &[],
+            delete: &["c", "b"],
+        },
+        Case {
+            what: "a recorded delete not carried out is chosen again first",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, ""), m("b", 2, "r")],
+            record: record(&[], &["b"]),
+            create: &[],
+            delete: &["b"],
+        },
+        Case {
+            what: "a recorded delete not carried out is let go when replicas were raised",
+            replicas: 2,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, "r")],
+            record: record(&[], &["b"]),
+            create: &[],
+            delete: &[],
+        },
+        Case {
+            what: "scale down never chooses a protected machine",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, "rp"), m("c", 3, "rp")],
+            record: Record::default(),
+            create: &[],
+            delete: &["a"],
+        },
+        Case {
+            what: "a recorded delete is repeated until the machine is deleting",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, "r")],
+            record: record(&[], &["b"]),
+            create: &[],
+            delete: &["b"],
+        },
+        Case {
+            what: "a recorded delete listed deleting is done, and not replaced",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, "rd")],
+            record: record(&[], &["b"]),
+            create: &[],
+            delete: &[],
+        },
+        Case {
+            what: "rolling replace: one Ready old machine at a time, its replacement at once",
+            replicas: 3,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "ro"), m("b", 2, "ro"), m("c", 3, "ro")],
+            record: Record::default(),
+            create: &["new1"],
+            delete: &["c"],
+        },
+        Case {
+            what: "rolling replace waits while a replacement is not Ready",
+            replicas: 3,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "ro"), m("b", 2, "ro"), m("d", 4, "")],
+            record: Record::default(),
+            create: &[],
+            delete: &[],
+        },
+        Case {
+            what: "rolling replace goes on once it is Ready",
+            replicas: 3,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "ro"), m("b", 2, "ro"), m("d", 4, "r")],
+            record: Record::default(),
+            create: &["new1"],
+            delete: &["b"],
+        },
+        Case {
+            what: "old machines not Ready go at once, whatever maxUnavailable",
+            replicas: 3,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "o"), m("b", 2, "o"), m("c", 3, "ro")],
+            record: Record::default(),
+            create: &["new1", "new2"],
+            delete: &["b", "a"],
+        },
+        Case {
+            what: "surge: new machines first, old ones only once others are Ready",
+            replicas: 2,
+            strategy: Strategy::RollingReplace {
+                max_unavailable: 0,
+                max_surge: 1,
+            },
+            machines: vec![m("a", 1, "ro"), m("b", 2, "ro")],
+            record: Record::default(),
+            create: &["new1"],
+            delete: &[],
+        },
+        Case {
+            what: "surge: a Ready replacement lets one old machine go",
+            replicas: 2,
+            strategy: Strategy::RollingReplace {
+                max_unavailable: 0,
+                max_surge: 1,
+            },
+            machines: vec![m("a", 1, "ro"), m("b", 2, "ro"), m("c", 3, "r")],
+            record: Record::default(),
+            create: &["new1"],
+            delete: &["b"],
+        },
+        Case {
+            what: "OnDelete keeps old machines",
+            replicas: 2,
+            strategy: Strategy::OnDelete,
+            machines: vec![m("a", 1, "ro"), m("b", 2, "ro")],
+            record: Record::default(),
+            create: &[],
+            delete: &[],
+        },
+        Case {
+            what: "OnDelete replaces a deleted old machine from the new template",
+            replicas: 2,
+            strategy: Strategy::OnDelete,
+            machines: vec![m("a", 1, "ro"), m("b", 2, "rod")],
+            record: Record::default(),
+            create: &["new1"],
+            delete: &[],
+        },
+        Case {
+            what: "a proposed name in use is never taken",
+            replicas: 2,
+            strategy: ROLLING,
+            machines: vec![m("new1", 1, "r")],
+            record: Record::default(),
+            create: &["new2"],
+            delete: &[],
+        },
+    ];
+    for case in cases {
+        let plan = plan(
+            case.replicas,
+            case.strategy,
+            &case.machines,
+            &case.record,
+            &mut names("new"),
+        );
+        assert_eq!(plan.create, case.create, "{}: create", case.what);
+        assert_eq!(plan.delete, case.delete, "{}: delete", case.what);
+        assert_eq!(plan.record.creating, plan.create, "{}", case.what);
+        assert_eq!(plan.record.deleting, plan.delete, "{}", case.what);
+    }
+}
+
+/// However often it is run on what it recorded, and whichever of its actions happened, the
+/// plan ends with `replicas` machines: every recorded create counts until listed.
+#[test]
+fn replaying_a_record_never_adds_machines() {
+    for replicas in 0..5 {
+        for made in 0..=replicas {
+            let first = plan(replicas, ROLLING, &[], &Record::default(), &mut names("x"));
+            // Only `made` of the creates happened (a crash, lost responses), none listed yet.
+            let again = plan(replicas, ROLLING, &[], &first.record, &mut names("y"));
+            assert_eq!(again.create, first.create, "nothing new while unlisted");
+            let listed: Vec<Machine> = first.create[..made].iter().map(|n| m(n, 1, "")).collect();
+            let third = plan(replicas, ROLLING, &listed, &again.record, &mut names("z"));
+            assert_eq!(listed.len() + third.create.len(), replicas);
+            assert!(third.create.iter().all(|n| n.starts_with('x')), "{third:?}");
+        }
+    }
+}
+
+#[test]
+fn a_protected_excess_is_reported() {
+    let machines = [m("a", 1, "rp"), m("b", 2, "rp")];
+    let plan = plan(1, ROLLING, &machines, &Record::default(), &mut names("n"));
+    assert!(plan.delete.is_empty());
+    assert_eq!(plan.protected_excess, 1);
+    let outcome = outcome(1, &machines, &plan, &[]);
+    assert_eq!(outcome.reason(), reason::DELETION_PROTECTED);
+}
+
+#[test]
+fn the_outcome_carries_the_machines_reasons() {
+    let machines = [m("a", 1, "r"), m("b", 2, "")];
+    let plan = plan(2, ROLLING, &machines, &Record::default(), &mut names("n"));
+    let stuck = MachineStanding {
+        name: "b".into(),
+        reason: "CreateRefused".into(),
+        message: "no H100 in stock".into(),
+        stalled: true,
+    };
+    let outcome = outcome(2, &machines, &plan, &[stuck]);
+    assert_eq!(outcome.standing(), "stalled");
+    assert_eq!(outcome.reason(), "CreateRefused");
+    assert!(
+        outcome.message().contains("no H100 in stock"),
+        "{outcome:?}"
+    );
+
+    let ready = [m("a", 1, "r"), m("b", 2, "r")];
+    let plan = super::plan(2, ROLLING, &ready, &Record::default(), &mut names("n"));
+    assert_eq!(super::outcome(2, &ready, &plan, &[]).standing(), "ready");
+}
+
+#[test]
+fn template_hashes_follow_the_template_not_the_deletion_policy() {
+    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+        "metadata": {"name": "workers", "namespace": "team-a", "uid": "u1"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "workers"}},
+            "template": {
+                "metadata": {"labels": {"app": "workers"}},
+                "spec": {"region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+                         "osImage": "ubuntu-22.04-cuda-12"}
+            }
+        }
+    }))
+    .unwrap();
+    let hash = template_hash(&pool).unwrap();
+    assert_eq!(hash.len(), 10);
+    let mut orphaning = pool.clone();
+    orphaning.spec.deletion_policy = gpucloud_api::DeletionPolicy::Orphan;
+    assert_eq!(template_hash(&orphaning).unwrap(), hash);
+    let mut other = pool.clone();
+    other.spec.template.spec.gpu_type = Some("H100".into());
+    assert_ne!(template_hash(&other).unwrap(), hash);
+
+    let instance = machine(&orphaning, "workers-abcde", &hash);
+    assert_eq!(instance.labels()[POOL_LABEL], "workers");
+    assert_eq!(instance.labels()[TEMPLATE_HASH_LABEL], hash);
+    assert_eq!(instance.labels()["app"], "workers");
+    assert_eq!(
+        instance.spec.managed.deletion_policy,
+        gpucloud_api::DeletionPolicy::Orphan
+    );
+    let owner = &instance.owner_references()[0];
+    assert_eq!(owner.uid, "u1");
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(owner.block_owner_deletion, Some(true));
+}
