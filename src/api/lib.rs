@@ -53,8 +53,9 @@ pub use budget::{Budget, BudgetSpec, BudgetStatus, OnExceeded, PoweredOff, Reser
 pub use common::*;
 pub use firewall::{Firewall, FirewallSpec, FirewallStatus};
 pub use gpu_instance::{
-    FinalSnapshotSpec, FinalSnapshotStatus, GpuInstance, GpuInstanceSpec, GpuInstanceStatus,
-    MAX_STARTUP_SCRIPT_BYTES, PowerState, SecurityRule,
+    ChosenPlacement, FinalSnapshotSpec, FinalSnapshotStatus, GpuInstance, GpuInstanceSpec,
+    GpuInstanceStatus, MAX_STARTUP_SCRIPT_BYTES, Placement, PlacementAlternative, PlacementPolicy,
+    PlacementStatus, PowerState, SecurityRule, SkippedPlacement,
 };
 pub use image::{Image, ImageSpec, ImageStatus};
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStatus};

@@ -24,6 +24,7 @@ mod lifetimes_scaled;
 mod openmetrics;
 mod orphans;
 mod outage;
+mod placement;
 mod policies;
 mod production;
 mod rate_limit_storm;
