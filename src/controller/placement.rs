@@ -13,6 +13,7 @@ use gpucloud_api::{
     ChosenPlacement, GpuInstanceSpec, PlacementPolicy, PlacementStatus, SkippedPlacement,
 };
 use gpucloud_cloud::model::PricingBody;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Why a candidate was passed over (`status.placement.skipped[].reason`).
 pub mod skip {
@@ -217,11 +218,10 @@ pub fn choose(
     let mut wants = Vec::new();
     let mut lowest_above: Option<f64> = None;
     for (index, candidate) in candidates.iter().enumerate() {
-        let refusal = refused.iter().find(|r| {
-            candidate.same(r)
-                && r.reason == skip::REFUSED_BY_CLOUD
-                && r.at.as_ref().is_some_and(|at| at.0 >= catalog.read_at)
-        });
+        let refusal = refused
+            .iter()
+            .find(|r| candidate.same(r) && r.reason == skip::REFUSED_BY_CLOUD)
+            .filter(|r| r.at.as_ref().is_some_and(|at| newer_than(at, catalog)));
         let free = catalog.available(&candidate.gpu_type, &candidate.region);
         let rate = rate(pricing, &candidate.gpu_type, candidate.gpu_count);
         let (reason, why) = match (refusal, rate) {
@@ -320,6 +320,14 @@ pub fn choose(
     })
 }
 
+/// Whether a refusal recorded at `at` may have come after the catalog was read. The status
+/// keeps whole seconds, so a refusal is newer unless a second after its recorded time is still
+/// before the read.
+fn newer_than(at: &Time, catalog: &Catalog) -> bool {
+    at.0.checked_add(std::time::Duration::from_secs(1))
+        .map_or(true, |upper| upper > catalog.read_at)
+}
+
 /// The status after the cloud refused the chosen candidate's create for want of stock, at
 /// `at`: the candidate joins the skipped ones as `RefusedByCloud`, and nothing is chosen. `None`
 /// when nothing was chosen (a refusal of no placement of this module's).
@@ -344,7 +352,7 @@ pub fn refused(
         gpu_count: chosen.gpu_count,
         region: chosen.region.clone(),
         reason: skip::REFUSED_BY_CLOUD.to_string(),
-        at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at)),
+        at: Some(Time(at)),
     });
     Some(PlacementStatus {
         chosen: None,
@@ -615,6 +623,21 @@ mod tests {
             chosen(&pick(&spec, &stock, None, &old.skipped).unwrap()).2,
             "us-east-1"
         );
+        // The status keeps whole seconds: a refusal in the second the catalog was read (at
+        // 100.5, shown as 100) may be newer, and counts.
+        let same_second = refused(&first.status, at(100)).unwrap();
+        let mut read_late = catalog(&stock);
+        read_late.read_at = Timestamp::from_millisecond(100_500).unwrap();
+        let (policy, list) = candidates(&spec).unwrap();
+        let next = choose(
+            policy,
+            &list,
+            None,
+            &read_late,
+            &pricing(),
+            &same_second.skipped,
+        );
+        assert_eq!(chosen(&next.unwrap()).2, "eu-west-1");
     }
 
     #[test]

@@ -617,7 +617,7 @@ async fn create_step<K: ManagedKind>(
                     if reserved && let Err(e) = crate::budget::release(&cx.client, &object).await {
                         tracing::warn!(error = %e, "the Budget reservation of a refused create was not given back");
                     }
-                    Ok(requeue(Duration::ZERO))
+                    Ok(requeue(cx.settings.transition_requeue))
                 }
                 Err(error) if error.is_definite_refusal() => {
                     // The cloud refused before acting: nothing was created, nothing is billed.

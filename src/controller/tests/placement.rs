@@ -284,6 +284,10 @@ async fn a_refusal_for_stock_after_the_catalog_said_yes_moves_to_the_next_altern
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_create_response_and_a_restart_between_alternatives_end_with_one_machine() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("gpucloud_controller=debug")
+        .with_test_writer()
+        .try_init();
     let mut env = Env::without_operator(with_admin()).await;
     let mut config = test_config(&env.simulator);
     config.cloud.catalog_ttl = Duration::from_secs(600);
@@ -333,5 +337,10 @@ async fn a_dropped_create_response_and_a_restart_between_alternatives_end_with_o
         (chosen.gpu_type.as_str(), chosen.region.as_str()),
         ("H100-80G", "eu-west-1")
     );
-    assert_eq!(env.calls("CreateInstance"), 3);
+    assert_eq!(
+        env.calls("CreateInstance"),
+        3,
+        "{:?}",
+        env.simulator.counters().operations["CreateInstance"]
+    );
 }
