@@ -41,6 +41,7 @@ pub mod common;
 pub mod deletion_protection;
 pub mod firewall;
 pub mod gpu_instance;
+pub mod gpu_offering;
 pub mod image;
 pub mod lifetime;
 pub mod reference;
@@ -57,6 +58,7 @@ pub use gpu_instance::{
     GpuInstanceStatus, MAX_STARTUP_SCRIPT_BYTES, Placement, PlacementAlternative, PlacementPolicy,
     PlacementStatus, PowerState, SecurityRule, SkippedPlacement,
 };
+pub use gpu_offering::{GpuOffering, GpuOfferingSpec, GpuOfferingStatus};
 pub use image::{Image, ImageSpec, ImageStatus};
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStatus};
 pub use ssh_key::{SshKey, SshKeySpec, SshKeyStatus};

@@ -22,6 +22,7 @@ pub mod kind;
 pub mod leader;
 pub mod naming;
 pub mod observer;
+pub mod offerings;
 pub mod orphans;
 pub mod ownership;
 pub mod placement;

@@ -21,6 +21,7 @@ mod invalid_objects;
 mod lifecycle;
 mod lifetimes;
 mod lifetimes_scaled;
+mod offerings;
 mod openmetrics;
 mod orphans;
 mod outage;
