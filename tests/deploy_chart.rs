@@ -289,9 +289,12 @@ fn values_reach_the_operator_settings() {
             // Leader election, on by default.
             "Role",
             "RoleBinding",
+            // Every authenticated user reads the GpuOfferings.
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ServiceAccount"
         ],
-        "defaults: nothing optional but deletion protection and leader election"
+        "defaults: nothing optional but deletion protection, leader election and the catalog reader"
     );
     assert_eq!(
         defaults.env_var("GPUCLOUD_LEADER_ELECT").as_deref(),

@@ -326,6 +326,11 @@ async fn readme_session_with_kubectl() {
         .map(|block| block.lines().collect())
         .filter(|block: &Vec<&str>| !block.is_empty())
         .collect();
+    // The catalog's GpuOfferings are in the category too, without conditions.
+    let (offerings, blocks): (Vec<Vec<&str>>, Vec<Vec<&str>>) = blocks
+        .into_iter()
+        .partition(|block| block[0].contains("AVAILABLE"));
+    assert!(offerings.len() <= 1, "{tables}");
     assert_eq!(blocks.len(), 4, "{tables}");
     for block in &blocks {
         let header = block[0];
@@ -334,6 +339,42 @@ async fn readme_session_with_kubectl() {
             assert_eq!(cell(header, row, "READY"), "True", "{tables}");
         }
     }
+    // `kubectl get gpuofferings`: the catalog, four GPU types in three regions, with prices and
+    // stock.
+    let mut offered = String::new();
+    for _ in 0..60 {
+        offered = kubectl.ok(&["get", "gpuofferings"]).await;
+        if offered.lines().count() == 13 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let lines: Vec<&str> = offered.lines().collect();
+    assert_eq!(lines.len(), 13, "{offered}");
+    let columns: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        columns,
+        [
+            "NAME",
+            "GPU",
+            "REGION",
+            "MEMORY",
+            "VCPUS",
+            "RAM",
+            "PRICE/H",
+            "CURRENCY",
+            "AVAILABLE",
+            "REFRESHED",
+        ],
+        "{offered}"
+    );
+    let h100 = lines
+        .iter()
+        .find(|l| l.starts_with("h100-80g.us-east-1 "))
+        .unwrap_or_else(|| panic!("{offered}"));
+    assert_eq!(cell(lines[0], h100, "PRICE/H"), "2.99", "{offered}");
+    assert_eq!(cell(lines[0], h100, "CURRENCY"), "USD", "{offered}");
+
     let instances = kubectl.ok(&["get", "gpuinstance", "train-1"]).await;
     let lines: Vec<&str> = instances.lines().collect();
     let columns: Vec<&str> = lines[0].split_whitespace().collect();
@@ -542,8 +583,13 @@ async fn readme_session_with_kubectl() {
         !state["instance_billing"].as_array().unwrap().is_empty(),
         "train-1 was billed while it ran"
     );
+    // Nothing left but the catalog's offerings, which are the cloud's, not the user's.
     let left = kubectl.ok(&["get", "gpucloud", "-A", "-o", "name"]).await;
-    assert!(left.trim().is_empty(), "{left}");
+    assert!(
+        left.lines()
+            .all(|l| l.starts_with("gpuoffering.gpucloud.io/")),
+        "{left}"
+    );
 
     // SIGTERM: controllers stopped, servers closed, exit 0.
     let status = sandbox.terminate().await;

@@ -79,8 +79,12 @@ async fn namespaced_rules_are_exactly_what_the_operator_uses() {
     let used = run_scenario(&values, &["team-a", "team-b"]).await;
     let objects = render(&values).objects();
     let granted = grants(&objects, RELEASE);
-    // Cluster-wide only the start-up check of the CRDs, by name.
+    // Cluster-wide only the start-up check of the CRDs, by name, and the catalog's
+    // cluster-scoped GpuOfferings.
     for grant in granted.iter().filter(|g| g.namespace.is_none()) {
+        if grant.resource.starts_with("gpuofferings") {
+            continue;
+        }
         assert_eq!(
             (
                 grant.group.as_str(),
@@ -96,8 +100,9 @@ async fn namespaced_rules_are_exactly_what_the_operator_uses() {
         );
     }
     assert!(
-        used.iter()
-            .all(|u| !u.namespace.is_empty() || u.group == "apiextensions.k8s.io"),
+        used.iter().all(|u| !u.namespace.is_empty()
+            || u.group == "apiextensions.k8s.io"
+            || u.resource.starts_with("gpuofferings")),
         "a request across all namespaces in namespaced mode"
     );
     assert_exact(&granted, &used);
@@ -248,6 +253,16 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
     )
     .await;
 
+    // An offering the cloud's catalog does not have: the operator deletes it.
+    deploy::apply_all(
+        &admin,
+        &[
+            json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuOffering",
+            "metadata": {"name": "gone.nowhere"},
+            "spec": {"gpuType": "GONE", "region": "nowhere"}}),
+        ],
+    )
+    .await;
     let operator = apiserver.kube_client_as(Some(OPERATOR_USER)).await.unwrap();
     let args = operator_args(&rendered, &simulator.base_url());
     gpucloud_controller::cli::ensure_crds_installed(&operator)
@@ -317,6 +332,20 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
     .await
     .expect("scenario within 150s");
     wait_for_sweep_event(&admin).await;
+    // The catalog shown: the stale offering deleted, the cloud's created with their status.
+    let offerings: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &resource("gpucloud.io/v1alpha1", "GpuOffering"),
+    );
+    eventually("the GpuOfferings kept from the catalog", || async {
+        let listed = offerings.list(&ListParams::default()).await.ok()?.items;
+        let gone = listed.iter().all(|o| o.name_any() != "gone.nowhere");
+        let shown = listed
+            .iter()
+            .any(|o| o.data["status"]["available"].as_u64().is_some());
+        (gone && shown).then_some(())
+    })
+    .await;
 
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(20), task)

@@ -25,10 +25,14 @@ use serde::{Deserialize, Serialize};
 #[x_kube(
     validation = Rule::new("(has(self.osImage) ? 1 : 0) + (has(self.imageRef) ? 1 : 0) + (has(self.source) ? 1 : 0) == 1").message("exactly one of osImage, imageRef and source must be set"),
     validation = Rule::new("!has(self.source) || (!has(self.gpuType) && !has(self.gpuCount))").message("gpuType and gpuCount are inherited from the snapshot when source is set; leave them out"),
-    validation = Rule::new("has(self.source) || has(self.gpuType)").message("gpuType is required unless the instance is restored from a snapshot"),
+    validation = Rule::new("has(self.source) || has(self.gpuType) || has(self.placement)").message("gpuType is required unless the instance is restored from a snapshot or placed by spec.placement"),
+    validation = Rule::new("has(self.region) != has(self.placement)").message("set exactly one of spec.region and spec.placement (a region and gpuType are a placement of one alternative)"),
+    validation = Rule::new("!has(self.placement) || (!has(self.gpuType) && !has(self.gpuCount))").message("gpuType and gpuCount are given by each alternative of spec.placement; leave them out").field_path(".placement"),
+    validation = Rule::new("!has(self.placement) || has(self.osImage)").message("spec.placement needs osImage: a custom image (imageRef) and a snapshot (source) are in one region only").field_path(".placement"),
+    validation = Rule::new("has(self.placement) == has(oldSelf.placement) && (!has(self.placement) || self.placement == oldSelf.placement)").message("placement is immutable: the machine stays where it was created").field_path(".placement"),
     validation = Rule::new("!has(self.securityRules) || size(self.securityRules) == 0 || self.tier == 'Legacy'").message("securityRules are supported on the Legacy tier only").field_path(".securityRules"),
     validation = Rule::new("self.powerState != 'Hibernated' || self.tier == 'Legacy'").message("powerState Hibernated needs tier Legacy: the cloud wakes a hibernated machine on the Legacy tier only, so on Advanced it could never run again (and keeps billing); use Stopped").field_path(".powerState"),
-    validation = Rule::new("self.region == oldSelf.region").message("region is immutable").field_path(".region"),
+    validation = Rule::new("has(self.region) == has(oldSelf.region) && (!has(self.region) || self.region == oldSelf.region)").message("region is immutable").field_path(".region"),
     validation = Rule::new("self.tier == oldSelf.tier").message("tier is immutable").field_path(".tier"),
     validation = Rule::new("has(self.gpuType) == has(oldSelf.gpuType) && (!has(self.gpuType) || self.gpuType == oldSelf.gpuType)").message("gpuType is immutable").field_path(".gpuType"),
     validation = Rule::new("has(self.gpuCount) == has(oldSelf.gpuCount) && (!has(self.gpuCount) || self.gpuCount == oldSelf.gpuCount)").message("gpuCount is immutable").field_path(".gpuCount"),
@@ -47,9 +51,17 @@ pub struct GpuInstanceSpec {
     #[serde(flatten)]
     pub managed: ManagedFields,
 
-    /// Region code, e.g. `us-east-1`. Immutable.
+    /// Region code, e.g. `us-east-1`. Immutable. Set this (with `gpuType`) or `placement`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
-    pub region: String,
+    pub region: Option<String>,
+
+    /// Where the machine may go, when more than one GPU type or region will do: alternatives
+    /// and a policy choosing among those in stock. Instead of `region`, `gpuType` and
+    /// `gpuCount`. Immutable; the choice is shown in `status.placement` and never changes once
+    /// the machine is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
 
     /// GPU model from the cloud's catalog, e.g. `H100-80G`. Immutable. Inherited from the
     /// snapshot when `source` is set.
@@ -140,6 +152,99 @@ pub struct GpuInstanceSpec {
     /// or stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+}
+
+/// Where a machine may be created, and how the operator chooses.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// `Ordered`: the first alternative with GPUs in stock, in the order written (within an
+    /// alternative, each GPU type in order, then each region in order). `Cheapest`: of those
+    /// in stock, the lowest hourly rate (ties go to the earlier one). Either way a rate above
+    /// `spec.maxHourlyRate` is skipped.
+    #[serde(default)]
+    pub policy: PlacementPolicy,
+    /// The alternatives, at least one.
+    #[schemars(length(min = 1, max = 16))]
+    pub alternatives: Vec<PlacementAlternative>,
+}
+
+/// How an alternative is chosen among those in stock.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PlacementPolicy {
+    #[default]
+    Ordered,
+    Cheapest,
+}
+
+/// GPU types that will do, with a count, in regions that will do.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementAlternative {
+    /// GPU models from the cloud's catalog, e.g. `[H100-80G, A100-80G]`.
+    #[schemars(length(min = 1, max = 8), inner(length(min = 1, max = 64)))]
+    pub gpu_types: Vec<String>,
+    /// Number of GPUs; one when left out.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 16))]
+    pub gpu_count: i32,
+    /// Region codes, e.g. `[us-east-1, eu-west-1]`.
+    #[schemars(length(min = 1, max = 8), inner(length(min = 1, max = 64)))]
+    pub regions: Vec<String>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+/// The placement the operator chose, and what it passed over.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementStatus {
+    /// Where the machine is created; absent while nothing could be chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<ChosenPlacement>,
+    /// Candidates passed over, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedPlacement>,
+}
+
+/// The candidate a machine is created from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChosenPlacement {
+    /// The chosen GPU type.
+    pub gpu_type: String,
+    /// The chosen GPU count.
+    pub gpu_count: i32,
+    /// The chosen region.
+    pub region: String,
+    /// Index of the chosen alternative in `spec.placement.alternatives` (0 for a spec with
+    /// `region` and `gpuType`).
+    pub alternative: i32,
+    /// The hourly rate the price list gave when it was chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hourly_rate: Option<f64>,
+    /// Currency of `hourlyRate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+}
+
+/// A candidate placement passed over.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedPlacement {
+    pub gpu_type: String,
+    pub gpu_count: i32,
+    pub region: String,
+    /// `OutOfStock` (the catalog showed too few free), `RefusedByCloud` (the cloud refused
+    /// the create for want of stock), `AboveMaxHourlyRate`, `NotInPriceList` or
+    /// `NotChosen` (in stock, but the policy preferred another).
+    pub reason: String,
+    /// When the cloud refused it (`RefusedByCloud`): a catalog read later shows whether it
+    /// has stock again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// The final snapshot taken when a GpuInstance with `deletionPolicy: Snapshot` is deleted.
@@ -315,6 +420,10 @@ pub struct GpuInstanceStatus {
     /// When `spec.schedule` next starts or stops the machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Where the machine was placed (written with the create's intent, fixed once the machine
+    /// exists: then it is the machine's own type and region).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementStatus>,
 }
 
 /// Hardware of an instance as the cloud reports it.
@@ -338,7 +447,7 @@ impl GpuInstance {
     pub const COLUMNS: &[Column] = &[
         Column::new("GPU", "string", ".status.specs.gpuType"),
         Column::new("Count", "integer", ".status.specs.gpuCount"),
-        Column::new("Region", "string", ".spec.region"),
+        Column::new("Region", "string", ".status.placement.chosen.region"),
         Column::new("IP", "string", ".status.ipAddress"),
         Column::new("Rate", "number", ".status.hourlyRate").wide(),
     ];
@@ -346,6 +455,7 @@ impl GpuInstance {
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).
     pub const ON_CHANGE: &[(&str, OnChange)] = &[
         ("region", OnChange::Immutable),
+        ("placement", OnChange::Immutable),
         ("tier", OnChange::Immutable),
         ("gpuType", OnChange::Immutable),
         ("gpuCount", OnChange::Immutable),
@@ -386,6 +496,20 @@ impl GpuInstance {
             ),
         ),
     ];
+}
+
+impl GpuInstance {
+    /// The region the machine is in or goes to: `spec.region`, or the region its placement
+    /// chose (`None` while nothing is chosen).
+    pub fn region(&self) -> Option<&str> {
+        self.spec.region.as_deref().or_else(|| {
+            self.status
+                .as_ref()
+                .and_then(|s| s.placement.as_ref())
+                .and_then(|p| p.chosen.as_ref())
+                .map(|c| c.region.as_str())
+        })
+    }
 }
 
 impl_managed!(with_lifetime GpuInstance);

@@ -42,6 +42,7 @@ pub mod deletion_protection;
 pub mod firewall;
 pub mod gpu_instance;
 pub mod gpu_instance_pool;
+pub mod gpu_offering;
 pub mod image;
 pub mod lifetime;
 pub mod reference;
@@ -54,13 +55,15 @@ pub use budget::{Budget, BudgetSpec, BudgetStatus, OnExceeded, PoweredOff, Reser
 pub use common::*;
 pub use firewall::{Firewall, FirewallSpec, FirewallStatus};
 pub use gpu_instance::{
-    FinalSnapshotSpec, FinalSnapshotStatus, GpuInstance, GpuInstanceSpec, GpuInstanceStatus,
-    MAX_STARTUP_SCRIPT_BYTES, PowerState, SecurityRule,
+    ChosenPlacement, FinalSnapshotSpec, FinalSnapshotStatus, GpuInstance, GpuInstanceSpec,
+    GpuInstanceStatus, MAX_STARTUP_SCRIPT_BYTES, Placement, PlacementAlternative, PlacementPolicy,
+    PlacementStatus, PowerState, SecurityRule, SkippedPlacement,
 };
 pub use gpu_instance_pool::{
     GpuInstancePool, GpuInstancePoolSpec, GpuInstancePoolStatus, MachineTemplate, PoolStrategy,
     RollingReplace, StrategyType, TemplateMetadata,
 };
+pub use gpu_offering::{GpuOffering, GpuOfferingSpec, GpuOfferingStatus};
 pub use image::{Image, ImageSpec, ImageStatus};
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStatus};
 pub use ssh_key::{SshKey, SshKeySpec, SshKeyStatus};

@@ -34,7 +34,7 @@ pub enum Error {
         code: String,
         message: String,
     },
-    /// 409: `INVALID_STATE`, `DUPLICATE_NAME` or `CONFLICT`.
+    /// 409: `INVALID_STATE`, `DUPLICATE_NAME`, `INSUFFICIENT_STOCK` or `CONFLICT`.
     #[error("{operation}: conflict (409 {code}): {message}")]
     Conflict {
         operation: Operation,
@@ -244,6 +244,13 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound { code, .. }
             if code != crate::model::error_code::ROUTE_NOT_FOUND)
+    }
+
+    /// Whether this is a create refused for want of GPUs in stock (`409 INSUFFICIENT_STOCK`):
+    /// nothing was created, and another GPU type or region may have some.
+    pub fn is_out_of_stock(&self) -> bool {
+        matches!(self, Error::Conflict { code, .. }
+            if code == crate::model::error_code::INSUFFICIENT_STOCK)
     }
 
     /// A short, stable label for metrics.

@@ -12,6 +12,7 @@
 //! its observers stop listing, its balance is no longer read, the sweeper no longer visits it.
 //! Nothing irreversible follows: an object that resolves to the key again gets a new account.
 
+use crate::catalog::Catalog;
 use crate::error::Error;
 use crate::lock;
 use crate::secrets::{
@@ -107,6 +108,9 @@ pub struct Account {
     catalog_ttl: Duration,
     balance: Mutex<Option<(Instant, BalanceBody)>>,
     pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
+    /// The GPU catalog as last read. An async lock, held across the read: objects woken
+    /// together for stock ask for it together, and one read answers them all.
+    catalog: tokio::sync::Mutex<Option<(Instant, Arc<Catalog>)>>,
     billing: Mutex<BillingCache>,
     /// When the latest read of the price list failed; `None` once one succeeds.
     pricing_failed: Mutex<Option<Instant>>,
@@ -136,6 +140,7 @@ impl Account {
             catalog_ttl,
             balance: Mutex::new(None),
             pricing: Mutex::new(None),
+            catalog: tokio::sync::Mutex::new(None),
             billing: Mutex::new(BillingCache::default()),
             pricing_failed: Mutex::new(None),
             down_since: Mutex::new(None),
@@ -231,6 +236,30 @@ impl Account {
         *lock(&self.pricing) = Some((Instant::now(), body.clone()));
         *lock(&self.pricing_failed) = None;
         Ok(body)
+    }
+
+    /// The GPU catalog (stock, specifications, regions), read from the cloud at most once per
+    /// catalog TTL, whoever asks.
+    pub async fn catalog(&self) -> Result<Arc<Catalog>, Error> {
+        self.catalog_within(self.catalog_ttl).await
+    }
+
+    /// The GPU catalog, read again unless the last read is younger than `max_age`.
+    pub async fn catalog_within(&self, max_age: Duration) -> Result<Arc<Catalog>, Error> {
+        let mut cached = self.catalog.lock().await;
+        if let Some((at, catalog)) = cached.as_ref()
+            && at.elapsed() < max_age
+        {
+            return Ok(catalog.clone());
+        }
+        let catalog = Arc::new(Catalog::read(&self.client).await?);
+        *cached = Some((Instant::now(), catalog.clone()));
+        Ok(catalog)
+    }
+
+    /// How long cached catalogs, prices and balances are trusted: the resync interval.
+    pub fn catalog_ttl(&self) -> Duration {
+        self.catalog_ttl
     }
 
     /// What the cloud has billed for each resource of the account, deleted ones included: the

@@ -42,6 +42,9 @@ pub mod reason {
     pub const WITHIN_BUDGET: &str = "WithinBudget";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const CREATE_REFUSED: &str = "CreateRefused";
+    /// No placement a GpuInstance allows has GPUs in stock: it waits for the catalog to show
+    /// some (and, after a refusal of the cloud, tries the next placement).
+    pub const NO_CAPACITY: &str = "NoCapacity";
     pub const TIER_NOT_SUPPORTED: &str = "TierNotSupported";
     pub const EXTERNAL_DELETED: &str = "ExternalDeleted";
     pub const ACCOUNT_CHANGED: &str = "AccountChanged";

@@ -1,6 +1,7 @@
 //! Per-kind context handed to every reconcile of that kind.
 
 use crate::account::{Account, AccountId, Accounts, SecretLocation};
+use crate::catalog::Want;
 use crate::clock::Clock;
 use crate::events::EventPublisher;
 use crate::fair_share::FairShare;
@@ -88,6 +89,9 @@ struct DeleteAnswers {
     last: Instant,
 }
 
+/// Objects waiting for GPUs in stock, by account, each with the GPUs that would do.
+type CapacityWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Vec<Want>>>;
+
 /// What every controller shares.
 pub struct Shared {
     pub client: kube::Client,
@@ -136,6 +140,9 @@ pub struct Context<K: ManagedKind> {
     /// the accounts whose recoveries are listened to.
     outage_waiters: Arc<Mutex<HashMap<AccountId, HashSet<ObjectRef<K>>>>>,
     recovery_listeners: Mutex<HashSet<AccountId>>,
+    /// Objects waiting for GPUs in stock, by account, with the GPUs that would do
+    /// (`wait_for_capacity`).
+    capacity_waiters: Arc<Mutex<CapacityWaiters<K>>>,
     /// Asks the controller to reconcile an object now.
     trigger: mpsc::UnboundedSender<ObjectRef<K>>,
     /// Credentials whose observer `prepare` has started.
@@ -195,6 +202,7 @@ impl<K: ManagedKind> Context<K> {
             released: Mutex::new(HashMap::new()),
             outage_waiters: Arc::new(Mutex::new(HashMap::new())),
             recovery_listeners: Mutex::new(HashSet::new()),
+            capacity_waiters: Arc::new(Mutex::new(HashMap::new())),
             trigger: triggers,
             prepared: Mutex::new(HashSet::new()),
             started: Timestamp::now(),
@@ -289,6 +297,73 @@ impl<K: ManagedKind> Context<K> {
                     if trigger.send(object).is_err() {
                         return;
                     }
+                }
+            }
+        });
+    }
+
+    /// Makes `object` wait for GPUs in stock: it is reconciled once the account's catalog
+    /// shows some of `wants`. One task per account reads the catalog once per catalog TTL
+    /// while anything waits (three calls, however many objects wait) and wakes those it can
+    /// now place, all from that one read: no object polls the cloud.
+    pub fn wait_for_capacity(
+        &self,
+        account: &Arc<Account>,
+        object: ObjectRef<K>,
+        wants: Vec<Want>,
+    ) {
+        let mut waiters = lock(&self.capacity_waiters);
+        let first = !waiters.contains_key(&account.id);
+        waiters.entry(account.id).or_default().insert(object, wants);
+        if !first {
+            return;
+        }
+        drop(waiters);
+        let (waiters, trigger, woken) = (
+            self.capacity_waiters.clone(),
+            self.trigger.clone(),
+            self.gauges.clone(),
+        );
+        let account = account.clone();
+        tokio::spawn(async move {
+            let ttl = account.catalog_ttl();
+            loop {
+                tokio::time::sleep(ttl).await;
+                // A read of the last half interval serves (a reconcile made it): at most about
+                // one read per interval.
+                let catalog = match account.catalog_within(ttl / 2).await {
+                    Ok(catalog) => catalog,
+                    Err(error) => {
+                        tracing::warn!(account = %account.id, %error, "the GPU catalog could not be read; objects waiting for stock wait on");
+                        continue;
+                    }
+                };
+                let ready: Vec<ObjectRef<K>> = {
+                    let mut waiters = lock(&waiters);
+                    let Some(waiting) = waiters.get_mut(&account.id) else {
+                        return;
+                    };
+                    let ready: Vec<ObjectRef<K>> = waiting
+                        .iter()
+                        .filter(|(_, wants)| catalog.satisfies_any(wants))
+                        .map(|(object, _)| object.clone())
+                        .collect();
+                    for object in &ready {
+                        waiting.remove(object);
+                    }
+                    if waiting.is_empty() || account.is_retired() {
+                        waiters.remove(&account.id);
+                    }
+                    ready
+                };
+                for object in ready {
+                    woken.triggered(&object);
+                    if trigger.send(object).is_err() {
+                        return;
+                    }
+                }
+                if !lock(&waiters).contains_key(&account.id) {
+                    return;
                 }
             }
         });

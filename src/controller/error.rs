@@ -61,6 +61,14 @@ pub enum Error {
     #[error("hourly rate {rate:.4} exceeds maxHourlyRate {limit:.4}")]
     PriceAboveLimit { rate: f64, limit: f64 },
 
+    /// No placement the spec allows has GPUs in stock (`placement.rs`): the object waits for
+    /// the account's catalog to show some of `wants` (`Context::wait_for_capacity`).
+    #[error("{message}")]
+    NoCapacity {
+        message: String,
+        wants: Vec<crate::catalog::Want>,
+    },
+
     /// A create a `Budget` of the namespace refuses: it would pass its hourly limit, or the
     /// period's spend is used up.
     #[error("Budget {budget}: {message}")]
@@ -198,7 +206,10 @@ impl Error {
             | Error::PriceAboveLimit { .. }
             | Error::BudgetExceeded { .. }
             | Error::Serialization(_) => Category::Terminal,
-            Error::WaitingFor { .. } | Error::InProgress { .. } | Error::Passing { .. } => {
+            Error::WaitingFor { .. }
+            | Error::InProgress { .. }
+            | Error::Passing { .. }
+            | Error::NoCapacity { .. } => {
                 Category::Waiting
             }
             Error::Finalizer(_) => Category::Transient,
@@ -260,6 +271,7 @@ impl Error {
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
             Error::BudgetExceeded { .. } => reason::BUDGET_EXCEEDED,
+            Error::NoCapacity { .. } => reason::NO_CAPACITY,
             Error::Finalizer(_) => reason::UPDATING,
         }
     }
@@ -301,6 +313,19 @@ impl Error {
         matches!(self.innermost(), Error::WaitingFor { .. })
     }
 
+    /// The GPUs that would end a `NoCapacity` wait.
+    pub fn capacity_wants(&self) -> Option<&[crate::catalog::Want]> {
+        match self.innermost() {
+            Error::NoCapacity { wants, .. } => Some(wants),
+            _ => None,
+        }
+    }
+
+    /// Whether the cloud refused a create for want of GPUs in stock: nothing was created.
+    pub fn is_out_of_stock(&self) -> bool {
+        matches!(self.innermost(), Error::Cloud(e) if e.is_out_of_stock())
+    }
+
     /// Whether the reconcile stopped only because work it started is still under way (a
     /// deletion waiting for the cloud to finish).
     pub fn is_in_progress(&self) -> bool {
@@ -338,6 +363,7 @@ impl Error {
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",
             Error::BudgetExceeded { .. } => "budget_exceeded",
+            Error::NoCapacity { .. } => "no_capacity",
             Error::Serialization(_) => "serialization",
             Error::Finalizer(_) => "finalizer",
         }

@@ -240,7 +240,7 @@ async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets,
     };
     let usable = |i: &GpuInstance| {
         i.meta().deletion_timestamp.is_none()
-            && i.spec.region == this.spec.region
+            && i.region() == Some(this.spec.region.as_str())
             && !crate::references::machine_vanished(i)
     };
     for reference in &this.spec.instance_refs {
@@ -254,11 +254,18 @@ async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets,
             None => {
                 targets.waiting.get_or_insert(waiting("it does not exist"));
             }
-            Some(i) if i.spec.region != this.spec.region => {
+            Some(i) if i.region().is_some_and(|r| r != this.spec.region) => {
                 return Err(Error::InvalidSpec(format!(
                     "spec.instanceRefs: GpuInstance {:?} is in region {}, the firewall in {}",
-                    reference.name, i.spec.region, this.spec.region
+                    reference.name,
+                    i.region().unwrap_or_default(),
+                    this.spec.region
                 )));
+            }
+            Some(i) if i.region().is_none() => {
+                targets
+                    .waiting
+                    .get_or_insert(waiting("its placement has not chosen a region yet"));
             }
             Some(i) if !usable(i) => {
                 targets

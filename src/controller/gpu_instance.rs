@@ -7,6 +7,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
+use crate::placement::{self, Candidate};
 use crate::reconcile::lifetime_stage;
 use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
@@ -14,8 +15,8 @@ use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::lifetime::{OnExpiry, Stage};
 use gpucloud_api::schedule::OutsideWindows;
 use gpucloud_api::{
-    CloudStatus, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES, Managed,
-    PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
+    ChosenPlacement, CloudStatus, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
+    Managed, PlacementStatus, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
 };
 use gpucloud_cloud::model::{
     CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
@@ -152,6 +153,7 @@ impl ManagedKind for GpuInstance {
                 }),
                 final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
                 next_transition: previous.and_then(|p| p.next_transition.clone()),
+                placement: Some(placed(previous.and_then(|p| p.placement.as_ref()), r)),
             },
             None => GpuInstanceStatus {
                 cloud: common,
@@ -205,19 +207,16 @@ impl ManagedKind for GpuInstance {
                 .await?
                 .and_then(|s| s.status.and_then(|s| s.region));
             if let Some(region) = region
-                && region != spec.region
+                && let Some(wanted) = &spec.region
+                && &region != wanted
             {
                 return Err(Error::InvalidSpec(format!(
-                    "spec.region is {} but Snapshot {snapshot_name:?} is in {region}; a restored instance is in its snapshot's region",
-                    spec.region
+                    "spec.region is {wanted} but Snapshot {snapshot_name:?} is in {region}; a restored instance is in its snapshot's region"
                 )));
             }
             return Ok(InstancePlan::Restore { snapshot_id });
         }
-        let gpu_type = spec.gpu_type.clone().ok_or_else(|| {
-            Error::InvalidSpec("spec.gpuType is required unless spec.source is set".into())
-        })?;
-        let gpu_count = gpu_count(spec)?;
+        let (policy, candidates) = placement::candidates(spec)?;
         let image_id = match (&spec.os_image, &spec.image_ref) {
             (Some(os), None) => os.clone(),
             (None, Some(image)) => {
@@ -229,12 +228,25 @@ impl ManagedKind for GpuInstance {
                 ));
             }
         };
-        if let Some(limit) = spec.max_hourly_rate {
-            let rate = machine_rate(account, &gpu_type, gpu_count).await?;
-            if rate > limit {
-                return Err(Error::PriceAboveLimit { rate, limit });
-            }
-        }
+        // Where the machine goes: from the account's catalog, read once per resync interval
+        // for every object, and the cloud's refusals since that read.
+        let catalog = account.catalog().await?;
+        placement::check_known(spec, &candidates, &catalog)?;
+        let pricing = account.pricing().await?;
+        let refused = self
+            .status
+            .as_ref()
+            .and_then(|s| s.placement.as_ref())
+            .map(|p| p.skipped.as_slice())
+            .unwrap_or_default();
+        let choice = placement::choose(
+            policy,
+            &candidates,
+            spec.max_hourly_rate,
+            &catalog,
+            &pricing,
+            refused,
+        )?;
         let mut ssh_key_ids = Vec::with_capacity(spec.ssh_key_refs.len());
         for key in &spec.ssh_key_refs {
             ssh_key_ids.push(ready_reference::<SshKey>(cx, &namespace, &key.name, "SshKey").await?);
@@ -249,8 +261,41 @@ impl ManagedKind for GpuInstance {
                 (None, None) => None,
             },
         };
-        let request = create_request(spec, gpu_type, image_id, ssh_key_ids, startup_script)?;
-        Ok(InstancePlan::Create(Box::new(request)))
+        let request = create_request(
+            spec,
+            &choice.candidate,
+            image_id,
+            ssh_key_ids,
+            startup_script,
+        )?;
+        Ok(InstancePlan::Create {
+            request: Box::new(request),
+            placement: choice.status,
+        })
+    }
+
+    /// The placement is written with the intent: a crash or a lost answer after it finds the
+    /// create by its one cloud name, wherever it went.
+    fn planned(&mut self, plan: &InstancePlan) {
+        if let InstancePlan::Create { placement, .. } = plan {
+            self.status.get_or_insert_default().placement = Some(placement.clone());
+        }
+    }
+
+    /// The chosen placement joins the skipped ones; the next plan takes another, or waits.
+    fn refused_for_stock(&mut self, at: Timestamp) -> bool {
+        let refused = self
+            .status
+            .as_ref()
+            .and_then(|s| s.placement.as_ref())
+            .and_then(|p| placement::refused(p, at));
+        match refused {
+            Some(placement) => {
+                self.status.get_or_insert_default().placement = Some(placement);
+                true
+            }
+            None => false,
+        }
     }
 
     async fn planned_hourly_rate(
@@ -258,7 +303,7 @@ impl ManagedKind for GpuInstance {
         account: &Account,
     ) -> Result<Option<f64>, Error> {
         let (gpu_type, gpu_count) = match plan {
-            InstancePlan::Create(request) => (request.gpu_type.clone(), request.gpu_count),
+            InstancePlan::Create { request, .. } => (request.gpu_type.clone(), request.gpu_count),
             // A restored machine has its snapshot's hardware.
             InstancePlan::Restore { snapshot_id } => {
                 let snapshot = account.client.get_snapshot(snapshot_id).await?;
@@ -286,7 +331,7 @@ impl ManagedKind for GpuInstance {
                 .await?
                 .body
                 .data),
-            InstancePlan::Create(mut request) => {
+            InstancePlan::Create { mut request, .. } => {
                 request.name = cloud_name.to_string();
                 Ok(account.client.create_instance(&request).await?)
             }
@@ -760,6 +805,28 @@ fn login_user(record: &Instance) -> &'static str {
     }
 }
 
+/// The placement of a machine the cloud has: where it is (its own type, count and region,
+/// whatever was planned: a machine adopted by name may be another attempt's), the rest as
+/// planned. Fixed from then on.
+fn placed(planned: Option<&PlacementStatus>, record: &Instance) -> PlacementStatus {
+    let before = planned.and_then(|p| p.chosen.as_ref());
+    let count = i32::try_from(record.specs.gpu_count).unwrap_or(i32::MAX);
+    let same = before.filter(|c| {
+        c.gpu_type == record.specs.gpu_type && c.region == record.region && c.gpu_count == count
+    });
+    PlacementStatus {
+        chosen: Some(ChosenPlacement {
+            gpu_type: record.specs.gpu_type.clone(),
+            gpu_count: count,
+            region: record.region.clone(),
+            alternative: same.map_or(0, |c| c.alternative),
+            hourly_rate: same.and_then(|c| c.hourly_rate),
+            currency: same.and_then(|c| c.currency.clone()),
+        }),
+        skipped: planned.map(|p| p.skipped.clone()).unwrap_or_default(),
+    }
+}
+
 /// What a machine of `gpu_count` GPUs of `gpu_type` costs per hour, from the price list.
 async fn machine_rate(account: &Account, gpu_type: &str, gpu_count: u32) -> Result<f64, Error> {
     let pricing = account.pricing().await?;
@@ -818,8 +885,14 @@ fn budget_note(hold: Option<&BudgetHold>) -> String {
 
 /// How an instance comes to exist: booted from an image, or restored from a snapshot.
 pub enum InstancePlan {
-    Create(Box<CreateInstanceRequest>),
-    Restore { snapshot_id: String },
+    /// Booted from an image, where `placement` chose.
+    Create {
+        request: Box<CreateInstanceRequest>,
+        placement: PlacementStatus,
+    },
+    Restore {
+        snapshot_id: String,
+    },
 }
 
 async fn ready_reference<R>(
@@ -915,19 +988,11 @@ async fn config_map_value(
         .ok_or_else(|| waiting(format!("it has no key {key:?}")))
 }
 
-/// The GPU count a spec asks for: one when left out.
-fn gpu_count(spec: &gpucloud_api::GpuInstanceSpec) -> Result<u32, Error> {
-    u32::try_from(spec.gpu_count.unwrap_or(1))
-        .ok()
-        .filter(|count| *count > 0)
-        .ok_or_else(|| Error::InvalidSpec("spec.gpuCount must be positive".into()))
-}
-
-/// The create request of a spec whose references are resolved (unnamed: `create` names it).
-/// Pure, so the mapping is tested without a cloud.
+/// The create request of a spec whose references are resolved, for the placement chosen
+/// (unnamed: `create` names it). Pure, so the mapping is tested without a cloud.
 pub(crate) fn create_request(
     spec: &gpucloud_api::GpuInstanceSpec,
-    gpu_type: String,
+    placed: &Candidate,
     image_id: String,
     ssh_key_ids: Vec<String>,
     startup_script: Option<String>,
@@ -942,9 +1007,9 @@ pub(crate) fn create_request(
     }
     Ok(CreateInstanceRequest {
         name: String::new(),
-        region: spec.region.clone(),
-        gpu_type,
-        gpu_count: gpu_count(spec)?,
+        region: placed.region.clone(),
+        gpu_type: placed.gpu_type.clone(),
+        gpu_count: placed.gpu_count,
         image_id,
         tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
         ssh_key_ids,

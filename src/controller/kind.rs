@@ -126,6 +126,19 @@ pub trait ManagedKind:
         account: &Account,
     ) -> impl Future<Output = Result<Self::CreatePlan, Error>> + Send;
 
+    /// Records in the kind's own status fields what `plan` chose (where a machine goes), for
+    /// the status write that records the create's intent: the choice is written before the
+    /// create call, with the intent, in one version-checked write. Nothing by default.
+    fn planned(&mut self, _plan: &Self::CreatePlan) {}
+
+    /// The cloud refused the create for want of stock (`409 INSUFFICIENT_STOCK`) at `at`:
+    /// records the refusal in the kind's own status fields and says whether the create may be
+    /// planned again at once (another placement is left to try). The intent is then cleared,
+    /// since nothing was created. No by default: the refusal is reported like any other.
+    fn refused_for_stock(&mut self, _at: Timestamp) -> bool {
+        false
+    }
+
     /// What the resource `plan` creates will cost per hour, in the account's currency, read
     /// from the price list (or the catalog) before the create: what a `Budget` reserves
     /// (`budget.rs`). `None` for a kind the cloud does not bill.

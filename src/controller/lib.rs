@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod budget;
+pub mod catalog;
 pub mod cli;
 pub mod client_hooks;
 pub mod client_metrics;
@@ -24,8 +25,10 @@ pub mod kind;
 pub mod leader;
 pub mod naming;
 pub mod observer;
+pub mod offerings;
 pub mod orphans;
 pub mod ownership;
+pub mod placement;
 pub mod pricing;
 pub mod readopt;
 pub mod reconcile;

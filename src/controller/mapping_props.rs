@@ -135,9 +135,22 @@ proptest! {
         let Ok(spec) = serde_json::from_value::<GpuInstanceSpec>(spec) else {
             return Ok(());
         };
+        let placed = match crate::placement::candidates(&spec) {
+            Ok((_, placed)) => placed,
+            Err(error) => {
+                prop_assert!(
+                    spec.gpu_count.is_some_and(|n| n <= 0)
+                        || spec.gpu_type.is_none()
+                        || spec.region.is_none(),
+                    "{error}"
+                );
+                return Ok(());
+            }
+        };
+        prop_assert_eq!(placed.len(), 1);
         let request = instance_request(
             &spec,
-            spec.gpu_type.clone().unwrap_or_default(),
+            &placed[0],
             spec.os_image.clone().unwrap_or_default(),
             vec!["key-1".into()],
             None,
@@ -146,12 +159,13 @@ proptest! {
             Ok(request) => {
                 prop_assert_eq!(i64::from(request.gpu_count), i64::from(spec.gpu_count.unwrap_or(1)));
                 prop_assert!(request.gpu_count >= 1);
-                prop_assert_eq!(&request.region, &spec.region);
+                prop_assert_eq!(Some(&request.region), spec.region.as_ref());
+                prop_assert_eq!(Some(&request.gpu_type), spec.gpu_type.as_ref());
                 prop_assert_eq!(request.public_ip, Some(spec.public_ip));
                 let wire = serde_json::to_value(&request).unwrap();
                 prop_assert!(matches!(wire["tier"].as_str(), Some("legacy" | "advanced")), "{wire}");
             }
-            Err(error) => prop_assert!(spec.gpu_count.is_some_and(|n| n <= 0), "{error}"),
+            Err(error) => prop_assert!(error.to_string().contains("spec.startupScript"), "{error}"),
         }
         for rule in &spec.security_rules {
             let _ = to_cloud_rule(rule);

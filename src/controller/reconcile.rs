@@ -243,7 +243,14 @@ pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Conte
             .secret_for(namespace, reference)
             .and_then(|location| cx.accounts.resolved(&location))
     };
-    let after = if error.is_waiting_for_reference() {
+    let after = if let Some(wants) = error.capacity_wants()
+        && let Some(account) = account()
+    {
+        // Woken when the account's catalog shows stock it could use; the resync (whose pass
+        // reads the catalog the account caches, not the cloud) is only a backstop.
+        cx.wait_for_capacity(&account, ObjectRef::from_obj(&*object), wants.to_vec());
+        cx.settings.observe.resync
+    } else if error.is_waiting_for_reference() {
         // Woken by the watch on the referenced kind; the resync is only a backstop.
         cx.settings.observe.resync
     } else if error.is_outage()
@@ -588,10 +595,12 @@ async fn create_step<K: ManagedKind>(
                 ..status
             };
             let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
+            let mut planned = (*object).clone();
+            planned.planned(&plan);
             let object = write_status(
                 api,
                 &cx.settings.clock,
-                &object,
+                &planned,
                 intent.clone(),
                 None,
                 &outcome,
@@ -609,6 +618,37 @@ async fn create_step<K: ManagedKind>(
                     // its id and state and tells of the create (`pendingCreate` finds it by
                     // name until then; the id answered here is read before any retry).
                     cx.note_create_answered(&uid, record.id());
+                    Ok(requeue(cx.settings.transition_requeue))
+                }
+                Err(error) if error.is_out_of_stock() => {
+                    let mut refused = object.clone();
+                    if !refused.refused_for_stock(Timestamp::now()) {
+                        // Reported as any create conflict: the intent stays.
+                        return Err(error);
+                    }
+                    // Refused before acting, for want of stock: nothing was created, and the
+                    // kind has another placement to try. The intent goes with the refusal's
+                    // record; the next reconcile plans again (a new intent, version-checked).
+                    let cleared = CloudStatus {
+                        pending_create: None,
+                        ..intent
+                    };
+                    let outcome = Outcome::progressing(
+                        reason::NO_CAPACITY,
+                        format!("{error}; trying the next placement"),
+                    );
+                    publish(
+                        cx,
+                        &object,
+                        EventType::Warning,
+                        reason::NO_CAPACITY,
+                        outcome.message(),
+                    );
+                    write_status(api, &cx.settings.clock, &refused, cleared, None, &outcome)
+                        .await?;
+                    if reserved && let Err(e) = crate::budget::release(&cx.client, &object).await {
+                        tracing::warn!(error = %e, "the Budget reservation of a refused create was not given back");
+                    }
                     Ok(requeue(cx.settings.transition_requeue))
                 }
                 Err(error) if error.is_definite_refusal() => {

@@ -10,8 +10,8 @@
 
 use crate::kind::ManagedKind;
 use gpucloud_api::{
-    Budget, Firewall, GpuInstance, GpuInstancePool, Image, KindReference, Managed, Snapshot,
-    SshKey, Volume,
+    Budget, Firewall, GpuInstance, GpuInstancePool, GpuOffering, Image, KindReference, Managed,
+    Snapshot, SshKey, Volume,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -81,6 +81,7 @@ pub fn kinds() -> Vec<KindReference> {
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let mut crds: Vec<CustomResourceDefinition> = kinds().into_iter().map(|k| k.crd).collect();
     crds.extend(policy_crds());
+    crds.extend(catalog_crds());
     crds.sort_by(|a, b| a.spec.names.kind.cmp(&b.spec.names.kind));
     crds
 }
@@ -93,6 +94,15 @@ pub fn policy_crds() -> Vec<CustomResourceDefinition> {
         gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS),
         GpuInstancePool::definition(),
     ]
+}
+
+/// The CRDs of the read-only, cluster-scoped kinds the operator keeps from the cloud's
+/// catalogs (`GpuOffering`, `offerings.rs`): written by the operator alone, readable by every
+/// authenticated user (the chart's reader ClusterRole), never swept.
+pub fn catalog_crds() -> Vec<CustomResourceDefinition> {
+    vec![gpucloud_api::crd_with_columns::<GpuOffering>(
+        GpuOffering::COLUMNS,
+    )]
 }
 
 /// The CRDs as one multi-document YAML stream (what `gpucloud-operator crds` prints).
@@ -113,13 +123,20 @@ pub fn chart_kinds_template() -> String {
     plurals.sort();
     let mut policies: Vec<String> = policy_crds().into_iter().map(plural).collect();
     policies.sort();
+    let mut catalogs: Vec<String> = catalog_crds().into_iter().map(plural).collect();
+    catalogs.sort();
     let managed: Vec<String> = plurals
         .iter()
-        .filter(|p| !policies.contains(p))
+        .filter(|p| !policies.contains(p) && !catalogs.contains(p))
         .cloned()
         .collect();
     let list = |items: Vec<String>| format!("[{}]", items.join(", "));
-    let status = plurals.iter().map(|p| format!("{p}/status")).collect();
+    let status = plurals
+        .iter()
+        .filter(|p| !catalogs.contains(p))
+        .map(|p| format!("{p}/status"))
+        .collect();
+    let catalog_status = catalogs.iter().map(|p| format!("{p}/status")).collect();
     let crd_names = plurals
         .iter()
         .map(|p| format!("{p}.{}", gpucloud_api::GROUP))
@@ -131,11 +148,15 @@ pub fn chart_kinds_template() -> String {
          {{{{- define \"gpucloud-operator.kindResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.policyResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.kindStatusResources\" -}}}}{}{{{{- end -}}}}\n\
-         {{{{- define \"gpucloud-operator.kindCrdNames\" -}}}}{}{{{{- end -}}}}\n",
+         {{{{- define \"gpucloud-operator.kindCrdNames\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.catalogResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.catalogStatusResources\" -}}}}{}{{{{- end -}}}}\n",
         list(managed),
         list(policies),
         list(status),
         list(crd_names),
+        list(catalogs.clone()),
+        list(catalog_status),
     )
 }
 

@@ -377,11 +377,19 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             .boxed(),
         );
     }
-    // The balance reporter never ends: the controllers' end (on shutdown) ends the run.
+    // The GpuOfferings, from the default account's catalog.
+    let offerings = crate::offerings::keep(
+        client.clone(),
+        accounts.clone(),
+        config.reconcile.observe.resync,
+    );
+    // The balance reporter and the offerings' keeper never end: the controllers' end (on
+    // shutdown) ends the run.
     let balances = controllers.remove(0);
     tokio::select! {
         _ = futures::future::join_all(controllers) => {}
         _ = balances => {}
+        _ = offerings => {}
     }
     config.metrics.set_leader(false);
 }

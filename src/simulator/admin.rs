@@ -1,5 +1,5 @@
-//! The admin API under `/_admin/`: read the whole state and the call counters, set faults
-//! and the balance, advance the clock, reset. Mounted only when an admin token is
+//! The admin API under `/_admin/`: read the whole state and the call counters, set faults,
+//! the balance, GPU stock and prices, advance the clock, reset. Mounted only when an admin token is
 //! configured; every call needs `Authorization: Bearer <token>` (the API key never works).
 
 use std::sync::Arc;
@@ -44,7 +44,27 @@ pub fn router() -> Router<Arc<AppState>> {
             "/_admin/clock/advance",
             post(advance_clock).fallback(method_not_allowed),
         )
+        .route("/_admin/stock", put(put_stock).fallback(method_not_allowed))
+        .route(
+            "/_admin/prices",
+            put(put_price).fallback(method_not_allowed),
+        )
         .route("/_admin/reset", post(reset).fallback(method_not_allowed))
+}
+
+/// Body of `PUT /_admin/stock`: how many GPUs of a type are free in a region from now on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SetStock {
+    pub gpu_type: String,
+    pub region: String,
+    pub available: u32,
+}
+
+/// Body of `PUT /_admin/prices`: the price per GPU-hour of a type from now on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SetPrice {
+    pub gpu_type: String,
+    pub price_per_gpu_hour: f64,
 }
 
 /// Body of `PUT /_admin/balance`.
@@ -144,6 +164,30 @@ async fn advance_clock(
         }
         app.clock.advance(Duration::from_secs_f64(request.seconds));
         encode(request)
+    })
+}
+
+async fn put_stock(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    respond(&app, &headers, || {
+        let request: SetStock = decode(&app, body)?;
+        app.set_gpu_stock(&request.gpu_type, &request.region, request.available)?;
+        encode(app.with_engine(|engine, now| engine.gpu_stock(now)))
+    })
+}
+
+async fn put_price(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    respond(&app, &headers, || {
+        let request: SetPrice = decode(&app, body)?;
+        app.set_gpu_price(&request.gpu_type, request.price_per_gpu_hour)?;
+        encode(app.with_engine(|engine, _| engine.pricing()))
     })
 }
 

@@ -21,6 +21,8 @@ pub enum ApiError {
     #[error("{message}")]
     Conflict { message: String },
     #[error("{message}")]
+    InsufficientStock { message: String },
+    #[error("{message}")]
     InsufficientCredit { message: String },
     #[error("{message}")]
     TierNotSupported { message: String },
@@ -69,7 +71,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::InvalidState { .. }
             | ApiError::DuplicateName { .. }
-            | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            | ApiError::Conflict { .. }
+            | ApiError::InsufficientStock { .. } => StatusCode::CONFLICT,
             ApiError::InsufficientCredit { .. } => StatusCode::PAYMENT_REQUIRED,
             ApiError::TierNotSupported { .. } => StatusCode::FORBIDDEN,
             ApiError::InvalidApiKey | ApiError::InvalidAdminToken => StatusCode::UNAUTHORIZED,
@@ -90,6 +93,7 @@ impl ApiError {
             ApiError::InvalidState { .. } => error_code::INVALID_STATE,
             ApiError::DuplicateName { .. } => error_code::DUPLICATE_NAME,
             ApiError::Conflict { .. } => error_code::CONFLICT,
+            ApiError::InsufficientStock { .. } => error_code::INSUFFICIENT_STOCK,
             ApiError::InsufficientCredit { .. } => error_code::INSUFFICIENT_CREDIT,
             ApiError::TierNotSupported { .. } => error_code::TIER_NOT_SUPPORTED,
             ApiError::InvalidApiKey => error_code::INVALID_API_KEY,

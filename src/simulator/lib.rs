@@ -225,6 +225,26 @@ impl SimulatorHandle {
             .with_engine(|engine, now| engine.set_balance(balance, now));
     }
 
+    /// Sets how many GPUs of a type are free in a region from now on, in every account; an
+    /// unknown type or region is refused as the admin API refuses it.
+    pub fn set_gpu_stock(
+        &self,
+        gpu_type: &str,
+        region: &str,
+        available: u32,
+    ) -> Result<(), crate::error::ApiError> {
+        self.state.set_gpu_stock(gpu_type, region, available)
+    }
+
+    /// Sets the price per GPU-hour of a type from now on, in every account.
+    pub fn set_gpu_price(
+        &self,
+        gpu_type: &str,
+        price_per_gpu_hour: f64,
+    ) -> Result<(), crate::error::ApiError> {
+        self.state.set_gpu_price(gpu_type, price_per_gpu_hour)
+    }
+
     /// The simulated clock's now (to the millisecond).
     pub fn now(&self) -> jiff::Timestamp {
         self.state.clock.timestamp()

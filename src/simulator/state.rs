@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::config::{FaultPlan, SimulatorConfig};
 use crate::counters::Counters;
 use crate::engine::{Engine, EngineSettings, SimTime};
+use crate::error::ApiError;
 use crate::faults::{FaultCounts, FaultState};
 use crate::rate_limiter::RateLimiter;
 
@@ -149,6 +150,34 @@ impl AppState {
     /// Faults injected since the start (or the last reset); setting a plan keeps counting.
     pub fn fault_counts(&self) -> FaultCounts {
         *lock(&self.fault_counts)
+    }
+
+    /// Sets the GPUs of a type free in a region, in every account (each keeps the GPUs its
+    /// machines hold).
+    pub fn set_gpu_stock(
+        &self,
+        gpu_type: &str,
+        region: &str,
+        available: u32,
+    ) -> Result<(), ApiError> {
+        for account in 0..self.accounts() {
+            self.with_account(account, |engine, now| {
+                engine.set_gpu_stock(gpu_type, region, available, now)
+            })
+            .unwrap_or(Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Sets the price per GPU-hour of a type, in every account.
+    pub fn set_gpu_price(&self, gpu_type: &str, price_per_gpu_hour: f64) -> Result<(), ApiError> {
+        for account in 0..self.accounts() {
+            self.with_account(account, |engine, _| {
+                engine.set_gpu_price(gpu_type, price_per_gpu_hour)
+            })
+            .unwrap_or(Ok(()))?;
+        }
+        Ok(())
     }
 
     /// Back to the start: empty account, initial balance, configured faults, no counters.

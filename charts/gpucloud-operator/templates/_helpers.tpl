@@ -82,6 +82,20 @@ docs/install.md says why each is needed; tests/least_privilege.rs proves each is
   verbs: [get]
 {{- end -}}
 
+{{/*
+The catalog's kinds (GpuOffering): cluster-scoped, so granted by the ClusterRole in both modes.
+The operator lists them, creates and deletes them as the cloud's catalog changes, and replaces
+their status; it never reads one by name or watches them.
+*/}}
+{{- define "gpucloud-operator.catalogRules" -}}
+- apiGroups: [gpucloud.io]
+  resources: {{ include "gpucloud-operator.catalogResources" . }}
+  verbs: [list, create, delete]
+- apiGroups: [gpucloud.io]
+  resources: {{ include "gpucloud-operator.catalogStatusResources" . }}
+  verbs: [update]
+{{- end -}}
+
 {{/* Adoption, where allowed: the namespace's label says whether its objects may adopt. */}}
 {{- define "gpucloud-operator.adoptionRules" -}}
 {{- if .Values.adoption.allowed }}

@@ -4,4 +4,6 @@ UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry; do not edit
 {{- define "gpucloud-operator.kindResources" -}}[firewalls, gpuinstances, images, snapshots, sshkeys, volumes]{{- end -}}
 {{- define "gpucloud-operator.policyResources" -}}[budgets, gpuinstancepools]{{- end -}}
 {{- define "gpucloud-operator.kindStatusResources" -}}[budgets/status, firewalls/status, gpuinstancepools/status, gpuinstances/status, images/status, snapshots/status, sshkeys/status, volumes/status]{{- end -}}
-{{- define "gpucloud-operator.kindCrdNames" -}}[budgets.gpucloud.io, firewalls.gpucloud.io, gpuinstancepools.gpucloud.io, gpuinstances.gpucloud.io, images.gpucloud.io, snapshots.gpucloud.io, sshkeys.gpucloud.io, volumes.gpucloud.io]{{- end -}}
+{{- define "gpucloud-operator.kindCrdNames" -}}[budgets.gpucloud.io, firewalls.gpucloud.io, gpuinstancepools.gpucloud.io, gpuinstances.gpucloud.io, gpuofferings.gpucloud.io, images.gpucloud.io, snapshots.gpucloud.io, sshkeys.gpucloud.io, volumes.gpucloud.io]{{- end -}}
+{{- define "gpucloud-operator.catalogResources" -}}[gpuofferings]{{- end -}}
+{{- define "gpucloud-operator.catalogStatusResources" -}}[gpuofferings/status]{{- end -}}

@@ -11,7 +11,8 @@ fn instance() -> GpuInstance {
         "train-1",
         GpuInstanceSpec {
             managed: ManagedFields::default(),
-            region: "us-east-1".into(),
+            region: Some("us-east-1".into()),
+            placement: None,
             gpu_type: Some("H100-80G".into()),
             gpu_count: Some(1),
             os_image: Some("ubuntu-22.04-cuda-12".into()),
@@ -91,7 +92,7 @@ fn restore_inherits_gpu_type() {
 fn immutable_instance_fields_say_so() {
     let old = instance();
     let mut new = old.clone();
-    new.spec.region = "eu-west-1".into();
+    new.spec.region = Some("eu-west-1".into());
     rejected_with(&new, Some(&old), "region is immutable");
     let mut new = old.clone();
     new.spec.gpu_type = Some("A100-80G".into());
@@ -517,4 +518,50 @@ fn schedules_are_checked_at_admission() {
         None,
         "schedule.outside Hibernated needs tier Legacy",
     );
+}
+
+#[test]
+fn a_placement_replaces_region_gpu_type_and_count_and_never_changes() {
+    let placed = from_spec::<GpuInstance>(serde_json::json!({
+        "osImage": "ubuntu-22.04-cuda-12",
+        "placement": {
+            "policy": "Cheapest",
+            "alternatives": [
+                {"gpuTypes": ["H100-80G", "A100-80G"], "regions": ["us-east-1", "eu-west-1"]},
+                {"gpuTypes": ["L40S"], "gpuCount": 2, "regions": ["us-east-1"]},
+            ],
+        },
+    }));
+    validate_cel(&placed).unwrap();
+    validate_cel_update(&placed, &placed).unwrap();
+    // Both, or neither.
+    let mut both = placed.clone();
+    both.spec.region = Some("us-east-1".into());
+    rejected_with(
+        &both,
+        None,
+        "set exactly one of spec.region and spec.placement",
+    );
+    let mut neither = placed.clone();
+    neither.spec.placement = None;
+    rejected_with(
+        &neither,
+        None,
+        "set exactly one of spec.region and spec.placement",
+    );
+    let mut typed = placed.clone();
+    typed.spec.gpu_type = Some("H100-80G".into());
+    rejected_with(&typed, None, "given by each alternative of spec.placement");
+    // A custom image is in one region.
+    let mut imaged = placed.clone();
+    imaged.spec.os_image = None;
+    imaged.spec.image_ref = Some(LocalRef { name: "img".into() });
+    rejected_with(&imaged, None, "spec.placement needs osImage");
+    // Immutable, and not to be swapped for a region.
+    let mut moved = placed.clone();
+    if let Some(p) = moved.spec.placement.as_mut() {
+        p.alternatives.pop();
+    }
+    rejected_with(&moved, Some(&placed), "placement is immutable");
+    rejected_with(&instance(), Some(&placed), "placement is immutable");
 }

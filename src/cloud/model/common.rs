@@ -133,6 +133,8 @@ pub mod error_code {
     pub const INVALID_STATE: &str = "INVALID_STATE";
     pub const DUPLICATE_NAME: &str = "DUPLICATE_NAME";
     pub const CONFLICT: &str = "CONFLICT";
+    /// 409: not enough GPUs of the type in stock in the region (assumed, docs/cloud-api.md).
+    pub const INSUFFICIENT_STOCK: &str = "INSUFFICIENT_STOCK";
     pub const INSUFFICIENT_CREDIT: &str = "INSUFFICIENT_CREDIT";
     pub const RATE_LIMITED: &str = "RATE_LIMITED";
     pub const VALIDATION_ERROR: &str = "VALIDATION_ERROR";
@@ -149,6 +151,7 @@ pub mod error_code {
         INVALID_STATE,
         DUPLICATE_NAME,
         CONFLICT,
+        INSUFFICIENT_STOCK,
         INSUFFICIENT_CREDIT,
         RATE_LIMITED,
         VALIDATION_ERROR,

@@ -50,7 +50,9 @@ fn crds_directory_matches_the_rust_types() {
 
 #[test]
 fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
-    for crd in super::crds() {
+    // The catalog's kinds are cluster-scoped and have no conditions: their own test below.
+    let catalogs = super::catalog_crds();
+    for crd in super::crds().into_iter().filter(|c| !catalogs.contains(c)) {
         let name = crd.metadata.name.clone().unwrap();
         assert_eq!(crd.spec.group, "gpucloud.io", "{name}");
         assert_eq!(crd.spec.scope, "Namespaced", "{name}");
@@ -114,6 +116,56 @@ fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
                 "{name}: short name {short}"
             );
         }
+    }
+}
+
+/// The catalog's kinds: cluster-scoped, in the gpucloud category, with a status subresource
+/// (the operator writes only the status), a short name, and the table a person choosing a
+/// machine reads.
+#[test]
+fn catalog_kinds_are_cluster_scoped_read_only_tables() {
+    for crd in super::catalog_crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        assert_eq!(crd.spec.scope, "Cluster", "{name}");
+        assert_eq!(
+            crd.spec.names.categories.as_deref(),
+            Some(&["gpucloud".to_string()][..]),
+            "{name}"
+        );
+        assert!(crd.spec.names.short_names.iter().flatten().count() > 0);
+        let version = &crd.spec.versions[0];
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        let columns: Vec<&str> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .filter(|c| c.priority.is_none())
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                "GPU",
+                "Region",
+                "Memory",
+                "vCPUs",
+                "RAM",
+                "Price/h",
+                "Currency",
+                "Available",
+                "Refreshed"
+            ],
+            "{name}"
+        );
+        // The spec cannot change once made.
+        let rules = serde_json::to_string(&version.schema).unwrap();
+        assert!(rules.contains("self == oldSelf"), "{name}");
     }
 }
 
@@ -380,7 +432,7 @@ fn the_sweeper_claims_every_managed_kind_and_only_those() {
     // Budgets own no cloud resource: nothing of theirs is swept.
     let mut from_crds: Vec<String> = super::crds()
         .into_iter()
-        .filter(|c| !super::policy_crds().contains(c))
+        .filter(|c| !super::policy_crds().contains(c) && !super::catalog_crds().contains(c))
         .map(|c| c.spec.names.kind)
         .collect();
     let swept: Vec<String> = crate::orphans::swept_kinds()

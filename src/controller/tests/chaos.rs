@@ -12,7 +12,9 @@
 //!
 //! Then a fault phase (`chaos/world.rs`): a few objects of every basic kind, presets adopted,
 //! then 6 to 12 random actions 20 to 300 ms apart: SshKeys, GpuInstances, Volumes and Firewalls
-//! created (some with `deletionPolicy: Orphan`, machines some with `Snapshot`) in one of the
+//! created (some with `deletionPolicy: Orphan`, machines some with `Snapshot`, and some placed
+//! by `spec.placement`: H100 while the first account's scarce H100 stock lasts, refused by the
+//! cloud when the catalog read earlier still shows some, else L40S) in one of the
 //! three team and account groups,
 //! Snapshots of running machines, Images of snapshots, Volumes cloned from volumes, machines
 //! restored from snapshots, presets adopted again once let go, deletes (a snapshot taking its
@@ -100,6 +102,8 @@ pub struct RunStats {
     pub images: u64,
     pub clones: u64,
     pub restores: u64,
+    /// GpuInstances placed by `spec.placement`.
+    pub placed: u64,
     /// Snapshots deleted while a machine was still to be restored from them.
     pub snapshot_deletions_held: u64,
     /// Images the cloud removed with their deleted snapshot.
@@ -164,6 +168,7 @@ impl RunStats {
         self.images += other.images;
         self.clones += other.clones;
         self.restores += other.restores;
+        self.placed += other.placed;
         self.snapshot_deletions_held += other.snapshot_deletions_held;
         self.images_removed_with_snapshot += other.images_removed_with_snapshot;
         self.adoptions += other.adoptions;

@@ -89,6 +89,7 @@ async fn every_example_applies_and_becomes_ready() {
             "adopt-existing",
             "budget-and-lifetimes",
             "gitops",
+            "placement",
             "quickstart",
             "snapshot-and-restore",
             "stop-at-night"
@@ -157,8 +158,8 @@ async fn every_example_applies_and_becomes_ready() {
     let state = env.simulator.state();
     assert_eq!(
         state.instances.len(),
-        8,
-        "train-1, finetune-1, its restored copy, eval-1, dev-box, nightly-eval, workstation and the adopted machine"
+        9,
+        "train-1, finetune-1, its restored copy, eval-1, dev-box, nightly-eval, workstation, anywhere-h100 and the adopted machine"
     );
     assert_eq!(state.snapshots.len(), 1);
     assert_eq!(state.images.len(), 1);

@@ -282,7 +282,11 @@ async fn terminal_cloud_errors_stall_without_a_retry_storm() {
     let api = env.api::<GpuInstance>();
     api.create(
         &PostParams::default(),
-        &instance("bad-gpu", serde_json::json!({"gpuType": "NO-SUCH-GPU"})),
+        // The catalog allows at most four RTX-A6000 per machine: only the cloud says so.
+        &instance(
+            "bad-gpu",
+            serde_json::json!({"gpuType": "RTX-A6000", "gpuCount": 8}),
+        ),
     )
     .await
     .unwrap();
@@ -294,7 +298,7 @@ async fn terminal_cloud_errors_stall_without_a_retry_storm() {
         .message
         .clone();
     assert!(
-        message.contains("NO-SUCH-GPU"),
+        message.contains("gpu_count"),
         "the cloud's message is shown: {message}"
     );
     assert!(

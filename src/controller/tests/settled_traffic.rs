@@ -110,10 +110,15 @@ async fn settled_objects_cost_only_periodic_lists() {
             "{operation} {reads} times: {made:?}"
         );
     }
+    // The GPU catalog (for the GpuOfferings), once per catalog TTL.
+    for operation in support::CATALOG_READS {
+        let reads = made.get(operation).copied().unwrap_or(0);
+        assert!(reads <= 2, "{operation} {reads} times: {made:?}");
+    }
     assert!(
         made.keys().all(|op| op.starts_with("List")
             || *op == "GetBalance"
-            || *op == "GetPricing"
+            || support::CATALOG_READS.contains(op)
             || billing.contains(op)),
         "settled objects made per-object or mutating calls: {made:?}"
     );

@@ -566,7 +566,7 @@ async fn snapshot_by_cloud_id_and_refused_restores() {
 
     // A restore is in the snapshot's region: another region in the spec is refused.
     let mut elsewhere = restored("elsewhere", "by-id");
-    elsewhere.spec.region = "eu-west-1".into();
+    elsewhere.spec.region = Some("eu-west-1".into());
     create(&env, &elsewhere).await;
     let refused: GpuInstance = condition(&env, "elsewhere", "Stalled", "True", "InvalidSpec").await;
     assert!(

@@ -327,7 +327,7 @@ impl Engine {
             .collect()
     }
 
-    pub fn gpu_specs() -> Vec<model::GpuSpec> {
+    pub fn gpu_specs(&self) -> Vec<model::GpuSpec> {
         catalog::GPU_TYPES
             .iter()
             .map(|gpu| model::GpuSpec {
@@ -341,7 +341,7 @@ impl Engine {
                     .into_iter()
                     .filter(|n| *n <= gpu.max_count)
                     .collect(),
-                price_per_gpu_hour: gpu.price_per_gpu_hour,
+                price_per_gpu_hour: self.gpu_price(gpu),
                 currency: catalog::CURRENCY.to_string(),
             })
             .collect()
@@ -398,14 +398,14 @@ impl Engine {
             .collect()
     }
 
-    pub fn pricing() -> model::PricingBody {
+    pub fn pricing(&self) -> model::PricingBody {
         model::PricingBody {
             currency: catalog::CURRENCY.to_string(),
             gpus: catalog::GPU_TYPES
                 .iter()
                 .map(|gpu| model::GpuPrice {
                     gpu_type: gpu.id.to_string(),
-                    price_per_gpu_hour: gpu.price_per_gpu_hour,
+                    price_per_gpu_hour: self.gpu_price(gpu),
                 })
                 .collect(),
             storage: catalog::VOLUME_TYPES
@@ -420,7 +420,7 @@ impl Engine {
         }
     }
 
-    pub fn quote(request: &model::PriceQuoteRequest) -> ApiResult<model::PriceQuoteBody> {
+    pub fn quote(&self, request: &model::PriceQuoteRequest) -> ApiResult<model::PriceQuoteBody> {
         let gpu = catalog::gpu_type(&request.gpu_type).ok_or_else(|| {
             ApiError::validation(format!("gpu_type: unknown GPU type {:?}", request.gpu_type))
         })?;
@@ -436,7 +436,7 @@ impl Engine {
                 "hours: must be a positive number of at most one year",
             ));
         }
-        let hourly_rate = gpu.price_per_gpu_hour * f64::from(request.gpu_count);
+        let hourly_rate = self.gpu_price(gpu) * f64::from(request.gpu_count);
         Ok(model::PriceQuoteBody {
             gpu_type: gpu.id.to_string(),
             gpu_count: request.gpu_count,
@@ -835,22 +835,24 @@ mod tests {
     fn stock_reflects_instances_and_quote_prices() {
         let mut engine = engine();
         assert!(engine.gpu_stock(secs(0)).iter().all(|s| s.available == 16));
-        let quote = Engine::quote(&model::PriceQuoteRequest {
-            gpu_type: "H100-80G".to_string(),
-            gpu_count: 2,
-            hours: Some(10.0),
-        })
-        .unwrap();
-        assert!((quote.total_cost - 59.8).abs() < 1e-9);
-        assert!(
-            Engine::quote(&model::PriceQuoteRequest {
+        let quote = engine
+            .quote(&model::PriceQuoteRequest {
                 gpu_type: "H100-80G".to_string(),
                 gpu_count: 2,
-                hours: Some(-1.0),
+                hours: Some(10.0),
             })
-            .unwrap_err()
-            .to_string()
-            .starts_with("hours:")
+            .unwrap();
+        assert!((quote.total_cost - 59.8).abs() < 1e-9);
+        assert!(
+            engine
+                .quote(&model::PriceQuoteRequest {
+                    gpu_type: "H100-80G".to_string(),
+                    gpu_count: 2,
+                    hours: Some(-1.0),
+                })
+                .unwrap_err()
+                .to_string()
+                .starts_with("hours:")
         );
     }
 }

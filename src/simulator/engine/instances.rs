@@ -8,8 +8,8 @@ use gpucloud_cloud::model::{
 };
 
 use super::{
-    ApiResult, BillingSpan, Engine, EngineSettings, SimTime, format_time, validate_name,
-    validate_region, validate_tier,
+    ApiResult, BillingSpan, Engine, EngineSettings, SimTime, format_time, known_gpu_type,
+    validate_name, validate_region, validate_tier,
 };
 use crate::catalog;
 use crate::error::ApiError;
@@ -278,10 +278,78 @@ impl Engine {
             .sum()
     }
 
+    /// GPUs of a type a region holds in all, in use or free.
+    fn gpu_capacity(&self, gpu_type: &str, region: &str) -> u32 {
+        self.gpu_capacity
+            .get(&(gpu_type.to_string(), region.to_string()))
+            .copied()
+            .unwrap_or(self.settings.gpu_capacity_per_region)
+    }
+
+    /// GPUs of a type free in a region: what a create may take. Creates take from it, and a
+    /// machine's GPUs come back once it is gone.
     pub fn gpu_available(&self, gpu_type: &str, region: &str, now: SimTime) -> u32 {
-        self.settings
-            .gpu_capacity_per_region
+        self.gpu_capacity(gpu_type, region)
             .saturating_sub(self.gpus_in_use(gpu_type, region, now))
+    }
+
+    /// Sets how many GPUs of a type are free in a region from now on (the machines holding
+    /// some keep them, and give them back when they go).
+    pub fn set_gpu_stock(
+        &mut self,
+        gpu_type: &str,
+        region: &str,
+        available: u32,
+        now: SimTime,
+    ) -> ApiResult<()> {
+        self.settle(now);
+        let gpu = known_gpu_type("gpu_type", gpu_type)?;
+        validate_region("region", region)?;
+        let capacity = available.saturating_add(self.gpus_in_use(gpu.id, region, now));
+        self.gpu_capacity
+            .insert((gpu.id.to_string(), region.to_string()), capacity);
+        Ok(())
+    }
+
+    /// Sets the price per GPU-hour of a type for machines created from now on (and in the
+    /// price list, the quotes and the specifications); running machines keep their rate.
+    pub fn set_gpu_price(&mut self, gpu_type: &str, price_per_gpu_hour: f64) -> ApiResult<()> {
+        let gpu = known_gpu_type("gpu_type", gpu_type)?;
+        if !(price_per_gpu_hour.is_finite() && price_per_gpu_hour > 0.0) {
+            return Err(ApiError::validation(
+                "price_per_gpu_hour: must be a positive number",
+            ));
+        }
+        self.gpu_prices
+            .insert(gpu.id.to_string(), price_per_gpu_hour);
+        Ok(())
+    }
+
+    /// The price per GPU-hour of a type: as set, or the catalog's.
+    pub fn gpu_price(&self, gpu: &catalog::GpuType) -> f64 {
+        self.gpu_prices
+            .get(gpu.id)
+            .copied()
+            .unwrap_or(gpu.price_per_gpu_hour)
+    }
+
+    /// Refuses a create that needs more GPUs than are free: `409 INSUFFICIENT_STOCK`.
+    pub(super) fn require_stock(
+        &self,
+        gpu_type: &str,
+        region: &str,
+        count: u32,
+        now: SimTime,
+    ) -> ApiResult<()> {
+        let available = self.gpu_available(gpu_type, region, now);
+        if available < count {
+            return Err(ApiError::InsufficientStock {
+                message: format!(
+                    "not enough {gpu_type} GPUs in stock in {region}: {count} wanted, {available} available"
+                ),
+            });
+        }
+        Ok(())
     }
 
     pub fn create_instance(
@@ -293,17 +361,7 @@ impl Engine {
         validate_name("name", &request.name)?;
         validate_region("region", &request.region)?;
         let tier = validate_tier("tier", request.tier.as_ref())?;
-        let gpu = catalog::gpu_type(&request.gpu_type).ok_or_else(|| {
-            ApiError::validation(format!(
-                "gpu_type: unknown GPU type {:?} (known: {})",
-                request.gpu_type,
-                catalog::GPU_TYPES
-                    .iter()
-                    .map(|g| g.id)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
+        let gpu = known_gpu_type("gpu_type", &request.gpu_type)?;
         if request.gpu_count == 0 || request.gpu_count > gpu.max_count {
             return Err(ApiError::validation(format!(
                 "gpu_count: must be between 1 and {} for {}",
@@ -373,12 +431,7 @@ impl Engine {
         for volume_id in &request.volume_ids {
             self.check_attachable(volume_id, &request.region, None, now)?;
         }
-        if self.gpu_available(gpu.id, &request.region, now) < request.gpu_count {
-            return Err(ApiError::conflict(format!(
-                "not enough {} GPUs in stock in {}",
-                gpu.id, request.region
-            )));
-        }
+        self.require_stock(gpu.id, &request.region, request.gpu_count, now)?;
         self.require_credit(now)?;
 
         let id = self.add_instance(
@@ -425,7 +478,7 @@ impl Engine {
         let id = self.new_id("vm");
         let ip_address = self.new_ip_address();
         let gpu = blueprint.gpu;
-        let running_rate = gpu.price_per_gpu_hour * f64::from(blueprint.gpu_count);
+        let running_rate = self.gpu_price(gpu) * f64::from(blueprint.gpu_count);
         let (pending, active_since) = match state {
             InstanceState::Creating => (
                 Some((
@@ -1153,6 +1206,7 @@ mod tests {
         engine.create_instance(&request, secs(0)).unwrap();
         assert_eq!(engine.gpu_available("A100-80G", "us-east-1", secs(0)), 0);
         let err = engine.create_instance(&request, secs(0)).unwrap_err();
-        assert_eq!(err.code(), "CONFLICT");
+        assert_eq!(err.code(), "INSUFFICIENT_STOCK");
+        assert_eq!(err.status().as_u16(), 409);
     }
 }

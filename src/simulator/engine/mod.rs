@@ -217,6 +217,11 @@ pub struct Engine {
     ssh_keys: BTreeMap<String, SshKeyRecord>,
     scripts: BTreeMap<String, Script>,
     ai_usage: Vec<AiUsage>,
+    /// GPUs of a type a region holds in all (in use or free), by (GPU type, region), where set
+    /// apart from `gpu_capacity_per_region` (the admin API's stock).
+    gpu_capacity: BTreeMap<(String, String), u32>,
+    /// Prices per GPU-hour set apart from the catalog's, by GPU type (the admin API's prices).
+    gpu_prices: BTreeMap<String, f64>,
 }
 
 // === impl Engine: core ===
@@ -238,6 +243,8 @@ impl Engine {
             ssh_keys: BTreeMap::new(),
             scripts: BTreeMap::new(),
             ai_usage: Vec::new(),
+            gpu_capacity: BTreeMap::new(),
+            gpu_prices: BTreeMap::new(),
         }
     }
 
@@ -473,6 +480,20 @@ pub fn validate_name(field: &str, value: &str) -> ApiResult<()> {
         )));
     }
     Ok(())
+}
+
+/// The catalog's GPU type `id`; an unknown one is refused, naming the known ones.
+pub fn known_gpu_type(field: &str, id: &str) -> ApiResult<&'static crate::catalog::GpuType> {
+    crate::catalog::gpu_type(id).ok_or_else(|| {
+        ApiError::validation(format!(
+            "{field}: unknown GPU type {id:?} (known: {})",
+            crate::catalog::GPU_TYPES
+                .iter()
+                .map(|g| g.id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
 }
 
 pub fn validate_region(field: &str, region: &str) -> ApiResult<()> {

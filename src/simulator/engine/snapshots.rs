@@ -152,12 +152,7 @@ impl Engine {
             catalog::gpu_type(&snapshot.specs.gpu_type).ok_or_else(|| ApiError::Internal {
                 message: format!("snapshot {snapshot_id} has an unknown GPU type"),
             })?;
-        if self.gpu_available(gpu.id, &snapshot.region, now) < snapshot.specs.gpu_count {
-            return Err(ApiError::conflict(format!(
-                "not enough {} GPUs in stock in {}",
-                gpu.id, snapshot.region
-            )));
-        }
+        self.require_stock(gpu.id, &snapshot.region, snapshot.specs.gpu_count, now)?;
         self.require_credit(now)?;
         let id = self.add_instance(
             InstanceBlueprint {

@@ -4,7 +4,6 @@ use gpucloud_cloud::model;
 
 use super::Call;
 use crate::catalog;
-use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::reply::Reply;
 
@@ -22,11 +21,13 @@ pub(super) fn get_balance(call: &Call<'_>) -> Result<Reply, ApiError> {
     })
 }
 
-pub(super) fn get_pricing(_call: &Call<'_>) -> Result<Reply, ApiError> {
-    Reply::new("pricing retrieved", Engine::pricing())
+pub(super) fn get_pricing(call: &Call<'_>) -> Result<Reply, ApiError> {
+    let pricing = call.engine(|e, _| Ok(e.pricing()))?;
+    Reply::new("pricing retrieved", pricing)
 }
 
 pub(super) fn quote_pricing(call: &Call<'_>) -> Result<Reply, ApiError> {
     let body: model::PriceQuoteRequest = call.body()?;
-    Reply::new("price quoted", Engine::quote(&body)?)
+    let quote = call.engine(|e, _| e.quote(&body))?;
+    Reply::new("price quoted", quote)
 }

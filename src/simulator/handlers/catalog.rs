@@ -9,8 +9,8 @@ pub(super) fn get_gpu_stock(call: &Call<'_>) -> Result<Reply, ApiError> {
     call.listed("GPU stock retrieved", "gpus", |e, now| e.gpu_stock(now))
 }
 
-pub(super) fn get_gpu_specs(_call: &Call<'_>) -> Result<Reply, ApiError> {
-    list("GPU specifications retrieved", "gpus", Engine::gpu_specs())
+pub(super) fn get_gpu_specs(call: &Call<'_>) -> Result<Reply, ApiError> {
+    call.listed("GPU specifications retrieved", "gpus", |e, _| e.gpu_specs())
 }
 
 pub(super) fn list_regions(_call: &Call<'_>) -> Result<Reply, ApiError> {

@@ -931,3 +931,141 @@ async fn every_operation_refuses_junk_with_a_json_4xx() {
     assert!(state.instances.is_empty() && state.volumes.is_empty() && state.ssh_keys.is_empty());
     sim.handle.shutdown().await;
 }
+
+/// The GPUs free of a type in a region, as the stock catalog lists them.
+async fn listed_stock(sim: &Sim, gpu_type: &str, region: &str) -> u64 {
+    let stock = sim.get("/gpus/stock/").await.ok();
+    stock["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["gpu_type"] == gpu_type && s["region"] == region)
+        .and_then(|s| s["available"].as_u64())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn stock_is_set_by_the_admin_taken_by_creates_and_given_back_by_deletes() {
+    let sim = start(config()).await;
+    let set = sim
+        .admin(
+            Method::PUT,
+            "/_admin/stock",
+            Some(json!({"gpu_type": "L40S", "region": "us-east-1", "available": 1})),
+        )
+        .await;
+    assert_eq!(set.status, 200);
+    assert_eq!(listed_stock(&sim, "L40S", "us-east-1").await, 1);
+    // Another region and another type keep the configured stock.
+    assert_eq!(listed_stock(&sim, "L40S", "eu-west-1").await, 512);
+    assert_eq!(listed_stock(&sim, "H100-80G", "us-east-1").await, 512);
+
+    let vm = sim.instance("vm-a", "advanced").await;
+    assert_eq!(listed_stock(&sim, "L40S", "us-east-1").await, 0);
+    let create = json!({
+        "name": "vm-b", "region": "us-east-1", "gpu_type": "L40S", "gpu_count": 1,
+        "image_id": "ubuntu-22.04-cuda-12",
+    });
+    let refused = sim.post("/instances/", create.clone()).await;
+    refused.error(409, "INSUFFICIENT_STOCK");
+    assert!(
+        refused.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("L40S GPUs in stock in us-east-1"),
+        "{}",
+        refused.body
+    );
+
+    // Setting the stock while a machine holds a GPU counts only the free ones.
+    let set = sim
+        .admin(
+            Method::PUT,
+            "/_admin/stock",
+            Some(json!({"gpu_type": "L40S", "region": "us-east-1", "available": 0})),
+        )
+        .await;
+    assert_eq!(set.status, 200);
+    sim.delete(&format!("/instances/{vm}/")).await.ok();
+    sim.settle();
+    assert_eq!(listed_stock(&sim, "L40S", "us-east-1").await, 1);
+    sim.post("/instances/", create).await.ok();
+    assert_eq!(listed_stock(&sim, "L40S", "us-east-1").await, 0);
+
+    for (body, field) in [
+        (
+            json!({"gpu_type": "Z9", "region": "us-east-1", "available": 1}),
+            "gpu_type",
+        ),
+        (
+            json!({"gpu_type": "L40S", "region": "mars-1", "available": 1}),
+            "region",
+        ),
+        (
+            json!({"gpu_type": "L40S", "region": "us-east-1", "available": -1}),
+            "available",
+        ),
+    ] {
+        let answer = sim.admin(Method::PUT, "/_admin/stock", Some(body)).await;
+        answer.error(400, "VALIDATION_ERROR");
+        assert!(
+            answer.body["message"].as_str().unwrap().contains(field),
+            "{}",
+            answer.body
+        );
+    }
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn prices_set_by_the_admin_show_in_the_catalogs_quotes_and_new_machines() {
+    let sim = start(config()).await;
+    let running = sim.instance("old", "advanced").await;
+    let set = sim
+        .admin(
+            Method::PUT,
+            "/_admin/prices",
+            Some(json!({"gpu_type": "L40S", "price_per_gpu_hour": 0.5})),
+        )
+        .await;
+    assert_eq!(set.status, 200);
+    let pricing = sim.get("/pricing/").await.ok();
+    let price = |body: &Value, key: &str| {
+        body[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["gpu_type"] == "L40S")
+            .and_then(|g| g["price_per_gpu_hour"].as_f64())
+            .unwrap()
+    };
+    assert_eq!(price(&pricing, "gpus"), 0.5);
+    assert_eq!(price(&sim.get("/gpus/specs/").await.ok(), "gpus"), 0.5);
+    let quote = sim
+        .post("/pricing/", json!({"gpu_type": "L40S", "gpu_count": 2}))
+        .await
+        .ok();
+    assert_eq!(quote["hourly_rate"], 1.0);
+    let new = sim
+        .post(
+            "/instances/",
+            json!({
+                "name": "new", "region": "us-east-1", "gpu_type": "L40S", "gpu_count": 1,
+                "image_id": "ubuntu-22.04-cuda-12",
+            }),
+        )
+        .await
+        .ok();
+    assert_eq!(new["instance"]["billing"]["hourly_rate"], 0.5);
+    // A machine running before the change keeps its rate.
+    let old = sim.get(&format!("/instances/{running}/")).await.ok();
+    assert_eq!(old["instance"]["billing"]["hourly_rate"], 1.1);
+    sim.admin(
+        Method::PUT,
+        "/_admin/prices",
+        Some(json!({"gpu_type": "L40S", "price_per_gpu_hour": 0})),
+    )
+    .await
+    .error(400, "VALIDATION_ERROR");
+    sim.handle.shutdown().await;
+}

@@ -147,6 +147,8 @@ pub(crate) struct Run {
     next_index: BTreeMap<(String, Kind), u32>,
     /// The hostile tenant of namespace `team-b`, with its own random stream.
     pub tenant: Tenant,
+    /// GpuInstances placed by `spec.placement` (their snapshots are not restored).
+    placed: std::collections::BTreeSet<ObjectKey>,
 }
 
 pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
@@ -171,6 +173,13 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
     };
     // The default credentials Secret holds the first key: team-a's key to the first account.
     let env = Env::without_operator(simulator).await;
+    // Placed machines try H100 in us-east-1 first: none, or a few GPUs that the first ones
+    // take (a catalog read before they went says there are some: the cloud refuses, and the
+    // placement moves on to L40S).
+    let h100_stock = [0, 1, 2][rng.random_range(0..3)];
+    env.simulator
+        .set_gpu_stock("H100-80G", "us-east-1", h100_stock)
+        .unwrap();
     let harness = keys
         .iter()
         .map(|account| {
@@ -216,8 +225,9 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
         cloud_plan: FaultPlan::default(),
         next_index: BTreeMap::new(),
         tenant: Tenant::new(seed),
+        placed: std::collections::BTreeSet::new(),
     };
-    run.note(format!("list lag {list_lag:?}"));
+    run.note(format!("list lag {list_lag:?}, H100 stock {h100_stock}"));
     let outcome = run.play().await;
     // The operator stops with the world either way; a failure keeps its message.
     run.env.kill_operator().await;
@@ -782,6 +792,10 @@ impl Run {
         let refer = policy == Policy::Manage;
         let spec = self.basic_spec(group, kind, refer);
         let name = self.new_name(group.namespace, kind);
+        if spec.get("placement").is_some() {
+            self.placed.insert(ObjectKey::new(group.namespace, &name));
+            self.stats.placed += 1;
+        }
         self.create(group, kind, &name, spec, policy, None).await?;
         Ok(())
     }
@@ -796,6 +810,14 @@ impl Run {
                 };
                 let mut spec = json!({"region": "us-east-1", "gpuType": "L40S",
                     "osImage": "ubuntu-22.04-cuda-12", "powerState": power});
+                // Some are placed: H100 while the scarce stock lasts, else L40S, one region.
+                if self.rng.random_bool(0.3) {
+                    spec = json!({"osImage": "ubuntu-22.04-cuda-12", "powerState": power,
+                    "placement": {"alternatives": [
+                        {"gpuTypes": ["H100-80G"], "regions": ["us-east-1"]},
+                        {"gpuTypes": ["L40S"], "regions": ["us-east-1"]},
+                    ]}});
+                }
                 // Some are deleted through a final snapshot (`create` overrides it for Orphan).
                 if self.rng.random_bool(0.25) {
                     spec["deletionPolicy"] = json!("Snapshot");
@@ -967,6 +989,19 @@ impl Run {
         Ok(())
     }
 
+    /// Whether the snapshot `key` is of a placed machine: its H100 restore would need scarce
+    /// stock and stay refused (restores inherit the machine's GPUs and have no alternatives).
+    fn of_a_placed_machine(&self, key: &ObjectKey) -> bool {
+        let Some(snapshot) = self.model.live.get(key) else {
+            return false;
+        };
+        let Some(instance) = snapshot.spec["instanceRef"]["name"].as_str() else {
+            return false;
+        };
+        self.placed
+            .contains(&ObjectKey::new(&key.namespace, instance))
+    }
+
     /// A GpuInstance restored from a Snapshot.
     async fn restore(&mut self) -> Result<(), String> {
         // Mostly from a snapshot the cloud has already made, as a restore usually is.
@@ -980,6 +1015,7 @@ impl Run {
             .filter(|(key, w)| {
                 w.kind == Kind::Snapshot
                     && w.referable()
+                    && !self.of_a_placed_machine(key)
                     && seen
                         .get(*key)
                         .is_some_and(|s| s.status.external_id.is_some())
@@ -990,6 +1026,7 @@ impl Run {
             Some(made[self.rng.random_range(0..made.len())].clone())
         } else {
             self.pick_source(Kind::Snapshot)
+                .filter(|(_, key)| !self.of_a_placed_machine(key))
         };
         let Some((group, snapshot)) = source else {
             return Ok(());

@@ -379,6 +379,10 @@ pub const ACCOUNT_READS: [&str; 4] = [
     "GetVolumeBilling",
 ];
 
+/// The catalog reads an account makes once per catalog TTL while machines are placed or wait
+/// for stock, however many objects there are.
+pub const CATALOG_READS: [&str; 4] = ["GetGpuStock", "GetGpuSpecs", "ListRegions", "GetPricing"];
+
 /// Creates `object` in the test namespace.
 pub async fn create<K>(env: &Env, object: &K)
 where
