@@ -209,9 +209,7 @@ impl Error {
             Error::WaitingFor { .. }
             | Error::InProgress { .. }
             | Error::Passing { .. }
-            | Error::NoCapacity { .. } => {
-                Category::Waiting
-            }
+            | Error::NoCapacity { .. } => Category::Waiting,
             Error::Finalizer(_) => Category::Transient,
         }
     }
