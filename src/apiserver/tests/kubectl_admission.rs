@@ -21,6 +21,7 @@ fn repository_path(relative: &str) -> PathBuf {
 }
 
 const POLICY: &str = "gpucloud-operator-deletion-protection";
+const CRD_POLICY: &str = "gpucloud-operator-crd-protection";
 
 const INSTANCES: &str = r#"
 apiVersion: gpucloud.io/v1alpha1
@@ -83,7 +84,9 @@ async fn the_shipped_policy_refuses_kubectl_delete_of_a_protected_object() {
         applied,
         format!(
             "validatingadmissionpolicy.admissionregistration.k8s.io/{POLICY} created\n\
-             validatingadmissionpolicybinding.admissionregistration.k8s.io/{POLICY} created\n"
+             validatingadmissionpolicybinding.admissionregistration.k8s.io/{POLICY} created\n\
+             validatingadmissionpolicy.admissionregistration.k8s.io/{CRD_POLICY} created\n\
+             validatingadmissionpolicybinding.admissionregistration.k8s.io/{CRD_POLICY} created\n"
         )
     );
     // The built-in printers' columns.
@@ -98,24 +101,27 @@ async fn the_shipped_policy_refuses_kubectl_delete_of_a_protected_object() {
         .split_whitespace()
         .collect();
     assert_eq!(columns, ["NAME", "VALIDATIONS", "PARAMKIND", "AGE"]);
-    let row: Vec<&str> = policies
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    assert_eq!(&row[..3], [POLICY, "1", "<unset>"]);
+    let row_of = |table: &str, name: &str| -> Vec<String> {
+        table
+            .lines()
+            .map(|line| {
+                line.split_whitespace()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .find(|row| row.first().map(String::as_str) == Some(name))
+            .unwrap_or_default()
+    };
+    assert_eq!(row_of(&policies, POLICY)[..3], [POLICY, "1", "<unset>"]);
+    assert_eq!(
+        row_of(&policies, CRD_POLICY)[..3],
+        [CRD_POLICY, "1", "<unset>"]
+    );
     let bindings = cluster
         .kubectl(&["get", "validatingadmissionpolicybindings"])
         .await
         .ok();
-    let row: Vec<&str> = bindings
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    assert_eq!(&row[..3], [POLICY, POLICY, "<unset>"]);
+    assert_eq!(row_of(&bindings, POLICY)[..3], [POLICY, POLICY, "<unset>"]);
     // Applying the same manifest again changes nothing.
     let reapplied = cluster
         .kubectl(&["apply", "-f", manifest.to_str().unwrap()])
@@ -230,4 +236,25 @@ async fn the_shipped_policy_refuses_kubectl_delete_of_a_protected_object() {
                 .success
         })
         .await;
+
+    // `kubectl delete crd` of the operator's CRD is refused until it is annotated, with the
+    // command to do so in the message.
+    let crd = "gpuinstances.gpucloud.io";
+    let refused = cluster.kubectl(&["delete", "crd", crd]).await.fails();
+    assert_eq!(
+        refused.trim_end(),
+        format!(
+            "Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io \
+             \"{crd}\" is forbidden: ValidatingAdmissionPolicy '{CRD_POLICY}' with binding \
+             '{CRD_POLICY}' denied request: deleting the CustomResourceDefinition {crd} deletes \
+             every object of its kind, and the operator then deletes their cloud resources; to \
+             go ahead, annotate it first (kubectl annotate crd {crd} \
+             gpucloud.io/allow-deletion=true)"
+        )
+    );
+    cluster
+        .kubectl(&["annotate", "crd", crd, "gpucloud.io/allow-deletion=true"])
+        .await
+        .ok();
+    cluster.kubectl(&["delete", "crd", crd]).await.ok();
 }
