@@ -125,6 +125,7 @@ impl Run {
         format!("machines {machines:?}; record {record:?}")
     }
 
+    /// The GpuInstance creates the API server carried out: answered 201, or 504 after acting.
     fn created(&self) -> u64 {
         self.env
             .apiserver
