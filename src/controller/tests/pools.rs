@@ -561,3 +561,77 @@ async fn a_refused_machine_stalls_the_pool_with_the_servers_message() {
     assert!(pool_machines(&env).await.is_empty());
     assert!(env.simulator.state().instances.is_empty());
 }
+
+/// Another team's GpuInstance that claims the pool (its labels, and a controller owner
+/// reference to the pool's uid), and one of the pool's own namespace with its labels but no
+/// such reference: neither is counted, scaled down or deleted by the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_that_only_claim_the_pool_are_never_its_own() {
+    let env = Env::start().await;
+    let kubectl = Kubectl::new(&env);
+    kubectl.run_with(&["apply", "-f", "-"], Some(POOL)).await;
+    settled(&env, 1).await;
+    let pool: GpuInstancePool = Api::namespaced(env.client.clone(), support::NAMESPACE)
+        .get("workers")
+        .await
+        .unwrap();
+    support::create_namespace(&env.client, "team-b", false)
+        .await
+        .unwrap();
+    let claimant = |namespace: &str, name: &str, owned: bool| -> GpuInstance {
+        let mut machine: GpuInstance = support::object(
+            name,
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+                               "osImage": "ubuntu-22.04-cuda-12"}),
+        );
+        machine.metadata.namespace = Some(namespace.into());
+        machine.metadata.labels = Some([("app".to_string(), "workers".to_string())].into());
+        // Paused, so that no cloud machine of theirs muddles the pool's count in the cloud.
+        machine.metadata.annotations = Some(
+            [(
+                gpucloud_api::PAUSED_ANNOTATION.to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        if owned {
+            machine.metadata.owner_references = pool.controller_owner_ref(&()).map(|o| vec![o]);
+        }
+        machine
+    };
+    let foreign: Api<GpuInstance> = Api::namespaced(env.client.clone(), "team-b");
+    foreign
+        .create(
+            &PostParams::default(),
+            &claimant("team-b", "workers-claimed", true),
+        )
+        .await
+        .unwrap();
+    machines_api(&env)
+        .create(
+            &PostParams::default(),
+            &claimant(support::NAMESPACE, "workers-lookalike", false),
+        )
+        .await
+        .unwrap();
+
+    // Scaled to 2 and then to 0: the pool makes and takes only its own.
+    kubectl
+        .run(&["scale", "gpuinstancepool", "workers", "--replicas=2"])
+        .await;
+    settled(&env, 2).await;
+    kubectl
+        .run(&["scale", "gpuinstancepool", "workers", "--replicas=0"])
+        .await;
+    settled(&env, 0).await;
+    for (api, name) in [
+        (&foreign, "workers-claimed"),
+        (&machines_api(&env), "workers-lookalike"),
+    ] {
+        let machine = api.get(name).await.unwrap();
+        assert!(
+            machine.metadata.deletion_timestamp.is_none(),
+            "{name} is being deleted by the pool"
+        );
+    }
+}
