@@ -19,9 +19,13 @@ use std::collections::BTreeMap;
 
 /// Label on each machine of a pool: the pool's name.
 pub const POOL_LABEL: &str = "gpucloud.io/pool";
-/// Label on each machine of a pool: the hash of the template it was made from, so a template
-/// change tells the machines to replace from those already made from it.
+/// Label on each machine of a pool: the hash of the template's fields a machine cannot change
+/// (those it was made from), so a change of them tells the machines to replace.
 pub const TEMPLATE_HASH_LABEL: &str = "gpucloud.io/pool-template-hash";
+/// Annotation on each machine of a pool: the hash of the template's other fields (and the
+/// pool's `deletionPolicy`) as last set on the machine, so that they are set again only when
+/// the template changes, and a person's edit of one machine stands until then.
+pub const IN_PLACE_HASH_ANNOTATION: &str = "gpucloud.io/pool-in-place-hash";
 /// The longest pool name: its machines are named `<pool>-<5 characters>`, and a GpuInstance's
 /// name is at most 63 characters.
 pub const MAX_NAME_LENGTH: usize = 57;
@@ -180,7 +184,8 @@ pub struct GpuInstancePoolStatus {
     /// `spec.selector` as a string, for the scale subresource (an HPA reads it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
-    /// The hash of the current template (the machines' `gpucloud.io/pool-template-hash`).
+    /// The hash of the current template's fields a machine cannot change (the machines'
+    /// `gpucloud.io/pool-template-hash`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_hash: Option<String>,
     /// What the pool's machines cost per hour together.

@@ -29,17 +29,27 @@
 //! request may still be on its way): a scale-down waits for it and then deletes it like any
 //! machine. Scale-down removes machines not Ready first, then those made from an older
 //! template, then the newest; never one annotated with deletion protection. A recorded delete
-//! not yet carried out is chosen again first, or let go when `replicas` was raised meanwhile. A template change (its hash is the machines'
-//! `gpucloud.io/pool-template-hash` label) replaces machines within `maxUnavailable` (Ready
-//! machines deleted only while more than `replicas - maxUnavailable` are Ready) and
-//! `maxSurge` (machines beyond `replicas` while old ones remain); `OnDelete` makes new ones
-//! from the new template only for machines a person deleted.
+//! not yet carried out is chosen again first, or let go when `replicas` was raised meanwhile.
+//!
+//! **Replaced only for what a machine cannot change.** A GPU machine cannot change type,
+//! region or image in place, but it can be stopped, given a lifetime or a schedule, and so on.
+//! A template change in a field a GpuInstance cannot change once created (those its CRD's CEL
+//! rules compare with `oldSelf`, read from the CRD: [`immutable_fields`]) replaces machines:
+//! the hash of those fields is the machines' `gpucloud.io/pool-template-hash` label, and
+//! machines are replaced within `maxUnavailable` (Ready machines deleted only while more than
+//! `replicas - maxUnavailable` are Ready) and `maxSurge` (machines beyond `replicas` while old
+//! ones remain); `OnDelete` makes new ones from the new template only for machines a person
+//! deleted. Any other change (`powerState: Stopped` to pause a pool, a lifetime, the template's
+//! labels and annotations, the pool's `deletionPolicy`) is patched onto every live machine,
+//! as a person editing each one would ([`in_place_patch`]): no machine is billed anew or loses
+//! its disk for it. So the hash also stays the same across operator upgrades that add a field
+//! a machine can change.
 
 use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
 use gpucloud_api::condition_type::{READY, STALLED};
 use gpucloud_api::deletion_protection::ANNOTATION as DELETION_PROTECTION;
-use gpucloud_api::gpu_instance_pool::{POOL_LABEL, TEMPLATE_HASH_LABEL};
+use gpucloud_api::gpu_instance_pool::{IN_PLACE_HASH_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL};
 use gpucloud_api::{
     GpuInstance, GpuInstancePool, GpuInstancePoolStatus, RollingReplace, StrategyType,
 };
@@ -47,7 +57,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, CustomResourceExt, Resource, ResourceExt};
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// How soon a pool with recorded work, or machines not yet Ready, is looked at again (its
@@ -297,21 +310,161 @@ pub fn outcome(
     }
 }
 
-/// A short stable hash of the template (FNV-1a, in the letters `generateName` uses), the
-/// machines' `gpucloud.io/pool-template-hash`. `deletionPolicy` is left out: it is the
-/// pool's, and changing it replaces no machine.
+/// The fields of a GpuInstance's spec it cannot change once created: those its CRD's CEL
+/// rules compare with `oldSelf` (each rule names its field in `fieldPath`). Read from the CRD,
+/// so the rules stay the one place that says which fields are immutable.
+pub fn immutable_fields() -> &'static BTreeSet<String> {
+    static FIELDS: LazyLock<BTreeSet<String>> = LazyLock::new(|| {
+        GpuInstance::crd()
+            .spec
+            .versions
+            .iter()
+            .filter_map(|version| version.schema.as_ref()?.open_api_v3_schema.as_ref())
+            .filter_map(|schema| schema.properties.as_ref()?.get("spec"))
+            .filter_map(|spec| spec.x_kubernetes_validations.as_ref())
+            .flatten()
+            .filter(|rule| rule.rule.contains("oldSelf"))
+            .filter_map(|rule| rule.field_path.as_deref()?.strip_prefix('.'))
+            .map(str::to_string)
+            .collect()
+    });
+    &FIELDS
+}
+
+/// A short stable hash of the template's immutable fields ([`immutable_fields`]), the
+/// machines' `gpucloud.io/pool-template-hash`. A change of any other field is made in place,
+/// and replaces no machine.
 pub fn template_hash(pool: &GpuInstancePool) -> Result<String, Error> {
-    let mut template = serde_json::to_value(&pool.spec.template)?;
-    if let Some(spec) = template.get_mut("spec").and_then(|s| s.as_object_mut()) {
-        spec.remove("deletionPolicy");
-    }
-    let text = serde_json::to_string(&template)?;
+    let spec = serde_json::to_value(&pool.spec.template.spec)?;
+    let immutable = immutable_fields();
+    hash_of(&fields_where(&spec, |key| immutable.contains(key)))
+}
+
+/// A short stable hash of what a machine changes in place: the template's other fields with
+/// the pool's `deletionPolicy`, and its labels and annotations; the machines'
+/// `gpucloud.io/pool-in-place-hash`.
+pub fn in_place_hash(pool: &GpuInstancePool) -> Result<String, Error> {
+    let wanted = machine(pool, "", "", "");
+    let spec = serde_json::to_value(&wanted.spec)?;
+    let immutable = immutable_fields();
+    hash_of(&serde_json::json!({
+        "spec": fields_where(&spec, |key| !immutable.contains(key)),
+        "labels": pool.spec.template.metadata.labels,
+        "annotations": pool.spec.template.metadata.annotations,
+    }))
+}
+
+/// The fields of the object `value` whose names pass `keep`.
+fn fields_where(value: &Value, keep: impl Fn(&str) -> bool) -> Value {
+    Value::Object(
+        value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| keep(key))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+    )
+}
+
+/// FNV-1a of `value`'s JSON, in the letters `generateName` uses. Its objects' keys are
+/// sorted (`Map` without `preserve_order` is sorted), so the hash does not follow the order
+/// of the fields in the Rust types.
+fn hash_of(value: &Value) -> Result<String, Error> {
+    let text = serde_json::to_string(value)?;
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.as_bytes() {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     Ok(encode(hash, 10))
+}
+
+/// The JSON merge patch that brings a live machine's changeable fields to the template, once
+/// the template (or the pool's `deletionPolicy`) changed since they were last set
+/// (`in_place_hash`, the machine's annotation): its spec's fields outside
+/// [`immutable_fields`], and the template's labels and annotations (added or updated; one the
+/// template drops stays on the machines, where others may have put it too). `None` when the
+/// machine has them already. The template hash label is never changed: it says what the
+/// machine was made from.
+pub fn in_place_patch(
+    pool: &GpuInstancePool,
+    instance: &GpuInstance,
+    in_place_hash: &str,
+) -> Result<Option<Value>, Error> {
+    if instance
+        .annotations()
+        .get(IN_PLACE_HASH_ANNOTATION)
+        .map(String::as_str)
+        == Some(in_place_hash)
+    {
+        return Ok(None);
+    }
+    let wanted = machine(pool, &instance.name_any(), "", in_place_hash);
+    let immutable = immutable_fields();
+    let have = serde_json::to_value(&instance.spec)?;
+    let want = serde_json::to_value(&wanted.spec)?;
+    let empty = Map::new();
+    let have = have.as_object().unwrap_or(&empty);
+    let want = want.as_object().unwrap_or(&empty);
+    let mut spec = Map::new();
+    for key in have.keys().chain(want.keys()) {
+        if immutable.contains(key.as_str()) || spec.contains_key(key) {
+            continue;
+        }
+        match (have.get(key), want.get(key)) {
+            (Some(old), Some(new)) if old == new => {}
+            (old, new) => {
+                let patch = merge_diff(old.unwrap_or(&Value::Null), new.unwrap_or(&Value::Null));
+                spec.insert(key.clone(), patch);
+            }
+        }
+    }
+    let mut metadata = Map::new();
+    for (field, wanted, have) in [
+        ("labels", wanted.labels(), instance.labels()),
+        ("annotations", wanted.annotations(), instance.annotations()),
+    ] {
+        let changed: Map<String, Value> = wanted
+            .iter()
+            .filter(|(key, value)| {
+                key.as_str() != TEMPLATE_HASH_LABEL && have.get(key.as_str()) != Some(*value)
+            })
+            .map(|(key, value)| (key.clone(), Value::String(value.clone())))
+            .collect();
+        if !changed.is_empty() {
+            metadata.insert(field.to_string(), Value::Object(changed));
+        }
+    }
+    let mut patch = serde_json::json!({"metadata": metadata});
+    if !spec.is_empty() {
+        patch["spec"] = Value::Object(spec);
+    }
+    Ok(Some(patch))
+}
+
+/// The RFC 7386 merge patch turning `old` into `new`: objects key by key (`null` removes a
+/// key), anything else replaced whole.
+fn merge_diff(old: &Value, new: &Value) -> Value {
+    let (Value::Object(old), Value::Object(new)) = (old, new) else {
+        return new.clone();
+    };
+    let mut patch = Map::new();
+    for key in old.keys().filter(|key| !new.contains_key(*key)) {
+        patch.insert(key.clone(), Value::Null);
+    }
+    for (key, value) in new {
+        match old.get(key) {
+            Some(before) if before == value => {}
+            before => {
+                patch.insert(
+                    key.clone(),
+                    merge_diff(before.unwrap_or(&Value::Null), value),
+                );
+            }
+        }
+    }
+    Value::Object(patch)
 }
 
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -391,21 +544,26 @@ fn standing_of(instance: &GpuInstance) -> MachineStanding {
     }
 }
 
-/// The GpuInstance named `name` made from the pool's template.
-pub fn machine(pool: &GpuInstancePool, name: &str, hash: &str) -> GpuInstance {
+/// The GpuInstance named `name` made from the pool's template, whose hashes are `hash`
+/// ([`template_hash`]) and `in_place_hash` ([`in_place_hash`]).
+pub fn machine(pool: &GpuInstancePool, name: &str, hash: &str, in_place_hash: &str) -> GpuInstance {
     let template = &pool.spec.template;
     let mut spec = template.spec.clone();
     spec.managed.deletion_policy = pool.spec.deletion_policy;
     let mut labels = template.metadata.labels.clone();
     labels.insert(POOL_LABEL.to_string(), pool.name_any());
     labels.insert(TEMPLATE_HASH_LABEL.to_string(), hash.to_string());
-    let annotations = template.metadata.annotations.clone();
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(
+        IN_PLACE_HASH_ANNOTATION.to_string(),
+        in_place_hash.to_string(),
+    );
     GpuInstance {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: pool.namespace(),
             labels: Some(labels),
-            annotations: (!annotations.is_empty()).then_some(annotations),
+            annotations: Some(annotations),
             // The garbage collector deletes machines with their pool (and, in the
             // foreground, the pool waits for them).
             owner_references: pool.controller_owner_ref(&()).map(|owner| {
@@ -508,7 +666,8 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
     // The record first, checked against the pool's resourceVersion; then what it says.
     let acting = !plan.create.is_empty() || !plan.delete.is_empty();
     let written = write(&pools, pool, status, acting).await?;
-    let refused = act(&instances, pool, &plan, &live, &hash).await?;
+    let in_place = in_place_hash(pool)?;
+    let refused = act(&instances, pool, &plan, &live, (&hash, &in_place)).await?;
     if !refused.is_empty() {
         give_up(&pools, written, &refused).await?;
         return Ok(STALLED_REQUEUE);
@@ -553,19 +712,22 @@ fn show(
 }
 
 /// Carries out a written record: its creates (one that exists is a 409, not a second
-/// machine) and deletes, and the pool's deletionPolicy on every live machine (also after it
-/// changes). Returns the creates the API server refused, with its message.
+/// machine) and deletes, and the template's changeable fields on every live machine
+/// ([`in_place_patch`]). Returns the creates the API server refused, with its message.
 async fn act(
     instances: &Api<GpuInstance>,
     pool: &GpuInstancePool,
     plan: &Plan,
     live: &[&GpuInstance],
-    hash: &str,
+    (hash, in_place_hash): (&str, &str),
 ) -> Result<Vec<(String, String)>, Error> {
     let mut refused = Vec::new();
     for name in &plan.create {
         match instances
-            .create(&PostParams::default(), &machine(pool, name, hash))
+            .create(
+                &PostParams::default(),
+                &machine(pool, name, hash, in_place_hash),
+            )
             .await
         {
             Ok(_) => {}
@@ -583,12 +745,10 @@ async fn act(
             Err(error) => return Err(error.into()),
         }
     }
-    let policy = pool.spec.deletion_policy;
-    for machine in live
-        .iter()
-        .filter(|m| m.spec.managed.deletion_policy != policy)
-    {
-        let patch = serde_json::json!({"spec": {"deletionPolicy": policy}});
+    for machine in live {
+        let Some(patch) = in_place_patch(pool, machine, in_place_hash)? else {
+            continue;
+        };
         match instances
             .patch(
                 &machine.name_any(),

@@ -311,9 +311,8 @@ fn the_outcome_carries_the_machines_reasons() {
     assert_eq!(super::outcome(2, &ready, &plan, &[]).standing(), "ready");
 }
 
-#[test]
-fn template_hashes_follow_the_template_not_the_deletion_policy() {
-    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
+fn workers() -> GpuInstancePool {
+    serde_json::from_value(serde_json::json!({
         "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
         "metadata": {"name": "workers", "namespace": "team-a", "uid": "u1"},
         "spec": {
@@ -326,17 +325,91 @@ fn template_hashes_follow_the_template_not_the_deletion_policy() {
             }
         }
     }))
-    .unwrap();
+    .unwrap()
+}
+
+/// A copy of `pool` whose template spec is merged with `spec`.
+fn with_template_spec(pool: &GpuInstancePool, spec: serde_json::Value) -> GpuInstancePool {
+    let mut value = serde_json::to_value(pool).unwrap();
+    let template = value["spec"]["template"]["spec"].as_object_mut().unwrap();
+    for (key, field) in spec.as_object().unwrap() {
+        template.insert(key.clone(), field.clone());
+    }
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn the_immutable_fields_are_those_the_crd_keeps_from_changing() {
+    let fields = immutable_fields();
+    for immutable in [
+        "region",
+        "placement",
+        "gpuType",
+        "gpuCount",
+        "osImage",
+        "imageRef",
+        "source",
+        "tier",
+        "sshKeyRefs",
+        "startupScript",
+        "connectionSecret",
+        "credentialsSecretRef",
+    ] {
+        assert!(fields.contains(immutable), "{immutable}: {fields:?}");
+    }
+    for changeable in [
+        "powerState",
+        "lifetime",
+        "schedule",
+        "deletionPolicy",
+        "managementPolicy",
+        "publicIp",
+        "securityRules",
+        "maxHourlyRate",
+        "finalSnapshot",
+    ] {
+        assert!(!fields.contains(changeable), "{changeable}: {fields:?}");
+    }
+}
+
+#[test]
+fn template_hashes_follow_the_immutable_fields_only() {
+    let pool = workers();
     let hash = template_hash(&pool).unwrap();
     assert_eq!(hash.len(), 10);
+    // Pinned: a new hash for the same template replaces every pool's machines when the
+    // operator is upgraded. A field added to the spec must leave it as it is.
+    assert_eq!(hash, "cq68q6bk2z");
     let mut orphaning = pool.clone();
     orphaning.spec.deletion_policy = gpucloud_api::DeletionPolicy::Orphan;
     assert_eq!(template_hash(&orphaning).unwrap(), hash);
-    let mut other = pool.clone();
-    other.spec.template.spec.gpu_type = Some("H100".into());
-    assert_ne!(template_hash(&other).unwrap(), hash);
+    for changeable in [
+        serde_json::json!({"powerState": "Stopped"}),
+        serde_json::json!({"lifetime": {"ttl": "8h"}}),
+        serde_json::json!({"publicIp": false}),
+        serde_json::json!({"managementPolicy": "ObserveOnly"}),
+    ] {
+        let changed = with_template_spec(&pool, changeable.clone());
+        assert_eq!(template_hash(&changed).unwrap(), hash, "{changeable}");
+    }
+    let mut relabelled = pool.clone();
+    relabelled
+        .spec
+        .template
+        .metadata
+        .labels
+        .insert("team".into(), "vision".into());
+    assert_eq!(template_hash(&relabelled).unwrap(), hash);
+    for replacing in [
+        serde_json::json!({"gpuType": "H100"}),
+        serde_json::json!({"osImage": "ubuntu-24.04-cuda-12"}),
+        serde_json::json!({"tier": "Legacy"}),
+    ] {
+        let changed = with_template_spec(&pool, replacing.clone());
+        assert_ne!(template_hash(&changed).unwrap(), hash, "{replacing}");
+    }
 
-    let instance = machine(&orphaning, "workers-abcde", &hash);
+    let instance = machine(&orphaning, "workers-abcde", &hash, "h");
     assert_eq!(instance.labels()[POOL_LABEL], "workers");
     assert_eq!(instance.labels()[TEMPLATE_HASH_LABEL], hash);
     assert_eq!(instance.labels()["app"], "workers");
@@ -348,4 +421,86 @@ fn template_hashes_follow_the_template_not_the_deletion_policy() {
     assert_eq!(owner.uid, "u1");
     assert_eq!(owner.controller, Some(true));
     assert_eq!(owner.block_owner_deletion, Some(true));
+}
+
+#[test]
+fn a_changeable_field_is_patched_onto_the_machines_in_place() {
+    let pool = workers();
+    let hash = template_hash(&pool).unwrap();
+    let in_place = in_place_hash(&pool).unwrap();
+    let made = machine(&pool, "workers-abcde", &hash, &in_place);
+    assert_eq!(in_place_patch(&pool, &made, &in_place).unwrap(), None);
+
+    let mut paused = with_template_spec(
+        &pool,
+        serde_json::json!({"powerState": "Stopped", "lifetime": {"ttl": "8h"}}),
+    );
+    paused
+        .spec
+        .template
+        .metadata
+        .labels
+        .insert("team".into(), "vision".into());
+    paused.spec.deletion_policy = gpucloud_api::DeletionPolicy::Orphan;
+    let paused_hash = in_place_hash(&paused).unwrap();
+    assert_ne!(paused_hash, in_place);
+    let patch = in_place_patch(&paused, &made, &paused_hash)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        patch["metadata"]["annotations"][IN_PLACE_HASH_ANNOTATION],
+        paused_hash.as_str()
+    );
+    assert_eq!(patch["spec"]["powerState"], "Stopped");
+    assert_eq!(patch["spec"]["lifetime"]["ttl"], "8h");
+    assert_eq!(patch["spec"]["deletionPolicy"], "Orphan");
+    assert_eq!(patch["metadata"]["labels"]["team"], "vision");
+    assert!(
+        patch["metadata"]["labels"]
+            .get(TEMPLATE_HASH_LABEL)
+            .is_none()
+    );
+    assert!(patch["spec"].get("osImage").is_none(), "{patch}");
+
+    // Applied, nothing is left to patch; a lifetime taken out of the template is removed.
+    let stopped = machine(&paused, "workers-abcde", &hash, &paused_hash);
+    assert_eq!(
+        in_place_patch(&paused, &stopped, &paused_hash).unwrap(),
+        None
+    );
+    // A person's edit of one machine stands until the template changes again.
+    let mut edited = stopped.clone();
+    edited.spec.power_state = gpucloud_api::PowerState::Running;
+    assert_eq!(
+        in_place_patch(&paused, &edited, &paused_hash).unwrap(),
+        None
+    );
+    let running_again = with_template_spec(&pool, serde_json::json!({"powerState": "Running"}));
+    let again_hash = in_place_hash(&running_again).unwrap();
+    let patch = in_place_patch(&running_again, &stopped, &again_hash)
+        .unwrap()
+        .unwrap();
+    assert_eq!(patch["spec"]["lifetime"], serde_json::Value::Null);
+    assert_eq!(patch["spec"]["powerState"], "Running");
+
+    // A change the machine cannot make is left to the replacement.
+    let other_image = with_template_spec(
+        &pool,
+        serde_json::json!({"osImage": "ubuntu-24.04-cuda-12"}),
+    );
+    assert_eq!(in_place_hash(&other_image).unwrap(), in_place);
+    assert_eq!(
+        in_place_patch(&other_image, &made, &in_place).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn a_merge_diff_reproduces_the_target() {
+    let old = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1]});
+    let new = serde_json::json!({"b": {"c": 2, "d": 4, "f": 5}, "e": [2], "g": "x"});
+    assert_eq!(
+        merge_diff(&old, &new),
+        serde_json::json!({"a": null, "b": {"d": 4, "f": 5}, "e": [2], "g": "x"})
+    );
 }

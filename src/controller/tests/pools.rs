@@ -492,10 +492,11 @@ spec: {maxHourlyRate: 2.75}
     assert_eq!(pool_machines(&env).await.len(), 3);
 }
 
-/// The pool's `deletionPolicy` is set on every machine, also when it changes later; it is no
-/// template change (no machine is replaced).
+/// A change a machine can make (the pool's `deletionPolicy`, `powerState: Stopped` to pause
+/// the pool, a lifetime, a template label) is made on every machine in place: none is
+/// replaced, no machine is created, and the cloud's machines are stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changed_deletion_policy_reaches_every_machine() {
+async fn a_change_a_machine_can_make_is_made_in_place() {
     let env = Env::start().await;
     let kubectl = Kubectl::new(&env);
     kubectl
@@ -510,6 +511,7 @@ async fn a_changed_deletion_policy_reaches_every_machine() {
             .iter()
             .all(|m| m.spec.managed.deletion_policy == DeletionPolicy::Delete)
     );
+    let creates = env.calls("CreateInstance");
     kubectl
         .run(&[
             "patch",
@@ -517,20 +519,40 @@ async fn a_changed_deletion_policy_reaches_every_machine() {
             "workers",
             "--type=merge",
             "-p",
-            r#"{"spec":{"deletionPolicy":"Orphan"}}"#,
+            r#"{"spec":{"deletionPolicy":"Orphan","template":{"metadata":{"labels":{"team":"vision"}},"spec":{"powerState":"Stopped","lifetime":{"ttl":"8h"}}}}}"#,
         ])
         .await;
-    eventually(60, "every machine Orphan", || async {
+    let after = eventually(90, "every machine stopped in place", || async {
         let machines = pool_machines(&env).await;
+        let cloud = env.simulator.state();
+        let stopped = cloud
+            .instances
+            .iter()
+            .filter(|i| i.status.as_str() == "SHUTOFF")
+            .count();
         (machines.len() == 2
-            && machines
-                .iter()
-                .all(|m| m.spec.managed.deletion_policy == DeletionPolicy::Orphan))
+            && stopped == 2
+            && machines.iter().all(|m| {
+                m.spec.managed.deletion_policy == DeletionPolicy::Orphan
+                    && m.spec.power_state == PowerState::Stopped
+                    && m.spec.lifetime.as_ref().and_then(|l| l.ttl.as_deref()) == Some("8h")
+                    && m.labels().get("team").map(String::as_str) == Some("vision")
+            }))
         .then_some(machines)
     })
-    .await
-    .iter()
-    .for_each(|m| assert!(before.iter().any(|b| b.name_any() == m.name_any())));
+    .await;
+    for machine in &after {
+        let made = before
+            .iter()
+            .find(|b| b.name_any() == machine.name_any())
+            .expect("the same machine, not a replacement");
+        assert_eq!(
+            machine.labels()[TEMPLATE_HASH_LABEL],
+            made.labels()[TEMPLATE_HASH_LABEL]
+        );
+    }
+    assert_eq!(env.calls("CreateInstance"), creates, "no machine created");
+    assert_eq!(env.simulator.state().instances.len(), 2);
 }
 
 /// A machine the API server refuses (here a template label no object may carry) is not
