@@ -328,7 +328,12 @@ impl<K: ManagedKind> Context<K> {
         tokio::spawn(async move {
             let ttl = account.catalog_ttl();
             loop {
-                tokio::time::sleep(ttl).await;
+                // Ends with the controller (its trigger's receiver), stopped or not: a process
+                // that runs the controllers again would otherwise keep a reader per stint.
+                tokio::select! {
+                    () = trigger.closed() => return,
+                    () = tokio::time::sleep(ttl) => {}
+                }
                 // A read of the last half interval serves (a reconcile made it): at most about
                 // one read per interval.
                 let catalog = match account.catalog_within(ttl / 2).await {

@@ -217,6 +217,20 @@ fn report_overdue_seeds() {
     });
 }
 
+/// Every 100 seeds of a long run, how far it is and how many tasks the runtime holds: a count
+/// that grows from one hundred to the next is a task outliving its world.
+fn progress(what: &str, done: usize, count: usize, started: Instant) {
+    if done.is_multiple_of(100) && done < count {
+        eprintln!(
+            "{what}: {done} of {count} seeds in {:.0}s, {} tasks alive",
+            started.elapsed().as_secs_f64(),
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        );
+    }
+}
+
 /// The invariant a failure broke, for the summary.
 fn classify(message: &str) -> &'static str {
     if message.starts_with("tenant:") || message.contains("not refused with") {
@@ -307,7 +321,10 @@ async fn seeded_chaos_runs_keep_every_invariant() {
 
     let mut total = RunStats::default();
     let mut failures = Vec::new();
+    let mut done = 0;
     while let Some(result) = results.next().await {
+        done += 1;
+        progress("chaos", done, count, started);
         match result {
             Ok(stats) => total.add(&stats),
             Err(failure) => {
@@ -391,7 +408,10 @@ async fn seeded_pool_runs_keep_exactly_replicas() {
         .buffer_unordered(concurrency);
     let mut total = pools::PoolStats::default();
     let mut failures = Vec::new();
+    let mut done = 0;
     while let Some(result) = results.next().await {
+        done += 1;
+        progress("pool chaos", done, count, started);
         match result {
             Ok(stats) => total.add(&stats),
             Err(failure) => {

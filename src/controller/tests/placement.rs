@@ -344,3 +344,36 @@ async fn a_dropped_create_response_and_a_restart_between_alternatives_end_with_o
         env.simulator.counters().operations["CreateInstance"]
     );
 }
+
+/// The task that reads the catalog for objects waiting for stock ends with the operator:
+/// stopped, or killed as a crash would, it reads the cloud no more (a process that runs the
+/// controllers again, as a new leader does, would otherwise keep one reader per stint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_catalog_is_read_for_waiting_objects_once_the_operator_is_gone() {
+    let mut env = Env::without_operator(with_admin()).await;
+    for region in ["us-east-1", "eu-west-1"] {
+        for gpu in ["H100-80G", "A100-80G"] {
+            set_stock(&env, gpu, region, 0).await;
+        }
+    }
+    let config = test_config(&env.simulator);
+    let ttl = config.cloud.catalog_ttl;
+    for stop in ["stopped", "killed"] {
+        env.start_operator(config.clone());
+        let name = format!("waiting-{stop}");
+        support::create(&env, &placed(&name, three_alternatives("Ordered"))).await;
+        let _: GpuInstance = condition(&env, &name, "Ready", "False", "NoCapacity").await;
+        if stop == "stopped" {
+            env.stop_operator().await;
+        } else {
+            env.kill_operator().await;
+        }
+        let before = env.calls("GetGpuStock");
+        tokio::time::sleep(ttl * 2).await;
+        assert_eq!(
+            env.calls("GetGpuStock"),
+            before,
+            "stock read after the operator was {stop}"
+        );
+    }
+}
