@@ -29,6 +29,7 @@ pub mod offerings;
 pub mod orphans;
 pub mod ownership;
 pub mod placement;
+pub mod plan;
 pub mod pricing;
 pub mod readopt;
 pub mod reconcile;
