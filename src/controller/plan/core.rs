@@ -181,15 +181,8 @@ pub fn plan(
                 kind: object.kind,
                 namespace: object.namespace,
                 name: object.name,
-                action: Action::Skipped,
-                changes: Vec::new(),
-                placement: None,
-                hourly_cost: HourlyCost {
-                    before: None,
-                    after: None,
-                    source: None,
-                },
                 note: Some(why),
+                ..planned(Action::Skipped, None, None)
             },
             Wanted::Managed { spec } => {
                 let immutable = kinds
@@ -212,32 +205,31 @@ pub fn plan(
     }
     for live in pruned {
         let billed = kinds.iter().any(|k| k.kind == live.kind && k.billed);
-        let before = if billed {
-            live.cost.as_ref().map(|(rate, _)| *rate)
-        } else {
-            Some(0.0)
-        };
+        let (before, source) = now(&live, billed);
+        let mut deleted = planned(Action::Delete, before, Some(0.0));
+        deleted.hourly_cost.source = Some(source);
+        deleted.placement = live.placement.as_ref().map(shown);
         objects.push(PlannedObject {
             kind: live.kind,
             namespace: live.namespace,
             name: live.name,
-            action: Action::Delete,
-            changes: Vec::new(),
-            placement: live.placement.as_ref().map(shown),
-            hourly_cost: HourlyCost {
-                before,
-                after: Some(0.0),
-                source: Some(if billed {
-                    PriceSource::Status
-                } else {
-                    PriceSource::NotBilled
-                }),
-            },
-            note: None,
+            ..deleted
         });
     }
     let total = total(&objects, prices);
     Plan { objects, total }
+}
+
+/// What a live object costs per hour now, by its status (nothing for a kind not billed).
+fn now(live: &Live, billed: bool) -> (Option<f64>, PriceSource) {
+    if billed {
+        (
+            live.cost.as_ref().map(|(rate, _)| *rate),
+            PriceSource::Status,
+        )
+    } else {
+        (Some(0.0), PriceSource::NotBilled)
+    }
 }
 
 /// A planned object without its name yet.
@@ -362,17 +354,9 @@ fn existing(
     } else {
         Action::Change
     };
-    let before = if billed {
-        live.cost.as_ref().map(|(rate, _)| *rate)
-    } else {
-        Some(0.0)
-    };
+    let (before, source) = now(live, billed);
     let mut out = planned(action, before, before);
-    out.hourly_cost.source = Some(if billed {
-        PriceSource::Status
-    } else {
-        PriceSource::NotBilled
-    });
+    out.hourly_cost.source = Some(source);
     out.placement = live.placement.as_ref().map(shown);
     let refused: Vec<&str> = changes
         .iter()
