@@ -23,6 +23,7 @@ pub mod gpu_instance_pool;
 pub mod image;
 pub mod kind;
 pub mod leader;
+pub mod manifests;
 pub mod naming;
 pub mod observer;
 pub mod offerings;

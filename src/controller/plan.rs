@@ -4,20 +4,20 @@
 //! unchanged, the placement a GpuInstance would get, and the hourly cost before and after,
 //! with the totals.
 //!
-//! Reading is at the edges ([`manifests`], the cluster's gets and lists and the cloud's
+//! Reading is at the edges ([`crate::manifests`], the cluster's gets and lists and the cloud's
 //! reads here); the plan itself ([`core::plan`]) is pure and table-tested. Nothing is
 //! written: the cluster is read with get and list only (no dry run), and the cloud, when
 //! asked (`--cloud-url`), with its catalogs, its price list and its price quote.
 
 pub mod core;
 pub mod kinds;
-pub mod manifests;
 pub mod text;
 
 #[cfg(test)]
 mod tests;
 
 use crate::catalog::Catalog;
+use crate::manifests;
 use core::{Live, Plan, PriceSource, Prices};
 use gpucloud_api::{GpuInstance, GpuOffering};
 use gpucloud_cloud::model::PriceQuoteRequest;

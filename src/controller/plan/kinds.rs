@@ -4,8 +4,8 @@
 //! CEL rules), whether the cloud bills it, and what a live object costs by its status.
 
 use super::Error;
-use super::manifests::Document;
 use crate::kind::ManagedKind;
+use crate::manifests::Document;
 use crate::registry::{KindFn, map_kinds};
 use gpucloud_api::{GROUP, MANAGED_ON_CHANGE, OnChange};
 use kube::core::ApiResource;

@@ -2,9 +2,9 @@
 
 use super::core::{Action, Live, Plan, PriceSource, Prices, plan, to_quote};
 use super::kinds::{self, Desired, Wanted};
-use super::manifests;
 use super::{Error, Output, render};
 use crate::catalog::Catalog;
+use crate::manifests;
 use gpucloud_api::{ChosenPlacement, GpuOffering, GpuOfferingSpec, GpuOfferingStatus};
 use gpucloud_cloud::model::{PriceQuoteBody, PricingBody, StoragePrice};
 use k8s_openapi::jiff::Timestamp;
@@ -405,6 +405,7 @@ fn directories_are_read_recursively_in_name_order_with_lists_and_stdin() {
     )
     .unwrap();
     std::fs::write(dir.join("notes.txt"), "not: read").unwrap();
+    std::fs::write(dir.join("kustomization.yaml"), "resources: [c.yaml]\n").unwrap();
     let mut stdin = "kind: F\n".as_bytes();
     let paths = [dir.display().to_string(), "-".to_string()];
     let documents = manifests::read(&paths, &mut stdin).unwrap();
@@ -430,14 +431,14 @@ fn directories_are_read_recursively_in_name_order_with_lists_and_stdin() {
 
 #[test]
 fn bad_input_names_the_file_the_document_and_the_field() {
-    let error = manifests::parse("m.yaml", "kind: A\n---\nkind: [unclosed\n", false).unwrap_err();
+    let error = manifests::parse("m.yaml", "kind: A\n---\nkind: [unclosed\n").unwrap_err();
     assert!(
         error
             .to_string()
             .starts_with("m.yaml, document 2: does not parse: "),
         "{error}"
     );
-    let error = manifests::parse("m.yaml", "- a\n", false).unwrap_err();
+    let error = manifests::parse("m.yaml", "- a\n").unwrap_err();
     assert!(matches!(error, Error::Parse { .. }), "{error}");
     let error = manifests::read(&["/nonexistent/plan".into()], &mut "".as_bytes()).unwrap_err();
     assert!(
