@@ -1,6 +1,6 @@
 //! The plan as a table, as `kubectl get` prints one, and the totals line.
 
-use super::core::{Action, Plan, PlannedObject};
+use super::core::{Action, Plan, PlannedObject, PriceSource};
 
 const HEADERS: [&str; 7] = [
     "KIND",
@@ -71,8 +71,10 @@ fn row(object: &PlannedObject) -> [String; 7] {
     if let Some(note) = &object.note {
         notes.push(note.clone());
     }
-    if let Some(source) = object.hourly_cost.source {
-        notes.push(format!("priced by {source}"));
+    match object.hourly_cost.source {
+        Some(PriceSource::NotBilled) => notes.push("not billed".into()),
+        Some(source) => notes.push(format!("priced by {source}")),
+        None => {}
     }
     [
         object.kind.clone(),
