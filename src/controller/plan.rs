@@ -158,7 +158,7 @@ pub async fn plan(
     } else {
         Vec::new()
     };
-    let mut prices = match &args.cloud_url {
+    let prices = match &args.cloud_url {
         None => offerings(client).await?,
         Some(url) => {
             let key = api_key.ok_or(Error::ApiKeyMissing)?;
@@ -178,7 +178,6 @@ pub async fn plan(
             prices
         }
     };
-    prices.source = prices.source.or(Some(PriceSource::Offerings));
     Ok(core::plan(paired, pruned, &kinds, &prices))
 }
 
