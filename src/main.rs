@@ -1,6 +1,6 @@
 //! `gpucloud-operator`: one binary, one subcommand per role. The `simulator`, `apiserver` and
 //! `dev` subcommands come with the `sandbox` feature (on by default); the production build
-//! (`--no-default-features`) has `run`, `crds` and `version` only.
+//! (`--no-default-features`) has `run`, `crds`, `release`, `plan` and `version` only.
 #![forbid(unsafe_code)]
 
 use anyhow::Context as _;
@@ -44,6 +44,9 @@ enum Command {
     /// with Orphan semantics, so the cloud resources stay; each is recorded in the operator's
     /// namespace and printed (kind, namespace/name, cloud id) on standard output.
     Release(gpucloud_controller::release::Args),
+    /// What applying manifests would do, read-only: per object create, change, delete or
+    /// unchanged, the placement a GpuInstance would get, and the hourly cost before and after.
+    Plan(gpucloud_controller::plan::Args),
     /// Run the cloud API simulator.
     #[cfg(feature = "sandbox")]
     Simulator(gpucloud_simulator::cli::Args),
@@ -120,6 +123,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 gpucloud_controller::orphans::RELEASED_CONFIGMAP
             );
         }
+        Command::Plan(args) => print!(
+            "{}",
+            gpucloud_controller::plan::run(&args)
+                .await
+                .context("plan")?
+        ),
         Command::Crds | Command::Version => {}
     }
     Ok(())
@@ -237,7 +246,7 @@ mod tests {
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        let mut roles = vec!["run", "crds", "release", "version"];
+        let mut roles = vec!["run", "crds", "release", "plan", "version"];
         if cfg!(feature = "sandbox") {
             roles.extend(["simulator", "apiserver", "dev"]);
         } else {

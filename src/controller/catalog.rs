@@ -5,8 +5,9 @@
 //! interval.
 
 use crate::error::Error;
+use gpucloud_api::GpuOffering;
 use gpucloud_cloud::CloudClient;
-use gpucloud_cloud::model::{GpuSpec, Region};
+use gpucloud_cloud::model::{GpuPrice, GpuSpec, PricingBody, Region};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 
@@ -41,6 +42,61 @@ impl Catalog {
             gpus,
             regions,
         })
+    }
+
+    /// The catalog and the GPU prices the cluster's `GpuOffering`s show (what `offerings.rs`
+    /// writes from a read of the catalogs, read back), as of `read_at`: for a reader with
+    /// Kubernetes access only. GPU types and regions in the offerings' name order; the price
+    /// list holds the GPU prices and their currency, no storage, snapshot or image price (the
+    /// offerings do not show them). Pure.
+    pub fn from_offerings(offerings: &[GpuOffering], read_at: Timestamp) -> (Catalog, PricingBody) {
+        let mut sorted: Vec<&GpuOffering> = offerings.iter().collect();
+        sorted.sort_by(|a, b| {
+            (&a.spec.gpu_type, &a.spec.region).cmp(&(&b.spec.gpu_type, &b.spec.region))
+        });
+        let mut catalog = Catalog {
+            read_at,
+            ..Catalog::default()
+        };
+        let mut pricing = PricingBody::default();
+        for offering in sorted {
+            let (gpu_type, region) = (&offering.spec.gpu_type, &offering.spec.region);
+            let status = offering.status.clone().unwrap_or_default();
+            catalog
+                .stock
+                .insert((gpu_type.clone(), region.clone()), status.available);
+            if catalog.gpu(gpu_type).is_none() {
+                catalog.gpus.push(GpuSpec {
+                    gpu_type: gpu_type.clone(),
+                    name: status.gpu_model.clone(),
+                    gpu_memory_gb: status.gpu_memory_gb,
+                    ram_gb_per_gpu: status.ram_gb_per_gpu,
+                    vcpus_per_gpu: status.vcpus_per_gpu,
+                    storage_gb_per_gpu: status.disk_gb_per_gpu,
+                    gpu_counts: status.gpu_counts.clone(),
+                    price_per_gpu_hour: status.price_per_gpu_hour.unwrap_or_default(),
+                    currency: status.currency.clone().unwrap_or_default(),
+                });
+            }
+            if !catalog.has_region(region) {
+                catalog.regions.push(Region {
+                    id: region.clone(),
+                    name: status.region_name.clone().unwrap_or_default(),
+                    available: true,
+                });
+            }
+            let priced = pricing.gpus.iter().any(|p| &p.gpu_type == gpu_type);
+            if let (false, Some(price)) = (priced, status.price_per_gpu_hour) {
+                pricing.gpus.push(GpuPrice {
+                    gpu_type: gpu_type.clone(),
+                    price_per_gpu_hour: price,
+                });
+            }
+            if let (true, Some(currency)) = (pricing.currency.is_empty(), status.currency) {
+                pricing.currency = currency;
+            }
+        }
+        (catalog, pricing)
     }
 
     /// GPUs of `gpu_type` free in `region` (none when the catalog does not list the pair).

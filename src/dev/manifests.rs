@@ -4,7 +4,6 @@
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Api, ResourceExt};
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// The field manager of everything `dev --apply` writes.
@@ -63,11 +62,15 @@ impl Document {
     }
 }
 
-/// Every document of every path (a file, or a folder read recursively in name order).
+/// Every document of every path (a file, or a folder read recursively in name order, its
+/// YAML and JSON files but kustomize's own: `gpucloud_controller::manifests::files`).
 pub fn load(paths: &[PathBuf]) -> Result<Vec<Document>, Error> {
     let mut files = Vec::new();
     for path in paths {
-        collect_files(path, &mut files)?;
+        files.extend(
+            gpucloud_controller::manifests::files(path)
+                .map_err(|(path, source)| Error::Unreadable { path, source })?,
+        );
     }
     let mut documents = Vec::new();
     for file in files {
@@ -80,64 +83,16 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Document>, Error> {
     Ok(documents)
 }
 
-fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
-    let unreadable = |source| Error::Unreadable {
-        path: path.to_path_buf(),
-        source,
-    };
-    let metadata = std::fs::metadata(path).map_err(unreadable)?;
-    if !metadata.is_dir() {
-        out.push(path.to_path_buf());
-        return Ok(());
-    }
-    let mut entries = Vec::new();
-    for entry in std::fs::read_dir(path).map_err(unreadable)? {
-        entries.push(entry.map_err(unreadable)?.path());
-    }
-    entries.sort();
-    for entry in entries {
-        if entry.is_dir() {
-            collect_files(&entry, out)?;
-        } else if is_manifest(&entry) {
-            out.push(entry);
-        }
-    }
-    Ok(())
-}
-
-/// YAML and JSON files, except kustomize's own configuration (rendered by kustomize, not
-/// applied as an object).
-fn is_manifest(path: &Path) -> bool {
-    let name = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .unwrap_or_default();
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or_default();
-    matches!(extension, "yaml" | "yml" | "json")
-        && !matches!(
-            name,
-            "kustomization.yaml" | "kustomization.yml" | "Kustomization"
-        )
-}
-
 /// The documents of one file's text; empty documents (comments only) are skipped.
 pub fn parse(path: &Path, text: &str) -> Result<Vec<Document>, Error> {
     let mut documents = Vec::new();
-    for (position, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let index = position + 1;
+    for (index, value) in gpucloud_controller::manifests::documents(text) {
         let invalid = |reason: String| Error::Invalid {
             path: path.to_path_buf(),
             index,
             reason,
         };
-        let value = serde_json::Value::deserialize(document)
-            .map_err(|e| invalid(format!("invalid YAML: {e}")))?;
-        if value.is_null() {
-            continue;
-        }
+        let value = value.map_err(|e| invalid(format!("invalid YAML: {e}")))?;
         let object: DynamicObject = serde_json::from_value(value)
             .map_err(|e| invalid(format!("not a Kubernetes object: {e}")))?;
         let Some(types) = object.types.as_ref() else {

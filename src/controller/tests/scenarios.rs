@@ -28,6 +28,7 @@ mod openmetrics;
 mod orphans;
 mod outage;
 mod placement;
+mod plan;
 mod policies;
 mod pools;
 mod production;

@@ -1,0 +1,103 @@
+//! The plan as a table, as `kubectl get` prints one, and the totals line.
+
+use super::core::{Action, Plan, PlannedObject, PriceSource};
+
+const HEADERS: [&str; 7] = [
+    "KIND",
+    "NAMESPACE/NAME",
+    "ACTION",
+    "PLACEMENT",
+    "BEFORE/h",
+    "AFTER/h",
+    "NOTE",
+];
+
+/// The table, then the totals line.
+pub fn render(plan: &Plan) -> String {
+    let rows: Vec<[String; 7]> = plan.objects.iter().map(row).collect();
+    let mut widths = HEADERS.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header = HEADERS.map(str::to_string);
+    for cells in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<width$}   ", width = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    let total = &plan.total;
+    let currency = if total.currency.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", total.currency)
+    };
+    out.push_str(&format!(
+        "\nTotal per hour: before {:.4}{currency}, after {:.4}{currency}, delta {:+.4}{currency}",
+        total.before, total.after, total.delta
+    ));
+    if total.unpriced > 0 {
+        out.push_str(&format!(
+            " ({} object{} without a known price left out)",
+            total.unpriced,
+            if total.unpriced == 1 { "" } else { "s" }
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+fn row(object: &PlannedObject) -> [String; 7] {
+    let cost = |rate: Option<f64>| rate.map_or("-".to_string(), |r| format!("{r:.4}"));
+    let skipped = object.action == Action::Skipped;
+    let mut notes = Vec::new();
+    let changed: Vec<&str> = object
+        .changes
+        .iter()
+        .map(|c| c.path.trim_start_matches("/spec/"))
+        .collect();
+    if !changed.is_empty() {
+        notes.push(format!("spec: {}", changed.join(", ")));
+    }
+    if let Some(note) = &object.note {
+        notes.push(note.clone());
+    }
+    match object.hourly_cost.source {
+        Some(PriceSource::NotBilled) => notes.push("not billed".into()),
+        Some(source) => notes.push(format!("priced by {source}")),
+        None => {}
+    }
+    [
+        object.kind.clone(),
+        if object.namespace.is_empty() {
+            object.name.clone()
+        } else {
+            format!("{}/{}", object.namespace, object.name)
+        },
+        object.action.to_string(),
+        object
+            .placement
+            .as_ref()
+            .map_or("-".to_string(), ToString::to_string),
+        if skipped {
+            "-".into()
+        } else {
+            cost(object.hourly_cost.before)
+        },
+        if skipped {
+            "-".into()
+        } else {
+            cost(object.hourly_cost.after)
+        },
+        notes.join("; "),
+    ]
+}
