@@ -76,6 +76,15 @@ fn skip(gpu_type: &str, region: &str, reason: &str) -> (String, String, String) 
 }
 
 /// Sets the stock through the simulator's admin API, as a person would.
+/// No GPU of the alternatives' types in stock in any region.
+async fn sell_out(env: &Env) {
+    for region in ["us-east-1", "eu-west-1"] {
+        for gpu in ["H100-80G", "A100-80G"] {
+            set_stock(env, gpu, region, 0).await;
+        }
+    }
+}
+
 async fn set_stock(env: &Env, gpu_type: &str, region: &str, available: u32) {
     let answer = reqwest::Client::new()
         .put(format!("{}/_admin/stock", env.simulator.base_url()))
@@ -181,11 +190,7 @@ async fn none_in_stock_waits_then_stock_set_through_the_admin_api_is_used_within
  {
     const N: usize = 20;
     let mut env = Env::without_operator(with_admin()).await;
-    for region in ["us-east-1", "eu-west-1"] {
-        for gpu in ["H100-80G", "A100-80G"] {
-            set_stock(&env, gpu, region, 0).await;
-        }
-    }
+    sell_out(&env).await;
     let config = test_config(&env.simulator);
     let ttl = config.cloud.catalog_ttl;
     env.start_operator(config);
@@ -351,11 +356,7 @@ async fn a_dropped_create_response_and_a_restart_between_alternatives_end_with_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_catalog_is_read_for_waiting_objects_once_the_operator_is_gone() {
     let mut env = Env::without_operator(with_admin()).await;
-    for region in ["us-east-1", "eu-west-1"] {
-        for gpu in ["H100-80G", "A100-80G"] {
-            set_stock(&env, gpu, region, 0).await;
-        }
-    }
+    sell_out(&env).await;
     let config = test_config(&env.simulator);
     let ttl = config.cloud.catalog_ttl;
     for stop in ["stopped", "killed"] {
