@@ -509,6 +509,10 @@ pub struct PoolMachines {
     pub samples: usize,
     /// Successful cloud creates of machines during the scale-up.
     pub cloud_creates: u64,
+    /// Seconds from the scale to N until the bench's watch saw N GpuInstances: how long the
+    /// pool's controller took to make its machines' objects (sampled every 200 ms).
+    #[serde(default)]
+    pub all_made_s: f64,
 }
 
 impl PoolMachines {
@@ -581,13 +585,14 @@ impl PoolResult {
                 name: "pool machines".into(),
                 target: format!("exactly {n}, 0 duplicates"),
                 measured: format!(
-                    "{} in the cloud and {} GpuInstances when Ready, at most {} and {} over {} samples, {} cloud creates",
+                    "{} in the cloud and {} GpuInstances when Ready, at most {} and {} over {} samples, {} cloud creates (all GpuInstances made after {:.1} s)",
                     m.cloud_at_ready,
                     m.objects_at_ready,
                     m.most_cloud,
                     m.most_objects,
                     m.samples,
-                    m.cloud_creates
+                    m.cloud_creates,
+                    m.all_made_s
                 ),
                 pass: m.exactly(n),
             },
@@ -780,6 +785,7 @@ mod tests {
         most_objects: 1000,
         samples: 90,
         cloud_creates: 1000,
+        all_made_s: 5.0,
     };
 
     #[test]

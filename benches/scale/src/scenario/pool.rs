@@ -69,9 +69,13 @@ pub(super) async fn measure(
     create_ssh_key(&keys).await?;
     scale(&pools, replicas).await?;
     let scaled_mark = tracker.seconds(started);
+    let mut all_made_at = None;
     let ready_at = wait_for(args.phase_timeout, "the pool Ready at N replicas", || {
         let pools = pools.clone();
         let tracker = tracker.clone();
+        if all_made_at.is_none() && tracker.objects() >= n {
+            all_made_at = Some(Instant::now());
+        }
         async move {
             let ready = pools.get(POOL_NAME).await.ok()?.status?.ready_replicas;
             (ready == replicas && tracker.ready() == n).then(Instant::now)
@@ -96,9 +100,14 @@ pub(super) async fn measure(
         .map_err(kube_error("listing the pool's machines"))?
         .items
         .len();
+    let all_made_s = all_made_at
+        .unwrap_or(ready_at)
+        .saturating_duration_since(started)
+        .as_secs_f64();
     log(&format!(
-        "pool Ready at {n} in {:.1} s (bound {:.1} s): {cloud_at_ready} machines in the cloud, \
-         {objects_at_ready} GpuInstances, {cloud_creates} cloud creates",
+        "pool Ready at {n} in {:.1} s (bound {:.1} s; all {n} GpuInstances made after \
+         {all_made_s:.1} s): {cloud_at_ready} machines in the cloud, {objects_at_ready} \
+         GpuInstances, {cloud_creates} cloud creates",
         scale_up.seconds, scale_up.lower_bound_s
     ));
 
@@ -163,6 +172,7 @@ pub(super) async fn measure(
             most_objects,
             samples,
             cloud_creates,
+            all_made_s,
         },
         operator_ready,
         throttled: totals.with_status("429"),
