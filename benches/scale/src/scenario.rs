@@ -348,6 +348,14 @@ impl Environment {
         Ok(operator)
     }
 
+    /// Stops `operator` once the events it queued have reached the API server (they do in a
+    /// moment), and returns the API server's request counts then: none is left out.
+    async fn stop_operator(&self, operator: RoleProcess) -> Result<ApiCounts, Error> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        operator.kill().await?;
+        self.api_counts().await
+    }
+
     /// The API server's request counts now.
     async fn api_counts(&self) -> Result<ApiCounts, Error> {
         ApiCounts::read(&self.client)
@@ -704,20 +712,9 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         simulator: env.simulator.usage()?,
         operator_cpu_s,
     };
-    // Events the operator queued while deleting reach the API server in a moment; counted
-    // once it has stopped, none is left out.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    operator.kill().await?;
-    let api_at_end = env.api_counts().await?;
-    let phase_writes = |later: &ApiCounts, earlier: &ApiCounts| {
-        let delta = later.since(earlier);
-        PhaseWrites::new(
-            delta.writes_of(api_counts::OPERATOR_USER),
-            delta.conflicts_of(api_counts::OPERATOR_USER),
-            delta.requests_of(api_counts::OPERATOR_USER),
-            all_names.len(),
-        )
-    };
+    let api_at_end = env.stop_operator(operator).await?;
+    let phase_writes =
+        |later: &ApiCounts, earlier: &ApiCounts| operator_writes(later, earlier, all_names.len());
     let api_writes = ApiWrites::new(
         all_names.len(),
         phase_writes(&api_at_settled, &api_at_start),
@@ -745,6 +742,17 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         marks: vec![converged_mark, restart_mark, deletion_mark],
         targets: Vec::new(),
     })
+}
+
+/// The operator's writes to the API server between two counts, over `objects`.
+fn operator_writes(later: &ApiCounts, earlier: &ApiCounts, objects: usize) -> PhaseWrites {
+    let delta = later.since(earlier);
+    PhaseWrites::new(
+        delta.writes_of(api_counts::OPERATOR_USER),
+        delta.conflicts_of(api_counts::OPERATOR_USER),
+        delta.requests_of(api_counts::OPERATOR_USER),
+        objects,
+    )
 }
 
 /// Waits until the cloud account holds nothing, then until no GpuInstance is left in the API

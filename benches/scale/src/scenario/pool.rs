@@ -7,13 +7,12 @@
 
 use super::{
     ConvergeLog, Environment, Error, LISTS_PER_PHASE, NAMESPACE, SSH_KEY_NAME, bounded_phase,
-    create_ssh_key, instance_spec, kube_error, log, settings, wait_for, wait_until_emptied,
-    with_progress,
+    create_ssh_key, instance_spec, kube_error, log, operator_writes, settings, wait_for,
+    wait_until_emptied, with_progress,
 };
-use crate::api_counts::{self, ApiCounts};
 use crate::args::Args;
 use crate::counters::Admin;
-use crate::report::{PhaseWrites, PoolApiWrites, PoolMachines, PoolResult};
+use crate::report::{PoolApiWrites, PoolMachines, PoolResult};
 use crate::tracker::Tracker;
 use gpucloud_api::{GpuInstance, GpuInstancePool, SshKey};
 use kube::Api;
@@ -138,25 +137,13 @@ pub(super) async fn measure(
         scale_down.seconds, scale_down.lower_bound_s
     ));
 
-    // 4. Totals. Events the operator queued reach the API server in a moment; counted once
-    // it has stopped, none is left out.
+    // 4. Totals.
     let totals = env.admin.counters().await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    operator.kill().await?;
-    let api_at_end = env.api_counts().await?;
-    let phase_writes = |later: &ApiCounts, earlier: &ApiCounts| {
-        let delta = later.since(earlier);
-        PhaseWrites::new(
-            delta.writes_of(api_counts::OPERATOR_USER),
-            delta.conflicts_of(api_counts::OPERATOR_USER),
-            delta.requests_of(api_counts::OPERATOR_USER),
-            n,
-        )
-    };
+    let api_at_end = env.stop_operator(operator).await?;
     let api_writes = PoolApiWrites {
         objects: n,
-        scale_up: phase_writes(&api_before_down, &api_at_start),
-        scale_down: phase_writes(&api_at_end, &api_before_down),
+        scale_up: operator_writes(&api_before_down, &api_at_start, n),
+        scale_down: operator_writes(&api_at_end, &api_before_down, n),
     };
     for line in api_writes.lines() {
         log(&line);
