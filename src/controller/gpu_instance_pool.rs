@@ -47,6 +47,7 @@
 
 use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
+use futures::{StreamExt, TryStreamExt};
 use gpucloud_api::condition_type::{READY, STALLED};
 use gpucloud_api::deletion_protection::ANNOTATION as DELETION_PROTECTION;
 use gpucloud_api::gpu_instance_pool::{IN_PLACE_HASH_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL};
@@ -71,6 +72,11 @@ const BUSY_REQUEUE: Duration = Duration::from_secs(2);
 const SETTLED_REQUEUE: Duration = Duration::from_secs(60);
 /// A pool that cannot go on until a person (or the cloud's capacity) acts.
 const STALLED_REQUEUE: Duration = Duration::from_secs(30);
+/// Creates (and deletes) of machines a reconcile has in flight at once. One at a time, a pool
+/// scaled by a thousand waits a thousand API server round trips before its last machine
+/// exists, and its machines reach the cloud slower than its rate limit allows; the record
+/// written first makes the order of a record's creates irrelevant.
+const WRITES_AT_ONCE: usize = 8;
 
 // === the decision ===
 
@@ -713,7 +719,9 @@ fn show(
 
 /// Carries out a written record: its creates (one that exists is a 409, not a second
 /// machine) and deletes, and the template's changeable fields on every live machine
-/// ([`in_place_patch`]). Returns the creates the API server refused, with its message.
+/// ([`in_place_patch`]), [`WRITES_AT_ONCE`] at a time. Returns the creates the API server
+/// refused, with its message. A failure stops the writes not yet sent; the record (and the
+/// machines' in-place hash) keeps them for the next reconcile.
 async fn act(
     instances: &Api<GpuInstance>,
     pool: &GpuInstancePool,
@@ -721,47 +729,69 @@ async fn act(
     live: &[&GpuInstance],
     (hash, in_place_hash): (&str, &str),
 ) -> Result<Vec<(String, String)>, Error> {
-    let mut refused = Vec::new();
-    for name in &plan.create {
-        match instances
-            .create(
-                &PostParams::default(),
-                &machine(pool, name, hash, in_place_hash),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
-                refused.push((name.clone(), status.message.clone()));
+    // Owned futures: the controller's reconcile future must be `Send` for every lifetime.
+    let creates: Vec<GpuInstance> = plan
+        .create
+        .iter()
+        .map(|name| machine(pool, name, hash, in_place_hash))
+        .collect();
+    let refused: Vec<(String, String)> = futures::stream::iter(creates)
+        .map(|machine| {
+            let instances = instances.clone();
+            async move {
+                match instances.create(&PostParams::default(), &machine).await {
+                    Ok(_) => Ok(None),
+                    Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+                    Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
+                        Ok(Some((machine.name_any(), status.message)))
+                    }
+                    Err(error) => Err(Error::from(error)),
+                }
             }
-            Err(error) => return Err(error.into()),
-        }
-    }
-    for name in &plan.delete {
-        match instances.delete(name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
-    for machine in live {
-        let Some(patch) = in_place_patch(pool, machine, in_place_hash)? else {
-            continue;
-        };
-        match instances
-            .patch(
-                &machine.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
+        })
+        .buffered(WRITES_AT_ONCE)
+        .try_filter_map(|refused| futures::future::ready(Ok(refused)))
+        .try_collect()
+        .await?;
+    futures::stream::iter(plan.delete.clone())
+        .map(|name| {
+            let instances = instances.clone();
+            async move {
+                match instances.delete(&name, &DeleteParams::background()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                    Err(error) => Err(Error::from(error)),
+                }
+            }
+        })
+        .buffered(WRITES_AT_ONCE)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let patches: Vec<(String, serde_json::Value)> = live
+        .iter()
+        .filter_map(|machine| {
+            in_place_patch(pool, machine, in_place_hash)
+                .transpose()
+                .map(|patch| patch.map(|patch| (machine.name_any(), patch)))
+        })
+        .collect::<Result<_, _>>()?;
+    futures::stream::iter(patches)
+        .map(|(name, patch)| {
+            let instances = instances.clone();
+            async move {
+                match instances
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                    Err(error) => Err(Error::from(error)),
+                }
+            }
+        })
+        .buffered(WRITES_AT_ONCE)
+        .try_collect::<Vec<()>>()
+        .await?;
     Ok(refused)
 }
 

@@ -1,12 +1,32 @@
 //! Command-line flags of `scale-bench`.
 
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// What the benchmark applies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Scenario {
+    /// N GpuInstances applied one by one: convergence, a new object's first reconcile, a
+    /// settled window, operator restarts and deletion.
+    #[default]
+    Instances,
+    /// One GpuInstancePool scaled 0 -> N -> 0 through its scale subresource: scale-up and
+    /// scale-down against the same lower bounds as N single machines, and the most machines
+    /// the cloud ever held. The other phases do not run.
+    Pool,
+}
 
 /// Scale benchmark: N GpuInstances against the simulator at latency L and rate limit R.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "scale-bench")]
 pub struct Args {
+    /// `instances`: N GpuInstances, every phase. `pool`: one GpuInstancePool scaled
+    /// 0 -> N -> 0; the new objects, settled window and restarts do not run, so
+    /// `--new-objects`, `--quiet-wait`, `--settled-window` and `--restarts` are unused.
+    #[arg(long, value_enum, default_value_t = Scenario::Instances)]
+    pub scenario: Scenario,
     /// Number of GpuInstances applied in bulk (N).
     #[arg(long, default_value_t = 10_000)]
     pub objects: usize,
@@ -117,7 +137,16 @@ mod tests {
         assert_eq!(args.latency_ms, 20);
         assert_eq!(args.rate_limit, 50.0);
         assert_eq!(args.settled_window, Duration::from_secs(120));
+        assert_eq!(args.scenario, Scenario::Instances);
         assert!(args.validate().is_ok());
+    }
+
+    #[test]
+    fn the_pool_scenario_is_named_on_the_command_line() {
+        let args = Args::try_parse_from(["scale-bench", "--scenario", "pool", "--objects", "1000"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((args.scenario, args.objects), (Scenario::Pool, 1000));
+        assert!(Args::try_parse_from(["scale-bench", "--scenario", "pools"]).is_err());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! thousands of `GpuInstance` objects, and measures convergence, settled traffic, the
 //! latency of a new object's first reconcile, an operator restart and deletion against
 //! lower bounds computed from what the simulator counted, and counts the operator's writes to
-//! the API server per object.
+//! the API server per object. `--scenario pool` scales one `GpuInstancePool` 0 -> N -> 0
+//! instead, against the same bounds.
 
 pub mod api_counts;
 pub mod args;

@@ -1,6 +1,7 @@
 //! The result of a run: what was measured, the targets as pass/fail, the JSON file
 //! and the printed table.
 
+use crate::args::Scenario;
 use crate::process::ProcessUsage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -8,6 +9,9 @@ use std::collections::BTreeMap;
 /// Settings of the run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Settings {
+    /// `instances` or `pool` (runs written before pools were benchmarked: `instances`).
+    #[serde(default)]
+    pub scenario: Scenario,
     pub objects: usize,
     pub latency_ms: u64,
     pub rate_limit: f64,
@@ -203,13 +207,22 @@ impl ApiWrites {
 
     /// One line per phase: its writes per object, then per object by request.
     pub fn lines(&self) -> Vec<String> {
-        let objects = self.objects.max(1) as f64;
-        [
-            ("create to Ready", &self.create_to_ready),
-            ("settled, restarts", &self.settled_and_restarts),
-            ("delete", &self.delete),
-        ]
-        .into_iter()
+        phase_lines(
+            self.objects,
+            &[
+                ("create to Ready", &self.create_to_ready),
+                ("settled, restarts", &self.settled_and_restarts),
+                ("delete", &self.delete),
+            ],
+        )
+    }
+}
+
+/// One line per named phase: its writes per object, then per object by request.
+fn phase_lines(objects: usize, phases: &[(&str, &PhaseWrites)]) -> Vec<String> {
+    let objects = objects.max(1) as f64;
+    phases
+        .iter()
         .map(|(name, phase)| {
             let requests: Vec<String> = phase
                 .by_request
@@ -229,7 +242,6 @@ impl ApiWrites {
             )
         })
         .collect()
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -282,20 +294,67 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
 
 const MB: f64 = 1_000_000.0;
 
+impl Settings {
+    /// The first line of the printed table.
+    fn headline(&self) -> String {
+        format!(
+            "N = {}, L = {} ms, R = {}/s (operator --rate-limit {} --rate-burst {} --kube-api-qps {})\n",
+            self.objects,
+            self.latency_ms,
+            self.rate_limit,
+            self.rate_limit,
+            self.operator_burst,
+            self.kube_api_qps
+        )
+    }
+}
+
+/// One line per target: name, target, PASS or FAIL, what was measured.
+fn targets_table(targets: &[Target]) -> String {
+    let name_width = targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    let target_width = targets.iter().map(|t| t.target.len()).max().unwrap_or(0);
+    targets
+        .iter()
+        .map(|t| {
+            format!(
+                "{:<name_width$}  {:<target_width$}  {}  {}\n",
+                t.name,
+                t.target,
+                if t.pass { "PASS" } else { "FAIL" },
+                t.measured,
+            )
+        })
+        .collect()
+}
+
+/// A phase's time against its lower bound, within 1.25 times.
+fn bounded_target(name: &str, phase: &BoundedPhase) -> Target {
+    Target {
+        name: name.into(),
+        target: "<= 1.25 x lower bound".into(),
+        measured: format!(
+            "{:.1} s / {:.1} s = {:.2}x",
+            phase.seconds, phase.lower_bound_s, phase.ratio
+        ),
+        pass: phase.ratio <= 1.25,
+    }
+}
+
+/// No 429 answer over the run.
+fn throttled_target(throttled: u64) -> Target {
+    Target {
+        name: "429 absorbed".into(),
+        target: "0 answers 429".into(),
+        measured: format!("{throttled}"),
+        pass: throttled == 0,
+    }
+}
+
 impl BenchResult {
     /// The targets, judged on this run.
     pub fn judge(&mut self) {
         let mut targets = Vec::new();
-        let c = &self.convergence;
-        targets.push(Target {
-            name: "convergence".into(),
-            target: "<= 1.25 x lower bound".into(),
-            measured: format!(
-                "{:.1} s / {:.1} s = {:.2}x",
-                c.seconds, c.lower_bound_s, c.ratio
-            ),
-            pass: c.ratio <= 1.25,
-        });
+        targets.push(bounded_target("convergence", &self.convergence));
         let s = &self.settled;
         let list_budget = (2.0 * s.intervals).ceil() as u64;
         let account_budget = s.intervals.ceil() as u64 * crate::counters::PER_ACCOUNT.len() as u64;
@@ -372,22 +431,8 @@ impl BenchResult {
             ),
             pass: r.cloud_writes == 0 && r.median.ratio <= 1.1,
         });
-        targets.push(Target {
-            name: "429 absorbed".into(),
-            target: "0 answers 429".into(),
-            measured: format!("{}", self.throttled),
-            pass: self.throttled == 0,
-        });
-        let d = &self.deletion;
-        targets.push(Target {
-            name: "deletion".into(),
-            target: "<= 1.25 x lower bound".into(),
-            measured: format!(
-                "{:.1} s / {:.1} s = {:.2}x",
-                d.seconds, d.lower_bound_s, d.ratio
-            ),
-            pass: d.ratio <= 1.25,
-        });
+        targets.push(throttled_target(self.throttled));
+        targets.push(bounded_target("deletion", &self.deletion));
         let w = &self.api_writes;
         targets.push(Target {
             name: "API writes".into(),
@@ -408,26 +453,8 @@ impl BenchResult {
     pub fn table(&self) -> String {
         let mut out = String::new();
         let s = &self.settings;
-        out.push_str(&format!(
-            "N = {}, L = {} ms, R = {}/s (operator --rate-limit {} --rate-burst {} --kube-api-qps {})\n",
-            s.objects, s.latency_ms, s.rate_limit, s.rate_limit, s.operator_burst, s.kube_api_qps
-        ));
-        let name_width = self.targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
-        let target_width = self
-            .targets
-            .iter()
-            .map(|t| t.target.len())
-            .max()
-            .unwrap_or(0);
-        for t in &self.targets {
-            out.push_str(&format!(
-                "{:<name_width$}  {:<target_width$}  {}  {}\n",
-                t.name,
-                t.target,
-                if t.pass { "PASS" } else { "FAIL" },
-                t.measured,
-            ));
-        }
+        out.push_str(&s.headline());
+        out.push_str(&targets_table(&self.targets));
         for line in self.api_writes.lines() {
             out.push_str(&line);
             out.push('\n');
@@ -461,6 +488,181 @@ impl BenchResult {
 
     pub fn all_pass(&self) -> bool {
         self.targets.iter().all(|t| t.pass)
+    }
+}
+
+// === impl PoolResult ===
+
+/// A pool's machines, counted in the cloud and in the API server.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PoolMachines {
+    /// Machines the cloud held once the pool was Ready.
+    pub cloud_at_ready: usize,
+    /// GpuInstances the API server held once the pool was Ready.
+    pub objects_at_ready: usize,
+    /// The most machines the cloud held at any sample, from the scale to N until the scale
+    /// to 0.
+    pub most_cloud: usize,
+    /// The most GpuInstances the bench's watch saw at any sample over the same time.
+    pub most_objects: usize,
+    /// Samples taken.
+    pub samples: usize,
+    /// Successful cloud creates of machines during the scale-up.
+    pub cloud_creates: u64,
+    /// Seconds from the scale to N until the bench's watch saw N GpuInstances: how long the
+    /// pool's controller took to make its machines' objects (sampled every 200 ms).
+    #[serde(default)]
+    pub all_made_s: f64,
+}
+
+impl PoolMachines {
+    /// Exactly `n`: `n` in the cloud and `n` GpuInstances once Ready, never more at any
+    /// sample, and one cloud create per machine.
+    pub fn exactly(&self, n: usize) -> bool {
+        self.cloud_at_ready == n
+            && self.objects_at_ready == n
+            && self.most_cloud <= n
+            && self.most_objects <= n
+            && self.cloud_creates == n as u64
+    }
+}
+
+/// The operator's writes to the API server while the pool scaled up and down.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PoolApiWrites {
+    pub objects: usize,
+    pub scale_up: PhaseWrites,
+    pub scale_down: PhaseWrites,
+}
+
+impl PoolApiWrites {
+    pub fn lines(&self) -> Vec<String> {
+        phase_lines(
+            self.objects,
+            &[
+                ("pool scale-up", &self.scale_up),
+                ("pool scale-down", &self.scale_down),
+            ],
+        )
+    }
+}
+
+/// One GpuInstancePool scaled 0 -> N -> 0.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PoolResult {
+    pub settings: Settings,
+    /// From the scale to N until the pool's `status.readyReplicas` is N and N GpuInstances
+    /// are Ready. Its bound counts the calls of N single machines: the SSH key (created as
+    /// the scale-up starts), the N creates and a list per kind.
+    pub scale_up: BoundedPhase,
+    /// From the scale to 0 until the cloud holds nothing (the SSH key is deleted with it)
+    /// and no GpuInstance is left.
+    pub scale_down: BoundedPhase,
+    pub machines: PoolMachines,
+    /// The operator once the pool was Ready.
+    pub operator_ready: ProcessUsage,
+    /// 429 answers over the whole run.
+    pub throttled: u64,
+    /// Every call over the whole run by operation.
+    pub calls_by_operation: BTreeMap<String, u64>,
+    pub api_writes: PoolApiWrites,
+    /// (seconds since start, Ready GpuInstances).
+    pub timeline: Vec<(f64, usize)>,
+    /// Seconds since start of: the scale to N, the pool Ready, the scale to 0.
+    pub marks: Vec<f64>,
+    pub targets: Vec<Target>,
+}
+
+impl PoolResult {
+    /// The pool targets, judged on this run.
+    pub fn judge(&mut self) {
+        let n = self.settings.objects;
+        let m = &self.machines;
+        self.targets = vec![
+            bounded_target("pool scale-up", &self.scale_up),
+            bounded_target("pool scale-down", &self.scale_down),
+            Target {
+                name: "pool machines".into(),
+                target: format!("exactly {n}, 0 duplicates"),
+                measured: format!(
+                    "{} in the cloud and {} GpuInstances when Ready, at most {} and {} over {} samples, {} cloud creates (all GpuInstances made after {:.1} s)",
+                    m.cloud_at_ready,
+                    m.objects_at_ready,
+                    m.most_cloud,
+                    m.most_objects,
+                    m.samples,
+                    m.cloud_creates,
+                    m.all_made_s
+                ),
+                pass: m.exactly(n),
+            },
+            throttled_target(self.throttled),
+        ];
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = self.settings.headline();
+        out.push_str(&targets_table(&self.targets));
+        for line in self.api_writes.lines() {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        let o = &self.operator_ready;
+        out.push_str(&format!(
+            "operator with the pool Ready: {:.1} MB, peak {:.1} MB, CPU {:.1} s\n",
+            o.rss_bytes as f64 / MB,
+            o.peak_rss_bytes as f64 / MB,
+            o.cpu_seconds
+        ));
+        out
+    }
+
+    /// Phase boundaries for the plot: scaled to N (orange), Ready (green), scaled to 0 (red).
+    pub fn timeline_marks(&self) -> Vec<(f64, plotters::style::RGBColor)> {
+        let colors = [
+            plotters::style::RGBColor(230, 140, 0),
+            plotters::style::RGBColor(0, 160, 0),
+            plotters::style::RGBColor(210, 0, 0),
+        ];
+        self.marks.iter().copied().zip(colors).collect()
+    }
+}
+
+/// The result of either scenario; its JSON is the scenario's own.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Report {
+    Instances(Box<BenchResult>),
+    Pool(Box<PoolResult>),
+}
+
+impl Report {
+    pub fn judge(&mut self) {
+        match self {
+            Report::Instances(result) => result.judge(),
+            Report::Pool(result) => result.judge(),
+        }
+    }
+
+    pub fn table(&self) -> String {
+        match self {
+            Report::Instances(result) => result.table(),
+            Report::Pool(result) => result.table(),
+        }
+    }
+
+    pub fn timeline(&self) -> &[(f64, usize)] {
+        match self {
+            Report::Instances(result) => &result.timeline,
+            Report::Pool(result) => &result.timeline,
+        }
+    }
+
+    pub fn timeline_marks(&self) -> Vec<(f64, plotters::style::RGBColor)> {
+        match self {
+            Report::Instances(result) => result.timeline_marks(),
+            Report::Pool(result) => result.timeline_marks(),
+        }
     }
 }
 
@@ -534,5 +736,102 @@ mod tests {
         assert_eq!(quantile(&values, 0.5), 50.0);
         assert_eq!(quantile(&[7.0], 0.99), 7.0);
         assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    fn bounded(seconds: f64, lower_bound_s: f64) -> BoundedPhase {
+        BoundedPhase {
+            seconds,
+            calls_by_operation: BTreeMap::new(),
+            minimum_calls: 1003,
+            lower_bound_s,
+            ratio: seconds / lower_bound_s,
+        }
+    }
+
+    fn pool_result(machines: PoolMachines) -> PoolResult {
+        PoolResult {
+            settings: Settings {
+                scenario: Scenario::Pool,
+                objects: 1000,
+                latency_ms: 20,
+                rate_limit: 50.0,
+                simulator_burst: 20,
+                operator_burst: 5,
+                concurrency: 8,
+                kube_api_qps: 0.0,
+                resync_interval_s: 60.0,
+                quiet_wait_s: 130.0,
+                settled_window_s: 120.0,
+                new_objects: 100,
+                writers: 8,
+            },
+            scale_up: bounded(24.0, 20.0),
+            scale_down: bounded(26.0, 20.0),
+            machines,
+            operator_ready: ProcessUsage::default(),
+            throttled: 0,
+            calls_by_operation: BTreeMap::new(),
+            api_writes: PoolApiWrites::default(),
+            timeline: Vec::new(),
+            marks: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+
+    const EXACTLY_1000: PoolMachines = PoolMachines {
+        cloud_at_ready: 1000,
+        objects_at_ready: 1000,
+        most_cloud: 1000,
+        most_objects: 1000,
+        samples: 90,
+        cloud_creates: 1000,
+        all_made_s: 5.0,
+    };
+
+    #[test]
+    fn a_pool_run_is_judged_on_its_two_bounds_and_exactly_n_machines() {
+        let mut result = pool_result(EXACTLY_1000);
+        result.judge();
+        let verdicts: Vec<(&str, bool)> = result
+            .targets
+            .iter()
+            .map(|t| (t.name.as_str(), t.pass))
+            .collect();
+        // 24 s of 20 s is within 1.25x; 26 s is not.
+        assert_eq!(
+            verdicts,
+            [
+                ("pool scale-up", true),
+                ("pool scale-down", false),
+                ("pool machines", true),
+                ("429 absorbed", true),
+            ]
+        );
+        let table = result.table();
+        assert!(
+            table.contains("exactly 1000, 0 duplicates  PASS  1000 in the cloud"),
+            "{table}"
+        );
+        assert!(table.contains("1.30x"), "{table}");
+    }
+
+    #[test]
+    fn one_machine_too_many_at_any_sample_or_one_create_too_many_is_a_duplicate() {
+        assert!(EXACTLY_1000.exactly(1000));
+        let changes: [fn(&mut PoolMachines); 5] = [
+            |m| m.most_cloud = 1001,
+            |m| m.most_objects = 1001,
+            |m| m.cloud_creates = 1001,
+            |m| m.cloud_at_ready = 999,
+            |m| m.objects_at_ready = 999,
+        ];
+        for change in changes {
+            let mut machines = EXACTLY_1000;
+            change(&mut machines);
+            assert!(!machines.exactly(1000), "{machines:?}");
+            let mut result = pool_result(machines);
+            result.judge();
+            assert!(!result.targets[2].pass, "{:?}", result.targets[2]);
+        }
     }
 }

@@ -1,16 +1,19 @@
 //! The seven steps of the benchmark, in order: start the three processes, apply N objects,
 //! time a new object's first reconcile, count a settled window, restart the operator,
 //! delete everything, and write the result. The operator runs as an API server user of its
-//! own, so the API server's request counts tell its writes from the benchmark's.
+//! own, so the API server's request counts tell its writes from the benchmark's. The pool
+//! scenario (`pool.rs`) runs in the same processes and writes its result the same way.
+
+mod pool;
 
 use crate::api_counts::{self, ApiCounts};
-use crate::args::Args;
+use crate::args::{Args, Scenario};
 use crate::counters::{self, Admin, Counters};
 use crate::plot::{self, Marker};
 use crate::process::{self, ProcessUsage, RoleProcess};
 use crate::report::{
-    self, ApiWrites, BenchResult, BoundedPhase, FirstReconcile, Memory, PhaseWrites, Restart,
-    RestartRun, Settings, Settled,
+    self, ApiWrites, BenchResult, BoundedPhase, FirstReconcile, Memory, PhaseWrites, Report,
+    Restart, RestartRun, Settings, Settled,
 };
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
@@ -89,7 +92,7 @@ fn kube_error(doing: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 /// Where the result landed.
 #[derive(Debug)]
 pub struct Written {
-    pub result: BenchResult,
+    pub result: Report,
     pub json: PathBuf,
     pub plot: PathBuf,
 }
@@ -103,7 +106,14 @@ pub async fn run(args: &Args) -> Result<Written, Error> {
     })?;
     let binary = process::operator_binary(args.operator_bin.as_deref()).await?;
     let env = Environment::start(args, &binary).await?;
-    let result = measure(args, &binary, &env).await;
+    let result = match args.scenario {
+        Scenario::Instances => measure(args, &binary, &env)
+            .await
+            .map(|result| Report::Instances(Box::new(result))),
+        Scenario::Pool => pool::measure(args, &binary, &env)
+            .await
+            .map(|result| Report::Pool(Box::new(result))),
+    };
     env.stop().await;
     let mut result = result?;
     result.judge();
@@ -114,7 +124,7 @@ pub async fn run(args: &Args) -> Result<Written, Error> {
         source,
     })?;
     let markers = result_markers(&result);
-    plot::draw(&plot_path, &result.timeline, &markers)?;
+    plot::draw(&plot_path, result.timeline(), &markers)?;
     Ok(Written {
         result,
         json,
@@ -122,7 +132,7 @@ pub async fn run(args: &Args) -> Result<Written, Error> {
     })
 }
 
-fn result_markers(result: &BenchResult) -> Vec<Marker> {
+fn result_markers(result: &Report) -> Vec<Marker> {
     result
         .timeline_marks()
         .into_iter()
@@ -338,6 +348,14 @@ impl Environment {
         Ok(operator)
     }
 
+    /// Stops `operator` once the events it queued have reached the API server (they do in a
+    /// moment), and returns the API server's request counts then: none is left out.
+    async fn stop_operator(&self, operator: RoleProcess) -> Result<ApiCounts, Error> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        operator.kill().await?;
+        self.api_counts().await
+    }
+
     /// The API server's request counts now.
     async fn api_counts(&self) -> Result<ApiCounts, Error> {
         ApiCounts::read(&self.client)
@@ -488,8 +506,10 @@ impl ConvergeLog {
 
 // === the steps ===
 
-async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchResult, Error> {
-    let settings = Settings {
+/// The run's settings, as the result records them.
+fn settings(args: &Args) -> Settings {
+    Settings {
+        scenario: args.scenario,
         objects: args.objects,
         latency_ms: args.latency_ms,
         rate_limit: args.rate_limit,
@@ -502,7 +522,11 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         settled_window_s: args.settled_window.as_secs_f64(),
         new_objects: args.new_objects,
         writers: args.writers,
-    };
+    }
+}
+
+async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchResult, Error> {
+    let settings = settings(args);
     let instances: Api<GpuInstance> = Api::namespaced(env.client.clone(), NAMESPACE);
     let keys: Api<SshKey> = Api::namespaced(env.client.clone(), NAMESPACE);
     let tracker = Tracker::start(instances.clone(), Duration::from_millis(500));
@@ -652,15 +676,7 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
     keys.delete(SSH_KEY_NAME, &DeleteParams::default())
         .await
         .map_err(kube_error("deleting the SSH key"))?;
-    let emptied_at = wait_for(args.phase_timeout, "the cloud account empty", || {
-        let admin = env.admin.clone();
-        async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let holdings = admin.holdings().await.ok()?;
-            holdings.is_empty().then(Instant::now)
-        }
-    })
-    .await?;
+    let emptied_at = wait_until_emptied(args, env, &instances).await?;
     let deletion_counters = env.admin.counters().await?.since(&before_delete);
     let deletes =
         deletion_counters.succeeded("DeleteInstance") + deletion_counters.succeeded("DeleteSshKey");
@@ -670,23 +686,6 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         &deletion_counters,
         deletes + LISTS_PER_PHASE,
     );
-    wait_for(
-        args.phase_timeout,
-        "every object gone from the API server",
-        || {
-            let instances = instances.clone();
-            async move {
-                let left = instances
-                    .list(&ListParams::default())
-                    .await
-                    .ok()?
-                    .items
-                    .len();
-                (left == 0).then_some(())
-            }
-        },
-    )
-    .await?;
     log(&format!(
         "deleted in {:.1} s (bound {:.1} s)",
         deletion.seconds, deletion.lower_bound_s
@@ -713,20 +712,9 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         simulator: env.simulator.usage()?,
         operator_cpu_s,
     };
-    // Events the operator queued while deleting reach the API server in a moment; counted
-    // once it has stopped, none is left out.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    operator.kill().await?;
-    let api_at_end = env.api_counts().await?;
-    let phase_writes = |later: &ApiCounts, earlier: &ApiCounts| {
-        let delta = later.since(earlier);
-        PhaseWrites::new(
-            delta.writes_of(api_counts::OPERATOR_USER),
-            delta.conflicts_of(api_counts::OPERATOR_USER),
-            delta.requests_of(api_counts::OPERATOR_USER),
-            all_names.len(),
-        )
-    };
+    let api_at_end = env.stop_operator(operator).await?;
+    let phase_writes =
+        |later: &ApiCounts, earlier: &ApiCounts| operator_writes(later, earlier, all_names.len());
     let api_writes = ApiWrites::new(
         all_names.len(),
         phase_writes(&api_at_settled, &api_at_start),
@@ -754,6 +742,53 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
         marks: vec![converged_mark, restart_mark, deletion_mark],
         targets: Vec::new(),
     })
+}
+
+/// The operator's writes to the API server between two counts, over `objects`.
+fn operator_writes(later: &ApiCounts, earlier: &ApiCounts, objects: usize) -> PhaseWrites {
+    let delta = later.since(earlier);
+    PhaseWrites::new(
+        delta.writes_of(api_counts::OPERATOR_USER),
+        delta.conflicts_of(api_counts::OPERATOR_USER),
+        delta.requests_of(api_counts::OPERATOR_USER),
+        objects,
+    )
+}
+
+/// Waits until the cloud account holds nothing, then until no GpuInstance is left in the API
+/// server; returns when the account was seen empty.
+async fn wait_until_emptied(
+    args: &Args,
+    env: &Environment,
+    instances: &Api<GpuInstance>,
+) -> Result<Instant, Error> {
+    let emptied_at = wait_for(args.phase_timeout, "the cloud account empty", || {
+        let admin = env.admin.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let holdings = admin.holdings().await.ok()?;
+            holdings.is_empty().then(Instant::now)
+        }
+    })
+    .await?;
+    wait_for(
+        args.phase_timeout,
+        "every object gone from the API server",
+        || {
+            let instances = instances.clone();
+            async move {
+                let left = instances
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .len();
+                (left == 0).then_some(())
+            }
+        },
+    )
+    .await?;
+    Ok(emptied_at)
 }
 
 fn bounded_phase(
@@ -809,17 +844,22 @@ fn settled_summary(args: &Args, window: &Counters, objects: usize) -> Settled {
     }
 }
 
+/// Every benchmark machine's spec: a GpuInstance's, and the pool's template's.
+fn instance_spec() -> serde_json::Value {
+    serde_json::json!({
+        "region": "us-east-1",
+        "gpuType": "L40S",
+        "osImage": "ubuntu-22.04-cuda-12",
+        "sshKeyRefs": [{"name": SSH_KEY_NAME}],
+    })
+}
+
 fn instance(name: &str) -> Result<GpuInstance, Error> {
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "gpucloud.io/v1alpha1",
         "kind": "GpuInstance",
         "metadata": {"name": name},
-        "spec": {
-            "region": "us-east-1",
-            "gpuType": "L40S",
-            "osImage": "ubuntu-22.04-cuda-12",
-            "sshKeyRefs": [{"name": SSH_KEY_NAME}],
-        },
+        "spec": instance_spec(),
     }))?)
 }
 

@@ -130,6 +130,11 @@ impl Tracker {
         self.lock().ready_now
     }
 
+    /// GpuInstances the watch sees now, reconciled or not (and any the bench is applying).
+    pub fn objects(&self) -> usize {
+        self.lock().objects.len()
+    }
+
     /// Objects the watch still sees.
     pub fn present(&self) -> usize {
         self.lock().present
