@@ -8,7 +8,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Scenario {
-    /// N GpuInstances applied one by one: convergence, a new object's first reconcile, a
+    /// N GpuInstances applied in bulk: convergence, a new object's first reconcile, a
     /// settled window, operator restarts and deletion.
     #[default]
     Instances,

@@ -1,18 +1,62 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The benchmark at N = 1,000 with the rate limit raised: the harness runs every step to the
-//! end and writes a consistent result file and a plot. Targets are not asserted here (the
-//! debug build on a shared machine is not what they are set for), only correctness.
+//! end and writes a consistent result file and a plot; and the pool scenario at N = 100.
+//! Targets are not asserted here (the debug build on a shared machine is not what they are
+//! set for), only correctness.
 
-use gpucloud_bench::report::BenchResult;
-use std::process::Stdio;
+use gpucloud_bench::args::Scenario;
+use gpucloud_bench::report::{BenchResult, PoolResult};
+use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::Duration;
+
+/// Runs `scale-bench args` to the end, checks that it printed a verdict for each of `targets`
+/// and drew its plot, and returns its `result.json`.
+async fn scale_bench(args: &[&str], targets: &[&str]) -> Vec<u8> {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = run(args, out.path()).await;
+    for target in targets {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(target) && (l.contains("PASS") || l.contains("FAIL"))),
+            "no verdict for {target}:\n{stdout}"
+        );
+    }
+    let png = std::fs::read(out.path().join("ready.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    std::fs::read(out.path().join("result.json")).unwrap()
+}
+
+/// Runs `scale-bench args --out out` to the end; panics with its output if it failed.
+async fn run(args: &[&str], out: &Path) -> String {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_scale-bench"));
+    command
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = command.spawn().unwrap();
+    let output: Output = tokio::time::timeout(Duration::from_secs(900), child.wait_with_output())
+        .await
+        .expect("scale-bench did not finish within 900 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "scale-bench failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    stdout
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_objects_run_through_every_step_and_write_the_result() {
-    let out = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_scale-bench"));
-    command
-        .args([
+    let json = scale_bench(
+        &[
             "--objects",
             "1000",
             "--rate-limit",
@@ -27,45 +71,21 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
             // Generous: a loaded machine (the debug build sharing two cores with other work)
             // converges 1,000 objects in 100-200 s; this test is about correctness only.
             "300s",
-            "--out",
-        ])
-        .arg(out.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = command.spawn().unwrap();
-    let output = tokio::time::timeout(Duration::from_secs(900), child.wait_with_output())
-        .await
-        .expect("scale-bench did not finish within 900 s")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "scale-bench failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    // Every target is printed with its verdict.
-    for target in [
-        "convergence",
-        "settled traffic",
-        "memory idle",
-        "memory per object",
-        "first reconcile",
-        "restart",
-        "429 absorbed",
-        "deletion",
-        "API writes",
-    ] {
-        assert!(
-            stdout
-                .lines()
-                .any(|l| l.starts_with(target) && (l.contains("PASS") || l.contains("FAIL"))),
-            "no verdict for {target}:\n{stdout}"
-        );
-    }
+        ],
+        &[
+            "convergence",
+            "settled traffic",
+            "memory idle",
+            "memory per object",
+            "first reconcile",
+            "restart",
+            "429 absorbed",
+            "deletion",
+            "API writes",
+        ],
+    )
+    .await;
 
-    let json = std::fs::read(out.path().join("result.json")).unwrap();
     let result: BenchResult = serde_json::from_slice(&json).unwrap();
     assert_eq!(result.settings.objects, 1000);
     assert_eq!(result.targets.len(), 10, "{:?}", result.targets);
@@ -127,7 +147,60 @@ async fn thousand_objects_run_through_every_step_and_write_the_result() {
             "{writes:?}"
         );
     }
+}
 
-    let png = std::fs::read(out.path().join("ready.png")).unwrap();
-    assert_eq!(&png[1..4], b"PNG");
+/// One pool scaled 0 -> 100 -> 0: exactly 100 machines, each created and deleted once in the
+/// cloud, the GpuInstances created and deleted by the operator (the pool), never by the bench.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_scaled_to_a_hundred_and_back_writes_the_result() {
+    let json = scale_bench(
+        &[
+            "--scenario",
+            "pool",
+            "--objects",
+            "100",
+            "--rate-limit",
+            "1000",
+            "--phase-timeout",
+            "300s",
+        ],
+        &[
+            "pool scale-up",
+            "pool scale-down",
+            "pool machines",
+            "429 absorbed",
+        ],
+    )
+    .await;
+    let result: PoolResult = serde_json::from_slice(&json).unwrap();
+    assert_eq!(
+        (result.settings.scenario, result.settings.objects),
+        (Scenario::Pool, 100)
+    );
+    assert_eq!(result.targets.len(), 4, "{:?}", result.targets);
+    assert!(result.machines.exactly(100), "{:?}", result.machines);
+    assert!(result.machines.samples > 0, "{:?}", result.machines);
+    assert_eq!(
+        result.scale_up.calls_by_operation.get("CreateInstance"),
+        Some(&100)
+    );
+    assert_eq!(
+        result.scale_down.calls_by_operation.get("DeleteInstance"),
+        Some(&100)
+    );
+    assert_eq!(result.scale_up.minimum_calls, 103);
+    assert!(result.scale_up.seconds > 0.0 && result.scale_down.seconds > 0.0);
+    let writes = &result.api_writes;
+    assert_eq!(
+        writes.scale_up.by_request.get("create gpuinstances"),
+        Some(&100),
+        "{writes:?}"
+    );
+    assert_eq!(
+        writes.scale_down.by_request.get("delete gpuinstances"),
+        Some(&100),
+        "{writes:?}"
+    );
+    assert!(result.timeline.iter().any(|(_, ready)| *ready == 100));
+    assert_eq!(result.marks.len(), 3);
 }
