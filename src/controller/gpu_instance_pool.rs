@@ -34,16 +34,16 @@
 //! **Replaced only for what a machine cannot change.** A GPU machine cannot change type,
 //! region or image in place, but it can be stopped, given a lifetime or a schedule, and so on.
 //! A template change in a field a GpuInstance cannot change once created (those its CRD's CEL
-//! rules compare with `oldSelf`, read from the CRD: [`immutable_fields`]) replaces machines:
-//! the hash of those fields is the machines' `gpucloud.io/pool-template-hash` label, and
-//! machines are replaced within `maxUnavailable` (Ready machines deleted only while more than
-//! `replicas - maxUnavailable` are Ready) and `maxSurge` (machines beyond `replicas` while old
-//! ones remain); `OnDelete` makes new ones from the new template only for machines a person
-//! deleted. Any other change (`powerState: Stopped` to pause a pool, a lifetime, the template's
-//! labels and annotations, the pool's `deletionPolicy`) is patched onto every live machine,
-//! as a person editing each one would ([`in_place_patch`]): no machine is billed anew or loses
-//! its disk for it. So the hash also stays the same across operator upgrades that add a field
-//! a machine can change.
+//! rules compare with `oldSelf`, as its `ON_CHANGE` table lists them: [`immutable_fields`])
+//! replaces machines: the hash of those fields is the machines'
+//! `gpucloud.io/pool-template-hash` label, and machines are replaced within `maxUnavailable`
+//! (Ready machines deleted only while more than `replicas - maxUnavailable` are Ready) and
+//! `maxSurge` (machines beyond `replicas` while old ones remain); `OnDelete` makes new ones from
+//! the new template only for machines a person deleted. Any other change (`powerState:
+//! Stopped` to pause a pool, a lifetime, the template's labels and annotations, the pool's
+//! `deletionPolicy`) is patched onto every live machine, as a person editing each one would
+//! ([`in_place_patch`]): no machine is billed anew or loses its disk for it. So the hash also
+//! stays the same across operator upgrades that add a field a machine can change.
 
 use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
@@ -52,13 +52,14 @@ use gpucloud_api::condition_type::{READY, STALLED};
 use gpucloud_api::deletion_protection::ANNOTATION as DELETION_PROTECTION;
 use gpucloud_api::gpu_instance_pool::{IN_PLACE_HASH_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL};
 use gpucloud_api::{
-    GpuInstance, GpuInstancePool, GpuInstancePoolStatus, RollingReplace, StrategyType,
+    GpuInstance, GpuInstancePool, GpuInstancePoolStatus, MANAGED_ON_CHANGE, OnChange,
+    RollingReplace, StrategyType,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
-use kube::{Api, CustomResourceExt, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
@@ -316,22 +317,16 @@ pub fn outcome(
     }
 }
 
-/// The fields of a GpuInstance's spec it cannot change once created: those its CRD's CEL
-/// rules compare with `oldSelf` (each rule names its field in `fieldPath`). Read from the CRD,
-/// so the rules stay the one place that says which fields are immutable.
-pub fn immutable_fields() -> &'static BTreeSet<String> {
-    static FIELDS: LazyLock<BTreeSet<String>> = LazyLock::new(|| {
-        GpuInstance::crd()
-            .spec
-            .versions
+/// The fields of a GpuInstance's spec it cannot change once created: those its `ON_CHANGE`
+/// table (and the shared `MANAGED_ON_CHANGE`) marks `Immutable`, the table a test holds to the
+/// CRD's CEL rules.
+pub fn immutable_fields() -> &'static BTreeSet<&'static str> {
+    static FIELDS: LazyLock<BTreeSet<&'static str>> = LazyLock::new(|| {
+        GpuInstance::ON_CHANGE
             .iter()
-            .filter_map(|version| version.schema.as_ref()?.open_api_v3_schema.as_ref())
-            .filter_map(|schema| schema.properties.as_ref()?.get("spec"))
-            .filter_map(|spec| spec.x_kubernetes_validations.as_ref())
-            .flatten()
-            .filter(|rule| rule.rule.contains("oldSelf"))
-            .filter_map(|rule| rule.field_path.as_deref()?.strip_prefix('.'))
-            .map(str::to_string)
+            .chain(MANAGED_ON_CHANGE)
+            .filter(|(_, on_change)| *on_change == OnChange::Immutable)
+            .map(|(field, _)| *field)
             .collect()
     });
     &FIELDS
