@@ -47,6 +47,7 @@
 
 use crate::conditions::{self, Outcome, reason};
 use crate::error::Error;
+use futures::future::{BoxFuture, FutureExt};
 use futures::{StreamExt, TryStreamExt};
 use gpucloud_api::condition_type::{READY, STALLED};
 use gpucloud_api::deletion_protection::ANNOTATION as DELETION_PROTECTION;
@@ -748,20 +749,17 @@ async fn act(
         .try_filter_map(|refused| futures::future::ready(Ok(refused)))
         .try_collect()
         .await?;
-    futures::stream::iter(plan.delete.clone())
-        .map(|name| {
-            let instances = instances.clone();
-            async move {
-                match instances.delete(&name, &DeleteParams::background()).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                    Err(error) => Err(Error::from(error)),
-                }
-            }
-        })
-        .buffered(WRITES_AT_ONCE)
-        .try_collect::<Vec<()>>()
-        .await?;
+    write_each(plan.delete.clone(), |name| {
+        let instances = instances.clone();
+        async move {
+            instances
+                .delete(&name, &DeleteParams::background())
+                .await
+                .map(drop)
+        }
+        .boxed()
+    })
+    .await?;
     let patches: Vec<(String, serde_json::Value)> = live
         .iter()
         .filter_map(|machine| {
@@ -770,15 +768,32 @@ async fn act(
                 .map(|patch| patch.map(|patch| (machine.name_any(), patch)))
         })
         .collect::<Result<_, _>>()?;
-    futures::stream::iter(patches)
-        .map(|(name, patch)| {
-            let instances = instances.clone();
+    write_each(patches, |(name, patch)| {
+        let instances = instances.clone();
+        async move {
+            instances
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(drop)
+        }
+        .boxed()
+    })
+    .await?;
+    Ok(refused)
+}
+
+/// Runs `write` for each of `items`, [`WRITES_AT_ONCE`] at a time, stopping at the first
+/// failure; a machine already gone (404) is no failure.
+async fn write_each<T>(
+    items: Vec<T>,
+    write: impl Fn(T) -> BoxFuture<'static, Result<(), kube::Error>> + Send + Sync,
+) -> Result<(), Error> {
+    futures::stream::iter(items)
+        .map(|item| {
+            let sent = write(item);
             async move {
-                match instances
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(_) => Ok(()),
+                match sent.await {
+                    Ok(()) => Ok(()),
                     Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
                     Err(error) => Err(Error::from(error)),
                 }
@@ -786,8 +801,8 @@ async fn act(
         })
         .buffered(WRITES_AT_ONCE)
         .try_collect::<Vec<()>>()
-        .await?;
-    Ok(refused)
+        .await
+        .map(drop)
 }
 
 /// Creates the API server refused are refused again: their names leave the record and the
