@@ -421,7 +421,8 @@ pub struct GpuInstanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// Where the machine was placed (written with the create's intent, fixed once the machine
-    /// exists: then it is the machine's own type and region).
+    /// exists: then it is the machine's own type and region). A restore is placed on its
+    /// snapshot's GPUs and region, with no alternative.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementStatus>,
 }

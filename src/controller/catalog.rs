@@ -150,3 +150,13 @@ pub struct Want {
     pub region: String,
     pub gpu_count: u32,
 }
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} x{} in {}",
+            self.gpu_type, self.gpu_count, self.region
+        )
+    }
+}

@@ -11,6 +11,7 @@ use crate::placement::{self, Candidate};
 use crate::reconcile::lifetime_stage;
 use crate::records::{cloud_record, found, gone};
 use crate::secrets::{Read, controlled_by, read_if};
+use gpucloud_api::PlacementPolicy;
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::lifetime::{OnExpiry, Stage};
 use gpucloud_api::schedule::OutsideWindows;
@@ -214,7 +215,34 @@ impl ManagedKind for GpuInstance {
                     "spec.region is {wanted} but Snapshot {snapshot_name:?} is in {region}; a restored instance is in its snapshot's region"
                 )));
             }
-            return Ok(InstancePlan::Restore { snapshot_id });
+            // A restore has its snapshot's GPUs and region: placed as a machine without
+            // alternatives is, it waits for stock (and records a refusal for want of it) as
+            // one does.
+            let snapshot = account.client.get_snapshot(&snapshot_id).await?;
+            let placement = match snapshot.specs {
+                Some(specs) => {
+                    let candidate = Candidate {
+                        alternative: 0,
+                        gpu_type: specs.gpu_type,
+                        gpu_count: specs.gpu_count,
+                        region: snapshot.region,
+                    };
+                    let choice = placement::choose(
+                        PlacementPolicy::Ordered,
+                        &[candidate],
+                        spec.max_hourly_rate,
+                        &*account.catalog().await?,
+                        &*account.pricing().await?,
+                        refused_placements(self),
+                    )?;
+                    Some(choice.status)
+                }
+                None => None,
+            };
+            return Ok(InstancePlan::Restore {
+                snapshot_id,
+                placement,
+            });
         }
         let (policy, candidates) = placement::candidates(spec)?;
         let image_id = match (&spec.os_image, &spec.image_ref) {
@@ -233,19 +261,13 @@ impl ManagedKind for GpuInstance {
         let catalog = account.catalog().await?;
         placement::check_known(spec, &candidates, &catalog)?;
         let pricing = account.pricing().await?;
-        let refused = self
-            .status
-            .as_ref()
-            .and_then(|s| s.placement.as_ref())
-            .map(|p| p.skipped.as_slice())
-            .unwrap_or_default();
         let choice = placement::choose(
             policy,
             &candidates,
             spec.max_hourly_rate,
             &catalog,
             &pricing,
-            refused,
+            refused_placements(self),
         )?;
         let mut ssh_key_ids = Vec::with_capacity(spec.ssh_key_refs.len());
         for key in &spec.ssh_key_refs {
@@ -277,7 +299,11 @@ impl ManagedKind for GpuInstance {
     /// The placement is written with the intent: a crash or a lost answer after it finds the
     /// create by its one cloud name, wherever it went.
     fn planned(&mut self, plan: &InstancePlan) {
-        if let InstancePlan::Create { placement, .. } = plan {
+        let placement = match plan {
+            InstancePlan::Create { placement, .. } => Some(placement),
+            InstancePlan::Restore { placement, .. } => placement.as_ref(),
+        };
+        if let Some(placement) = placement {
             self.status.get_or_insert_default().placement = Some(placement.clone());
         }
     }
@@ -305,14 +331,22 @@ impl ManagedKind for GpuInstance {
         let (gpu_type, gpu_count) = match plan {
             InstancePlan::Create { request, .. } => (request.gpu_type.clone(), request.gpu_count),
             // A restored machine has its snapshot's hardware.
-            InstancePlan::Restore { snapshot_id } => {
-                let snapshot = account.client.get_snapshot(snapshot_id).await?;
-                let specs = snapshot.specs.ok_or_else(|| {
-                    Error::InvalidSpec(format!(
-                        "the cloud does not say which GPUs snapshot {snapshot_id} restores to"
-                    ))
-                })?;
-                (specs.gpu_type, specs.gpu_count)
+            InstancePlan::Restore {
+                snapshot_id,
+                placement,
+            } => {
+                let chosen = placement
+                    .as_ref()
+                    .and_then(|p| p.chosen.as_ref())
+                    .ok_or_else(|| {
+                        Error::InvalidSpec(format!(
+                            "the cloud does not say which GPUs snapshot {snapshot_id} restores to"
+                        ))
+                    })?;
+                (
+                    chosen.gpu_type.clone(),
+                    u32::try_from(chosen.gpu_count).unwrap_or_default(),
+                )
             }
         };
         machine_rate(account, &gpu_type, gpu_count).await.map(Some)
@@ -325,7 +359,7 @@ impl ManagedKind for GpuInstance {
         cloud_name: &str,
     ) -> Result<Instance, Error> {
         match plan {
-            InstancePlan::Restore { snapshot_id } => Ok(account
+            InstancePlan::Restore { snapshot_id, .. } => Ok(account
                 .client
                 .restore_snapshot(&snapshot_id, cloud_name)
                 .await?
@@ -892,7 +926,19 @@ pub enum InstancePlan {
     },
     Restore {
         snapshot_id: String,
+        /// The snapshot's GPUs and region, where the cloud says them.
+        placement: Option<PlacementStatus>,
     },
+}
+
+/// The placements the cloud refused for want of stock, or the catalog showed without it, as
+/// the status records them: the next plan skips a refusal newer than its catalog.
+fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.placement.as_ref())
+        .map(|p| p.skipped.as_slice())
+        .unwrap_or_default()
 }
 
 async fn ready_reference<R>(

@@ -67,11 +67,7 @@ impl Candidate {
 
 impl std::fmt::Display for Candidate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} x{} in {}",
-            self.gpu_type, self.gpu_count, self.region
-        )
+        self.want().fmt(f)
     }
 }
 

@@ -635,7 +635,7 @@ async fn create_step<K: ManagedKind>(
                     };
                     let outcome = Outcome::progressing(
                         reason::NO_CAPACITY,
-                        format!("{error}; trying the next placement"),
+                        format!("{error}; placing it again"),
                     );
                     publish(
                         cx,
@@ -646,8 +646,8 @@ async fn create_step<K: ManagedKind>(
                     );
                     write_status(api, &cx.settings.clock, &refused, cleared, None, &outcome)
                         .await?;
-                    if reserved && let Err(e) = crate::budget::release(&cx.client, &object).await {
-                        tracing::warn!(error = %e, "the Budget reservation of a refused create was not given back");
+                    if reserved {
+                        give_back_reservation(cx, &object).await;
                     }
                     Ok(requeue(cx.settings.transition_requeue))
                 }
@@ -666,10 +666,8 @@ async fn create_step<K: ManagedKind>(
                         &error.outcome(),
                     )
                     .await?;
-                    // Given back at once; should that fail, the Budget drops the reservation
-                    // of a create no longer pending after `budget::ABANDONED_AFTER`.
-                    if reserved && let Err(e) = crate::budget::release(&cx.client, &object).await {
-                        tracing::warn!(error = %e, "the Budget reservation of a refused create was not given back");
+                    if reserved {
+                        give_back_reservation(cx, &object).await;
                     }
                     Err(error)
                 }
@@ -677,6 +675,14 @@ async fn create_step<K: ManagedKind>(
                 Err(error) => Err(error),
             }
         }
+    }
+}
+
+/// Gives back the Budget reservation of a create the cloud refused. Should that fail, the
+/// Budget drops the reservation of a create no longer pending after `budget::ABANDONED_AFTER`.
+async fn give_back_reservation<K: ManagedKind>(cx: &Context<K>, object: &K) {
+    if let Err(e) = crate::budget::release(&cx.client, object).await {
+        tracing::warn!(error = %e, "the Budget reservation of a refused create was not given back");
     }
 }
 

@@ -378,3 +378,80 @@ async fn no_catalog_is_read_for_waiting_objects_once_the_operator_is_gone() {
         );
     }
 }
+
+/// A restore inherits its snapshot's GPUs and has no alternative: with none of them free it
+/// waits as `NoCapacity`, woken by the catalog, with no restore call the cloud would refuse
+/// again, no create left pending, and is made once stock returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_without_its_gpus_in_stock_waits_for_the_catalog_then_is_made_once() {
+    let mut env = Env::without_operator(with_admin()).await;
+    set_stock(&env, "H100-80G", "us-east-1", 1).await;
+    let config = test_config(&env.simulator);
+    let ttl = config.cloud.catalog_ttl;
+    env.start_operator(config);
+    support::create(
+        &env,
+        &support::object::<GpuInstance>(
+            "trainer",
+            serde_json::json!({"region": "us-east-1", "gpuType": "H100-80G",
+                "osImage": "ubuntu-22.04-cuda-12"}),
+        ),
+    )
+    .await;
+    let _: GpuInstance = ready(&env, "trainer").await;
+    support::create(
+        &env,
+        &support::object::<Snapshot>(
+            "saved",
+            serde_json::json!({"instanceRef": {"name": "trainer"}}),
+        ),
+    )
+    .await;
+    let _: Snapshot = ready(&env, "saved").await;
+
+    // The trainer holds the one H100: the restore waits, whether the catalog it reads still
+    // shows the H100 free (the cloud refuses) or already not.
+    support::create(
+        &env,
+        &support::object::<GpuInstance>(
+            "resumed",
+            serde_json::json!({"region": "us-east-1", "source": {"snapshotRef": {"name": "saved"}}}),
+        ),
+    )
+    .await;
+    let _: GpuInstance = condition(&env, "resumed", "Ready", "False", "NoCapacity").await;
+    let api = env.api::<GpuInstance>();
+    let waiting = eventually(30, "the restore waits for the snapshot's GPUs", || async {
+        let vm = api.get("resumed").await.ok()?;
+        support::ready_message(&vm)
+            .starts_with("no placement has GPUs in stock: H100-80G x1 in us-east-1")
+            .then_some(vm)
+    })
+    .await;
+    assert_eq!(waiting.cloud_status().pending_create, None);
+
+    // Waiting for more than a catalog refresh calls no restore once the catalog shows none.
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    let restores = env.calls("RestoreSnapshot");
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(
+        env.calls("RestoreSnapshot"),
+        restores,
+        "restore calls while the catalog shows no H100 free"
+    );
+    assert!(restores <= 1, "{restores} restores refused");
+    assert_eq!(machines(&env).len(), 1);
+
+    set_stock(&env, "H100-80G", "us-east-1", 1).await;
+    let resumed: GpuInstance = ready(&env, "resumed").await;
+    let counters = env.simulator.counters();
+    assert_eq!(
+        counters.operations["RestoreSnapshot"].get(&200),
+        Some(&1),
+        "{:?}",
+        counters.operations["RestoreSnapshot"]
+    );
+    let names: Vec<String> = machines(&env).into_iter().map(|m| m.0).collect();
+    assert_eq!(names.len(), 2);
+    assert!(names.contains(&resumed.cloud_status().cloud_name.clone().unwrap()));
+}

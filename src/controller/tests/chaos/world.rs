@@ -792,10 +792,6 @@ impl Run {
         let refer = policy == Policy::Manage;
         let spec = self.basic_spec(group, kind, refer);
         let name = self.new_name(group.namespace, kind);
-        if spec.get("placement").is_some() {
-            self.placed.insert(ObjectKey::new(group.namespace, &name));
-            self.stats.placed += 1;
-        }
         self.create(group, kind, &name, spec, policy, None).await?;
         Ok(())
     }
@@ -862,6 +858,12 @@ impl Run {
     ) -> Result<bool, String> {
         if let Some(secret) = group.secret() {
             spec["credentialsSecretRef"] = json!({"name": secret});
+        }
+        // Whichever step makes it (a basic create, a late create), a placed machine's
+        // snapshots are not restored.
+        if kind == Kind::Instance && spec.get("placement").is_some() {
+            self.placed.insert(ObjectKey::new(group.namespace, name));
+            self.stats.placed += 1;
         }
         let final_snapshot = kind == Kind::Instance
             && policy == Policy::Manage
