@@ -36,7 +36,11 @@ pub struct BoundedPhase {
     /// Calls any design must make: one per created (or deleted) resource plus one list per
     /// kind to see the result.
     pub minimum_calls: u64,
-    /// max(minimum_calls / R, L x minimum_calls / concurrency).
+    /// The cloud's own time for the phase's last resource, which no client can shorten: its
+    /// `CREATING` and `BOOTING` for a create, `DELETING` for a delete.
+    #[serde(default)]
+    pub cloud_time_s: f64,
+    /// max(minimum_calls / R, L x minimum_calls / concurrency) + cloud_time_s.
     pub lower_bound_s: f64,
     pub ratio: f64,
 }
@@ -743,6 +747,7 @@ mod tests {
             seconds,
             calls_by_operation: BTreeMap::new(),
             minimum_calls: 1003,
+            cloud_time_s: 0.0,
             lower_bound_s,
             ratio: seconds / lower_bound_s,
         }

@@ -6,9 +6,9 @@
 //! is gone by the time the pool is Ready.
 
 use super::{
-    ConvergeLog, Environment, Error, LISTS_PER_PHASE, NAMESPACE, SSH_KEY_NAME, bounded_phase,
-    create_ssh_key, instance_spec, kube_error, log, operator_writes, settings, wait_for,
-    wait_until_emptied, with_progress,
+    CLOUD_DELETING, CLOUD_READY_AFTER, ConvergeLog, Environment, Error, LISTS_PER_PHASE, NAMESPACE,
+    SSH_KEY_NAME, bounded_phase, create_ssh_key, instance_spec, kube_error, log, operator_writes,
+    settings, wait_for, wait_until_emptied, with_progress,
 };
 use crate::args::Args;
 use crate::counters::Admin;
@@ -89,6 +89,7 @@ pub(super) async fn measure(
         ready_at.saturating_duration_since(started),
         &scale_up_counters,
         cloud_creates + scale_up_counters.succeeded("CreateSshKey") + LISTS_PER_PHASE,
+        CLOUD_READY_AFTER,
     );
     let ready_mark = tracker.seconds(ready_at);
     let operator_ready = operator.usage()?;
@@ -129,6 +130,7 @@ pub(super) async fn measure(
         scale_down_counters.succeeded("DeleteInstance")
             + scale_down_counters.succeeded("DeleteSshKey")
             + LISTS_PER_PHASE,
+        CLOUD_DELETING,
     );
     let (most_cloud, most_objects, samples) = most.stop();
     log(&format!(
