@@ -6,7 +6,7 @@
 //! pool reconciled at once never make more machines than `replicas`.
 
 use crate::support::{self, Env, eventually};
-use gpucloud_api::gpu_instance_pool::{POOL_LABEL, TEMPLATE_HASH_LABEL};
+use gpucloud_api::gpu_instance_pool::{IN_PLACE_HASH_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL};
 use gpucloud_api::*;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -637,11 +637,47 @@ async fn machines_that_only_claim_the_pool_are_never_its_own() {
         .await
         .unwrap();
 
-    // Scaled to 2 and then to 0: the pool makes and takes only its own.
+    // Scaled to 2, changed in place, then scaled to 0: the pool makes, changes and takes
+    // only its own.
     kubectl
         .run(&["scale", "gpuinstancepool", "workers", "--replicas=2"])
         .await;
     settled(&env, 2).await;
+    kubectl
+        .run(&[
+            "patch",
+            "gpuinstancepool",
+            "workers",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"template":{"metadata":{"labels":{"team":"vision"}},"spec":{"lifetime":{"ttl":"8h"}}}}}"#,
+        ])
+        .await;
+    eventually(60, "the pool's machines changed in place", || async {
+        let machines = pool_machines(&env).await;
+        (machines.len() == 2
+            && machines.iter().all(|m| {
+                m.spec.lifetime.is_some()
+                    && m.labels().get("team").map(String::as_str) == Some("vision")
+            }))
+        .then_some(())
+    })
+    .await;
+    for (api, name) in [
+        (&foreign, "workers-claimed"),
+        (&machines_api(&env), "workers-lookalike"),
+    ] {
+        let machine = api.get(name).await.unwrap();
+        assert_eq!(
+            (
+                machine.spec.lifetime.is_some(),
+                machine.labels().get("team"),
+                machine.annotations().get(IN_PLACE_HASH_ANNOTATION),
+            ),
+            (false, None, None),
+            "{name} was changed by the pool"
+        );
+    }
     kubectl
         .run(&["scale", "gpuinstancepool", "workers", "--replicas=0"])
         .await;
