@@ -1094,10 +1094,14 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
         listed = observer.list_after(Instant::now()).await?;
         targets = cleanup_targets::<K>(&listed, &status, &cloud_name);
         // Silence in a list is no proof that a resource is gone: unless the cloud answered a
-        // delete of ours that this list follows, the recorded resource is read by id.
+        // delete of ours that this list follows, the resource is read by id, the recorded one
+        // or the one this process's create call answered with (no list has shown it yet).
         if targets.is_empty()
             && answered_at.is_none()
-            && let Some(id) = &status.external_id
+            && let Some(id) = status
+                .external_id
+                .clone()
+                .or_else(|| cx.create_answered(&uid))
             && let Some(record) = K::Cloud::get(account.client.clone(), id.clone()).await?
         {
             tracing::info!(cloud_id = %id, "the cloud's list left out a resource its read by id found");

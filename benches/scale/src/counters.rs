@@ -31,13 +31,17 @@ pub fn is_list(operation: &str) -> bool {
 }
 
 /// Calls made once per account and resync interval whatever the number of objects: the
-/// balance behind `gpucloud_account_balance` and the three billing lists behind
-/// `gpucloud_spend`.
-pub const PER_ACCOUNT: [&str; 4] = [
+/// balance behind `gpucloud_account_balance`, the three billing lists behind
+/// `gpucloud_spend`, and the catalog (GPU specifications and stock) and price list behind the
+/// GpuOfferings (the regions, the catalog's third read, are a list).
+pub const PER_ACCOUNT: [&str; 7] = [
     "GetBalance",
     "GetInstanceBilling",
     "GetSnapshotBilling",
     "GetVolumeBilling",
+    "GetGpuSpecs",
+    "GetGpuStock",
+    "GetPricing",
 ];
 
 pub fn is_per_account(operation: &str) -> bool {

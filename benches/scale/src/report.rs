@@ -365,10 +365,10 @@ impl BenchResult {
         targets.push(Target {
             name: "settled traffic".into(),
             target: format!(
-                "<= 2 lists per kind per interval ({list_budget}), <= 1 balance and billing read per interval ({account_budget} calls), 0 per-object"
+                "<= 2 lists per kind per interval ({list_budget}), <= 1 balance, billing, catalog and price read per interval ({account_budget} calls), 0 per-object"
             ),
             measured: format!(
-                "max {} lists per kind, {} balance and billing calls, {} per-object (polling design: {})",
+                "max {} lists per kind, {} balance, billing, catalog and price calls, {} per-object (polling design: {})",
                 s.max_lists_per_kind,
                 s.per_account_calls,
                 s.per_object_calls,

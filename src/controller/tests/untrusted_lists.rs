@@ -226,3 +226,42 @@ async fn a_created_machine_no_list_shows_is_read_by_id_not_created_again() {
     assert_eq!(machines, vec![id]);
     support::delete_and_wait::<GpuInstance>(&env, "unlisted").await;
 }
+
+/// A machine whose create the cloud answered, deleted before any list showed it: its deletion
+/// is not taken as done from the lists' silence, past the settle window and with a second list
+/// silent too. The id the create answered with is read, and the machine deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_machine_no_list_shows_is_deleted_with_its_object() {
+    let env = Env::start().await;
+    env.simulator.set_faults(FaultPlan {
+        list_omission_rate: 1.0,
+        ..FaultPlan::default()
+    });
+    let vm: GpuInstance = object(
+        "unlisted",
+        serde_json::json!({
+            "region": "us-east-1",
+            "gpuType": "H100-80G",
+            "osImage": "ubuntu-22.04-cuda-12",
+        }),
+    );
+    create(&env, &vm).await;
+    eventually(30, "the machine created", || async {
+        (env.simulator.state().instances.len() == 1).then_some(())
+    })
+    .await;
+    support::delete_and_wait::<GpuInstance>(&env, "unlisted").await;
+    let left: Vec<String> = env
+        .simulator
+        .state()
+        .instances
+        .into_iter()
+        .map(|i| format!("{} {}", i.instance_id, i.status.as_str()))
+        .collect();
+    assert!(
+        left.iter().all(|m| m.ends_with("DELETING")) && env.calls("DeleteInstance") == 1,
+        "left in the cloud: {left:?}, {} deletes",
+        env.calls("DeleteInstance")
+    );
+    assert_eq!(env.calls("CreateInstance"), 1, "created again");
+}
