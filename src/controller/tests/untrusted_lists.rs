@@ -194,11 +194,8 @@ async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported
     ready::<Volume>(&env, "data").await;
 }
 
-/// A machine whose create the cloud answered, and which no list shows: the settle window
-/// passes with the name missing from two lists, yet it is not created again. The id the create
-/// answered with is read first, found, and recorded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_created_machine_no_list_shows_is_read_by_id_not_created_again() {
+/// A machine `unlisted` created under a cloud whose lists leave out everything.
+async fn unlisted_machine() -> Env {
     let env = Env::start().await;
     env.simulator.set_faults(FaultPlan {
         list_omission_rate: 1.0,
@@ -213,6 +210,15 @@ async fn a_created_machine_no_list_shows_is_read_by_id_not_created_again() {
         }),
     );
     create(&env, &vm).await;
+    env
+}
+
+/// A machine whose create the cloud answered, and which no list shows: the settle window
+/// passes with the name missing from two lists, yet it is not created again. The id the create
+/// answered with is read first, found, and recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_machine_no_list_shows_is_read_by_id_not_created_again() {
+    let env = unlisted_machine().await;
     let id = ready_id::<GpuInstance>(&env, "unlisted").await;
     env.simulator.set_faults(FaultPlan::default());
     assert_eq!(env.calls("CreateInstance"), 1, "created again");
@@ -232,20 +238,7 @@ async fn a_created_machine_no_list_shows_is_read_by_id_not_created_again() {
 /// silent too. The id the create answered with is read, and the machine deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_created_machine_no_list_shows_is_deleted_with_its_object() {
-    let env = Env::start().await;
-    env.simulator.set_faults(FaultPlan {
-        list_omission_rate: 1.0,
-        ..FaultPlan::default()
-    });
-    let vm: GpuInstance = object(
-        "unlisted",
-        serde_json::json!({
-            "region": "us-east-1",
-            "gpuType": "H100-80G",
-            "osImage": "ubuntu-22.04-cuda-12",
-        }),
-    );
-    create(&env, &vm).await;
+    let env = unlisted_machine().await;
     eventually(30, "the machine created", || async {
         (env.simulator.state().instances.len() == 1).then_some(())
     })
