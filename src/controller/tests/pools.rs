@@ -43,6 +43,19 @@ impl Kubectl {
         kubectl
     }
 
+    /// A merge patch of the pool `workers`, as a person would send it.
+    async fn patch_workers(&self, patch: &str) -> String {
+        self.run(&[
+            "patch",
+            "gpuinstancepool",
+            "workers",
+            "--type=merge",
+            "-p",
+            patch,
+        ])
+        .await
+    }
+
     fn run_blocking(&self, args: &[&str]) -> String {
         run(&self.0, args, None)
     }
@@ -326,14 +339,7 @@ async fn a_template_change_replaces_machines_within_max_unavailable() {
 
     let (seen, after) = sample(&env, async {
         kubectl
-            .run(&[
-                "patch",
-                "gpuinstancepool",
-                "workers",
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"template":{"spec":{"osImage":"ubuntu-24.04-cuda-12"}}}}"#,
-            ])
+            .patch_workers(r#"{"spec":{"template":{"spec":{"osImage":"ubuntu-24.04-cuda-12"}}}}"#)
             .await;
         settled(&env, 3).await
     })
@@ -512,16 +518,7 @@ async fn a_change_a_machine_can_make_is_made_in_place() {
             .all(|m| m.spec.managed.deletion_policy == DeletionPolicy::Delete)
     );
     let creates = env.calls("CreateInstance");
-    kubectl
-        .run(&[
-            "patch",
-            "gpuinstancepool",
-            "workers",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"deletionPolicy":"Orphan","template":{"metadata":{"labels":{"team":"vision"}},"spec":{"powerState":"Stopped","lifetime":{"ttl":"8h"}}}}}"#,
-        ])
-        .await;
+    kubectl.patch_workers(r#"{"spec":{"deletionPolicy":"Orphan","template":{"metadata":{"labels":{"team":"vision"}},"spec":{"powerState":"Stopped","lifetime":{"ttl":"8h"}}}}}"#).await;
     let after = eventually(90, "every machine stopped in place", || async {
         let machines = pool_machines(&env).await;
         let cloud = env.simulator.state();
@@ -643,16 +640,7 @@ async fn machines_that_only_claim_the_pool_are_never_its_own() {
         .run(&["scale", "gpuinstancepool", "workers", "--replicas=2"])
         .await;
     settled(&env, 2).await;
-    kubectl
-        .run(&[
-            "patch",
-            "gpuinstancepool",
-            "workers",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"template":{"metadata":{"labels":{"team":"vision"}},"spec":{"lifetime":{"ttl":"8h"}}}}}"#,
-        ])
-        .await;
+    kubectl.patch_workers(r#"{"spec":{"template":{"metadata":{"labels":{"team":"vision"}},"spec":{"lifetime":{"ttl":"8h"}}}}}"#).await;
     eventually(60, "the pool's machines changed in place", || async {
         let machines = pool_machines(&env).await;
         (machines.len() == 2
