@@ -400,13 +400,17 @@ async fn rejected_credentials_stall_and_never_leak_the_key() {
 /// of every namespace that read it, rather than leaving them to the five-minute recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_default_secret_wakes_the_objects_of_every_namespace() {
-    let env = Env::start().await;
+    // The wrong key is in place before the operator starts: a Secret replaced while it runs
+    // reaches it through its watch, and an object created before that event arrives may still
+    // use the key the operator read before.
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
     env.put_secret(
         support::OPERATOR_NAMESPACE,
         "gpucloud-credentials",
         "not-the-key-77c1",
     )
     .await;
+    env.start_operator(support::test_config(&env.simulator));
     let api = env.api::<GpuInstance>();
     api.create(
         &PostParams::default(),
