@@ -1,14 +1,15 @@
-//! The admin API under `/_admin/`: read the whole state and the call counters, set faults,
-//! the balance, GPU stock and prices, advance the clock, reset. Mounted only when an admin token is
-//! configured; every call needs `Authorization: Bearer <token>` (the API key never works).
+//! The admin API under `/_admin/`: read an account's whole state and the call counters, set
+//! faults, the balance, GPU stock and prices, advance the clock, reset. Mounted only when an
+//! admin token is configured; every call needs `Authorization: Bearer <token>` (the API key
+//! never works).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -20,7 +21,7 @@ use crate::config::FaultPlan;
 use crate::error::ApiError;
 use crate::fallbacks::method_not_allowed;
 use crate::reply::error_response;
-use crate::request::{body_bytes, parse_body};
+use crate::request::{QueryParams, body_bytes, parse_body};
 use crate::state::AppState;
 
 pub const PREFIX: &str = "/_admin";
@@ -105,13 +106,33 @@ fn encode(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
     })
 }
 
-async fn state(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// One account's snapshot: that of `?account=N` (0 is the account of `api_keys`, then
+/// `other_accounts` in order), the first account's without the query.
+async fn state(
+    State(app): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
     respond(&app, &headers, || {
-        encode(app.with_engine(|engine, now| {
-            engine.settle(now);
-            engine.snapshot_account(now)
-        }))
+        let account = account_of_query(query.as_deref())?;
+        let snapshot = app
+            .with_account(account, |engine, now| {
+                engine.settle(now);
+                engine.snapshot_account(now)
+            })
+            .ok_or_else(|| ApiError::not_found("account", &account.to_string()))?;
+        encode(snapshot)
     })
+}
+
+/// The account a query's `account` parameter names; the first account (0) without one.
+fn account_of_query(query: Option<&str>) -> Result<usize, ApiError> {
+    let query = QueryParams::parse(query, &["account"])?;
+    let Some(account) = query.unsigned("account")? else {
+        return Ok(0);
+    };
+    // An index past `usize` names no account, as one past the last does.
+    usize::try_from(account).map_err(|_| ApiError::not_found("account", &account.to_string()))
 }
 
 async fn counters(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -130,6 +151,8 @@ async fn put_faults(
     respond(&app, &headers, || {
         let plan: FaultPlan = decode(&app, body)?;
         plan.validate().map_err(ApiError::validation)?;
+        plan.validate_accounts(app.accounts())
+            .map_err(ApiError::validation)?;
         app.set_faults(plan.clone());
         encode(plan)
     })

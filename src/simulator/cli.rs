@@ -1,4 +1,6 @@
-//! The `simulator` subcommand: every setting as a flag with an environment variable.
+//! The `simulator` subcommand: every setting as a flag with an environment variable, and the
+//! keys of further accounts in an environment variable only
+//! ([`OTHER_ACCOUNT_KEYS_ENV`]: secrets that many are not put on a command line).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,7 +18,10 @@ pub struct Args {
     /// Address to listen on.
     #[arg(long, env = "GPUCLOUD_SIM_LISTEN", default_value = "127.0.0.1:8089")]
     pub listen: SocketAddr,
-    /// Accepted API keys (comma-separated or repeated).
+    /// Accepted API keys of the first account (comma-separated or repeated). Further
+    /// accounts, each with its own resources, balance and rate limit per key, take their keys
+    /// from the environment variable GPUCLOUD_SIM_OTHER_ACCOUNT_KEYS only: accounts separated
+    /// by `;`, the keys of one account by `,` (e.g. `k1;k2,k2b`); unset or empty for none.
     #[arg(
         long = "api-key",
         env = "GPUCLOUD_SIM_API_KEYS",
@@ -150,6 +155,74 @@ impl std::str::FromStr for Secret {
     }
 }
 
+/// The environment variable with the API keys of the accounts after the first, in order:
+/// accounts separated by `;`, the keys of one account by `,` (e.g. `k1;k2,k2b;k3` is three
+/// accounts, the second with two keys). Unset or empty means none. It has no flag: keys are
+/// secrets, and a command line is visible to every user of the machine.
+pub const OTHER_ACCOUNT_KEYS_ENV: &str = "GPUCLOUD_SIM_OTHER_ACCOUNT_KEYS";
+
+/// The further accounts [`OTHER_ACCOUNT_KEYS_ENV`] gives, checked against each other and
+/// against `first_account` (the keys of `--api-key`).
+pub fn other_accounts_from_env(first_account: &[String]) -> Result<Vec<Vec<String>>, Error> {
+    match std::env::var(OTHER_ACCOUNT_KEYS_ENV) {
+        Ok(value) => parse_other_account_keys(&value, first_account),
+        Err(std::env::VarError::NotPresent) => Ok(Vec::new()),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::Environment {
+            variable: OTHER_ACCOUNT_KEYS_ENV,
+            reason: "not valid UTF-8".to_string(),
+        }),
+    }
+}
+
+/// Parses the value of [`OTHER_ACCOUNT_KEYS_ENV`]: one list of keys per account, in order.
+/// Spaces around a key are dropped (an HTTP header value cannot carry them). An empty key or
+/// account, or a key given twice (here or in `first_account`), is refused; the error names the
+/// variable and the account, never a key.
+pub fn parse_other_account_keys(
+    value: &str,
+    first_account: &[String],
+) -> Result<Vec<Vec<String>>, Error> {
+    if value.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let refuse = |reason: String| Error::Environment {
+        variable: OTHER_ACCOUNT_KEYS_ENV,
+        reason,
+    };
+    // Which account each key seen so far opens; the first account is 0.
+    let mut opened: BTreeMap<&str, usize> =
+        first_account.iter().map(|key| (key.as_str(), 0)).collect();
+    let mut accounts = Vec::new();
+    for (entry, keys) in value.split(';').enumerate() {
+        // Account 0 is that of `--api-key`: the variable's entries are accounts 1, 2, ...
+        let account = entry + 1;
+        if keys.trim().is_empty() {
+            return Err(refuse(format!(
+                "account {account} has no API key (accounts are separated by `;`, the keys of \
+                 one account by `,`)"
+            )));
+        }
+        let mut account_keys = Vec::new();
+        for key in keys.split(',').map(str::trim) {
+            if key.is_empty() {
+                return Err(refuse(format!(
+                    "account {account} has an empty API key (accounts are separated by `;`, the \
+                     keys of one account by `,`)"
+                )));
+            }
+            if let Some(owner) = opened.insert(key, account) {
+                return Err(refuse(format!(
+                    "account {account} repeats an API key of account {owner}: a key opens one \
+                     account"
+                )));
+            }
+            account_keys.push(key.to_string());
+        }
+        accounts.push(account_keys);
+    }
+    Ok(accounts)
+}
+
 fn parse_operation_probability(value: &str) -> Result<(String, f64), String> {
     let (name, probability) = value
         .split_once('=')
@@ -161,7 +234,8 @@ fn parse_operation_probability(value: &str) -> Result<(String, f64), String> {
 }
 
 impl Args {
-    /// The configuration these flags describe.
+    /// The configuration these flags describe: one account, as further accounts come from
+    /// the environment only ([`other_accounts_from_env`], which [`run`] adds).
     pub fn to_config(&self) -> SimulatorConfig {
         let millis = Duration::from_millis;
         SimulatorConfig {
@@ -221,20 +295,24 @@ impl Args {
                 omit_from_lists: Default::default(),
                 list_omission_rate: self.list_omission_rate,
                 act_late: BTreeMap::new(),
+                accounts: Vec::new(),
             },
             list_lag: millis(self.list_lag_ms),
             max_body_bytes: self.max_body_bytes,
             gpu_capacity_per_region: self.gpu_capacity,
-            // One account per run from the command line; the ledger is for tests.
+            // Further accounts come from the environment (`run`); the ledger is for tests.
             other_accounts: Vec::new(),
             keep_ledger: false,
         }
     }
 }
 
-/// Serves until Ctrl-C, printing the base URL once listening.
+/// Serves the accounts of the flags and of [`OTHER_ACCOUNT_KEYS_ENV`] until Ctrl-C, printing
+/// the base URL once listening.
 pub async fn run(args: Args) -> Result<(), Error> {
-    let handle = Simulator::start(args.to_config(), args.listen).await?;
+    let mut config = args.to_config();
+    config.other_accounts = other_accounts_from_env(&config.api_keys)?;
+    let handle = Simulator::start(config, args.listen).await?;
     println!("gpucloud simulator listening on {}", handle.base_url());
     if args.admin_token.is_some() {
         println!(
@@ -319,5 +397,66 @@ mod tests {
             "{debug}"
         );
         assert_eq!(cli.args.to_config().admin_token.as_deref(), Some("hidden"));
+    }
+
+    #[test]
+    fn other_account_keys_parse_into_accounts_in_order() {
+        let first = ["first".to_string()];
+        assert_eq!(
+            parse_other_account_keys("a;b,c", &first).unwrap(),
+            [
+                vec!["a".to_string()],
+                vec!["b".to_string(), "c".to_string()]
+            ]
+        );
+        assert_eq!(
+            parse_other_account_keys(" k1 ; k2 , k2b ;k3", &first).unwrap(),
+            [vec!["k1"], vec!["k2", "k2b"], vec!["k3"]]
+        );
+        for none in ["", "  "] {
+            assert!(parse_other_account_keys(none, &first).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn bad_other_account_keys_are_refused_naming_the_variable_not_the_key() {
+        let first = ["secret-first".to_string()];
+        for (value, reason) in [
+            ("a;;c", "account 2 has no API key"),
+            ("a;b,", "account 2 has an empty API key"),
+            ("a;", "account 2 has no API key"),
+            (
+                "secret-b;secret-b",
+                "account 2 repeats an API key of account 1",
+            ),
+            (
+                "secret-a,secret-a",
+                "account 1 repeats an API key of account 1",
+            ),
+            (
+                "secret-a;secret-first",
+                "account 2 repeats an API key of account 0",
+            ),
+        ] {
+            let error = parse_other_account_keys(value, &first).unwrap_err();
+            assert!(
+                matches!(error, Error::Environment { .. }),
+                "{value}: {error:?}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.starts_with("GPUCLOUD_SIM_OTHER_ACCOUNT_KEYS: ")
+                    && message.contains(reason),
+                "{value}: {message}"
+            );
+            assert!(!message.contains("secret-"), "{value}: {message}");
+        }
+    }
+
+    #[test]
+    fn help_names_the_variable_of_further_accounts() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains(OTHER_ACCOUNT_KEYS_ENV), "{help}");
     }
 }

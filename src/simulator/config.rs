@@ -203,6 +203,11 @@ pub struct FaultPlan {
     /// acting. Each entry holds one request over the simulator's life (until a reset), so
     /// setting the plan again does not hold another.
     pub act_late: BTreeMap<String, u64>,
+    /// The accounts whose calls the plan's faults apply to, by index (0 is the account of
+    /// `api_keys`, then `other_accounts` in order); empty means every account. Calls of the
+    /// other accounts get no fault at all, so one account can be in a storm of 429s and 500s
+    /// while the rest are served normally.
+    pub accounts: Vec<usize>,
 }
 
 /// Extra latency added with some probability.
@@ -251,6 +256,23 @@ impl FaultPlan {
             .get(operation)
             .copied()
             .unwrap_or(self.error_rate)
+    }
+
+    /// Whether the plan's faults apply to the calls of account `account`.
+    pub fn applies_to(&self, account: usize) -> bool {
+        self.accounts.is_empty() || self.accounts.contains(&account)
+    }
+
+    /// Checks that every account the plan targets is one of the `accounts` the simulator
+    /// serves (a plan naming no account that exists would inject nothing, silently).
+    pub fn validate_accounts(&self, accounts: usize) -> Result<(), String> {
+        match self.accounts.iter().find(|&&account| account >= accounts) {
+            Some(account) => Err(format!(
+                "accounts: there is no account {account} (the simulator serves accounts 0 to {})",
+                accounts.saturating_sub(1)
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Checks every probability is within 0..=1 and every name is an operation.

@@ -110,6 +110,12 @@ impl ApiError {
 pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// An environment variable read outside the flags holds a value that cannot be used.
+    #[error("{variable}: {reason}")]
+    Environment {
+        variable: &'static str,
+        reason: String,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,

@@ -31,6 +31,6 @@ pub(crate) async fn method_not_allowed(
 
 /// Counts the refusal (no operation) and answers it.
 fn refuse(state: &AppState, error: ApiError) -> Response {
-    state.count(None, error.status());
+    state.count(None, None, error.status());
     error_response(&error, state.next_request_id())
 }

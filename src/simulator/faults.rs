@@ -102,9 +102,16 @@ impl FaultState {
         rng.random::<f64>() < rate
     }
 
+    /// The faults of one request of `operation` made by account `account`.
+    ///
     /// Draws the same four numbers for every request of an operation, whatever the plan,
-    /// so a seed always yields the same sequence per operation.
-    pub(crate) fn decide(&mut self, operation: Operation) -> FaultDecision {
+    /// so a seed always yields the same sequence per operation. A request of an account the
+    /// plan leaves out gets no fault and draws nothing (nor ends a 429 burst), so the accounts
+    /// the plan targets see the same faults whatever the other accounts do.
+    pub(crate) fn decide(&mut self, operation: Operation, account: usize) -> FaultDecision {
+        if !self.plan.applies_to(account) {
+            return FaultDecision::default();
+        }
         let seed = self.seed ^ stable_hash(operation.name());
         let rng = self
             .streams
@@ -167,11 +174,58 @@ mod tests {
             ..FaultPlan::default()
         };
         let mut state = FaultState::new(plan, 3);
-        let create = state.decide(Operation::CreateInstance);
+        let create = state.decide(Operation::CreateInstance, 0);
         assert_eq!(create.latency, Duration::from_millis(45));
         assert_eq!(create.drop, Some(DropMode::default()));
         assert!(!create.internal_error && create.throttle_secs.is_none());
-        assert_eq!(state.decide(Operation::GetBalance).drop, None);
+        assert_eq!(state.decide(Operation::GetBalance, 0).drop, None);
+    }
+
+    #[test]
+    fn a_plan_for_some_accounts_leaves_the_others_alone() {
+        let plan = FaultPlan {
+            latency: Duration::from_millis(5),
+            error_rate: 1.0,
+            throttle_burst: Some(ThrottleBurst {
+                probability: 1.0,
+                length: 3,
+                retry_after_secs: 2,
+            }),
+            act_then_drop: BTreeMap::from([("CreateInstance".to_string(), 1.0)]),
+            accounts: vec![1, 3],
+            ..FaultPlan::default()
+        };
+        let mut state = FaultState::new(plan, 3);
+        for account in [0, 2, 4] {
+            assert_eq!(
+                state.decide(Operation::CreateInstance, account),
+                FaultDecision::default(),
+                "account {account}"
+            );
+        }
+        for account in [1, 3] {
+            let decision = state.decide(Operation::CreateInstance, account);
+            assert_eq!(decision.throttle_secs, Some(2), "account {account}");
+            assert_eq!(decision.latency, Duration::from_millis(5));
+        }
+        // The untargeted calls drew nothing: the targeted account's stream is the one it
+        // would be alone.
+        let alone = FaultPlan {
+            accounts: Vec::new(),
+            ..state.plan.clone()
+        };
+        let mut alone = FaultState::new(alone, 3);
+        let mut shared = FaultState::new(state.plan.clone(), 3);
+        for _ in 0..8 {
+            assert_eq!(
+                shared.decide(Operation::ListVolumes, 0),
+                FaultDecision::default()
+            );
+            assert_eq!(
+                shared.decide(Operation::ListVolumes, 1),
+                alone.decide(Operation::ListVolumes, 1)
+            );
+        }
     }
 
     #[test]
@@ -187,7 +241,7 @@ mod tests {
         };
         let run = |seed: u64, op: Operation| {
             let mut state = FaultState::new(plan.clone(), seed);
-            (0..64).map(|_| state.decide(op)).collect::<Vec<_>>()
+            (0..64).map(|_| state.decide(op, 0)).collect::<Vec<_>>()
         };
         assert_eq!(
             run(9, Operation::ListVolumes),

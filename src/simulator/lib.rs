@@ -65,7 +65,13 @@ impl Simulator {
             addr: listen,
             source,
         })?;
-        tracing::info!(%local, seed = config.seed, time_scale = config.time_scale, "simulator listening");
+        tracing::info!(
+            %local,
+            seed = config.seed,
+            time_scale = config.time_scale,
+            accounts = 1 + config.other_accounts.len(),
+            "simulator listening"
+        );
         let api_key = config.api_keys.first().cloned().unwrap_or_default();
         let state = Arc::new(state::AppState::new(config));
         let app = server::router(state.clone());
@@ -140,7 +146,11 @@ fn validate(config: &SimulatorConfig) -> Result<(), Error> {
     if config.max_body_bytes == 0 {
         return invalid("max_body_bytes must be at least 1");
     }
-    config.faults.validate().map_err(Error::Config)
+    config.faults.validate().map_err(Error::Config)?;
+    config
+        .faults
+        .validate_accounts(1 + config.other_accounts.len())
+        .map_err(Error::Config)
 }
 
 /// A running simulator.
@@ -340,6 +350,13 @@ mod tests {
             SimulatorConfig {
                 faults: FaultPlan {
                     act_late: BTreeMap::from([(String::new(), 1000)]),
+                    ..FaultPlan::default()
+                },
+                ..SimulatorConfig::default()
+            },
+            SimulatorConfig {
+                faults: FaultPlan {
+                    accounts: vec![1],
                     ..FaultPlan::default()
                 },
                 ..SimulatorConfig::default()

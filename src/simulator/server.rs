@@ -98,12 +98,16 @@ async fn serve_operation(
     let task_request_id = request_id.clone();
     let answering = tokio::spawn(async move {
         let request_id = task_request_id;
-        let (response, drop) =
-            answer(&state, operation, path, query, &headers, body, &request_id).await;
-        state.count(Some(operation), response.status());
+        let Answered {
+            response,
+            drop,
+            caller,
+        } = answer(&state, operation, path, query, &headers, body, &request_id).await;
+        state.count(Some(operation), caller, response.status());
         tracing::debug!(
             operation = operation.name(),
             status = response.status().as_u16(),
+            account = caller.map(|caller| caller.account),
             request_id,
             dropped = drop.is_some(),
             "simulated request"
@@ -149,6 +153,15 @@ fn broken_response() -> Response {
     response
 }
 
+/// The answer to one API request, with what the server does after it.
+struct Answered {
+    response: Response,
+    /// How the response is lost, when the fault plan drops it.
+    drop: Option<DropMode>,
+    /// Who made the request; `None` when its API key was missing or not accepted.
+    caller: Option<Caller>,
+}
+
 async fn answer(
     state: &AppState,
     operation: Operation,
@@ -157,10 +170,18 @@ async fn answer(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     request_id: &str,
-) -> (Response, Option<DropMode>) {
-    let fail = |error: ApiError| (error_response(&error, request_id.to_string()), None);
+) -> Answered {
     let Some((api_key, caller)) = authenticate(state, headers) else {
-        return fail(ApiError::InvalidApiKey);
+        return Answered {
+            response: error_response(&ApiError::InvalidApiKey, request_id.to_string()),
+            drop: None,
+            caller: None,
+        };
+    };
+    let fail = |error: ApiError| Answered {
+        response: error_response(&error, request_id.to_string()),
+        drop: None,
+        caller: Some(caller),
     };
     if let Some(limit) = state.config.rate_limit
         && let Err(retry_after_secs) = lock(&state.limiter).take(api_key, limit)
@@ -173,11 +194,11 @@ async fn answer(
             .flatten()
     });
     let new_name = request_body.as_ref().and_then(new_resource_name);
-    let mut decision = lock(&state.faults).decide(operation);
+    let mut decision = lock(&state.faults).decide(operation, caller.account);
     if decision.throttle_secs.is_none()
         && !decision.internal_error
         && let Some(name) = &new_name
-        && let Some(delay) = state.take_late_act(name)
+        && let Some(delay) = state.take_late_act(name, caller.account)
     {
         decision.latency += delay;
         decision.late = true;
@@ -230,11 +251,15 @@ async fn answer(
                 };
                 lock(&state.ledger).push(entry);
             }
-            omit_from_list(state, operation, &mut reply);
+            omit_from_list(state, operation, caller.account, &mut reply);
             if decision.drop.is_some() {
                 lock(&state.fault_counts).dropped_responses += 1;
             }
-            (reply.into_response(request_id.to_string()), decision.drop)
+            Answered {
+                response: reply.into_response(request_id.to_string()),
+                drop: decision.drop,
+                caller: Some(caller),
+            }
         }
         Err(error) => fail(error),
     }
@@ -279,13 +304,17 @@ fn listed_items(operation: Operation) -> Option<(&'static str, &'static str)> {
     })
 }
 
-/// The list-omission faults: a list that leaves out resources that exist.
-fn omit_from_list(state: &AppState, operation: Operation, reply: &mut Reply) {
+/// The list-omission faults: a list that leaves out resources that exist, for the accounts
+/// the fault plan applies to.
+fn omit_from_list(state: &AppState, operation: Operation, account: usize, reply: &mut Reply) {
     let Some((array, id_field)) = listed_items(operation) else {
         return;
     };
     let mut faults = lock(&state.faults);
-    if faults.plan.omit_from_lists.is_empty() && faults.plan.list_omission_rate <= 0.0 {
+    let plan = &faults.plan;
+    if !plan.applies_to(account)
+        || (plan.omit_from_lists.is_empty() && plan.list_omission_rate <= 0.0)
+    {
         return;
     }
     let omitted = reply.retain_listed(array, id_field, |id| {

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::clock::Clock;
 use crate::config::{FaultPlan, SimulatorConfig};
-use crate::counters::Counters;
+use crate::counters::{Counters, StatusCounts};
 use crate::engine::{Engine, EngineSettings, SimTime};
 use crate::error::ApiError;
 use crate::faults::{FaultCounts, FaultState};
@@ -115,10 +115,14 @@ impl AppState {
         Some(f(&mut engine, now))
     }
 
-    /// The delay of the `act_late` entry whose prefix starts `name`, if one is in the plan and
-    /// has not yet held a request; it is spent from here on.
-    pub(crate) fn take_late_act(&self, name: &str) -> Option<Duration> {
+    /// The delay of the `act_late` entry whose prefix starts `name`, if one is in the plan, the
+    /// plan applies to `account` and the entry has not yet held a request; it is spent from
+    /// here on.
+    pub(crate) fn take_late_act(&self, name: &str, account: usize) -> Option<Duration> {
         let faults = lock(&self.faults);
+        if !faults.plan.applies_to(account) {
+            return None;
+        }
         let mut spent = lock(&self.late_spent);
         let (prefix, delay) =
             faults.plan.act_late.iter().find(|(prefix, _)| {
@@ -204,18 +208,29 @@ impl AppState {
             .or_default() += 1;
     }
 
-    pub(crate) fn count(&self, operation: Option<Operation>, status: StatusCode) {
+    /// Counts an answered request: under its operation (`None` for a path no route serves)
+    /// and, when its API key named one, under the caller's account.
+    pub(crate) fn count(
+        &self,
+        operation: Option<Operation>,
+        caller: Option<Caller>,
+        status: StatusCode,
+    ) {
         let mut counters = lock(&self.counters);
-        match operation {
-            Some(op) => {
-                *counters
-                    .operations
-                    .entry(op.name().to_string())
-                    .or_default()
-                    .entry(status.as_u16())
-                    .or_default() += 1;
-            }
-            None => counters.unmatched += 1,
+        let Some(operation) = operation else {
+            counters.unmatched += 1;
+            return;
+        };
+        let add = |counts: &mut StatusCounts| {
+            *counts
+                .entry(operation.name().to_string())
+                .or_default()
+                .entry(status.as_u16())
+                .or_default() += 1;
+        };
+        add(&mut counters.operations);
+        if let Some(caller) = caller {
+            add(counters.by_account.entry(caller.account).or_default());
         }
     }
 

@@ -16,6 +16,11 @@ pub enum Scenario {
     /// scale-down against the same lower bounds as N single machines, and the most machines
     /// the cloud ever held. The other phases do not run.
     Pool,
+    /// N objects of every billed kind in `--namespaces` namespaces sharing `--accounts`
+    /// cloud accounts (one credentials Secret per namespace): convergence and deletion
+    /// against the slowest account's bound, settled traffic per account, memory, and the
+    /// API server's own figures, with one timeline per account.
+    Tenants,
 }
 
 /// Scale benchmark: N GpuInstances against the simulator at latency L and rate limit R.
@@ -27,9 +32,17 @@ pub struct Args {
     /// `--new-objects`, `--quiet-wait`, `--settled-window` and `--restarts` are unused.
     #[arg(long, value_enum, default_value_t = Scenario::Instances)]
     pub scenario: Scenario,
-    /// Number of GpuInstances applied in bulk (N).
+    /// Number of GpuInstances applied in bulk (N); in the `tenants` scenario, objects of every
+    /// kind.
     #[arg(long, default_value_t = 10_000)]
     pub objects: usize,
+    /// `tenants`: namespaces the objects are spread over, each with the same mix.
+    #[arg(long, default_value_t = 100)]
+    pub namespaces: usize,
+    /// `tenants`: cloud accounts; namespace i uses account i modulo this, through a
+    /// credentials Secret of its own.
+    #[arg(long, default_value_t = 10)]
+    pub accounts: usize,
     /// Fixed latency the simulator adds to every response, in milliseconds (L).
     #[arg(long, default_value_t = 20)]
     pub latency_ms: u64,
@@ -120,6 +133,19 @@ impl Args {
         }
         if self.resync_interval.is_zero() || self.settled_window.is_zero() {
             return Err("--resync-interval and --settled-window must be positive".into());
+        }
+        if self.scenario == Scenario::Tenants {
+            if self.accounts == 0 || self.namespaces < self.accounts {
+                return Err(
+                    "--accounts must be at least 1 and --namespaces at least --accounts".into(),
+                );
+            }
+            if self.objects < self.namespaces * crate::scenario::tenants::SMALLEST_MIX {
+                return Err(format!(
+                    "--objects must be at least {} per namespace for the tenants mix",
+                    crate::scenario::tenants::SMALLEST_MIX
+                ));
+            }
         }
         Ok(())
     }

@@ -14,10 +14,14 @@ pub enum Error {
     Status { path: String, status: u16 },
 }
 
-/// Requests by operation name, then by HTTP status.
+/// Requests by operation name, then by HTTP status; in all, and per account.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     pub operations: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The same per account index (0 is the first account); absent for an account without
+    /// calls.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_account: BTreeMap<usize, BTreeMap<String, BTreeMap<String, u64>>>,
 }
 
 /// Operations that change nothing in the cloud.
@@ -51,25 +55,27 @@ pub fn is_per_account(operation: &str) -> bool {
 impl Counters {
     /// Calls made between `earlier` and `self`.
     pub fn since(&self, earlier: &Counters) -> Counters {
-        let mut operations = BTreeMap::new();
-        for (operation, statuses) in &self.operations {
-            let mut delta = BTreeMap::new();
-            for (status, count) in statuses {
-                let before = earlier
-                    .operations
-                    .get(operation)
-                    .and_then(|s| s.get(status))
-                    .copied()
-                    .unwrap_or(0);
-                if *count > before {
-                    delta.insert(status.clone(), count - before);
-                }
-            }
-            if !delta.is_empty() {
-                operations.insert(operation.clone(), delta);
-            }
+        let by_account = self
+            .by_account
+            .iter()
+            .map(|(account, operations)| {
+                let before = earlier.by_account.get(account);
+                (*account, operations_since(operations, before))
+            })
+            .filter(|(_, operations)| !operations.is_empty())
+            .collect();
+        Counters {
+            operations: operations_since(&self.operations, Some(&earlier.operations)),
+            by_account,
         }
-        Counters { operations }
+    }
+
+    /// The calls of account `account` alone.
+    pub fn of_account(&self, account: usize) -> Counters {
+        Counters {
+            operations: self.by_account.get(&account).cloned().unwrap_or_default(),
+            by_account: BTreeMap::new(),
+        }
     }
 
     /// Calls of one operation, any status.
@@ -120,17 +126,43 @@ impl Counters {
     }
 }
 
-/// What the simulated account holds.
+type OperationCounts = BTreeMap<String, BTreeMap<String, u64>>;
+
+/// The counts of `later` above those of `earlier`, leaving out what did not grow.
+fn operations_since(later: &OperationCounts, earlier: Option<&OperationCounts>) -> OperationCounts {
+    let mut operations = BTreeMap::new();
+    for (operation, statuses) in later {
+        let mut delta = BTreeMap::new();
+        for (status, count) in statuses {
+            let before = earlier
+                .and_then(|e| e.get(operation))
+                .and_then(|s| s.get(status))
+                .copied()
+                .unwrap_or(0);
+            if *count > before {
+                delta.insert(status.clone(), count - before);
+            }
+        }
+        if !delta.is_empty() {
+            operations.insert(operation.clone(), delta);
+        }
+    }
+    operations
+}
+
+/// What a simulated account holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Holdings {
     pub instances: usize,
     pub volumes: usize,
     pub ssh_keys: usize,
+    pub snapshots: usize,
+    pub firewalls: usize,
 }
 
 impl Holdings {
     pub fn is_empty(&self) -> bool {
-        self.instances == 0 && self.volumes == 0 && self.ssh_keys == 0
+        *self == Holdings::default()
     }
 }
 
@@ -186,7 +218,13 @@ impl Admin {
         self.get("/_admin/counters").await
     }
 
+    /// What the first account holds.
     pub async fn holdings(&self) -> Result<Holdings, Error> {
+        self.holdings_of(0).await
+    }
+
+    /// What account `account` (0 is the first) holds.
+    pub async fn holdings_of(&self, account: usize) -> Result<Holdings, Error> {
         #[derive(serde::Deserialize)]
         struct State {
             #[serde(default)]
@@ -195,12 +233,20 @@ impl Admin {
             volumes: Vec<serde::de::IgnoredAny>,
             #[serde(default)]
             ssh_keys: Vec<serde::de::IgnoredAny>,
+            #[serde(default)]
+            snapshots: Vec<serde::de::IgnoredAny>,
+            #[serde(default)]
+            firewalls: Vec<serde::de::IgnoredAny>,
         }
-        let state: State = self.get("/_admin/state").await?;
+        let state: State = self
+            .get(&format!("/_admin/state?account={account}"))
+            .await?;
         Ok(Holdings {
             instances: state.instances.len(),
             volumes: state.volumes.len(),
             ssh_keys: state.ssh_keys.len(),
+            snapshots: state.snapshots.len(),
+            firewalls: state.firewalls.len(),
         })
     }
 }
@@ -217,7 +263,10 @@ mod tests {
                 .or_default()
                 .insert(status.to_string(), *count);
         }
-        Counters { operations }
+        Counters {
+            operations,
+            by_account: BTreeMap::new(),
+        }
     }
 
     #[test]

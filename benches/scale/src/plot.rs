@@ -1,7 +1,8 @@
-//! PNG plot of Ready objects over time.
+//! PNG plot of Ready objects over time: one line per series (the multi-tenant run's
+//! accounts), phase markers, axis titles with units and a legend.
 //!
-//! Built with plotters' bitmap backend only. Tick labels are drawn with a small built-in
-//! pixel font for digits, so the plot needs no font files or font crates.
+//! Built with plotters' bitmap backend only. Text is drawn with a small built-in pixel font
+//! (digits, capitals and a few signs), so the plot needs no font files or font crates.
 
 use plotters::prelude::*;
 use std::path::Path;
@@ -19,22 +20,42 @@ pub struct Marker {
     pub color: RGBColor,
 }
 
-const WIDTH: u32 = 900;
-const HEIGHT: u32 = 420;
-const GLYPH_SCALE: i32 = 2;
+/// One line of the plot: (seconds, Ready objects), named in the legend.
+#[derive(Debug, Clone)]
+pub struct Series<'a> {
+    pub label: String,
+    pub points: &'a [(f64, usize)],
+}
 
-/// Draws `timeline` ((seconds, Ready objects)) with phase `markers` into a PNG at `path`.
-pub fn draw(path: &Path, timeline: &[(f64, usize)], markers: &[Marker]) -> Result<(), Error> {
+const WIDTH: u32 = 900;
+const HEIGHT: u32 = 440;
+const GLYPH_SCALE: i32 = 2;
+const X_TITLE: &str = "TIME SINCE START (S)";
+const Y_TITLE: &str = "READY OBJECTS";
+
+/// Line colours, one per series in order (repeating past the last).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// Draws `series` with phase `markers` into a PNG at `path`.
+pub fn draw(path: &Path, series: &[Series<'_>], markers: &[Marker]) -> Result<(), Error> {
     let draw_error = |reason: String| Error::Draw {
         path: path.display().to_string(),
         reason,
     };
-    let max_seconds = timeline
-        .iter()
-        .map(|(t, _)| *t)
-        .fold(1.0_f64, f64::max)
-        .ceil();
-    let max_ready = timeline.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1) as f64;
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    let max_seconds = points().map(|(t, _)| *t).fold(1.0_f64, f64::max).ceil();
+    let max_ready = points().map(|(_, n)| *n).max().unwrap_or(0).max(1) as f64;
     let x_step = nice_step(max_seconds);
     let y_step = nice_step(max_ready);
     let y_top = (max_ready / y_step).ceil() * y_step;
@@ -42,9 +63,9 @@ pub fn draw(path: &Path, timeline: &[(f64, usize)], markers: &[Marker]) -> Resul
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_error(e.to_string()))?;
     let mut chart = ChartBuilder::on(&root)
-        .margin_top(16)
+        .margin_top(30)
         .margin_right(24)
-        .x_label_area_size(36)
+        .x_label_area_size(48)
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..max_seconds, 0.0..y_top)
         .map_err(|e| draw_error(e.to_string()))?;
@@ -55,8 +76,15 @@ pub fn draw(path: &Path, timeline: &[(f64, usize)], markers: &[Marker]) -> Resul
             .draw_series(LineSeries::new([(x, 0.0), (x, y_top)], grid))
             .map_err(|e| draw_error(e.to_string()))?;
         let (px, py) = chart.backend_coord(&(x, 0.0));
-        draw_number(&root, x.round() as u64, px, py + 8, true)
-            .map_err(|e| draw_error(e.to_string()))?;
+        draw_text(
+            &root,
+            &format!("{}", x.round() as u64),
+            px,
+            py + 8,
+            Align::Centre,
+            BLACK,
+        )
+        .map_err(|e| draw_error(e.to_string()))?;
         x += x_step;
     }
     let mut y = 0.0;
@@ -65,12 +93,13 @@ pub fn draw(path: &Path, timeline: &[(f64, usize)], markers: &[Marker]) -> Resul
             .draw_series(LineSeries::new([(0.0, y), (max_seconds, y)], grid))
             .map_err(|e| draw_error(e.to_string()))?;
         let (px, py) = chart.backend_coord(&(0.0, y));
-        draw_number(
+        draw_text(
             &root,
-            y.round() as u64,
+            &format!("{}", y.round() as u64),
             px - 8,
             py - 5 * GLYPH_SCALE / 2,
-            false,
+            Align::Right,
+            BLACK,
         )
         .map_err(|e| draw_error(e.to_string()))?;
         y += y_step;
@@ -83,12 +112,15 @@ pub fn draw(path: &Path, timeline: &[(f64, usize)], markers: &[Marker]) -> Resul
             ))
             .map_err(|e| draw_error(e.to_string()))?;
     }
-    chart
-        .draw_series(LineSeries::new(
-            timeline.iter().map(|(t, n)| (*t, *n as f64)),
-            BLUE.stroke_width(2),
-        ))
-        .map_err(|e| draw_error(e.to_string()))?;
+    for (i, line) in series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        chart
+            .draw_series(LineSeries::new(
+                line.points.iter().map(|(t, n)| (*t, *n as f64)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| draw_error(e.to_string()))?;
+    }
     // Axes last, over the grid.
     chart
         .draw_series(LineSeries::new(
@@ -96,6 +128,32 @@ pub fn draw(path: &Path, timeline: &[(f64, usize)], markers: &[Marker]) -> Resul
             BLACK.stroke_width(1),
         ))
         .map_err(|e| draw_error(e.to_string()))?;
+    // Axis titles: the x axis's under its numbers, the y axis's above its top.
+    let (x_middle, x_axis) = chart.backend_coord(&(max_seconds / 2.0, 0.0));
+    draw_text(&root, X_TITLE, x_middle, x_axis + 28, Align::Centre, BLACK)
+        .map_err(|e| draw_error(e.to_string()))?;
+    let (y_axis, top) = chart.backend_coord(&(0.0, y_top));
+    draw_text(&root, Y_TITLE, y_axis - 60, top - 22, Align::Left, BLACK)
+        .map_err(|e| draw_error(e.to_string()))?;
+    // The legend, top right inside the chart: a stroke of each series' colour and its label.
+    let (right, _) = chart.backend_coord(&(max_seconds, y_top));
+    let widest = series
+        .iter()
+        .map(|s| text_width(&s.label))
+        .max()
+        .unwrap_or(0);
+    let left = right - widest - 40;
+    for (i, line) in series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let row = top + 8 + i as i32 * (6 * GLYPH_SCALE + 4);
+        root.draw(&Rectangle::new(
+            [(left, row + 3), (left + 18, row + 6)],
+            color.filled(),
+        ))
+        .map_err(|e| draw_error(e.to_string()))?;
+        draw_text(&root, &line.label, left + 26, row, Align::Left, BLACK)
+            .map_err(|e| draw_error(e.to_string()))?;
+    }
     root.present().map_err(|e| draw_error(e.to_string()))?;
     Ok(())
 }
@@ -112,37 +170,93 @@ fn nice_step(range: f64) -> f64 {
     step.max(1.0)
 }
 
-/// 3 x 5 pixel digits, one row of three bits per entry, top row first.
-const DIGITS: [[u8; 5]; 10] = [
-    [0b111, 0b101, 0b101, 0b101, 0b111],
-    [0b010, 0b110, 0b010, 0b010, 0b111],
-    [0b111, 0b001, 0b111, 0b100, 0b111],
-    [0b111, 0b001, 0b111, 0b001, 0b111],
-    [0b101, 0b101, 0b111, 0b001, 0b001],
-    [0b111, 0b100, 0b111, 0b001, 0b111],
-    [0b111, 0b100, 0b111, 0b101, 0b111],
-    [0b111, 0b001, 0b001, 0b001, 0b001],
-    [0b111, 0b101, 0b111, 0b101, 0b111],
-    [0b111, 0b101, 0b111, 0b001, 0b111],
-];
+/// 3 x 5 pixel glyphs, one row of three bits per entry, top row first.
+fn glyph(ch: char) -> Option<[u8; 5]> {
+    Some(match ch.to_ascii_uppercase() {
+        '0' => [0b111, 0b101, 0b101, 0b101, 0b111],
+        '1' => [0b010, 0b110, 0b010, 0b010, 0b111],
+        '2' => [0b111, 0b001, 0b111, 0b100, 0b111],
+        '3' => [0b111, 0b001, 0b111, 0b001, 0b111],
+        '4' => [0b101, 0b101, 0b111, 0b001, 0b001],
+        '5' => [0b111, 0b100, 0b111, 0b001, 0b111],
+        '6' => [0b111, 0b100, 0b111, 0b101, 0b111],
+        '7' => [0b111, 0b001, 0b001, 0b001, 0b001],
+        '8' => [0b111, 0b101, 0b111, 0b101, 0b111],
+        '9' => [0b111, 0b101, 0b111, 0b001, 0b111],
+        'A' => [0b010, 0b101, 0b111, 0b101, 0b101],
+        'B' => [0b110, 0b101, 0b110, 0b101, 0b110],
+        'C' => [0b011, 0b100, 0b100, 0b100, 0b011],
+        'D' => [0b110, 0b101, 0b101, 0b101, 0b110],
+        'E' => [0b111, 0b100, 0b110, 0b100, 0b111],
+        'F' => [0b111, 0b100, 0b110, 0b100, 0b100],
+        'G' => [0b011, 0b100, 0b101, 0b101, 0b011],
+        'H' => [0b101, 0b101, 0b111, 0b101, 0b101],
+        'I' => [0b111, 0b010, 0b010, 0b010, 0b111],
+        'J' => [0b001, 0b001, 0b001, 0b101, 0b010],
+        'K' => [0b101, 0b101, 0b110, 0b101, 0b101],
+        'L' => [0b100, 0b100, 0b100, 0b100, 0b111],
+        'M' => [0b101, 0b111, 0b111, 0b101, 0b101],
+        'N' => [0b110, 0b101, 0b101, 0b101, 0b101],
+        'O' => [0b010, 0b101, 0b101, 0b101, 0b010],
+        'P' => [0b110, 0b101, 0b110, 0b100, 0b100],
+        'Q' => [0b010, 0b101, 0b101, 0b110, 0b011],
+        'R' => [0b110, 0b101, 0b110, 0b101, 0b101],
+        'S' => [0b011, 0b100, 0b010, 0b001, 0b110],
+        'T' => [0b111, 0b010, 0b010, 0b010, 0b010],
+        'U' => [0b101, 0b101, 0b101, 0b101, 0b111],
+        'V' => [0b101, 0b101, 0b101, 0b101, 0b010],
+        'W' => [0b101, 0b101, 0b111, 0b111, 0b101],
+        'X' => [0b101, 0b101, 0b010, 0b101, 0b101],
+        'Y' => [0b101, 0b101, 0b010, 0b010, 0b010],
+        'Z' => [0b111, 0b001, 0b010, 0b100, 0b111],
+        '(' => [0b010, 0b100, 0b100, 0b100, 0b010],
+        ')' => [0b010, 0b001, 0b001, 0b001, 0b010],
+        '/' => [0b001, 0b001, 0b010, 0b100, 0b100],
+        '-' => [0b000, 0b000, 0b111, 0b000, 0b000],
+        '.' => [0b000, 0b000, 0b000, 0b000, 0b010],
+        ',' => [0b000, 0b000, 0b000, 0b010, 0b100],
+        ':' => [0b000, 0b010, 0b000, 0b010, 0b000],
+        '=' => [0b000, 0b111, 0b000, 0b111, 0b000],
+        ' ' => [0; 5],
+        _ => return None,
+    })
+}
 
-/// Draws `value`, centred on x (`centred`) or right-aligned to x, with its top at y.
-fn draw_number<DB: DrawingBackend>(
+/// Where a text's x coordinate is.
+#[derive(Debug, Clone, Copy)]
+enum Align {
+    Left,
+    Centre,
+    Right,
+}
+
+const ADVANCE: i32 = 4 * GLYPH_SCALE;
+
+fn text_width(text: &str) -> i32 {
+    text.chars().count() as i32 * ADVANCE - GLYPH_SCALE
+}
+
+/// Draws `text` in the pixel font with its top at y; characters without a glyph are left
+/// blank.
+fn draw_text<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
-    value: u64,
+    text: &str,
     x: i32,
     y: i32,
-    centred: bool,
+    align: Align,
+    color: RGBColor,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    let text = value.to_string();
-    let advance = 4 * GLYPH_SCALE;
-    let width = text.len() as i32 * advance - GLYPH_SCALE;
-    let left = if centred { x - width / 2 } else { x - width };
+    let width = text_width(text);
+    let left = match align {
+        Align::Left => x,
+        Align::Centre => x - width / 2,
+        Align::Right => x - width,
+    };
     for (i, ch) in text.chars().enumerate() {
-        let Some(glyph) = ch.to_digit(10).and_then(|d| DIGITS.get(d as usize)) else {
+        let Some(glyph) = glyph(ch) else {
             continue;
         };
-        let glyph_left = left + i as i32 * advance;
+        let glyph_left = left + i as i32 * ADVANCE;
         for (row, bits) in glyph.iter().enumerate() {
             for column in 0..3 {
                 if bits & (0b100 >> column) != 0 {
@@ -150,7 +264,7 @@ fn draw_number<DB: DrawingBackend>(
                     let py = y + row as i32 * GLYPH_SCALE;
                     area.draw(&Rectangle::new(
                         [(px, py), (px + GLYPH_SCALE - 1, py + GLYPH_SCALE - 1)],
-                        BLACK.filled(),
+                        color.filled(),
                     ))?;
                 }
             }
@@ -171,15 +285,39 @@ mod tests {
     }
 
     #[test]
+    fn every_title_and_legend_character_has_a_glyph() {
+        for text in [
+            X_TITLE,
+            Y_TITLE,
+            "all objects",
+            "account 10",
+            "ready machines",
+        ] {
+            assert!(text.chars().all(|c| glyph(c).is_some()), "{text}");
+        }
+    }
+
+    #[test]
     fn a_png_is_written() {
         let directory =
             std::env::temp_dir().join(format!("scale-bench-plot-{}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap_or_else(|e| panic!("{e}"));
         let path = directory.join("ready.png");
-        let timeline: Vec<(f64, usize)> = (0..100).map(|i| (i as f64, i * 10)).collect();
+        let first: Vec<(f64, usize)> = (0..100).map(|i| (i as f64, i * 10)).collect();
+        let second: Vec<(f64, usize)> = (0..80).map(|i| (i as f64, i * 12)).collect();
+        let series = [
+            Series {
+                label: "account 0".into(),
+                points: &first,
+            },
+            Series {
+                label: "account 1".into(),
+                points: &second,
+            },
+        ];
         draw(
             &path,
-            &timeline,
+            &series,
             &[Marker {
                 seconds: 50.0,
                 color: RED,

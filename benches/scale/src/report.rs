@@ -1,6 +1,8 @@
 //! The result of a run: what was measured, the targets as pass/fail, the JSON file
 //! and the printed table.
 
+pub mod tenants;
+
 use crate::args::Scenario;
 use crate::process::ProcessUsage;
 use serde::{Deserialize, Serialize};
@@ -638,6 +640,7 @@ impl PoolResult {
 pub enum Report {
     Instances(Box<BenchResult>),
     Pool(Box<PoolResult>),
+    Tenants(Box<tenants::TenantsResult>),
 }
 
 impl Report {
@@ -645,6 +648,7 @@ impl Report {
         match self {
             Report::Instances(result) => result.judge(),
             Report::Pool(result) => result.judge(),
+            Report::Tenants(result) => result.judge(),
         }
     }
 
@@ -652,13 +656,29 @@ impl Report {
         match self {
             Report::Instances(result) => result.table(),
             Report::Pool(result) => result.table(),
+            Report::Tenants(result) => result.table(),
         }
     }
 
-    pub fn timeline(&self) -> &[(f64, usize)] {
+    /// The plot's lines: Ready objects over time, one per account in the multi-tenant run.
+    pub fn series(&self) -> Vec<crate::plot::Series<'_>> {
+        let one = |label: &str, points| {
+            vec![crate::plot::Series {
+                label: label.into(),
+                points,
+            }]
+        };
         match self {
-            Report::Instances(result) => &result.timeline,
-            Report::Pool(result) => &result.timeline,
+            Report::Instances(result) => one("GpuInstances", &result.timeline),
+            Report::Pool(result) => one("pool machines", &result.timeline),
+            Report::Tenants(result) => result
+                .timelines
+                .iter()
+                .map(|(account, points)| crate::plot::Series {
+                    label: format!("account {account}"),
+                    points,
+                })
+                .collect(),
         }
     }
 
@@ -666,6 +686,7 @@ impl Report {
         match self {
             Report::Instances(result) => result.timeline_marks(),
             Report::Pool(result) => result.timeline_marks(),
+            Report::Tenants(result) => result.timeline_marks(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! scenario (`pool.rs`) runs in the same processes and writes its result the same way.
 
 mod pool;
+pub mod tenants;
 
 use crate::api_counts::{self, ApiCounts};
 use crate::args::{Args, Scenario};
@@ -49,6 +50,9 @@ const LISTS_PER_PHASE: u64 = 2;
 const CLOUD_CREATING: Duration = Duration::from_secs(3);
 const CLOUD_BOOTING: Duration = Duration::from_secs(2);
 const CLOUD_DELETING: Duration = Duration::from_secs(2);
+/// A snapshot's `creating` and a volume's, the multi-tenant run's other kinds.
+const CLOUD_SNAPSHOTTING: Duration = Duration::from_secs(3);
+const CLOUD_VOLUME_CREATING: Duration = Duration::from_secs(1);
 /// From a create accepted to a machine running: no machine is Ready sooner.
 const CLOUD_READY_AFTER: Duration = CLOUD_CREATING.saturating_add(CLOUD_BOOTING);
 
@@ -120,6 +124,9 @@ pub async fn run(args: &Args) -> Result<Written, Error> {
         Scenario::Pool => pool::measure(args, &binary, &env)
             .await
             .map(|result| Report::Pool(Box::new(result))),
+        Scenario::Tenants => tenants::measure(args, &binary, &env)
+            .await
+            .map(|result| Report::Tenants(Box::new(result))),
     };
     env.stop().await;
     let mut result = result?;
@@ -131,7 +138,7 @@ pub async fn run(args: &Args) -> Result<Written, Error> {
         source,
     })?;
     let markers = result_markers(&result);
-    plot::draw(&plot_path, result.timeline(), &markers)?;
+    plot::draw(&plot_path, &result.series(), &markers)?;
     Ok(Written {
         result,
         json,
@@ -154,7 +161,8 @@ struct Environment {
     apiserver: RoleProcess,
     simulator: RoleProcess,
     simulator_url: String,
-    api_key: String,
+    /// One API key per cloud account (the multi-tenant run has several).
+    api_keys: Vec<String>,
     kubeconfig: PathBuf,
     /// The same API server as the operator's own user.
     operator_kubeconfig: PathBuf,
@@ -188,7 +196,13 @@ impl Environment {
         )
         .await?;
         let admin_token = random_token();
-        let api_key = format!("bench-{}", random_token());
+        let accounts = match args.scenario {
+            Scenario::Tenants => args.accounts,
+            Scenario::Instances | Scenario::Pool => 1,
+        };
+        let api_keys: Vec<String> = (0..accounts)
+            .map(|i| format!("bench-{i}-{}", random_token()))
+            .collect();
         // Room for every instance, and a balance that billing cannot drain during the run.
         let capacity = (args.objects + args.new_objects + 64).to_string();
         let (simulator, banner) = RoleProcess::start(
@@ -212,12 +226,17 @@ impl Environment {
                 &CLOUD_BOOTING.as_millis().to_string(),
                 "--transition-delay-ms",
                 &CLOUD_DELETING.as_millis().to_string(),
+                "--snapshot-delay-ms",
+                &CLOUD_SNAPSHOTTING.as_millis().to_string(),
+                "--volume-delay-ms",
+                &CLOUD_VOLUME_CREATING.as_millis().to_string(),
                 "--initial-balance",
                 "1000000000",
             ]),
             &[
                 ("GPUCLOUD_SIM_ADMIN_TOKEN", admin_token.clone()),
-                ("GPUCLOUD_SIM_API_KEYS", api_key.clone()),
+                ("GPUCLOUD_SIM_API_KEYS", api_keys[0].clone()),
+                ("GPUCLOUD_SIM_OTHER_ACCOUNT_KEYS", api_keys[1..].join(";")),
             ],
             &args.out,
             "gpucloud simulator listening on",
@@ -242,7 +261,7 @@ impl Environment {
             simulator,
             admin: Admin::new(&simulator_url, admin_token),
             simulator_url,
-            api_key,
+            api_keys,
             kubeconfig,
             operator_kubeconfig,
             client,
@@ -298,7 +317,10 @@ impl Environment {
                 name: Some(CREDENTIALS_SECRET.into()),
                 ..ObjectMeta::default()
             },
-            string_data: Some(BTreeMap::from([("apiKey".into(), self.api_key.clone())])),
+            string_data: Some(BTreeMap::from([(
+                "apiKey".into(),
+                self.api_keys[0].clone(),
+            )])),
             ..Secret::default()
         };
         secrets

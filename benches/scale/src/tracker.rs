@@ -1,12 +1,15 @@
-//! Watches the benchmark's GpuInstances and timestamps, per object, when the bench applied
-//! it, when the operator first reconciled it (its finalizer appeared) and when it became
-//! Ready.
+//! Watches the benchmark's objects and timestamps, per object, when the bench applied it,
+//! when the operator first reconciled it (its finalizer appeared) and when it became Ready.
+//! Objects are counted in groups (the multi-tenant run's accounts), each with its own
+//! timeline.
 
 use futures::StreamExt;
-use gpucloud_api::{FINALIZER, GpuInstance};
+use gpucloud_api::{FINALIZER, GpuInstance, Managed};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
-use std::collections::HashMap;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,11 +23,15 @@ pub struct ObjectTimes {
 
 #[derive(Debug, Default)]
 struct State {
-    objects: HashMap<String, ObjectTimes>,
+    objects: HashMap<String, (usize, ObjectTimes)>,
     ready_now: usize,
+    /// Ready objects per group.
+    ready_in: BTreeMap<usize, usize>,
     present: usize,
     /// (seconds since start, Ready objects) every sample period.
     timeline: Vec<(f64, usize)>,
+    /// The same, per group.
+    group_timelines: BTreeMap<usize, Vec<(f64, usize)>>,
 }
 
 /// Shared view of the objects' progress.
@@ -35,27 +42,20 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Starts the watch and a sampler of the Ready count; both end when the runtime does.
+    /// Watches the GpuInstances of `api`, keyed by name, in one group; see [`Tracker::new`].
     pub fn start(api: Api<GpuInstance>, sample_every: Duration) -> Tracker {
+        let tracker = Tracker::new(sample_every);
+        tracker.watch(api, |object| object.name_any(), |_| 0);
+        tracker
+    }
+
+    /// A tracker with a sampler of the Ready counts, and nothing watched yet; the sampler and
+    /// the watches end when the runtime does.
+    pub fn new(sample_every: Duration) -> Tracker {
         let tracker = Tracker {
             state: Arc::new(Mutex::new(State::default())),
             started: Instant::now(),
         };
-        let watching = tracker.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
-                        watching.observe(&object);
-                    }
-                    Ok(watcher::Event::Delete(object)) => watching.forget(&object.name_any()),
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => {}
-                }
-            }
-        });
         let sampling = tracker.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(sample_every);
@@ -65,9 +65,45 @@ impl Tracker {
                 let mut state = sampling.lock();
                 let ready = state.ready_now;
                 state.timeline.push((at, ready));
+                let groups: Vec<(usize, usize)> =
+                    state.ready_in.iter().map(|(g, n)| (*g, *n)).collect();
+                for (group, ready) in groups {
+                    state
+                        .group_timelines
+                        .entry(group)
+                        .or_default()
+                        .push((at, ready));
+                }
             }
         });
         tracker
+    }
+
+    /// Watches the objects of `api`: each is known by `key` (unique across everything this
+    /// tracker watches) and counted in the group `group` gives it.
+    pub fn watch<K>(
+        &self,
+        api: Api<K>,
+        key: impl Fn(&K) -> String + Send + 'static,
+        group: impl Fn(&K) -> usize + Send + 'static,
+    ) where
+        K: Resource + Managed + Clone + Debug + DeserializeOwned + Send + 'static,
+    {
+        let watching = self.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                        watching.observe(&key(&object), group(&object), &object);
+                    }
+                    Ok(watcher::Event::Delete(object)) => watching.forget(&key(&object)),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => {}
+                }
+            }
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -82,19 +118,18 @@ impl Tracker {
     /// Records that the bench is about to apply `name`.
     pub fn applying(&self, name: &str) {
         let mut state = self.lock();
-        state.objects.entry(name.to_string()).or_default().applied = Some(Instant::now());
+        state.objects.entry(name.to_string()).or_default().1.applied = Some(Instant::now());
     }
 
-    fn observe(&self, object: &GpuInstance) {
+    fn observe<K: Resource + Managed>(&self, key: &str, group: usize, object: &K) {
         let now = Instant::now();
-        let name = object.name_any();
         let has_finalizer = object.finalizers().iter().any(|f| f == FINALIZER);
         let ready = object
-            .status
-            .as_ref()
-            .is_some_and(|s| s.cloud.is_ready(object.metadata.generation));
+            .cloud_status_ref()
+            .is_some_and(|s| s.is_ready(object.meta().generation));
         let mut state = self.lock();
-        let times = state.objects.entry(name).or_default();
+        let (in_group, times) = state.objects.entry(key.to_string()).or_default();
+        *in_group = group;
         let was_present = times.first_reconciled.is_some() || times.ready.is_some();
         let was_ready = times.ready.is_some();
         if has_finalizer && times.first_reconciled.is_none() {
@@ -110,14 +145,18 @@ impl Tracker {
         }
         if is_ready && !was_ready {
             state.ready_now += 1;
+            *state.ready_in.entry(group).or_default() += 1;
         }
     }
 
-    fn forget(&self, name: &str) {
+    fn forget(&self, key: &str) {
         let mut state = self.lock();
-        if let Some(times) = state.objects.remove(name) {
+        if let Some((group, times)) = state.objects.remove(key) {
             if times.ready.is_some() {
                 state.ready_now = state.ready_now.saturating_sub(1);
+                if let Some(ready) = state.ready_in.get_mut(&group) {
+                    *ready = ready.saturating_sub(1);
+                }
             }
             if times.first_reconciled.is_some() || times.ready.is_some() {
                 state.present = state.present.saturating_sub(1);
@@ -145,7 +184,7 @@ impl Tracker {
         let state = self.lock();
         names
             .iter()
-            .filter_map(|n| state.objects.get(n).map(|t| (n.clone(), *t)))
+            .filter_map(|n| state.objects.get(n).map(|(_, t)| (n.clone(), *t)))
             .collect()
     }
 
@@ -154,7 +193,7 @@ impl Tracker {
         let state = self.lock();
         let mut latest: Option<Instant> = None;
         for name in names {
-            let ready = state.objects.get(name)?.ready?;
+            let ready = state.objects.get(name)?.1.ready?;
             latest = Some(latest.map_or(ready, |l| l.max(ready)));
         }
         latest
@@ -162,6 +201,11 @@ impl Tracker {
 
     pub fn timeline(&self) -> Vec<(f64, usize)> {
         self.lock().timeline.clone()
+    }
+
+    /// Each group's timeline.
+    pub fn group_timelines(&self) -> BTreeMap<usize, Vec<(f64, usize)>> {
+        self.lock().group_timelines.clone()
     }
 
     /// Seconds since the tracker started.

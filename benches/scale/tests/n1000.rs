@@ -1,10 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The benchmark at N = 1,000 with the rate limit raised: the harness runs every step to the
-//! end and writes a consistent result file and a plot; and the pool scenario at N = 100.
+//! end and writes a consistent result file and a plot; the pool scenario at N = 100; and the
+//! multi-tenant scenario at N = 1,000 in 10 namespaces sharing 2 accounts.
 //! Targets are not asserted here (the debug build on a shared machine is not what they are
 //! set for), only correctness.
 
 use gpucloud_bench::args::Scenario;
+use gpucloud_bench::report::tenants::TenantsResult;
 use gpucloud_bench::report::{BenchResult, PoolResult};
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -203,4 +205,93 @@ async fn a_pool_scaled_to_a_hundred_and_back_writes_the_result() {
     );
     assert!(result.timeline.iter().any(|(_, ready)| *ready == 100));
     assert_eq!(result.marks.len(), 3);
+}
+
+/// 1,000 objects of every kind in 10 namespaces, 5 per account: every resource is made and
+/// deleted once in its namespace's account and in no other, each account is listed and judged
+/// on its own, and the plot has a line per account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
+    let json = scale_bench(
+        &[
+            "--scenario",
+            "tenants",
+            "--objects",
+            "1000",
+            "--namespaces",
+            "10",
+            "--accounts",
+            "2",
+            "--rate-limit",
+            "1000",
+            "--quiet-wait",
+            "2s",
+            "--settled-window",
+            "5s",
+            "--phase-timeout",
+            "300s",
+        ],
+        &[
+            "convergence (slowest account)",
+            "settled traffic",
+            "memory idle",
+            "memory per object",
+            "deletion (slowest account)",
+        ],
+    )
+    .await;
+    let result: TenantsResult = serde_json::from_slice(&json).unwrap();
+    assert_eq!(result.settings.scenario, Scenario::Tenants);
+    assert_eq!((result.namespaces, result.accounts), (10, 2));
+    let mix = result.mix;
+    assert_eq!(
+        (mix.instances, mix.volumes, mix.snapshots, result.objects),
+        (61, 30, 6, 990)
+    );
+    assert_eq!(result.targets.len(), 5, "{:?}", result.targets);
+    // Five namespaces per account: each account made exactly its own resources, each once,
+    // and deleted every one of them (a delete may be retried, a create never).
+    let per_account = [
+        ("Instance", 5 * 61),
+        ("Volume", 5 * 30),
+        ("Snapshot", 5 * 6),
+        ("SshKey", 5),
+        ("Firewall", 5),
+    ];
+    for (phases, verb) in [
+        (&result.convergence, "Create"),
+        (&result.deletion, "Delete"),
+    ] {
+        assert_eq!(phases.accounts.len(), 2);
+        for (account, phase) in phases.accounts.iter().enumerate() {
+            for (resource, count) in per_account {
+                let operation = format!("{verb}{resource}");
+                let calls = phase.calls_by_operation.get(&operation).copied();
+                let expected = if verb == "Create" {
+                    calls == Some(count)
+                } else {
+                    calls.is_some_and(|calls| calls >= count)
+                };
+                assert!(expected, "account {account}, {operation}: {phase:?}");
+            }
+            assert!(
+                phase.seconds > 0.0 && phase.lower_bound_s > 0.0,
+                "{phase:?}"
+            );
+        }
+        assert!(phases.seconds >= phases.accounts[0].seconds);
+    }
+    // Each account's settled window was counted apart and cost no per-object call.
+    assert_eq!(result.settled.len(), 2);
+    for settled in &result.settled {
+        assert_eq!(settled.objects, 495, "{settled:?}");
+        assert_eq!(settled.per_object_calls, 0, "{settled:?}");
+        assert!(settled.max_lists_per_kind > 0, "{settled:?}");
+    }
+    assert_eq!(result.timelines.len(), 2);
+    for timeline in result.timelines.values() {
+        assert!(timeline.iter().any(|(_, ready)| *ready == 495));
+    }
+    assert_eq!(result.api_server.list_seconds_by_kind["GpuInstance"].0, 610);
+    assert!(result.memory.operator_idle.rss_bytes > 0);
 }

@@ -95,6 +95,54 @@ async fn throttle_bursts_answer_429_with_retry_after() {
 }
 
 #[tokio::test]
+async fn a_plan_for_one_account_leaves_the_others_served() {
+    let sim = start(SimulatorConfig {
+        other_accounts: vec![vec!["second".into()]],
+        ..config()
+    })
+    .await;
+    let second = |r: reqwest::RequestBuilder| r.header("X-API-Key", "second");
+    sim.handle.set_faults(FaultPlan {
+        throttle_burst: Some(ThrottleBurst {
+            probability: 1.0,
+            length: 3,
+            retry_after_secs: 4,
+        }),
+        error_rate_per_operation: BTreeMap::from([("CreateVolume".to_string(), 1.0)]),
+        accounts: vec![1],
+        ..FaultPlan::default()
+    });
+    for _ in 0..4 {
+        sim.get("/balance/").await.ok();
+        let answer = sim.send_with(Method::GET, "/balance/", None, second).await;
+        answer.error(429, "RATE_LIMITED");
+        assert_eq!(answer.headers["retry-after"], "4");
+    }
+    sim.post("/volumes/", volume("first-data")).await.ok();
+    assert_eq!(sim.handle.state().volumes.len(), 1);
+    let counters = sim.handle.counters();
+    assert_eq!(counters.of_account(0)["GetBalance"][&200], 4);
+    assert_eq!(counters.of_account(1)["GetBalance"][&429], 4);
+    assert!(!counters.of_account(1)["GetBalance"].contains_key(&200));
+    assert_eq!(sim.handle.fault_counts().throttled, 4);
+
+    // Through the admin API, with an account the simulator does not serve refused.
+    let storm = json!({"error_rate": 1.0, "accounts": [0]});
+    let set = sim.admin(Method::PUT, "/_admin/faults", Some(storm)).await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.body["accounts"], json!([0]));
+    sim.get("/balance/").await.error(500, "INTERNAL_ERROR");
+    sim.send_with(Method::GET, "/balance/", None, second)
+        .await
+        .ok();
+    let unknown = json!({"error_rate": 1.0, "accounts": [2]});
+    sim.admin(Method::PUT, "/_admin/faults", Some(unknown))
+        .await
+        .error(400, "VALIDATION_ERROR");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn fixed_latency_delays_every_response() {
     let sim = start(SimulatorConfig {
         faults: FaultPlan {

@@ -717,6 +717,138 @@ async fn each_account_sees_its_own_resources_and_the_ledger_names_who_acted() {
 }
 
 #[tokio::test]
+async fn calls_are_counted_under_the_account_of_their_key() {
+    let sim = start(SimulatorConfig {
+        api_keys: vec!["first-a".into()],
+        other_accounts: vec![vec!["second-a".into(), "second-b".into()]],
+        ..config()
+    })
+    .await;
+    let with_key = |key: &'static str| move |r: reqwest::RequestBuilder| r.header("X-API-Key", key);
+    sim.send_with(Method::GET, "/balance/", None, with_key("first-a"))
+        .await
+        .ok();
+    for key in ["second-a", "second-b"] {
+        sim.send_with(Method::GET, "/balance/", None, with_key(key))
+            .await
+            .ok();
+    }
+    sim.send_with(
+        Method::GET,
+        "/volumes/vol-missing/",
+        None,
+        with_key("second-b"),
+    )
+    .await
+    .error(404, "NOT_FOUND");
+    // A call without an accepted key belongs to no account.
+    sim.send_with(Method::GET, "/balance/", None, with_key("nobody"))
+        .await
+        .error(401, "INVALID_API_KEY");
+
+    let counters = sim.handle.counters();
+    assert_eq!(counters.operations["GetBalance"][&200], 3);
+    assert_eq!(counters.operations["GetBalance"][&401], 1);
+    assert_eq!(counters.received["GetBalance"], 4);
+    let first = counters.of_account(0);
+    assert_eq!(first["GetBalance"][&200], 1);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let second = counters.of_account(1);
+    assert_eq!(second["GetBalance"][&200], 2);
+    assert_eq!(second["GetVolume"][&404], 1);
+    assert!(counters.of_account(2).is_empty());
+    assert!(!counters.by_account.values().any(|operations| {
+        operations
+            .values()
+            .any(|statuses| statuses.contains_key(&401))
+    }));
+    // The admin API answers the same, keyed by the account's index.
+    let read = sim.admin(Method::GET, "/_admin/counters", None).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(read.body["by_account"]["0"]["GetBalance"]["200"], 1);
+    assert_eq!(read.body["by_account"]["1"]["GetBalance"]["200"], 2);
+    assert_eq!(read.body["by_account"]["1"]["GetVolume"]["404"], 1);
+
+    sim.handle.reset();
+    assert!(sim.handle.counters().by_account.is_empty());
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_state_answers_the_account_of_the_query() {
+    let sim = start(SimulatorConfig {
+        other_accounts: vec![vec!["second-a".into()]],
+        ..config()
+    })
+    .await;
+    let first = sim.instance("vm-first", "advanced").await;
+    let second = sim
+        .send_with(
+            Method::POST,
+            "/instances/",
+            Some(json!({
+                "name": "vm-second", "region": "us-east-1", "gpu_type": "L40S", "gpu_count": 1,
+                "image_id": "ubuntu-22.04-cuda-12", "tier": "advanced",
+            })),
+            |r| r.header("X-API-Key", "second-a"),
+        )
+        .await
+        .ok()["instance"]["instance_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let instance_ids = |state: &Value| -> Vec<String> {
+        state["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|instance| instance["instance_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (path, expected) in [
+        ("/_admin/state", &first),
+        ("/_admin/state?account=0", &first),
+        ("/_admin/state?account=1", &second),
+    ] {
+        let state = sim.admin(Method::GET, path, None).await;
+        assert_eq!(state.status, 200, "{path}: {}", state.body);
+        assert_eq!(instance_ids(&state.body), [expected.as_str()], "{path}");
+        assert_eq!(state.body["currency"], "USD", "{path}");
+    }
+    for unknown in ["2", "18446744073709551615"] {
+        let answer = sim
+            .admin(
+                Method::GET,
+                &format!("/_admin/state?account={unknown}"),
+                None,
+            )
+            .await;
+        answer.error(404, "NOT_FOUND");
+        assert!(
+            answer.body["message"].as_str().unwrap().contains("account"),
+            "{}",
+            answer.body
+        );
+    }
+    for malformed in [
+        "account=one",
+        "account=-1",
+        "account=",
+        "acount=1",
+        "account=1&account=1",
+    ] {
+        sim.admin(Method::GET, &format!("/_admin/state?{malformed}"), None)
+            .await
+            .error(400, "VALIDATION_ERROR");
+    }
+    // The token comes before the query.
+    sim.send_with(Method::GET, "/_admin/state?account=9", None, |r| r)
+        .await
+        .error(401, "INVALID_ADMIN_TOKEN");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn api_key_is_required_and_never_opens_the_admin_api() {
     let sim = start(SimulatorConfig {
         api_keys: vec!["key-one".into(), "key-two".into()],

@@ -480,6 +480,8 @@ impl Run {
             },
             // Armed by `late_create` during the fault phase.
             act_late: BTreeMap::new(),
+            // Every account's calls.
+            accounts: Vec::new(),
         };
         let api = ApiFaultPlan {
             seed: self.seed,
