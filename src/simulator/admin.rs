@@ -33,6 +33,7 @@ pub fn router() -> Router<Arc<AppState>> {
             "/_admin/counters",
             get(counters).fallback(method_not_allowed),
         )
+        .route("/_admin/ledger", get(ledger).fallback(method_not_allowed))
         .route(
             "/_admin/faults",
             get(get_faults).put(put_faults).fallback(method_not_allowed),
@@ -137,6 +138,12 @@ fn account_of_query(query: Option<&str>) -> Result<usize, ApiError> {
 
 async fn counters(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     respond(&app, &headers, || encode(app.counters()))
+}
+
+/// Every call that changed an account, in the order they acted (empty unless the ledger is
+/// kept).
+async fn ledger(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    respond(&app, &headers, || encode(app.ledger()))
 }
 
 async fn get_faults(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {

@@ -129,6 +129,10 @@ pub struct Args {
     /// Probability that a list of resources leaves out each existing item (0 to 1).
     #[arg(long, env = "GPUCLOUD_SIM_LIST_OMISSION_RATE", default_value_t = 0.0)]
     pub list_omission_rate: f64,
+    /// Keep a ledger of every call that changed an account, with when it acted, for
+    /// `GET /_admin/ledger` (it grows with every such call: for benchmarks and tests).
+    #[arg(long, env = "GPUCLOUD_SIM_KEEP_LEDGER")]
+    pub keep_ledger: bool,
 }
 
 /// A secret flag value (API key, admin token) whose `Debug` never shows it.
@@ -300,9 +304,9 @@ impl Args {
             list_lag: millis(self.list_lag_ms),
             max_body_bytes: self.max_body_bytes,
             gpu_capacity_per_region: self.gpu_capacity,
-            // Further accounts come from the environment (`run`); the ledger is for tests.
+            // Further accounts come from the environment (`run`).
             other_accounts: Vec::new(),
-            keep_ledger: false,
+            keep_ledger: self.keep_ledger,
         }
     }
 }

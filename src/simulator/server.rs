@@ -248,6 +248,7 @@ async fn answer(
                     named: named_ids(params, request_body.as_ref()),
                     name: new_name,
                     created: reply.created_id(operation),
+                    at_ms: state.clock.now(),
                 };
                 lock(&state.ledger).push(entry);
             }

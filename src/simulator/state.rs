@@ -58,6 +58,9 @@ pub struct LedgerEntry {
     pub name: Option<String>,
     /// The id of the resource it created.
     pub created: Option<String>,
+    /// When it acted, on the simulator's clock (milliseconds since the epoch).
+    #[serde(default)]
+    pub at_ms: SimTime,
 }
 
 /// Locks a mutex, recovering the data if a holder panicked (state stays usable).

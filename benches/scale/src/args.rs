@@ -43,6 +43,13 @@ pub struct Args {
     /// credentials Secret of its own.
     #[arg(long, default_value_t = 10)]
     pub accounts: usize,
+    /// `tenants`: GpuInstances one namespace applies at once for the fairness phase (default
+    /// N / 2); 0 skips the phase.
+    #[arg(long)]
+    pub burst_objects: Option<usize>,
+    /// `tenants`: new objects applied in each quiet namespace during the burst.
+    #[arg(long, default_value_t = 20)]
+    pub probes: usize,
     /// Fixed latency the simulator adds to every response, in milliseconds (L).
     #[arg(long, default_value_t = 20)]
     pub latency_ms: u64,
@@ -117,6 +124,11 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
 }
 
 impl Args {
+    /// The GpuInstances of the multi-tenant run's burst.
+    pub fn burst_size(&self) -> usize {
+        self.burst_objects.unwrap_or(self.objects / 2)
+    }
+
     /// Refuses settings the benchmark cannot run with.
     pub fn validate(&self) -> Result<(), String> {
         if self.objects == 0 {

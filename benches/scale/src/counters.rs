@@ -166,6 +166,17 @@ impl Holdings {
     }
 }
 
+/// One call that changed an account: what the benchmark reads of the simulator's ledger.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct LedgerRecord {
+    pub operation: String,
+    /// The name it gave a new resource.
+    pub name: Option<String>,
+    /// When it acted, in milliseconds since the epoch on the simulator's clock (this
+    /// machine's).
+    pub at_ms: i64,
+}
+
 /// A client of the simulator's admin API.
 #[derive(Clone)]
 pub struct Admin {
@@ -216,6 +227,12 @@ impl Admin {
 
     pub async fn counters(&self) -> Result<Counters, Error> {
         self.get("/_admin/counters").await
+    }
+
+    /// Every call that changed an account, in the order they acted (the simulator keeps
+    /// them with `--keep-ledger`).
+    pub async fn ledger(&self) -> Result<Vec<LedgerRecord>, Error> {
+        self.get("/_admin/ledger").await
     }
 
     /// What the first account holds.

@@ -232,7 +232,13 @@ impl Environment {
                 &CLOUD_VOLUME_CREATING.as_millis().to_string(),
                 "--initial-balance",
                 "1000000000",
-            ]),
+            ])
+            .into_iter()
+            .chain(
+                // The multi-tenant run times new objects' first cloud call from the ledger.
+                (args.scenario == Scenario::Tenants).then(|| "--keep-ledger".to_string()),
+            )
+            .collect::<Vec<_>>(),
             &[
                 ("GPUCLOUD_SIM_ADMIN_TOKEN", admin_token.clone()),
                 ("GPUCLOUD_SIM_API_KEYS", api_keys[0].clone()),

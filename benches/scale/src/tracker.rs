@@ -174,6 +174,15 @@ impl Tracker {
         self.lock().objects.len()
     }
 
+    /// Objects whose key starts with `prefix`, seen by a watch or being applied.
+    pub fn objects_with_prefix(&self, prefix: &str) -> usize {
+        self.lock()
+            .objects
+            .keys()
+            .filter(|key| key.starts_with(prefix))
+            .count()
+    }
+
     /// Objects the watch still sees.
     pub fn present(&self) -> usize {
         self.lock().present

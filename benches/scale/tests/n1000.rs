@@ -236,6 +236,8 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
             "settled traffic",
             "memory idle",
             "memory per object",
+            "fairness: another account",
+            "fairness: the same account",
             "deletion (slowest account)",
         ],
     )
@@ -248,7 +250,22 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
         (mix.instances, mix.volumes, mix.snapshots, result.objects),
         (61, 30, 6, 990)
     );
-    assert_eq!(result.targets.len(), 5, "{:?}", result.targets);
+    assert_eq!(result.targets.len(), 7, "{:?}", result.targets);
+    // The burst (N / 2 machines in the first namespace) and 20 new machines in each quiet
+    // namespace, each timed from the simulator's ledger.
+    let burst = result.burst.as_ref().unwrap();
+    assert_eq!(
+        (burst.namespace.as_str(), burst.objects),
+        ("tenant-000", 500)
+    );
+    for probes in [&burst.other_account, &burst.same_account] {
+        let probes = probes.as_ref().unwrap();
+        assert_eq!(probes.count, 20, "{burst:?}");
+        assert!(
+            probes.p50_ms > 0.0 && probes.p99_ms >= probes.p50_ms,
+            "{burst:?}"
+        );
+    }
     // Five namespaces per account: each account made exactly its own resources, each once,
     // and deleted every one of them (a delete may be retried, a create never).
     let per_account = [

@@ -700,10 +700,23 @@ async fn each_account_sees_its_own_resources_and_the_ledger_names_who_acted() {
             named: named.iter().map(|id| id.to_string()).collect(),
             name: name.map(str::to_string),
             created: created.map(str::to_string),
+            at_ms: 0,
         }
     };
+    let ledger = sim.handle.ledger();
+    // The admin API serves the same ledger.
+    let served = sim.admin(Method::GET, "/_admin/ledger", None).await;
+    assert_eq!(served.status, 200, "{}", served.body);
+    assert_eq!(served.body, serde_json::to_value(&ledger).unwrap());
+    assert!(
+        ledger.windows(2).all(|w| w[0].at_ms <= w[1].at_ms) && ledger[0].at_ms > 0,
+        "{ledger:?}"
+    );
     assert_eq!(
-        sim.handle.ledger(),
+        ledger
+            .into_iter()
+            .map(|entry| LedgerEntry { at_ms: 0, ..entry })
+            .collect::<Vec<_>>(),
         [
             entry("CreateVolume", 0, 1, &[], Some("one"), Some(&first)),
             entry("CreateVolume", 1, 0, &[], Some("two"), Some(&second)),

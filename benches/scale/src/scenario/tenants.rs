@@ -12,6 +12,8 @@
 //! account's bound. The objects are applied round-robin over the namespaces, so every account
 //! has work from the start.
 
+mod burst;
+
 use super::{
     CLOUD_DELETING, CLOUD_READY_AFTER, CLOUD_SNAPSHOTTING, Environment, Error, LISTS_PER_PHASE,
     SSH_PUBLIC_KEY, bounded_phase, instance_spec, kube_error, log, operator_writes, settings,
@@ -79,11 +81,6 @@ impl Mix {
     /// resource and an attach of every volume.
     pub fn creates(&self) -> u64 {
         (self.objects() + self.volumes) as u64
-    }
-
-    /// Cloud writes no operator can do without to delete a namespace's resources.
-    pub fn deletes(&self) -> u64 {
-        self.objects() as u64
     }
 }
 
@@ -357,24 +354,25 @@ async fn list_latencies(env: &Environment) -> Result<BTreeMap<String, (usize, f6
     ]))
 }
 
-/// Per account: the calls the phase needed at least, and its time.
+/// Per account: the phase's time against the cloud writes it needed at least
+/// (`minimum_writes[account]`) and two lists per kind.
 fn account_phases(
     args: &Args,
-    teams: &Teams,
     counters: &Counters,
     took: &[Duration],
-    writes_per_namespace: u64,
+    minimum_writes: &[u64],
     cloud_time: Duration,
 ) -> AccountPhases {
-    let accounts = (0..teams.accounts)
-        .map(|account| {
-            let minimum = teams.namespaces_of(account) as u64 * writes_per_namespace
-                + LISTS_PER_PHASE * KINDS;
+    let accounts = took
+        .iter()
+        .zip(minimum_writes)
+        .enumerate()
+        .map(|(account, (took, writes))| {
             bounded_phase(
                 args,
-                took[account],
+                *took,
                 &counters.of_account(account),
-                minimum,
+                writes + LISTS_PER_PHASE * KINDS,
                 cloud_time,
             )
         })
@@ -445,12 +443,14 @@ pub(super) async fn measure(
         })
         .collect();
     let convergence_counters = env.admin.counters().await?.since(&before);
+    let creates: Vec<u64> = (0..teams.accounts)
+        .map(|account| teams.namespaces_of(account) as u64 * mix.creates())
+        .collect();
     let convergence = account_phases(
         args,
-        &teams,
         &convergence_counters,
         &ready_took,
-        mix.creates(),
+        &creates,
         CLOUD_READY_AFTER + CLOUD_SNAPSHOTTING,
     );
     log(&format!(
@@ -466,6 +466,7 @@ pub(super) async fn measure(
     let window_start = env.admin.counters().await?;
     tokio::time::sleep(args.settled_window).await;
     let window = env.admin.counters().await?.since(&window_start);
+    let api_after_window = env.api_counts().await?;
     let operator_settled = operator.usage()?;
     let settled = (0..teams.accounts)
         .map(|account| settled_summary(args, &window.of_account(account), keys_of(account).len()))
@@ -475,7 +476,27 @@ pub(super) async fn measure(
         usage_settled: env.apiserver.usage()?,
     };
 
-    // 4. Delete everything; time until every account is empty.
+    // 4. Fairness: one namespace's burst, new objects in two quiet namespaces; then they
+    // go, so that the deletion below is that of the N objects alone.
+    let burst = if args.burst_size() > 0 {
+        let (burst, made) = burst::measure(args, env, &teams, &tracker).await?;
+        log(&format!("{burst:?}"));
+        apply(env, &made, None, true, args.writers).await?;
+        wait_for(
+            args.phase_timeout,
+            "the burst and the probes deleted",
+            || {
+                let left = tracker.objects();
+                async move { (left <= objects).then_some(()) }
+            },
+        )
+        .await?;
+        Some(burst)
+    } else {
+        None
+    };
+
+    // 5. Delete everything; time until every account is empty.
     let deletion_mark = tracker.seconds(Instant::now());
     let before_delete = env.admin.counters().await?;
     let api_before_delete = env.api_counts().await?;
@@ -515,12 +536,19 @@ pub(super) async fn measure(
         })
         .collect();
     let deletion_counters = env.admin.counters().await?.since(&before_delete);
+    let deletes: Vec<u64> = (0..teams.accounts)
+        .map(|account| {
+            manifests
+                .iter()
+                .filter(|m| teams.account_of(&m.namespace) == account)
+                .count() as u64
+        })
+        .collect();
     let deletion = account_phases(
         args,
-        &teams,
         &deletion_counters,
         &deletion_took,
-        mix.deletes(),
+        &deletes,
         CLOUD_DELETING,
     );
     log(&format!(
@@ -542,10 +570,11 @@ pub(super) async fn measure(
         simulator: env.simulator.usage()?,
     };
     let phase_writes = |later, earlier| operator_writes(later, earlier, objects);
+    // The burst's writes are left out: they are not the N objects'.
     let api_writes = crate::report::ApiWrites::new(
         objects,
         phase_writes(&api_at_settled, &api_at_start),
-        phase_writes(&api_before_delete, &api_at_settled),
+        phase_writes(&api_after_window, &api_at_settled),
         phase_writes(&api_at_end, &api_before_delete),
     );
     let end_mark = tracker.seconds(Instant::now());
@@ -565,6 +594,7 @@ pub(super) async fn measure(
         memory,
         api_writes,
         api_server,
+        burst,
         calls_by_operation: env.admin.counters().await?.by_operation(),
         timelines,
         marks: vec![converged_mark, deletion_mark],
