@@ -6,7 +6,9 @@
 //! latency of a new object's first reconcile, an operator restart and deletion against
 //! lower bounds computed from what the simulator counted, and counts the operator's writes to
 //! the API server per object. `--scenario pool` scales one `GpuInstancePool` 0 -> N -> 0
-//! instead, against the same bounds.
+//! instead, against the same bounds; `--scenario tenants` spreads objects of every kind over
+//! namespaces that share cloud accounts, each account judged against its own bound, and times
+//! new objects of quiet namespaces during one namespace's burst.
 
 pub mod api_counts;
 pub mod args;

@@ -2,7 +2,8 @@
 //! time a new object's first reconcile, count a settled window, restart the operator,
 //! delete everything, and write the result. The operator runs as an API server user of its
 //! own, so the API server's request counts tell its writes from the benchmark's. The pool
-//! scenario (`pool.rs`) runs in the same processes and writes its result the same way.
+//! scenario (`pool.rs`) and the multi-tenant one (`tenants.rs`) run in the same processes and
+//! write their results the same way.
 
 mod pool;
 pub mod tenants;
