@@ -5,6 +5,7 @@ pub mod tenants;
 
 use crate::args::Scenario;
 use crate::process::ProcessUsage;
+use plotters::style::RGBColor;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -300,6 +301,17 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
 
 const MB: f64 = 1_000_000.0;
 
+/// Colours of the plot's phase markers: everything Ready, a turn (a restart, a pool scaled to
+/// N), the deletion's start.
+const READY_MARK: RGBColor = RGBColor(0, 160, 0);
+const TURN_MARK: RGBColor = RGBColor(230, 140, 0);
+const DELETION_MARK: RGBColor = RGBColor(210, 0, 0);
+
+/// `marks` paired with `colors` in order (a mark without a colour is left out).
+fn colored(marks: &[f64], colors: &[RGBColor]) -> Vec<(f64, RGBColor)> {
+    marks.iter().copied().zip(colors.iter().copied()).collect()
+}
+
 impl Settings {
     /// The first line of the printed table.
     fn headline(&self) -> String {
@@ -483,13 +495,8 @@ impl BenchResult {
     }
 
     /// Phase boundaries for the plot: converged (green), restart (orange), deletion (red).
-    pub fn timeline_marks(&self) -> Vec<(f64, plotters::style::RGBColor)> {
-        let colors = [
-            plotters::style::RGBColor(0, 160, 0),
-            plotters::style::RGBColor(230, 140, 0),
-            plotters::style::RGBColor(210, 0, 0),
-        ];
-        self.marks.iter().copied().zip(colors).collect()
+    pub fn timeline_marks(&self) -> Vec<(f64, RGBColor)> {
+        colored(&self.marks, &[READY_MARK, TURN_MARK, DELETION_MARK])
     }
 
     pub fn all_pass(&self) -> bool {
@@ -624,13 +631,8 @@ impl PoolResult {
     }
 
     /// Phase boundaries for the plot: scaled to N (orange), Ready (green), scaled to 0 (red).
-    pub fn timeline_marks(&self) -> Vec<(f64, plotters::style::RGBColor)> {
-        let colors = [
-            plotters::style::RGBColor(230, 140, 0),
-            plotters::style::RGBColor(0, 160, 0),
-            plotters::style::RGBColor(210, 0, 0),
-        ];
-        self.marks.iter().copied().zip(colors).collect()
+    pub fn timeline_marks(&self) -> Vec<(f64, RGBColor)> {
+        colored(&self.marks, &[TURN_MARK, READY_MARK, DELETION_MARK])
     }
 }
 
@@ -682,7 +684,7 @@ impl Report {
         }
     }
 
-    pub fn timeline_marks(&self) -> Vec<(f64, plotters::style::RGBColor)> {
+    pub fn timeline_marks(&self) -> Vec<(f64, RGBColor)> {
         match self {
             Report::Instances(result) => result.timeline_marks(),
             Report::Pool(result) => result.timeline_marks(),

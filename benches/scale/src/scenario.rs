@@ -304,19 +304,8 @@ impl Environment {
             )
             .await?;
         }
-        let namespaces: Api<Namespace> = Api::all(self.client.clone());
         for name in [NAMESPACE, OPERATOR_NAMESPACE] {
-            let namespace = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(name.into()),
-                    ..ObjectMeta::default()
-                },
-                ..Namespace::default()
-            };
-            namespaces
-                .create(&PostParams::default(), &namespace)
-                .await
-                .map_err(kube_error(format!("creating namespace {name}")))?;
+            create_namespace(&self.client, name).await?;
         }
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE);
         let secret = Secret {
@@ -409,6 +398,21 @@ impl Environment {
         let _ = self.simulator.kill().await;
         let _ = self.apiserver.kill().await;
     }
+}
+
+async fn create_namespace(client: &Client, name: &str) -> Result<(), Error> {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .map_err(kube_error(format!("creating namespace {name}")))?;
+    Ok(())
 }
 
 /// The API server's kubeconfig with the operator's user as the current context (the API server

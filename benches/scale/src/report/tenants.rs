@@ -3,10 +3,12 @@
 //! and one timeline per account.
 
 use super::{
-    ApiWrites, BoundedPhase, MB, Settings, Settled, Target, bounded_target, targets_table,
+    ApiWrites, BoundedPhase, DELETION_MARK, MB, READY_MARK, Settings, Settled, Target,
+    bounded_target, colored, targets_table,
 };
 use crate::process::ProcessUsage;
 use crate::scenario::tenants::Mix;
+use plotters::style::RGBColor;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -276,12 +278,8 @@ impl TenantsResult {
     }
 
     /// All Ready (green), deletion (red).
-    pub fn timeline_marks(&self) -> Vec<(f64, plotters::style::RGBColor)> {
-        let colors = [
-            plotters::style::RGBColor(0, 160, 0),
-            plotters::style::RGBColor(210, 0, 0),
-        ];
-        self.marks.iter().copied().zip(colors).collect()
+    pub fn timeline_marks(&self) -> Vec<(f64, RGBColor)> {
+        colored(&self.marks, &[READY_MARK, DELETION_MARK])
     }
 }
 

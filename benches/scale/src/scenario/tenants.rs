@@ -16,8 +16,8 @@ mod burst;
 
 use super::{
     CLOUD_DELETING, CLOUD_READY_AFTER, CLOUD_SNAPSHOTTING, Environment, Error, LISTS_PER_PHASE,
-    SSH_PUBLIC_KEY, bounded_phase, instance_spec, kube_error, log, operator_writes, settings,
-    settled_summary, wait_for,
+    SSH_PUBLIC_KEY, bounded_phase, create_namespace, instance_spec, kube_error, log,
+    operator_writes, settings, settled_summary, wait_for,
 };
 use crate::args::Args;
 use crate::counters::Counters;
@@ -26,7 +26,7 @@ use crate::tracker::Tracker;
 use futures::TryStreamExt;
 use gpucloud_api::{Firewall, GpuInstance, Snapshot, SshKey, Volume};
 use gpucloud_controller::secrets::{CREDENTIALS_LABEL, CREDENTIALS_LABEL_VALUE};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
@@ -225,19 +225,8 @@ fn interleaved(per_namespace: Vec<Vec<Manifest>>) -> Vec<Manifest> {
 
 /// The namespaces, each with its credentials Secret.
 async fn prepare_namespaces(env: &Environment, teams: &Teams) -> Result<(), Error> {
-    let namespaces: Api<Namespace> = Api::all(env.client.clone());
     for name in &teams.namespaces {
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
-        namespaces
-            .create(&PostParams::default(), &namespace)
-            .await
-            .map_err(kube_error(format!("creating namespace {name}")))?;
+        create_namespace(&env.client, name).await?;
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(CREDENTIALS.into()),
