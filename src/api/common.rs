@@ -16,6 +16,11 @@ pub const RESTARTED_AT_ANNOTATION: &str = "gpucloud.io/restartedAt";
 pub const DELETE_DEPENDENTS_ANNOTATION: &str = "gpucloud.io/delete-dependents";
 /// Finalizer that holds a managed object until its cloud resource is deleted (or orphaned).
 pub const FINALIZER: &str = "gpucloud.io/cloud-resource";
+/// Annotation the operator writes with its finalizer, in one version-checked patch, just
+/// before an object's first create call: `{"startedAt": ..., "account": ...}`. It stands for
+/// `status.cloud.pendingCreate` until the status records anything of the create (its cloud
+/// name), and means nothing after that.
+pub const CREATE_INTENT_ANNOTATION: &str = "gpucloud.io/create-intent";
 
 /// Condition types, following the kstatus convention read by Argo CD and Flux.
 pub mod condition_type {

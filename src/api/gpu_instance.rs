@@ -222,7 +222,8 @@ pub struct ChosenPlacement {
     /// Index of the chosen alternative in `spec.placement.alternatives` (0 for a spec with
     /// `region` and `gpuType`).
     pub alternative: i32,
-    /// The hourly rate the price list gave when it was chosen.
+    /// The hourly rate the price list gave when it was chosen (the rate the machine is billed
+    /// at, when no choice was recorded before the create: a first create, or an adoption).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hourly_rate: Option<f64>,
     /// Currency of `hourlyRate`.

@@ -458,7 +458,7 @@ fn objects_concerned<K: ManagedKind>(store: &Store<K>, changes: &Changes) -> Vec
         .state()
         .iter()
         .filter(|object| {
-            let status: CloudStatus = object.cloud_status();
+            let status: CloudStatus = crate::reconcile::recorded_status(object.as_ref());
             status
                 .external_id
                 .as_ref()

@@ -18,10 +18,70 @@
 //!    under way, and the first list that shows the resource records its id, with its state, and
 //!    clears the intent in one write.
 //!
+//! An object's first create records its intent in the patch that adds the finalizer, as the
+//! `gpucloud.io/create-intent` annotation (one write where the status subresource would need
+//! a second: it ignores metadata, and the main resource ignores status). The annotation counts
+//! as `pendingCreate` only while the status records nothing of the create ([`annotated`]); the
+//! first status write after it carries the intent over, or clears it.
+//!
 //! This module is the pure decision; the reconcilers do the I/O around it.
 
+use gpucloud_api::{CREATE_INTENT_ANNOTATION, CloudStatus, FINALIZER, PendingCreate};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// A first create's intent, as `gpucloud.io/create-intent` carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotatedIntent {
+    /// When the create was attempted.
+    pub started_at: Timestamp,
+    /// The account it was sent to (`CloudStatus::account`).
+    pub account: String,
+}
+
+impl AnnotatedIntent {
+    /// The annotation's value.
+    pub fn value(&self) -> String {
+        serde_json::json!({"startedAt": self.started_at, "account": self.account}).to_string()
+    }
+}
+
+/// The pending create an object's annotation records and its status does not: the intent
+/// written with the finalizer (so only while the finalizer is there), read while the status
+/// records nothing of the create (no id, no intent, no cloud name). The cloud name is the
+/// object's own, whatever the annotation says; a time after `now` (written by hand, or a clock
+/// ahead) counts as `now`, and an unreadable value as no intent. Returns the status the flow
+/// reads instead of the stored one.
+pub fn annotated(
+    annotations: &BTreeMap<String, String>,
+    finalizers: &[String],
+    status: &CloudStatus,
+    cloud_name: &str,
+    now: Timestamp,
+) -> Option<CloudStatus> {
+    if status.external_id.is_some()
+        || status.pending_create.is_some()
+        || status.cloud_name.is_some()
+        || !finalizers.iter().any(|f| f == FINALIZER)
+    {
+        return None;
+    }
+    let intent: AnnotatedIntent =
+        serde_json::from_str(annotations.get(CREATE_INTENT_ANNOTATION)?).ok()?;
+    Some(CloudStatus {
+        account: Some(intent.account),
+        cloud_name: Some(cloud_name.to_string()),
+        pending_create: Some(PendingCreate {
+            cloud_name: cloud_name.to_string(),
+            started_at: Time(intent.started_at.min(now)),
+        }),
+        ..status.clone()
+    })
+}
 
 /// A cloud resource found under the object's cloud name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +167,105 @@ fn oldest(found: &[Found]) -> Option<&Found> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn intent_annotation(value: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(CREATE_INTENT_ANNOTATION.to_string(), value.to_string())])
+    }
+
+    #[test]
+    fn the_annotated_intent_counts_until_the_status_records_the_create() {
+        let finalizers = [FINALIZER.to_string()];
+        let value = AnnotatedIntent {
+            started_at: at(90),
+            account: "acct-1".into(),
+        }
+        .value();
+        let annotations = intent_annotation(&value);
+        let read = annotated(
+            &annotations,
+            &finalizers,
+            &CloudStatus::default(),
+            "gco-a",
+            at(100),
+        )
+        .expect("an intent");
+        assert_eq!(read.account.as_deref(), Some("acct-1"));
+        assert_eq!(read.cloud_name.as_deref(), Some("gco-a"));
+        assert_eq!(
+            read.pending_create,
+            Some(PendingCreate {
+                cloud_name: "gco-a".into(),
+                started_at: Time(at(90)),
+            })
+        );
+        // Anything the status records of the create supersedes it.
+        let recorded = [
+            CloudStatus {
+                external_id: Some("vm-1".into()),
+                ..CloudStatus::default()
+            },
+            CloudStatus {
+                cloud_name: Some("gco-a".into()),
+                ..CloudStatus::default()
+            },
+            CloudStatus {
+                pending_create: Some(PendingCreate {
+                    cloud_name: "gco-a".into(),
+                    started_at: Time(at(95)),
+                }),
+                ..CloudStatus::default()
+            },
+        ];
+        for status in recorded {
+            assert_eq!(
+                annotated(&annotations, &finalizers, &status, "gco-a", at(100)),
+                None,
+                "{status:?}"
+            );
+        }
+        // Written with the finalizer: without it, it was not written by the operator's patch.
+        assert_eq!(
+            annotated(&annotations, &[], &CloudStatus::default(), "gco-a", at(100)),
+            None
+        );
+    }
+
+    #[test]
+    fn an_annotated_intent_names_the_objects_own_resource_and_no_later_than_now() {
+        let finalizers = [FINALIZER.to_string()];
+        // A hand-written value: another name is ignored, a time ahead counts as now.
+        let annotations = intent_annotation(
+            r#"{"startedAt":"2099-01-01T00:00:00Z","account":"a","cloudName":"gco-other"}"#,
+        );
+        let read = annotated(
+            &annotations,
+            &finalizers,
+            &CloudStatus::default(),
+            "gco-a",
+            at(100),
+        )
+        .expect("an intent");
+        assert_eq!(
+            read.pending_create,
+            Some(PendingCreate {
+                cloud_name: "gco-a".into(),
+                started_at: Time(at(100)),
+            })
+        );
+        for unreadable in ["", "yesterday", r#"{"startedAt":"soon"}"#] {
+            assert_eq!(
+                annotated(
+                    &intent_annotation(unreadable),
+                    &finalizers,
+                    &CloudStatus::default(),
+                    "gco-a",
+                    at(100)
+                ),
+                None,
+                "{unreadable}"
+            );
+        }
+    }
 
     const WINDOW: Duration = Duration::from_secs(30);
 

@@ -109,7 +109,10 @@ pub async fn hold(
             // Gone before its snapshot was taken: nothing is left to keep. An object whose
             // create may have happened (its answer lost) is left to find it first, so no
             // snapshot made is deleted unseen.
-            if object.cloud_status().pending_create.is_some() {
+            if crate::reconcile::recorded_status(&object)
+                .pending_create
+                .is_some()
+            {
                 return Err(waiting(format!(
                     "{machine} is gone; waiting for the create of Snapshot {name} to settle"
                 )));

@@ -308,6 +308,18 @@ impl ManagedKind for GpuInstance {
         }
     }
 
+    /// A first list shows the machine's GPUs and region, and its rate (`placed`); not which
+    /// alternative it was, nor the candidates passed over.
+    fn plan_shows_in_list(plan: &InstancePlan) -> bool {
+        let placement = match plan {
+            InstancePlan::Create { placement, .. } => Some(placement),
+            InstancePlan::Restore { placement, .. } => placement.as_ref(),
+        };
+        placement.is_none_or(|p| {
+            p.skipped.is_empty() && p.chosen.as_ref().is_none_or(|c| c.alternative == 0)
+        })
+    }
+
     /// The chosen placement joins the skipped ones; the next plan takes another, or waits.
     fn refused_for_stock(&mut self, at: Timestamp) -> bool {
         let refused = self
@@ -854,8 +866,16 @@ fn placed(planned: Option<&PlacementStatus>, record: &Instance) -> PlacementStat
             gpu_count: count,
             region: record.region.clone(),
             alternative: same.map_or(0, |c| c.alternative),
-            hourly_rate: same.and_then(|c| c.hourly_rate),
-            currency: same.and_then(|c| c.currency.clone()),
+            // No choice recorded (adopted, or the intent written with the finalizer): the rate
+            // the machine is billed at is the one the price list gave.
+            hourly_rate: match before {
+                None => Some(record.billing.hourly_rate),
+                Some(_) => same.and_then(|c| c.hourly_rate),
+            },
+            currency: match before {
+                None => Some(record.billing.currency.clone()),
+                Some(_) => same.and_then(|c| c.currency.clone()),
+            },
         }),
         skipped: planned.map(|p| p.skipped.clone()).unwrap_or_default(),
     }

@@ -131,6 +131,14 @@ pub trait ManagedKind:
     /// create call, with the intent, in one version-checked write. Nothing by default.
     fn planned(&mut self, _plan: &Self::CreatePlan) {}
 
+    /// Whether the first list that shows the resource `plan` creates tells all that
+    /// [`ManagedKind::planned`] records: a first create's intent may then be written with the
+    /// finalizer (as an annotation, which a patch of the main resource carries), rather than
+    /// in a status write of its own. Yes by default, when `planned` records nothing.
+    fn plan_shows_in_list(_plan: &Self::CreatePlan) -> bool {
+        true
+    }
+
     /// The cloud refused the create for want of stock (`409 INSUFFICIENT_STOCK`) at `at`:
     /// records the refusal in the kind's own status fields and says whether the create may be
     /// planned again at once (another placement is left to try). The intent is then cleared,

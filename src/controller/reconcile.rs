@@ -5,7 +5,7 @@ use crate::account::Account;
 use crate::clock::Clock;
 use crate::conditions::{self, Outcome, reason};
 use crate::context::Context;
-use crate::create::{self, CreateDecision, Found};
+use crate::create::{self, AnnotatedIntent, CreateDecision, Found};
 use crate::error::Error;
 use crate::events::{self, EventType};
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
@@ -14,8 +14,8 @@ use crate::observer::{CloudList, CloudRecord, CloudResource};
 use crate::references;
 use gpucloud_api::lifetime::{self, OnExpiry, Stage};
 use gpucloud_api::{
-    CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER, ManagementPolicy,
-    PAUSED_ANNOTATION, PendingCreate,
+    CREATE_INTENT_ANNOTATION, CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER,
+    Managed, ManagementPolicy, PAUSED_ANNOTATION, PendingCreate,
 };
 use gpucloud_telemetry::ReconcileResult;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -145,27 +145,43 @@ async fn reconcile_flow<K: ManagedKind>(
         show_paused(&api, &object, cx.settings.clock.now()).await;
         return Ok(await_change());
     }
+    let object = with_annotated_intent(object);
+    let apply_event = |object: Arc<K>| async {
+        // Whatever the flow decides, the object is looked at again at its next wake: one
+        // timer per object, read from the object, so no polling.
+        let clock = cx.settings.clock;
+        let wake = wake_of(&*object, clock.now());
+        apply(&api, object, cx)
+            .await
+            .map(|action| no_later_than(action, wake, &clock))
+    };
     let cleaned_up = std::sync::atomic::AtomicBool::new(false);
-    let result = finalizer(&api, FINALIZER, object.clone(), |event| async {
-        match event {
-            FinalizerEvent::Apply(object) => {
-                // Whatever the flow decides, the object is looked at again at its next
-                // wake: one timer per object, read from the object, so no polling.
-                let clock = cx.settings.clock;
-                let wake = wake_of(&*object, clock.now());
-                apply(&api, object, cx)
-                    .await
-                    .map(|action| no_later_than(action, wake, &clock))
-            }
-            FinalizerEvent::Cleanup(object) => {
-                let done = cleanup(object, cx).await;
-                cleaned_up.store(done.is_ok(), std::sync::atomic::Ordering::Relaxed);
-                done
+    let result = if object.meta().deletion_timestamp.is_none() && !has_finalizer(&*object) {
+        if first_create_ahead(&*object) {
+            // Its finalizer comes with the create's intent, in one patch (`create_step`).
+            apply_event(object.clone()).await
+        } else {
+            // The flow goes on with the object as written: the finalizer's news wakes no
+            // reconcile (`run::intent_hash`).
+            match add_finalizer(&api, &object, None).await {
+                Ok(patched) => apply_event(Arc::new(patched)).await,
+                Err(error) => Err(error),
             }
         }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    } else {
+        finalizer(&api, FINALIZER, object.clone(), |event| async {
+            match event {
+                FinalizerEvent::Apply(object) => apply_event(object).await,
+                FinalizerEvent::Cleanup(object) => {
+                    let done = cleanup(object, cx).await;
+                    cleaned_up.store(done.is_ok(), std::sync::atomic::Ordering::Relaxed);
+                    done
+                }
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)))
+    };
     if cleaned_up.load(std::sync::atomic::Ordering::Relaxed) && result.is_ok() {
         // The helper removed the finalizer after the cleanup's success.
         cx.note_released(&uid);
@@ -175,6 +191,74 @@ async fn reconcile_flow<K: ManagedKind>(
         Err(error) => report_failure(&api, &object, cx, error).await,
     }
     result
+}
+
+/// The object as the flow reads it: a create whose intent only the annotation records (the
+/// first one, written with the finalizer) shows as the status's `pendingCreate`, so every
+/// step treats it as recorded there, and the next status write records it there.
+fn with_annotated_intent<K: ManagedKind>(object: Arc<K>) -> Arc<K> {
+    let status = recorded_status(&*object);
+    if object.cloud_status_ref() == Some(&status)
+        || (object.cloud_status_ref().is_none() && status == CloudStatus::default())
+    {
+        return object;
+    }
+    Arc::new(object.with_status(status, None, Timestamp::now()))
+}
+
+/// The object's status with a first create's intent that only its annotation records
+/// (`create::annotated`): what every reader of a pending create reads.
+pub fn recorded_status<K: Managed + Resource>(object: &K) -> CloudStatus {
+    let status = object.cloud_status();
+    if status.cloud_name.is_some() || !object.annotations().contains_key(CREATE_INTENT_ANNOTATION) {
+        return status;
+    }
+    let cloud_name = naming::cloud_name(
+        &namespace(object),
+        &object.name_any(),
+        object.uid().as_deref().unwrap_or_default(),
+    );
+    let Some(mut intent) = create::annotated(
+        object.annotations(),
+        object.finalizers(),
+        &status,
+        &cloud_name,
+        Timestamp::now(),
+    ) else {
+        return status;
+    };
+    // What the intent's status write would have said: a create under way, so that a wait
+    // for the list retells it rather than writing it (`retells_progress`).
+    let generation = object.meta().generation;
+    intent.observed_generation = generation;
+    conditions::apply(
+        &mut intent.conditions,
+        &Outcome::progressing(reason::CREATING, format!("creating {cloud_name}")),
+        generation,
+        Timestamp::now(),
+    );
+    intent
+}
+
+/// Whether all the flow can do for the object is a first create (nothing recorded, nothing
+/// to adopt, not observe-only) that has not started: its finalizer is then added with the
+/// create's intent, in one patch, rather than on its own first.
+fn first_create_ahead<K: ManagedKind>(object: &K) -> bool {
+    let status = object.cloud_status_ref();
+    object.meta().deletion_timestamp.is_none()
+        && !has_finalizer(object)
+        && status.is_none_or(|s| {
+            s.external_id.is_none() && s.pending_create.is_none() && s.cloud_name.is_none()
+        })
+        && object
+            .annotations()
+            .get(EXTERNAL_ID_ANNOTATION)
+            .is_none_or(|id| id.is_empty())
+        && object.managed().management_policy != ManagementPolicy::ObserveOnly
+}
+
+fn has_finalizer<K: Resource>(object: &K) -> bool {
+    object.finalizers().iter().any(|f| f == FINALIZER)
 }
 
 /// Whether the object asks the operator to leave it alone for now.
@@ -510,6 +594,12 @@ async fn create_step<K: ManagedKind>(
     match decision {
         // The others under the name are duplicates, settled once this one is recorded.
         CreateDecision::Adopt { id, extra: _ } => {
+            // What the object now records is deleted with it.
+            let object = if has_finalizer(&*object) {
+                object
+            } else {
+                Arc::new(add_finalizer(api, &object, None).await?)
+            };
             // Recorded by the converge's one status write, with where the resource stands.
             if let Some(record) = listed.get(&id).cloned() {
                 let status = CloudStatus {
@@ -583,29 +673,50 @@ async fn create_step<K: ManagedKind>(
                     .await?;
                 reserved = true;
             }
-            // The intent is written with the object's resourceVersion: a stale cache or a
-            // second replica loses here, before any cloud call.
+            let started_at = Timestamp::now();
             let intent = CloudStatus {
                 account: Some(account.id.label()),
                 cloud_name: Some(cloud_name.clone()),
                 pending_create: Some(PendingCreate {
                     cloud_name: cloud_name.clone(),
-                    started_at: Time(Timestamp::now()),
+                    started_at: Time(started_at),
                 }),
                 ..status
             };
-            let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
             let mut planned = (*object).clone();
             planned.planned(&plan);
-            let object = write_status(
-                api,
-                &cx.settings.clock,
-                &planned,
-                intent.clone(),
-                None,
-                &outcome,
-            )
-            .await?;
+            // The intent is written with the object's resourceVersion: a stale cache or a
+            // second replica loses here, before any cloud call. A first create writes it with
+            // the finalizer, in one patch, when the first list that shows the resource tells
+            // all the status would record (no Budget's reservation, nothing of the plan a list
+            // cannot show); otherwise the finalizer goes on first, then the status's intent.
+            let object = if !has_finalizer(&*object) && !reserved && K::plan_shows_in_list(&plan) {
+                let annotated = AnnotatedIntent {
+                    started_at,
+                    account: account.id.label(),
+                };
+                let patched = add_finalizer(api, &object, Some(&annotated)).await?;
+                // Read on as `with_annotated_intent` reads it.
+                let mut read = planned.with_status(intent.clone(), None, Timestamp::now());
+                *read.meta_mut() = patched.meta().clone();
+                read
+            } else {
+                if !has_finalizer(&*object) {
+                    let patched = add_finalizer(api, &object, None).await?;
+                    *planned.meta_mut() = patched.meta().clone();
+                }
+                let outcome =
+                    Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
+                write_status(
+                    api,
+                    &cx.settings.clock,
+                    &planned,
+                    intent.clone(),
+                    None,
+                    &outcome,
+                )
+                .await?
+            };
             observer.mark_hot();
             let created = K::create(cx, account, plan, &cloud_name).await;
             // Whatever the answer, a list sent before now may not show the resource: the next
@@ -676,6 +787,37 @@ async fn create_step<K: ManagedKind>(
             }
         }
     }
+}
+
+/// Adds the finalizer, with the object's resourceVersion as a precondition, and with it the
+/// first create's intent when there is one: one write of the main resource.
+async fn add_finalizer<K: ManagedKind>(
+    api: &Api<K>,
+    object: &K,
+    intent: Option<&AnnotatedIntent>,
+) -> Result<K, Error> {
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(
+        "resourceVersion".into(),
+        serde_json::json!(object.resource_version()),
+    );
+    metadata.insert("finalizers".into(), serde_json::json!(finalizers));
+    if let Some(intent) = intent {
+        metadata.insert(
+            "annotations".into(),
+            serde_json::json!({ CREATE_INTENT_ANNOTATION: intent.value() }),
+        );
+    }
+    let patch = serde_json::json!({ "metadata": metadata });
+    Ok(api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?)
 }
 
 /// Gives back the Budget reservation of a create the cloud refused. Should that fail, the
@@ -1430,7 +1572,7 @@ async fn report_failure<K: ManagedKind>(
                     if fresh.meta().generation == object.meta().generation
                         && changed_condition(&fresh.cloud_status(), &outcome) =>
                 {
-                    let status = fresh.cloud_status();
+                    let status = recorded_status(&fresh);
                     write_status(api, &cx.settings.clock, &fresh, status, None, &outcome)
                         .await
                         .is_ok()

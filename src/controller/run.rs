@@ -453,15 +453,28 @@ async fn keep_accounts(accounts: Arc<Accounts>, metrics: Arc<Metrics>, every: Du
 }
 
 /// A hash of what a reconcile acts on: the spec (through `generation`), annotations (pause,
-/// adoption, restarts), labels (selectors), finalizers and deletion. Status is left out.
+/// adoption, restarts), labels (selectors), finalizers and deletion. Status is left out, and
+/// so are the operator's own finalizer and create intent: the reconcile that writes them goes
+/// on with the object it wrote (a first create, in the same reconcile), so their news would
+/// only start a reconcile that has nothing to do, or retry at once a create just refused.
 fn intent_hash<K: Resource>(object: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let meta = object.meta();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     meta.generation.hash(&mut hasher);
-    meta.annotations.hash(&mut hasher);
+    if let Some(annotations) = &meta.annotations {
+        annotations
+            .iter()
+            .filter(|(key, _)| key.as_str() != gpucloud_api::CREATE_INTENT_ANNOTATION)
+            .for_each(|entry| entry.hash(&mut hasher));
+    }
     meta.labels.hash(&mut hasher);
-    meta.finalizers.hash(&mut hasher);
+    if let Some(finalizers) = &meta.finalizers {
+        finalizers
+            .iter()
+            .filter(|f| f.as_str() != gpucloud_api::FINALIZER)
+            .for_each(|f| f.hash(&mut hasher));
+    }
     meta.deletion_timestamp.is_some().hash(&mut hasher);
     Some(hasher.finish())
 }

@@ -176,6 +176,74 @@ async fn another_teams_machine_cannot_be_taken_by_annotation_at_create_or_later(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_create_intent_never_points_at_another_teams_machine() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim: GpuInstance = ready(&env, "victim").await;
+    let victim_status = victim.cloud_status();
+    let victim_id = victim_status.external_id.clone().unwrap();
+
+    // The annotation the operator writes with its finalizer for a first create, written by
+    // the tenant with the finalizer, naming the other team's machine, in the same account,
+    // started long ago: were it believed, the victim would be adopted and stopped.
+    let mut thief = in_tenant(
+        machine("thief", serde_json::json!({"powerState": "Stopped"})),
+        None,
+    );
+    thief.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    thief.metadata.annotations = Some(BTreeMap::from([(
+        CREATE_INTENT_ANNOTATION.to_string(),
+        serde_json::json!({
+            "startedAt": "2020-01-01T00:00:00Z",
+            "account": victim_status.account,
+            "cloudName": victim_status.cloud_name,
+        })
+        .to_string(),
+    )]));
+    let own = tenant_api::<GpuInstance>(&env);
+    own.create(&PostParams::default(), &thief).await.unwrap();
+    let made = eventually(60, "the tenant's machine Ready", || {
+        let own = own.clone();
+        async move {
+            let object = own.get("thief").await.ok()?;
+            let status = object.cloud_status();
+            status
+                .is_ready(object.metadata.generation)
+                .then(|| status.external_id.clone().unwrap())
+        }
+    })
+    .await;
+    assert_ne!(
+        made, victim_id,
+        "the tenant's object recorded its own machine"
+    );
+    let instances = env.simulator.state().instances;
+    assert!(
+        instances
+            .iter()
+            .any(|i| i.instance_id == victim_id && i.status.to_string() == "ACTIVE"),
+        "the other team's machine is still running: {instances:?}"
+    );
+
+    delete_in_tenant::<GpuInstance>(&env, "thief").await;
+    let instances = env.simulator.state().instances;
+    assert!(instances.iter().any(|i| i.instance_id == victim_id));
+    assert!(!instances.iter().any(|i| i.instance_id == made));
+    assert_eq!(
+        env.calls("CreateInstance"),
+        2,
+        "the victim's and the tenant's own"
+    );
+    assert_eq!(
+        env.calls("DeleteInstance"),
+        1,
+        "only the tenant's own machine"
+    );
+    ready::<GpuInstance>(&env, "victim").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_teams_firewall_cannot_be_adopted() {
     let env = Env::start().await;
     tenant_namespace(&env).await;

@@ -6,6 +6,7 @@ use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_simulator::{DropMode, FaultPlan, SimulatorConfig};
+use kube::ResourceExt;
 use kube::api::PostParams;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -156,12 +157,19 @@ async fn an_operator_killed_mid_create_is_replaced_without_a_duplicate() {
     .await;
     env.kill_operator().await;
     let pending = env.api::<GpuInstance>().get("crash").await.unwrap();
+    // A first create's intent is written with the finalizer, in its annotation.
+    let recorded = gpucloud_controller::reconcile::recorded_status(&pending);
     assert!(
-        pending.cloud_status().pending_create.is_some(),
-        "the intent was recorded before the call"
+        recorded.pending_create.is_some() && pending.finalizers().contains(&FINALIZER.to_string()),
+        "the intent was recorded, with the finalizer, before the call"
     );
     assert!(
-        pending.cloud_status().external_id.is_none(),
+        pending.status.is_none(),
+        "the intent and the finalizer were one write, and no status write came before the call: {:?}",
+        pending.status
+    );
+    assert!(
+        recorded.external_id.is_none(),
         "the crash came before the id was recorded"
     );
 

@@ -71,7 +71,7 @@ where
         .unwrap();
     let name = object.name_any();
     let stored = env.api::<K>().get(&name).await.unwrap();
-    let status = stored.cloud_status();
+    let status = gpucloud_controller::reconcile::recorded_status(&stored);
     assert!(
         status.pending_create.is_some() && status.external_id.is_none(),
         "{name}: expected a pending create without an id, got {status:?}"
@@ -369,6 +369,9 @@ trait CloudNamed {
 
 impl<K: Managed + Resource> CloudNamed for K {
     fn pending_name(&self) -> String {
-        self.cloud_status().pending_create.unwrap().cloud_name
+        gpucloud_controller::reconcile::recorded_status(self)
+            .pending_create
+            .unwrap()
+            .cloud_name
     }
 }

@@ -1812,7 +1812,8 @@ async fn objects_of(env: &Env, kinds: &[Kind]) -> Result<BTreeMap<ObjectKey, See
                 ObjectKey::new(&namespace, &object.name_any()),
                 Seen {
                     kind,
-                    status: object.cloud_status(),
+                    // A first create's intent may be in its annotation, not in the status yet.
+                    status: gpucloud_controller::reconcile::recorded_status(&object),
                     meta: object.meta().clone(),
                 },
             );
