@@ -231,7 +231,8 @@ pub struct CloudStatus {
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// A create in flight; see `PendingCreate`.
+    /// A create in flight; see `PendingCreate`. An object's first create is recorded in the
+    /// `gpucloud.io/create-intent` annotation instead, until the first status write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_create: Option<PendingCreate>,
     /// The cloud account the resource (or the create in flight) was last seen in, named by

@@ -159,10 +159,10 @@ async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account
     env.stop_operator().await;
 }
 
-/// What an instance's life writes to its own object: the finalizer added and removed, the
-/// create's intent, the id once listed, Ready, and Deleting when the deletion outlasts a
-/// transition interval, at most one status write per step; the states the machine passes
-/// through while it boots are not written one by one.
+/// What an instance's life writes to its own object: the finalizer added with the create's
+/// intent (one patch) and removed, the id once listed, Ready, and Deleting when the deletion
+/// outlasts a transition interval, at most one status write per step; the states the machine
+/// passes through while it boots are not written one by one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_from_create_to_deleted_writes_its_object_only_with_news() {
     let env = Env::start().await;
@@ -202,12 +202,12 @@ async fn an_instance_from_create_to_deleted_writes_its_object_only_with_news() {
     assert_eq!(
         writes("") - refused(""),
         2,
-        "the finalizer, added and removed"
+        "the finalizer, added with the create's intent and removed"
     );
     let status_writes = writes("status") - refused("status");
     assert!(
-        (2..=4).contains(&status_writes),
-        "{status_writes} status writes: the intent, the id (with Ready when the first list \
-         shows the machine running), Ready, Deleting (when the deletion lasts)"
+        (1..=3).contains(&status_writes),
+        "{status_writes} status writes: the id (with Ready when the first list shows the \
+         machine running), Ready, Deleting (when the deletion lasts)"
     );
 }
