@@ -79,7 +79,12 @@ async fn offerings_show_the_catalog_follow_stock_and_prices_and_are_written_only
     env.simulator.set_gpu_price("L40S", 0.5).unwrap();
     let changed = eventually(20, "stock and price shown", || async {
         let now = offerings(&env).await;
-        (now["h100-80g.us-east-1"].0 == 3 && now["l40s.eu-west-1"].1 == Some(0.5)).then_some(now)
+        // The offerings are written one by one: wait for every one the change concerns.
+        let prices_shown = now
+            .iter()
+            .filter(|(name, _)| name.starts_with("l40s."))
+            .all(|(_, (_, price, _))| *price == Some(0.5));
+        (now["h100-80g.us-east-1"].0 == 3 && prices_shown).then_some(now)
     })
     .await;
     for (name, (available, price, version)) in &changed {
