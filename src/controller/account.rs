@@ -520,6 +520,28 @@ pub struct Accounts {
     billed_in: Mutex<HashMap<AccountId, BTreeSet<BillingList>>>,
     /// The accounts the previous [`Accounts::retire_unused`] found without users.
     unused_before: Mutex<HashSet<AccountId>>,
+    /// Accounts kept in use with no object using them, by number of holds
+    /// ([`Accounts::hold`]).
+    held: Mutex<HashMap<AccountId, usize>>,
+}
+
+/// Keeps an account in use while it lives: listed, never retired, whether or not any object
+/// uses it (a deleted object's late resource is looked for after its last object went).
+pub struct AccountHold {
+    accounts: Arc<Accounts>,
+    id: AccountId,
+}
+
+impl Drop for AccountHold {
+    fn drop(&mut self) {
+        let mut held = lock(&self.accounts.held);
+        if let Some(holds) = held.get_mut(&self.id) {
+            *holds -= 1;
+            if *holds == 0 {
+                held.remove(&self.id);
+            }
+        }
+    }
 }
 
 /// How long a Secret's account is reused without reading the Secret again. A change to a
@@ -554,6 +576,16 @@ impl Accounts {
             users: Mutex::new(Vec::new()),
             billed_in: Mutex::new(HashMap::new()),
             unused_before: Mutex::new(HashSet::new()),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Keeps account `id` in use until the hold is dropped.
+    pub fn hold(self: &Arc<Self>, id: AccountId) -> AccountHold {
+        *lock(&self.held).entry(id).or_insert(0) += 1;
+        AccountHold {
+            accounts: self.clone(),
+            id,
         }
     }
 
@@ -587,7 +619,7 @@ impl Accounts {
             })
             .collect();
         let mut billed_in: HashMap<AccountId, BTreeSet<BillingList>> = HashMap::new();
-        let in_use: HashSet<AccountId> = {
+        let mut in_use: HashSet<AccountId> = {
             let resolved = lock(&self.resolved);
             locations
                 .iter()
@@ -599,6 +631,7 @@ impl Accounts {
                 })
                 .collect()
         };
+        in_use.extend(lock(&self.held).keys().copied());
         *lock(&self.billed_in) = billed_in;
         let known: HashSet<AccountId> = lock(&self.by_id).keys().copied().collect();
         let retire = {

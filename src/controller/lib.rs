@@ -22,6 +22,7 @@ pub mod gpu_instance;
 pub mod gpu_instance_pool;
 pub mod image;
 pub mod kind;
+pub mod late_creates;
 pub mod leader;
 pub mod manifests;
 pub mod naming;

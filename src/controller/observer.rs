@@ -290,6 +290,12 @@ impl<R: CloudRecord> Observer<R> {
     /// done), which only a fresh list can show.
     pub async fn list_after(&self, after: Instant) -> Result<Arc<CloudList<R>>, ListFailure> {
         self.refresh();
+        self.next_list(after).await
+    }
+
+    /// A list sent at or after `after`, at the list loop's own pace: nothing more is asked of
+    /// the cloud. An error as for [`Observer::list_after`].
+    pub async fn next_list(&self, after: Instant) -> Result<Arc<CloudList<R>>, ListFailure> {
         let list = self
             .wait_for(|state| {
                 state.failure.is_some() && state.attempts > 0

@@ -359,7 +359,7 @@ pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Conte
 async fn apply<K: ManagedKind>(
     api: &Api<K>,
     object: Arc<K>,
-    cx: &Context<K>,
+    cx: &Arc<Context<K>>,
 ) -> Result<Action, Error> {
     let managed = object.managed();
     let account = cx
@@ -1168,7 +1168,7 @@ async fn settle_duplicates<K: ManagedKind>(
 
 // === cleanup ===
 
-async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Action, Error> {
+async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result<Action, Error> {
     let managed = object.managed();
     if managed.deletion_policy == DeletionPolicy::Orphan
         || managed.management_policy == ManagementPolicy::ObserveOnly
@@ -1281,6 +1281,16 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Context<K>) -> Result<Acti
             }
         }
         object.released(cx).await?;
+        if status.pending_create.is_some() {
+            // Concluded from the lists' silence: a cloud that carries the create out later
+            // still makes the resource, deleted then (`late_creates.rs`).
+            crate::late_creates::watch(
+                cx.clone(),
+                account.clone(),
+                cloud_name.clone(),
+                object.object_ref(&()),
+            );
+        }
         publish(
             cx,
             &object,

@@ -2,8 +2,9 @@
 //! A cloud whose lists leave out resources that exist (a lagging index, a pagination fault, a
 //! proxy), or that carries out a create long after the client gave up: nothing irreversible
 //! follows from one list's silence (a recorded resource missing from the lists is read by id
-//! before it is reported deleted, created again, or its deletion taken as done), and a
-//! duplicate left by a late create is reported, then removed.
+//! before it is reported deleted, created again, or its deletion taken as done), a duplicate
+//! left by a late create is reported, then removed, and a resource a late create makes after
+//! its object's deletion has ended is deleted.
 
 use crate::support;
 
@@ -192,6 +193,49 @@ async fn a_create_the_cloud_carries_out_late_leaves_a_duplicate_that_is_reported
     })
     .await;
     ready::<Volume>(&env, "data").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_the_cloud_carries_out_after_its_objects_deletion_is_deleted_then() {
+    let env = Env::start().await;
+    // The create is carried out 15 s after it was sent: the client (5 s timeout) gives up,
+    // and the deletion that follows ends, from lists that show nothing, before it lands.
+    env.simulator.set_faults(FaultPlan {
+        act_late: [("gco-".to_string(), 15_000)].into(),
+        ..FaultPlan::default()
+    });
+    let volume: Volume = object(
+        "late",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+    );
+    create(&env, &volume).await;
+    eventually(10, "the create held by the cloud", || async {
+        (env.simulator.fault_counts().late_acts == 1).then_some(())
+    })
+    .await;
+    delete_and_wait::<Volume>(&env, "late").await;
+    assert!(
+        data_volumes(&env).is_empty(),
+        "the deletion ended before the late create landed"
+    );
+    assert_eq!(env.calls("DeleteVolume"), 0);
+
+    // It lands with no object left to claim it, and is deleted at the next list.
+    eventually(30, "the late volume made", || async {
+        (env.simulator.fault_counts().late_acts_done == 1).then_some(())
+    })
+    .await;
+    eventually(20, "the late volume deleted", || async {
+        (data_volumes(&env).is_empty() && env.calls("DeleteVolume") == 1).then_some(())
+    })
+    .await;
+    eventually(10, "the deleted object told of it", || async {
+        event_reasons(&env, "late")
+            .await
+            .contains(&"LateResourceDeleted".to_string())
+            .then_some(())
+    })
+    .await;
 }
 
 /// A machine `unlisted` created under a cloud whose lists leave out everything.

@@ -88,6 +88,7 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
             || l.contains(" but not refused")
             || l.contains(": deleted but still present")
     };
+    let mut concerned: Vec<(String, String, String)> = Vec::new();
     for problem in message.lines().filter(stuck) {
         let mut words = problem.split_whitespace();
         let (Some(kind), Some(name)) = (words.next(), words.next()) else {
@@ -99,6 +100,10 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
             Some((namespace, name)) => (format!("namespace={namespace} "), name),
             None => (String::new(), name),
         };
+        concerned.push((kind.to_string(), name.to_string(), namespace_field));
+    }
+    concerned.extend(message.lines().flat_map(objects_of_left_resources));
+    for (kind, name, namespace_field) in concerned {
         let (kind_field, name_field) = (format!("kind={kind}"), format!("name={name} "));
         let lines: Vec<&String> = log
             .iter()
@@ -107,7 +112,7 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
             })
             .collect();
         let title = format!("the operator's last log lines for {kind} {name}");
-        append_tail(&mut out, &title, &lines, 40);
+        append_tail(&mut out, &title, &lines, 60);
     }
     if !out.is_empty() {
         // What else went wrong in the world: warnings, errors, ended streams.
@@ -125,6 +130,34 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
         append_tail(&mut out, title, &notable, 30);
     }
     out
+}
+
+/// The objects whose names the operator's resources left in the cloud carry, from a line
+/// such as `  GpuInstance in team-a@account0: 0 objects but 1 operator resources in the
+/// cloud: [("vm-1", "gco-team-a-vm-0-ae92…")]`: (kind, name, `namespace=… ` field).
+fn objects_of_left_resources(problem: &str) -> Vec<(String, String, String)> {
+    let Some((head, resources)) = problem.split_once(" operator resources in the cloud: ") else {
+        return Vec::new();
+    };
+    let mut words = head.split_whitespace();
+    let (Some(kind), Some(_in), Some(group)) = (words.next(), words.next(), words.next()) else {
+        return Vec::new();
+    };
+    let namespace = group.split('@').next().unwrap_or_default();
+    let prefix = format!("gco-{namespace}-");
+    resources
+        .split('"')
+        .filter_map(|text| text.strip_prefix(&prefix))
+        // The cloud name ends with a hash of the object's uid.
+        .filter_map(|rest| rest.rsplit_once('-').map(|(name, _uid_hash)| name))
+        .map(|name| {
+            (
+                kind.to_string(),
+                name.to_string(),
+                format!("namespace={namespace} "),
+            )
+        })
+        .collect()
 }
 
 /// Appends `title`, the number of `lines`, and the last `keep` of them.
@@ -198,5 +231,24 @@ impl<'a> MakeWriter<'a> for ScanWriter {
             capture: self.0,
             text: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_left_in_the_cloud_names_its_object() {
+        let problem = r#"  GpuInstance in team-a@account0: 0 objects but 2 operator resources in the cloud: [("vm-00000000000c", "gco-team-a-vm-0-ae9283191c709ee8"), ("vm-00000000000d", "gco-team-a-big-vm-1-0123456789abcdef")]"#;
+        let field = "namespace=team-a ".to_string();
+        assert_eq!(
+            objects_of_left_resources(problem),
+            [
+                ("GpuInstance".into(), "vm-0".into(), field.clone()),
+                ("GpuInstance".into(), "big-vm-1".into(), field),
+            ]
+        );
+        assert!(objects_of_left_resources("  GpuInstance vm-0: not Ready").is_empty());
     }
 }
