@@ -56,7 +56,7 @@ pub fn watch<K: ManagedKind>(
             after = Instant::now();
             for record in listed.named(&cloud_name) {
                 let id = record.id().to_string();
-                if deleted.contains(&id) {
+                if deleted.contains(&id) || claimed_by_another::<K>(&cx, &id, &regarding) {
                     continue;
                 }
                 match K::delete(&cx, &account, record).await {
@@ -82,6 +82,19 @@ pub fn watch<K: ManagedKind>(
             }
         }
     });
+}
+
+/// Whether an object other than the deleted one records the resource (an adoption by id):
+/// then it is that object's, whatever its name says.
+fn claimed_by_another<K: ManagedKind>(
+    cx: &Context<K>,
+    id: &str,
+    deleted: &ObjectReference,
+) -> bool {
+    cx.ownership
+        .owners::<K>(id, None)
+        .iter()
+        .any(|owner| Some(owner.uid.as_str()) != deleted.uid.as_deref())
 }
 
 fn retry_pause<K: ManagedKind>(cx: &Context<K>) -> Duration {
