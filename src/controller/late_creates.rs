@@ -4,10 +4,10 @@
 //! nothing was made from the cloud's lists, once lists sent past the settle window show
 //! nothing under the object's cloud name. A cloud that carries the create out later than that
 //! window still makes the resource, billed, with no object left to delete it. Its name holds
-//! the deleted object's uid (`naming::cloud_name`), so nothing can claim it: for a while after
-//! such a deletion, the account's lists are read for that name, at their own pace, and what
-//! shows under it is deleted. A restart forgets the watch; the orphan sweeper stays the
-//! backstop.
+//! the deleted object's uid (`naming::cloud_name`), so no other object claims it by name: for
+//! a while after such a deletion, the account's lists are read for that name, at their own
+//! pace, and what shows under it is deleted, unless an object has adopted it by id. A restart
+//! forgets the watch; the orphan sweeper stays the backstop.
 
 use crate::account::Account;
 use crate::context::Context;
