@@ -7,9 +7,12 @@
 //! no call may come before it. How late one comes is real time times the scale: tokio's timers
 //! run on a millisecond wheel, kube-runtime's queue adds its own turn, and the reconcile reads
 //! the object's account, the cloud's latest list and the Budgets before the call, a few
-//! milliseconds of a debug build on a shared two-core machine. A late bound of `LATE_REAL`
-//! real time is allowed for that, which is `LATE_REAL × scale` of clock time: at 10,800 clock
-//! seconds per real second, 11 ms is about two clock minutes. Calls are timed when sent (the
+//! milliseconds of a debug build on a shared two-core machine, where one late wake-up of a
+//! busy suite can be ten of them. A late bound of `LATE_REAL` real time is allowed for that,
+//! which is `LATE_REAL × scale` of clock time: at 10,800 clock seconds per real second, 50 ms
+//! is nine clock minutes, well under the hour the end of summer time moves an edge by, and at
+//! 3,600 three clock minutes of a two-hour lifetime. How close a timer comes to its moment is
+//! checked at 25x, within one clock second, by the last test. Calls are timed when sent (the
 //! clock when the answer came, less the call's own duration), as `lifetimes.rs` times them.
 
 use crate::support::{self, Env, eventually, test_config};
@@ -22,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How late, in real time, a call may come after its moment (see the module's docs).
-const LATE_REAL: Duration = Duration::from_millis(11);
+const LATE_REAL: Duration = Duration::from_millis(50);
 
 /// The power and delete calls of the operator, each with the clock time it was sent at.
 struct PowerCalls {
@@ -247,10 +250,11 @@ async fn a_lifetime_that_ended_while_the_operator_was_down_ends_at_its_start() {
 }
 
 /// Each end of a lifetime at 25 clock seconds per real second, where one clock second is
-/// 40 ms of real time, room for the reads and the API server's writes of a debug build (the
-/// `LATE_REAL` of the module's docs) before the call: three machines stopped, hibernated and deleted at their expiry by the operator that
-/// created them (Legacy tier machines: the cloud hibernates no other), then three more by an operator started after them (their timers derived from
-/// the objects), each call sent within one clock second of its expiry.
+/// 40 ms of real time, room for the reads and the API server's writes of a debug build before
+/// the call: three machines stopped, hibernated and deleted at their expiry by the operator
+/// that created them (Legacy tier machines: the cloud hibernates no other), then three more by
+/// an operator started after them (their timers derived from the objects), each call sent
+/// within one clock second of its expiry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_end_of_a_lifetime_comes_within_a_clock_second_before_and_after_a_restart() {
     const SCALE: f64 = 25.0;
