@@ -1218,8 +1218,13 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result
     // another account's silence proves nothing, and an id there may be anyone's.
     let seen = observer.latest().await?;
     refuse_another_account::<K>(&account, &seen, &status).await?;
-    object.hold_deletion(cx, &account).await?;
     let uid = object.uid().unwrap_or_default();
+    let answered_at = cx.delete_answered_at(&uid);
+    // What holds a deletion holds the delete call: once the cloud has accepted one of ours,
+    // nothing is left to hold (and the checks' reads are not made again while it finishes).
+    if answered_at.is_none() {
+        object.hold_deletion(cx, &account).await?;
+    }
     let cloud_name = naming::cloud_name(&namespace(&*object), &object.name_any(), &uid);
 
     // Deleting needs no fresh list: whatever the latest one shows is deleted. Concluding that
@@ -1227,7 +1232,6 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result
     // sent after this reconcile began. Waiting for a list only then keeps a reconcile slot from
     // being held for a whole list per object.
     let latest = observer.latest().await?;
-    let answered_at = cx.delete_answered_at(&uid);
     let listed_since_delete = answered_at
         .is_some_and(|answered| latest.listed_at.is_some_and(|listed| listed >= answered));
     let mut listed = latest;

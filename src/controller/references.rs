@@ -38,10 +38,37 @@ pub async fn instance_id(
     namespace: &str,
     name: &str,
 ) -> Result<String, Error> {
+    match referenced_instance(client, namespace, name).await? {
+        ReferencedInstance::Id(id) => Ok(id),
+        ReferencedInstance::BeingDeleted(waiting) => Err(waiting),
+    }
+}
+
+/// Where a reference to a `GpuInstance` leads.
+#[derive(Debug)]
+pub enum ReferencedInstance {
+    /// The machine's cloud id (see [`instance_id`]).
+    Id(String),
+    /// The object is being deleted: nothing may be attached to its machine any more, and its
+    /// deletion detaches the data volumes still attached (`Instances::delete`). The error is
+    /// what an object waiting on it reports.
+    BeingDeleted(Error),
+}
+
+/// As [`instance_id`], telling a machine being deleted apart from the other reasons to wait.
+pub async fn referenced_instance(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<ReferencedInstance, Error> {
     const KIND: &str = "GpuInstance";
     let object: GpuInstance = read(Api::namespaced(client.clone(), namespace), name, KIND).await?;
     if object.meta().deletion_timestamp.is_some() {
-        return Err(waiting_for(KIND, name, "it is being deleted"));
+        return Ok(ReferencedInstance::BeingDeleted(waiting_for(
+            KIND,
+            name,
+            "it is being deleted",
+        )));
     }
     if machine_vanished(&object) {
         return Err(waiting_for(
@@ -53,6 +80,7 @@ pub async fn instance_id(
     object
         .cloud_status()
         .external_id
+        .map(ReferencedInstance::Id)
         .ok_or_else(|| waiting_for(KIND, name, "it has no cloud id yet"))
 }
 

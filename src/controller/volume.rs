@@ -10,7 +10,7 @@ use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
 use crate::pricing;
 use crate::records::{cloud_record, found, gone};
-use crate::references;
+use crate::references::{self, ReferencedInstance};
 use gpucloud_api::{CloudStatus, Volume, VolumeStatus};
 use gpucloud_cloud::model::{
     CreateVolumeRequest, PricingBody, Tier as CloudTier, Volume as CloudVolume, VolumeListQuery,
@@ -36,9 +36,14 @@ pub enum Target {
     Detached,
     /// The referenced machine's cloud id.
     Instance(String),
-    /// The reference cannot be followed yet (the machine does not exist, has no id yet, or is
-    /// being deleted).
+    /// The reference cannot be followed yet (the machine does not exist, has no id yet, or
+    /// was deleted outside the operator).
     Waiting(Error),
+    /// The machine's object is being deleted. Its deletion detaches the volume, which
+    /// meanwhile stays as it is: detaching it here too would only double the call. (A machine
+    /// left in place, `deletionPolicy: Orphan`, keeps it until its object is gone; the volume
+    /// is then detached as from any machine it no longer names.)
+    MachineDeleting(Error),
 }
 
 /// One change a volume's plan asks for.
@@ -239,6 +244,7 @@ impl ManagedKind for Volume {
 
         if let Some(current) = &record.instance_id
             && !matches!(&target, Target::Instance(wanted) if wanted == current)
+            && !matches!(target, Target::MachineDeleting(_))
         {
             return Ok(Plan::act(
                 VolumeAction::Detach(current.clone()),
@@ -258,7 +264,7 @@ impl ManagedKind for Volume {
                 reason::AVAILABLE,
                 format!("{id} ({} GB) is available", record.size),
             )),
-            Target::Waiting(error) => Plan::stand(error.outcome()),
+            Target::Waiting(error) | Target::MachineDeleting(error) => Plan::stand(error.outcome()),
         })
     }
 
@@ -309,8 +315,9 @@ async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> 
         return Ok(Target::Detached);
     };
     let namespace = this.namespace().unwrap_or_default();
-    match references::instance_id(&cx.client, &namespace, &reference.name).await {
-        Ok(id) => Ok(Target::Instance(id)),
+    match references::referenced_instance(&cx.client, &namespace, &reference.name).await {
+        Ok(ReferencedInstance::Id(id)) => Ok(Target::Instance(id)),
+        Ok(ReferencedInstance::BeingDeleted(waiting)) => Ok(Target::MachineDeleting(waiting)),
         Err(waiting @ Error::WaitingFor { .. }) => Ok(Target::Waiting(waiting)),
         Err(other) => Err(other),
     }
@@ -476,6 +483,22 @@ mod tests {
                 None,
                 "ready",
             ),
+            // Its machine being deleted: that deletion detaches it; the volume waits.
+            (
+                100,
+                record(100, Attached, Some("vm-1")),
+                Target::MachineDeleting(waiting("it is being deleted")),
+                None,
+                "progressing",
+            ),
+            // Its machine deleted outside the operator: detached.
+            (
+                100,
+                record(100, Attached, Some("vm-1")),
+                Target::Waiting(waiting("its machine was deleted outside the operator")),
+                Some(VolumeAction::Detach("vm-1".into())),
+                "progressing",
+            ),
         ];
         for (size, record, target, action, standing) in table {
             let case = format!("{size} GB wanted, {record:?}, {target:?}");
@@ -583,13 +606,17 @@ mod tests {
         assert_eq!(kept.currency.as_deref(), Some("USD"));
     }
 
-    #[test]
-    fn a_reference_that_cannot_be_followed_keeps_the_volume_where_it_is() {
-        let waiting = Target::Waiting(Error::WaitingFor {
+    fn waiting(detail: &str) -> Error {
+        Error::WaitingFor {
             kind: "GpuInstance",
             name: "train".into(),
-            detail: "it has no cloud id yet".into(),
-        });
+            detail: detail.into(),
+        }
+    }
+
+    #[test]
+    fn a_reference_that_cannot_be_followed_keeps_the_volume_where_it_is() {
+        let waiting = Target::Waiting(waiting("it has no cloud id yet"));
         let plan = volume(100)
             .plan(&record(100, CloudState::Available, None), waiting)
             .unwrap();

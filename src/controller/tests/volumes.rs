@@ -373,3 +373,56 @@ async fn creates_that_wait_for_each_other_stall_as_a_cycle() {
     ready::<Volume>(&env, "b").await;
     ready::<Volume>(&env, "a").await;
 }
+
+/// A team's teardown: a machine, the volume attached to it and a snapshot of it, the machine
+/// deleted first and the others as soon as its delete is accepted. The volume is detached
+/// once, by the machine's deletion: its own deletion, still shown it attached by a list from
+/// before, deletes it without detaching it again. The snapshot's images are read once, before
+/// its delete, not again while the deletion finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teardown_detaches_each_volume_once_and_reads_a_snapshots_images_once() {
+    let mut env = Env::start().await;
+    create(&env, &machine("worker")).await;
+    create(
+        &env,
+        &volume(
+            "scratch",
+            serde_json::json!({"instanceRef": {"name": "worker"}}),
+        ),
+    )
+    .await;
+    let snapshot: Snapshot = object(
+        "checkpoint",
+        serde_json::json!({"instanceRef": {"name": "worker"}}),
+    );
+    create(&env, &snapshot).await;
+    ready::<Volume>(&env, "scratch").await;
+    ready::<Snapshot>(&env, "checkpoint").await;
+    let detaches = env.calls("DetachVolumes");
+
+    env.api::<GpuInstance>()
+        .delete("worker", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the machine's delete accepted", || async {
+        (env.calls("DeleteInstance") == 1).then_some(())
+    })
+    .await;
+    env.api::<Volume>()
+        .delete("scratch", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.api::<Snapshot>()
+        .delete("checkpoint", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone::<GpuInstance>(&env, "worker").await;
+    gone::<Volume>(&env, "scratch").await;
+    gone::<Snapshot>(&env, "checkpoint").await;
+
+    assert_eq!(env.calls("DetachVolumes") - detaches, 1, "detaches");
+    assert_eq!(env.calls("DeleteVolume"), 1, "volume deletes");
+    assert_eq!(env.calls("GetSnapshotImageRelation"), 1, "image reads");
+    assert!(data_volumes(&env).is_empty());
+    env.stop_operator().await;
+}
