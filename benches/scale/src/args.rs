@@ -18,8 +18,9 @@ pub enum Scenario {
     Pool,
     /// N objects of every billed kind in `--namespaces` namespaces sharing `--accounts`
     /// cloud accounts (one credentials Secret per namespace): convergence and deletion
-    /// against the slowest account's bound, settled traffic per account, memory, and the
-    /// API server's own figures, with one timeline per account.
+    /// against the slowest account's bound, settled traffic per account, memory, operator
+    /// restarts, fairness under a burst, and the API server's own figures, with one timeline
+    /// per account.
     Tenants,
 }
 
@@ -103,6 +104,8 @@ pub struct Args {
     pub operator_bin: Option<PathBuf>,
     /// Lists the benchmark's objects with this kubeconfig, prints `listed N` and exits: the
     /// restart's list-only bound, measured in a process as fresh as the restarted operator.
+    /// What it lists follows `--scenario`: the GpuInstances (N counts them) and the SSH key of
+    /// the single-account run, or every kind of the `tenants` run in every namespace.
     #[arg(long, hide = true)]
     pub list_only: Option<PathBuf>,
 }

@@ -7,8 +7,9 @@
 //! lower bounds computed from what the simulator counted, and counts the operator's writes to
 //! the API server per object. `--scenario pool` scales one `GpuInstancePool` 0 -> N -> 0
 //! instead, against the same bounds; `--scenario tenants` spreads objects of every kind over
-//! namespaces that share cloud accounts, each account judged against its own bound, and times
-//! new objects of quiet namespaces during one namespace's burst.
+//! namespaces that share cloud accounts, each account judged against its own bound, restarts
+//! the operator with every kind settled, and times new objects of quiet namespaces during one
+//! namespace's burst.
 
 pub mod api_counts;
 pub mod args;

@@ -14,7 +14,7 @@ async fn main() -> ExitCode {
     // kube and reqwest both bring rustls; name the provider once for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     if let Some(kubeconfig) = &args.list_only {
-        return match gpucloud_bench::scenario::list_only(kubeconfig).await {
+        return match gpucloud_bench::scenario::list_only(kubeconfig, args.scenario).await {
             Ok(listed) => {
                 println!("{}{listed}", gpucloud_bench::scenario::LISTED_PREFIX);
                 ExitCode::SUCCESS

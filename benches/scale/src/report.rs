@@ -102,13 +102,17 @@ impl Restart {
 /// One restart.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RestartRun {
-    /// From starting the new operator process until every object was re-adopted: checked
-    /// against the cloud's list, or reconciled.
+    /// From starting the new operator process until every object was re-adopted: the startup
+    /// check of each kind waited for had found its objects settled and as the cloud lists them.
     pub seconds: f64,
     /// Objects the operator found settled and as the cloud lists them, not reconciled.
     pub objects_readopted: usize,
-    /// Objects reconciled at once.
+    /// Settled objects the startup checks found listed otherwise by the cloud, reconciled at
+    /// once (a restart counts as re-adopting everything only with none).
     pub objects_reconciled: usize,
+    /// `objects_readopted` by kind (runs written before it was kept: empty).
+    #[serde(default)]
+    pub readopted_by_kind: BTreeMap<String, usize>,
     pub calls_by_operation: BTreeMap<String, u64>,
     pub cloud_writes: u64,
     /// The time a new process needs, just before the restart, from its start until it has
@@ -120,7 +124,8 @@ pub struct RestartRun {
     pub kube_list_in_bench_s: f64,
     /// The same list decoded whole, as a plain client decodes it: for comparison, not a bound.
     pub kube_plain_list_s: f64,
-    /// kube_list_s plus the cloud lists' bound (calls / R, or L per list).
+    /// kube_list_s plus the cloud lists' bound (calls / R, or L per list); with several
+    /// accounts, each listed at its own R in parallel, the slowest account's.
     pub lower_bound_s: f64,
     pub ratio: f64,
 }
@@ -358,6 +363,29 @@ fn bounded_target(name: &str, phase: &BoundedPhase) -> Target {
     }
 }
 
+/// Restarts with everything settled: no cloud write, and the median run within 1.1 times its
+/// list-only bound.
+fn restart_target(restart: &Restart) -> Target {
+    let ratios: Vec<String> = restart
+        .runs
+        .iter()
+        .map(|run| format!("{:.2}x", run.ratio))
+        .collect();
+    Target {
+        name: "restart".into(),
+        target: "0 writes, median <= 1.1 x list-only bound".into(),
+        measured: format!(
+            "{} writes, median {:.2} s / {:.2} s = {:.2}x ({})",
+            restart.cloud_writes,
+            restart.median.seconds,
+            restart.median.lower_bound_s,
+            restart.median.ratio,
+            ratios.join(", ")
+        ),
+        pass: restart.cloud_writes == 0 && restart.median.ratio <= 1.1,
+    }
+}
+
 /// No 429 answer over the run.
 fn throttled_target(throttled: u64) -> Target {
     Target {
@@ -430,25 +458,7 @@ impl BenchResult {
             ),
             pass: f.p99_ms <= 1000.0,
         });
-        let r = &self.restart;
-        let ratios: Vec<String> = r
-            .runs
-            .iter()
-            .map(|run| format!("{:.2}x", run.ratio))
-            .collect();
-        targets.push(Target {
-            name: "restart".into(),
-            target: "0 writes, median <= 1.1 x list-only bound".into(),
-            measured: format!(
-                "{} writes, median {:.2} s / {:.2} s = {:.2}x ({})",
-                r.cloud_writes,
-                r.median.seconds,
-                r.median.lower_bound_s,
-                r.median.ratio,
-                ratios.join(", ")
-            ),
-            pass: r.cloud_writes == 0 && r.median.ratio <= 1.1,
-        });
+        targets.push(restart_target(&self.restart));
         targets.push(throttled_target(self.throttled));
         targets.push(bounded_target("deletion", &self.deletion));
         let w = &self.api_writes;
@@ -710,6 +720,7 @@ mod tests {
             seconds: ratio,
             objects_readopted: 10,
             objects_reconciled: 0,
+            readopted_by_kind: BTreeMap::new(),
             calls_by_operation: BTreeMap::new(),
             cloud_writes,
             kube_list_s: 1.0,
@@ -731,6 +742,22 @@ mod tests {
             .unwrap_or_else(|| panic!("two runs"));
         assert_eq!(restart.median.ratio, 1.2);
         assert_eq!(Restart::from_runs(Vec::new()), None);
+    }
+
+    #[test]
+    fn a_restart_passes_with_no_cloud_write_and_its_median_within_one_point_one() {
+        let target =
+            |runs| restart_target(&Restart::from_runs(runs).unwrap_or_else(|| panic!("runs")));
+        let within = target(vec![run(1.1, 0), run(0.9, 0), run(1.3, 0)]);
+        assert!(within.pass, "{within:?}");
+        assert!(
+            within
+                .measured
+                .contains("median 1.10 s / 1.00 s = 1.10x (1.10x, 0.90x, 1.30x)"),
+            "{within:?}"
+        );
+        assert!(!target(vec![run(1.0, 1)]).pass);
+        assert!(!target(vec![run(1.2, 0)]).pass);
     }
 
     #[test]

@@ -19,13 +19,13 @@ use crate::report::{
 };
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
-use gpucloud_api::{GpuInstance, SshKey};
+use gpucloud_api::{Firewall, GpuInstance, Snapshot, SshKey, Volume};
 use gpucloud_controller::decode::Decoded;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube::{Api, Client};
-use std::collections::{BTreeMap, HashMap};
+use kube::{Api, Client, Resource};
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -40,9 +40,10 @@ const SSH_KEY_NAME: &str = "bench-key";
 /// A public key only; its private half was never kept.
 const SSH_PUBLIC_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKWIQ+QF3fCIBgjBxZfHUID/+ZdKl9sgVJ+r46Z+ucKM bench";
-const CONVERGE_MESSAGE: &str = "converging toward the listed machine";
+/// The summary each kind's controller logs once its startup check is done
+/// (`src/controller/readopt.rs`), with the fields `kind`, `readopted` and `reconciled`.
 const CHECKED_MESSAGE: &str = "first list checked against the cloud";
-/// What `scale-bench --list-only` prints before the number of instances it listed.
+/// What `scale-bench --list-only` prints before the number of objects it listed.
 pub const LISTED_PREFIX: &str = "listed ";
 /// Lists any design needs to see the result of a phase: one per kind (instances, SSH keys).
 const LISTS_PER_PHASE: u64 = 2;
@@ -91,6 +92,8 @@ pub enum Error {
     Banner(String),
     #[error("the list-only process {0}")]
     ListOnly(String),
+    #[error("the restarted operator did not re-adopt every object: {0}")]
+    NotReadopted(String),
 }
 
 fn kube_error(doing: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -327,16 +330,16 @@ impl Environment {
     }
 
     /// Starts an operator with its defaults except the rate limit and its endpoints' ports
-    /// (free ones); every log line that says an instance converged is recorded in `converged`.
+    /// (free ones); the summaries of its startup checks are recorded in `startup`.
     async fn start_operator(
         &self,
         args: &Args,
         binary: &Path,
         role: &str,
-        converged: ConvergeLog,
+        startup: ReadoptionLog,
     ) -> Result<RoleProcess, Error> {
         let (lines_sender, lines) = mpsc::unbounded_channel();
-        converged.follow(lines);
+        startup.follow(lines);
         let (operator, _) = RoleProcess::start(
             role,
             binary,
@@ -366,10 +369,8 @@ impl Environment {
             &[
                 ("KUBECONFIG", self.operator_kubeconfig.display().to_string()),
                 ("GPUCLOUD_LOG_FORMAT", "json".into()),
-                (
-                    "RUST_LOG",
-                    "info,gpucloud_controller::gpu_instance=debug".into(),
-                ),
+                // The startup checks' summaries, all the bench reads, are info lines.
+                ("RUST_LOG", "info".into()),
             ],
             &args.out,
             "{",
@@ -472,81 +473,90 @@ fn strings(values: &[&str]) -> Vec<String> {
     values.iter().map(|s| s.to_string()).collect()
 }
 
-// === impl ConvergeLog ===
+// === impl ReadoptionLog ===
 
-/// What a restarted operator's log says about the instances: the summary of its startup
-/// check, and when each instance was first reconciled with its machine listed.
+/// What a restarted operator's log says about its start: the summary each kind's controller
+/// logs once it has checked the settled objects of its first list against the cloud's first
+/// list. The bench's operator watches every namespace, so each kind has one controller and
+/// one summary.
 #[derive(Debug, Clone, Default)]
-struct ConvergeLog {
-    inner: Arc<Mutex<Seen>>,
+struct ReadoptionLog {
+    checked: Arc<Mutex<BTreeMap<String, Checked>>>,
 }
 
-#[derive(Debug, Default)]
-struct Seen {
-    /// When the GpuInstance controller had checked its first list against the cloud's, and
-    /// how many instances that re-adopted without a reconcile.
-    checked: Option<(Instant, usize)>,
-    reconciled: HashMap<String, Instant>,
+/// One kind's startup check.
+#[derive(Debug, Clone, Copy)]
+struct Checked {
+    at: Instant,
+    /// Objects found settled and as the cloud lists them: re-adopted without a reconcile.
+    readopted: usize,
+    /// Settled objects the cloud listed otherwise (or not at all): reconciled at once.
+    reconciled: usize,
 }
 
-impl ConvergeLog {
+impl ReadoptionLog {
     fn follow(&self, mut lines: mpsc::UnboundedReceiver<String>) {
-        let inner = self.inner.clone();
+        let checked = self.checked.clone();
         tokio::spawn(async move {
             while let Some(line) = lines.recv().await {
-                let checked = line.contains(CHECKED_MESSAGE);
-                if !checked && !line.contains(CONVERGE_MESSAGE) {
+                if !line.contains(CHECKED_MESSAGE) {
                     continue;
                 }
                 let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
                     continue;
                 };
+                // Flattened into the line by the operator's JSON format, or under `fields`.
                 let field = |name: &str| {
                     event
                         .get(name)
                         .or_else(|| event.get("fields").and_then(|f| f.get(name)))
                         .cloned()
                 };
-                let mut seen = inner.lock().unwrap_or_else(|e| e.into_inner());
-                if checked {
-                    if field("kind").is_some_and(|kind| kind == "GpuInstance")
-                        && let Some(readopted) = field("readopted").and_then(|v| v.as_u64())
-                    {
-                        seen.checked = Some((Instant::now(), readopted as usize));
-                    }
-                } else if let Some(object) =
-                    field("object").and_then(|v| v.as_str().map(str::to_string))
-                {
-                    seen.reconciled.entry(object).or_insert_with(Instant::now);
-                }
+                let count = |name: &str| field(name).and_then(|v| v.as_u64()).map(|n| n as usize);
+                let (Some(kind), Some(readopted)) = (
+                    field("kind").and_then(|v| v.as_str().map(str::to_string)),
+                    count("readopted"),
+                ) else {
+                    continue;
+                };
+                let summary = Checked {
+                    at: Instant::now(),
+                    readopted,
+                    reconciled: count("reconciled").unwrap_or(0),
+                };
+                checked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(kind, summary);
             }
         });
     }
 
-    /// When all of `names` were re-adopted: the startup check is done, and as many instances
-    /// as it did not re-adopt have been reconciled. With some of each, a re-adopted
-    /// instance's first recheck could stand in for a reconcile still to come, making this
-    /// early; the benchmark restarts with every instance settled, where none is waited for.
-    fn all_readopted_at(&self, names: &[String]) -> Option<Instant> {
-        let seen = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let (checked_at, readopted) = seen.checked?;
-        let needed = names.len().saturating_sub(readopted);
-        let mut times: Vec<Instant> = names
-            .iter()
-            .filter_map(|name| seen.reconciled.get(name).copied())
-            .collect();
-        times.sort();
-        match needed {
-            0 => Some(checked_at),
-            n => times.get(n - 1).map(|at| (*at).max(checked_at)),
+    /// When the last of `kinds` had checked its first list, once all have.
+    fn all_checked_at<'a>(&self, kinds: impl Iterator<Item = &'a String>) -> Option<Instant> {
+        let checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        let mut latest: Option<Instant> = None;
+        for kind in kinds {
+            let at = checked.get(kind)?.at;
+            latest = Some(latest.map_or(at, |latest| latest.max(at)));
         }
+        latest
     }
 
-    /// Instances re-adopted without a reconcile, and instances reconciled up to `until`.
-    fn counts(&self, until: Instant) -> (usize, usize) {
-        let seen = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let reconciled = seen.reconciled.values().filter(|at| **at <= until).count();
-        (seen.checked.map_or(0, |(_, n)| n), reconciled)
+    /// Of `kinds`: the objects re-adopted by kind, and the objects reconciled at once in all.
+    fn counts<'a>(
+        &self,
+        kinds: impl Iterator<Item = &'a String>,
+    ) -> (BTreeMap<String, usize>, usize) {
+        let checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        let mut readopted = BTreeMap::new();
+        let mut reconciled = 0;
+        for kind in kinds {
+            let summary = checked.get(kind);
+            readopted.insert(kind.clone(), summary.map_or(0, |s| s.readopted));
+            reconciled += summary.map_or(0, |s| s.reconciled);
+        }
+        (readopted, reconciled)
     }
 }
 
@@ -578,9 +588,8 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
     let tracker = Tracker::start(instances.clone(), Duration::from_millis(500));
 
     // 1. The operator, idle.
-    let first_log = ConvergeLog::default();
-    let mut operator = env
-        .start_operator(args, binary, "operator", first_log.clone())
+    let operator = env
+        .start_operator(args, binary, "operator", ReadoptionLog::default())
         .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let operator_idle = operator.usage()?;
@@ -683,36 +692,17 @@ async fn measure(args: &Args, binary: &Path, env: &Environment) -> Result<BenchR
     // 5. Restarts: kill the operator, start a new one, wait until every object is re-adopted.
     let operator_cpu_s = operator.usage()?.cpu_seconds;
     let restart_mark = tracker.seconds(Instant::now());
-    let mut runs = Vec::with_capacity(args.restarts);
-    let mut operator_restarted: Option<ProcessUsage> = None;
-    for run in 1..=args.restarts {
-        let (restarted, measured, usage) =
-            restart(args, binary, env, operator, &all_names, run).await?;
-        operator = restarted;
-        log(&format!(
-            "restart {run} re-adopted {} objects from the lists and reconciled {} in {:.2} s \
-             with {} cloud writes (the API server's list decoded as the operator does: {:.2} s \
-             from a new process, {:.2} s from the bench's; decoded whole: {:.2} s)",
-            measured.objects_readopted,
-            measured.objects_reconciled,
-            measured.seconds,
-            measured.cloud_writes,
-            measured.kube_list_s,
-            measured.kube_list_in_bench_s,
-            measured.kube_plain_list_s
-        ));
-        runs.push(measured);
-        if operator_restarted
-            .as_ref()
-            .is_none_or(|peak| usage.peak_rss_bytes > peak.peak_rss_bytes)
-        {
-            operator_restarted = Some(usage);
-        }
-    }
-    let (Some(restart), Some(operator_restarted)) = (Restart::from_runs(runs), operator_restarted)
-    else {
-        return Err(Error::Arguments("--restarts must be at least 1".into()));
+    let readopting = Readopting {
+        objects_by_kind: BTreeMap::from([(GpuInstance::kind(&()).to_string(), all_names.len())]),
+        accounts: 1,
+        fewest_lists: LISTS_PER_PHASE,
     };
+    let Restarts {
+        operator,
+        restart,
+        operator_restarted,
+        ..
+    } = restarts(args, binary, env, operator, &readopting).await?;
 
     // 6. Delete everything; time until the account is empty.
     let deletion_mark = tracker.seconds(Instant::now());
@@ -958,63 +948,150 @@ async fn delete_all(api: &Api<GpuInstance>, names: &[String], writers: usize) ->
         .await
 }
 
-/// Kills `operator` and starts another, which re-adopts `names`; the list-only bound is
-/// measured just before, listing what the operator lists, decoded as the operator decodes it.
+/// What a restarted operator re-adopts, and the cloud accounts it lists to do it.
+struct Readopting {
+    /// The objects it waits for, by kind as the startup check's summary names it.
+    objects_by_kind: BTreeMap<String, usize>,
+    /// Accounts: each is listed at its own rate limit, in parallel with the others.
+    accounts: usize,
+    /// The fewest cloud lists any operator needs in one account: one per kind.
+    fewest_lists: u64,
+}
+
+/// The restarts step's outcome.
+struct Restarts {
+    /// The last operator started, running.
+    operator: RoleProcess,
+    restart: Restart,
+    /// The restarted operator with the highest peak RSS, once it had re-adopted everything.
+    operator_restarted: ProcessUsage,
+    /// CPU seconds of the operators killed, each read as its restart began.
+    killed_cpu_s: f64,
+}
+
+/// `--restarts` times: kills the operator and starts another, which re-adopts `readopting`'s
+/// objects with everything settled.
+async fn restarts(
+    args: &Args,
+    binary: &Path,
+    env: &Environment,
+    mut operator: RoleProcess,
+    readopting: &Readopting,
+) -> Result<Restarts, Error> {
+    let mut runs = Vec::with_capacity(args.restarts);
+    let mut operator_restarted: Option<ProcessUsage> = None;
+    let mut killed_cpu_s = 0.0;
+    for run in 1..=args.restarts {
+        killed_cpu_s += operator.usage()?.cpu_seconds;
+        let (restarted, measured, usage) =
+            restart(args, binary, env, operator, readopting, run).await?;
+        operator = restarted;
+        log(&format!(
+            "restart {run} re-adopted {} objects from the lists and reconciled {} in {:.2} s \
+             with {} cloud writes (the API server's list decoded as the operator does: {:.2} s \
+             from a new process, {:.2} s from the bench's; decoded whole: {:.2} s)",
+            measured.objects_readopted,
+            measured.objects_reconciled,
+            measured.seconds,
+            measured.cloud_writes,
+            measured.kube_list_s,
+            measured.kube_list_in_bench_s,
+            measured.kube_plain_list_s
+        ));
+        runs.push(measured);
+        if operator_restarted
+            .as_ref()
+            .is_none_or(|peak| usage.peak_rss_bytes > peak.peak_rss_bytes)
+        {
+            operator_restarted = Some(usage);
+        }
+    }
+    let (Some(restart), Some(operator_restarted)) = (Restart::from_runs(runs), operator_restarted)
+    else {
+        return Err(Error::Arguments("--restarts must be at least 1".into()));
+    };
+    Ok(Restarts {
+        operator,
+        restart,
+        operator_restarted,
+        killed_cpu_s,
+    })
+}
+
+/// Kills `operator` and starts another, which re-adopts `readopting`'s objects; the list-only
+/// bound is measured just before, listing what the operator lists, decoded as the operator
+/// decodes it.
 async fn restart(
     args: &Args,
     binary: &Path,
     env: &Environment,
     operator: RoleProcess,
-    names: &[String],
+    readopting: &Readopting,
     run: usize,
 ) -> Result<(RoleProcess, RestartRun, ProcessUsage), Error> {
     let (_, kube_list_in_bench_s) =
-        timed_list::<Decoded<GpuInstance>, Decoded<SshKey>>(&env.client).await?;
-    let (_, kube_plain_list_s) = timed_list::<GpuInstance, SshKey>(&env.client).await?;
-    let (listed, kube_list_s) = fresh_process_list(&env.kubeconfig).await?;
+        timed_list(&env.client, args.scenario, Decoding::AsTheOperator).await?;
+    let (_, kube_plain_list_s) = timed_list(&env.client, args.scenario, Decoding::Whole).await?;
+    let (listed, kube_list_s) = fresh_process_list(&env.kubeconfig, args.scenario).await?;
     let before = env.admin.counters().await?;
     operator.kill().await?;
-    let converged = ConvergeLog::default();
+    let startup = ReadoptionLog::default();
     let started = Instant::now();
     let operator = env
         .start_operator(
             args,
             binary,
             &format!("operator-restarted-{run}"),
-            converged.clone(),
+            startup.clone(),
         )
         .await?;
-    let readopted_at = wait_for(args.phase_timeout, "every object re-adopted", || {
-        let done = converged.all_readopted_at(names);
-        async move { done }
-    })
+    let kinds = || readopting.objects_by_kind.keys();
+    let checked_at = wait_for(
+        args.phase_timeout,
+        "every kind's startup check done",
+        || {
+            let done = startup.all_checked_at(kinds());
+            async move { done }
+        },
+    )
     .await
     .map_err(|e| {
-        let (readopted, reconciled) = converged.counts(Instant::now());
-        with_progress(
-            e,
-            format!("{readopted} re-adopted and {reconciled} reconciled of {listed}"),
-        )
+        let (readopted, _) = startup.counts(kinds());
+        let readopted: usize = readopted.values().sum();
+        with_progress(e, format!("{readopted} re-adopted of {listed}"))
     })?;
+    let (readopted_by_kind, objects_reconciled) = startup.counts(kinds());
+    // The bench restarts with every object settled: each is re-adopted from the lists, or
+    // the restart is not the one this step measures.
+    let short: Vec<String> = readopting
+        .objects_by_kind
+        .iter()
+        .filter_map(|(kind, expected)| {
+            let readopted = readopted_by_kind.get(kind).copied().unwrap_or(0);
+            (readopted < *expected).then(|| format!("{kind} {readopted} of {expected}"))
+        })
+        .collect();
+    if !short.is_empty() {
+        return Err(Error::NotReadopted(format!(
+            "re-adopted {}; its startup checks reconciled {objects_reconciled} at once",
+            short.join(", ")
+        )));
+    }
     let counters = env.admin.counters().await?.since(&before);
     let usage = operator.usage()?;
-    let lists = counters
-        .by_operation()
-        .iter()
-        .filter(|(op, _)| counters::is_list(op))
-        .map(|(_, n)| *n)
-        .sum::<u64>()
-        .max(LISTS_PER_PHASE);
-    let cloud_list_bound = (lists as f64 / args.rate_limit).max(args.latency_ms as f64 / 1000.0);
-    let seconds = readopted_at
-        .saturating_duration_since(started)
-        .as_secs_f64();
-    let lower_bound_s = kube_list_s + cloud_list_bound;
-    let (objects_readopted, objects_reconciled) = converged.counts(readopted_at);
+    // Each account's lists at its own rate limit; the accounts are listed in parallel.
+    let cloud_list_s = (0..readopting.accounts)
+        .map(|account| {
+            cloud_list_seconds(args, &counters.of_account(account), readopting.fewest_lists)
+        })
+        .fold(0.0, f64::max);
+    let seconds = checked_at.saturating_duration_since(started).as_secs_f64();
+    let lower_bound_s = kube_list_s + cloud_list_s;
     let measured = RestartRun {
         seconds,
-        objects_readopted,
+        objects_readopted: readopted_by_kind.values().sum(),
         objects_reconciled,
+        readopted_by_kind,
         calls_by_operation: counters.by_operation(),
         cloud_writes: counters.writes(),
         kube_list_s,
@@ -1026,18 +1103,32 @@ async fn restart(
     Ok((operator, measured, usage))
 }
 
-/// `scale-bench --list-only`: how many instances a new client lists, with the SSH keys, both
-/// decoded as the operator decodes them.
-pub async fn list_only(kubeconfig: &Path) -> Result<usize, Error> {
+/// One account's cloud lists at the rate limit: the lists `counters` holds, at least
+/// `fewest`, or one round trip when they take less.
+fn cloud_list_seconds(args: &Args, counters: &Counters, fewest: u64) -> f64 {
+    let lists = counters
+        .by_operation()
+        .iter()
+        .filter(|(op, _)| counters::is_list(op))
+        .map(|(_, n)| *n)
+        .sum::<u64>()
+        .max(fewest);
+    (lists as f64 / args.rate_limit).max(args.latency_ms as f64 / 1000.0)
+}
+
+/// `scale-bench --list-only`: how many objects a new client lists of what `scenario`'s
+/// operator re-adopts, decoded as the operator decodes them (see `timed_list`).
+pub async fn list_only(kubeconfig: &Path, scenario: Scenario) -> Result<usize, Error> {
     let client = kube_client(kubeconfig).await?;
-    let (listed, _) = timed_list::<Decoded<GpuInstance>, Decoded<SshKey>>(&client).await?;
+    let (listed, _) = timed_list(&client, scenario, Decoding::AsTheOperator).await?;
     Ok(listed)
 }
 
-/// How many instances there are, and the seconds from starting a new `scale-bench
-/// --list-only` process until it has listed them: what a restarted operator cannot go below
-/// (a new process, a new connection, a heap not yet grown), with none of its other work.
-async fn fresh_process_list(kubeconfig: &Path) -> Result<(usize, f64), Error> {
+/// How many objects there are, and the seconds from starting a new `scale-bench --list-only`
+/// process until it has listed them: what a restarted operator cannot go below (a new
+/// process, a new connection, a heap not yet grown), with none of its other work.
+async fn fresh_process_list(kubeconfig: &Path, scenario: Scenario) -> Result<(usize, f64), Error> {
+    use clap::ValueEnum;
     use tokio::io::AsyncBufReadExt;
     let binary = std::env::current_exe().map_err(|source| Error::Io {
         path: "the scale-bench executable".into(),
@@ -1047,10 +1138,15 @@ async fn fresh_process_list(kubeconfig: &Path) -> Result<(usize, f64), Error> {
         path: binary.display().to_string(),
         source,
     };
+    let scenario = scenario
+        .to_possible_value()
+        .ok_or_else(|| Error::ListOnly(format!("has no name for {scenario:?}")))?;
     let started = Instant::now();
     let mut child = tokio::process::Command::new(&binary)
         .arg("--list-only")
         .arg(kubeconfig)
+        .arg("--scenario")
+        .arg(scenario.get_name())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -1083,31 +1179,84 @@ async fn fresh_process_list(kubeconfig: &Path) -> Result<(usize, f64), Error> {
     }
 }
 
-/// How many instances there are, and the seconds it takes to list the instances and the SSH
-/// keys decoded as `I` and `S`.
-async fn timed_list<I, S>(client: &Client) -> Result<(usize, f64), Error>
+/// How a timed list decodes each object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decoding {
+    /// As the operator's watches do (`Decoded`, without `managedFields`).
+    AsTheOperator,
+    /// Whole, as a plain client does.
+    Whole,
+}
+
+/// How many objects there are of what `scenario`'s operator re-adopts, and the seconds it
+/// takes to list them, every kind at once as the operator's controllers do: the
+/// single-account run's GpuInstances (the count) and SSH key in its namespace, or every kind
+/// of the multi-tenant run in every namespace (all counted).
+async fn timed_list(
+    client: &Client,
+    scenario: Scenario,
+    decoding: Decoding,
+) -> Result<(usize, f64), Error> {
+    let started = Instant::now();
+    let listed = match scenario {
+        Scenario::Instances | Scenario::Pool => {
+            let namespace = Some(NAMESPACE);
+            let (instances, _) = futures::future::try_join(
+                count::<GpuInstance>(client, namespace, decoding),
+                count::<SshKey>(client, namespace, decoding),
+            )
+            .await?;
+            instances
+        }
+        Scenario::Tenants => {
+            let (instances, volumes, snapshots, keys, firewalls) = futures::future::try_join5(
+                count::<GpuInstance>(client, None, decoding),
+                count::<Volume>(client, None, decoding),
+                count::<Snapshot>(client, None, decoding),
+                count::<SshKey>(client, None, decoding),
+                count::<Firewall>(client, None, decoding),
+            )
+            .await?;
+            instances + volumes + snapshots + keys + firewalls
+        }
+    };
+    Ok((listed, started.elapsed().as_secs_f64()))
+}
+
+/// The objects of kind `K` one list returns, in `namespace` or in every namespace.
+async fn count<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    decoding: Decoding,
+) -> Result<usize, Error>
 where
-    I: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-    S: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
 {
-    let started = Instant::now();
-    let instances = Api::<I>::namespaced(client.clone(), NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error("listing the instances"))?
-        .items
-        .len();
-    Api::<S>::namespaced(client.clone(), NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error("listing the SSH keys"))?;
-    Ok((instances, started.elapsed().as_secs_f64()))
+    async fn list<R>(client: &Client, namespace: Option<&str>) -> Result<usize, Error>
+    where
+        R: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let api = match namespace {
+            Some(namespace) => Api::<R>::namespaced(client.clone(), namespace),
+            None => Api::<R>::all(client.clone()),
+        };
+        Ok(api
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_error(format!("listing the {}", R::plural(&()))))?
+            .items
+            .len())
+    }
+    match decoding {
+        Decoding::AsTheOperator => list::<Decoded<K>>(client, namespace).await,
+        Decoding::Whole => list::<K>(client, namespace).await,
+    }
 }
 
 /// Polls `check` every 200 ms until it yields a value, at most `limit`.
@@ -1165,5 +1314,96 @@ mod tests {
         assert_eq!(phase.cloud_time_s, 5.0);
         assert!((phase.lower_bound_s - 25.06).abs() < 1e-9, "{phase:?}");
         assert!((phase.ratio - 28.0 / 25.06).abs() < 1e-9, "{phase:?}");
+    }
+
+    /// The operator's JSON line of one kind's startup check, its fields flattened into it.
+    fn checked_line(kind: &str, readopted: u64, reconciled: u64) -> String {
+        serde_json::json!({
+            "timestamp": "2026-11-28T10:00:00.000000Z",
+            "level": "INFO",
+            "message": CHECKED_MESSAGE,
+            "kind": kind,
+            "readopted": readopted,
+            "reconciled": reconciled,
+            "target": "gpucloud_controller::readopt",
+        })
+        .to_string()
+    }
+
+    #[tokio::test]
+    async fn each_kinds_startup_check_is_counted_under_its_own_kind() {
+        let log = ReadoptionLog::default();
+        let (lines, received) = mpsc::unbounded_channel();
+        log.follow(received);
+        let kinds = [
+            "GpuInstance".to_string(),
+            "Volume".to_string(),
+            "Snapshot".to_string(),
+        ];
+        let send = |line: String| lines.send(line).unwrap_or_else(|e| panic!("{e}"));
+        send(checked_line("GpuInstance", 610, 0));
+        send(r#"{"message":"serving metrics and probes","kind":"Volume","readopted":1}"#.into());
+        // A line with its fields nested, as a format without flattening writes it.
+        send(
+            serde_json::json!({
+                "fields": {
+                    "message": CHECKED_MESSAGE, "kind": "Volume", "readopted": 299,
+                    "reconciled": 1,
+                },
+            })
+            .to_string(),
+        );
+        let both = || kinds[..2].iter();
+        wait_for(Duration::from_secs(5), "both checks read", || {
+            let done = log.all_checked_at(both());
+            async move { done }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The Snapshot controller has not logged its check yet.
+        assert_eq!(log.all_checked_at(kinds.iter()), None);
+        let (readopted, reconciled) = log.counts(kinds.iter());
+        assert_eq!(
+            readopted,
+            BTreeMap::from([
+                ("GpuInstance".to_string(), 610),
+                ("Snapshot".to_string(), 0),
+                ("Volume".to_string(), 299),
+            ])
+        );
+        assert_eq!(reconciled, 1);
+        // Kinds not waited for are left out.
+        assert_eq!(
+            log.counts(kinds[..1].iter()),
+            (BTreeMap::from([("GpuInstance".to_string(), 610)]), 0)
+        );
+    }
+
+    #[test]
+    fn a_restarts_cloud_lists_take_at_least_one_per_kind_at_the_rate_limit_or_a_round_trip() {
+        let args =
+            Args::try_parse_from(["scale-bench", "--rate-limit", "50", "--latency-ms", "20"])
+                .unwrap_or_else(|e| panic!("{e}"));
+        let lists = |n: u64| Counters {
+            operations: BTreeMap::from([
+                (
+                    "ListInstances".to_string(),
+                    BTreeMap::from([("200".to_string(), n)]),
+                ),
+                (
+                    "CreateInstance".to_string(),
+                    BTreeMap::from([("200".to_string(), 7)]),
+                ),
+            ]),
+            by_account: BTreeMap::new(),
+        };
+        // 10 lists at 50/s: 0.2 s; the writes are not lists.
+        assert!((cloud_list_seconds(&args, &lists(10), 5) - 0.2).abs() < 1e-9);
+        // One list counted, five kinds at least: 0.1 s.
+        assert!((cloud_list_seconds(&args, &lists(1), 5) - 0.1).abs() < 1e-9);
+        // At a high rate limit, one round trip of 20 ms.
+        let fast = Args::try_parse_from(["scale-bench", "--rate-limit", "1000"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!((cloud_list_seconds(&fast, &lists(2), 2) - 0.02).abs() < 1e-9);
     }
 }

@@ -209,7 +209,8 @@ async fn a_pool_scaled_to_a_hundred_and_back_writes_the_result() {
 
 /// 1,000 objects of every kind in 10 namespaces, 5 per account: every resource is made and
 /// deleted once in its namespace's account and in no other, each account is listed and judged
-/// on its own, and the plot has a line per account.
+/// on its own, a restart re-adopts every object of every kind, and the plot has a line per
+/// account.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
     let json = scale_bench(
@@ -228,6 +229,8 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
             "2s",
             "--settled-window",
             "5s",
+            "--restarts",
+            "1",
             "--phase-timeout",
             "300s",
         ],
@@ -236,6 +239,7 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
             "settled traffic",
             "memory idle",
             "memory per object",
+            "restart",
             "fairness: another account",
             "fairness: the same account",
             "deletion (slowest account)",
@@ -250,7 +254,7 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
         (mix.instances, mix.volumes, mix.snapshots, result.objects),
         (61, 30, 6, 990)
     );
-    assert_eq!(result.targets.len(), 7, "{:?}", result.targets);
+    assert_eq!(result.targets.len(), 8, "{:?}", result.targets);
     // The burst (N / 2 machines in the first namespace) and 20 new machines in each quiet
     // namespace, each timed from the simulator's ledger.
     let burst = result.burst.as_ref().unwrap();
@@ -305,6 +309,50 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
         assert_eq!(settled.per_object_calls, 0, "{settled:?}");
         assert!(settled.max_lists_per_kind > 0, "{settled:?}");
     }
+    // The restart re-adopted every object of every kind in every namespace from the lists,
+    // reconciling none and writing nothing to the cloud; its bound is a new process's list of
+    // every kind plus the slowest account's cloud lists.
+    assert_eq!(result.restart.runs.len(), 1, "{:?}", result.restart);
+    let run = &result.restart.median;
+    assert_eq!(
+        run.readopted_by_kind,
+        std::collections::BTreeMap::from(
+            [
+                ("GpuInstance", 610),
+                ("Volume", 300),
+                ("Snapshot", 60),
+                ("SshKey", 10),
+                ("Firewall", 10),
+            ]
+            .map(|(kind, n)| (kind.to_string(), n))
+        ),
+        "{run:?}"
+    );
+    assert_eq!(
+        (
+            run.objects_readopted,
+            run.objects_reconciled,
+            run.cloud_writes
+        ),
+        (990, 0, 0),
+        "{run:?}"
+    );
+    assert_eq!(result.restart.cloud_writes, 0, "{:?}", result.restart);
+    assert!(run.seconds > 0.0, "{run:?}");
+    assert!(
+        run.kube_list_s > 0.0 && run.lower_bound_s > run.kube_list_s,
+        "{run:?}"
+    );
+    assert!(
+        run.kube_list_in_bench_s > 0.0 && run.kube_plain_list_s > 0.0,
+        "{run:?}"
+    );
+    assert!(
+        result.memory.operator_restarted.peak_rss_bytes > 0,
+        "{:?}",
+        result.memory
+    );
+    assert_eq!(result.marks.len(), 3);
     assert_eq!(result.timelines.len(), 2);
     for timeline in result.timelines.values() {
         assert!(timeline.iter().any(|(_, ready)| *ready == 495));

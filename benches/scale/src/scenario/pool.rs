@@ -6,9 +6,9 @@
 //! is gone by the time the pool is Ready.
 
 use super::{
-    CLOUD_DELETING, CLOUD_READY_AFTER, ConvergeLog, Environment, Error, LISTS_PER_PHASE, NAMESPACE,
-    SSH_KEY_NAME, bounded_phase, create_ssh_key, instance_spec, kube_error, log, operator_writes,
-    settings, wait_for, wait_until_emptied, with_progress,
+    CLOUD_DELETING, CLOUD_READY_AFTER, Environment, Error, LISTS_PER_PHASE, NAMESPACE,
+    ReadoptionLog, SSH_KEY_NAME, bounded_phase, create_ssh_key, instance_spec, kube_error, log,
+    operator_writes, settings, wait_for, wait_until_emptied, with_progress,
 };
 use crate::args::Args;
 use crate::counters::Admin;
@@ -42,7 +42,7 @@ pub(super) async fn measure(
 
     // 1. The operator, and the pool at 0 replicas once its controller has counted it.
     let operator = env
-        .start_operator(args, binary, "operator", ConvergeLog::default())
+        .start_operator(args, binary, "operator", ReadoptionLog::default())
         .await?;
     pools
         .create(&PostParams::default(), &pool()?)

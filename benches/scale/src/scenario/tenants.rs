@@ -11,13 +11,18 @@
 //! CREATING and BOOTING, then its snapshot's creating); the run is judged against the slowest
 //! account's bound. The objects are applied round-robin over the namespaces, so every account
 //! has work from the start.
+//!
+//! After the settled window the operator is restarted `--restarts` times with everything
+//! settled, as in the single-account run: each restart until every kind's startup check has
+//! re-adopted its objects in every namespace, against a new process's list of every kind in
+//! every namespace plus the slowest account's cloud lists at its rate limit.
 
 mod burst;
 
 use super::{
     CLOUD_DELETING, CLOUD_READY_AFTER, CLOUD_SNAPSHOTTING, Environment, Error, LISTS_PER_PHASE,
-    SSH_PUBLIC_KEY, bounded_phase, create_namespace, instance_spec, kube_error, log,
-    operator_writes, settings, settled_summary, wait_for,
+    Readopting, Restarts, SSH_PUBLIC_KEY, bounded_phase, create_namespace, instance_spec,
+    kube_error, log, operator_writes, restarts, settings, settled_summary, wait_for,
 };
 use crate::args::Args;
 use crate::counters::Counters;
@@ -462,7 +467,6 @@ pub(super) async fn measure(
     let window_start = env.admin.counters().await?;
     tokio::time::sleep(args.settled_window).await;
     let window = env.admin.counters().await?.since(&window_start);
-    let api_after_window = env.api_counts().await?;
     let operator_settled = operator.usage()?;
     let settled = (0..teams.accounts)
         .map(|account| settled_summary(args, &window.of_account(account), keys_of(account).len()))
@@ -472,7 +476,27 @@ pub(super) async fn measure(
         usage_settled: env.apiserver.usage()?,
     };
 
-    // 4. Fairness: one namespace's burst, new objects in two quiet namespaces; then they
+    // 4. Restarts: kill the operator, start a new one, wait until every object of every kind
+    // in every namespace is re-adopted.
+    let restart_mark = tracker.seconds(Instant::now());
+    let mut objects_by_kind = BTreeMap::new();
+    for m in &manifests {
+        *objects_by_kind.entry(m.resource.kind.clone()).or_insert(0) += 1;
+    }
+    let readopting = Readopting {
+        objects_by_kind,
+        accounts: teams.accounts,
+        fewest_lists: KINDS,
+    };
+    let Restarts {
+        operator,
+        restart,
+        operator_restarted,
+        killed_cpu_s,
+    } = restarts(args, binary, env, operator, &readopting).await?;
+    let api_after_restarts = env.api_counts().await?;
+
+    // 5. Fairness: one namespace's burst, new objects in two quiet namespaces; then they
     // go, so that the deletion below is that of the N objects alone.
     let burst = if args.burst_size() > 0 {
         let (burst, made) = burst::measure(args, env, &teams, &tracker).await?;
@@ -489,7 +513,7 @@ pub(super) async fn measure(
         None
     };
 
-    // 5. Delete everything; time until every account is empty.
+    // 6. Delete everything; time until every account is empty.
     let deletion_mark = tracker.seconds(Instant::now());
     let before_delete = env.admin.counters().await?;
     let api_before_delete = env.api_counts().await?;
@@ -546,7 +570,7 @@ pub(super) async fn measure(
         deletion.seconds, deletion.lower_bound_s
     ));
 
-    let operator_cpu_s = operator.usage()?.cpu_seconds;
+    let operator_cpu_s = killed_cpu_s + operator.usage()?.cpu_seconds;
     let api_at_end = env.stop_operator(operator).await?;
     let memory = TenantsMemory {
         slope_bytes_per_object: (operator_settled.rss_bytes as f64
@@ -555,6 +579,7 @@ pub(super) async fn measure(
         operator_idle,
         operator_all_ready,
         operator_settled,
+        operator_restarted,
         operator_cpu_s,
         apiserver: env.apiserver.usage()?,
         simulator: env.simulator.usage()?,
@@ -564,7 +589,7 @@ pub(super) async fn measure(
     let api_writes = crate::report::ApiWrites::new(
         objects,
         phase_writes(&api_at_settled, &api_at_start),
-        phase_writes(&api_after_window, &api_at_settled),
+        phase_writes(&api_after_restarts, &api_at_settled),
         phase_writes(&api_at_end, &api_before_delete),
     );
     let end_mark = tracker.seconds(Instant::now());
@@ -580,6 +605,7 @@ pub(super) async fn measure(
         objects,
         convergence,
         settled,
+        restart,
         deletion,
         memory,
         api_writes,
@@ -587,7 +613,7 @@ pub(super) async fn measure(
         burst,
         calls_by_operation: env.admin.counters().await?.by_operation(),
         timelines,
-        marks: vec![converged_mark, deletion_mark],
+        marks: vec![converged_mark, restart_mark, deletion_mark],
         targets: Vec::new(),
     })
 }
