@@ -1,7 +1,7 @@
-//! Fault injection for reliability tests: watches cut on demand or at a seeded rate,
-//! `409 Conflict` answers to status writes at a seeded rate, creates carried out and answered
-//! `504 Timeout` at a seeded rate, and outages on demand (every request answered with one
-//! error status).
+//! Fault injection for reliability tests: watches cut on demand or at a seeded rate, watch
+//! events sent late, `409 Conflict` answers to status writes at a seeded rate, creates carried
+//! out and answered `504 Timeout` at a seeded rate, and outages on demand (every request
+//! answered with one error status).
 //!
 //! A real control plane drops watches (load balancer idle timeouts, apiserver restarts) and
 //! answers writes with conflicts whenever another writer got there first. Controllers must
@@ -45,6 +45,10 @@ pub struct ApiFaultPlan {
     /// `504 Timeout`, as when the request's deadline passes after the write committed: the
     /// client cannot tell whether the object was created.
     pub create_timeout_rate: f64,
+    /// How long after its change each event of a watch started under this plan is sent, as a
+    /// loaded API server's watch cache lags its writes: a client reading its cache right after
+    /// a write of its own does not see it yet.
+    pub watch_delay: Duration,
 }
 
 impl ApiFaultPlan {
@@ -214,6 +218,11 @@ impl ApiFaults {
         }
     }
 
+    /// How long after its change a new watch sends each event (`ApiFaultPlan::watch_delay`).
+    pub fn watch_delay(&self) -> Duration {
+        self.lock().0.watch_delay
+    }
+
     /// Counts a watch ended by its drawn lifetime.
     pub fn record_watch_cut(&self) {
         self.watches_cut.fetch_add(1, Ordering::Relaxed);
@@ -261,6 +270,7 @@ mod tests {
             watch_cut_rate: 0.5,
             watch_lifetime: (Duration::from_millis(100), Duration::from_millis(300)),
             create_timeout_rate: 0.0,
+            watch_delay: Duration::ZERO,
         };
         let run = || {
             let faults = ApiFaults::default();

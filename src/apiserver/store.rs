@@ -107,6 +107,8 @@ pub struct WatchEvent {
     /// or enters the selection into DELETED / ADDED as the real watch cache does.
     pub previous_labels: Option<Arc<Labels>>,
     pub object: Bytes,
+    /// When the change was made (for the initial state of a watch, when it was read).
+    pub committed_at: tokio::time::Instant,
 }
 
 /// What watchers receive from the store.
@@ -474,6 +476,7 @@ impl Store {
                                 labels: object.index.labels.clone(),
                                 previous_labels: None,
                                 object: object.bytes.clone(),
+                                committed_at: tokio::time::Instant::now(),
                             })
                         })
                         .collect()
@@ -536,6 +539,7 @@ impl Store {
             labels: stored.index.labels.clone(),
             previous_labels,
             object: stored.bytes.clone(),
+            committed_at: tokio::time::Instant::now(),
         });
         inner.history.push_back(event.clone());
         while inner.history.len() > inner.window {

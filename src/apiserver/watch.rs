@@ -263,6 +263,7 @@ async fn run(
 ) {
     let deadline = tokio::time::Instant::now() + options.timeout;
     let mut cut = faults.watch_cut();
+    let delay = faults.watch_delay();
     let cut_at = cut
         .lifetime
         .map(|lifetime| tokio::time::Instant::now() + lifetime);
@@ -330,6 +331,9 @@ async fn run(
                         continue;
                     }
                     sent_through = event.resource_version;
+                    if !delay.is_zero() {
+                        tokio::time::sleep_until(event.committed_at + delay).await;
+                    }
                     if let Some(event_type) = filter.event_type(&event)
                         && sender.send(event_line(&filter.info, filter.rendering, event_type, &event.object)).await.is_err()
                     {

@@ -122,7 +122,14 @@ pub struct Account {
     recoveries: watch::Sender<u64>,
     /// Set once no object uses the account: its observers stop.
     retired: watch::Sender<bool>,
+    /// Data volumes this process had the cloud let go of with their machine (detached before
+    /// its delete, which the cloud accepted), by volume id: the machine's id, and when.
+    released_volumes: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// How long a volume released with its machine is remembered: longer than any list the
+/// volume's deletion could read from before the release.
+const RELEASED_VOLUMES_KEPT: Duration = Duration::from_secs(600);
 
 impl std::fmt::Debug for Account {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -146,7 +153,29 @@ impl Account {
             down_since: Mutex::new(None),
             recoveries: watch::Sender::new(0),
             retired: watch::Sender::new(false),
+            released_volumes: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Notes that the cloud let go of `volumes` with the machine `instance`: it answered this
+    /// process's detach of them and accepted the machine's delete.
+    pub fn note_volumes_released(&self, instance: &str, volumes: &[String]) {
+        let now = Instant::now();
+        let mut released = lock(&self.released_volumes);
+        released.retain(|_, (_, at)| now.duration_since(*at) < RELEASED_VOLUMES_KEPT);
+        for volume in volumes {
+            released.insert(volume.clone(), (instance.to_string(), now));
+        }
+    }
+
+    /// Whether this process saw the cloud let go of `volume` with the machine `instance`
+    /// lately: a list sent before then still shows it attached there. No proof that it is
+    /// detached now: a delete relying on it detaches after all when the cloud answers that
+    /// the volume is attached.
+    pub fn volume_released(&self, volume: &str, instance: &str) -> bool {
+        lock(&self.released_volumes)
+            .get(volume)
+            .is_some_and(|(from, at)| from == instance && at.elapsed() < RELEASED_VOLUMES_KEPT)
     }
 
     /// Whether no object used the account any more when it was last looked at.

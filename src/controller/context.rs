@@ -9,6 +9,7 @@ use crate::gauges::KindGauges;
 use crate::kind::{ManagedKind, Record};
 use crate::lock;
 use crate::observer::{Changes, ObserveIntervals, Observer};
+use crate::own_writes::OwnWrites;
 use crate::ownership::Ownership;
 use crate::requeue::RequeuePolicy;
 use gpucloud_api::{Budget, CloudStatus, PendingCreate};
@@ -113,6 +114,8 @@ pub struct Context<K: ManagedKind> {
     pub gauges: Arc<KindGauges<K>>,
     /// Every kind's objects: who owns which cloud resource.
     pub ownership: Arc<Ownership>,
+    /// This process's latest write of each object, until the store has it (`own_writes.rs`).
+    pub own_writes: OwnWrites<K>,
     /// The reconcile slots of each account, shared out between namespaces.
     pub fair_share: FairShare,
     /// The Budgets of the controller's scope (`budget.rs`): those that keep a machine off.
@@ -165,6 +168,7 @@ impl<K: ManagedKind> Context<K> {
         fair_share: FairShare,
     ) -> Arc<Self> {
         let store = gauges.store().clone();
+        let own_writes = OwnWrites::new(store.clone());
         let woken = gauges.clone();
         let triggers = trigger.clone();
         let (changes, mut received) = mpsc::unbounded_channel::<(AccountId, Changes)>();
@@ -190,6 +194,7 @@ impl<K: ManagedKind> Context<K> {
             metrics,
             gauges,
             ownership: shared.ownership.clone(),
+            own_writes,
             fair_share,
             budgets,
             settings,

@@ -640,6 +640,18 @@ impl ManagedKind for GpuInstance {
         }
     }
 
+    /// Its data volumes are detached first (`Instances::delete`) and noted as let go of, so
+    /// that their own deletions, reading a list from before, need not detach them again.
+    async fn delete(
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &Instance,
+    ) -> Result<(), Error> {
+        Instances::delete(account.client.clone(), record.clone()).await?;
+        account.note_volumes_released(&record.instance_id, &record.volume_ids);
+        Ok(())
+    }
+
     /// Under `deletionPolicy: Snapshot`, the machine is kept until its final snapshot is
     /// available (`final_snapshot.rs`).
     async fn hold_deletion(

@@ -29,6 +29,7 @@ pub mod naming;
 pub mod observer;
 pub mod offerings;
 pub mod orphans;
+pub mod own_writes;
 pub mod ownership;
 pub mod placement;
 pub mod plan;

@@ -80,6 +80,8 @@ pub async fn reconcile<K: ManagedKind>(
         .store()
         .get(&ObjectRef::from_obj(&*object))
         .unwrap_or(object);
+    // Nor may the store's copy have what this process wrote last, while the watch lags.
+    let object = cx.own_writes.newest(object);
     Box::pin(reconcile_in_slot(object, cx)).await
 }
 
@@ -163,7 +165,7 @@ async fn reconcile_flow<K: ManagedKind>(
         } else {
             // The flow goes on with the object as written: the finalizer's news wakes no
             // reconcile (`run::intent_hash`).
-            match add_finalizer(&api, &object, None).await {
+            match add_finalizer(&api, cx, &object, None).await {
                 Ok(patched) => apply_event(Arc::new(patched)).await,
                 Err(error) => Err(error),
             }
@@ -455,7 +457,7 @@ async fn apply<K: ManagedKind>(
                 reason::WAITING_FOR_CLOUD_LIST,
                 format!("waiting for {id} to appear in the cloud's list"),
             );
-            write_progress(api, &cx.settings.clock, &object, status, &outcome).await?;
+            write_progress(api, cx, &object, status, &outcome).await?;
             return Ok(requeue(cx.settings.transition_requeue));
         }
         if status.external_id.is_none() {
@@ -463,7 +465,7 @@ async fn apply<K: ManagedKind>(
                 reason::NOT_FOUND_IN_CLOUD,
                 format!("{EXTERNAL_ID_ANNOTATION} names {id}, which the cloud does not list"),
             );
-            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
+            write_status(api, cx, &object, status, None, &outcome).await?;
             return Ok(requeue(cx.settings.observe.resync));
         }
         if K::WHEN_GONE == WhenGone::Report
@@ -487,7 +489,7 @@ async fn apply<K: ManagedKind>(
                     outcome.message(),
                 );
             }
-            write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
+            write_status(api, cx, &object, status, None, &outcome).await?;
             return Ok(await_change());
         }
         // Stateless and gone: forget the id and create it again below.
@@ -506,7 +508,7 @@ async fn apply<K: ManagedKind>(
         let object = Arc::new(
             write_status(
                 api,
-                &cx.settings.clock,
+                cx,
                 &object,
                 cleared,
                 None,
@@ -524,7 +526,7 @@ async fn apply<K: ManagedKind>(
                 "managementPolicy ObserveOnly needs the {EXTERNAL_ID_ANNOTATION} annotation naming an existing resource"
             ),
         );
-        write_status(api, &cx.settings.clock, &object, status, None, &outcome).await?;
+        write_status(api, cx, &object, status, None, &outcome).await?;
         return Ok(await_change());
     }
     create_step(api, object, cx, &account, &listed).await
@@ -598,7 +600,7 @@ async fn create_step<K: ManagedKind>(
             let object = if has_finalizer(&*object) {
                 object
             } else {
-                Arc::new(add_finalizer(api, &object, None).await?)
+                Arc::new(add_finalizer(api, cx, &object, None).await?)
             };
             // Recorded by the converge's one status write, with where the resource stands.
             if let Some(record) = listed.get(&id).cloned() {
@@ -619,15 +621,7 @@ async fn create_step<K: ManagedKind>(
             };
             let outcome =
                 Outcome::progressing(reason::PROVISIONING, "found the cloud resource; converging");
-            write_status(
-                api,
-                &cx.settings.clock,
-                &object,
-                status,
-                record.as_ref(),
-                &outcome,
-            )
-            .await?;
+            write_status(api, cx, &object, status, record.as_ref(), &outcome).await?;
             Ok(requeue(Duration::ZERO))
         }
         CreateDecision::WaitForList { recheck_after } => {
@@ -638,7 +632,7 @@ async fn create_step<K: ManagedKind>(
                     "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
                 ),
             );
-            write_progress(api, &cx.settings.clock, &object, status, &outcome).await?;
+            write_progress(api, cx, &object, status, &outcome).await?;
             Ok(requeue(recheck_after))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
@@ -695,27 +689,19 @@ async fn create_step<K: ManagedKind>(
                     started_at,
                     account: account.id.label(),
                 };
-                let patched = add_finalizer(api, &object, Some(&annotated)).await?;
+                let patched = add_finalizer(api, cx, &object, Some(&annotated)).await?;
                 // Read on as `with_annotated_intent` reads it.
                 let mut read = planned.with_status(intent.clone(), None, Timestamp::now());
                 *read.meta_mut() = patched.meta().clone();
                 read
             } else {
                 if !has_finalizer(&*object) {
-                    let patched = add_finalizer(api, &object, None).await?;
+                    let patched = add_finalizer(api, cx, &object, None).await?;
                     *planned.meta_mut() = patched.meta().clone();
                 }
                 let outcome =
                     Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
-                write_status(
-                    api,
-                    &cx.settings.clock,
-                    &planned,
-                    intent.clone(),
-                    None,
-                    &outcome,
-                )
-                .await?
+                write_status(api, cx, &planned, intent.clone(), None, &outcome).await?
             };
             observer.mark_hot();
             let created = K::create(cx, account, plan, &cloud_name).await;
@@ -755,8 +741,7 @@ async fn create_step<K: ManagedKind>(
                         reason::NO_CAPACITY,
                         outcome.message(),
                     );
-                    write_status(api, &cx.settings.clock, &refused, cleared, None, &outcome)
-                        .await?;
+                    write_status(api, cx, &refused, cleared, None, &outcome).await?;
                     if reserved {
                         give_back_reservation(cx, &object).await;
                     }
@@ -768,15 +753,7 @@ async fn create_step<K: ManagedKind>(
                         pending_create: None,
                         ..intent
                     };
-                    write_status(
-                        api,
-                        &cx.settings.clock,
-                        &object,
-                        cleared,
-                        None,
-                        &error.outcome(),
-                    )
-                    .await?;
+                    write_status(api, cx, &object, cleared, None, &error.outcome()).await?;
                     if reserved {
                         give_back_reservation(cx, &object).await;
                     }
@@ -793,6 +770,7 @@ async fn create_step<K: ManagedKind>(
 /// first create's intent when there is one: one write of the main resource.
 async fn add_finalizer<K: ManagedKind>(
     api: &Api<K>,
+    cx: &Context<K>,
     object: &K,
     intent: Option<&AnnotatedIntent>,
 ) -> Result<K, Error> {
@@ -811,13 +789,15 @@ async fn add_finalizer<K: ManagedKind>(
         );
     }
     let patch = serde_json::json!({ "metadata": metadata });
-    Ok(api
+    let patched = api
         .patch(
             &object.name_any(),
             &PatchParams::default(),
             &kube::api::Patch::Merge(&patch),
         )
-        .await?)
+        .await?;
+    cx.own_writes.note(object, &patched);
+    Ok(patched)
 }
 
 /// Gives back the Budget reservation of a create the cloud refused. Should that fail, the
@@ -939,7 +919,7 @@ async fn converge<K: ManagedKind>(
     let write = if acted { Write::Always } else { Write::News };
     write_status_from(
         api,
-        &cx.settings.clock,
+        cx,
         object,
         &working,
         status,
@@ -1417,7 +1397,7 @@ fn cleanup_targets<K: ManagedKind>(
 /// the write when nothing would change. Returns the object as stored.
 async fn write_status<K: ManagedKind>(
     api: &Api<K>,
-    clock: &Clock,
+    cx: &Context<K>,
     object: &K,
     status: CloudStatus,
     record: Option<&Record<K>>,
@@ -1425,7 +1405,7 @@ async fn write_status<K: ManagedKind>(
 ) -> Result<K, Error> {
     write_status_from(
         api,
-        clock,
+        cx,
         object,
         object,
         status,
@@ -1440,22 +1420,12 @@ async fn write_status<K: ManagedKind>(
 /// transition the stored status already shows (`retells_progress`).
 async fn write_progress<K: ManagedKind>(
     api: &Api<K>,
-    clock: &Clock,
+    cx: &Context<K>,
     object: &K,
     status: CloudStatus,
     outcome: &Outcome,
 ) -> Result<K, Error> {
-    write_status_from(
-        api,
-        clock,
-        object,
-        object,
-        status,
-        None,
-        outcome,
-        Write::News,
-    )
-    .await
+    write_status_from(api, cx, object, object, status, None, outcome, Write::News).await
 }
 
 /// When a status write is made.
@@ -1518,7 +1488,7 @@ fn retells_progress(stored: &CloudStatus, updated: &CloudStatus) -> bool {
 #[allow(clippy::too_many_arguments)]
 async fn write_status_from<K: ManagedKind>(
     api: &Api<K>,
-    clock: &Clock,
+    cx: &Context<K>,
     stored: &K,
     working: &K,
     mut status: CloudStatus,
@@ -1536,16 +1506,18 @@ async fn write_status_from<K: ManagedKind>(
     );
     // The kind's time-dependent fields (a schedule's next transition) by the operator's
     // clock; the condition's transition time above is the wall clock's, as events are.
-    let updated = working.with_status(status, record, clock.now());
+    let updated = working.with_status(status, record, cx.settings.clock.now());
     if serde_json::to_value(&updated)? == serde_json::to_value(stored)? {
         return Ok(updated);
     }
     if write == Write::News && retells_progress(&stored.cloud_status(), &updated.cloud_status()) {
         return Ok(stored.clone());
     }
-    Ok(api
+    let written = api
         .replace_status(&stored.name_any(), &PostParams::default(), &updated)
-        .await?)
+        .await?;
+    cx.own_writes.note(stored, &written);
+    Ok(written)
 }
 
 /// Best effort: puts the failure on the object's conditions and a Warning event (a Normal one
@@ -1574,8 +1546,7 @@ async fn report_failure<K: ManagedKind>(
         };
         publish(cx, object, event_type, outcome.reason(), outcome.message());
     }
-    let reported = match write_status(api, &cx.settings.clock, object, status, None, &outcome).await
-    {
+    let reported = match write_status(api, cx, object, status, None, &outcome).await {
         Ok(_) => true,
         // The reconcile itself wrote the status (a create's intent) before it failed, so the
         // copy it started from is stale: report on the stored object, or a failure after the
@@ -1587,7 +1558,7 @@ async fn report_failure<K: ManagedKind>(
                         && changed_condition(&fresh.cloud_status(), &outcome) =>
                 {
                     let status = recorded_status(&fresh);
-                    write_status(api, &cx.settings.clock, &fresh, status, None, &outcome)
+                    write_status(api, cx, &fresh, status, None, &outcome)
                         .await
                         .is_ok()
                 }

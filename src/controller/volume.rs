@@ -291,6 +291,27 @@ impl ManagedKind for Volume {
         Ok(())
     }
 
+    /// A volume that a list from before its machine's deletion still shows attached there is
+    /// deleted without detaching it again; should the cloud answer that it is attached after
+    /// all, it is detached, then deleted.
+    async fn delete(
+        _cx: &Context<Self>,
+        account: &Account,
+        record: &CloudVolume,
+    ) -> Result<(), Error> {
+        let released = record
+            .instance_id
+            .as_deref()
+            .is_some_and(|instance| account.volume_released(&record.id, instance));
+        if released {
+            match gone(account.client.delete_volume(&record.id).await) {
+                Err(CloudError::Conflict { .. }) => {}
+                deleted => return Ok(deleted?),
+            }
+        }
+        Ok(Volumes::delete(account.client.clone(), record.clone()).await?)
+    }
+
     fn observed(&self, record: &CloudVolume) -> Outcome {
         match record.status {
             CloudState::Error => Outcome::stalled(

@@ -367,6 +367,7 @@ async fn a_refusal_whose_report_was_lost_shows_soon_after() {
             std::time::Duration::from_millis(1500),
         ),
         create_timeout_rate: 0.0,
+        watch_delay: std::time::Duration::ZERO,
     };
     env.apiserver.faults().set_plan(conflicts).unwrap();
     let own = tenant_api::<GpuInstance>(&env);

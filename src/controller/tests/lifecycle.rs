@@ -211,3 +211,53 @@ async fn an_instance_from_create_to_deleted_writes_its_object_only_with_news() {
          machine running), Ready, Deleting (when the deletion lasts)"
     );
 }
+
+/// With the API server's watch 400 ms behind its writes (a loaded server's watch cache), a
+/// reconcile that closely follows one of the operator's own writes works from that write, not
+/// from the store's older copy: machines with volumes attached and a snapshot each reach Ready
+/// with no status write answered 409 Conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_watch_does_not_make_the_operators_own_writes_conflict() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    env.apiserver
+        .faults()
+        .set_plan(gpucloud_apiserver::faults::ApiFaultPlan {
+            watch_delay: std::time::Duration::from_millis(400),
+            ..Default::default()
+        })
+        .unwrap();
+    env.start_operator(support::test_config(&env.simulator));
+    for machine in ["lag-a", "lag-b"] {
+        support::create(&env, &instance(machine, &[])).await;
+        for disk in 0..2 {
+            let volume: Volume = support::object(
+                &format!("{machine}-disk-{disk}"),
+                serde_json::json!({
+                    "region": "us-east-1", "sizeGb": 10, "instanceRef": {"name": machine},
+                }),
+            );
+            support::create(&env, &volume).await;
+        }
+        let snapshot: Snapshot = support::object(
+            &format!("{machine}-checkpoint"),
+            serde_json::json!({"instanceRef": {"name": machine}}),
+        );
+        support::create(&env, &snapshot).await;
+    }
+    for machine in ["lag-a", "lag-b"] {
+        let _: GpuInstance = ready(&env, machine).await;
+        let _: Snapshot = ready(&env, &format!("{machine}-checkpoint")).await;
+        for disk in 0..2 {
+            let _: Volume = ready(&env, &format!("{machine}-disk-{disk}")).await;
+        }
+    }
+    let conflicts: Vec<String> = env
+        .apiserver
+        .request_counts()
+        .into_iter()
+        .filter(|c| c.code == 409)
+        .map(|c| format!("{} {}/{}: {}", c.verb, c.resource, c.subresource, c.count))
+        .collect();
+    assert!(conflicts.is_empty(), "writes answered 409: {conflicts:?}");
+    env.stop_operator().await;
+}

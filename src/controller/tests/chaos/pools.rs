@@ -180,6 +180,7 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
         watch_cut_rate: rng.random_range(0.2..0.6),
         watch_lifetime: (Duration::from_millis(100), Duration::from_millis(1500)),
         create_timeout_rate: rng.random_range(0.1..0.4),
+        watch_delay: Duration::ZERO,
     };
     let cloud_faults = FaultPlan {
         error_rate: rng.random_range(0.0..0.1),

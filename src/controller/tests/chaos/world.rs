@@ -489,6 +489,8 @@ impl Run {
             watch_cut_rate: rng.random_range(0.2..0.6),
             watch_lifetime: (Duration::from_millis(100), Duration::from_millis(1500)),
             create_timeout_rate: 0.0,
+            // A watch cache behind the writes: the operator's own among them.
+            watch_delay: Duration::from_millis(rng.random_range(0..500)),
         };
         self.note(format!("cloud faults {plan:?}"));
         self.note(format!("API server faults {api:?}"));

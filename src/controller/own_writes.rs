@@ -1,0 +1,237 @@
+//! This process's own writes, read back before the watch brings them.
+//!
+//! A reconcile starts from the store's copy of its object, which the watch keeps. When the API
+//! server's watch lags its writes (a loaded server; a real one more than the embedded one), a
+//! reconcile that closely follows one of this process's writes to the object (woken by a
+//! volume's change, or requeued within a transition) finds the copy from before that write:
+//! its status write is answered 409 Conflict, and the work is done again a second later. So
+//! each object's latest write is kept with the resourceVersions it replaced: while the store
+//! still holds one of those, the written object is the newer copy and is used instead.
+//!
+//! Equality only: resourceVersions are opaque to clients, so any version not replaced by this
+//! process (another writer's, or the watch caught up) is the store's to give. A write kept is
+//! dropped once the store has moved past every version it replaced, at the object's next
+//! reconcile or at a sweep of the writes, whichever comes first.
+
+use crate::lock;
+use kube::Resource;
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the writes are swept of those the store has caught up with.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a write is kept at most: a watch further behind than this is not lagging but
+/// stuck, and its re-list brings the object anyway.
+const KEPT_AT_MOST: Duration = Duration::from_secs(60);
+
+/// The most resourceVersions one write chain remembers (writes made one after another, each
+/// from the object the one before returned, before the watch brought any of them).
+const CHAIN: usize = 8;
+
+/// The latest write of each object, by object.
+pub struct OwnWrites<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    writes: Mutex<Writes<K>>,
+}
+
+struct Writes<K: Resource<DynamicType = ()>> {
+    latest: HashMap<ObjectRef<K>, Written<K>>,
+    swept: Instant,
+}
+
+struct Written<K> {
+    /// The resourceVersions the chain of writes replaced, oldest first.
+    replaced: Vec<String>,
+    object: Arc<K>,
+    at: Instant,
+}
+
+impl<K> Written<K>
+where
+    K: Resource<DynamicType = ()>,
+{
+    /// Whether `stored` is a copy from before this write: one it replaced, of the same object.
+    fn is_newer_than(&self, stored: &K) -> bool {
+        stored.meta().uid == self.object.meta().uid
+            && stored
+                .meta()
+                .resource_version
+                .as_ref()
+                .is_some_and(|version| self.replaced.contains(version))
+    }
+}
+
+impl<K> OwnWrites<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// Writes read back against `store`, the controller's copy of the objects.
+    pub fn new(store: Store<K>) -> Self {
+        OwnWrites {
+            store,
+            writes: Mutex::new(Writes {
+                latest: HashMap::new(),
+                swept: Instant::now(),
+            }),
+        }
+    }
+
+    /// Notes that this process wrote `before` (the copy the write was made from, whose
+    /// resourceVersion it replaced) and the API server answered with `after`.
+    pub fn note(&self, before: &K, after: &K) {
+        let Some(replaced) = before.resource_version() else {
+            return;
+        };
+        let key = ObjectRef::from_obj(after);
+        let now = Instant::now();
+        let mut writes = lock(&self.writes);
+        if now.duration_since(writes.swept) >= SWEEP_EVERY {
+            writes.swept = now;
+            let store = &self.store;
+            writes.latest.retain(|key, written| {
+                now.duration_since(written.at) < KEPT_AT_MOST
+                    && store
+                        .get(key)
+                        .is_some_and(|stored| written.is_newer_than(&stored))
+            });
+        }
+        let mut chain = match writes.latest.remove(&key) {
+            // Written from the object this process wrote last: the same chain.
+            Some(last) if last.object.resource_version().as_ref() == Some(&replaced) => {
+                last.replaced
+            }
+            _ => Vec::new(),
+        };
+        chain.push(replaced);
+        if chain.len() > CHAIN {
+            chain.remove(0);
+        }
+        // Kept as the store keeps objects: without managedFields (`decode.rs`).
+        let mut object = after.clone();
+        object.meta_mut().managed_fields = None;
+        writes.latest.insert(
+            key,
+            Written {
+                replaced: chain,
+                object: Arc::new(object),
+                at: now,
+            },
+        );
+    }
+
+    /// The newer of `stored` and this process's latest write of it: the write while `stored`
+    /// is a copy from before it.
+    pub fn newest(&self, stored: Arc<K>) -> Arc<K> {
+        let key = ObjectRef::from_obj(&*stored);
+        let mut writes = lock(&self.writes);
+        match writes.latest.get(&key) {
+            Some(written) if written.is_newer_than(&stored) => written.object.clone(),
+            Some(_) => {
+                writes.latest.remove(&key);
+                stored
+            }
+            None => stored,
+        }
+    }
+
+    /// How many writes are kept.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        lock(&self.writes).latest.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+
+    fn object(uid: &str, version: &str, data: &str) -> ConfigMap {
+        let mut map = ConfigMap::default();
+        map.metadata.name = Some("team".into());
+        map.metadata.namespace = Some("ml".into());
+        map.metadata.uid = Some(uid.into());
+        map.metadata.resource_version = Some(version.into());
+        map.data = Some([("step".to_string(), data.to_string())].into());
+        map
+    }
+
+    fn step(object: &ConfigMap) -> &str {
+        object.data.as_ref().unwrap()["step"].as_str()
+    }
+
+    fn writes() -> (OwnWrites<ConfigMap>, Writer<ConfigMap>) {
+        let writer = Writer::default();
+        (OwnWrites::new(writer.as_reader()), writer)
+    }
+
+    #[test]
+    fn a_copy_from_before_a_write_gives_way_to_the_write_and_any_other_copy_wins() {
+        let (own, _) = writes();
+        let v1 = object("u", "1", "read");
+        let v2 = object("u", "2", "written");
+        own.note(&v1, &v2);
+        // The store still holds the version the write replaced: the write is newer.
+        assert_eq!(step(&own.newest(Arc::new(v1.clone()))), "written");
+        // Another version (the watch caught up, or another writer): the store's copy, and
+        // the write is forgotten.
+        let other = object("u", "3", "someone else's");
+        assert_eq!(step(&own.newest(Arc::new(other))), "someone else's");
+        assert_eq!(own.kept(), 0);
+        assert_eq!(step(&own.newest(Arc::new(v1))), "read");
+    }
+
+    #[test]
+    fn writes_one_after_another_count_every_version_they_replaced() {
+        let (own, _) = writes();
+        let v1 = object("u", "1", "read");
+        let v2 = object("u", "2", "intent");
+        let v3 = object("u", "3", "ready");
+        own.note(&v1, &v2);
+        own.note(&v2, &v3);
+        assert_eq!(step(&own.newest(Arc::new(v1.clone()))), "ready");
+        assert_eq!(step(&own.newest(Arc::new(v2))), "ready");
+        // A write from a copy this process did not write starts a chain of its own.
+        let v5 = object("u", "5", "after another writer");
+        let v6 = object("u", "6", "written again");
+        own.note(&v5, &v6);
+        assert_eq!(step(&own.newest(Arc::new(v1))), "read");
+    }
+
+    #[test]
+    fn an_object_made_again_under_the_same_name_is_not_confused_with_the_old_one() {
+        let (own, _) = writes();
+        own.note(&object("old", "1", "read"), &object("old", "2", "written"));
+        let namesake = object("new", "1", "new object");
+        assert_eq!(step(&own.newest(Arc::new(namesake))), "new object");
+    }
+
+    #[test]
+    fn a_sweep_drops_the_writes_the_store_has_caught_up_with() {
+        let (own, mut writer) = writes();
+        let v1 = object("u", "1", "read");
+        let v2 = object("u", "2", "written");
+        writer.apply_watcher_event(&Event::Apply(v1.clone()));
+        own.note(&v1, &v2);
+        writer.apply_watcher_event(&Event::Apply(v2.clone()));
+        // Another object's write, a sweep's time later, sweeps the first.
+        lock(&own.writes).swept -= SWEEP_EVERY;
+        let mut other = object("w", "7", "x");
+        other.metadata.name = Some("other".into());
+        let mut other_written = other.clone();
+        other_written.metadata.resource_version = Some("8".into());
+        own.note(&other, &other_written);
+        assert_eq!(own.kept(), 1);
+    }
+}
