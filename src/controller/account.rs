@@ -107,7 +107,10 @@ pub struct Account {
     pub client: CloudClient,
     catalog_ttl: Duration,
     balance: Mutex<Option<(Instant, BalanceBody)>>,
-    pricing: Mutex<Option<(Instant, Arc<PricingBody>)>>,
+    /// The price list as last read. An async lock, held across the read: when the list is
+    /// due again, the reconciles that want it meanwhile (many, while calls wait for the rate
+    /// limit) share one read.
+    pricing: tokio::sync::Mutex<Option<(Instant, Arc<PricingBody>)>>,
     /// The GPU catalog as last read. An async lock, held across the read: objects woken
     /// together for stock ask for it together, and one read answers them all.
     catalog: tokio::sync::Mutex<Option<(Instant, Arc<Catalog>)>>,
@@ -146,7 +149,7 @@ impl Account {
             client,
             catalog_ttl,
             balance: Mutex::new(None),
-            pricing: Mutex::new(None),
+            pricing: tokio::sync::Mutex::new(None),
             catalog: tokio::sync::Mutex::new(None),
             billing: Mutex::new(BillingCache::default()),
             pricing_failed: Mutex::new(None),
@@ -250,7 +253,8 @@ impl Account {
 
     /// The price list, read from the cloud at most once per catalog TTL.
     pub async fn pricing(&self) -> Result<Arc<PricingBody>, Error> {
-        if let Some((at, body)) = lock(&self.pricing).as_ref()
+        let mut cached = self.pricing.lock().await;
+        if let Some((at, body)) = cached.as_ref()
             && at.elapsed() < self.catalog_ttl
         {
             return Ok(body.clone());
@@ -262,7 +266,7 @@ impl Account {
                 return Err(error.into());
             }
         };
-        *lock(&self.pricing) = Some((Instant::now(), body.clone()));
+        *cached = Some((Instant::now(), body.clone()));
         *lock(&self.pricing_failed) = None;
         Ok(body)
     }
@@ -910,6 +914,31 @@ mod tests {
         }
         // SHA-256 of "team-key-637694", as a check of the digest itself.
         assert_eq!(a.label(), "223c685711c5");
+    }
+
+    /// Reconciles that want the price list while it is being read share that read: under
+    /// the rate limit, a read can wait seconds, and each reconcile in the meantime would
+    /// otherwise send one of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callers_of_an_expired_price_list_share_one_read() {
+        let simulator = gpucloud_simulator::Simulator::start(
+            gpucloud_simulator::SimulatorConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await
+        .unwrap();
+        let key = ApiKey::new(simulator.api_key());
+        let client = CloudClient::new(ClientConfig::new(simulator.base_url(), key.clone()));
+        let account = Account::new(
+            AccountId::of(&key),
+            client.unwrap(),
+            Duration::from_secs(60),
+        );
+        let reads = (0..20).map(|_| account.pricing());
+        for read in futures::future::join_all(reads).await {
+            read.unwrap();
+        }
+        assert_eq!(simulator.call_counts().get("GetPricing"), Some(&1));
     }
 
     #[tokio::test]
