@@ -18,7 +18,6 @@ use kube::Resource;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,7 +36,6 @@ const CHAIN: usize = 8;
 pub struct OwnWrites<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
 {
     store: Store<K>,
     writes: Mutex<Writes<K>>,
