@@ -296,20 +296,27 @@ impl Account {
     }
 
     /// What the cloud has billed for each resource of the account, deleted ones included: the
-    /// billing lists `wanted` are read unless read within a catalog TTL (whoever asked), the
-    /// others are as last read. The volume list is read 100 records a page, and holds the
-    /// machines' system disks too: it is asked for only where Volumes are counted.
+    /// billing lists `wanted` are read unless still fresh (a TTL per page it took; whoever
+    /// asked), the others are as last read. The volume list is read 100 records a page, and
+    /// holds the machines' system disks too: it is asked for only where Volumes are counted.
     pub async fn billing(&self, wanted: &[BillingList]) -> Result<Arc<Billing>, Error> {
         let mut read = false;
         for list in wanted {
             let fresh = lock(&self.billing)
                 .lists
                 .get(list)
-                .is_some_and(|(at, _)| at.elapsed() < self.catalog_ttl);
+                .is_some_and(|read| read.is_fresh(self.catalog_ttl));
             if !fresh {
-                let (charges, currency) = self.read_billing(*list).await?;
+                let (charges, pages, currency) = self.read_billing(*list).await?;
                 let mut billing = lock(&self.billing);
-                billing.lists.insert(*list, (Instant::now(), charges));
+                billing.lists.insert(
+                    *list,
+                    ListRead {
+                        at: Instant::now(),
+                        pages,
+                        charges,
+                    },
+                );
                 billing.currency = Some(currency);
                 read = true;
             }
@@ -319,7 +326,7 @@ impl Account {
             let charges = billing
                 .lists
                 .values()
-                .flat_map(|(_, charges)| charges.iter().cloned())
+                .flat_map(|read| read.charges.iter().cloned())
                 .collect();
             let currency = billing.currency.clone().unwrap_or_default();
             billing.merged = Some(Arc::new(Billing::new(charges, currency)));
@@ -327,8 +334,8 @@ impl Account {
         Ok(billing.merged.clone().unwrap_or_default())
     }
 
-    /// One billing list, as charges, and the currency it is in.
-    async fn read_billing(&self, list: BillingList) -> Result<(Vec<Charge>, String), Error> {
+    /// One billing list, as charges, the calls it took (its pages) and the currency it is in.
+    async fn read_billing(&self, list: BillingList) -> Result<(Vec<Charge>, u64, String), Error> {
         let mut charges = Vec::new();
         match list {
             BillingList::Instances => {
@@ -344,7 +351,7 @@ impl Account {
                         r.total_cost,
                     ));
                 }
-                Ok((charges, body.currency))
+                Ok((charges, 1, body.currency))
             }
             BillingList::Snapshots => {
                 let body = self
@@ -359,7 +366,7 @@ impl Account {
                         r.total_cost,
                     ));
                 }
-                Ok((charges, body.currency))
+                Ok((charges, 1, body.currency))
             }
             BillingList::Volumes => {
                 let mut page = 1;
@@ -378,7 +385,7 @@ impl Account {
                         charges.extend(Charge::read(&r.volume_name, &start, ended, r.total_cost));
                     }
                     if page >= body.total_pages {
-                        return Ok((charges, body.currency));
+                        return Ok((charges, page, body.currency));
                     }
                     page += 1;
                 }
@@ -446,10 +453,31 @@ impl BillingList {
     ];
 }
 
+/// How long a billing list's read that took `pages` calls is trusted: a TTL per page. A paged
+/// list (the volume billing, 100 records a page) then costs the account one call per TTL on
+/// average however many resources it has ever had, and is as many TTLs old at worst; a list
+/// read in one call is read once per TTL.
+fn trusted_for(pages: u64, ttl: Duration) -> Duration {
+    ttl.saturating_mul(u32::try_from(pages.max(1)).unwrap_or(u32::MAX))
+}
+
+/// One billing list as last read: when, in how many calls, and its charges.
+struct ListRead {
+    at: Instant,
+    pages: u64,
+    charges: Vec<Charge>,
+}
+
+impl ListRead {
+    fn is_fresh(&self, ttl: Duration) -> bool {
+        self.at.elapsed() < trusted_for(self.pages, ttl)
+    }
+}
+
 /// The billing lists as last read, and their charges merged.
 #[derive(Default)]
 struct BillingCache {
-    lists: HashMap<BillingList, (Instant, Vec<Charge>)>,
+    lists: HashMap<BillingList, ListRead>,
     currency: Option<String>,
     merged: Option<Arc<Billing>>,
 }
@@ -939,6 +967,74 @@ mod tests {
             read.unwrap();
         }
         assert_eq!(simulator.call_counts().get("GetPricing"), Some(&1));
+    }
+
+    #[test]
+    fn a_billing_list_is_trusted_a_ttl_per_page_it_took() {
+        let ttl = Duration::from_secs(60);
+        // pages -> trusted for
+        let cases = [(0, 60), (1, 60), (2, 120), (94, 5_640)];
+        for (pages, seconds) in cases {
+            assert_eq!(
+                trusted_for(pages, ttl),
+                Duration::from_secs(seconds),
+                "{pages}"
+            );
+        }
+        assert_eq!(trusted_for(u64::MAX, ttl), ttl.saturating_mul(u32::MAX));
+    }
+
+    #[tokio::test]
+    async fn the_paged_volume_billing_is_read_again_after_a_ttl_per_page() {
+        let simulator = gpucloud_simulator::Simulator::start(
+            gpucloud_simulator::SimulatorConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await
+        .unwrap();
+        let key = ApiKey::new(simulator.api_key());
+        let client = CloudClient::new(ClientConfig {
+            rate_limit: None,
+            ..ClientConfig::new(simulator.base_url(), key.clone())
+        })
+        .unwrap();
+        // 150 volumes: two pages of 100.
+        for i in 0..150 {
+            client
+                .create_volume(&gpucloud_cloud::model::CreateVolumeRequest::new(
+                    format!("data-{i}"),
+                    10,
+                    "eu-west-1",
+                ))
+                .await
+                .unwrap();
+        }
+        let ttl = Duration::from_secs(1);
+        let account = Account::new(AccountId::of(&key), client, ttl);
+        let lists = [BillingList::Instances, BillingList::Volumes];
+        let calls = |operation: &str| simulator.call_counts().get(operation).copied();
+        let billing = account.billing(&lists).await.unwrap();
+        // Both lists were read by now: their ages are counted from here.
+        let read = Instant::now();
+        assert_eq!(billing.charges_of("data-149").len(), 1);
+        assert_eq!(
+            (calls("GetInstanceBilling"), calls("GetVolumeBilling")),
+            (Some(1), Some(2))
+        );
+        // After one TTL the one-page list is read again, the two-page one is not.
+        tokio::time::sleep(Duration::from_millis(1_300).saturating_sub(read.elapsed())).await;
+        account.billing(&lists).await.unwrap();
+        assert_eq!(
+            (calls("GetInstanceBilling"), calls("GetVolumeBilling")),
+            (Some(2), Some(2))
+        );
+        // After two, both are.
+        tokio::time::sleep(Duration::from_millis(2_600).saturating_sub(read.elapsed())).await;
+        account.billing(&lists).await.unwrap();
+        assert_eq!(
+            (calls("GetInstanceBilling"), calls("GetVolumeBilling")),
+            (Some(3), Some(4))
+        );
     }
 
     #[tokio::test]

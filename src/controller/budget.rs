@@ -493,8 +493,8 @@ pub fn spent_since(
 
 /// Counts the period's spend into `status` (for a Budget with `maxSpend`): the resources
 /// counted this period are remembered in `status.charged` (so a deleted one's spend still
-/// counts), each account's billing is read (cached per catalog TTL), and the spend, the
-/// projection to the period's end and what is left are written. A billing read that fails
+/// counts), each account's billing is read (cached as `Account::billing` says), and the spend,
+/// the projection to the period's end and what is left are written. A billing read that fails
 /// leaves the last figures.
 async fn count_spend(
     status: &mut BudgetStatus,
