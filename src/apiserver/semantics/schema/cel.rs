@@ -660,7 +660,24 @@ pub(crate) fn validate_rules(
         remaining: RUNTIME_COST_BUDGET,
         exhausted: false,
     };
-    walk(root, object, old, "", &context, &mut budget, errors);
+    walk(root, object, old, "", &mut |node, value, old, path| {
+        if !node.rules.is_empty() {
+            evaluate_rules(node, value, old, path, &context, &mut budget, errors);
+        }
+        !budget.exhausted
+    });
+}
+
+/// Whether [`validate_rules`] would evaluate any rule: none does on an update that leaves
+/// every value carrying rules as it was (and has no transition rule on a changed one), such as
+/// most status writes; building the CEL context and its stack is then skipped.
+pub(crate) fn any_rule_runs(root: &Node, object: &Value, old: Option<&Value>) -> bool {
+    let mut runs = false;
+    walk(root, object, old, "", &mut |node, value, old, _| {
+        runs = runs || RuleRun::of(node, value, old).is_some();
+        !runs
+    });
+    runs
 }
 
 /// Whether any node of the schema declares rules (building the CEL context is not free).
@@ -679,28 +696,65 @@ fn child(path: &str, name: &str) -> String {
     }
 }
 
+/// Which of a node's rules run against a value, as far as it can be told without running them.
+struct RuleRun {
+    /// Ratcheting: the value is the same as the old object's; only transition rules run.
+    unchanged: bool,
+    /// A rule that runs reads `oldSelf`.
+    needs_old: bool,
+}
+
+impl RuleRun {
+    /// `None` when no rule of `node` runs.
+    fn of(node: &Node, value: &Value, old: Option<&Value>) -> Option<RuleRun> {
+        if node.rules.is_empty() {
+            return None;
+        }
+        let unchanged = old.is_some_and(|old| crate::json::json_equal(old, value));
+        let mut running = node
+            .rules
+            .iter()
+            .filter(|rule| RuleRun::runs(rule, unchanged, old.is_some()))
+            .peekable();
+        running.peek()?;
+        let needs_old =
+            old.is_some() && running.any(|rule| rule.is_transition || rule.optional_old_self);
+        Some(RuleRun {
+            unchanged,
+            needs_old,
+        })
+    }
+
+    fn runs(rule: &CompiledRule, unchanged: bool, has_old: bool) -> bool {
+        // A transition rule needs an old value (unless it takes an optional one); any other
+        // rule is ratcheted away on an unchanged value.
+        if rule.is_transition {
+            has_old || rule.optional_old_self
+        } else {
+            !unchanged
+        }
+    }
+}
+
+/// What [`walk`] calls at each node: the node, its value, its old value and its path; false
+/// stops the walk.
+type Visit<'a> = dyn FnMut(&Node, &Value, Option<&Value>, &str) -> bool + 'a;
+
+/// Visits every node of the schema that has a value in `value`, depth first, with the value,
+/// its old value and its path, until `visit` returns false. Map-list items are paired with
+/// their old items; other list items have none, as upstream (`makeMapList`).
 fn walk(
     node: &Node,
     value: &Value,
     old: Option<&Value>,
     path: &str,
-    context: &cel::Context<'_>,
-    budget: &mut Budget,
-    errors: &mut Vec<FieldError>,
-) {
-    if value.is_null() || budget.exhausted {
-        return;
+    visit: &mut Visit<'_>,
+) -> bool {
+    if value.is_null() {
+        return true;
     }
-    if !node.rules.is_empty() {
-        evaluate_rules(
-            node,
-            value,
-            old.filter(|o| !o.is_null()),
-            path,
-            context,
-            budget,
-            errors,
-        );
+    if !visit(node, value, old.filter(|o| !o.is_null()), path) {
+        return false;
     }
     match value {
         Value::Object(map) => {
@@ -715,42 +769,36 @@ fn walk(
                     } else {
                         format!("{path}[{key}]")
                     };
-                    walk(
-                        property,
-                        child_value,
-                        old_child,
-                        &child_path,
-                        context,
-                        budget,
-                        errors,
-                    );
+                    if !walk(property, child_value, old_child, &child_path, visit) {
+                        return false;
+                    }
                 }
             }
         }
         Value::Array(items) => {
             let Some(item_schema) = node.items.as_deref() else {
-                return;
+                return true;
             };
-            // Only map lists correlate items with old ones for rules (upstream `makeMapList`).
             let correlation = super::validate::Correlation::new(node, old);
             let is_map_list = node.list_type.as_deref() == Some("map");
             for (index, item) in items.iter().enumerate() {
                 let old_item = is_map_list
                     .then(|| correlation.old_for(node, item))
                     .flatten();
-                walk(
+                if !walk(
                     item_schema,
                     item,
                     old_item,
                     &format!("{path}[{index}]"),
-                    context,
-                    budget,
-                    errors,
-                );
+                    visit,
+                ) {
+                    return false;
+                }
             }
         }
         _ => {}
     }
+    true
 }
 
 pub(crate) fn node_count(value: &Value) -> u64 {
@@ -770,28 +818,17 @@ fn evaluate_rules(
     budget: &mut Budget,
     errors: &mut Vec<FieldError>,
 ) {
-    let type_label = Value::String(node.type_label().to_string());
-    // At the root, rules see only metadata.name and metadata.generateName, as upstream.
-    let visible = |object: &Value| -> Value {
-        let mut object = object.clone();
-        if path.is_empty()
-            && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
-        {
-            metadata.retain(|key, _| key == "name" || key == "generateName");
-        }
-        object
+    let Some(run) = RuleRun::of(node, value, old) else {
+        return;
     };
-    let self_value = to_cel(Some(node), &visible(value));
-    let old_value = old.map(|old| to_cel(Some(node), &visible(old)));
+    let type_label = Value::String(node.type_label().to_string());
+    let self_value = visible_to_cel(node, value, path.is_empty());
+    let old_value = old
+        .filter(|_| run.needs_old)
+        .map(|old| visible_to_cel(node, old, path.is_empty()));
     let size = node_count(value).max(1);
-    // Ratcheting: a value unchanged from the old object is not checked again, except by
-    // transition rules.
-    let unchanged = old.is_some_and(|old| crate::json::json_equal(old, value));
     for rule in &node.rules {
-        if rule.is_transition && old_value.is_none() && !rule.optional_old_self {
-            continue;
-        }
-        if unchanged && !rule.is_transition {
+        if !RuleRun::runs(rule, run.unchanged, old.is_some()) {
             continue;
         }
         let estimate = (0..rule.comprehensions).fold(1u64, |cost, _| cost.saturating_mul(size));
@@ -937,6 +974,35 @@ fn failure_message(rule: &CompiledRule, scope: &cel::Context<'_>) -> String {
     match &rule.message {
         Some(message) if !message.trim().is_empty() => message.trim().to_string(),
         _ => format!("failed rule: {}", rule.rule.trim()),
+    }
+}
+
+/// A value as the rules of `node` see it: at the root, only `metadata.name` and
+/// `metadata.generateName` of the metadata, as upstream.
+fn visible_to_cel(node: &Node, value: &Value, at_root: bool) -> cel::Value {
+    match value {
+        Value::Object(map) if at_root => {
+            let converted: HashMap<String, cel::Value> = map
+                .iter()
+                .map(|(key, child)| {
+                    let child_node = node.property(key);
+                    let converted = match child {
+                        Value::Object(metadata) if key == "metadata" => {
+                            let visible: serde_json::Map<String, Value> = metadata
+                                .iter()
+                                .filter(|(key, _)| *key == "name" || *key == "generateName")
+                                .map(|(key, value)| (key.clone(), value.clone()))
+                                .collect();
+                            to_cel(child_node, &Value::Object(visible))
+                        }
+                        _ => to_cel(child_node, child),
+                    };
+                    (key.clone(), converted)
+                })
+                .collect();
+            cel::Value::from(converted)
+        }
+        _ => to_cel(Some(node), value),
     }
 }
 

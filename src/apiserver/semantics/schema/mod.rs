@@ -213,7 +213,7 @@ impl Schema {
             ));
             return errors;
         }
-        if cel::has_rules(&self.root) {
+        if cel::has_rules(&self.root) && cel::any_rule_runs(&self.root, object, old) {
             errors.extend(on_cel_stack(|| {
                 let mut rule_errors = Vec::new();
                 cel::validate_rules(&self.root, object, old, &mut rule_errors);

@@ -979,3 +979,63 @@ fn long_lists_are_checked_in_linear_time() {
         assert!(compiled.validate(&updated, Some(&object)).is_empty());
     });
 }
+
+#[test]
+fn rules_run_only_where_a_value_changed_or_a_transition_rule_reads_the_old_one() {
+    let raw = json!({
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": {
+                "size": {"type": "integer", "x-kubernetes-validations": [
+                    {"rule": "self >= 1"}]},
+                "zone": {"type": "string", "x-kubernetes-validations": [
+                    {"rule": "self == oldSelf", "message": "immutable"}]}
+            }},
+            "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
+        }
+    });
+    let compiled = Schema::compile(&raw).unwrap();
+    let object = |size: i64, zone: Option<&str>, phase: &str| {
+        let mut spec = json!({"size": size});
+        if let Some(zone) = zone {
+            spec["zone"] = json!(zone);
+        }
+        json!({"spec": spec, "status": {"phase": phase}})
+    };
+    // (object, old, a rule runs)
+    let cases = [
+        // A create runs the rules of the values it has.
+        (object(1, None, "a"), None, true),
+        // Only the status changed: the spec's rules are ratcheted away.
+        (object(1, None, "b"), Some(object(1, None, "a")), false),
+        // A changed value runs its rules.
+        (object(2, None, "a"), Some(object(1, None, "a")), true),
+        // A transition rule runs wherever the old value exists, changed or not.
+        (
+            object(1, Some("x"), "b"),
+            Some(object(1, Some("x"), "a")),
+            true,
+        ),
+    ];
+    for (index, (new, old, runs)) in cases.iter().enumerate() {
+        assert_eq!(
+            cel::any_rule_runs(&compiled.root, new, old.as_ref()),
+            *runs,
+            "case {index}"
+        );
+    }
+    // Whatever the check says, the results are those of running every rule.
+    assert!(
+        compiled
+            .validate(&object(1, None, "b"), Some(&object(1, None, "a")))
+            .is_empty()
+    );
+    assert_eq!(
+        messages(&compiled.validate(&object(1, Some("y"), "b"), Some(&object(1, Some("x"), "a")))),
+        vec!["spec.zone: Invalid value: \"string\": immutable"]
+    );
+    assert_eq!(
+        messages(&compiled.validate(&object(0, None, "b"), Some(&object(1, None, "a")))),
+        vec!["spec.size: Invalid value: \"integer\": failed rule: self >= 1"]
+    );
+}
