@@ -51,6 +51,14 @@ pub struct Args {
     /// `tenants`: new objects applied in each quiet namespace during the burst.
     #[arg(long, default_value_t = 20)]
     pub probes: usize,
+    /// `tenants`: GpuInstances of the storm phase, spread evenly over every namespace and
+    /// applied twice, once without a fault and once while the first account is in a storm of
+    /// `429` and `500` answers (default N / 10); 0 skips the phase, as does a single account.
+    #[arg(long)]
+    pub storm_objects: Option<usize>,
+    /// `tenants`: seconds the first account's storm lasts.
+    #[arg(long, default_value_t = 300)]
+    pub storm_seconds: u64,
     /// Fixed latency the simulator adds to every response, in milliseconds (L).
     #[arg(long, default_value_t = 20)]
     pub latency_ms: u64,
@@ -132,6 +140,16 @@ impl Args {
         self.burst_objects.unwrap_or(self.objects / 2)
     }
 
+    /// The GpuInstances of one round of the multi-tenant run's storm phase.
+    pub fn storm_size(&self) -> usize {
+        self.storm_objects.unwrap_or(self.objects / 10)
+    }
+
+    /// How long the storm phase's fault plan is in force.
+    pub fn storm_window(&self) -> Duration {
+        Duration::from_secs(self.storm_seconds)
+    }
+
     /// Refuses settings the benchmark cannot run with.
     pub fn validate(&self) -> Result<(), String> {
         if self.objects == 0 {
@@ -180,6 +198,10 @@ mod tests {
         assert_eq!(args.settled_window, Duration::from_secs(120));
         assert_eq!(args.scenario, Scenario::Instances);
         assert!(args.validate().is_ok());
+        assert_eq!(
+            (args.storm_size(), args.storm_window()),
+            (1_000, Duration::from_secs(300))
+        );
     }
 
     #[test]

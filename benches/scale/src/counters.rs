@@ -108,6 +108,16 @@ impl Counters {
         self.operations.values().filter_map(|s| s.get(status)).sum()
     }
 
+    /// Calls answered with a server error (5xx), over every operation.
+    pub fn server_errors(&self) -> u64 {
+        self.operations
+            .values()
+            .flat_map(|s| s.iter())
+            .filter(|(status, _)| status.starts_with('5'))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Calls that may change the cloud (anything but lists and gets), any status.
     pub fn writes(&self) -> u64 {
         self.operations
@@ -225,6 +235,33 @@ impl Admin {
         response.json::<T>().await.map_err(request_error)
     }
 
+    async fn put<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, Error> {
+        let request_error = |source| Error::Request {
+            path: path.into(),
+            source,
+        };
+        let response = self
+            .http
+            .put(format!("{}{path}", self.base_url))
+            .bearer_auth(&self.token)
+            .json(body)
+            .timeout(std::time::Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(request_error)?;
+        if !response.status().is_success() {
+            return Err(Error::Status {
+                path: path.into(),
+                status: response.status().as_u16(),
+            });
+        }
+        response.json::<T>().await.map_err(request_error)
+    }
+
     pub async fn counters(&self) -> Result<Counters, Error> {
         self.get("/_admin/counters").await
     }
@@ -233,6 +270,16 @@ impl Admin {
     /// them with `--keep-ledger`).
     pub async fn ledger(&self) -> Result<Vec<LedgerRecord>, Error> {
         self.get("/_admin/ledger").await
+    }
+
+    /// The fault plan in force, as the admin API writes it (`FaultPlan` of the simulator).
+    pub async fn faults(&self) -> Result<serde_json::Value, Error> {
+        self.get("/_admin/faults").await
+    }
+
+    /// Puts `plan` in force from now on; returns it as the simulator took it.
+    pub async fn set_faults(&self, plan: &serde_json::Value) -> Result<serde_json::Value, Error> {
+        self.put("/_admin/faults", plan).await
     }
 
     /// What the first account holds.
@@ -300,6 +347,9 @@ mod tests {
         assert_eq!(delta.calls("CreateInstance"), 2);
         assert_eq!(delta.succeeded("CreateInstance"), 0);
         assert_eq!(delta.with_status("429"), 2);
+        assert_eq!(delta.server_errors(), 0);
+        let errors = counters(&[("ListInstances", "500", 3), ("GetBalance", "503", 1)]);
+        assert_eq!(errors.server_errors(), 4);
         assert_eq!(delta.writes(), 2);
         assert_eq!(delta.total(), 7);
     }

@@ -6,7 +6,7 @@
 //! set for), only correctness.
 
 use gpucloud_bench::args::Scenario;
-use gpucloud_bench::report::tenants::TenantsResult;
+use gpucloud_bench::report::tenants::{STORM_TARGET, TenantsResult};
 use gpucloud_bench::report::{BenchResult, PoolResult};
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -209,8 +209,8 @@ async fn a_pool_scaled_to_a_hundred_and_back_writes_the_result() {
 
 /// 1,000 objects of every kind in 10 namespaces, 5 per account: every resource is made and
 /// deleted once in its namespace's account and in no other, each account is listed and judged
-/// on its own, a restart re-adopts every object of every kind, and the plot has a line per
-/// account.
+/// on its own, a restart re-adopts every object of every kind, a storm in one account is
+/// measured against a round without it, and the plot has a line per account.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
     let json = scale_bench(
@@ -231,6 +231,13 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
             "5s",
             "--restarts",
             "1",
+            // A short storm of few machines: the phase's mechanics, not its target. The storm
+            // account's machines still take the operator's settle window (30 s) to be created
+            // again after a failed create.
+            "--storm-objects",
+            "20",
+            "--storm-seconds",
+            "2",
             "--phase-timeout",
             "300s",
         ],
@@ -242,6 +249,7 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
             "restart",
             "fairness: another account",
             "fairness: the same account",
+            STORM_TARGET,
             "deletion (slowest account)",
         ],
     )
@@ -254,7 +262,7 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
         (mix.instances, mix.volumes, mix.snapshots, result.objects),
         (61, 30, 6, 990)
     );
-    assert_eq!(result.targets.len(), 8, "{:?}", result.targets);
+    assert_eq!(result.targets.len(), 9, "{:?}", result.targets);
     // The burst (N / 2 machines in the first namespace) and 20 new machines in each quiet
     // namespace, each timed from the simulator's ledger.
     let burst = result.burst.as_ref().unwrap();
@@ -270,6 +278,33 @@ async fn a_thousand_objects_of_every_kind_in_ten_namespaces_and_two_accounts() {
             "{burst:?}"
         );
     }
+    // The storm phase (20 machines, 2 per namespace, twice): both rounds timed in both
+    // accounts; every machine created once in its account in each round and deleted; the
+    // storm account alone answered 429 and 500, and its machines were Ready after the storm.
+    let storm = result.storm.as_ref().unwrap();
+    assert_eq!((storm.machines, storm.storm_account), (20, 0), "{storm:?}");
+    for round in [&storm.reference, &storm.storm] {
+        assert_eq!(round.len(), 2, "{storm:?}");
+        for account in round {
+            assert_eq!((account.machines, account.created), (10, 10), "{storm:?}");
+            assert!(account.deleted >= 10, "{storm:?}");
+            assert!(account.seconds.is_some_and(|s| s > 0.0), "{storm:?}");
+        }
+    }
+    for account in storm.reference.iter().chain(&storm.storm[1..]) {
+        assert_eq!(
+            (account.throttled, account.server_errors),
+            (0, 0),
+            "{storm:?}"
+        );
+    }
+    let stormed = &storm.storm[0];
+    assert!(
+        stormed.throttled > 0 && stormed.server_errors > 0,
+        "{storm:?}"
+    );
+    assert!(storm.recovered_after_s.is_some(), "{storm:?}");
+    assert!(storm.ratio().is_some(), "{storm:?}");
     // Five namespaces per account: each account made exactly its own resources, each once,
     // and deleted every one of them (a delete may be retried, a create never).
     let per_account = [

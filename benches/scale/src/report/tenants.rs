@@ -101,6 +101,133 @@ pub struct Burst {
     pub fair_share_bound_ms: f64,
 }
 
+/// One account's machines in one round of the storm phase.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StormAccount {
+    pub machines: usize,
+    /// From the round's apply until the account's machines were all Ready; `None` if they
+    /// were not within the phase timeout.
+    pub seconds: Option<f64>,
+    /// The account's cloud calls by operation, any status, from the round's start until every
+    /// machine of the round was Ready (the settled objects' lists and reads included).
+    pub calls_by_operation: BTreeMap<String, u64>,
+    /// Of those, the creates that succeeded.
+    pub created: u64,
+    /// Of those, the calls answered `429` and `5xx`.
+    pub throttled: u64,
+    pub server_errors: u64,
+    /// The deletes that succeeded while the round's machines were deleted.
+    pub deleted: u64,
+}
+
+/// Fairness in a storm: a set of new GpuInstances spread over every namespace, applied once
+/// without a fault (the reference) and once while one account answers every call with a
+/// `429` or a `500`; each other account's time is compared with its own in the reference.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Storm {
+    /// The machines of one round, over every account.
+    pub machines: usize,
+    /// The account in the storm.
+    pub storm_account: usize,
+    /// How long its fault plan was in force, from before the storm round's apply.
+    pub window_s: f64,
+    /// The simulator's fault plan of the storm.
+    pub fault_plan: serde_json::Value,
+    /// Per account, the round without the fault.
+    pub reference: Vec<StormAccount>,
+    /// Per account, the round with the storm.
+    pub storm: Vec<StormAccount>,
+    /// From the end of the window until the storm account's machines were all Ready; `None`
+    /// if they were not within the phase timeout.
+    pub recovered_after_s: Option<f64>,
+}
+
+impl Storm {
+    /// The slowest time of the accounts other than the storm's in `round`; `None` if one of
+    /// them did not converge, or there is no other account.
+    fn slowest_other(&self, round: &[StormAccount]) -> Option<f64> {
+        let mut slowest: Option<f64> = None;
+        for (account, phase) in round.iter().enumerate() {
+            if account != self.storm_account {
+                slowest = Some(slowest.unwrap_or(0.0).max(phase.seconds?));
+            }
+        }
+        slowest
+    }
+
+    /// The other accounts' slowest time in the storm over theirs without it.
+    pub fn ratio(&self) -> Option<f64> {
+        let storm = self.slowest_other(&self.storm)?;
+        let reference = self.slowest_other(&self.reference)?;
+        Some(if reference > 0.0 {
+            storm / reference
+        } else {
+            f64::INFINITY
+        })
+    }
+
+    fn target(&self) -> Target {
+        let seconds =
+            |s: Option<f64>| s.map_or("not converged".to_string(), |s| format!("{s:.1} s"));
+        let storm = self.slowest_other(&self.storm);
+        let past_window = if storm.is_some_and(|s| s > self.window_s) {
+            format!(", past the {:.0} s storm", self.window_s)
+        } else {
+            String::new()
+        };
+        let stormed = self.storm.get(self.storm_account);
+        let measured = format!(
+            "{}: slowest other account {} in the storm{past_window}, {} without; account {} got {} answers 429 and {} 5xx, Ready {} after the storm",
+            self.ratio()
+                .map_or("none".to_string(), |r| format!("{r:.2}x")),
+            seconds(storm),
+            seconds(self.slowest_other(&self.reference)),
+            self.storm_account,
+            stormed.map_or(0, |a| a.throttled),
+            stormed.map_or(0, |a| a.server_errors),
+            seconds(self.recovered_after_s),
+        );
+        Target {
+            name: STORM_TARGET.into(),
+            target: "within 1.10 x the same round without the fault".into(),
+            measured,
+            pass: self.ratio().is_some_and(|r| r <= 1.10),
+        }
+    }
+
+    /// Each account's time in both rounds.
+    fn line(&self) -> String {
+        let rounds: Vec<String> = self
+            .reference
+            .iter()
+            .zip(&self.storm)
+            .enumerate()
+            .map(|(i, (reference, storm))| {
+                let seconds = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.1}"));
+                let marker = if i == self.storm_account {
+                    " (storm)"
+                } else {
+                    ""
+                };
+                format!(
+                    "{i}{marker}: {} s / {} s",
+                    seconds(storm.seconds),
+                    seconds(reference.seconds)
+                )
+            })
+            .collect();
+        format!(
+            "storm per account ({} machines a round; in the storm / without): {}\n",
+            self.machines,
+            rounds.join(", ")
+        )
+    }
+}
+
+/// The storm phase's row of the table.
+pub const STORM_TARGET: &str =
+    "fairness: the other accounts' convergence while one account is in a 429/5xx storm";
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TenantsResult {
     pub settings: Settings,
@@ -123,6 +250,9 @@ pub struct TenantsResult {
     pub api_server: ApiServerFigures,
     /// The fairness phase, unless it was skipped (`--burst-objects 0`).
     pub burst: Option<Burst>,
+    /// The storm phase, unless it was skipped (`--storm-objects 0`, or a single account).
+    #[serde(default)]
+    pub storm: Option<Storm>,
     /// Every call over the whole run by operation, every account.
     pub calls_by_operation: BTreeMap<String, u64>,
     /// (seconds since start, Ready objects) per account.
@@ -131,9 +261,6 @@ pub struct TenantsResult {
     pub marks: Vec<f64>,
     pub targets: Vec<Target>,
 }
-
-/// Targets of the issue this harness does not measure yet; the table names them.
-const NOT_MEASURED: &str = "fairness with one account in a 429 or 5xx storm";
 
 impl TenantsResult {
     pub fn judge(&mut self) {
@@ -222,6 +349,9 @@ impl TenantsResult {
                 });
             }
         }
+        if let Some(storm) = &self.storm {
+            targets.push(storm.target());
+        }
         targets.push(bounded_target(
             "deletion (slowest account)",
             &self.deletion.as_run(),
@@ -241,7 +371,6 @@ impl TenantsResult {
             self.mix.snapshots
         ));
         out.push_str(&targets_table(&self.targets));
-        out.push_str(&format!("not measured by this run: {NOT_MEASURED}\n"));
         for (name, phase) in [
             ("convergence", &self.convergence),
             ("deletion", &self.deletion),
@@ -255,6 +384,9 @@ impl TenantsResult {
             out.push_str(&format!("{name} per account: {}\n", accounts.join(", ")));
         }
         out.push_str(&self.restart_line());
+        if let Some(storm) = &self.storm {
+            out.push_str(&storm.line());
+        }
         for line in self.api_writes.lines() {
             out.push_str(&line);
             out.push('\n');
@@ -336,5 +468,73 @@ mod tests {
         assert!(bounded_target("x", &phases.as_run()).pass);
         let late = AccountPhases::new(vec![phase(130.0, 10.0), phase(110.0, 100.0)]);
         assert!(!bounded_target("x", &late.as_run()).pass);
+    }
+
+    fn round(seconds: &[Option<f64>]) -> Vec<StormAccount> {
+        seconds
+            .iter()
+            .map(|seconds| StormAccount {
+                machines: 10,
+                seconds: *seconds,
+                calls_by_operation: BTreeMap::new(),
+                created: 10,
+                throttled: 0,
+                server_errors: 0,
+                deleted: 10,
+            })
+            .collect()
+    }
+
+    fn storm(reference: &[Option<f64>], stormed: &[Option<f64>]) -> Storm {
+        Storm {
+            machines: 10 * reference.len(),
+            storm_account: 0,
+            window_s: 300.0,
+            fault_plan: serde_json::json!({"error_rate": 1.0, "accounts": [0]}),
+            reference: round(reference),
+            storm: round(stormed),
+            recovered_after_s: Some(12.0),
+        }
+    }
+
+    #[test]
+    fn a_storm_is_judged_on_the_slowest_other_account_against_its_reference() {
+        // The storm account's own time does not count; the slowest others are 10 s and 10.5 s.
+        let within = storm(
+            &[Some(9.0), Some(10.0), Some(8.0)],
+            &[Some(400.0), Some(10.5), Some(9.0)],
+        );
+        assert_eq!(within.ratio(), Some(1.05));
+        let target = within.target();
+        assert!(target.pass, "{target:?}");
+        assert!(
+            target
+                .measured
+                .starts_with("1.05x: slowest other account 10.5 s in the storm, 10.0 s without"),
+            "{target:?}"
+        );
+        // 11.5 s against 10 s: over 1.10.
+        let slower = storm(&[Some(9.0), Some(10.0)], &[None, Some(11.5)]);
+        assert!(!slower.target().pass);
+        // Another account that never converged in the storm is measured, and fails.
+        let stuck = storm(
+            &[Some(9.0), Some(10.0), Some(8.0)],
+            &[None, Some(9.0), None],
+        );
+        assert_eq!(stuck.ratio(), None);
+        let target = stuck.target();
+        assert!(
+            !target.pass && target.measured.contains("not converged"),
+            "{target:?}"
+        );
+        // Past the storm's window: still measured against the reference.
+        let late = storm(&[Some(9.0), Some(200.0)], &[Some(9.0), Some(320.0)]);
+        let target = late.target();
+        assert!(
+            !target.pass && target.measured.contains("past the 300 s storm"),
+            "{target:?}"
+        );
+        // A single account has no other account to judge.
+        assert_eq!(storm(&[Some(9.0)], &[Some(20.0)]).ratio(), None);
     }
 }

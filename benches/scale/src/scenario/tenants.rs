@@ -15,9 +15,12 @@
 //! After the settled window the operator is restarted `--restarts` times with everything
 //! settled, as in the single-account run: each restart until every kind's startup check has
 //! re-adopted its objects in every namespace, against a new process's list of every kind in
-//! every namespace plus the slowest account's cloud lists at its rate limit.
+//! every namespace plus the slowest account's cloud lists at its rate limit. Then come two
+//! fairness phases: one namespace's burst (`burst.rs`) and one account's storm of 429 and 5xx
+//! answers (`storm.rs`); the objects of both are deleted before the N objects are.
 
 mod burst;
+mod storm;
 
 use super::{
     CLOUD_DELETING, CLOUD_READY_AFTER, CLOUD_SNAPSHOTTING, Environment, Error, LISTS_PER_PHASE,
@@ -185,9 +188,7 @@ fn namespace_manifests(namespace: &str, mix: Mix) -> Result<Vec<Manifest>, Error
         )?,
     ];
     for i in 0..mix.instances {
-        let mut spec = instance_spec();
-        spec["sshKeyRefs"] = serde_json::json!([{"name": KEY}]);
-        manifests.push(manifest::<GpuInstance>(namespace, &instance_name(i), spec)?);
+        manifests.push(machine(namespace, &instance_name(i))?);
     }
     for i in 0..mix.volumes {
         manifests.push(manifest::<Volume>(
@@ -207,6 +208,13 @@ fn namespace_manifests(namespace: &str, mix: Mix) -> Result<Vec<Manifest>, Error
         )?);
     }
     Ok(manifests)
+}
+
+/// A team's machine: the benchmark's spec, with the team's key.
+fn machine(namespace: &str, name: &str) -> Result<Manifest, Error> {
+    let mut spec = instance_spec();
+    spec["sshKeyRefs"] = serde_json::json!([{"name": KEY}]);
+    manifest::<GpuInstance>(namespace, name, spec)
 }
 
 fn instance_name(i: usize) -> String {
@@ -513,7 +521,23 @@ pub(super) async fn measure(
         None
     };
 
-    // 6. Delete everything; time until every account is empty.
+    // 6. Fairness in a storm: new machines in every namespace, without a fault and then
+    // with the first account in a storm; they go too before the deletion below.
+    let storm = if args.storm_size() > 0 && teams.accounts > 1 {
+        let instances: Vec<usize> = (0..teams.accounts)
+            .map(|account| teams.namespaces_of(account) * mix.instances)
+            .collect();
+        let storm = storm::measure(args, env, &teams, &tracker, &instances, objects).await?;
+        log(&format!(
+            "storm: the other accounts' slowest {:.2}x their time without it",
+            storm.ratio().unwrap_or(f64::NAN)
+        ));
+        Some(storm)
+    } else {
+        None
+    };
+
+    // 7. Delete everything; time until every account is empty.
     let deletion_mark = tracker.seconds(Instant::now());
     let before_delete = env.admin.counters().await?;
     let api_before_delete = env.api_counts().await?;
@@ -611,6 +635,7 @@ pub(super) async fn measure(
         api_writes,
         api_server,
         burst,
+        storm,
         calls_by_operation: env.admin.counters().await?.by_operation(),
         timelines,
         marks: vec![converged_mark, restart_mark, deletion_mark],

@@ -9,11 +9,11 @@
 //! create waits at most for the calls already in flight, one per slot, and one more, at the
 //! account's rate: its fair-share bound is (concurrency + 1) / R + L.
 
-use super::{KEY, Manifest, Teams, manifest, tracker_key};
+use super::{Manifest, Teams, machine, tracker_key};
 use crate::args::Args;
 use crate::report::quantile;
 use crate::report::tenants::{Burst, ProbeLatencies};
-use crate::scenario::{Environment, Error, instance_spec, kube_error, log, wait_for};
+use crate::scenario::{Environment, Error, kube_error, log, wait_for};
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
 use gpucloud_api::{GpuInstance, Managed};
@@ -29,12 +29,6 @@ fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-fn machine(namespace: &str, name: &str) -> Result<Manifest, Error> {
-    let mut spec = instance_spec();
-    spec["sshKeyRefs"] = serde_json::json!([{"name": KEY}]);
-    manifest::<GpuInstance>(namespace, name, spec)
 }
 
 /// The quiet namespaces probed: one of another account than the burst's, one of the burst's
