@@ -101,7 +101,7 @@ impl<R: CloudRecord> CloudList<R> {
         }
     }
 
-    fn from_records(records: Vec<R>, generation: u64, listed_at: Instant) -> Self {
+    pub(crate) fn from_records(records: Vec<R>, generation: u64, listed_at: Instant) -> Self {
         let mut by_name: HashMap<String, Vec<String>> = HashMap::new();
         let mut by_id = HashMap::with_capacity(records.len());
         for record in records {

@@ -141,6 +141,12 @@ where
         }
     }
 
+    /// Makes the next write sweep, as if a sweep's time had passed.
+    #[cfg(test)]
+    pub(crate) fn sweep_due(&self) {
+        lock(&self.writes).swept -= SWEEP_EVERY;
+    }
+
     /// How many writes are kept.
     #[cfg(test)]
     fn kept(&self) -> usize {
