@@ -437,11 +437,12 @@ fn trusted_for(pages: u64, ttl: Duration) -> Duration {
     ttl.saturating_mul(u32::try_from(pages.max(1)).unwrap_or(u32::MAX))
 }
 
-/// One billing list as last read: when, in how many calls, and its charges.
+/// One billing list as last read: when, in how many calls, and its charges (sorted by cloud
+/// name, and shared with the merged billing: each charge is held once).
 struct ListRead {
     at: Instant,
     pages: u64,
-    charges: Vec<Charge>,
+    charges: Arc<[Charge]>,
 }
 
 impl ListRead {
@@ -474,6 +475,7 @@ impl BillingCache {
         charges: Vec<Charge>,
         currency: String,
     ) {
+        let charges = sorted_by_name(charges);
         self.lists.insert(list, ListRead { at, pages, charges });
         self.currency = Some(currency);
         self.merged = None;
@@ -484,13 +486,15 @@ impl BillingCache {
         if let Some(merged) = &self.merged {
             return merged.clone();
         }
-        let charges = self
-            .lists
-            .values()
-            .flat_map(|read| read.charges.iter().cloned())
+        let lists = BillingList::ALL
+            .iter()
+            .filter_map(|list| self.lists.get(list))
+            .map(|read| read.charges.clone())
             .collect();
-        let currency = self.currency.clone().unwrap_or_default();
-        let merged = Arc::new(Billing::new(charges, currency));
+        let merged = Arc::new(Billing {
+            currency: self.currency.clone().unwrap_or_default(),
+            lists,
+        });
         self.merged = Some(merged.clone());
         merged
     }
@@ -502,33 +506,47 @@ impl BillingCache {
 pub struct Billing {
     /// The account's currency, as its instance billing names it.
     pub currency: String,
-    by_name: HashMap<String, Vec<Charge>>,
+    /// Each billing list's charges, sorted by cloud name: the lists' reads hold the same
+    /// slices, and a name is found by binary search (tens of thousands of charges per account,
+    /// each kept once; a map by name would hold every name twice).
+    lists: Vec<Arc<[Charge]>>,
 }
 
 impl Billing {
     pub fn new(charges: Vec<Charge>, currency: String) -> Billing {
-        let mut by_name: HashMap<String, Vec<Charge>> = HashMap::new();
-        for charge in charges {
-            by_name
-                .entry(charge.cloud_name.clone())
-                .or_default()
-                .push(charge);
+        Billing {
+            currency,
+            lists: vec![sorted_by_name(charges)],
         }
-        Billing { currency, by_name }
     }
 
-    /// The charges for the resource named `cloud_name`.
-    pub fn charges_of(&self, cloud_name: &str) -> &[Charge] {
-        self.by_name.get(cloud_name).map_or(&[], Vec::as_slice)
+    /// The charges for the resource named `cloud_name`: list by list, each list's in the
+    /// order it gave them.
+    pub fn charges_of(&self, cloud_name: &str) -> Vec<&Charge> {
+        self.named(cloud_name).collect()
     }
 
     /// What the resource named `cloud_name` has cost in all; `None` when the billing has no
     /// record of it.
     pub fn total_of(&self, cloud_name: &str) -> Option<f64> {
-        self.by_name
-            .get(cloud_name)
-            .map(|charges| charges.iter().map(|c| c.total_cost).sum())
+        let mut charges = self.named(cloud_name).peekable();
+        charges.peek()?;
+        Some(charges.map(|c| c.total_cost).sum())
     }
+
+    fn named<'a>(&'a self, cloud_name: &str) -> impl Iterator<Item = &'a Charge> {
+        self.lists.iter().flat_map(move |charges| {
+            let start = charges.partition_point(|c| c.cloud_name.as_str() < cloud_name);
+            let rest = &charges[start..];
+            &rest[..rest.partition_point(|c| c.cloud_name == cloud_name)]
+        })
+    }
+}
+
+/// `charges` sorted by cloud name, a name's in the order they came (the sort is stable).
+fn sorted_by_name(mut charges: Vec<Charge>) -> Arc<[Charge]> {
+    charges.sort_by(|a, b| a.cloud_name.cmp(&b.cloud_name));
+    charges.into()
 }
 
 /// What the cloud billed for one resource: from when, until when (`None` while billed), and
