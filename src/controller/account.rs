@@ -300,38 +300,14 @@ impl Account {
     /// asked), the others are as last read. The volume list is read 100 records a page, and
     /// holds the machines' system disks too: it is asked for only where Volumes are counted.
     pub async fn billing(&self, wanted: &[BillingList]) -> Result<Arc<Billing>, Error> {
-        let mut read = false;
         for list in wanted {
-            let fresh = lock(&self.billing)
-                .lists
-                .get(list)
-                .is_some_and(|read| read.is_fresh(self.catalog_ttl));
+            let fresh = lock(&self.billing).is_fresh(*list, self.catalog_ttl);
             if !fresh {
                 let (charges, pages, currency) = self.read_billing(*list).await?;
-                let mut billing = lock(&self.billing);
-                billing.lists.insert(
-                    *list,
-                    ListRead {
-                        at: Instant::now(),
-                        pages,
-                        charges,
-                    },
-                );
-                billing.currency = Some(currency);
-                read = true;
+                lock(&self.billing).store(*list, Instant::now(), pages, charges, currency);
             }
         }
-        let mut billing = lock(&self.billing);
-        if read || billing.merged.is_none() {
-            let charges = billing
-                .lists
-                .values()
-                .flat_map(|read| read.charges.iter().cloned())
-                .collect();
-            let currency = billing.currency.clone().unwrap_or_default();
-            billing.merged = Some(Arc::new(Billing::new(charges, currency)));
-        }
-        Ok(billing.merged.clone().unwrap_or_default())
+        Ok(lock(&self.billing).merged())
     }
 
     /// One billing list, as charges, the calls it took (its pages) and the currency it is in.
@@ -461,11 +437,12 @@ fn trusted_for(pages: u64, ttl: Duration) -> Duration {
     ttl.saturating_mul(u32::try_from(pages.max(1)).unwrap_or(u32::MAX))
 }
 
-/// One billing list as last read: when, in how many calls, and its charges.
+/// One billing list as last read: when, in how many calls, and its charges (sorted by cloud
+/// name, and shared with the merged billing: each charge is held once).
 struct ListRead {
     at: Instant,
     pages: u64,
-    charges: Vec<Charge>,
+    charges: Arc<[Charge]>,
 }
 
 impl ListRead {
@@ -476,10 +453,51 @@ impl ListRead {
 
 /// The billing lists as last read, and their charges merged.
 #[derive(Default)]
-struct BillingCache {
+pub(crate) struct BillingCache {
     lists: HashMap<BillingList, ListRead>,
     currency: Option<String>,
     merged: Option<Arc<Billing>>,
+}
+
+impl BillingCache {
+    /// Whether `list` was read less than its trust ago (a TTL per page).
+    fn is_fresh(&self, list: BillingList, ttl: Duration) -> bool {
+        self.lists.get(&list).is_some_and(|read| read.is_fresh(ttl))
+    }
+
+    /// Keeps a read of `list` made `at` in `pages` calls, in place of the one before; the
+    /// currency it names becomes the billing's.
+    pub(crate) fn store(
+        &mut self,
+        list: BillingList,
+        at: Instant,
+        pages: u64,
+        charges: Vec<Charge>,
+        currency: String,
+    ) {
+        let charges = sorted_by_name(charges);
+        self.lists.insert(list, ListRead { at, pages, charges });
+        self.currency = Some(currency);
+        self.merged = None;
+    }
+
+    /// Every list's charges as last read, merged again only after a read.
+    pub(crate) fn merged(&mut self) -> Arc<Billing> {
+        if let Some(merged) = &self.merged {
+            return merged.clone();
+        }
+        let lists = BillingList::ALL
+            .iter()
+            .filter_map(|list| self.lists.get(list))
+            .map(|read| read.charges.clone())
+            .collect();
+        let merged = Arc::new(Billing {
+            currency: self.currency.clone().unwrap_or_default(),
+            lists,
+        });
+        self.merged = Some(merged.clone());
+        merged
+    }
 }
 
 /// An account's billing records (instances, volumes and snapshots, deleted ones included), by
@@ -488,33 +506,47 @@ struct BillingCache {
 pub struct Billing {
     /// The account's currency, as its instance billing names it.
     pub currency: String,
-    by_name: HashMap<String, Vec<Charge>>,
+    /// Each billing list's charges, sorted by cloud name: the lists' reads hold the same
+    /// slices, and a name is found by binary search (tens of thousands of charges per account,
+    /// each kept once; a map by name would hold every name twice).
+    lists: Vec<Arc<[Charge]>>,
 }
 
 impl Billing {
     pub fn new(charges: Vec<Charge>, currency: String) -> Billing {
-        let mut by_name: HashMap<String, Vec<Charge>> = HashMap::new();
-        for charge in charges {
-            by_name
-                .entry(charge.cloud_name.clone())
-                .or_default()
-                .push(charge);
+        Billing {
+            currency,
+            lists: vec![sorted_by_name(charges)],
         }
-        Billing { currency, by_name }
     }
 
-    /// The charges for the resource named `cloud_name`.
-    pub fn charges_of(&self, cloud_name: &str) -> &[Charge] {
-        self.by_name.get(cloud_name).map_or(&[], Vec::as_slice)
+    /// The charges for the resource named `cloud_name`: list by list, each list's in the
+    /// order it gave them.
+    pub fn charges_of(&self, cloud_name: &str) -> Vec<&Charge> {
+        self.named(cloud_name).collect()
     }
 
     /// What the resource named `cloud_name` has cost in all; `None` when the billing has no
     /// record of it.
     pub fn total_of(&self, cloud_name: &str) -> Option<f64> {
-        self.by_name
-            .get(cloud_name)
-            .map(|charges| charges.iter().map(|c| c.total_cost).sum())
+        let mut charges = self.named(cloud_name).peekable();
+        charges.peek()?;
+        Some(charges.map(|c| c.total_cost).sum())
     }
+
+    fn named<'a>(&'a self, cloud_name: &str) -> impl Iterator<Item = &'a Charge> {
+        self.lists.iter().flat_map(move |charges| {
+            let start = charges.partition_point(|c| c.cloud_name.as_str() < cloud_name);
+            let rest = &charges[start..];
+            &rest[..rest.partition_point(|c| c.cloud_name == cloud_name)]
+        })
+    }
+}
+
+/// `charges` sorted by cloud name, a name's in the order they came (the sort is stable).
+fn sorted_by_name(mut charges: Vec<Charge>) -> Arc<[Charge]> {
+    charges.sort_by(|a, b| a.cloud_name.cmp(&b.cloud_name));
+    charges.into()
 }
 
 /// What the cloud billed for one resource: from when, until when (`None` while billed), and
@@ -529,7 +561,12 @@ pub struct Charge {
 
 impl Charge {
     /// A billing record's charge; `None` (logged) when its times do not read.
-    fn read(name: &str, start: &str, end: Option<&str>, total_cost: f64) -> Option<Charge> {
+    pub(crate) fn read(
+        name: &str,
+        start: &str,
+        end: Option<&str>,
+        total_cost: f64,
+    ) -> Option<Charge> {
         let parse = |text: &str| text.parse::<Timestamp>().ok();
         let charge = Charge {
             cloud_name: name.to_string(),
@@ -1035,6 +1072,102 @@ mod tests {
             (calls("GetInstanceBilling"), calls("GetVolumeBilling")),
             (Some(3), Some(4))
         );
+    }
+
+    /// A charge of `cost` for `name`, billed since the start of November.
+    fn billed(name: &str, cost: f64) -> Charge {
+        Charge::read(name, "2026-11-01T00:00:00Z", None, cost).unwrap()
+    }
+
+    /// The costs of the charges `billing` holds for `name`, in order.
+    fn costs(billing: &Billing, name: &str) -> Vec<f64> {
+        let mut costs: Vec<f64> = billing
+            .charges_of(name)
+            .iter()
+            .map(|c| c.total_cost)
+            .collect();
+        costs.sort_by(f64::total_cmp);
+        costs
+    }
+
+    #[test]
+    fn the_billing_finds_every_charge_of_a_name_in_every_list() {
+        let mut cache = BillingCache::default();
+        let at = Instant::now();
+        let lists = [
+            (
+                BillingList::Instances,
+                // A machine deleted and made again under its name is billed twice.
+                vec![
+                    billed("vm-a", 1.0),
+                    billed("shared", 2.0),
+                    billed("vm-a", 3.0),
+                ],
+            ),
+            (BillingList::Snapshots, vec![]),
+            (
+                BillingList::Volumes,
+                vec![
+                    billed("shared", 4.0),
+                    billed("vol-z", 5.0),
+                    billed("vm-a-disk", 6.0),
+                ],
+            ),
+        ];
+        for (list, charges) in lists {
+            cache.store(list, at, 1, charges, "USD".into());
+        }
+        let billing = cache.merged();
+        assert_eq!(billing.currency, "USD");
+        // name -> its charges' costs, and their total
+        let cases: [(&str, &[f64], Option<f64>); 6] = [
+            ("vm-a", &[1.0, 3.0], Some(4.0)),
+            ("shared", &[2.0, 4.0], Some(6.0)),
+            ("vol-z", &[5.0], Some(5.0)),
+            ("vm-a-disk", &[6.0], Some(6.0)),
+            // Names that sort between, before and after the billed ones.
+            ("vm-", &[], None),
+            ("zzz", &[], None),
+        ];
+        for (name, want, total) in cases {
+            assert_eq!(costs(&billing, name), want, "{name}");
+            assert_eq!(billing.total_of(name), total, "{name}");
+        }
+        assert!(costs(&billing, "").is_empty());
+    }
+
+    #[test]
+    fn a_billing_list_read_again_replaces_its_charges_only() {
+        let mut cache = BillingCache::default();
+        let at = Instant::now();
+        let instances = vec![billed("vm-x", 1.0), billed("vm-y", 2.0)];
+        cache.store(BillingList::Instances, at, 1, instances, "USD".into());
+        let volumes = vec![billed("vm-x", 5.0)];
+        cache.store(BillingList::Volumes, at, 1, volumes, "USD".into());
+        let before = cache.merged();
+        // Merged once per read: asked again without one, the same billing.
+        assert!(Arc::ptr_eq(&before, &cache.merged()));
+
+        let instances = vec![billed("vm-y", 3.0), billed("vm-z", 4.0)];
+        cache.store(BillingList::Instances, at, 1, instances, "EUR".into());
+        let after = cache.merged();
+        // name -> costs before the instance list was read again, and after
+        let cases: [(&str, &[f64], &[f64]); 3] = [
+            ("vm-x", &[1.0, 5.0], &[5.0]),
+            ("vm-y", &[2.0], &[3.0]),
+            ("vm-z", &[], &[4.0]),
+        ];
+        for (name, was, is) in cases {
+            assert_eq!(costs(&before, name), was, "{name}");
+            assert_eq!(costs(&after, name), is, "{name}");
+        }
+        assert_eq!(
+            (before.currency.as_str(), after.currency.as_str()),
+            ("USD", "EUR")
+        );
+        // Reads are kept with their age and pages, each list apart.
+        assert!(cache.is_fresh(BillingList::Instances, Duration::from_secs(60)));
+        assert!(!cache.is_fresh(BillingList::Snapshots, Duration::from_secs(60)));
     }
 
     #[tokio::test]

@@ -50,6 +50,8 @@ pub mod volume;
 pub mod watch_health;
 
 #[cfg(test)]
+mod heap_figures;
+#[cfg(test)]
 mod mapping_props;
 
 pub use error::{Category, Error};

@@ -12,7 +12,7 @@ use crate::error::{ListFailure, is_outage};
 use crate::lock;
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -81,14 +81,20 @@ impl Default for ObserveIntervals {
 }
 
 /// One list of one kind in one account.
+///
+/// Every object of the kind is looked up in it, so it is held once per account and kind for
+/// as long as the next list takes: the records sorted by id (looked up by binary search), and
+/// a name index of positions, so that no id or name is held a second time.
 #[derive(Debug)]
 pub struct CloudList<R> {
     /// Counts successful lists; 0 before the first.
     pub generation: u64,
     /// When the list that produced this list was sent.
     pub listed_at: Option<Instant>,
-    by_id: HashMap<String, R>,
-    by_name: HashMap<String, Vec<String>>,
+    /// One record per id, sorted by id.
+    records: Vec<R>,
+    /// Positions in `records`, sorted by the record's name (and, within a name, by id).
+    by_name: Vec<u32>,
 }
 
 impl<R: CloudRecord> CloudList<R> {
@@ -96,72 +102,88 @@ impl<R: CloudRecord> CloudList<R> {
         CloudList {
             generation: 0,
             listed_at: None,
-            by_id: HashMap::new(),
-            by_name: HashMap::new(),
+            records: Vec::new(),
+            by_name: Vec::new(),
         }
     }
 
-    fn from_records(records: Vec<R>, generation: u64, listed_at: Instant) -> Self {
-        let mut by_name: HashMap<String, Vec<String>> = HashMap::new();
-        let mut by_id = HashMap::with_capacity(records.len());
-        for record in records {
-            by_name
-                .entry(record.name().to_string())
-                .or_default()
-                .push(record.id().to_string());
-            by_id.insert(record.id().to_string(), record);
-        }
+    /// The list of `records`; of records that repeat an id, the last one listed is kept.
+    pub(crate) fn from_records(mut records: Vec<R>, generation: u64, listed_at: Instant) -> Self {
+        // Reversed, then sorted stably and deduplicated (which keeps the first of a run): the
+        // last record listed under an id is the one kept.
+        records.reverse();
+        records.sort_by(|a, b| a.id().cmp(b.id()));
+        records.dedup_by(|later, kept| later.id() == kept.id());
+        // A decoded list grows by doubling: up to half of it is room no record uses.
+        records.shrink_to_fit();
+        // Positions past u32::MAX (no cloud lists that many) are left out of the name index.
+        let mut by_name: Vec<u32> = (0..records.len())
+            .map_while(|position| u32::try_from(position).ok())
+            .collect();
+        by_name.sort_by(|a, b| name_at(&records, *a).cmp(name_at(&records, *b)));
         CloudList {
             generation,
             listed_at: Some(listed_at),
-            by_id,
+            records,
             by_name,
         }
     }
 
     pub fn get(&self, id: &str) -> Option<&R> {
-        self.by_id.get(id)
+        let position = self.records.binary_search_by(|r| r.id().cmp(id)).ok()?;
+        self.records.get(position)
     }
 
-    /// Every resource listed under `name` (names are not unique in the cloud).
+    /// Every resource listed under `name` (names are not unique in the cloud), each once, in
+    /// the order of their ids.
     pub fn named(&self, name: &str) -> Vec<&R> {
-        self.by_name
-            .get(name)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.by_id.get(id))
+        let start = self
+            .by_name
+            .partition_point(|position| name_at(&self.records, *position) < name);
+        self.by_name[start..]
+            .iter()
+            .filter_map(|position| self.records.get(*position as usize))
+            .take_while(|record| record.name() == name)
             .collect()
     }
 
     pub fn len(&self) -> usize {
-        self.by_id.len()
+        self.records.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
+        self.records.is_empty()
     }
 
+    /// Every record, in the order of their ids.
     pub fn records(&self) -> impl Iterator<Item = &R> {
-        self.by_id.values()
+        self.records.iter()
     }
 
     /// Ids and names of resources that appeared, disappeared or changed since `previous`.
     fn changes_since(&self, previous: &CloudList<R>) -> Changes {
         let mut changes = Changes::default();
-        for (id, record) in &self.by_id {
-            if previous.by_id.get(id) != Some(record) {
-                changes.ids.insert(id.clone());
+        for record in &self.records {
+            if previous.get(record.id()) != Some(record) {
+                changes.ids.insert(record.id().to_string());
                 changes.names.insert(record.name().to_string());
             }
         }
-        for (id, record) in &previous.by_id {
-            if !self.by_id.contains_key(id) {
-                changes.ids.insert(id.clone());
+        for record in &previous.records {
+            if self.get(record.id()).is_none() {
+                changes.ids.insert(record.id().to_string());
                 changes.names.insert(record.name().to_string());
             }
         }
         changes
     }
+}
+
+/// The name of the record at `position`; "" for none (a position is always one).
+fn name_at<R: CloudRecord>(records: &[R], position: u32) -> &str {
+    records
+        .get(position as usize)
+        .map_or("", |record| record.name())
 }
 
 /// What changed in one list, for mapping back to objects.
@@ -430,6 +452,76 @@ mod tests {
             HashSet::from(["b".to_string(), "c".to_string(), "d".to_string()])
         );
         assert_eq!(after.changes_since(&after), Changes::default());
+    }
+
+    /// The ids of `records`, in order.
+    fn ids<'a>(records: impl IntoIterator<Item = &'a Rec>) -> Vec<&'static str> {
+        records.into_iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn a_list_holds_one_record_per_id_found_by_id_and_by_name() {
+        // Out of order, names repeated, and id 2 listed twice under two names: the last
+        // record listed under an id is the one kept, and only its name finds it.
+        let list = listed(
+            "3 b ACTIVE, 2 old CREATING, 1 a ACTIVE, 4 c ACTIVE, 2 a ACTIVE, 5 b SHUTOFF",
+            1,
+        );
+        assert_eq!(list.len(), 5);
+        assert_eq!(ids(list.records()), ["1", "2", "3", "4", "5"]);
+        // id -> the record's name and state
+        let by_id = [
+            ("1", Some(("a", "ACTIVE"))),
+            ("2", Some(("a", "ACTIVE"))),
+            ("5", Some(("b", "SHUTOFF"))),
+            ("0", None),
+            ("22", None),
+            ("6", None),
+            ("", None),
+        ];
+        for (id, want) in by_id {
+            assert_eq!(list.get(id).map(|r| (r.name, r.state)), want, "{id:?}");
+        }
+        // name -> the ids listed under it, each once
+        let by_name: [(&str, &[&str]); 8] = [
+            ("a", &["1", "2"]),
+            ("b", &["3", "5"]),
+            ("c", &["4"]),
+            ("old", &[]),
+            ("", &[]),
+            ("aa", &[]),
+            ("0", &[]),
+            ("d", &[]),
+        ];
+        for (name, want) in by_name {
+            assert_eq!(ids(list.named(name)), want, "{name:?}");
+        }
+        let empty = CloudList::<Rec>::empty();
+        assert!(empty.is_empty() && empty.get("1").is_none() && empty.named("a").is_empty());
+    }
+
+    #[test]
+    fn changes_count_the_record_kept_under_a_repeated_id() {
+        let before = listed("1 a ACTIVE, 2 b CREATING, 2 b ACTIVE", 1);
+        // after -> changed ids and names
+        let cases: [(&'static str, &[&str], &[&str]); 4] = [
+            // The same records in another order, repeated: nothing changed.
+            ("2 b ACTIVE, 1 a ACTIVE, 1 a ACTIVE", &[], &[]),
+            // Compared with the record kept (the last), not the first.
+            ("1 a ACTIVE, 2 b CREATING", &["2"], &["b"]),
+            ("1 a ACTIVE, 2 b ACTIVE, 2 b SHUTOFF", &["2"], &["b"]),
+            (
+                "2 b ACTIVE, 3 c ACTIVE, 3 c ACTIVE",
+                &["1", "3"],
+                &["a", "c"],
+            ),
+        ];
+        for (after, ids, names) in cases {
+            let changes = listed(after, 2).changes_since(&before);
+            let set = |items: &[&str]| items.iter().map(|i| i.to_string()).collect();
+            assert_eq!(changes.ids, set(ids), "{after}");
+            assert_eq!(changes.names, set(names), "{after}");
+        }
     }
 
     /// Lists one machine whose state alternates, so every list is a change.

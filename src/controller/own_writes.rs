@@ -11,7 +11,9 @@
 //! Equality only: resourceVersions are opaque to clients, so any version not replaced by this
 //! process (another writer's, or the watch caught up) is the store's to give. A write kept is
 //! dropped once the store has moved past every version it replaced, at the object's next
-//! reconcile or at a sweep of the writes, whichever comes first.
+//! reconcile or at a sweep of the writes, whichever comes first. Writes and reconcile starts
+//! sweep, at most once a second; a sweep that leaves the table mostly empty shrinks it, so a
+//! burst of writes does not hold its size for good.
 
 use crate::lock;
 use kube::Resource;
@@ -92,16 +94,7 @@ where
         let key = ObjectRef::from_obj(after);
         let now = Instant::now();
         let mut writes = lock(&self.writes);
-        if now.duration_since(writes.swept) >= SWEEP_EVERY {
-            writes.swept = now;
-            let store = &self.store;
-            writes.latest.retain(|key, written| {
-                now.duration_since(written.at) < KEPT_AT_MOST
-                    && store
-                        .get(key)
-                        .is_some_and(|stored| written.is_newer_than(&stored))
-            });
-        }
+        self.sweep_if_due(&mut writes, now);
         let mut chain = match writes.latest.remove(&key) {
             // Written from the object this process wrote last: the same chain.
             Some(last) if last.object.resource_version().as_ref() == Some(&replaced) => {
@@ -131,6 +124,9 @@ where
     pub fn newest(&self, stored: Arc<K>) -> Arc<K> {
         let key = ObjectRef::from_obj(&*stored);
         let mut writes = lock(&self.writes);
+        // Called as every reconcile starts: writes of objects not reconciled again are
+        // dropped while no other write comes either.
+        self.sweep_if_due(&mut writes, Instant::now());
         match writes.latest.get(&key) {
             Some(written) if written.is_newer_than(&stored) => written.object.clone(),
             Some(_) => {
@@ -141,10 +137,42 @@ where
         }
     }
 
+    /// Drops the writes the store has caught up with or that are too old, unless the last
+    /// sweep was less than `SWEEP_EVERY` ago. The table then keeps room for twice the writes
+    /// left: one that a sweep left at most about a quarter full is made smaller (a hash table
+    /// keeps its largest size otherwise), one fuller is left as it is.
+    fn sweep_if_due(&self, writes: &mut Writes<K>, now: Instant) {
+        if now.duration_since(writes.swept) < SWEEP_EVERY {
+            return;
+        }
+        writes.swept = now;
+        let store = &self.store;
+        writes.latest.retain(|key, written| {
+            now.duration_since(written.at) < KEPT_AT_MOST
+                && store
+                    .get(key)
+                    .is_some_and(|stored| written.is_newer_than(&stored))
+        });
+        let kept = writes.latest.len();
+        writes.latest.shrink_to(kept * 2);
+    }
+
+    /// Makes the next write sweep, as if a sweep's time had passed.
+    #[cfg(test)]
+    pub(crate) fn sweep_due(&self) {
+        lock(&self.writes).swept -= SWEEP_EVERY;
+    }
+
     /// How many writes are kept.
     #[cfg(test)]
     fn kept(&self) -> usize {
         lock(&self.writes).latest.len()
+    }
+
+    /// How many writes the table has room for.
+    #[cfg(test)]
+    fn room(&self) -> usize {
+        lock(&self.writes).latest.capacity()
     }
 }
 
@@ -231,5 +259,65 @@ mod tests {
         other_written.metadata.resource_version = Some("8".into());
         own.note(&other, &other_written);
         assert_eq!(own.kept(), 1);
+    }
+
+    /// `name`'s copies at `versions`, with one uid.
+    fn versions(name: &str, versions: [&str; 2]) -> [ConfigMap; 2] {
+        versions.map(|version| {
+            let mut map = object(&format!("uid-{name}"), version, "x");
+            map.metadata.name = Some(name.into());
+            map
+        })
+    }
+
+    #[test]
+    fn a_reconcile_start_sweeps_the_writes_too() {
+        let (own, mut writer) = writes();
+        let [v1, v2] = versions("caught-up", ["1", "2"]);
+        let [w1, w2] = versions("lagging", ["1", "2"]);
+        writer.apply_watcher_event(&Event::Apply(v2.clone()));
+        writer.apply_watcher_event(&Event::Apply(w1.clone()));
+        own.note(&v1, &v2);
+        own.note(&w1, &w2);
+        // Within a sweep's time of the last one, nothing is swept.
+        let [r1, _] = versions("reconciled", ["1", "2"]);
+        own.newest(Arc::new(r1.clone()));
+        assert_eq!(own.kept(), 2);
+        // A sweep's time later, a reconcile start of another object sweeps: the write the
+        // store has caught up with goes, the one it has not stays.
+        own.sweep_due();
+        own.newest(Arc::new(r1));
+        assert_eq!(own.kept(), 1);
+        let read = own.newest(Arc::new(w1));
+        assert_eq!(read.resource_version().as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_sweep_that_empties_most_of_the_table_shrinks_it() {
+        // kept of 1,000 writes after the sweep -> whether the table shrinks
+        let cases = [
+            (0, true),
+            (10, true),
+            (250, true),
+            (900, false),
+            (1_000, false),
+        ];
+        for (lagging, shrinks) in cases {
+            let (own, mut writer) = writes();
+            for i in 0..1_000 {
+                let [before, after] = versions(&format!("object-{i}"), ["1", "2"]);
+                let stored = if i < lagging { &before } else { &after };
+                writer.apply_watcher_event(&Event::Apply(stored.clone()));
+                own.note(&before, &after);
+            }
+            let room = own.room();
+            own.sweep_due();
+            own.newest(Arc::new(versions("other", ["1", "2"])[0].clone()));
+            assert_eq!(own.kept(), lagging, "{lagging}");
+            // Room is counted less the slots of removed entries, until the table is rebuilt.
+            let shrunk = own.room() <= room / 2;
+            assert_eq!(shrunk, shrinks, "{lagging}: {room} -> {}", own.room());
+            assert!(own.room() >= lagging, "{lagging}");
+        }
     }
 }
