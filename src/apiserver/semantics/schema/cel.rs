@@ -827,6 +827,25 @@ fn evaluate_rules(
         .filter(|_| run.needs_old)
         .map(|old| visible_to_cel(node, old, path.is_empty()));
     let size = node_count(value).max(1);
+    // The variables are converted into the interpreter's values once per node and binding of
+    // `oldSelf` (plain, or optional for `optionalOldSelf` rules), not once per rule: a
+    // conversion copies the whole value, and transition rules often share one node.
+    let scope_with = |optional_old_self: bool| {
+        let mut scope = context.new_inner_scope();
+        scope.add_variable_from_value("self", self_value.clone());
+        if optional_old_self {
+            let optional = match &old_value {
+                Some(old_value) => cel::objects::OptionalValue::of(old_value.clone()),
+                None => cel::objects::OptionalValue::none(),
+            };
+            scope.add_variable_from_value("oldSelf", cel::Value::Opaque(Arc::new(optional)));
+        } else if let Some(old_value) = &old_value {
+            scope.add_variable_from_value("oldSelf", old_value.clone());
+        }
+        scope
+    };
+    let mut plain_scope = None;
+    let mut optional_scope = None;
     for rule in &node.rules {
         if !RuleRun::runs(rule, run.unchanged, old.is_some()) {
             continue;
@@ -855,21 +874,17 @@ fn evaluate_rules(
         }
         budget.remaining -= estimate;
 
-        let mut scope = context.new_inner_scope();
-        scope.add_variable_from_value("self", self_value.clone());
-        if rule.optional_old_self {
-            let optional = match &old_value {
-                Some(old_value) => cel::objects::OptionalValue::of(old_value.clone()),
-                None => cel::objects::OptionalValue::none(),
-            };
-            scope.add_variable_from_value("oldSelf", cel::Value::Opaque(Arc::new(optional)));
-        } else if let Some(old_value) = &old_value {
-            scope.add_variable_from_value("oldSelf", old_value.clone());
-        }
+        let cached = if rule.optional_old_self {
+            &mut optional_scope
+        } else {
+            &mut plain_scope
+        };
+        let scope: &cel::Context<'_> =
+            cached.get_or_insert_with(|| scope_with(rule.optional_old_self));
         // The interpreter is third-party code evaluating user input: a panic inside it becomes
         // this rule's error instead of taking the request down.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            cel::Value::resolve(&rule.expression, &scope)
+            cel::Value::resolve(&rule.expression, scope)
         }));
         let Ok(outcome) = outcome else {
             errors.push(FieldError::invalid(
@@ -890,7 +905,7 @@ fn evaluate_rules(
                     Some(suffix) => format!("{path}.{suffix}"),
                     None => path.to_string(),
                 };
-                let detail = failure_message(rule, &scope);
+                let detail = failure_message(rule, scope);
                 // The bad value is the schema type, as in `fieldErrorForReason(path, sts.Type, ..)`.
                 errors.push(match rule.reason {
                     FieldErrorKind::Forbidden => FieldError::forbidden(field, detail),
