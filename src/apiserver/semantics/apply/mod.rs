@@ -835,13 +835,13 @@ pub fn record_update(
         .iter_mut()
         .find(|entry| entry.is(manager, "Update", &api_version))
     {
-        Some(entry) => {
-            if touched {
-                entry.set.paths.extend(changed.paths);
-                entry.set.paths.retain(|path| !removed.contains(path));
-                entry.time = Some(now.to_string());
-            }
+        Some(entry) if touched => {
+            entry.set.paths.extend(changed.paths);
+            entry.set.paths.retain(|path| !removed.contains(path));
+            entry.time = Some(now.to_string());
         }
+        // An untouched entry keeps its fields and its time.
+        Some(_) => {}
         None if !changed.is_empty() => managers.push(ManagerEntry {
             manager: manager.to_string(),
             operation: "Update".to_string(),
