@@ -612,7 +612,7 @@ pub fn update_object(
         let old = current
             .to_value()
             .map_err(|error| ApiError::internal(error.to_string()))?;
-        let intended = mutate(&at_version(&info, old.clone()))?;
+        let intended = mutate(&served(&info, &old))?;
         let new = prepare_update(
             context,
             &info,
@@ -667,6 +667,17 @@ pub fn update_object(
     Err(conflict(context))
 }
 
+/// The stored object as served at the request's version, copied only when that differs.
+fn served<'a>(info: &ResourceInfo, stored: &'a Value) -> std::borrow::Cow<'a, Value> {
+    let converted = builtin::is_events_v1(info)
+        || (info.is_custom() && stored["apiVersion"].as_str() != Some(info.api_version().as_str()));
+    if converted {
+        std::borrow::Cow::Owned(at_version(info, stored.clone()))
+    } else {
+        std::borrow::Cow::Borrowed(stored)
+    }
+}
+
 fn conflict(context: &Context<'_>) -> ApiError {
     let info = context.info();
     ApiError::conflict(
@@ -678,17 +689,34 @@ fn conflict(context: &Context<'_>) -> ApiError {
 }
 
 /// Whether an update changes nothing but bookkeeping (then the real server writes nothing and
-/// the resourceVersion stays).
+/// the resourceVersion stays): the objects are equal but for `metadata.resourceVersion` and
+/// `metadata.managedFields`. Compared in place: objects are large and updates many.
 fn unchanged(old: &Value, new: &Value) -> bool {
-    let strip = |value: &Value| {
-        let mut value = value.clone();
-        if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            metadata.remove("resourceVersion");
-            metadata.remove("managedFields");
-        }
-        value
+    let (Some(old_map), Some(new_map)) = (old.as_object(), new.as_object()) else {
+        return old == new;
     };
-    strip(old) == strip(new)
+    let bookkeeping = |key: &str| key == "resourceVersion" || key == "managedFields";
+    let metadata_equal = match (old_map.get("metadata"), new_map.get("metadata")) {
+        (Some(Value::Object(old_meta)), Some(Value::Object(new_meta))) => {
+            equal_except(old_meta, new_meta, bookkeeping)
+        }
+        (old_meta, new_meta) => old_meta == new_meta,
+    };
+    metadata_equal && equal_except(old_map, new_map, |key| key == "metadata")
+}
+
+/// Whether two objects have the same members, leaving out the keys `skip` names.
+fn equal_except(
+    old: &serde_json::Map<String, Value>,
+    new: &serde_json::Map<String, Value>,
+    skip: impl Fn(&str) -> bool,
+) -> bool {
+    let kept = |map: &serde_json::Map<String, Value>| map.keys().filter(|key| !skip(key)).count();
+    kept(old) == kept(new)
+        && old
+            .iter()
+            .filter(|(key, _)| !skip(key))
+            .all(|(key, value)| new.get(key) == Some(value))
 }
 
 /// The server's rules for an update of `old` to `new`.
@@ -845,15 +873,12 @@ fn prepare_update(
 
 /// Whether anything outside metadata and status differs (what bumps `metadata.generation`).
 pub fn spec_changed(old: &Value, new: &Value) -> bool {
-    let strip = |value: &Value| {
-        let mut value = value.clone();
-        if let Some(map) = value.as_object_mut() {
-            map.remove("metadata");
-            map.remove("status");
+    match (old.as_object(), new.as_object()) {
+        (Some(old), Some(new)) => {
+            !equal_except(old, new, |key| key == "metadata" || key == "status")
         }
-        value
-    };
-    strip(old) != strip(new)
+        _ => old != new,
+    }
 }
 
 pub fn string_list(value: &Value) -> Vec<String> {
@@ -904,5 +929,29 @@ mod tests {
         let respecced = json!({"metadata": {}, "spec": {"x": 2}});
         assert!(!spec_changed(&old, &relabelled));
         assert!(spec_changed(&old, &respecced));
+        assert!(spec_changed(&json!([1]), &json!({})));
+    }
+
+    #[test]
+    fn bookkeeping_alone_is_no_change() {
+        let old = json!({"metadata": {"name": "a", "resourceVersion": "1", "managedFields": [1]}, "spec": {"x": 1}});
+        let bookkeeping =
+            json!({"metadata": {"name": "a", "resourceVersion": "2"}, "spec": {"x": 1}});
+        assert!(unchanged(&old, &bookkeeping));
+        let labelled = json!({"metadata": {"name": "a", "labels": {}}, "spec": {"x": 1}});
+        assert!(!unchanged(&old, &labelled));
+        let respecced = json!({"metadata": {"name": "a"}, "spec": {"x": 1.0}});
+        assert!(!unchanged(&old, &respecced));
+        let extra = json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {}});
+        assert!(!unchanged(&old, &extra));
+        assert!(!unchanged(
+            &old,
+            &json!({"metadata": "a", "spec": {"x": 1}})
+        ));
+        assert!(unchanged(&json!({"spec": 1}), &json!({"spec": 1})));
+        assert!(!unchanged(
+            &json!({"spec": 1}),
+            &json!({"metadata": {}, "spec": 1})
+        ));
     }
 }

@@ -76,24 +76,11 @@ impl FieldSet {
         }
     }
 
-    /// Encodes the set as `fieldsV1`.
+    /// Encodes the set as `fieldsV1`: a node per path element, `{}` for a member without
+    /// children, and `"."` marking a member that also has children. The root is never marked.
     pub(crate) fn encode(&self) -> Value {
-        let mut root = Map::new();
-        for path in &self.paths {
-            let mut node = &mut root;
-            for element in path {
-                let entry = node
-                    .entry(encode_element(element))
-                    .or_insert_with(|| Value::Object(Map::new()));
-                let Value::Object(next) = entry else {
-                    break;
-                };
-                node = next;
-            }
-        }
-        // A member that also has children is marked with ".".
-        mark_members(&mut root, &self.paths, &mut Vec::new());
-        Value::Object(root)
+        let paths: Vec<&Path> = self.paths.iter().collect();
+        Value::Object(encode_below(&paths, 0))
     }
 
     /// Decodes `fieldsV1`.
@@ -104,21 +91,32 @@ impl FieldSet {
     }
 }
 
-fn mark_members(node: &mut Map<String, Value>, paths: &BTreeSet<Path>, prefix: &mut Path) {
-    let keys: Vec<String> = node.keys().filter(|k| k.as_str() != ".").cloned().collect();
-    for key in keys {
-        let Ok(element) = decode_element(&key) else {
+/// The encoded children of the node at `depth` that all `paths` (sorted, as a set keeps them)
+/// share. Paths under one child are contiguous, and the child itself, when it is a member,
+/// comes first.
+fn encode_below(paths: &[&Path], depth: usize) -> Map<String, Value> {
+    let mut node = Map::new();
+    let mut start = 0;
+    while start < paths.len() {
+        let Some(element) = paths[start].get(depth) else {
+            // The node itself (a member): its parent marks it.
+            start += 1;
             continue;
         };
-        prefix.push(element);
-        if let Some(Value::Object(child)) = node.get_mut(&key) {
-            if paths.contains(prefix) && !child.is_empty() {
-                child.insert(".".to_string(), Value::Object(Map::new()));
-            }
-            mark_members(child, paths, prefix);
+        let end = start
+            + paths[start..]
+                .iter()
+                .take_while(|path| path.get(depth) == Some(element))
+                .count();
+        let group = &paths[start..end];
+        let mut child = encode_below(group, depth + 1);
+        if group[0].len() == depth + 1 && !child.is_empty() {
+            child.insert(".".to_string(), Value::Object(Map::new()));
         }
-        prefix.pop();
+        node.insert(encode_element(element), Value::Object(child));
+        start = end;
     }
+    node
 }
 
 fn decode_into(
@@ -242,7 +240,66 @@ pub(crate) fn item_key(item: &Value, keys: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// The encoding built path by path, then members marked by decoding each key back: the
+    /// plain definition [`FieldSet::encode`] must agree with.
+    fn reference_encode(set: &FieldSet) -> Value {
+        fn mark(node: &mut Map<String, Value>, paths: &BTreeSet<Path>, prefix: &mut Path) {
+            let keys: Vec<String> = node.keys().filter(|k| k.as_str() != ".").cloned().collect();
+            for key in keys {
+                let Ok(element) = decode_element(&key) else {
+                    continue;
+                };
+                prefix.push(element);
+                if let Some(Value::Object(child)) = node.get_mut(&key) {
+                    if paths.contains(prefix) && !child.is_empty() {
+                        child.insert(".".to_string(), Value::Object(Map::new()));
+                    }
+                    mark(child, paths, prefix);
+                }
+                prefix.pop();
+            }
+        }
+        let mut root = Map::new();
+        for path in &set.paths {
+            let mut node = &mut root;
+            for element in path {
+                let entry = node
+                    .entry(encode_element(element))
+                    .or_insert_with(|| Value::Object(Map::new()));
+                let Value::Object(next) = entry else {
+                    break;
+                };
+                node = next;
+            }
+        }
+        mark(&mut root, &set.paths, &mut Vec::new());
+        Value::Object(root)
+    }
+
+    fn element() -> impl Strategy<Value = PathElement> {
+        prop_oneof![
+            prop::sample::select(vec!["a", "b", "spec", ""])
+                .prop_map(|name| PathElement::Field(name.into())),
+            prop::sample::select(vec![r#"{"name":"a"}"#, r#"{"name":"b","port":1}"#])
+                .prop_map(|key| PathElement::Key(key.into())),
+            prop::sample::select(vec![r#""x""#, "1", "1.5"])
+                .prop_map(|value| PathElement::Value(value.into())),
+            (0usize..3).prop_map(PathElement::Index),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn encoding_matches_the_path_by_path_definition(
+            paths in prop::collection::btree_set(prop::collection::vec(element(), 0..4), 0..12)
+        ) {
+            let set = FieldSet { paths };
+            prop_assert_eq!(set.encode(), reference_encode(&set));
+        }
+    }
 
     #[test]
     fn encoding_round_trips_with_member_dots() {

@@ -260,6 +260,12 @@ fn is_untracked(path: &Path) -> bool {
     ) || names.starts_with(&["metadata", "managedFields"])
 }
 
+/// Whether `path` is `metadata.managedFields` or below it (never compared or owned).
+fn is_managed_fields(path: &Path) -> bool {
+    matches!(path.as_slice(), [PathElement::Field(first), PathElement::Field(second), ..]
+        if first == "metadata" && second == "managedFields")
+}
+
 fn insert_tracked(set: &mut FieldSet, path: &Path) {
     if !is_untracked(path) {
         set.insert(path.clone());
@@ -289,10 +295,7 @@ fn collect_fields(
             }
             for (key, child) in map {
                 path.push(PathElement::Field(key.clone()));
-                if !path.starts_with(&[
-                    PathElement::Field("metadata".into()),
-                    PathElement::Field("managedFields".into()),
-                ]) {
+                if !is_managed_fields(path) {
                     collect_fields(child, path, types, set, mark_objects);
                 }
                 path.pop();
@@ -342,13 +345,25 @@ fn mark_subtree(value: &Value, path: &mut Path, types: &Types<'_>, set: &mut Fie
     collect_fields(value, path, types, set, true);
 }
 
-fn compare(
-    old: Option<&Value>,
-    new: Option<&Value>,
+/// [`json_equal`] of two lists, without building list values.
+fn items_equal(old: &[Value], new: &[Value]) -> bool {
+    old.len() == new.len() && old.iter().zip(new).all(|(a, b)| json_equal(a, b))
+}
+
+fn compare<'v>(
+    old: Option<&'v Value>,
+    new: Option<&'v Value>,
     path: &mut Path,
     types: &Types<'_>,
     diff: &mut Diff,
 ) {
+    // Values that are the same to the last number representation hold no change below them:
+    // most of an update leaves most of the object as it was.
+    if let (Some(old), Some(new)) = (old, new)
+        && old == new
+    {
+        return;
+    }
     match (old, new) {
         (None, None) => {}
         (None, Some(new)) => mark_subtree(new, path, types, &mut diff.added),
@@ -365,12 +380,13 @@ fn compare(
             keys.sort();
             keys.dedup();
             for key in keys {
+                let (old_child, new_child) = (old.get(key), new.get(key));
+                if old_child.is_some() && old_child == new_child {
+                    continue;
+                }
                 path.push(PathElement::Field(key.clone()));
-                if !path.starts_with(&[
-                    PathElement::Field("metadata".into()),
-                    PathElement::Field("managedFields".into()),
-                ]) {
-                    compare(old.get(key), new.get(key), path, types, diff);
+                if !is_managed_fields(path) {
+                    compare(old_child, new_child, path, types, diff);
                 }
                 path.pop();
             }
@@ -398,19 +414,19 @@ fn compare(
                     }
                 }
                 ListType::Map { keys } => {
-                    let keyed = |items: &[Value]| -> Option<Vec<(String, Value)>> {
+                    let keyed = |items: &'v [Value]| -> Option<Vec<(String, &'v Value)>> {
                         items
                             .iter()
-                            .map(|item| item_key(item, &keys).map(|key| (key, item.clone())))
+                            .map(|item| item_key(item, &keys).map(|key| (key, item)))
                             .collect()
                     };
                     match (keyed(old_items), keyed(new_items)) {
                         (Some(old_keyed), Some(new_keyed)) => {
                             // Indexed by key: lists can be long.
                             let old_by_key: std::collections::HashMap<&String, &Value> =
-                                old_keyed.iter().map(|(k, v)| (k, v)).collect();
+                                old_keyed.iter().map(|(k, v)| (k, *v)).collect();
                             let new_by_key: std::collections::HashMap<&String, &Value> =
-                                new_keyed.iter().map(|(k, v)| (k, v)).collect();
+                                new_keyed.iter().map(|(k, v)| (k, *v)).collect();
                             let mut all_keys: Vec<&String> = old_keyed
                                 .iter()
                                 .chain(new_keyed.iter())
@@ -427,20 +443,14 @@ fn compare(
                             }
                         }
                         _ => {
-                            if !json_equal(
-                                &Value::from(old_items.clone()),
-                                &Value::from(new_items.clone()),
-                            ) {
+                            if !items_equal(old_items, new_items) {
                                 insert_tracked(&mut diff.modified, path);
                             }
                         }
                     }
                 }
                 ListType::Atomic => {
-                    if !json_equal(
-                        &Value::from(old_items.clone()),
-                        &Value::from(new_items.clone()),
-                    ) {
+                    if !items_equal(old_items, new_items) {
                         insert_tracked(&mut diff.modified, path);
                     }
                 }
@@ -790,45 +800,48 @@ pub fn record_update(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let submitted = new.pointer("/metadata/managedFields").cloned();
-    let stored = old
-        .and_then(|old| old.pointer("/metadata/managedFields"))
-        .cloned();
-    let mut managers = match &submitted {
+    let submitted = new.pointer("/metadata/managedFields");
+    let stored = old.and_then(|old| old.pointer("/metadata/managedFields"));
+    let mut managers = match submitted {
         Some(Value::Array(entries)) if !entries.is_empty() && submitted != stored => {
             read_managers(new)
         }
         _ => old.map(read_managers).unwrap_or_default(),
     };
 
-    let old_clean = old.map(without_managed_fields);
-    let new_clean = without_managed_fields(new);
+    // The comparison never enters metadata.managedFields, so the objects are compared as
+    // they are, without copies that leave it out.
     let mut diff = Diff::default();
-    compare(
-        old_clean.as_ref(),
-        Some(&new_clean),
-        &mut Vec::new(),
-        &types,
-        &mut diff,
-    );
-    let changed = diff.added.union(&diff.modified);
+    compare(old, Some(new), &mut Vec::new(), &types, &mut diff);
+    let Diff {
+        added: mut changed,
+        modified,
+        removed,
+    } = diff;
+    changed.paths.extend(modified.paths);
 
-    for entry in managers.iter_mut() {
-        if !entry.is(manager, "Update", &api_version) {
-            entry.set = entry.set.difference(&changed).difference(&diff.removed);
+    let touched = !changed.is_empty() || !removed.is_empty();
+    if touched {
+        for entry in managers.iter_mut() {
+            if !entry.is(manager, "Update", &api_version) {
+                entry
+                    .set
+                    .paths
+                    .retain(|path| !changed.contains(path) && !removed.contains(path));
+            }
         }
     }
-    let touched = !changed.is_empty() || !diff.removed.is_empty();
     match managers
         .iter_mut()
         .find(|entry| entry.is(manager, "Update", &api_version))
     {
-        Some(entry) => {
-            entry.set = entry.set.union(&changed).difference(&diff.removed);
-            if touched {
-                entry.time = Some(now.to_string());
-            }
+        Some(entry) if touched => {
+            entry.set.paths.extend(changed.paths);
+            entry.set.paths.retain(|path| !removed.contains(path));
+            entry.time = Some(now.to_string());
         }
+        // An untouched entry keeps its fields and its time.
+        Some(_) => {}
         None if !changed.is_empty() => managers.push(ManagerEntry {
             manager: manager.to_string(),
             operation: "Update".to_string(),

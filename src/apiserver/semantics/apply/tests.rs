@@ -525,3 +525,270 @@ mod properties {
         }
     }
 }
+
+/// Pins the exact output of [`record_update`] and [`apply`] (objects, managedFields with
+/// their order, times and fieldsV1, errors) over a seeded random walk of writes, so that work
+/// on their speed cannot change what they produce. The digest was taken from the
+/// straightforward implementation (clone, decode every entry, compare everything, encode).
+mod pinned_output {
+    use super::*;
+
+    /// xorshift64*: a fixed stream on every platform.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn pick<'a>(&mut self, options: &[&'a str]) -> &'a str {
+            options[self.below(options.len() as u64) as usize]
+        }
+    }
+
+    fn schema() -> Schema {
+        Schema::compile(&json!({
+            "type": "object",
+            "properties": {
+                "metadata": {"type": "object"},
+                "spec": {"type": "object", "properties": {
+                    "replicas": {"type": "number"},
+                    "zone": {"type": "string"},
+                    "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                    "ports": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "number"}},
+                    "rules": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name", "port"],
+                              "items": {"type": "object", "properties": {
+                                  "name": {"type": "string"}, "port": {"type": "number"},
+                                  "cidr": {"type": "string"}, "extra": {"type": "object", "properties": {"a": {"type": "string"}}}}}},
+                    "selector": {"type": "object", "x-kubernetes-map-type": "atomic",
+                                 "properties": {"a": {"type": "string"}, "b": {"type": "string"}}},
+                    "atomicList": {"type": "array", "items": {"type": "string"}},
+                    "nested": {"type": "object", "properties": {
+                        "deep": {"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "number"}}},
+                        "empty": {"type": "object"}}}
+                }},
+                "status": {"type": "object", "properties": {
+                    "state": {"type": "string"},
+                    "count": {"type": "number"},
+                    "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                                   "items": {"type": "object", "properties": {
+                                       "type": {"type": "string"}, "status": {"type": "string"}, "message": {"type": "string"}}}}
+                }}
+            }
+        }))
+        .unwrap()
+    }
+
+    fn number(rng: &mut Rng) -> Value {
+        match rng.below(4) {
+            0 => json!(1),
+            1 => json!(1.0),
+            2 => json!(2),
+            _ => json!(2.5),
+        }
+    }
+
+    /// Sets, changes or removes one field somewhere in the object.
+    fn mutate(rng: &mut Rng, object: &mut Value) {
+        let spec = &mut object["spec"];
+        match rng.below(22) {
+            0 => spec["replicas"] = number(rng),
+            1 => spec["zone"] = json!(rng.pick(&["a", "b", "c"])),
+            2 => {
+                let tags: Vec<&str> = (0..rng.below(4))
+                    .map(|_| rng.pick(&["x", "y", "z"]))
+                    .collect();
+                spec["tags"] = json!(tags);
+            }
+            3 => {
+                let ports: Vec<Value> = (0..rng.below(3)).map(|_| number(rng)).collect();
+                spec["ports"] = Value::Array(ports);
+            }
+            4 | 5 => {
+                let rules: Vec<Value> = (0..rng.below(4))
+                    .map(|_| {
+                        let mut rule =
+                            json!({"name": rng.pick(&["ssh", "http"]), "port": number(rng)});
+                        match rng.below(4) {
+                            0 => rule["cidr"] = json!(rng.pick(&["10.0.0.0/8", "0.0.0.0/0"])),
+                            1 => rule["extra"] = json!({"a": rng.pick(&["1", "2"])}),
+                            2 => {
+                                if let Some(map) = rule.as_object_mut() {
+                                    map.remove("port");
+                                }
+                            }
+                            _ => {}
+                        }
+                        rule
+                    })
+                    .collect();
+                spec["rules"] = Value::Array(rules);
+            }
+            6 => spec["selector"] = json!({"a": rng.pick(&["1", "2"]), "b": "x"}),
+            7 => spec["atomicList"] = json!([rng.pick(&["p", "q"]), "r"]),
+            8 => spec["nested"]["deep"]["x"] = json!(rng.pick(&["u", "v"])),
+            9 => spec["nested"]["deep"]["y"] = number(rng),
+            10 => spec["nested"]["empty"] = json!({}),
+            11 => {
+                let key = rng.pick(&[
+                    "replicas", "zone", "tags", "rules", "selector", "nested", "ports",
+                ]);
+                if let Some(map) = spec.as_object_mut() {
+                    map.remove(key);
+                }
+            }
+            12 => object["status"]["state"] = json!(rng.pick(&["Running", "Stopped"])),
+            13 => object["status"]["count"] = number(rng),
+            14 | 15 => {
+                let mut conditions = Vec::new();
+                for kind in ["Ready", "Synced"] {
+                    if rng.below(3) > 0 {
+                        conditions.push(json!({"type": kind, "status": rng.pick(&["True", "False"]), "message": rng.pick(&["m", "n"])}));
+                    }
+                }
+                object["status"]["conditions"] = Value::Array(conditions);
+            }
+            16 => {
+                if let Some(map) = object.as_object_mut() {
+                    map.remove("status");
+                }
+            }
+            17 => {
+                object["metadata"]["labels"][rng.pick(&["app", "team"])] =
+                    json!(rng.pick(&["1", "2"]));
+            }
+            18 => {
+                object["metadata"]["annotations"]["note"] = json!(rng.pick(&["a", "b"]));
+            }
+            19 => {
+                let finalizers: Vec<&str> = (0..rng.below(3))
+                    .map(|_| rng.pick(&["f/one", "f/two"]))
+                    .collect();
+                object["metadata"]["finalizers"] = json!(finalizers);
+            }
+            20 => {
+                object["metadata"]["ownerReferences"] = json!([
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": rng.pick(&["u1", "u2"])}
+                ]);
+            }
+            _ => {
+                if let Some(metadata) = object["metadata"].as_object_mut() {
+                    metadata.remove(rng.pick(&[
+                        "labels",
+                        "annotations",
+                        "finalizers",
+                        "ownerReferences",
+                    ]));
+                }
+            }
+        }
+    }
+
+    /// managedFields a client may send along with an update.
+    fn submitted(rng: &mut Rng, object: &mut Value) {
+        object["metadata"]["managedFields"] = match rng.below(6) {
+            0 => json!([{}]),
+            1 => json!([]),
+            2 => {
+                json!([{"manager": "client", "operation": "Update", "apiVersion": "gpucloud.io/v1", "time": T0,
+                         "fieldsType": "FieldsV1",
+                         "fieldsV1": {"f:spec": {".": {}, "f:zone": {}, "f:rules": {"k:{\"port\":1,\"name\":\"ssh\"}": {"f:cidr": {}}}}}}])
+            }
+            3 => json!([{"manager": "broken", "operation": "Update", "fieldsV1": {"x:y": {}}},
+                        {"manager": "kept", "operation": "Apply", "apiVersion": "gpucloud.io/v1", "time": T1,
+                         "fieldsV1": {".": {}, "f:spec": {"f:tags": {"v:\"x\"": {}}, "f:selector": {}}}},
+                        {"manager": "sub", "operation": "Update", "apiVersion": "gpucloud.io/v1", "subresource": "status",
+                         "fieldsV1": {"f:status": {"f:state": {}}}}]),
+            4 => json!("not a list"),
+            _ => Value::Null,
+        };
+        if object["metadata"]["managedFields"].is_null()
+            && let Some(metadata) = object["metadata"].as_object_mut()
+        {
+            metadata.remove("managedFields");
+        }
+    }
+
+    fn step(rng: &mut Rng, schema: &Schema, live: &Value, out: &mut String) -> Value {
+        let now = [
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T00:01:00Z",
+            "2026-01-01T00:02:00Z",
+        ][rng.below(3) as usize];
+        let manager = rng.pick(&["ctl", "op", "kubectl"]);
+        if rng.below(4) == 0 {
+            let mut applied = json!({"apiVersion": "gpucloud.io/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}});
+            for _ in 0..rng.below(4) {
+                mutate(rng, &mut applied);
+            }
+            if rng.below(5) == 0
+                && let Some(map) = applied.as_object_mut()
+            {
+                map.remove("status");
+            }
+            let force = rng.below(2) == 0;
+            match apply(Some(live), &applied, manager, force, Some(schema), now) {
+                Ok(result) => {
+                    out.push_str(&result.to_string());
+                    result
+                }
+                Err(error) => {
+                    out.push_str(&format!("{error:?}"));
+                    live.clone()
+                }
+            }
+        } else {
+            let mut new = live.clone();
+            for _ in 0..rng.below(3) {
+                mutate(rng, &mut new);
+            }
+            if rng.below(8) == 0 {
+                submitted(rng, &mut new);
+            }
+            if rng.below(10) == 0 {
+                new["apiVersion"] = json!("gpucloud.io/v2");
+            }
+            let old = (rng.below(20) > 0).then_some(live);
+            record_update(old, &mut new, manager, Some(schema), now);
+            out.push_str(&new.to_string());
+            new
+        }
+    }
+
+    fn fnv(hash: u64, text: &str) -> u64 {
+        text.bytes().fold(hash, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    #[test]
+    fn record_update_and_apply_output_is_pinned() {
+        let schema = schema();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut digest = 0xcbf2_9ce4_8422_2325;
+        for _ in 0..300 {
+            let mut live = json!({"apiVersion": "gpucloud.io/v1", "kind": "Widget",
+                                  "metadata": {"name": "w", "namespace": "ns", "resourceVersion": "7"},
+                                  "spec": {}});
+            for _ in 0..rng.below(4) {
+                mutate(&mut rng, &mut live);
+            }
+            record_update(None, &mut live, "creator", Some(&schema), T0);
+            for _ in 0..12 {
+                let mut out = String::new();
+                live = step(&mut rng, &schema, &live, &mut out);
+                digest = fnv(digest, &out);
+            }
+        }
+        assert_eq!(format!("{digest:016x}"), PINNED_DIGEST);
+    }
+
+    const PINNED_DIGEST: &str = "2f81c233f0e85050";
+}

@@ -688,14 +688,6 @@ pub(crate) fn has_rules(node: &Node) -> bool {
         || node.items.as_deref().is_some_and(has_rules)
 }
 
-fn child(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
-    }
-}
-
 /// Which of a node's rules run against a value, as far as it can be told without running them.
 struct RuleRun {
     /// Ratcheting: the value is the same as the old object's; only transition rules run.
@@ -750,12 +742,26 @@ fn walk(
     path: &str,
     visit: &mut Visit<'_>,
 ) -> bool {
+    let mut buffer = path.to_string();
+    walk_at(node, value, old, &mut buffer, visit)
+}
+
+/// [`walk`] with the path built in one buffer, each child's part appended and cut off again.
+fn walk_at(
+    node: &Node,
+    value: &Value,
+    old: Option<&Value>,
+    path: &mut String,
+    visit: &mut Visit<'_>,
+) -> bool {
+    use std::fmt::Write as _;
     if value.is_null() {
         return true;
     }
     if !visit(node, value, old.filter(|o| !o.is_null()), path) {
         return false;
     }
+    let parent_len = path.len();
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -764,12 +770,19 @@ fn walk(
                 if let (Some(property), Some(child_value)) = (node.property(key), map.get(key)) {
                     let old_child = old.and_then(|old| old.get(key));
                     // Map entries are addressed as keys (`labels[a]`), properties as fields.
-                    let child_path = if node.properties.contains_key(key) {
-                        child(path, key)
+                    if node.properties.contains_key(key) {
+                        if !path.is_empty() {
+                            path.push('.');
+                        }
+                        path.push_str(key);
                     } else {
-                        format!("{path}[{key}]")
-                    };
-                    if !walk(property, child_value, old_child, &child_path, visit) {
+                        path.push('[');
+                        path.push_str(key);
+                        path.push(']');
+                    }
+                    let go_on = walk_at(property, child_value, old_child, path, visit);
+                    path.truncate(parent_len);
+                    if !go_on {
                         return false;
                     }
                 }
@@ -785,13 +798,11 @@ fn walk(
                 let old_item = is_map_list
                     .then(|| correlation.old_for(node, item))
                     .flatten();
-                if !walk(
-                    item_schema,
-                    item,
-                    old_item,
-                    &format!("{path}[{index}]"),
-                    visit,
-                ) {
+                // Writing to a String cannot fail.
+                let _ = write!(path, "[{index}]");
+                let go_on = walk_at(item_schema, item, old_item, path, visit);
+                path.truncate(parent_len);
+                if !go_on {
                     return false;
                 }
             }
@@ -827,6 +838,25 @@ fn evaluate_rules(
         .filter(|_| run.needs_old)
         .map(|old| visible_to_cel(node, old, path.is_empty()));
     let size = node_count(value).max(1);
+    // The variables are converted into the interpreter's values once per node and binding of
+    // `oldSelf` (plain, or optional for `optionalOldSelf` rules), not once per rule: a
+    // conversion copies the whole value, and transition rules often share one node.
+    let scope_with = |optional_old_self: bool| {
+        let mut scope = context.new_inner_scope();
+        scope.add_variable_from_value("self", self_value.clone());
+        if optional_old_self {
+            let optional = match &old_value {
+                Some(old_value) => cel::objects::OptionalValue::of(old_value.clone()),
+                None => cel::objects::OptionalValue::none(),
+            };
+            scope.add_variable_from_value("oldSelf", cel::Value::Opaque(Arc::new(optional)));
+        } else if let Some(old_value) = &old_value {
+            scope.add_variable_from_value("oldSelf", old_value.clone());
+        }
+        scope
+    };
+    let mut plain_scope = None;
+    let mut optional_scope = None;
     for rule in &node.rules {
         if !RuleRun::runs(rule, run.unchanged, old.is_some()) {
             continue;
@@ -855,21 +885,17 @@ fn evaluate_rules(
         }
         budget.remaining -= estimate;
 
-        let mut scope = context.new_inner_scope();
-        scope.add_variable_from_value("self", self_value.clone());
-        if rule.optional_old_self {
-            let optional = match &old_value {
-                Some(old_value) => cel::objects::OptionalValue::of(old_value.clone()),
-                None => cel::objects::OptionalValue::none(),
-            };
-            scope.add_variable_from_value("oldSelf", cel::Value::Opaque(Arc::new(optional)));
-        } else if let Some(old_value) = &old_value {
-            scope.add_variable_from_value("oldSelf", old_value.clone());
-        }
+        let cached = if rule.optional_old_self {
+            &mut optional_scope
+        } else {
+            &mut plain_scope
+        };
+        let scope: &cel::Context<'_> =
+            cached.get_or_insert_with(|| scope_with(rule.optional_old_self));
         // The interpreter is third-party code evaluating user input: a panic inside it becomes
         // this rule's error instead of taking the request down.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            cel::Value::resolve(&rule.expression, &scope)
+            cel::Value::resolve(&rule.expression, scope)
         }));
         let Ok(outcome) = outcome else {
             errors.push(FieldError::invalid(
@@ -890,7 +916,7 @@ fn evaluate_rules(
                     Some(suffix) => format!("{path}.{suffix}"),
                     None => path.to_string(),
                 };
-                let detail = failure_message(rule, &scope);
+                let detail = failure_message(rule, scope);
                 // The bad value is the schema type, as in `fieldErrorForReason(path, sts.Type, ..)`.
                 errors.push(match rule.reason {
                     FieldErrorKind::Forbidden => FieldError::forbidden(field, detail),

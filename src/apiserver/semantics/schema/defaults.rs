@@ -114,27 +114,54 @@ pub(crate) fn prune(
     }
 }
 
+/// Whether [`prune`] would remove anything from `value`: the same walk, read only and without
+/// building paths, so the common object that has nothing unknown costs no allocations.
+pub(crate) fn needs_prune(node: &Node, value: &Value, is_resource_root: bool) -> bool {
+    match value {
+        Value::Object(map) => map.iter().any(|(key, child)| {
+            if is_resource_root && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                return key != "metadata"
+                    && node
+                        .properties
+                        .get(key)
+                        .is_some_and(|property| needs_prune(property, child, false));
+            }
+            match node.property(key) {
+                Some(property) => needs_prune(property, child, property.embedded_resource),
+                None => !node.preserve_unknown_fields,
+            }
+        }),
+        Value::Array(items) => node.items.as_deref().is_some_and(|item_schema| {
+            items
+                .iter()
+                .any(|item| needs_prune(item_schema, item, item_schema.embedded_resource))
+        }),
+        _ => false,
+    }
+}
+
 /// `structuraldefaulting.PruneNonNullableNullsWithoutDefaults`: drops `null` values of
 /// properties that are neither nullable nor defaulted.
 pub(crate) fn prune_non_nullable_nulls(node: Option<&Node>, value: &mut Value) {
+    // Without a schema nothing at or below this value is dropped.
+    let Some(node) = node else {
+        return;
+    };
     match value {
         Value::Object(map) => {
-            let keys: Vec<String> = map.keys().cloned().collect();
-            for key in keys {
-                let schema = node.and_then(|node| node.property(&key));
-                let drop = map.get(&key).is_some_and(Value::is_null)
-                    && schema.is_some_and(|s| !s.nullable && s.default.is_none());
-                if drop {
-                    map.remove(&key);
-                } else if let Some(child) = map.get_mut(&key) {
-                    prune_non_nullable_nulls(schema, child);
-                }
+            map.retain(|key, child| {
+                !(child.is_null()
+                    && node
+                        .property(key)
+                        .is_some_and(|s| !s.nullable && s.default.is_none()))
+            });
+            for (key, child) in map.iter_mut() {
+                prune_non_nullable_nulls(node.property(key), child);
             }
         }
         Value::Array(items) => {
-            let schema = node.and_then(|node| node.items.as_deref());
             for item in items {
-                prune_non_nullable_nulls(schema, item);
+                prune_non_nullable_nulls(node.items.as_deref(), item);
             }
         }
         _ => {}

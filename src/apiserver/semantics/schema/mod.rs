@@ -186,7 +186,9 @@ impl Schema {
     /// apiserver's decoder it also drops `null`s of non-nullable fields that have no default.
     pub fn prune(&self, object: &mut Value) -> Vec<String> {
         let mut pruned = Vec::new();
-        defaults::prune(&self.root, object, "", true, &mut pruned);
+        if defaults::needs_prune(&self.root, object, true) {
+            defaults::prune(&self.root, object, "", true, &mut pruned);
+        }
         defaults::prune_non_nullable_nulls(Some(&self.root), object);
         pruned
     }
