@@ -16,16 +16,31 @@ use gpucloud_api::condition_type;
 use gpucloud_telemetry::{KindState, Metrics, StateSource};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// What a reconcile asked for next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Next {
+    /// To run again after this long.
+    Requeue(Duration),
+    /// Nothing but a change: paused, an invalid spec, a resource gone.
+    Change,
+    /// Settled: a change, or the settled sweep's recheck (`recheck.rs`).
+    Sweep,
+}
 
 pub struct KindGauges<K: ManagedKind> {
     kind: String,
     store: Store<K>,
     /// When each object is next due for a reconcile, while one is pending.
     due: Mutex<HashMap<ObjectRef<K>, Instant>>,
+    /// The objects whose last reconcile asked for nothing but a change (few: the paused, the
+    /// invalid, the gone), which the settled sweep leaves alone.
+    awaiting: Mutex<HashSet<ObjectRef<K>>>,
     in_flight: AtomicI64,
     /// The controller's concurrency (0: no limit).
     max_concurrent: u16,
@@ -44,6 +59,7 @@ impl<K: ManagedKind> KindGauges<K> {
             kind: K::kind(&()).to_string(),
             store,
             due: Mutex::new(HashMap::new()),
+            awaiting: Mutex::new(HashSet::new()),
             in_flight: AtomicI64::new(0),
             max_concurrent,
             metrics,
@@ -71,6 +87,7 @@ impl<K: ManagedKind> KindGauges<K> {
 
     /// A reconcile of `object` starts: how long it waited since it came due is observed.
     pub fn started(&self, object: &ObjectRef<K>) {
+        lock(&self.awaiting).remove(object);
         if let Some(at) = self.with_due(|due| due.remove(object)) {
             let waited = Instant::now().saturating_duration_since(at);
             self.metrics.dequeued(&self.kind, waited);
@@ -78,12 +95,33 @@ impl<K: ManagedKind> KindGauges<K> {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A reconcile of `object` ended, asking to run again after `requeue` (if any).
-    pub fn finished(&self, object: &ObjectRef<K>, requeue: Option<Duration>) {
+    /// A reconcile of `object` ended, asking for `next` (`None`: it failed, and the error
+    /// policy says when it runs again).
+    pub fn finished(&self, object: &ObjectRef<K>, next: Option<Next>) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Some(after) = requeue {
-            self.due_in(object, after);
+        match next {
+            Some(Next::Requeue(after)) => self.due_in(object, after),
+            Some(Next::Change) => {
+                lock(&self.awaiting).insert(object.clone());
+            }
+            Some(Next::Sweep) | None => {}
         }
+    }
+
+    /// Marks `object` as due now and says so, unless something else has it in hand: a
+    /// reconcile due (a requeue, a wake, a retry, a trigger not yet started), or its last
+    /// reconcile asking for nothing but a change. The settled sweep's test (`recheck.rs`).
+    pub fn recheck(&self, object: &ObjectRef<K>) -> bool {
+        if lock(&self.awaiting).contains(object) {
+            return false;
+        }
+        self.with_due(|due| match due.entry(object.clone()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(vacant) => {
+                vacant.insert(Instant::now());
+                true
+            }
+        })
     }
 
     /// `object` is to reconcile again after `after`.
@@ -176,6 +214,7 @@ impl<K: ManagedKind> StateSource for KindGauges<K> {
         state.queue_depth = self.with_due(|due| {
             // An object deleted while due is never reconciled again: forget it.
             due.retain(|object, _| self.store.get(object).is_some());
+            lock(&self.awaiting).retain(|object| self.store.get(object).is_some());
             due.values().filter(|at| **at <= now).count()
         }) as i64;
         state.in_flight = self.in_flight.load(Ordering::Relaxed);

@@ -35,6 +35,7 @@ pub mod placement;
 pub mod plan;
 pub mod pricing;
 pub mod readopt;
+pub mod recheck;
 pub mod reconcile;
 pub mod records;
 pub mod references;

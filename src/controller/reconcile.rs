@@ -8,6 +8,7 @@ use crate::context::Context;
 use crate::create::{self, AnnotatedIntent, CreateDecision, Found};
 use crate::error::Error;
 use crate::events::{self, EventType};
+use crate::gauges::Next;
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
 use crate::observer::{CloudList, CloudRecord, CloudResource};
@@ -31,30 +32,26 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 tokio::task_local! {
-    /// The requeue the running reconcile asked for, for the queue-depth gauge (kube-runtime's
-    /// `Action` does not tell).
-    static REQUEUE: Cell<Option<Duration>>;
+    /// What the running reconcile asked for next, for the queue-depth gauge and the settled
+    /// sweep (kube-runtime's `Action` does not tell).
+    static NEXT: Cell<Option<Next>>;
 }
 
 /// Requeue after `after`; every requeue of the flow goes through here.
 fn requeue(after: Duration) -> Action {
-    let _ = REQUEUE.try_with(|cell| cell.set(Some(after)));
+    let _ = NEXT.try_with(|cell| cell.set(Some(Next::Requeue(after))));
     Action::requeue(after)
 }
 
-/// When a Ready object is looked at again though nothing woke it: the cloud list interval,
-/// spread by up to a tenth so that objects settled together do not come due together. A wake
-/// can be missed: a reconcile that ran on a cached copy older than its own last status write
-/// finds nothing to change (the copy still shows the earlier Ready) while the write it missed
-/// said otherwise, and status-only changes wake no one. This bounds how long that lasts.
-fn settled_recheck<K: ManagedKind>(cx: &Context<K>) -> Duration {
-    let resync = cx.settings.observe.resync;
-    resync + resync.mul_f64(rand::random_range(0.0..0.1))
+/// Wait for a change, and nothing else; every such answer of the flow goes through here.
+fn await_change() -> Action {
+    let _ = NEXT.try_with(|cell| cell.set(Some(Next::Change)));
+    Action::await_change()
 }
 
-/// Wait for a change; every such answer of the flow goes through here.
-fn await_change() -> Action {
-    let _ = REQUEUE.try_with(|cell| cell.set(None));
+/// Settled: wait for a change, and for the settled sweep's recheck (`recheck.rs`).
+fn settled() -> Action {
+    let _ = NEXT.try_with(|cell| cell.set(Some(Next::Sweep)));
     Action::await_change()
 }
 
@@ -100,19 +97,19 @@ async fn reconcile_in_slot<K: ManagedKind>(
         name = %object.name_any(),
         cloud_id = %object.cloud_status().external_id.unwrap_or_default(),
     );
-    let (result, requeue_after) = REQUEUE
+    let (result, next) = NEXT
         .scope(
             Cell::new(None),
             async {
                 let result = reconcile_flow(object, &cx).await;
-                (result, REQUEUE.with(Cell::get))
+                (result, NEXT.with(Cell::get))
             }
             .instrument(span),
         )
         .await;
-    timer.finish(match (&result, requeue_after) {
-        (Ok(_), None) => ReconcileResult::Done,
-        (Ok(_), Some(after)) => ReconcileResult::RequeueAfter(after),
+    timer.finish(match (&result, next) {
+        (Ok(_), Some(Next::Requeue(after))) => ReconcileResult::RequeueAfter(after),
+        (Ok(_), _) => ReconcileResult::Done,
         (Err(error), _) => ReconcileResult::Failed {
             label: error.metric_label(),
             terminal: error.category() == crate::error::Category::Terminal,
@@ -120,15 +117,14 @@ async fn reconcile_in_slot<K: ManagedKind>(
     });
     match &result {
         Ok(_) => tracing::debug!(
-            kind = %K::kind(&()), name = %key.name, requeue = ?requeue_after, "reconcile done"
+            kind = %K::kind(&()), name = %key.name, next = ?next, "reconcile done"
         ),
         Err(error) => tracing::debug!(
             kind = %K::kind(&()), name = %key.name, %error, "reconcile failed"
         ),
     }
     // After an error, `error_policy` decides when to come back.
-    cx.gauges
-        .finished(&key, result.as_ref().ok().and(requeue_after));
+    cx.gauges.finished(&key, result.as_ref().ok().and(next));
     result
 }
 
@@ -155,7 +151,7 @@ async fn reconcile_flow<K: ManagedKind>(
         let wake = wake_of(&*object, clock.now());
         apply(&api, object, cx)
             .await
-            .map(|action| no_later_than(action, wake, &clock))
+            .map(|action| no_later_than(action, wake, &clock, cx.settings.observe.resync))
     };
     let cleaned_up = std::sync::atomic::AtomicBool::new(false);
     let result = if object.meta().deletion_timestamp.is_none() && !has_finalizer(&*object) {
@@ -932,7 +928,8 @@ async fn converge<K: ManagedKind>(
         publish(cx, object, event_type, reason, &note);
     }
     let after = match outcome {
-        Outcome::Ready { .. } => settled_recheck(cx),
+        // Looked at again by the settled sweep (`recheck.rs`), or sooner by a change.
+        Outcome::Ready { .. } => return Ok(settled()),
         // Waiting for another object (an attachment target): its watch wakes this one.
         Outcome::Progressing { reason, .. } if reason == reason::WAITING_FOR_REFERENCE => {
             cx.settings.observe.resync
@@ -1057,11 +1054,26 @@ pub(crate) fn wake_of<K: ManagedKind>(object: &K, now: Timestamp) -> Option<Time
 }
 
 /// `action`, or a requeue at `wake` (a moment of `clock`) when that is sooner than what it
-/// asked for.
-fn no_later_than(action: Action, wake: Option<Timestamp>, clock: &Clock) -> Action {
-    let asked = REQUEUE.try_with(Cell::get).ok().flatten();
+/// asked for. A settled object with a moment ahead is looked at again by a timer of its own,
+/// at the moment or one `resync` on, whichever comes first: the settled sweep leaves alone
+/// objects that have a timer, and the moment may be days away.
+fn no_later_than(
+    action: Action,
+    wake: Option<Timestamp>,
+    clock: &Clock,
+    resync: Duration,
+) -> Action {
+    let next = NEXT.try_with(Cell::get).ok().flatten();
+    let requeued = match next {
+        Some(Next::Requeue(after)) => Some(after),
+        _ => None,
+    };
+    let asked = match next {
+        Some(Next::Sweep) if wake.is_some() => Some(resync),
+        _ => requeued,
+    };
     match until_wake(asked, wake, clock) {
-        Some(after) if Some(after) != asked => requeue(after),
+        Some(after) if Some(after) != requeued => requeue(after),
         _ => action,
     }
 }
@@ -1729,6 +1741,37 @@ mod tests {
         );
         let later = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(1);
         assert_eq!(until_wake(five_minutes, Some(later), &real), five_minutes);
+    }
+
+    /// A settled object is left to the sweep unless it has a moment ahead: then a timer of its
+    /// own, at the moment or one resync interval on, whichever is sooner.
+    #[tokio::test]
+    async fn a_settled_object_with_a_moment_ahead_keeps_a_timer_of_at_most_one_interval() {
+        let real = Clock::real();
+        let minute = Duration::from_secs(60);
+        let from_now =
+            |seconds| Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(seconds);
+        let next_after = |wake: Option<Timestamp>| {
+            NEXT.sync_scope(Cell::new(None), || {
+                no_later_than(settled(), wake, &real, minute);
+                NEXT.with(Cell::get)
+            })
+        };
+        assert_eq!(next_after(None), Some(Next::Sweep));
+        assert_eq!(
+            next_after(Some(from_now(86_400))),
+            Some(Next::Requeue(minute))
+        );
+        match next_after(Some(from_now(5))) {
+            Some(Next::Requeue(after)) => assert!(after <= Duration::from_secs(5), "{after:?}"),
+            other => panic!("{other:?}"),
+        }
+        // What asked for nothing but a change waits for its moment, however far.
+        let awaiting = NEXT.sync_scope(Cell::new(None), || {
+            no_later_than(await_change(), Some(from_now(86_400)), &real, minute);
+            NEXT.with(Cell::get)
+        });
+        assert!(matches!(awaiting, Some(Next::Requeue(after)) if after > minute));
     }
 
     /// On a scaled clock, a wake hours of clock time away is a timer of seconds.

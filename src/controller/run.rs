@@ -15,6 +15,7 @@ use crate::lock;
 use crate::orphans::{OrphanSweepSettings, OrphanSweeper};
 use crate::ownership::Ownership;
 use crate::readopt::Readoption;
+use crate::recheck::settled_rechecks;
 use crate::reconcile::{error_policy, reconcile};
 use crate::registry::{KindFn, KindVisitor, each_kind, map_kinds};
 use crate::watch_health;
@@ -779,6 +780,10 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         // hold a quiet team's object behind a busy team's thousands.
         .with_config(ControllerConfig::default().concurrency(0))
         .reconcile_on(UnboundedReceiverStream::new(triggers))
+        .reconcile_on(settled_rechecks(
+            gauges.clone(),
+            config.reconcile.observe.resync,
+        ))
         .reconcile_on(secret_changes)
         .reconcile_on(budget_changes)
         .graceful_shutdown_on(shutdown);

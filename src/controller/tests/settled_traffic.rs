@@ -189,3 +189,69 @@ async fn each_kind_and_the_secrets_are_listed_and_watched_once() {
     );
     env.stop_operator().await;
 }
+
+/// A settled object holds no requeue of its own: the sweep (`recheck.rs`) looks at every one
+/// again about once per resync interval, and so finds what changed without waking it (its
+/// status edited by someone else).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settled_sweep_looks_at_every_object_again_without_a_requeue_each() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let mut config = test_config(&env.simulator);
+    config.reconcile.observe.resync = Duration::from_secs(1);
+    config.reconcile.observe.hot_window = Duration::from_secs(1);
+    let metrics = config.metrics.clone();
+    env.start_operator(config);
+    const N: usize = 6;
+    let api = env.api::<GpuInstance>();
+    for i in 0..N {
+        let spec = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"});
+        api.create(
+            &PostParams::default(),
+            &GpuInstance::new(&format!("vm-{i}"), serde_json::from_value(spec).unwrap()),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..N {
+        support::ready::<GpuInstance>(&env, &format!("vm-{i}")).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reconciles = |result: &str| {
+        let series = format!(
+            r#"controller_runtime_reconcile_total{{controller="gpuinstance",result="{result}"}} "#
+        );
+        metrics
+            .encode()
+            .lines()
+            .find_map(|line| line.strip_prefix(&series)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (done, requeued) = (reconciles("success"), reconciles("requeue_after"));
+    // Four rounds of the sweep.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let looked_at = reconciles("success") - done;
+    assert!(
+        looked_at >= (2 * N) as f64,
+        "{looked_at} settled reconciles of {N} objects in 4 resync intervals"
+    );
+    assert_eq!(
+        reconciles("requeue_after") - requeued,
+        0.0,
+        "a settled object asked for a requeue of its own"
+    );
+
+    // A status edit wakes no reconcile (`run::intent_hash`); the sweep finds it.
+    let running = api.get("vm-0").await.unwrap().cloud_status().state.clone();
+    api.patch_status(
+        "vm-0",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"status": {"state": "EDITED"}})),
+    )
+    .await
+    .unwrap();
+    eventually(10, "the edited state put back", || async {
+        let state = api.get("vm-0").await.ok()?.cloud_status().state.clone();
+        (state == running).then_some(())
+    })
+    .await;
+}
