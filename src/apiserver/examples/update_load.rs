@@ -184,23 +184,17 @@ async fn run(objects: usize, rounds: usize) -> Result<()> {
             }
             // The whole object, from the operator's cache, to /status.
             object["status"] = status(name, round);
-            *object = send(
-                &state,
-                Method::PUT,
-                &format!("{path}/status"),
-                "application/json",
-                object,
-            )
-            .await?;
-            // The same status again: a no-op write.
-            *object = send(
-                &state,
-                Method::PUT,
-                &format!("{path}/status"),
-                "application/json",
-                object,
-            )
-            .await?;
+            // Twice: the second is the same status again, a no-op write.
+            for _ in 0..2 {
+                *object = send(
+                    &state,
+                    Method::PUT,
+                    &format!("{path}/status"),
+                    "application/json",
+                    object,
+                )
+                .await?;
+            }
             *object = send(
                 &state,
                 Method::PATCH,

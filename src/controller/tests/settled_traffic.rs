@@ -55,15 +55,7 @@ async fn settled_objects_cost_only_periodic_lists() {
         .await
         .unwrap();
     let api = env.api::<GpuInstance>();
-    for i in 0..N {
-        let spec = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"});
-        api.create(
-            &PostParams::default(),
-            &GpuInstance::new(&format!("vm-{i}"), serde_json::from_value(spec).unwrap()),
-        )
-        .await
-        .unwrap();
-    }
+    create_machines(&api, N).await;
     eventually(90, "all Ready", || async {
         let ready = api
             .list(&Default::default())
@@ -203,15 +195,7 @@ async fn the_settled_sweep_looks_at_every_object_again_without_a_requeue_each() 
     env.start_operator(config);
     const N: usize = 6;
     let api = env.api::<GpuInstance>();
-    for i in 0..N {
-        let spec = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"});
-        api.create(
-            &PostParams::default(),
-            &GpuInstance::new(&format!("vm-{i}"), serde_json::from_value(spec).unwrap()),
-        )
-        .await
-        .unwrap();
-    }
+    create_machines(&api, N).await;
     for i in 0..N {
         support::ready::<GpuInstance>(&env, &format!("vm-{i}")).await;
     }
@@ -254,4 +238,17 @@ async fn the_settled_sweep_looks_at_every_object_again_without_a_requeue_each() 
         (state == running).then_some(())
     })
     .await;
+}
+
+/// Creates the machines `vm-0` to `vm-{n-1}`.
+async fn create_machines(api: &kube::Api<GpuInstance>, n: usize) {
+    for i in 0..n {
+        let spec = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04-cuda-12"});
+        api.create(
+            &PostParams::default(),
+            &GpuInstance::new(&format!("vm-{i}"), serde_json::from_value(spec).unwrap()),
+        )
+        .await
+        .unwrap();
+    }
 }
