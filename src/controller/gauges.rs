@@ -124,6 +124,15 @@ impl<K: ManagedKind> KindGauges<K> {
         })
     }
 
+    /// Forgets the objects no longer in the store: one deleted while due is never reconciled
+    /// again, and a deleted object's last reconcile asks for nothing but a change. Called at
+    /// each scrape and each round of the settled sweep, so neither grows with deletions when
+    /// nothing scrapes.
+    pub fn forget_gone(&self) {
+        self.with_due(|due| due.retain(|object, _| self.store.get(object).is_some()));
+        lock(&self.awaiting).retain(|object| self.store.get(object).is_some());
+    }
+
     /// `object` is to reconcile again after `after`.
     pub fn due_in(&self, object: &ObjectRef<K>, after: Duration) {
         let at = Instant::now() + after;
@@ -211,12 +220,9 @@ impl<K: ManagedKind> StateSource for KindGauges<K> {
             }
         }
         let now = Instant::now();
-        state.queue_depth = self.with_due(|due| {
-            // An object deleted while due is never reconciled again: forget it.
-            due.retain(|object, _| self.store.get(object).is_some());
-            lock(&self.awaiting).retain(|object| self.store.get(object).is_some());
-            due.values().filter(|at| **at <= now).count()
-        }) as i64;
+        self.forget_gone();
+        state.queue_depth =
+            self.with_due(|due| due.values().filter(|at| **at <= now).count()) as i64;
         state.in_flight = self.in_flight.load(Ordering::Relaxed);
         state.max_concurrent = i64::from(self.max_concurrent);
         state

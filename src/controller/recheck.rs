@@ -50,6 +50,7 @@ pub fn settled_rechecks<K: ManagedKind>(
         async move {
             let mut elapsed = round.started.elapsed();
             if elapsed >= interval {
+                gauges.forget_gone();
                 round = Round {
                     objects: gauges.store().state(),
                     started: Instant::now(),
