@@ -140,8 +140,9 @@ async fn v2_document(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    // kubectl asks for protobuf here; this server only writes JSON, and says so as the real
-    // one does for an unsupported Accept (406).
+    if !accepts_json(&headers) && accepts_v2_protobuf(&headers) {
+        return Ok(v2_protobuf_response());
+    }
     require_json(&headers)?;
     let mut definitions = Map::new();
     let mut paths = Map::new();
@@ -971,23 +972,97 @@ fn document_hash(document: &Value) -> String {
 
 /// 406 unless the client accepts JSON (or sent no Accept).
 fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(accept) = headers
-        .get(header::ACCEPT)
-        .and_then(|value| value.to_str().ok())
-    else {
-        return Ok(());
-    };
-    let acceptable = parse_accept(accept).iter().any(|media| {
-        matches!(
-            media.essence.as_str(),
-            "application/json" | "application/*" | "*/*"
-        )
-    });
-    if acceptable || accept.trim().is_empty() {
+    if accepts_json(headers) {
         Ok(())
     } else {
-        Err(ApiError::not_acceptable(accept))
+        Err(ApiError::not_acceptable(accept_header(headers)))
     }
+}
+
+fn accept_header(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+}
+
+/// No Accept, or one that JSON satisfies.
+fn accepts_json(headers: &HeaderMap) -> bool {
+    let accept = accept_header(headers);
+    accept.trim().is_empty()
+        || parse_accept(accept).iter().any(|media| {
+            matches!(
+                media.essence.as_str(),
+                "application/json" | "application/*" | "*/*"
+            )
+        })
+}
+
+/// The media types of the OpenAPI v2 document in gnostic's protobuf encoding: kubectl asks
+/// for the first; the answer names the second, as kube-openapi's does (Go's media type parser
+/// refuses the `@`).
+const V2_PROTOBUF: [&str; 2] = [
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+];
+
+fn accepts_v2_protobuf(headers: &HeaderMap) -> bool {
+    parse_accept(accept_header(headers))
+        .iter()
+        .any(|media| V2_PROTOBUF.contains(&media.essence.as_str()))
+}
+
+/// The OpenAPI v2 document kubectl reads for client-side validation, in protobuf: the swagger
+/// version and the info only, with no definitions. kubectl validates against it only the kinds
+/// its OpenAPI v3 lookup did not find (a `kind: List`'s items, a kind no CRD serves) and skips
+/// a kind the document does not describe, so `kubectl apply` of a `List` goes on to the
+/// server's field validation of each item, and an unknown kind to kubectl's "no matches for
+/// kind", as against a real server; without an answer here both stop at a 406.
+fn v2_protobuf_document() -> Vec<u8> {
+    let (major, minor) = KUBERNETES_VERSION;
+    let mut info = Vec::new();
+    protobuf_string(&mut info, 1, "Kubernetes");
+    protobuf_string(&mut info, 2, &format!("v{major}.{minor}.0"));
+    let mut document = Vec::new();
+    protobuf_string(&mut document, 1, "2.0");
+    protobuf_bytes(&mut document, 2, &info);
+    document
+}
+
+fn v2_protobuf_response() -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(V2_PROTOBUF[1]),
+            ),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("no-cache, private"),
+            ),
+        ],
+        v2_protobuf_document(),
+    )
+        .into_response()
+}
+
+/// A length-delimited protobuf field (wire type 2).
+fn protobuf_bytes(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
+    protobuf_varint(out, (field << 3) | 2);
+    protobuf_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn protobuf_string(out: &mut Vec<u8>, field: u64, text: &str) {
+    protobuf_bytes(out, field, text.as_bytes());
+}
+
+fn protobuf_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 fn not_found() -> ApiError {

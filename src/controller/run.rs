@@ -679,6 +679,12 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         budget_store,
         FairShare::new(usize::from(config.concurrency)),
     );
+    // kube-runtime runs a trigger only for an object its store holds, and drops it otherwise;
+    // the store takes a list in only at the list's end. An object first seen in a list after
+    // the watch was lost (created meanwhile) waits here until that list is in.
+    let unlisted: Arc<Mutex<Vec<ObjectRef<K>>>> = Arc::default();
+    let (listed_in, relisted_trigger, in_store) =
+        (unlisted.clone(), trigger.clone(), store.clone());
     let readoption = Arc::new(Readoption::start(cx.clone(), trigger));
     let (metrics, health, woken, checked) = (
         config.metrics.clone(),
@@ -711,6 +717,10 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
             }
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
             Ok(watcher::Event::InitDone) => {
+                for object in lock(&listed_in).drain(..) {
+                    // The controller outlives its triggers' receiver only when shutting down.
+                    let _ = relisted_trigger.send(object);
+                }
                 readoption.listed();
                 listed_before = true;
                 // In the cache now; the watch reports its own health (`ScopedApi::watch`).
@@ -727,9 +737,14 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
             futures::future::ready(match object {
                 // Settled objects of the first list are checked against the cloud's list
                 // instead of each being reconciled at once.
-                Ok(object) => checked.offer(object).map(|object| {
-                    woken.triggered(&ObjectRef::from_obj(&object));
-                    Ok::<_, watcher::Error>(object)
+                Ok(object) => checked.offer(object).and_then(|object| {
+                    let key = ObjectRef::from_obj(&object);
+                    woken.triggered(&key);
+                    if in_store.get(&key).is_none() {
+                        lock(&unlisted).push(key);
+                        return None;
+                    }
+                    Some(Ok::<_, watcher::Error>(object))
                 }),
                 Err(error) => {
                     tracing::debug!(%error, "object watch failed; retrying");

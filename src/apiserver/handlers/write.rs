@@ -94,6 +94,12 @@ pub fn update(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError>
     let pinned = object["metadata"]["resourceVersion"]
         .as_str()
         .is_some_and(|rv| !rv.is_empty());
+    // A uid in the body is a precondition of the update (the real server's
+    // `DefaultUpdatedObjectInfo`): checked against the stored object before anything else, and
+    // failing when there is none, so an update racing a delete is a 409, not a 404.
+    let precondition_uid = object["metadata"]["uid"]
+        .as_str()
+        .filter(|uid| !uid.is_empty());
     let updated = update_object(
         context,
         UpdateOptions {
@@ -102,9 +108,48 @@ pub fn update(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError>
             dry_run,
             record_manager: true,
         },
-        &|_old| Ok(object.clone()),
-    )?;
+        &|old| {
+            let stored_uid = old["metadata"]["uid"].as_str().unwrap_or_default();
+            match precondition_uid {
+                Some(uid) if uid != stored_uid => {
+                    Err(uid_precondition_failed(context, uid, stored_uid))
+                }
+                _ => Ok(object.clone()),
+            }
+        },
+    )
+    .map_err(|error| match precondition_uid {
+        Some(uid) if error.code == 404 => uid_precondition_failed(context, uid, ""),
+        _ => error,
+    })?;
     Ok(value_response(StatusCode::OK, &updated))
+}
+
+/// The real server's answer to a failed uid precondition: etcd's `StorageError` for an invalid
+/// object (code 4) turned into a 409, naming the storage key.
+fn uid_precondition_failed(context: &Context<'_>, uid: &str, stored_uid: &str) -> ApiError {
+    let info = context.info();
+    let mut key = String::from("/registry/");
+    if !info.group.is_empty() {
+        key.push_str(&info.group);
+        key.push('/');
+    }
+    key.push_str(&info.plural);
+    if !context.target.namespace.is_empty() {
+        key.push('/');
+        key.push_str(&context.target.namespace);
+    }
+    key.push('/');
+    key.push_str(context.name());
+    ApiError::conflict(
+        &info.group,
+        &info.plural,
+        context.name(),
+        &format!(
+            "StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, \
+             AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object meta: {stored_uid}"
+        ),
+    )
 }
 
 /// The object's namespace must be empty or the request's.

@@ -60,6 +60,53 @@ async fn finalizers_hold_deletion_until_removed() {
 }
 
 #[tokio::test]
+async fn an_update_carrying_a_uid_is_a_uid_precondition() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let created = create(&api, &configmap("racing", json!({"a": "1"}), json!({}))).await;
+    let uid = created.metadata.uid.clone().unwrap();
+
+    // Another uid than the stored object's: 409 from the storage precondition, before the
+    // update's own validation (which would call uid immutable).
+    let mut other = created.clone();
+    other.metadata.uid = Some("00000000-0000-4000-8000-000000000000".into());
+    let refused = status_of(bounded(api.replace("racing", &PostParams::default(), &other)).await);
+    assert_eq!(refused.code, 409, "{}", refused.message);
+    assert_eq!(
+        refused.message,
+        format!(
+            "Operation cannot be fulfilled on configmaps \"racing\": StorageError: invalid \
+             object, Code: 4, Key: /registry/configmaps/default/racing, ResourceVersion: 0, \
+             AdditionalErrorMsg: Precondition failed: UID in precondition: \
+             00000000-0000-4000-8000-000000000000, UID in object meta: {uid}"
+        )
+    );
+
+    // An update racing the object's deletion: with the uid it read, a real server answers 409
+    // (the precondition finds no object); without one, 404.
+    bounded(api.delete("racing", &DeleteParams::default()))
+        .await
+        .unwrap();
+    let raced = status_of(bounded(api.replace("racing", &PostParams::default(), &created)).await);
+    assert_eq!(raced.code, 409, "{}", raced.message);
+    assert!(
+        raced.message.contains(&format!(
+            "StorageError: invalid object, Code: 4, Key: /registry/configmaps/default/racing, \
+             ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: \
+             {uid}, UID in object meta: "
+        )),
+        "{}",
+        raced.message
+    );
+    let mut without_uid = created.clone();
+    without_uid.metadata.uid = None;
+    let missing =
+        status_of(bounded(api.replace("racing", &PostParams::default(), &without_uid)).await);
+    assert_eq!(missing.code, 404, "{}", missing.message);
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn preconditions_and_dry_run_deletes() {
     let (server, client) = start().await;
     let api = configmaps(&client, "default");

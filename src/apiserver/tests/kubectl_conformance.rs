@@ -965,6 +965,42 @@ async fn builtin_manifests_are_type_checked() {
 }
 
 #[tokio::test]
+async fn a_list_applies_item_by_item_and_an_unknown_kind_is_no_match() {
+    let cluster = Cluster::start().await;
+    // kubectl validates a `List` and a kind its OpenAPI v3 lookup does not know against the
+    // protobuf OpenAPI v2 document; a real server serves one, and kubectl skips what it does
+    // not describe.
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  \
+                metadata:\n    name: first\n  data:\n    a: b\n- apiVersion: v1\n  kind: \
+                ConfigMap\n  metadata:\n    name: second\n";
+    let applied = cluster.apply_stdin(&[], list).await.ok();
+    assert_eq!(
+        applied.trim(),
+        "configmap/first created\nconfigmap/second created"
+    );
+    assert_eq!(
+        cluster.get_json(&["configmap", "first"]).await["data"]["a"],
+        "b"
+    );
+    // Each item still meets the server's strict field validation.
+    let unknown_field = list.replace("name: second\n", "name: third\n  spec:\n    x: y\n");
+    let stderr = cluster.apply_stdin(&[], &unknown_field).await.fails();
+    assert!(
+        stderr.contains("strict decoding error: unknown field \"spec\""),
+        "{stderr}"
+    );
+
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n";
+    let stderr = cluster.apply_stdin(&[], widget).await.fails();
+    assert!(
+        stderr.contains("no matches for kind \"Widget\" in version \"example.com/v1\"")
+            && stderr.contains("ensure CRDs are installed first"),
+        "{stderr}"
+    );
+    cluster.server.shutdown().await;
+}
+
+#[tokio::test]
 async fn describe_lists_events_and_both_event_apis_share_them() {
     let cluster = Cluster::start().await;
     cluster
