@@ -1278,14 +1278,36 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn v2_is_json_only() {
+    async fn v2_is_whole_in_json_and_the_version_alone_in_protobuf() {
         let app = app_with_crd().await;
-        // kubectl's Accept for /openapi/v2; a server that cannot produce it answers 406.
-        let (status, _, body) = call(
+        // kubectl's Accept for /openapi/v2: gnostic's Document with `swagger` (field 1) and
+        // `info` (field 2: title 1, version 2), no definitions.
+        let (status, headers, _) = call(
             &app,
             Method::GET,
             "/openapi/v2",
             Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            headers[header::CONTENT_TYPE],
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        );
+        let mut expected = vec![0x0a, 3];
+        expected.extend_from_slice(b"2.0");
+        expected.extend_from_slice(&[0x12, 21, 0x0a, 10]);
+        expected.extend_from_slice(b"Kubernetes");
+        expected.extend_from_slice(&[0x12, 7]);
+        expected.extend_from_slice(b"v1.33.0");
+        assert_eq!(v2_protobuf_document(), expected);
+        // Neither JSON nor protobuf acceptable: 406.
+        let (status, _, body) = call(
+            &app,
+            Method::GET,
+            "/openapi/v2",
+            Some("application/xml"),
             None,
         )
         .await;

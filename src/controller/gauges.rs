@@ -14,7 +14,6 @@ use crate::kind::ManagedKind;
 use crate::lock;
 use gpucloud_api::condition_type;
 use gpucloud_telemetry::{KindState, Metrics, StateSource};
-use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -143,15 +142,21 @@ impl<K: ManagedKind> KindGauges<K> {
         });
     }
 
-    /// The objects of the store in `changed`'s namespace for which `refers` holds, marked as
-    /// due: what a watch on another kind wakes.
-    pub fn referrers(
+    /// The objects of the store in `namespace` named in `names`, marked as due.
+    pub fn wake_named(
         &self,
-        changed: &impl Resource,
-        refers: impl Fn(&K) -> bool,
+        namespace: &str,
+        names: impl IntoIterator<Item = String>,
     ) -> Vec<ObjectRef<K>> {
-        let namespace = changed.meta().namespace.clone();
-        self.wake(|o| o.meta().namespace == namespace && refers(o))
+        let woken: Vec<ObjectRef<K>> = names
+            .into_iter()
+            .map(|name| ObjectRef::new(&name).within(namespace))
+            .filter(|object| self.store.get(object).is_some())
+            .collect();
+        for object in &woken {
+            self.triggered(object);
+        }
+        woken
     }
 
     /// The objects of the store, in any namespace, for which `wanted` holds, marked as due.

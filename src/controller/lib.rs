@@ -39,6 +39,7 @@ pub mod recheck;
 pub mod reconcile;
 pub mod records;
 pub mod references;
+pub mod referrers;
 pub mod registry;
 pub mod release;
 pub mod replica;

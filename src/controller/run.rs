@@ -17,6 +17,7 @@ use crate::ownership::Ownership;
 use crate::readopt::Readoption;
 use crate::recheck::settled_rechecks;
 use crate::reconcile::{error_policy, reconcile};
+use crate::referrers::ReferrerIndex;
 use crate::registry::{KindFn, KindVisitor, each_kind, map_kinds};
 use crate::watch_health;
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
@@ -189,22 +190,32 @@ fn followed_by<K: ManagedKind>() -> Vec<String> {
     kinds
 }
 
-/// The objects of `K` a change looks at again: those referring to the changed object, and,
-/// when `K` follows its referrers, those the changed object refers to.
-fn woken_by<K: ManagedKind>(gauges: &KindGauges<K>, change: &Change) -> Vec<ObjectRef<K>> {
+/// The objects of `K` a change looks at again: those referring to the changed object (from
+/// `referrers`, the kind's index), and, when `K` follows its referrers, those the changed
+/// object refers to.
+fn woken_by<K: ManagedKind>(
+    gauges: &KindGauges<K>,
+    referrers: &ReferrerIndex,
+    change: &Change,
+) -> Vec<ObjectRef<K>> {
     let kind = K::kind(&());
-    gauges.wake(|object| {
-        object.meta().namespace == change.namespace
-            && (object
-                .references()
-                .iter()
-                .any(|r| r.covers(&change.kind, &change.name))
-                || K::FOLLOWS_REFERRERS
-                    && change
-                        .references
-                        .iter()
-                        .any(|r| r.covers(&kind, &object.name_any())))
-    })
+    let namespace = change.namespace.as_deref().unwrap_or_default();
+    let mut names = referrers.referrers(namespace, &change.kind, &change.name);
+    if K::FOLLOWS_REFERRERS {
+        for reference in &change.references {
+            match reference {
+                Reference::Named { kind: k, name } if *k == kind => {
+                    names.insert(name.clone());
+                }
+                // A selector over this kind: any object of the namespace may be concerned.
+                Reference::Every { kind: k } if *k == kind => {
+                    return gauges.wake(|object| object.meta().namespace == change.namespace);
+                }
+                _ => {}
+            }
+        }
+    }
+    gauges.wake_named(namespace, names)
 }
 
 /// Starts the controller of each kind in a scope.
@@ -680,8 +691,9 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         FairShare::new(usize::from(config.concurrency)),
     );
     // kube-runtime runs a trigger only for an object its store holds, and drops it otherwise;
-    // the store takes a list in only at the list's end. An object first seen in a list after
-    // the watch was lost (created meanwhile) waits here until that list is in.
+    // the store takes a list in only at the list's end. An object whose listed version the
+    // store does not hold yet (created or changed while the watch was lost) waits here until
+    // that list is in, so that its reconcile reads what the list brought.
     let unlisted: Arc<Mutex<Vec<ObjectRef<K>>>> = Arc::default();
     let (listed_in, relisted_trigger, in_store) =
         (unlisted.clone(), trigger.clone(), store.clone());
@@ -695,7 +707,15 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     let mut listed_before = false;
     let watch = scoped.watch::<K>(watcher::Config::default().any_semantic());
     let publisher = changes.clone();
+    let referrers = Arc::new(ReferrerIndex::default());
+    let (indexed, before) = (referrers.clone(), store.clone());
+    let (listed_referrers, listed) = (referrers.clone(), store.clone());
     let objects = read_ahead(watch, READ_AHEAD)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexed.observe(&before, event);
+            }
+        })
         .reflect(writer)
         .inspect(move |event| match event {
             Ok(
@@ -717,6 +737,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
             }
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
             Ok(watcher::Event::InitDone) => {
+                listed_referrers.rebuild(&listed.state());
                 for object in lock(&listed_in).drain(..) {
                     // The controller outlives its triggers' receiver only when shutting down.
                     let _ = relisted_trigger.send(object);
@@ -740,7 +761,10 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
                 Ok(object) => checked.offer(object).and_then(|object| {
                     let key = ObjectRef::from_obj(&object);
                     woken.triggered(&key);
-                    if in_store.get(&key).is_none() {
+                    let stored = in_store.get(&key);
+                    if stored
+                        .is_none_or(|stored| stored.resource_version() != object.resource_version())
+                    {
                         lock(&unlisted).push(key);
                         return None;
                     }
@@ -784,10 +808,12 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         }))
     });
 
-    let follower = gauges.clone();
+    let (follower, followed_referrers) = (gauges.clone(), referrers.clone());
     let followed = changes
         .subscribe(followed_by::<K>())
-        .flat_map(move |change| futures::stream::iter(woken_by(&follower, &change)));
+        .flat_map(move |change| {
+            futures::stream::iter(woken_by(&follower, &followed_referrers, &change))
+        });
     let controller = controller
         .reconcile_on(followed)
         // Every due reconcile starts at once and waits for a slot of its account's lane
