@@ -69,15 +69,9 @@ impl ReferrerIndex {
 
     /// Builds the index again from `objects` (the store, once a list is in it).
     pub fn rebuild<K: ManagedKind>(&self, objects: &[Arc<K>]) {
-        let mut fresh: HashMap<Target, BTreeSet<String>> = HashMap::new();
+        let mut fresh = HashMap::new();
         for object in objects {
-            let namespace = object.namespace().unwrap_or_default();
-            for reference in object.references() {
-                fresh
-                    .entry(Target::of(&namespace, &reference))
-                    .or_default()
-                    .insert(object.name_any());
-            }
+            add(&mut fresh, &**object);
         }
         *lock(&self.by_target) = fresh;
     }
@@ -100,15 +94,7 @@ impl ReferrerIndex {
     }
 
     fn insert<K: ManagedKind>(&self, object: &K) {
-        let namespace = object.namespace().unwrap_or_default();
-        let name = object.name_any();
-        let mut by_target = lock(&self.by_target);
-        for reference in object.references() {
-            by_target
-                .entry(Target::of(&namespace, &reference))
-                .or_default()
-                .insert(name.clone());
-        }
+        add(&mut lock(&self.by_target), object);
     }
 
     fn remove<K: ManagedKind>(&self, object: &K) {
@@ -124,6 +110,17 @@ impl ReferrerIndex {
                 }
             }
         }
+    }
+}
+
+/// Adds `object` as a referrer of each target it refers to.
+fn add<K: ManagedKind>(by_target: &mut HashMap<Target, BTreeSet<String>>, object: &K) {
+    let namespace = object.namespace().unwrap_or_default();
+    for reference in object.references() {
+        by_target
+            .entry(Target::of(&namespace, &reference))
+            .or_default()
+            .insert(object.name_any());
     }
 }
 
