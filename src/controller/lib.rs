@@ -1,6 +1,7 @@
 //! Reconcilers for every gpucloud.io kind and the machinery they share.
 
 pub mod account;
+pub mod applier;
 pub mod budget;
 pub mod catalog;
 pub mod cli;

@@ -2,6 +2,7 @@
 //! create, convergence, status and conditions, deletion.
 
 use crate::account::Account;
+use crate::applier;
 use crate::clock::Clock;
 use crate::conditions::{self, Outcome, reason};
 use crate::context::Context;
@@ -55,13 +56,13 @@ fn settled() -> Action {
     Action::await_change()
 }
 
-/// Entry point for kube-runtime's `Controller::run`, which starts every due reconcile at once:
+/// Entry point for the kind's applier (`applier.rs`), which starts every due reconcile at once:
 /// a slot of the object's account first (`fair_share.rs`), then the flow. The flow's future is
 /// boxed once the slot is taken, so a reconcile waiting for one costs only this small future.
 pub async fn reconcile<K: ManagedKind>(
     object: Arc<K>,
     cx: Arc<Context<K>>,
-) -> Result<Action, Error> {
+) -> Result<applier::Action, Error> {
     let namespace = namespace(&*object);
     let lane = cx
         .accounts
@@ -82,11 +83,13 @@ pub async fn reconcile<K: ManagedKind>(
     Box::pin(reconcile_in_slot(object, cx)).await
 }
 
-/// The flow, timed and counted.
+/// The flow, timed and counted. What it asks for next is what it told `NEXT`: every answer of
+/// the flow but the finalizer helper's (which waits for a change) goes through `requeue`,
+/// `await_change` or `settled`, and kube-runtime's `Action` does not tell its requeue.
 async fn reconcile_in_slot<K: ManagedKind>(
     object: Arc<K>,
     cx: Arc<Context<K>>,
-) -> Result<Action, Error> {
+) -> Result<applier::Action, Error> {
     let key = ObjectRef::from_obj(&*object);
     cx.gauges.started(&key);
     let timer = cx.metrics.reconcile_started(&K::kind(&()));
@@ -125,7 +128,10 @@ async fn reconcile_in_slot<K: ManagedKind>(
     }
     // After an error, `error_policy` decides when to come back.
     cx.gauges.finished(&key, result.as_ref().ok().and(next));
-    result
+    result.map(|_| match next {
+        Some(Next::Requeue(after)) => applier::Action::requeue(after),
+        Some(Next::Change | Next::Sweep) | None => applier::Action::await_change(),
+    })
 }
 
 async fn reconcile_flow<K: ManagedKind>(
@@ -317,7 +323,11 @@ async fn show_paused<K: ManagedKind>(api: &Api<K>, object: &K, now: Timestamp) {
 }
 
 /// Entry point for kube-runtime's `error_policy`.
-pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Context<K>>) -> Action {
+pub fn error_policy<K: ManagedKind>(
+    object: Arc<K>,
+    error: &Error,
+    cx: Arc<Context<K>>,
+) -> applier::Action {
     let account = || {
         let namespace = object.meta().namespace.as_deref().unwrap_or_default();
         let reference = object.managed().credentials_secret_ref.as_ref();
@@ -349,7 +359,7 @@ pub fn error_policy<K: ManagedKind>(object: Arc<K>, error: &Error, cx: Arc<Conte
     tracing::debug!(
         kind = %K::kind(&()), name = %object.name_any(), retry_in = ?after, "retrying after an error"
     );
-    Action::requeue(after)
+    applier::Action::requeue(after)
 }
 
 // === apply ===

@@ -26,7 +26,7 @@ use gpucloud_cloud::{CallObserver, FanOut};
 use gpucloud_telemetry::{Health, Metrics};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -768,7 +768,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
                         lock(&unlisted).push(key);
                         return None;
                     }
-                    Some(Ok::<_, watcher::Error>(object))
+                    Some(key)
                 }),
                 Err(error) => {
                     tracing::debug!(%error, "object watch failed; retrying");
@@ -776,7 +776,6 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
                 }
             })
         });
-    let controller = Controller::for_stream(objects, store.clone());
 
     // A changed credentials Secret wakes the objects that read it: those of its namespace that
     // name it, and, for the operator's default Secret, those of every namespace that name none.
@@ -814,32 +813,26 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         .flat_map(move |change| {
             futures::stream::iter(woken_by(&follower, &followed_referrers, &change))
         });
-    let controller = controller
-        .reconcile_on(followed)
-        // Every due reconcile starts at once and waits for a slot of its account's lane
-        // (`fair_share.rs`), where `--concurrency` applies: one queue for every account would
-        // hold a quiet team's object behind a busy team's thousands.
-        .with_config(ControllerConfig::default().concurrency(0))
-        .reconcile_on(UnboundedReceiverStream::new(triggers))
-        .reconcile_on(settled_rechecks(
-            gauges.clone(),
-            config.reconcile.observe.resync,
-        ))
-        .reconcile_on(secret_changes)
-        .reconcile_on(budget_changes)
-        .graceful_shutdown_on(shutdown);
-    let kind = K::kind(&()).to_string();
-    controller
-        .run(reconcile::<K>, error_policy::<K>, cx)
-        .for_each(move |result| {
-            match result {
-                // Logged by the reconcile itself, with the object's name.
-                Ok(_) | Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
-                Err(error) => tracing::debug!(kind = %kind, %error, "controller error"),
-            }
-            futures::future::ready(())
-        })
-        .boxed()
+    // Every due reconcile starts at once and waits for a slot of its account's lane
+    // (`fair_share.rs`), where `--concurrency` applies: one queue for every account would hold
+    // a quiet team's object behind a busy team's thousands.
+    let triggers = futures::stream::select_all([
+        objects.boxed(),
+        followed.boxed(),
+        UnboundedReceiverStream::new(triggers).boxed(),
+        settled_rechecks(gauges.clone(), config.reconcile.observe.resync).boxed(),
+        secret_changes.boxed(),
+        budget_changes.boxed(),
+    ]);
+    crate::applier::run(
+        triggers,
+        store,
+        reconcile::<K>,
+        error_policy::<K>,
+        cx,
+        shutdown,
+    )
+    .boxed()
 }
 
 /// A Budget's change as the billed kinds' controllers follow it: its namespace, and the

@@ -1,0 +1,357 @@
+//! Runs a kind's reconciles: every due one at once, never two of one object at a time.
+//!
+//! kube-runtime's `Controller::run` keeps the same promises, but its runner polls every running
+//! reconcile, and scans every request held behind one, each time any of them wakes. The billed
+//! kinds start every due reconcile at once, each then waiting for its account's fair share
+//! (`fair_share.rs`), so at 100,000 objects tens of thousands run at once: that polling, O(running)
+//! per wake, took most of the operator's CPU. Here a finished reconcile is taken from a `JoinSet`,
+//! which polls only the tasks that woke it, and requeues wait in a `DelayQueue`: each step costs
+//! the same however many reconciles run.
+//!
+//! The queue's rules are kube-runtime's: of two requests for one object the earlier wins; a
+//! request that comes due while the object's reconcile runs is held, and the object runs once
+//! more when it ends (however many were held); a request for an object the store does not hold
+//! is dropped; nothing starts before the store has its first list; on shutdown nothing new
+//! starts and the running reconciles finish.
+
+use futures::{FutureExt, Stream, StreamExt};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::time::{DelayQueue, delay_queue};
+use tracing::Instrument;
+
+/// What a reconcile asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action {
+    requeue_after: Option<Duration>,
+}
+
+impl Action {
+    /// Run again after `after`, unless a change brings it sooner.
+    pub const fn requeue(after: Duration) -> Self {
+        Action {
+            requeue_after: Some(after),
+        }
+    }
+
+    /// Run again only when something changes.
+    pub const fn await_change() -> Self {
+        Action {
+            requeue_after: None,
+        }
+    }
+
+    pub fn requeue_after(&self) -> Option<Duration> {
+        self.requeue_after
+    }
+}
+
+/// A panicking reconcile is logged and its object tried again this long after: the panic is a
+/// bug, but leaving the object unreconciled until something changes would hide it.
+const AFTER_PANIC: Duration = Duration::from_secs(60);
+
+/// Which objects run, which are due to, and when. Pure bookkeeping: starting the reconciles
+/// is `run`'s.
+struct Queue<T> {
+    /// Requests waiting for their time, with that time.
+    scheduled: HashMap<T, (delay_queue::Key, Instant)>,
+    due: DelayQueue<T>,
+    running: HashSet<T>,
+    /// Running objects that came due again: run once more when the reconcile ends.
+    held: HashSet<T>,
+}
+
+impl<T: Hash + Eq + Clone> Queue<T> {
+    fn new() -> Self {
+        Queue {
+            scheduled: HashMap::new(),
+            due: DelayQueue::new(),
+            running: HashSet::new(),
+            held: HashSet::new(),
+        }
+    }
+
+    /// A request for `item` at `at`: the item to start now, if any. The earlier of two
+    /// requests for one item wins.
+    fn request(&mut self, item: T, at: Instant, now: Instant) -> Option<T> {
+        if self.held.contains(&item) {
+            // Runs as soon as the running reconcile ends: nothing can be sooner.
+            return None;
+        }
+        if at <= now {
+            if let Some((key, _)) = self.scheduled.remove(&item) {
+                self.due.remove(&key);
+            }
+            return self.came_due(item);
+        }
+        match self.scheduled.get_mut(&item) {
+            Some((key, when)) => {
+                if at < *when {
+                    self.due.reset_at(key, at);
+                    *when = at;
+                }
+            }
+            None => {
+                let key = self.due.insert_at(item.clone(), at);
+                self.scheduled.insert(item, (key, at));
+            }
+        }
+        None
+    }
+
+    /// `item`'s time came: the item to start, unless it runs already (then it is held).
+    fn came_due(&mut self, item: T) -> Option<T> {
+        if self.running.contains(&item) {
+            self.held.insert(item);
+            None
+        } else {
+            Some(item)
+        }
+    }
+
+    /// A scheduled request's time came.
+    fn expired(&mut self, item: T) -> Option<T> {
+        self.scheduled.remove(&item);
+        self.came_due(item)
+    }
+
+    fn started(&mut self, item: T) {
+        self.running.insert(item);
+    }
+
+    /// `item`'s reconcile ended asking to run again after `requeue`: the item to start again
+    /// now if it came due while it ran (that run's end then decides what comes next).
+    fn finished(&mut self, item: T, requeue: Option<Duration>, now: Instant) -> Option<T> {
+        self.running.remove(&item);
+        if self.held.remove(&item) {
+            return Some(item);
+        }
+        let after = requeue?;
+        let at = now
+            .checked_add(after)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
+        self.request(item, at, now)
+    }
+
+    /// Waits for the next scheduled request to come due; never, while none is scheduled.
+    async fn next_expired(&mut self) -> T {
+        match futures::future::poll_fn(|cx| self.due.poll_expired(cx)).await {
+            Some(expired) => expired.into_inner(),
+            None => futures::future::pending().await,
+        }
+    }
+}
+
+/// Runs `reconcile` for each object `triggers` names (and again when its `Action` or
+/// `error_policy` asks) until `shutdown` resolves or the triggers end; then waits for the
+/// running reconciles.
+pub async fn run<K, E, Ctx, Fut>(
+    triggers: impl Stream<Item = ObjectRef<K>> + Send,
+    store: Store<K>,
+    reconcile: impl Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+    error_policy: impl Fn(Arc<K>, &E, Arc<Ctx>) -> Action + Send + Sync + 'static,
+    cx: Arc<Ctx>,
+    shutdown: impl Future<Output = ()> + Send,
+) where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    Ctx: Send + Sync + 'static,
+    E: Send + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let reconcile = Arc::new(reconcile);
+    let error_policy = Arc::new(error_policy);
+    let mut queue = Queue::<ObjectRef<K>>::new();
+    let mut tasks: JoinSet<(ObjectRef<K>, Option<Duration>)> = JoinSet::new();
+    // Objects due before the store had its first list.
+    let mut before_ready: HashSet<ObjectRef<K>> = HashSet::new();
+    let mut ready = false;
+    let ready_store = store.clone();
+    let mut store_ready = std::pin::pin!(ready_store.wait_until_ready().fuse());
+    let mut triggers = std::pin::pin!(triggers);
+    let mut shutdown = std::pin::pin!(shutdown.fuse());
+    let mut accepting = true;
+
+    let start = |item: ObjectRef<K>,
+                 queue: &mut Queue<ObjectRef<K>>,
+                 tasks: &mut JoinSet<(ObjectRef<K>, Option<Duration>)>,
+                 before_ready: &mut HashSet<ObjectRef<K>>,
+                 ready: bool| {
+        if !ready {
+            before_ready.insert(item);
+            return;
+        }
+        // As kube-runtime: an object the store lacks is gone, or comes with a later trigger.
+        let Some(object) = store.get(&item) else {
+            tracing::debug!(object = %item, "trigger for an object not in the store; dropped");
+            return;
+        };
+        queue.started(item.clone());
+        let (reconcile, error_policy, cx) = (reconcile.clone(), error_policy.clone(), cx.clone());
+        let span = tracing::info_span!("reconciling object", "object.ref" = %item);
+        tasks.spawn(
+            async move {
+                let outcome = AssertUnwindSafe(reconcile(object.clone(), cx.clone()))
+                    .catch_unwind()
+                    .await;
+                let requeue = match outcome {
+                    Ok(Ok(action)) => action.requeue_after(),
+                    Ok(Err(error)) => error_policy(object, &error, cx).requeue_after(),
+                    Err(_) => {
+                        tracing::error!(object = %item, "reconcile panicked");
+                        Some(AFTER_PANIC)
+                    }
+                };
+                (item, requeue)
+            }
+            .instrument(span),
+        );
+    };
+
+    loop {
+        if !accepting && tasks.is_empty() {
+            return;
+        }
+        tokio::select! {
+            biased;
+            Some(joined) = tasks.join_next() => {
+                // Tasks are aborted only when this future is dropped, and a panic is caught
+                // inside the task: every join carries its object.
+                let Ok((item, requeue)) = joined else { continue };
+                if let Some(again) = queue.finished(item, requeue, Instant::now())
+                    && accepting
+                {
+                    start(again, &mut queue, &mut tasks, &mut before_ready, ready);
+                }
+            }
+            () = &mut shutdown, if accepting => accepting = false,
+            result = &mut store_ready, if !ready => {
+                ready = true;
+                if result.is_err() {
+                    // The store's writer is gone: so is the watch, and this controller with it.
+                    accepting = false;
+                    continue;
+                }
+                for item in std::mem::take(&mut before_ready) {
+                    start(item, &mut queue, &mut tasks, &mut before_ready, ready);
+                }
+            }
+            item = queue.next_expired(), if accepting => {
+                if let Some(item) = queue.expired(item) {
+                    start(item, &mut queue, &mut tasks, &mut before_ready, ready);
+                }
+            }
+            trigger = triggers.next(), if accepting => match trigger {
+                Some(item) => {
+                    let now = Instant::now();
+                    if let Some(item) = queue.request(item, now, now) {
+                        start(item, &mut queue, &mut tasks, &mut before_ready, ready);
+                    }
+                }
+                None => accepting = false,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_while_running_is_held_and_runs_once_when_the_reconcile_ends() {
+        let mut queue = Queue::new();
+        let now = Instant::now();
+        assert_eq!(queue.request("a", now, now), Some("a"));
+        queue.started("a");
+        assert_eq!(queue.request("a", now, now), None, "held while running");
+        assert_eq!(queue.request("a", now, now), None, "held once");
+        assert_eq!(queue.finished("a", None, now), Some("a"), "runs again");
+        queue.started("a");
+        assert_eq!(queue.finished("a", None, now), None, "and only once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn of_two_requests_the_earlier_wins() {
+        let mut queue = Queue::new();
+        let now = Instant::now();
+        assert_eq!(queue.request("a", now + secs(60), now), None);
+        assert_eq!(
+            queue.request("a", now + secs(90), now),
+            None,
+            "later: ignored"
+        );
+        assert_eq!(
+            queue.request("a", now + secs(30), now),
+            None,
+            "earlier: moved"
+        );
+        tokio::time::advance(secs(30)).await;
+        assert_eq!(queue.next_expired().await, "a");
+        assert_eq!(queue.expired("a"), Some("a"));
+        assert!(
+            queue.scheduled.is_empty() && queue.due.is_empty(),
+            "only one timer"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_now_takes_the_place_of_a_scheduled_one() {
+        let mut queue = Queue::new();
+        let now = Instant::now();
+        queue.request("a", now + secs(60), now);
+        assert_eq!(queue.request("a", now, now), Some("a"));
+        assert!(queue.scheduled.is_empty() && queue.due.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_requeue_is_scheduled_when_the_reconcile_ends_unless_it_came_due_meanwhile() {
+        let mut queue = Queue::new();
+        let now = Instant::now();
+        queue.started("a");
+        assert_eq!(queue.finished("a", Some(secs(10)), now), None);
+        assert_eq!(
+            queue.scheduled.get(&"a").map(|(_, at)| *at),
+            Some(now + secs(10))
+        );
+
+        queue.started("b");
+        queue.request("b", now, now);
+        assert_eq!(
+            queue.finished("b", Some(secs(10)), now),
+            Some("b"),
+            "held: now"
+        );
+        assert!(
+            !queue.scheduled.contains_key(&"b"),
+            "the next run's end decides"
+        );
+        // A requeue of zero runs at once.
+        queue.started("c");
+        assert_eq!(queue.finished("c", Some(Duration::ZERO), now), Some("c"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scheduled_request_that_comes_due_while_running_is_held() {
+        let mut queue = Queue::new();
+        let now = Instant::now();
+        queue.request("a", now + secs(5), now);
+        queue.started("a");
+        tokio::time::advance(secs(5)).await;
+        let item = queue.next_expired().await;
+        assert_eq!(queue.expired(item), None);
+        assert_eq!(queue.finished("a", None, Instant::now()), Some("a"));
+    }
+}
