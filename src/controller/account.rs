@@ -128,6 +128,9 @@ pub struct Account {
     /// Data volumes this process had the cloud let go of with their machine (detached before
     /// its delete, which the cloud accepted), by volume id: the machine's id, and when.
     released_volumes: Mutex<HashMap<String, (String, Instant)>>,
+    /// Data volumes whose own deletion waits for their machine's (`Volume::hold_deletion`),
+    /// by volume id, with when that was noted: the machine's deletion need not detach them.
+    deleting_volumes: Mutex<HashMap<String, Instant>>,
 }
 
 /// How long a volume released with its machine is remembered: longer than any list the
@@ -157,6 +160,7 @@ impl Account {
             recoveries: watch::Sender::new(0),
             retired: watch::Sender::new(false),
             released_volumes: Mutex::new(HashMap::new()),
+            deleting_volumes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -179,6 +183,23 @@ impl Account {
         lock(&self.released_volumes)
             .get(volume)
             .is_some_and(|(from, at)| from == instance && at.elapsed() < RELEASED_VOLUMES_KEPT)
+    }
+
+    /// Notes that `volume` is being deleted and waits for its machine's deletion to let go of
+    /// it, which then need not detach it first.
+    pub fn note_volume_deleting(&self, volume: &str) {
+        let now = Instant::now();
+        let mut deleting = lock(&self.deleting_volumes);
+        deleting.retain(|_, at| now.duration_since(*at) < RELEASED_VOLUMES_KEPT);
+        deleting.insert(volume.to_string(), now);
+    }
+
+    /// Whether `volume` was lately noted as being deleted (`note_volume_deleting`). Forgotten
+    /// after a while: a machine deleted later detaches it first, as any other volume.
+    pub fn volume_deleting(&self, volume: &str) -> bool {
+        lock(&self.deleting_volumes)
+            .get(volume)
+            .is_some_and(|at| at.elapsed() < RELEASED_VOLUMES_KEPT)
     }
 
     /// Whether no object used the account any more when it was last looked at.

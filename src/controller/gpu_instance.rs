@@ -640,14 +640,22 @@ impl ManagedKind for GpuInstance {
         }
     }
 
-    /// Its data volumes are detached first (`Instances::delete`) and noted as let go of, so
-    /// that their own deletions, reading a list from before, need not detach them again.
+    /// Its data volumes are detached first (`Instances::delete`), but for those whose own
+    /// deletion waits for this one (`Volume::hold_deletion`): their data goes anyway. All are
+    /// noted as let go of, so that the volumes' deletions, reading a list from before, need
+    /// not detach them again.
     async fn delete(
         _cx: &Context<Self>,
         account: &Account,
         record: &Instance,
     ) -> Result<(), Error> {
-        Instances::delete(account.client.clone(), record.clone()).await?;
+        let detached: Vec<String> = record
+            .volume_ids
+            .iter()
+            .filter(|volume| !account.volume_deleting(volume))
+            .cloned()
+            .collect();
+        delete_instance(&account.client, record, &detached).await?;
         account.note_volumes_released(&record.instance_id, &record.volume_ids);
         Ok(())
     }
@@ -1162,23 +1170,28 @@ impl CloudResource for Instances {
     }
 
     async fn delete(client: CloudClient, record: Instance) -> Result<(), CloudError> {
-        if record.status == InstanceStatus::Deleting {
-            return Ok(());
-        }
-        // Data volumes are detached first, so they outlive the machine with their data
-        // whatever the cloud does with volumes still attached to a deleted instance.
-        if !record.volume_ids.is_empty() {
-            match client
-                .detach_volumes(&record.instance_id, &record.volume_ids)
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
-        gone(client.delete_instance(&record.instance_id).await)
+        delete_instance(&client, &record, &record.volume_ids).await
     }
+}
+
+/// Deletes the machine, detaching the data volumes `detached` first, so that they outlive it
+/// with their data whatever the cloud does with volumes still attached to a deleted instance.
+async fn delete_instance(
+    client: &CloudClient,
+    record: &Instance,
+    detached: &[String],
+) -> Result<(), CloudError> {
+    if record.status == InstanceStatus::Deleting {
+        return Ok(());
+    }
+    if !detached.is_empty() {
+        match client.detach_volumes(&record.instance_id, detached).await {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    gone(client.delete_instance(&record.instance_id).await)
 }
 
 #[cfg(test)]

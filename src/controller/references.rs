@@ -6,7 +6,9 @@
 
 use crate::error::Error;
 use crate::kind::Watched;
-use gpucloud_api::{GpuInstance, Image, Managed, Snapshot, Volume};
+use gpucloud_api::{
+    DeletionPolicy, GpuInstance, Image, Managed, ManagementPolicy, Snapshot, Volume,
+};
 use kube::{Api, Resource};
 use std::future::Future;
 
@@ -40,7 +42,7 @@ pub async fn instance_id(
 ) -> Result<String, Error> {
     match referenced_instance(client, namespace, name).await? {
         ReferencedInstance::Id(id) => Ok(id),
-        ReferencedInstance::BeingDeleted(waiting) => Err(waiting),
+        ReferencedInstance::BeingDeleted { waiting, .. } => Err(waiting),
     }
 }
 
@@ -51,8 +53,12 @@ pub enum ReferencedInstance {
     Id(String),
     /// The object is being deleted: nothing may be attached to its machine any more, and its
     /// deletion detaches the data volumes still attached (`Instances::delete`). The error is
-    /// what an object waiting on it reports.
-    BeingDeleted(Error),
+    /// what an object waiting on it reports; `deletes` is the machine the deletion deletes in
+    /// the cloud (none when the object leaves it in place or never recorded one).
+    BeingDeleted {
+        waiting: Error,
+        deletes: Option<String>,
+    },
 }
 
 /// As [`instance_id`], telling a machine being deleted apart from the other reasons to wait.
@@ -64,11 +70,15 @@ pub async fn referenced_instance(
     const KIND: &str = "GpuInstance";
     let object: GpuInstance = read(Api::namespaced(client.clone(), namespace), name, KIND).await?;
     if object.meta().deletion_timestamp.is_some() {
-        return Ok(ReferencedInstance::BeingDeleted(waiting_for(
-            KIND,
-            name,
-            "it is being deleted",
-        )));
+        let managed = object.managed();
+        let deletes = (managed.deletion_policy != DeletionPolicy::Orphan
+            && managed.management_policy != ManagementPolicy::ObserveOnly)
+            .then(|| object.cloud_status().external_id)
+            .flatten();
+        return Ok(ReferencedInstance::BeingDeleted {
+            waiting: waiting_for(KIND, name, "it is being deleted"),
+            deletes,
+        });
     }
     if machine_vanished(&object) {
         return Err(waiting_for(

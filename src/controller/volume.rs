@@ -312,6 +312,48 @@ impl ManagedKind for Volume {
         Ok(Volumes::delete(account.client.clone(), record.clone()).await?)
     }
 
+    /// A volume attached to a machine that is being deleted with it waits for that deletion,
+    /// which lets go of the volume by itself (`GpuInstance::delete` leaves it attached): one
+    /// call less than detaching it here, and one less again than the machine detaching it too.
+    /// Nothing is held for a machine left in place, or another machine than the one the
+    /// reference names; should the wait be forgotten, the volume is detached as before.
+    async fn hold_deletion(
+        &self,
+        cx: &Context<Self>,
+        account: &std::sync::Arc<Account>,
+    ) -> Result<(), Error> {
+        let (Some(reference), Some(status)) = (&self.spec.instance_ref, &self.status) else {
+            return Ok(());
+        };
+        let (Some(volume), Some(machine)) = (
+            status.cloud.external_id.as_deref(),
+            status.attached_instance_id.as_deref(),
+        ) else {
+            return Ok(());
+        };
+        if account.volume_released(volume, machine) {
+            return Ok(());
+        }
+        let namespace = self.namespace().unwrap_or_default();
+        match references::referenced_instance(&cx.client, &namespace, &reference.name).await {
+            Ok(ReferencedInstance::BeingDeleted {
+                deletes: Some(deleted),
+                ..
+            }) if deleted == machine => {
+                account.note_volume_deleting(volume);
+                Err(Error::InProgress {
+                    reason: reason::DELETING,
+                    message: format!(
+                        "waiting for GpuInstance {}'s deletion to let go of {volume}",
+                        reference.name
+                    ),
+                })
+            }
+            // Any other answer (a failed read included) leaves the volume to be detached.
+            _ => Ok(()),
+        }
+    }
+
     fn observed(&self, record: &CloudVolume) -> Outcome {
         match record.status {
             CloudState::Error => Outcome::stalled(
@@ -338,7 +380,9 @@ async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> 
     let namespace = this.namespace().unwrap_or_default();
     match references::referenced_instance(&cx.client, &namespace, &reference.name).await {
         Ok(ReferencedInstance::Id(id)) => Ok(Target::Instance(id)),
-        Ok(ReferencedInstance::BeingDeleted(waiting)) => Ok(Target::MachineDeleting(waiting)),
+        Ok(ReferencedInstance::BeingDeleted { waiting, .. }) => {
+            Ok(Target::MachineDeleting(waiting))
+        }
         Err(waiting @ Error::WaitingFor { .. }) => Ok(Target::Waiting(waiting)),
         Err(other) => Err(other),
     }

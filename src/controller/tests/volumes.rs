@@ -426,3 +426,82 @@ async fn a_teardown_detaches_each_volume_once_and_reads_a_snapshots_images_once(
     assert!(data_volumes(&env).is_empty());
     env.stop_operator().await;
 }
+
+/// A machine and the volume attached to it deleted together: the volume's deletion waits for
+/// the machine's, and says so; the machine's deletion leaves the volume attached (its data
+/// goes anyway) and the cloud lets go of it with the machine. One delete each, no detach.
+/// The machine is paused while the volume's deletion starts, so the volume's wait comes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_deleted_with_its_machine_waits_for_it_and_is_never_detached() {
+    let mut env = Env::start().await;
+    create(&env, &machine("worker")).await;
+    create(
+        &env,
+        &volume(
+            "scratch",
+            serde_json::json!({"instanceRef": {"name": "worker"}}),
+        ),
+    )
+    .await;
+    let attached: Volume = ready(&env, "scratch").await;
+    let id = attached.cloud_status().external_id.unwrap();
+    let detaches = env.calls("DetachVolumes");
+
+    let pause = |paused: Option<&str>| serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: paused}}});
+    let machines = env.api::<GpuInstance>();
+    machines
+        .patch(
+            "worker",
+            &PatchParams::default(),
+            &Patch::Merge(pause(Some("true"))),
+        )
+        .await
+        .unwrap();
+    condition::<GpuInstance>(&env, "worker", "Paused", "True", "Paused").await;
+    machines
+        .delete("worker", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.api::<Volume>()
+        .delete("scratch", &DeleteParams::default())
+        .await
+        .unwrap();
+    let waiting: Volume = condition(&env, "scratch", "Reconciling", "True", "Deleting").await;
+    let message = waiting
+        .cloud_status()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains("waiting for GpuInstance worker's deletion"),
+        "{message}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        env.calls("DetachVolumes"),
+        detaches,
+        "detached while waiting"
+    );
+    assert_eq!(env.calls("DeleteVolume"), 0, "deleted while attached");
+    assert!(
+        cloud_volume(&env, &id).instance_id.is_some(),
+        "still attached"
+    );
+
+    machines
+        .patch(
+            "worker",
+            &PatchParams::default(),
+            &Patch::Merge(pause(None)),
+        )
+        .await
+        .unwrap();
+    gone::<GpuInstance>(&env, "worker").await;
+    gone::<Volume>(&env, "scratch").await;
+    assert_eq!(env.calls("DetachVolumes"), detaches, "detaches");
+    assert_eq!(env.calls("DeleteInstance"), 1, "machine deletes");
+    assert_eq!(env.calls("DeleteVolume"), 1, "volume deletes");
+    assert!(data_volumes(&env).is_empty());
+    env.stop_operator().await;
+}
