@@ -14,7 +14,7 @@ pub mod routes;
 pub use backoff::Backoff;
 pub use client::{
     API_KEY_HEADER, ApiKey, CallObserver, CallOutcome, ClientConfig, CloudClient, FanOut,
-    RetryPolicy, install_crypto_provider,
+    MAX_LIST_RESPONSE_BYTES, MAX_RESPONSE_BYTES, RetryPolicy, install_crypto_provider,
 };
 pub use error::{Error, ErrorClass};
 pub use limiter::{RateLimit, RateLimiter};

@@ -1,4 +1,4 @@
-//! Wiring: one kube-runtime `Controller` per kind (and per watched namespace), each fed by
+//! Wiring: one applier (`applier.rs`) per kind (and per watched namespace), each fed by
 //! its object watch, its cloud observers, and the changes that wake it when something it
 //! depends on changes (credentials Secrets, referenced objects), relayed from the one watch
 //! of each kind.

@@ -59,7 +59,7 @@ use crate::limiter::RateLimiter;
 
 pub use config::{ApiKey, ClientConfig, RetryPolicy};
 pub use observer::{CallObserver, CallOutcome, FanOut};
-pub use responses::MAX_RESPONSE_BYTES;
+pub use responses::{MAX_LIST_RESPONSE_BYTES, MAX_RESPONSE_BYTES};
 pub use transport::{API_KEY_HEADER, install_crypto_provider, may_retry};
 
 /// Client of the Cloud GPU Compute Service. Cloning is cheap; clones share the connection

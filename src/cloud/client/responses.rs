@@ -11,8 +11,23 @@ use crate::error::{Error, excerpt};
 use crate::model::{ApiResponse, ErrorBody};
 use crate::routes::Operation;
 
-/// Largest response body the client reads; a longer one is a [`Error::Decode`].
+/// Largest response body the client reads for one resource or action; a longer one is a
+/// [`Error::Decode`].
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest response body of a list. The cloud's lists are not paged: an account's instance
+/// list takes about 550 bytes per machine, so 16 MiB ended at about 30,000 machines, past
+/// which the account could no longer be observed at all. 256 MiB is about 480,000.
+pub const MAX_LIST_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+
+/// The body bound of `operation`'s answers.
+pub fn max_response_bytes(operation: Operation) -> usize {
+    if operation.name().starts_with("List") {
+        MAX_LIST_RESPONSE_BYTES
+    } else {
+        MAX_RESPONSE_BYTES
+    }
+}
 
 impl CloudClient {
     /// The result of a complete answer: the decoded response for a success status, the
@@ -166,7 +181,10 @@ pub(super) fn oversized(operation: Operation, status: u16, bytes: &[u8]) -> Erro
     Error::Decode {
         operation,
         status,
-        reason: format!("response body exceeds {MAX_RESPONSE_BYTES} bytes"),
+        reason: format!(
+            "response body exceeds {} bytes",
+            max_response_bytes(operation)
+        ),
         excerpt: excerpt(bytes),
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::responses::{MAX_RESPONSE_BYTES, oversized};
+use super::responses::{max_response_bytes, oversized};
 use super::{CallOutcome, CloudClient};
 use crate::error::Error;
 use crate::model::ApiResponse;
@@ -228,6 +228,7 @@ impl CloudClient {
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_vec());
         }
+        let limit = max_response_bytes(operation);
         let exchange = async {
             let mut response = request
                 .send()
@@ -237,7 +238,7 @@ impl CloudClient {
             let retry_after = parse_retry_after(response.headers());
             if response
                 .content_length()
-                .is_some_and(|len| len > MAX_RESPONSE_BYTES as u64)
+                .is_some_and(|len| len > limit as u64)
             {
                 return Err(oversized(operation, status, &[]));
             }
@@ -249,7 +250,7 @@ impl CloudClient {
                 .await
                 .map_err(|err| self.transport_error(operation, err))?
             {
-                if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                if bytes.len() + chunk.len() > limit {
                     return Err(oversized(operation, status, &bytes));
                 }
                 bytes.extend_from_slice(&chunk);
