@@ -37,6 +37,23 @@ async fn patch_spec(env: &Env, name: &str, spec: serde_json::Value) -> Result<Vo
         .await
 }
 
+/// A machine `worker` and the volume `name` attached to it, both Ready: the volume's cloud id.
+async fn volume_on_a_machine(env: &Env, name: &str) -> String {
+    create(env, &machine("worker")).await;
+    let on_worker = serde_json::json!({"instanceRef": {"name": "worker"}});
+    create(env, &volume(name, on_worker)).await;
+    let attached: Volume = ready(env, name).await;
+    assert!(
+        attached
+            .status
+            .as_ref()
+            .unwrap()
+            .attached_instance_id
+            .is_some()
+    );
+    attached.cloud_status().external_id.unwrap()
+}
+
 fn cloud_volume(env: &Env, id: &str) -> gpucloud_cloud::model::Volume {
     data_volumes(env)
         .into_iter()
@@ -221,18 +238,7 @@ async fn volume_waits_for_its_instance_and_attaches_when_it_appears() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_an_instance_detaches_its_volumes_first_and_the_volume_says_why() {
     let mut env = Env::start().await;
-    create(&env, &machine("worker")).await;
-    create(
-        &env,
-        &volume(
-            "keep-me",
-            serde_json::json!({"instanceRef": {"name": "worker"}}),
-        ),
-    )
-    .await;
-    let vol: Volume = ready(&env, "keep-me").await;
-    let id = vol.cloud_status().external_id.unwrap();
-    assert!(vol.status.unwrap().attached_instance_id.is_some());
+    let id = volume_on_a_machine(&env, "keep-me").await;
 
     support::delete_and_wait::<GpuInstance>(&env, "worker").await;
     assert!(
@@ -434,17 +440,7 @@ async fn a_teardown_detaches_each_volume_once_and_reads_a_snapshots_images_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_deleted_with_its_machine_waits_for_it_and_is_never_detached() {
     let mut env = Env::start().await;
-    create(&env, &machine("worker")).await;
-    create(
-        &env,
-        &volume(
-            "scratch",
-            serde_json::json!({"instanceRef": {"name": "worker"}}),
-        ),
-    )
-    .await;
-    let attached: Volume = ready(&env, "scratch").await;
-    let id = attached.cloud_status().external_id.unwrap();
+    let id = volume_on_a_machine(&env, "scratch").await;
     let detaches = env.calls("DetachVolumes");
 
     let pause = |paused: Option<&str>| serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: paused}}});
