@@ -92,6 +92,7 @@ struct DeleteAnswers {
 
 /// Objects waiting for GPUs in stock, by account, each with the GPUs that would do.
 type CapacityWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Vec<Want>>>;
+type ListWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Instant>>;
 
 /// What every controller shares.
 pub struct Shared {
@@ -146,6 +147,9 @@ pub struct Context<K: ManagedKind> {
     /// Objects waiting for GPUs in stock, by account, with the GPUs that would do
     /// (`wait_for_capacity`).
     capacity_waiters: Arc<Mutex<CapacityWaiters<K>>>,
+    /// Creates waiting for a cloud list sent after they began to wait, by account, each
+    /// with that moment (`wait_for_next_list`).
+    list_waiters: Arc<Mutex<ListWaiters<K>>>,
     /// Asks the controller to reconcile an object now.
     trigger: mpsc::UnboundedSender<ObjectRef<K>>,
     /// Credentials whose observer `prepare` has started.
@@ -208,6 +212,7 @@ impl<K: ManagedKind> Context<K> {
             outage_waiters: Arc::new(Mutex::new(HashMap::new())),
             recovery_listeners: Mutex::new(HashSet::new()),
             capacity_waiters: Arc::new(Mutex::new(HashMap::new())),
+            list_waiters: Arc::new(Mutex::new(HashMap::new())),
             trigger: triggers,
             prepared: Mutex::new(HashSet::new()),
             started: Timestamp::now(),
@@ -373,6 +378,76 @@ impl<K: ManagedKind> Context<K> {
                     }
                 }
                 if !lock(&waiters).contains_key(&account.id) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Makes `object` wait for a list of its kind in `account` sent from now on: it is
+    /// reconciled when one comes, however many lists fail before it. One task per account
+    /// waits while anything does, so a create that needs a fresh list to tell whether it
+    /// happened costs nothing while the lists fail, rather than a reconcile per tick.
+    pub fn wait_for_next_list(&self, account: &Arc<Account>, object: ObjectRef<K>) {
+        let since = Instant::now();
+        let mut waiters = lock(&self.list_waiters);
+        let first = !waiters.contains_key(&account.id);
+        waiters.entry(account.id).or_default().insert(object, since);
+        if !first {
+            return;
+        }
+        drop(waiters);
+        let observer = self.observer(account);
+        let (waiters, trigger, woken) = (
+            self.list_waiters.clone(),
+            self.trigger.clone(),
+            self.gauges.clone(),
+        );
+        let id = account.id;
+        tokio::spawn(async move {
+            let mut earliest = since;
+            loop {
+                let list = tokio::select! {
+                    () = trigger.closed() => return,
+                    list = observer.succeeded_after(earliest) => list,
+                };
+                // A list loop that ended (the account retired) wakes every waiter: its
+                // reconcile finds the observer that replaces it.
+                let listed_at = list.and_then(|list| list.listed_at);
+                let (ready, done) = {
+                    let mut waiters = lock(&waiters);
+                    let Some(waiting) = waiters.get_mut(&id) else {
+                        return;
+                    };
+                    let ready: Vec<ObjectRef<K>> = waiting
+                        .iter()
+                        .filter(|(_, since)| listed_at.is_none_or(|listed| **since <= listed))
+                        .map(|(object, _)| object.clone())
+                        .collect();
+                    for object in &ready {
+                        waiting.remove(object);
+                    }
+                    // Emptied under the lock that registers: a waiter after this starts a
+                    // task of its own.
+                    let done = match waiting.values().min() {
+                        Some(next) if listed_at.is_some() => {
+                            earliest = *next;
+                            false
+                        }
+                        _ => {
+                            waiters.remove(&id);
+                            true
+                        }
+                    };
+                    (ready, done)
+                };
+                for object in ready {
+                    woken.triggered(&object);
+                    if trigger.send(object).is_err() {
+                        return;
+                    }
+                }
+                if done {
                     return;
                 }
             }

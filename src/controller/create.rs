@@ -14,6 +14,8 @@
 //!    (an older list proves nothing: lists fail or run late under load), is the create
 //!    repeated (recording the new attempt time first, again version-checked); the id this
 //!    process's own create call answered with is read first, and found, it is recorded instead.
+//!    While no such list has come, the object waits to be woken by the first one: however
+//!    long the lists fail, a waiting create costs no reconcile until then.
 //! 4. The create's answer is not written by itself: the intent's write already shows the create
 //!    under way, and the first list that shows the resource records its id, with its state, and
 //!    clears the intent in one write.
@@ -101,6 +103,10 @@ pub enum CreateDecision {
     RecordIntentAndCreate,
     /// A create was attempted recently and the list may not show it yet: look again later.
     WaitForList { recheck_after: Duration },
+    /// The settle window has passed, but no list sent since then has come (lists fail or run
+    /// late): look again when one does, not on a timer. Only such a list can prove the create
+    /// did not happen.
+    WaitForNextList,
     /// A create was attempted long enough ago that the list would show it: it did not happen.
     /// Record a new attempt time (version-checked), then create.
     RetryCreate,
@@ -146,9 +152,7 @@ pub fn decide(
     if settled {
         CreateDecision::RetryCreate
     } else {
-        CreateDecision::WaitForList {
-            recheck_after: Duration::from_millis(100),
-        }
+        CreateDecision::WaitForNextList
     }
 }
 
@@ -328,11 +332,9 @@ mod tests {
     fn a_list_sent_before_the_window_passed_proves_nothing() {
         // The window has passed, but the latest list is older: lists failed or ran late.
         for listed in [None, Some(at(65)), Some(at(89))] {
-            assert!(
-                matches!(
-                    decide(Some(at(60)), &[], listed, at(100), WINDOW),
-                    CreateDecision::WaitForList { .. }
-                ),
+            assert_eq!(
+                decide(Some(at(60)), &[], listed, at(100), WINDOW),
+                CreateDecision::WaitForNextList,
                 "{listed:?}"
             );
         }

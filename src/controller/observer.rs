@@ -334,6 +334,17 @@ impl<R: CloudRecord> Observer<R> {
         }))
     }
 
+    /// The first successful list sent at or after `after`, however many lists fail before it
+    /// and with no deadline; `None` once the list loop has ended (the account retired).
+    pub async fn succeeded_after(&self, after: Instant) -> Option<Arc<CloudList<R>>> {
+        let mut rx = self.state.clone();
+        let state = rx
+            .wait_for(|state| state.list.listed_at.is_some_and(|t| t >= after))
+            .await
+            .ok()?;
+        Some(state.list.clone())
+    }
+
     async fn wait_for(
         &self,
         ready: impl Fn(&State<R>) -> bool,

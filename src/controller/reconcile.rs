@@ -630,7 +630,7 @@ async fn create_step<K: ManagedKind>(
             write_status(api, cx, &object, status, record.as_ref(), &outcome).await?;
             Ok(requeue(Duration::ZERO))
         }
-        CreateDecision::WaitForList { recheck_after } => {
+        CreateDecision::WaitForList { .. } | CreateDecision::WaitForNextList => {
             observer.mark_hot();
             let outcome = Outcome::progressing(
                 reason::WAITING_FOR_CLOUD_LIST,
@@ -639,7 +639,12 @@ async fn create_step<K: ManagedKind>(
                 ),
             );
             write_progress(api, cx, &object, status, &outcome).await?;
-            Ok(requeue(recheck_after))
+            if let CreateDecision::WaitForList { recheck_after } = decision {
+                return Ok(requeue(recheck_after));
+            }
+            // Woken by the list; the resync is only a backstop.
+            cx.wait_for_next_list(account, ObjectRef::from_obj(&*object));
+            Ok(requeue(cx.settings.observe.resync))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
             // Created expired, a resource would be billed only to be stopped or deleted.

@@ -206,3 +206,91 @@ async fn failed_creates_that_never_acted_are_retried_until_one_succeeds() {
     assert_eq!(env.simulator.state().instances.len(), 2);
     env.stop_operator().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_waiting_for_a_list_while_lists_fail_is_woken_by_a_list_not_a_timer() {
+    let mut env = Env::without_operator(SimulatorConfig::default()).await;
+    let mut config = test_config(&env.simulator);
+    // Nothing is due in the test's time on the resync's timer alone.
+    config.reconcile.observe.resync = Duration::from_secs(120);
+    let settle_window = config.reconcile.settle_window;
+    let metrics = config.metrics.clone();
+    env.start_operator(config);
+    // The account's machines have been listed once.
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &instance("listed"))
+        .await
+        .unwrap();
+    support::ready::<GpuInstance>(&env, "listed").await;
+
+    // From here on every list fails; the next machine's create is answered, so only a list
+    // can show it, and until one does its object waits.
+    env.simulator.set_faults(FaultPlan {
+        error_rate_per_operation: BTreeMap::from([("ListInstances".to_string(), 1.0)]),
+        ..FaultPlan::default()
+    });
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &instance("waiting"))
+        .await
+        .unwrap();
+    eventually(30, "the second machine's create", || async {
+        (env.calls("CreateInstance") >= 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(settle_window + Duration::from_secs(1)).await;
+    let before = support::reconciles(&metrics, "GpuInstance");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let during = support::reconciles(&metrics, "GpuInstance") - before;
+    assert!(
+        during <= 2.0,
+        "{during} reconciles of one waiting create in 4 s of failing lists"
+    );
+
+    // The first list that comes shows the machine; it is recorded, never created again.
+    env.simulator.set_faults(FaultPlan::default());
+    let vm = support::ready_within::<GpuInstance>(&env, "waiting", 15).await;
+    assert_eq!(env.simulator.state().instances.len(), 2);
+    assert_eq!(env.calls("CreateInstance"), 2);
+    assert!(vm.cloud_status().external_id.is_some());
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_did_not_happen_is_sent_again_once_a_list_after_its_window_comes() {
+    // Each list takes 3 s, longer than the 2 s settle window: when the window has passed, the
+    // lists sent since are still under way, and the object waits for the first to come. The
+    // create is refused with a 500 before acting, so that list shows nothing of it and tells
+    // of no change: only the wait wakes the object, not the resync (120 s).
+    let simulator = SimulatorConfig {
+        faults: FaultPlan {
+            error_rate_per_operation: BTreeMap::from([("CreateInstance".to_string(), 1.0)]),
+            ..FaultPlan::default()
+        },
+        ..SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    let mut config = test_config(&env.simulator);
+    config.reconcile.observe.resync = Duration::from_secs(120);
+    env.start_operator(config);
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &instance("again"))
+        .await
+        .unwrap();
+    eventually(30, "the create was answered 500", || async {
+        (env.calls("CreateInstance") >= 1).then_some(())
+    })
+    .await;
+    env.simulator.set_faults(FaultPlan {
+        latency_ms_per_operation: BTreeMap::from([("ListInstances".to_string(), 3000)]),
+        ..FaultPlan::default()
+    });
+    eventually(30, "the create sent again", || async {
+        (env.calls("CreateInstance") >= 2).then_some(())
+    })
+    .await;
+    let vm = support::ready::<GpuInstance>(&env, "again").await;
+    assert_eq!(env.simulator.state().instances.len(), 1);
+    assert_eq!(env.calls("CreateInstance"), 2);
+    assert!(vm.cloud_status().external_id.is_some());
+    env.stop_operator().await;
+}

@@ -7,7 +7,7 @@ use crate::support;
 use futures::StreamExt;
 use gpucloud_api::*;
 use std::time::Duration;
-use support::{Env, cloud_client, create, eventually, ready, test_config};
+use support::{Env, cloud_client, create, eventually, ready, reconciles, test_config};
 
 const KEYS: usize = 5;
 
@@ -28,17 +28,6 @@ fn instance(name: &str) -> GpuInstance {
         }))
         .unwrap(),
     )
-}
-
-/// Reconciles of `kind` counted by the operator's metrics, whatever their result.
-fn reconciles(metrics: &gpucloud_telemetry::Metrics, kind: &str) -> f64 {
-    let series = format!("gpucloud_reconciles_total{{kind=\"{kind}\"");
-    metrics
-        .encode()
-        .lines()
-        .filter(|line| line.starts_with(&series))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,6 +41,17 @@ pub fn reporter() -> gpucloud_controller::events::Reporter {
     gpucloud_controller::events::Reporter::new("gpucloud-operator", "test-replica")
 }
 
+/// Reconciles of `kind` counted by the operator's metrics, whatever their result.
+pub fn reconciles(metrics: &gpucloud_telemetry::Metrics, kind: &str) -> f64 {
+    let series = format!("gpucloud_reconciles_total{{kind=\"{kind}\"");
+    metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with(&series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Operator settings sized for tests: fast lists, short windows.
 pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
     OperatorConfig {
