@@ -220,8 +220,9 @@ pub async fn run<K, E, Ctx, Fut>(
         if !accepting && tasks.is_empty() {
             return;
         }
+        // Unbiased: each pass tries the branches in a random order, so reconciles that finish
+        // back to back, or requeues that keep coming due, never starve the triggers.
         tokio::select! {
-            biased;
             Some(joined) = tasks.join_next() => {
                 // Tasks are aborted only when this future is dropped, and a panic is caught
                 // inside the task: every join carries its object.
@@ -268,6 +269,59 @@ mod tests {
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_trigger_is_taken_while_reconciles_finish_back_to_back() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::ObjectMeta;
+        use kube::runtime::{reflector, watcher};
+        let map = |name: &str| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some("team-a".to_string()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        let busy: Vec<ConfigMap> = (0..2000).map(|n| map(&format!("busy-{n}"))).collect();
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in busy.iter().chain([&map("late")]) {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object.clone()));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (triggers, received) = tokio::sync::mpsc::unbounded_channel();
+        for object in &busy {
+            triggers.send(ObjectRef::from_obj(object)).unwrap();
+        }
+        let late = Arc::new(tokio::sync::Notify::new());
+        // Every busy object's reconcile waits a moment (its I/O) and asks to run again at once,
+        // for as long as the test runs: more finish each moment than the applier takes in.
+        let reconcile = move |object: Arc<ConfigMap>, late: Arc<tokio::sync::Notify>| async move {
+            if object.metadata.name.as_deref() == Some("late") {
+                late.notify_one();
+                return Ok::<_, std::convert::Infallible>(Action::await_change());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok(Action::requeue(Duration::ZERO))
+        };
+        let applier = tokio::spawn(run(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(received),
+            store,
+            reconcile,
+            |_, _, _| Action::await_change(),
+            late.clone(),
+            std::future::pending(),
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        triggers.send(ObjectRef::from_obj(&map("late"))).unwrap();
+        let taken = tokio::time::timeout(secs(5), late.notified()).await;
+        applier.abort();
+        assert!(
+            taken.is_ok(),
+            "the trigger waited behind the busy reconciles"
+        );
     }
 
     #[tokio::test(start_paused = true)]

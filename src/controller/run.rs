@@ -520,6 +520,30 @@ fn read_ahead<T: Send + 'static>(
     tokio_stream::wrappers::ReceiverStream::new(receiver)
 }
 
+/// `stream`, polled on a task of its own however slowly its items are taken. An object watch's
+/// pipeline writes the controller's store as it goes: polled by the applier, a busy applier
+/// (reconciles finishing back to back) left the store behind the API server, every write from
+/// it was answered 409 and retried, and the retries kept the applier busy. Its items are object
+/// keys, which the applier's queue merges, so they are not bounded here.
+fn drive_apart<T: Send + 'static>(
+    stream: impl futures::Stream<Item = T> + Send + 'static,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let item = tokio::select! {
+                () = sender.closed() => return,
+                item = stream.next() => item,
+            };
+            if item.is_none_or(|item| sender.send(item).is_err()) {
+                return;
+            }
+        }
+    });
+    UnboundedReceiverStream::new(receiver)
+}
+
 /// An `Api` of kind `R` in `namespace` (or the whole cluster).
 fn api_for<R>(client: kube::Client, namespace: Option<&str>) -> Api<R>
 where
@@ -817,7 +841,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     // (`fair_share.rs`), where `--concurrency` applies: one queue for every account would hold
     // a quiet team's object behind a busy team's thousands.
     let triggers = futures::stream::select_all([
-        objects.boxed(),
+        drive_apart(objects).boxed(),
         followed.boxed(),
         UnboundedReceiverStream::new(triggers).boxed(),
         settled_rechecks(gauges.clone(), config.reconcile.observe.resync).boxed(),
