@@ -32,6 +32,7 @@ pub mod offerings;
 pub mod orphans;
 pub mod own_writes;
 pub mod ownership;
+pub mod pages;
 pub mod placement;
 pub mod plan;
 pub mod pricing;

@@ -30,6 +30,7 @@
 //! nothing.
 
 use crate::account::{Account, AccountId, Accounts};
+use crate::decode::Decoded;
 use crate::events::{EventPublisher, EventType};
 use crate::kind::ManagedKind;
 use crate::lock;
@@ -43,7 +44,7 @@ use gpucloud_cloud::Error as CloudError;
 use gpucloud_telemetry::Metrics;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -107,6 +108,15 @@ pub enum Error {
         kind: String,
         #[source]
         source: kube::Error,
+    },
+    /// An object does not decode as its kind: what it claims is unknown, so nothing is
+    /// reported.
+    #[error("{kind} {namespace}/{name} cannot be read ({reason}): its claims are unknown")]
+    UnreadableObject {
+        kind: String,
+        namespace: String,
+        name: String,
+        reason: String,
     },
     /// A kind's resources could not be listed in an account.
     #[error("listing {kind} resources of account {account}: {source}")]
@@ -726,12 +736,14 @@ impl OrphanSweeper {
     }
 }
 
-/// What the objects of kind `K` in `namespaces` (empty: the whole cluster) claim.
+/// What the objects of kind `K` in `namespaces` (empty: the whole cluster) claim. Read a page
+/// at a time and without their field ownership records (`decode.rs`), as the controllers read
+/// them; an object that does not decode as `K` may claim anything, so none is read then.
 async fn claims_of<K: ManagedKind>(
     client: kube::Client,
     namespaces: Vec<String>,
 ) -> Result<Claims, Error> {
-    let apis: Vec<Api<K>> = if namespaces.is_empty() {
+    let apis: Vec<Api<Decoded<K>>> = if namespaces.is_empty() {
         vec![Api::all(client)]
     } else {
         namespaces
@@ -741,15 +753,29 @@ async fn claims_of<K: ManagedKind>(
     };
     let mut claims = Claims::default();
     for api in apis {
-        let objects =
-            api.list(&ListParams::default())
-                .await
-                .map_err(|source| Error::ListObjects {
-                    kind: K::kind(&()).into_owned(),
-                    source,
-                })?;
-        for object in &objects.items {
-            claims.add(object);
+        let mut unreadable = None;
+        crate::pages::for_each_page(&api, |page| {
+            for object in page {
+                match object.0 {
+                    Ok(object) => claims.add(&object),
+                    Err(invalid) => {
+                        unreadable.get_or_insert(invalid);
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(|source| Error::ListObjects {
+            kind: K::kind(&()).into_owned(),
+            source,
+        })?;
+        if let Some(invalid) = unreadable {
+            return Err(Error::UnreadableObject {
+                kind: K::kind(&()).into_owned(),
+                namespace: invalid.metadata.namespace.unwrap_or_default(),
+                name: invalid.metadata.name.unwrap_or_default(),
+                reason: invalid.error,
+            });
         }
     }
     Ok(claims)

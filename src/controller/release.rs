@@ -16,7 +16,7 @@ use gpucloud_api::FINALIZER;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 
 /// Attempts at removing the finalizer of one object that keeps changing meanwhile.
 const ATTEMPTS: usize = 5;
@@ -156,18 +156,11 @@ async fn release_kind<K: ManagedKind>(
     Ok(released)
 }
 
-/// Every object of `api`, page by page.
+/// Every object of `api`, read page by page.
 async fn list_all<K: ManagedKind>(api: &Api<K>) -> Result<Vec<K>, kube::Error> {
     let mut objects = Vec::new();
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&params).await?;
-        objects.extend(page.items);
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(objects),
-        }
-    }
+    crate::pages::for_each_page(api, |page| objects.extend(page)).await?;
+    Ok(objects)
 }
 
 /// Removes the operator's finalizer from `object`, guarded by the resourceVersion it was read

@@ -12,7 +12,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use serde_json::json;
 
 /// The SshKey CRD with a spec of any shape: what an older or looser schema let in.
-async fn loosen_ssh_key_schema(env: &Env) {
+pub(crate) async fn loosen_ssh_key_schema(env: &Env) {
     let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
     let crd = crds.get("sshkeys.gpucloud.io").await.unwrap();
     let mut crd = serde_json::to_value(crd).unwrap();
@@ -24,6 +24,28 @@ async fn loosen_ssh_key_schema(env: &Env) {
     crds.replace("sshkeys.gpucloud.io", &PostParams::default(), &crd)
         .await
         .unwrap();
+}
+
+/// Creates the SshKey `name` with a number where the type reads a string (the schema loosened
+/// first); returns the API the object can be read and changed with.
+pub(crate) async fn create_unreadable_ssh_key(env: &Env, name: &str) -> Api<DynamicObject> {
+    let dynamic: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        NAMESPACE,
+        &ApiResource::erase::<SshKey>(&()),
+    );
+    let unreadable: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "gpucloud.io/v1alpha1",
+        "kind": "SshKey",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"publicKey": 42}
+    }))
+    .unwrap();
+    dynamic
+        .create(&PostParams::default(), &unreadable)
+        .await
+        .unwrap();
+    dynamic
 }
 
 /// The InvalidObject events about `name`: (type, note, series count).
@@ -45,23 +67,7 @@ async fn invalid_object_events(env: &Env, name: &str) -> Vec<(String, String, i3
 async fn an_object_that_does_not_decode_stalls_no_other() {
     let mut env = Env::without_operator(SimulatorConfig::default()).await;
     loosen_ssh_key_schema(&env).await;
-    let dynamic: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        NAMESPACE,
-        &ApiResource::erase::<SshKey>(&()),
-    );
-    // A number where the type reads a string.
-    let unreadable: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "gpucloud.io/v1alpha1",
-        "kind": "SshKey",
-        "metadata": {"name": "unreadable", "namespace": NAMESPACE},
-        "spec": {"publicKey": 42}
-    }))
-    .unwrap();
-    dynamic
-        .create(&PostParams::default(), &unreadable)
-        .await
-        .unwrap();
+    let dynamic = create_unreadable_ssh_key(&env, "unreadable").await;
     create(&env, &object::<SshKey>("readable", json!({}))).await;
 
     // Both are in the operator's first list.

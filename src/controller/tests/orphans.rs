@@ -362,6 +362,45 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
     assert!(report.orphans.is_empty(), "{:?}", report.orphans);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_are_read_from_every_page_and_an_unreadable_object_stops_the_sweep() {
+    use gpucloud_controller::pages::PAGE;
+    let env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    // More keys than a page; the last one listed claims a marked key in the cloud.
+    let keys = usize::try_from(PAGE).unwrap() + 1;
+    for n in 0..keys {
+        create(
+            &env,
+            &object::<SshKey>(&format!("key-{n:04}"), serde_json::json!({})),
+        )
+        .await;
+    }
+    let last = env
+        .api::<SshKey>()
+        .get(&format!("key-{:04}", keys - 1))
+        .await
+        .unwrap();
+    let claimed =
+        gpucloud_controller::naming::cloud_name(NAMESPACE, &last.name_any(), &last.uid().unwrap());
+    import_ssh_key(&env, &claimed).await;
+    let report = sweeper(&env, Duration::ZERO, false).sweep().await.unwrap();
+    assert!(report.orphans.is_empty(), "{:?}", report.orphans);
+
+    // An object the kind cannot read may claim anything: nothing is reported, or deleted.
+    crate::invalid_objects::loosen_ssh_key_schema(&env).await;
+    crate::invalid_objects::create_unreadable_ssh_key(&env, "unreadable").await;
+    import_ssh_key(&env, "gco-unclaimed-0123456789abcdef").await;
+    let error = sweeper(&env, Duration::ZERO, true)
+        .sweep()
+        .await
+        .expect_err("a sweep with an unreadable object");
+    assert!(
+        error.to_string().contains("SshKey") && error.to_string().contains("unreadable"),
+        "{error}"
+    );
+    assert_eq!(env.simulator.state().ssh_keys.len(), 2);
+}
+
 /// The cloud name an object's pending create recorded.
 trait CloudNamed {
     fn pending_name(&self) -> String;
