@@ -92,6 +92,7 @@ struct DeleteAnswers {
 
 /// Objects waiting for GPUs in stock, by account, each with the GPUs that would do.
 type CapacityWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Vec<Want>>>;
+/// Objects waiting for a list sent after a moment, by account, each with that moment.
 type ListWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Instant>>;
 
 /// What every controller shares.
