@@ -1,9 +1,9 @@
 //! Lists read a page at a time.
 //!
-//! A list of every object of a kind is one answer of the whole kind: at 100,000 objects, with
-//! their field ownership records, hundreds of megabytes that both the API server and the
-//! operator hold at once, and that the operator's allocator keeps long after. Read in pages,
-//! neither holds more than one page.
+//! A list of every object of a kind is one answer of the whole kind, which the API server
+//! writes and the operator decodes whole: at 100,000 objects, with their field ownership
+//! records, the largest allocation either makes. Read in pages, neither holds more than one
+//! page of it.
 
 use kube::Api;
 use kube::api::ListParams;
