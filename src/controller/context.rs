@@ -12,7 +12,7 @@ use crate::observer::{Changes, ObserveIntervals, Observer};
 use crate::own_writes::OwnWrites;
 use crate::ownership::Ownership;
 use crate::requeue::RequeuePolicy;
-use gpucloud_api::{Budget, CloudStatus, PendingCreate};
+use gpucloud_api::{Budget, PendingCreate};
 use gpucloud_telemetry::Metrics;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -539,19 +539,7 @@ fn objects_concerned<K: ManagedKind>(store: &Store<K>, changes: &Changes) -> Vec
         .state()
         .iter()
         .filter(|object| {
-            let status: CloudStatus = crate::reconcile::recorded_status(object.as_ref());
-            status
-                .external_id
-                .as_ref()
-                .is_some_and(|id| changes.ids.contains(id))
-                || status
-                    .cloud_name
-                    .as_ref()
-                    .is_some_and(|name| changes.names.contains(name))
-                || status
-                    .pending_create
-                    .as_ref()
-                    .is_some_and(|p| changes.names.contains(&p.cloud_name))
+            crate::reconcile::records_any(object.as_ref(), &changes.ids, &changes.names)
         })
         .map(|object| ObjectRef::from_obj(object.as_ref()))
         .collect()
