@@ -87,7 +87,11 @@ impl Engine {
             created_at: now,
             ready_at: now + Self::delay(self.settings.delays.image),
             deleted_at: None,
-            billing: BillingSpan::open(now, catalog::IMAGE_PRICE_PER_GB_HOUR * size as f64),
+            billing: BillingSpan::open(
+                now,
+                catalog::IMAGE_PRICE_PER_GB_HOUR * size as f64,
+                &mut self.accrual,
+            ),
         };
         let mut image = image;
         image.settle(now);
@@ -115,7 +119,7 @@ impl Engine {
         self.live_image(id)?;
         if let Some(image) = self.images.get_mut(id) {
             image.deleted_at = Some(now);
-            image.billing.close(now);
+            image.billing.close(now, &mut self.accrual);
         }
         Ok(model::DeletedBody { id: id.to_string() })
     }

@@ -1,6 +1,6 @@
 //! Instances: create, power transitions, public IP, security rules, delete, billing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use gpucloud_cloud::model::{
@@ -8,7 +8,7 @@ use gpucloud_cloud::model::{
 };
 
 use super::{
-    ApiResult, BillingSpan, Engine, EngineSettings, SimTime, format_time, known_gpu_type,
+    Accrual, ApiResult, BillingSpan, Engine, EngineSettings, SimTime, format_time, known_gpu_type,
     validate_name, validate_region, validate_tier,
 };
 use crate::catalog;
@@ -102,25 +102,37 @@ pub struct Instance {
 }
 
 impl Instance {
-    pub(super) fn settle(&mut self, now: SimTime, settings: &EngineSettings) {
+    pub(super) fn settle(
+        &mut self,
+        now: SimTime,
+        settings: &EngineSettings,
+        accrual: &mut Accrual,
+    ) {
         while let Some((at, next)) = self.pending {
             if at > now {
                 break;
             }
             self.pending = None;
-            self.enter(next, at, settings);
+            self.enter(next, at, settings, accrual);
         }
     }
 
     /// The machine reaches `state` at `at`: the rate billed follows its power state from that
     /// moment.
-    fn enter(&mut self, state: InstanceState, at: SimTime, settings: &EngineSettings) {
+    fn enter(
+        &mut self,
+        state: InstanceState,
+        at: SimTime,
+        settings: &EngineSettings,
+        accrual: &mut Accrual,
+    ) {
         self.state = state;
         if state == InstanceState::Active {
             self.active_since = Some(at);
         }
         if let Some(share) = state.billed_share(settings) {
-            self.billing.change_rate(at, self.running_rate * share);
+            self.billing
+                .change_rate(at, self.running_rate * share, accrual);
         }
     }
 
@@ -248,10 +260,7 @@ impl Engine {
     }
 
     fn instance_mut(&mut self, id: &str, now: SimTime) -> ApiResult<&mut Instance> {
-        self.instances
-            .get_mut(id)
-            .filter(|i| i.is_live(now))
-            .ok_or_else(|| ApiError::not_found("instance", id))
+        live_instance_mut(&mut self.instances, id, now)
     }
 
     /// The wire record of an instance, with the data volumes attached to it.
@@ -517,7 +526,7 @@ impl Engine {
             deleted_at: None,
             boot_volume_id: None,
             running_rate,
-            billing: BillingSpan::open(now, running_rate),
+            billing: BillingSpan::open(now, running_rate, &mut self.accrual),
         };
         if let Some((at, _)) = instance.pending {
             self.transitions.insert((at, id.clone()));
@@ -582,7 +591,7 @@ impl Engine {
         self.settle(now);
         let delay = Self::delay(self.settings.delays.power_transition);
         let settings = self.settings.clone();
-        let instance = self.instance_mut(id, now)?;
+        let instance = live_instance_mut(&mut self.instances, id, now)?;
         if action == PowerAction::RestoreHibernated && instance.tier != Tier::Legacy {
             return Err(ApiError::TierNotSupported {
                 message: format!(
@@ -602,7 +611,7 @@ impl Engine {
             )));
         }
         if during == after {
-            instance.enter(after, now, &settings);
+            instance.enter(after, now, &settings, &mut self.accrual);
         } else {
             instance.state = during;
             instance.pending = Some((now + delay, after));
@@ -712,13 +721,13 @@ impl Engine {
     ) -> ApiResult<(model::DeleteInstanceBody, Tier)> {
         self.settle(now);
         let gone_at = now + Self::delay(self.settings.delays.power_transition);
-        let instance = self.instance_mut(id, now)?;
+        let instance = live_instance_mut(&mut self.instances, id, now)?;
         let starts = instance.state != InstanceState::Deleting;
         if starts {
             instance.state = InstanceState::Deleting;
             instance.pending = Some((gone_at, InstanceState::Deleted));
             instance.deleted_at = Some(gone_at);
-            instance.billing.close(gone_at);
+            instance.billing.close(gone_at, &mut self.accrual);
         }
         let body = model::DeleteInstanceBody {
             instance_id: instance.id.clone(),
@@ -732,7 +741,7 @@ impl Engine {
             if volume.instance_id.as_deref() == Some(id) {
                 if volume.is_boot_volume() {
                     // Removed by `settle` once the instance is gone; billed until then.
-                    volume.billing.close(gone_at);
+                    volume.billing.close(gone_at, &mut self.accrual);
                 } else {
                     volume.instance_id = None;
                 }
@@ -772,6 +781,19 @@ impl Engine {
             currency: catalog::CURRENCY.to_string(),
         }
     }
+}
+
+/// A live instance of the account, borrowed apart from the rest of the engine (its billing
+/// changes are counted in the engine's accrual while it is held).
+fn live_instance_mut<'a>(
+    instances: &'a mut BTreeMap<String, Instance>,
+    id: &str,
+    now: SimTime,
+) -> ApiResult<&'a mut Instance> {
+    instances
+        .get_mut(id)
+        .filter(|i| i.is_live(now))
+        .ok_or_else(|| ApiError::not_found("instance", id))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! or `ACTIVE`, so a read of a cost settles first, as every other call does.
 
 mod account;
+mod accrual;
 mod images;
 mod instances;
 mod network;
@@ -26,6 +27,7 @@ use crate::config::{Delays, SimulatorConfig};
 use crate::error::ApiError;
 
 pub use account::{AiUsage, MAX_SCRIPT_BYTES, Script, SshKeyRecord};
+use accrual::Accrual;
 pub use images::Image;
 pub use instances::{Instance, InstanceState, PowerAction};
 pub use network::{Firewall, validate_rule};
@@ -100,15 +102,18 @@ struct RateChange {
 }
 
 impl BillingSpan {
-    fn open(start: SimTime, hourly_rate: f64) -> Self {
-        BillingSpan {
+    /// A span billed from `start`, counted in `accrual` from then on.
+    fn open(start: SimTime, hourly_rate: f64, accrual: &mut Accrual) -> Self {
+        let span = BillingSpan {
             start,
             end: None,
             rates: vec![RateChange {
                 from: start,
                 hourly_rate,
             }],
-        }
+        };
+        accrual.add(&span);
+        span
     }
 
     /// The rate billed at `at` (the first rate before the span starts, the last one after it
@@ -124,7 +129,13 @@ impl BillingSpan {
 
     /// Bills `hourly_rate` from `at` on. Changes are recorded in time order: one earlier than
     /// the last change takes effect with it, and a change at the same moment replaces it.
-    fn change_rate(&mut self, at: SimTime, hourly_rate: f64) {
+    fn change_rate(&mut self, at: SimTime, hourly_rate: f64, accrual: &mut Accrual) {
+        accrual.remove(self);
+        self.record_rate(at, hourly_rate);
+        accrual.add(self);
+    }
+
+    fn record_rate(&mut self, at: SimTime, hourly_rate: f64) {
         let Some(last) = self.rates.last_mut() else {
             self.rates.push(RateChange {
                 from: self.start.max(at),
@@ -147,14 +158,11 @@ impl BillingSpan {
         }
     }
 
-    /// Cost accrued inside `[from, to]`: each rate times the part of its interval inside the
-    /// window and the span.
-    pub fn cost_between(&self, from: SimTime, to: SimTime) -> f64 {
-        let start = self.start.max(from);
-        let end = self.end.map_or(to, |end| end.min(to));
-        if end <= start {
-            return 0.0;
-        }
+    /// Each rate with the part of the span it is billed over, `until` being `SimTime::MAX`
+    /// for the last rate of a span still open: what [`Self::cost_between`] and the account's
+    /// [`Accrual`] both sum.
+    fn segments(&self) -> impl Iterator<Item = (SimTime, SimTime, f64)> + '_ {
+        let end = self.end.unwrap_or(SimTime::MAX);
         let untils = self
             .rates
             .iter()
@@ -164,13 +172,23 @@ impl BillingSpan {
         self.rates
             .iter()
             .zip(untils)
-            .map(|(change, until)| {
-                let (a, b) = (change.from.max(start), until.min(end));
-                if b > a {
-                    hours(b - a) * change.hourly_rate
-                } else {
-                    0.0
-                }
+            .map(move |(change, until)| {
+                (
+                    change.from.max(self.start),
+                    until.min(end),
+                    change.hourly_rate,
+                )
+            })
+            .filter(|(from, until, _)| until > from)
+    }
+
+    /// Cost accrued inside `[from, to]`: each rate times the part of its interval inside the
+    /// window and the span.
+    pub fn cost_between(&self, from: SimTime, to: SimTime) -> f64 {
+        self.segments()
+            .map(|(a, b, rate)| {
+                let (a, b) = (a.max(from), b.min(to));
+                if b > a { hours(b - a) * rate } else { 0.0 }
             })
             .sum()
     }
@@ -188,13 +206,17 @@ impl BillingSpan {
     }
 
     /// Ends the span at `at`, unless it already ended earlier.
-    fn close(&mut self, at: SimTime) {
+    fn close(&mut self, at: SimTime, accrual: &mut Accrual) {
+        accrual.remove(self);
         self.end = Some(self.end.map_or(at, |end| end.min(at)));
+        accrual.add(self);
     }
 }
 
+const MILLIS_PER_HOUR: f64 = 3_600_000.0;
+
 fn hours(millis: i64) -> f64 {
-    millis as f64 / 3_600_000.0
+    millis as f64 / MILLIS_PER_HOUR
 }
 
 /// The whole account.
@@ -203,9 +225,9 @@ pub struct Engine {
     settings: EngineSettings,
     next_id: u64,
     rng: StdRng,
-    /// Balance at `anchor_time`; costs accrued after it are subtracted on read.
+    /// Balance when it was last set; what `accrual` counts since is subtracted on read.
     balance_anchor: f64,
-    anchor_time: SimTime,
+    accrual: Accrual,
     instances: BTreeMap<String, Instance>,
     /// Instances with a pending transition, by when it is due: `settle` visits only these, so
     /// a call costs the same however many instances the account has had.
@@ -231,7 +253,7 @@ impl Engine {
         Engine {
             rng: StdRng::seed_from_u64(settings.seed),
             balance_anchor: settings.initial_balance,
-            anchor_time: now,
+            accrual: Accrual::new(now),
             next_id: settings.first_id,
             settings,
             instances: BTreeMap::new(),
@@ -289,7 +311,7 @@ impl Engine {
             let Some(instance) = self.instances.get_mut(&id) else {
                 continue;
             };
-            instance.settle(now, &self.settings);
+            instance.settle(now, &self.settings, &mut self.accrual);
             // A boot volume goes when its instance is gone.
             if instance.state == InstanceState::Deleted
                 && let Some(boot) = &instance.boot_volume_id
@@ -310,6 +332,7 @@ impl Engine {
     // --- Balance ---
 
     /// Every billing span of the account, deleted resources included.
+    #[cfg(debug_assertions)]
     fn billing_spans(&self) -> impl Iterator<Item = &BillingSpan> {
         self.instances
             .values()
@@ -321,16 +344,26 @@ impl Engine {
 
     /// The balance at `now`: the anchor minus everything accrued since the anchor.
     pub fn balance(&self, now: SimTime) -> f64 {
-        let accrued: f64 = self
-            .billing_spans()
-            .map(|span| span.cost_between(self.anchor_time, now))
-            .sum();
+        let accrued = self.accrual.accrued(now);
+        #[cfg(debug_assertions)]
+        {
+            // Span by span, as each resource's billing reads it: the accrual must agree.
+            let since = self.accrual.since();
+            let exact: f64 = self
+                .billing_spans()
+                .map(|span| span.cost_between(since, now))
+                .sum();
+            debug_assert!(
+                (exact - accrued).abs() <= 1e-9 * (1.0 + exact.abs()),
+                "accrued {accrued} against {exact} span by span"
+            );
+        }
         self.balance_anchor - accrued
     }
 
     pub fn set_balance(&mut self, balance: f64, now: SimTime) {
         self.balance_anchor = balance;
-        self.anchor_time = now;
+        self.accrual.restart(now);
     }
 
     /// A one-off charge (AI chat).
@@ -618,8 +651,9 @@ mod tests {
 
     #[test]
     fn billing_span_costs_only_inside_the_window() {
-        let mut span = BillingSpan::open(secs(0), 2.0);
-        span.close(secs(7200));
+        let mut accrual = Accrual::new(secs(0));
+        let mut span = BillingSpan::open(secs(0), 2.0, &mut accrual);
+        span.close(secs(7200), &mut accrual);
         assert!((span.cost_between(secs(0), secs(3600)) - 2.0).abs() < 1e-9);
         assert!((span.cost_between(secs(3600), secs(99_999)) - 2.0).abs() < 1e-9);
         assert_eq!(span.cost_between(secs(8000), secs(9000)), 0.0);
@@ -630,10 +664,11 @@ mod tests {
     #[test]
     fn billing_span_integrates_across_rate_changes() {
         // 2/h for an hour, 0.2/h for two hours, 2/h for an hour, then ended.
-        let mut span = BillingSpan::open(secs(0), 2.0);
-        span.change_rate(secs(3600), 0.2);
-        span.change_rate(secs(10_800), 2.0);
-        span.close(secs(14_400));
+        let mut accrual = Accrual::new(secs(0));
+        let mut span = BillingSpan::open(secs(0), 2.0, &mut accrual);
+        span.change_rate(secs(3600), 0.2, &mut accrual);
+        span.change_rate(secs(10_800), 2.0, &mut accrual);
+        span.close(secs(14_400), &mut accrual);
         let cases = [
             // (from, to, expected cost)
             (0, 3600, 2.0),
@@ -650,6 +685,14 @@ mod tests {
             assert!(
                 (cost - expected).abs() < 1e-9,
                 "[{from}, {to}]: {cost} instead of {expected}"
+            );
+            // The account's accrual, counted from `from`, says the same.
+            let mut counted = accrual.clone();
+            counted.restart(secs(from));
+            let accrued = counted.accrued(secs(to));
+            assert!(
+                (accrued - expected).abs() < 1e-9,
+                "[{from}, {to}]: accrued {accrued} instead of {expected}"
             );
         }
         // Any split of a window costs what the window costs.
@@ -668,22 +711,57 @@ mod tests {
 
     #[test]
     fn billing_span_records_changes_in_time_order() {
-        let mut span = BillingSpan::open(secs(0), 1.0);
+        let mut accrual = Accrual::new(secs(0));
+        let mut span = BillingSpan::open(secs(0), 1.0, &mut accrual);
         // The same rate again is no change; a change at the start replaces the first rate.
-        span.change_rate(secs(10), 1.0);
-        span.change_rate(secs(0), 3.0);
+        span.change_rate(secs(10), 1.0, &mut accrual);
+        span.change_rate(secs(0), 3.0, &mut accrual);
         assert_eq!(span.rates.len(), 1);
         assert_eq!(span.rate_at(secs(5)), 3.0);
         // Two changes at one instant: the later one holds, and going back to the rate before
         // leaves no trace.
-        span.change_rate(secs(60), 0.5);
-        span.change_rate(secs(60), 3.0);
+        span.change_rate(secs(60), 0.5, &mut accrual);
+        span.change_rate(secs(60), 3.0, &mut accrual);
         assert_eq!(span.rates.len(), 1);
-        span.change_rate(secs(60), 0.5);
-        span.change_rate(secs(60), 0.25);
+        span.change_rate(secs(60), 0.5, &mut accrual);
+        span.change_rate(secs(60), 0.25, &mut accrual);
         assert_eq!(span.rates.len(), 2);
         assert_eq!(span.rate_at(secs(60)), 0.25);
         assert!((span.cost_between(secs(0), secs(3660)) - (3.0 / 60.0 + 0.25)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_accrual_sums_every_span_however_it_changed() {
+        let mut accrual = Accrual::new(secs(0));
+        let mut spans = [
+            BillingSpan::open(secs(0), 2.0, &mut accrual),
+            BillingSpan::open(secs(600), 1.5, &mut accrual),
+            BillingSpan::open(secs(1200), 4.0, &mut accrual),
+        ];
+        spans[0].change_rate(secs(1800), 0.2, &mut accrual);
+        // Ends later than the moments read below: a machine still being deleted.
+        spans[1].close(secs(5400), &mut accrual);
+        spans[2].close(secs(2400), &mut accrual);
+        // A change before the last one takes effect with it; an earlier end wins.
+        spans[0].change_rate(secs(1700), 0.4, &mut accrual);
+        spans[1].close(secs(4000), &mut accrual);
+        let exact = |accrual: &Accrual, now: i64| -> f64 {
+            spans
+                .iter()
+                .map(|span| span.cost_between(accrual.since(), secs(now)))
+                .sum()
+        };
+        for since in [0, 900, 3000] {
+            let mut counted = accrual.clone();
+            counted.restart(secs(since));
+            for now in [0, 300, 1200, 1800, 2400, 3599, 4000, 5400, 9000] {
+                let (accrued, expected) = (counted.accrued(secs(now)), exact(&counted, now));
+                assert!(
+                    (accrued - expected).abs() < 1e-9,
+                    "from {since} to {now}: {accrued} instead of {expected}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -104,7 +104,11 @@ impl Engine {
             status: SnapshotStatus::Creating,
             ready_at: now + Self::delay(self.settings.delays.snapshot),
             deleted_at: None,
-            billing: BillingSpan::open(now, catalog::SNAPSHOT_PRICE_PER_GB_HOUR * size as f64),
+            billing: BillingSpan::open(
+                now,
+                catalog::SNAPSHOT_PRICE_PER_GB_HOUR * size as f64,
+                &mut self.accrual,
+            ),
         };
         let id = self.new_id("snap");
         let snapshot = Snapshot {
@@ -206,11 +210,11 @@ impl Engine {
                 )));
             }
             snapshot.deleted_at = Some(now);
-            snapshot.billing.close(now);
+            snapshot.billing.close(now, &mut self.accrual);
             for image in self.images.values_mut() {
                 if image.snapshot_id == id && image.deleted_at.is_none() {
                     image.deleted_at = Some(now);
-                    image.billing.close(now);
+                    image.billing.close(now, &mut self.accrual);
                 }
             }
         }

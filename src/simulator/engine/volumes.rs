@@ -171,7 +171,7 @@ impl Engine {
                 instance_id: None,
                 boot_of: None,
                 deleted_at: None,
-                billing: BillingSpan::open(now, price * size as f64),
+                billing: BillingSpan::open(now, price * size as f64, &mut self.accrual),
             },
         );
         id
@@ -323,7 +323,9 @@ impl Engine {
             // The rate changes from now on; what was accrued before stays as it was.
             let price = catalog::volume_type_price(&volume.volume_type).unwrap_or(0.0);
             volume.size = size;
-            volume.billing.change_rate(now, price * size as f64);
+            volume
+                .billing
+                .change_rate(now, price * size as f64, &mut self.accrual);
         }
         self.get_volume(id, now)
     }
@@ -363,7 +365,7 @@ impl Engine {
         }
         if let Some(volume) = self.volumes.get_mut(id) {
             volume.deleted_at = Some(now);
-            volume.billing.close(now);
+            volume.billing.close(now, &mut self.accrual);
         }
         Ok(model::DeletedBody { id: id.to_string() })
     }
