@@ -178,13 +178,18 @@ impl<K: ManagedKind> Context<K> {
         let triggers = trigger.clone();
         let (changes, mut received) = mpsc::unbounded_channel::<(AccountId, Changes)>();
         tokio::spawn(async move {
-            while let Some((_account, changes)) = received.recv().await {
-                for object in objects_concerned(&store, &changes) {
+            while let Some((_account, first)) = received.recv().await {
+                let changes = merge_queued(first, &mut received);
+                let started = Instant::now();
+                let concerned = objects_concerned(&store, &changes);
+                let pass = started.elapsed();
+                for object in concerned {
                     woken.triggered(&object);
                     if trigger.send(object).is_err() {
                         return;
                     }
                 }
+                tokio::time::sleep(pass * PAUSE_PER_PASS).await;
             }
         });
         Arc::new(Context {
@@ -532,8 +537,27 @@ impl<K: ManagedKind> Context<K> {
     }
 }
 
+/// After each pass over the store, the changes task waits this many times as long as the
+/// pass took, and the lists that arrive meanwhile are matched in one pass. A pass reads every
+/// object of the kind: at 100,000 objects in ten accounts, each listing every 2 s, one pass
+/// per list was a third of the operator's CPU. Paced so, the passes take at most a tenth of a
+/// core per kind whatever the fleet, and a small fleet's passes (microseconds) delay nothing.
+const PAUSE_PER_PASS: u32 = 9;
+
+/// `first` with every change queued behind it.
+fn merge_queued(
+    mut merged: Changes,
+    queued: &mut mpsc::UnboundedReceiver<(AccountId, Changes)>,
+) -> Changes {
+    while let Ok((_account, more)) = queued.try_recv() {
+        merged.ids.extend(more.ids);
+        merged.names.extend(more.names);
+    }
+    merged
+}
+
 /// The objects whose recorded id, cloud name or pending create matches a change. One pass
-/// over the store per list, however many objects changed.
+/// over the store for any number of changes.
 fn objects_concerned<K: ManagedKind>(store: &Store<K>, changes: &Changes) -> Vec<ObjectRef<K>> {
     store
         .state()
@@ -543,4 +567,39 @@ fn objects_concerned<K: ManagedKind>(store: &Store<K>, changes: &Changes) -> Vec
         })
         .map(|object| ObjectRef::from_obj(object.as_ref()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes(ids: &[&str], names: &[&str]) -> Changes {
+        Changes {
+            ids: ids.iter().map(ToString::to_string).collect(),
+            names: names.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn the_changes_queued_behind_a_list_are_matched_with_it() {
+        let (sender, mut queued) = mpsc::unbounded_channel();
+        for queued_changes in [
+            changes(&["vol-2"], &["b"]),
+            changes(&["vol-3"], &["a", "c"]),
+        ] {
+            let account = AccountId::of(&gpucloud_cloud::ApiKey::new("team-a"));
+            sender.send((account, queued_changes)).unwrap();
+        }
+        let merged = merge_queued(changes(&["vol-1"], &["a"]), &mut queued);
+        assert_eq!(
+            merged,
+            changes(&["vol-1", "vol-2", "vol-3"], &["a", "b", "c"])
+        );
+        assert!(queued.try_recv().is_err(), "everything queued was taken");
+        assert_eq!(
+            merge_queued(changes(&["vol-4"], &[]), &mut queued),
+            changes(&["vol-4"], &[]),
+            "with nothing queued, the list's own changes"
+        );
+    }
 }

@@ -1577,7 +1577,10 @@ async fn write_status_from<K: ManagedKind>(
     // The kind's time-dependent fields (a schedule's next transition) by the operator's
     // clock; the condition's transition time above is the wall clock's, as events are.
     let updated = working.with_status(status, record, cx.settings.clock.now());
-    if serde_json::to_value(&updated)? == serde_json::to_value(stored)? {
+    // The status subresource writes the status alone, so an unchanged status is no write.
+    // Compared as values: serializing the whole object twice per reconcile to compare was a
+    // tenth of the operator's CPU at 100,000 objects.
+    if updated.status() == stored.status() {
         return Ok(updated);
     }
     if write == Write::News && retells_progress(&stored.cloud_status(), &updated.cloud_status()) {
