@@ -63,11 +63,28 @@ enum Command {
 
 /// Runs the command; an error that ends it is the log's last line, in the log's format, on
 /// one line with its causes (see [`one_line`]).
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// Stack of the runtime's threads. The API server evaluates CEL rules on them, which takes
+/// more than tokio's 2 MiB default; only the pages used are committed.
+#[cfg(feature = "sandbox")]
+const THREAD_STACK_BYTES: usize = gpucloud_apiserver::CEL_STACK_BYTES;
+#[cfg(not(feature = "sandbox"))]
+const THREAD_STACK_BYTES: usize = 2 * 1024 * 1024;
+
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let format = cli.log_format;
-    match run(cli).await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(THREAD_STACK_BYTES)
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            gpucloud_telemetry::report_fatal(format, &format!("starting the runtime: {error}"));
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             gpucloud_telemetry::report_fatal(format, &one_line(&error));

@@ -64,6 +64,8 @@ pub mod table;
 pub mod tls;
 pub mod watch;
 
+/// Stack the server's threads need for evaluating CEL rules where they run.
+pub use gpucloud_apiserver_semantics::schema::CEL_STACK_BYTES;
 pub use registry::{PrinterColumn, Registry, ResourceInfo};
 pub use server::{
     ApiServer, ApiServerConfig, ApiServerHandle, AppState, Error, RequestRecord, Settings,
