@@ -61,8 +61,6 @@ enum Command {
     Version,
 }
 
-/// Runs the command; an error that ends it is the log's last line, in the log's format, on
-/// one line with its causes (see [`one_line`]).
 /// Stack of the runtime's threads. The API server evaluates CEL rules on them, which takes
 /// more than tokio's 2 MiB default; only the pages used are committed.
 #[cfg(feature = "sandbox")]
@@ -70,6 +68,8 @@ const THREAD_STACK_BYTES: usize = gpucloud_apiserver::CEL_STACK_BYTES;
 #[cfg(not(feature = "sandbox"))]
 const THREAD_STACK_BYTES: usize = 2 * 1024 * 1024;
 
+/// Runs the command; an error that ends it is the log's last line, in the log's format, on
+/// one line with its causes (see [`one_line`]).
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let format = cli.log_format;
