@@ -550,8 +550,7 @@ fn merge_queued(
     queued: &mut mpsc::UnboundedReceiver<(AccountId, Changes)>,
 ) -> Changes {
     while let Ok((_account, more)) = queued.try_recv() {
-        merged.ids.extend(more.ids);
-        merged.names.extend(more.names);
+        merged.merge(more);
     }
     merged
 }

@@ -193,6 +193,14 @@ pub struct Changes {
     pub names: HashSet<String>,
 }
 
+impl Changes {
+    /// Adds the changes of a later list.
+    pub fn merge(&mut self, later: Changes) {
+        self.ids.extend(later.ids);
+        self.names.extend(later.names);
+    }
+}
+
 /// What the observer knows: the latest successful list, and the outcome of the latest attempt.
 #[derive(Debug)]
 struct State<R> {
