@@ -8,6 +8,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone, never_acts};
 use crate::observer::CloudResource;
+use crate::pages;
 use crate::pricing;
 use crate::records::{cloud_record, found, gone};
 use crate::references;
@@ -20,8 +21,9 @@ use gpucloud_cloud::model::{
     SnapshotStatus as CloudState,
 };
 use gpucloud_cloud::{CloudClient, Error as CloudError};
-use kube::api::ListParams;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use std::sync::Arc;
 
 /// What a snapshot create needs: the machine and the request.
@@ -223,20 +225,16 @@ impl ManagedKind for Snapshot {
         let namespace = self.namespace().unwrap_or_default();
         let name = self.name_any();
         let instances: Api<GpuInstance> = Api::namespaced(cx.client.clone(), &namespace);
-        let waiting: Vec<String> = instances
-            .list(&ListParams::default())
+        let waiting: Vec<String> = pages::list_as::<_, Named>(&cx.client, &instances)
             .await?
-            .items
             .into_iter()
             .filter(|i| {
-                i.meta().deletion_timestamp.is_none()
-                    && i.spec
-                        .source
-                        .as_ref()
-                        .is_some_and(|s| s.snapshot_ref.name == name)
-                    && i.cloud_status().external_id.is_none()
+                !i.metadata.deleting()
+                    && i.spec.source.as_ref().map(|s| s.snapshot_ref.name.as_str())
+                        == Some(name.as_str())
+                    && i.status.external_id.is_none()
             })
-            .map(|i| i.name_any())
+            .map(|i| i.metadata.name)
             .collect();
         if !waiting.is_empty() {
             return Err(Error::InProgress {
@@ -255,14 +253,15 @@ impl ManagedKind for Snapshot {
             return Ok(());
         }
         let images: Api<Image> = Api::namespaced(cx.client.clone(), &namespace);
-        let image_objects: Vec<(String, Option<String>)> = images
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|i| i.spec.snapshot_ref.name == name)
-            .map(|i| (i.name_any(), i.cloud_status().external_id))
-            .collect();
+        let image_objects: Vec<(String, Option<String>)> =
+            pages::list_as::<_, Named>(&cx.client, &images)
+                .await?
+                .into_iter()
+                .filter(|i| {
+                    i.spec.snapshot_ref.as_ref().map(|r| r.name.as_str()) == Some(name.as_str())
+                })
+                .map(|i| (i.metadata.name, i.status.external_id))
+                .collect();
         let cloud_images = match &self.cloud_status().external_id {
             Some(id) => match account.client.get_snapshot_image_relation(id).await {
                 Ok(relation) => relation.image_ids,
@@ -279,6 +278,51 @@ impl ManagedKind for Snapshot {
             }),
         }
     }
+}
+
+/// What a snapshot's deletion reads of the GpuInstances and Images of its namespace: which
+/// snapshot each names (a machine's `spec.source.snapshotRef`, an image's
+/// `spec.snapshotRef`) and the cloud id it recorded. Read live, not from a cache: an object
+/// made just before the deletion was asked for must hold it.
+#[derive(Deserialize)]
+struct Named {
+    metadata: NamedMeta,
+    #[serde(default)]
+    spec: NamingSpec,
+    #[serde(default)]
+    status: RecordedId,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NamedMeta {
+    name: String,
+    #[serde(default)]
+    deletion_timestamp: Option<IgnoredAny>,
+}
+
+impl NamedMeta {
+    fn deleting(&self) -> bool {
+        self.deletion_timestamp.is_some()
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct NamingSpec {
+    /// A GpuInstance's.
+    #[serde(default)]
+    source: Option<gpucloud_api::gpu_instance::InstanceSource>,
+    /// An Image's.
+    #[serde(default)]
+    snapshot_ref: Option<gpucloud_api::LocalRef>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RecordedId {
+    #[serde(default)]
+    external_id: Option<String>,
 }
 
 /// The create plan of `snapshot` of the machine `instance_id`, from the machine's cloud record.

@@ -30,6 +30,10 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_admin/state", get(state).fallback(method_not_allowed))
         .route(
+            "/_admin/holdings",
+            get(holdings).fallback(method_not_allowed),
+        )
+        .route(
             "/_admin/counters",
             get(counters).fallback(method_not_allowed),
         )
@@ -123,6 +127,25 @@ async fn state(
             })
             .ok_or_else(|| ApiError::not_found("account", &account.to_string()))?;
         encode(snapshot)
+    })
+}
+
+/// How many resources of each kind an account holds, chosen as for `state`: what a caller
+/// waiting for an account to empty polls, without the whole snapshot written each time.
+async fn holdings(
+    State(app): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    respond(&app, &headers, || {
+        let account = account_of_query(query.as_deref())?;
+        let holdings = app
+            .with_account(account, |engine, now| {
+                engine.settle(now);
+                engine.holdings(now)
+            })
+            .ok_or_else(|| ApiError::not_found("account", &account.to_string()))?;
+        encode(holdings)
     })
 }
 

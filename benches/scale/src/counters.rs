@@ -161,7 +161,7 @@ fn operations_since(later: &OperationCounts, earlier: Option<&OperationCounts>) 
 }
 
 /// What a simulated account holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Holdings {
     pub instances: usize,
     pub volumes: usize,
@@ -289,29 +289,8 @@ impl Admin {
 
     /// What account `account` (0 is the first) holds.
     pub async fn holdings_of(&self, account: usize) -> Result<Holdings, Error> {
-        #[derive(serde::Deserialize)]
-        struct State {
-            #[serde(default)]
-            instances: Vec<serde::de::IgnoredAny>,
-            #[serde(default)]
-            volumes: Vec<serde::de::IgnoredAny>,
-            #[serde(default)]
-            ssh_keys: Vec<serde::de::IgnoredAny>,
-            #[serde(default)]
-            snapshots: Vec<serde::de::IgnoredAny>,
-            #[serde(default)]
-            firewalls: Vec<serde::de::IgnoredAny>,
-        }
-        let state: State = self
-            .get(&format!("/_admin/state?account={account}"))
-            .await?;
-        Ok(Holdings {
-            instances: state.instances.len(),
-            volumes: state.volumes.len(),
-            ssh_keys: state.ssh_keys.len(),
-            snapshots: state.snapshots.len(),
-            firewalls: state.firewalls.len(),
-        })
+        self.get(&format!("/_admin/holdings?account={account}"))
+            .await
     }
 }
 

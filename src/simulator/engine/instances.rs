@@ -266,14 +266,16 @@ impl Engine {
     /// The wire record of an instance, with the data volumes attached to it.
     pub fn instance_view(&self, instance: &Instance, now: SimTime) -> model::Instance {
         let volume_ids = self
-            .volumes
-            .values()
-            .filter(|v| {
-                v.deleted_at.is_none()
-                    && !v.is_boot_volume()
-                    && v.instance_id.as_deref() == Some(instance.id.as_str())
+            .data_volumes_of
+            .get(&instance.id)
+            .into_iter()
+            .flatten()
+            .filter(|id| {
+                self.volumes
+                    .get(*id)
+                    .is_some_and(|v| v.deleted_at.is_none())
             })
-            .map(|v| v.id.clone())
+            .cloned()
             .collect();
         instance.view_with(now, self.settings.delays.boot, volume_ids)
     }
@@ -465,9 +467,7 @@ impl Engine {
             instance.startup_script = request.startup_script.clone();
         }
         for volume_id in &request.volume_ids {
-            if let Some(volume) = self.volumes.get_mut(volume_id) {
-                volume.instance_id = Some(id.clone());
-            }
+            self.set_attachment(volume_id, Some(&id));
         }
         self.instance_by_id_view(&id, now)
     }
@@ -734,18 +734,18 @@ impl Engine {
             status: instance.state.wire(),
         };
         let tier = instance.tier.clone();
+        let boot_volume = instance.boot_volume_id.clone();
         if starts {
             self.transitions.insert((gone_at, id.to_string()));
         }
-        for volume in self.volumes.values_mut() {
-            if volume.instance_id.as_deref() == Some(id) {
-                if volume.is_boot_volume() {
-                    // Removed by `settle` once the instance is gone; billed until then.
-                    volume.billing.close(gone_at, &mut self.accrual);
-                } else {
-                    volume.instance_id = None;
-                }
-            }
+        // Removed by `settle` once the instance is gone; billed until then.
+        if let Some(boot) = boot_volume.and_then(|boot| self.volumes.get_mut(&boot))
+            && boot.instance_id.as_deref() == Some(id)
+        {
+            boot.billing.close(gone_at, &mut self.accrual);
+        }
+        for volume_id in self.data_volumes_of.get(id).cloned().unwrap_or_default() {
+            self.set_attachment(&volume_id, None);
         }
         Ok((body, tier))
     }

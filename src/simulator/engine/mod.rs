@@ -233,6 +233,9 @@ pub struct Engine {
     /// a call costs the same however many instances the account has had.
     transitions: BTreeSet<(SimTime, String)>,
     volumes: BTreeMap<String, Volume>,
+    /// The data volumes attached to each instance, as their `instance_id` says (kept by
+    /// `set_attachment`): a machine's delete or read visits its own volumes, not every one.
+    data_volumes_of: BTreeMap<String, BTreeSet<String>>,
     snapshots: BTreeMap<String, Snapshot>,
     images: BTreeMap<String, Image>,
     firewalls: BTreeMap<String, Firewall>,
@@ -259,6 +262,7 @@ impl Engine {
             instances: BTreeMap::new(),
             transitions: BTreeSet::new(),
             volumes: BTreeMap::new(),
+            data_volumes_of: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             images: BTreeMap::new(),
             firewalls: BTreeMap::new(),
@@ -395,6 +399,42 @@ impl Engine {
 
     /// Everything in the account, as the admin API and [`crate::SimulatorHandle::state`]
     /// show it.
+    pub fn holdings(&self, now: SimTime) -> AccountHoldings {
+        AccountHoldings {
+            instances: self.instances.values().filter(|i| i.is_live(now)).count(),
+            volumes: self
+                .volumes
+                .values()
+                .filter(|v| v.deleted_at.is_none())
+                .count(),
+            snapshots: self
+                .snapshots
+                .values()
+                .filter(|s| s.deleted_at.is_none())
+                .count(),
+            images: self
+                .images
+                .values()
+                .filter(|i| i.deleted_at.is_none())
+                .count(),
+            firewalls: self
+                .firewalls
+                .values()
+                .filter(|f| f.deleted_at.is_none())
+                .count(),
+            ssh_keys: self
+                .ssh_keys
+                .values()
+                .filter(|k| k.deleted_at.is_none())
+                .count(),
+            scripts: self
+                .scripts
+                .values()
+                .filter(|s| s.deleted_at.is_none())
+                .count(),
+        }
+    }
+
     pub fn snapshot_account(&self, now: SimTime) -> AccountSnapshot {
         let boot = self.settings.delays.boot;
         AccountSnapshot {
@@ -455,6 +495,20 @@ impl Engine {
             ai_usage: self.ai_usage.iter().map(AiUsage::view).collect(),
         }
     }
+}
+
+/// How many resources of each kind the account holds at one moment: what
+/// [`Engine::snapshot_account`] lists, counted without writing a record of each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AccountHoldings {
+    pub instances: usize,
+    /// Data and boot volumes.
+    pub volumes: usize,
+    pub snapshots: usize,
+    pub images: usize,
+    pub firewalls: usize,
+    pub ssh_keys: usize,
+    pub scripts: usize,
 }
 
 /// Everything in the account at one moment.

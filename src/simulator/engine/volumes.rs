@@ -419,9 +419,7 @@ impl Engine {
             self.check_attachable(volume_id, &region, Some(instance_id), now)?;
         }
         for volume_id in volume_ids {
-            if let Some(volume) = self.volumes.get_mut(volume_id) {
-                volume.instance_id = Some(instance_id.to_string());
-            }
+            self.set_attachment(volume_id, Some(instance_id));
         }
         Ok(self.attachment_body(instance_id, volume_ids, now))
     }
@@ -452,11 +450,32 @@ impl Engine {
             }
         }
         for volume_id in volume_ids {
-            if let Some(volume) = self.volumes.get_mut(volume_id) {
-                volume.instance_id = None;
-            }
+            self.set_attachment(volume_id, None);
         }
         Ok(self.attachment_body(instance_id, volume_ids, now))
+    }
+
+    /// Attaches a data volume to `instance_id`, or detaches it (`None`), keeping the index
+    /// of each instance's data volumes.
+    pub(super) fn set_attachment(&mut self, volume_id: &str, instance_id: Option<&str>) {
+        let Some(volume) = self.volumes.get_mut(volume_id) else {
+            return;
+        };
+        if let Some(previous) = volume.instance_id.take()
+            && let Some(attached) = self.data_volumes_of.get_mut(&previous)
+        {
+            attached.remove(volume_id);
+            if attached.is_empty() {
+                self.data_volumes_of.remove(&previous);
+            }
+        }
+        if let Some(instance_id) = instance_id {
+            volume.instance_id = Some(instance_id.to_string());
+            self.data_volumes_of
+                .entry(instance_id.to_string())
+                .or_default()
+                .insert(volume_id.to_string());
+        }
     }
 
     fn instance_for_volume_change(
@@ -660,6 +679,70 @@ mod tests {
         assert_eq!(
             engine.get_volume(&volume.id, secs(25)).unwrap_err().code(),
             "NOT_FOUND"
+        );
+    }
+
+    /// A machine's read and its delete find its data volumes through the index by machine;
+    /// a list finds them by a pass over every volume. Both agree through attach, move and
+    /// detach, and a deleted machine lets go of its volumes, which stay.
+    #[test]
+    fn a_machines_data_volumes_are_the_same_by_index_and_by_list() {
+        let mut engine = engine();
+        let first = instance(&mut engine, Tier::Advanced);
+        let second = instance(&mut engine, Tier::Advanced);
+        let volumes: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .map(|name| {
+                engine
+                    .create_volume(&volume_request(name, "us-east-1", Tier::Advanced), secs(0))
+                    .unwrap()
+                    .id
+            })
+            .collect();
+        let agree = |engine: &mut Engine, at: i64| {
+            let listed = engine.list_instances(secs(at));
+            for vm in [&first, &second] {
+                let by_list = &listed
+                    .iter()
+                    .find(|i| &i.instance_id == vm)
+                    .unwrap()
+                    .volume_ids;
+                let by_index = engine.get_instance(vm, secs(at)).unwrap().volume_ids;
+                assert_eq!(&by_index, by_list, "{vm} at {at}");
+            }
+            listed
+        };
+        engine.attach_volumes(&first, &volumes, secs(20)).unwrap();
+        agree(&mut engine, 20);
+        engine
+            .detach_volumes(&first, &volumes[..1], secs(21))
+            .unwrap();
+        engine
+            .attach_volumes(&second, &volumes[..1], secs(22))
+            .unwrap();
+        let listed = agree(&mut engine, 22);
+        let of = |vm: &str| {
+            &listed
+                .iter()
+                .find(|i| i.instance_id == vm)
+                .unwrap()
+                .volume_ids
+        };
+        assert_eq!(of(&first), &volumes[1..]);
+        assert_eq!(of(&second), &volumes[..1]);
+        engine.delete_instance(&first, secs(23)).unwrap();
+        for volume in &volumes[1..] {
+            let record = engine.get_volume(volume, secs(23)).unwrap();
+            assert_eq!(record.instance_id, None, "{volume}");
+        }
+        agree(&mut engine, 23);
+        // Let go of, the volumes can go to another machine.
+        engine
+            .attach_volumes(&second, &volumes[1..], secs(24))
+            .unwrap();
+        assert_eq!(
+            engine.get_instance(&second, secs(24)).unwrap().volume_ids,
+            volumes
         );
     }
 

@@ -827,7 +827,29 @@ async fn admin_state_answers_the_account_of_the_query() {
         assert_eq!(state.status, 200, "{path}: {}", state.body);
         assert_eq!(instance_ids(&state.body), [expected.as_str()], "{path}");
         assert_eq!(state.body["currency"], "USD", "{path}");
+        // The counts are those of the snapshot, kind by kind.
+        let counted = sim
+            .admin(Method::GET, &path.replace("/state", "/holdings"), None)
+            .await;
+        assert_eq!(counted.status, 200, "{path}: {}", counted.body);
+        for kind in [
+            "instances",
+            "volumes",
+            "snapshots",
+            "images",
+            "firewalls",
+            "ssh_keys",
+        ] {
+            assert_eq!(
+                counted.body[kind].as_u64(),
+                state.body[kind].as_array().map(|a| a.len() as u64),
+                "{path}: {kind}"
+            );
+        }
     }
+    sim.admin(Method::GET, "/_admin/holdings?account=2", None)
+        .await
+        .error(404, "NOT_FOUND");
     for unknown in ["2", "18446744073709551615"] {
         let answer = sim
             .admin(
