@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::authorize_admin;
 use crate::config::FaultPlan;
+use crate::engine::{Engine, SimTime};
 use crate::error::ApiError;
 use crate::fallbacks::method_not_allowed;
 use crate::reply::error_response;
@@ -119,14 +120,9 @@ async fn state(
     headers: HeaderMap,
 ) -> Response {
     respond(&app, &headers, || {
-        let account = account_of_query(query.as_deref())?;
-        let snapshot = app
-            .with_account(account, |engine, now| {
-                engine.settle(now);
-                engine.snapshot_account(now)
-            })
-            .ok_or_else(|| ApiError::not_found("account", &account.to_string()))?;
-        encode(snapshot)
+        read_account(&app, query.as_deref(), |engine, now| {
+            engine.snapshot_account(now)
+        })
     })
 }
 
@@ -138,15 +134,24 @@ async fn holdings(
     headers: HeaderMap,
 ) -> Response {
     respond(&app, &headers, || {
-        let account = account_of_query(query.as_deref())?;
-        let holdings = app
-            .with_account(account, |engine, now| {
-                engine.settle(now);
-                engine.holdings(now)
-            })
-            .ok_or_else(|| ApiError::not_found("account", &account.to_string()))?;
-        encode(holdings)
+        read_account(&app, query.as_deref(), |engine, now| engine.holdings(now))
     })
+}
+
+/// What `read` finds in the account the query names, settled to now.
+fn read_account<T: Serialize>(
+    app: &AppState,
+    query: Option<&str>,
+    read: impl FnOnce(&mut Engine, SimTime) -> T,
+) -> Result<serde_json::Value, ApiError> {
+    let account = account_of_query(query)?;
+    let found = app
+        .with_account(account, |engine, now| {
+            engine.settle(now);
+            read(engine, now)
+        })
+        .ok_or_else(|| ApiError::not_found("account", &account.to_string()))?;
+    encode(found)
 }
 
 /// The account a query's `account` parameter names; the first account (0) without one.
