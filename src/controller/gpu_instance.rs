@@ -640,19 +640,32 @@ impl ManagedKind for GpuInstance {
         }
     }
 
-    /// Its data volumes are detached first (`Instances::delete`), but for those whose own
-    /// deletion waits for this one (`Volume::hold_deletion`): their data goes anyway. All are
-    /// noted as let go of, so that the volumes' deletions, reading a list from before, need
-    /// not detach them again.
+    /// Its data volumes are detached first (`Instances::delete`), but for those deleted with
+    /// it: their data goes anyway. Those are the volumes whose own deletion waits for this one
+    /// (`Volume::hold_deletion`), and those whose objects, by the stores, are being deleted
+    /// while attached to it (`volume::deleted_with_machine`), though their reconciles have not
+    /// come yet. All are noted as let go of, so that the volumes' deletions, reading a list
+    /// from before, need not detach them again.
     async fn delete(
-        _cx: &Context<Self>,
+        cx: &Context<Self>,
+        own: Option<&Self>,
         account: &Account,
         record: &Instance,
     ) -> Result<(), Error> {
+        let deleted_with_it = match own {
+            Some(machine) if !record.volume_ids.is_empty() => crate::volume::deleted_with_machine(
+                &cx.ownership,
+                account,
+                &machine.namespace().unwrap_or_default(),
+                &machine.name_any(),
+                &record.instance_id,
+            ),
+            _ => Vec::new(),
+        };
         let detached: Vec<String> = record
             .volume_ids
             .iter()
-            .filter(|volume| !account.volume_deleting(volume))
+            .filter(|volume| !account.volume_deleting(volume) && !deleted_with_it.contains(volume))
             .cloned()
             .collect();
         delete_instance(&account.client, record, &detached).await?;

@@ -215,9 +215,12 @@ pub trait ManagedKind:
     /// What the object reports under `ObserveOnly`: the cloud's state, with nothing changed.
     fn observed(&self, record: &Record<Self>) -> Outcome;
 
-    /// Deletes the resource. A resource already gone is success.
+    /// Deletes the resource. A resource already gone is success. `own` is the object whose
+    /// deletion this is; `None` for a duplicate, or a resource made after its object's deletion
+    /// had ended.
     fn delete(
         _cx: &Context<Self>,
+        _own: Option<&Self>,
         account: &Account,
         record: &Record<Self>,
     ) -> impl Future<Output = Result<(), Error>> + Send {

@@ -59,7 +59,7 @@ pub fn watch<K: ManagedKind>(
                 if deleted.contains(&id) || claimed_by_another::<K>(&cx, &id, &regarding) {
                     continue;
                 }
-                match K::delete(&cx, &account, record).await {
+                match K::delete(&cx, None, &account, record).await {
                     Ok(()) => {
                         tracing::warn!(
                             kind = %K::kind(&()), cloud_id = %id, %cloud_name,

@@ -26,8 +26,10 @@
 //! delete them while attached). Resources without the mark are never touched.
 //!
 //! The cloud is listed before the objects, so a resource whose object was created during the
-//! sweep is still claimed; a sweep that cannot list every kind's objects reports and deletes
-//! nothing.
+//! sweep is still claimed; what is then left unclaimed is listed again, and only what that
+//! later list still shows is an orphan (a resource whose object finished its deletion during
+//! the sweep is gone by then). A sweep that cannot list every kind's objects reports and
+//! deletes nothing.
 
 use crate::account::{Account, AccountId, Accounts};
 use crate::decode::Decoded;
@@ -198,6 +200,28 @@ async fn candidates<C: CloudResource>(client: CloudClient) -> Result<Vec<Candida
             delete: Arc::new(move |client| Box::pin(C::delete(client, r.clone()))),
         })
         .collect())
+}
+
+/// The marked resources of `kind` in `account`; a failed list is logged and recorded in
+/// `report`, and gives none.
+async fn list_kind(
+    kind: &SweptKind,
+    account: &Account,
+    report: &mut SweepReport,
+) -> Option<Vec<Candidate>> {
+    match (kind.list)(account.client.clone()).await {
+        Ok(candidates) => Some(candidates),
+        Err(source) => {
+            let error = Error::ListCloud {
+                kind: kind.resource,
+                account: account.id,
+                source,
+            };
+            tracing::warn!(%error, "orphan sweep: list failed");
+            report.list_errors.push(error.to_string());
+            None
+        }
+    }
 }
 
 /// A cloud resource with the operator's mark that no object claims, past the grace period.
@@ -465,17 +489,8 @@ impl OrphanSweeper {
             report.accounts.push(account.id);
             let mut found = Vec::new();
             for kind in swept() {
-                match (kind.list)(account.client.clone()).await {
-                    Ok(candidates) => found.extend(candidates),
-                    Err(source) => {
-                        let error = Error::ListCloud {
-                            kind: kind.resource,
-                            account: account.id,
-                            source,
-                        };
-                        tracing::warn!(%error, "orphan sweep: list failed");
-                        report.list_errors.push(error.to_string());
-                    }
+                if let Some(candidates) = list_kind(&kind, &account, &mut report).await {
+                    found.extend(candidates);
                 }
             }
             // A kind that could not be listed is left for the next sweep; the others are
@@ -532,6 +547,7 @@ impl OrphanSweeper {
                 });
             }
         }
+        self.confirm(&listed, &mut report).await;
         lock(&self.first_seen)
             // After a failed list, resources not listed may still exist: keep their times.
             .retain(|key, _| seen_keys.contains(key) || !report.list_errors.is_empty());
@@ -582,6 +598,33 @@ impl OrphanSweeper {
         }
         self.publish(&report).await;
         Ok(report)
+    }
+
+    /// Keeps of `report.orphans` those that a list sent after the claims were read still
+    /// shows, not on their way out. The first lists come before the objects are read, so that
+    /// an object made meanwhile still claims its resource; but an object whose deletion ended
+    /// meanwhile (at 100,000 objects the lists take minutes) claims nothing any more while the
+    /// earlier list still shows its resource: one list is no proof of an orphan. Only the
+    /// kinds with a suspect are listed again; one that cannot be confirms none of its own.
+    async fn confirm(&self, listed: &[(Arc<Account>, Vec<Candidate>)], report: &mut SweepReport) {
+        let mut still_listed: HashSet<(AccountId, &'static str, String)> = HashSet::new();
+        for (account, _) in listed {
+            for kind in swept() {
+                let suspected = report
+                    .orphans
+                    .iter()
+                    .any(|o| o.account == account.id && o.kind == kind.resource);
+                if !suspected {
+                    continue;
+                }
+                if let Some(candidates) = list_kind(&kind, account, report).await {
+                    still_listed.extend(candidates.into_iter().map(|c| (account.id, c.kind, c.id)));
+                }
+            }
+        }
+        report
+            .orphans
+            .retain(|o| still_listed.contains(&(o.account, o.kind, o.id.clone())));
     }
 
     /// The accounts in use, plus the default account when one is configured (so resources

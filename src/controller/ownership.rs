@@ -15,16 +15,20 @@
 //!   the annotation is fixed once its resource is recorded.
 //!
 //! The index is the controllers' own stores (every kind's objects, as watched), read at the
-//! moment of the check; nothing is kept twice.
+//! moment of the check; nothing is kept twice. With each store comes its controller's index of
+//! referrers (`referrers.rs`), so that one kind can find the objects of another that refer to
+//! one of its own without a pass over the other kind's store.
 
 use crate::conditions::reason;
 use crate::error::Error;
 use crate::kind::ManagedKind;
 use crate::lock;
 use crate::naming;
+use crate::referrers::ReferrerIndex;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -59,11 +63,25 @@ impl Owner {
 trait Claims: Send + Sync {
     /// The objects that recorded `id` or carry `cloud_name` as theirs.
     fn owners(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner>;
+
+    /// The store and its index as their own type, for [`Ownership::referrers`].
+    fn as_any(&self) -> &(dyn Any + Send + Sync);
 }
 
-impl<K: ManagedKind> Claims for Store<K> {
+/// A controller's store and the index of its objects' references.
+struct Indexed<K: ManagedKind> {
+    store: Store<K>,
+    referrers: Arc<ReferrerIndex>,
+}
+
+impl<K: ManagedKind> Claims for Indexed<K> {
+    fn as_any(&self) -> &(dyn Any + Send + Sync) {
+        self
+    }
+
     fn owners(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
-        self.state()
+        self.store
+            .state()
             .iter()
             .filter(|object| {
                 let status = object.cloud_status();
@@ -94,24 +112,54 @@ pub struct Ownership {
 }
 
 impl Ownership {
-    /// Adds a controller's store (one per kind and watched namespace).
-    pub fn register<K: ManagedKind>(&self, store: Store<K>) {
+    /// Adds a controller's store (one per kind and watched namespace) with its index of the
+    /// references its objects make.
+    pub fn register<K: ManagedKind>(&self, store: Store<K>, referrers: Arc<ReferrerIndex>) {
         lock(&self.stores)
             .entry(K::kind(&()).to_string())
             .or_default()
-            .push(Arc::new(store));
+            .push(Arc::new(Indexed { store, referrers }));
+    }
+
+    /// The objects of kind `K` in `namespace` that refer to the object `name` of `kind` there,
+    /// as their controllers' stores hold them.
+    pub fn referrers<K: ManagedKind>(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+    ) -> Vec<Arc<K>> {
+        self.stores_of::<K>()
+            .iter()
+            .filter_map(|claims| claims.as_any().downcast_ref::<Indexed<K>>())
+            .flat_map(|indexed| {
+                indexed
+                    .referrers
+                    .referrers(namespace, kind, name)
+                    .into_iter()
+                    .filter_map(|referrer| {
+                        indexed
+                            .store
+                            .get(&ObjectRef::new(&referrer).within(namespace))
+                    })
+            })
+            .collect()
     }
 
     /// The objects of kind `K` that own the resource `id` (named `cloud_name`, when known).
     pub fn owners<K: ManagedKind>(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
-        let stores = lock(&self.stores)
-            .get(K::kind(&()).as_ref())
-            .cloned()
-            .unwrap_or_default();
-        stores
+        self.stores_of::<K>()
             .iter()
             .flat_map(|store| store.owners(id, cloud_name))
             .collect()
+    }
+
+    /// The stores of kind `K`, copied out so that none is read under the lock.
+    fn stores_of<K: ManagedKind>(&self) -> Vec<Arc<dyn Claims>> {
+        lock(&self.stores)
+            .get(K::kind(&()).as_ref())
+            .cloned()
+            .unwrap_or_default()
     }
 }
 

@@ -1197,7 +1197,7 @@ async fn settle_duplicates<K: ManagedKind>(
         {
             continue;
         }
-        match K::delete(cx, account, duplicate).await {
+        match K::delete(cx, None, account, duplicate).await {
             Ok(()) => {
                 cx.forget_duplicate(id);
                 cx.metrics.duplicate_deleted(&kind);
@@ -1360,7 +1360,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result
     // sending it again would only spend the rate limit.
     if answered_at.is_none() || listed_since_delete {
         for record in &targets {
-            K::delete(cx, &account, record).await?;
+            K::delete(cx, Some(&*object), &account, record).await?;
         }
         // Noted once the cloud has answered: a list sent before that (the call may have
         // waited for the rate limiter) may not show the delete yet.

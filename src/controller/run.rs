@@ -689,7 +689,8 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         shared.accounts.clone(),
     ));
     config.metrics.register_state(gauges.clone());
-    shared.ownership.register(store.clone());
+    let referrers = Arc::new(ReferrerIndex::default());
+    shared.ownership.register(store.clone(), referrers.clone());
     let users = store.clone();
     shared.accounts.register_users(
         K::BILLING_LIST,
@@ -731,7 +732,6 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     let mut listed_before = false;
     let watch = scoped.watch::<K>(watcher::Config::default().any_semantic());
     let publisher = changes.clone();
-    let referrers = Arc::new(ReferrerIndex::default());
     let (indexed, before) = (referrers.clone(), store.clone());
     let (listed_referrers, listed) = (referrers.clone(), store.clone());
     let objects = read_ahead(watch, READ_AHEAD)

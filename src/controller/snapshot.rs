@@ -199,6 +199,7 @@ impl ManagedKind for Snapshot {
 
     async fn delete(
         _cx: &Context<Self>,
+        _own: Option<&Self>,
         account: &Account,
         record: &CloudSnapshot,
     ) -> Result<(), Error> {

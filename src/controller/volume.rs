@@ -8,10 +8,11 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::observer::CloudResource;
+use crate::ownership::Ownership;
 use crate::pricing;
 use crate::records::{cloud_record, found, gone};
 use crate::references::{self, ReferencedInstance};
-use gpucloud_api::{CloudStatus, Volume, VolumeStatus};
+use gpucloud_api::{CloudStatus, DeletionPolicy, Managed, ManagementPolicy, Volume, VolumeStatus};
 use gpucloud_cloud::model::{
     CreateVolumeRequest, PricingBody, Tier as CloudTier, Volume as CloudVolume, VolumeListQuery,
     VolumeStatus as CloudState,
@@ -296,6 +297,7 @@ impl ManagedKind for Volume {
     /// all, it is detached, then deleted.
     async fn delete(
         _cx: &Context<Self>,
+        _own: Option<&Self>,
         account: &Account,
         record: &CloudVolume,
     ) -> Result<(), Error> {
@@ -370,6 +372,56 @@ impl ManagedKind for Volume {
     fn in_use(record: &CloudVolume) -> bool {
         record.instance_id.is_some()
     }
+}
+
+/// Of the data volumes attached to the machine `machine` in `account`, those whose Volume
+/// objects are being deleted with it: in the machine's namespace, naming its object `name`
+/// (`spec.instanceRef`), recorded as attached to it in the same account, and to be deleted
+/// with their cloud volume (`deletionPolicy: Delete`, managed). Their data goes anyway, so the
+/// machine's deletion need not detach them first (`GpuInstance::delete`). Read from the Volume
+/// controllers' stores, so known as soon as the watch brings the volume's deletion, before its
+/// own reconcile notes the same (`hold_deletion`); a volume the stores do not show so, another
+/// namespace's above all, is detached as any other.
+pub(crate) fn deleted_with_machine(
+    ownership: &Ownership,
+    account: &Account,
+    namespace: &str,
+    name: &str,
+    machine: &str,
+) -> Vec<String> {
+    let account = account.id.label();
+    ownership
+        .referrers::<Volume>(namespace, "GpuInstance", name)
+        .iter()
+        .filter_map(|volume| goes_with_machine(volume, &account, namespace, name, machine))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The cloud id of `volume` when its object is being deleted with the machine `machine` of
+/// the object `name` in `namespace`, in the account labelled `account` (see
+/// [`deleted_with_machine`]).
+fn goes_with_machine<'a>(
+    volume: &'a Volume,
+    account: &str,
+    namespace: &str,
+    name: &str,
+    machine: &str,
+) -> Option<&'a str> {
+    let managed = volume.managed();
+    let status = volume.status.as_ref()?;
+    let goes = volume.metadata.deletion_timestamp.is_some()
+        && managed.deletion_policy == DeletionPolicy::Delete
+        && managed.management_policy == ManagementPolicy::Manage
+        && volume.namespace().as_deref() == Some(namespace)
+        && volume
+            .spec
+            .instance_ref
+            .as_ref()
+            .is_some_and(|r| r.name == name)
+        && status.attached_instance_id.as_deref() == Some(machine)
+        && status.cloud.account.as_deref() == Some(account);
+    goes.then_some(status.cloud.external_id.as_deref())?
 }
 
 async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> {
@@ -448,6 +500,70 @@ impl CloudResource for Volumes {
 mod tests {
     use super::*;
     use gpucloud_api::Managed;
+
+    #[test]
+    fn a_volume_goes_with_its_machine_only_when_its_own_deletion_takes_its_data() {
+        let going = || -> serde_json::Value {
+            serde_json::json!({
+                "apiVersion": "gpucloud.io/v1alpha1", "kind": "Volume",
+                "metadata": {"name": "data", "namespace": "ml",
+                             "deletionTimestamp": "2026-12-01T00:00:00Z",
+                             "finalizers": ["gpucloud.io/cleanup"]},
+                "spec": {"region": "us-east", "sizeGb": 10, "volumeType": "ssd",
+                         "instanceRef": {"name": "worker"}},
+                "status": {"externalId": "vol-1", "account": "acct-a",
+                           "attachedInstanceId": "vm-1"},
+            })
+        };
+        let changed = |pointer: &str, value: serde_json::Value| {
+            let mut volume = going();
+            *volume.pointer_mut(pointer).unwrap() = value;
+            volume
+        };
+        let mut not_deleting = going();
+        not_deleting["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("deletionTimestamp");
+        let mut orphaned = going();
+        orphaned["spec"]["deletionPolicy"] = "Orphan".into();
+        let mut observed = going();
+        observed["spec"]["managementPolicy"] = "ObserveOnly".into();
+        let cases = [
+            ("deleted with its machine", going(), Some("vol-1")),
+            ("not being deleted", not_deleting, None),
+            ("left in place", orphaned, None),
+            ("only observed", observed, None),
+            (
+                "in another namespace",
+                changed("/metadata/namespace", "other".into()),
+                None,
+            ),
+            (
+                "naming another machine",
+                changed("/spec/instanceRef/name", "other".into()),
+                None,
+            ),
+            (
+                "attached elsewhere",
+                changed("/status/attachedInstanceId", "vm-2".into()),
+                None,
+            ),
+            (
+                "in another account",
+                changed("/status/account", "acct-b".into()),
+                None,
+            ),
+        ];
+        for (what, volume, expected) in cases {
+            let volume: Volume = serde_json::from_value(volume).unwrap();
+            assert_eq!(
+                goes_with_machine(&volume, "acct-a", "ml", "worker", "vm-1"),
+                expected,
+                "{what}"
+            );
+        }
+    }
 
     fn volume(size_gb: i32) -> Volume {
         serde_json::from_value(serde_json::json!({

@@ -97,7 +97,18 @@ where
 }
 
 pub fn sweeper(env: &Env, grace_period: Duration, delete: bool) -> OrphanSweeper {
-    let config = test_config(&env.simulator);
+    observed_sweeper(env, grace_period, delete, None)
+}
+
+/// A sweeper whose cloud calls `observer` sees.
+fn observed_sweeper(
+    env: &Env,
+    grace_period: Duration,
+    delete: bool,
+    observer: Option<Arc<dyn CallObserver>>,
+) -> OrphanSweeper {
+    let mut config = test_config(&env.simulator);
+    config.cloud.observer = observer;
     let accounts = Arc::new(Accounts::new(
         config.cloud,
         env.client.clone(),
@@ -413,4 +424,66 @@ impl<K: Managed + Resource> CloudNamed for K {
             .unwrap()
             .cloud_name
     }
+}
+
+/// Deletes the cloud SSH key `id` as soon as the sweep's first list of keys is answered: as
+/// if the key's object had finished its deletion between the sweep's cloud lists and its read
+/// of the objects, which a large deletion does.
+struct GoneAfterTheList {
+    base_url: String,
+    api_key: String,
+    id: String,
+    armed: AtomicBool,
+}
+
+impl CallObserver for GoneAfterTheList {
+    fn on_call(&self, operation: Operation, _outcome: &CallOutcome, _elapsed: Duration) {
+        if operation.name() != "ListSshKeys" || !self.armed.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let (url, key, id) = (self.base_url.clone(), self.api_key.clone(), self.id.clone());
+        // The hook is synchronous: the delete runs on a runtime of its own, and the sweep
+        // waits for it.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let config =
+                    gpucloud_cloud::ClientConfig::new(url, gpucloud_cloud::ApiKey::new(&key));
+                let client = gpucloud_cloud::CloudClient::new(config).unwrap();
+                client.delete_ssh_key(&id).await.unwrap();
+            });
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// A marked resource no object claims, listed by the sweep and gone before the sweep has read
+/// the objects, is no orphan: only a later list could show one. The other, still there, is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_gone_since_the_sweeps_list_is_no_orphan() {
+    let env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let gone = import_ssh_key(&env, "gco-deleted-meanwhile-0123456789abcdef").await;
+    let leaked = import_ssh_key(&env, "gco-leaked-0123456789abcdef").await;
+    let hook = Arc::new(GoneAfterTheList {
+        base_url: env.simulator.base_url(),
+        api_key: env.simulator.api_key().to_string(),
+        id: gone.id.clone(),
+        armed: AtomicBool::new(true),
+    });
+    let report = observed_sweeper(&env, Duration::ZERO, false, Some(hook.clone()))
+        .sweep()
+        .await
+        .unwrap();
+    assert!(
+        !hook.armed.load(Ordering::SeqCst),
+        "the sweep listed no keys"
+    );
+    assert_eq!(env.simulator.state().ssh_keys.len(), 1);
+    let found: Vec<&str> = report.orphans.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(found, [leaked.id.as_str()]);
+    assert!(report.list_errors.is_empty(), "{:?}", report.list_errors);
 }
