@@ -10,11 +10,12 @@
 //! collection, namespace and CRD cleanup) runs in [`gc`].
 //!
 //! Known divergences of the resource handling from a real kube-apiserver:
-//! - Watch history is a window of the last `watch_window` changes across all resources (etcd
-//!   compacts by time). A watch from an older resourceVersion gets 200 with one ERROR event
-//!   (410 Expired), as the real watch cache answers; `ApiServerHandle::compact` also ends open
-//!   watches with that event. A watcher that falls more than 16,384 events behind is ended
-//!   the same way.
+//! - Watch history is sized as the real watch cache sizes its own ([`WatchHistory`]: the
+//!   changes of the last 75 s up to 102,400, and at least the last 10,000), but across all
+//!   resources rather than per resource. A watch from an older resourceVersion gets 200 with
+//!   one ERROR event (410 Expired), as the real watch cache answers;
+//!   `ApiServerHandle::compact` also ends open watches with that event. A watcher that falls
+//!   more than 16,384 events behind is ended the same way.
 //! - LIST is always served from the current state: `resourceVersionMatch=Exact` succeeds only
 //!   for the current resourceVersion (410 otherwise); `NotOlderThan` above the current version
 //!   answers 504 at once (the real server waits up to 3 s); `resourceVersion=0` ignores `limit`
@@ -71,3 +72,4 @@ pub use server::{
     ApiServer, ApiServerConfig, ApiServerHandle, AppState, Error, RequestRecord, Settings,
 };
 pub use status::ApiError;
+pub use store::WatchHistory;

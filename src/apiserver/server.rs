@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use crate::auth::{self, Authenticator};
 use crate::kubeconfig::{self, KubeconfigUser};
 use crate::registry::Registry;
-use crate::store::Store;
+use crate::store::{Store, WatchHistory};
 use crate::tls::{self, TlsMaterial};
 
 /// The user name of the generated token when the config lists no users.
@@ -47,8 +47,8 @@ pub struct ApiServerConfig {
     pub listen: SocketAddr,
     /// `(token, user)` pairs; empty means one generated token for the user `admin`.
     pub users: Vec<(String, String)>,
-    /// How many past changes are retained for watches resuming from a resourceVersion.
-    pub watch_window: usize,
+    /// The past changes retained for watches resuming from a resourceVersion.
+    pub watch_history: WatchHistory,
     /// Larger request bodies get 413 RequestEntityTooLarge.
     pub max_body_bytes: usize,
     /// Interval between BOOKMARK events on watches that asked for them.
@@ -60,7 +60,7 @@ impl Default for ApiServerConfig {
         ApiServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             users: Vec::new(),
-            watch_window: 10_000,
+            watch_history: WatchHistory::default(),
             // The real apiserver's limit for a request body (3 MiB).
             max_body_bytes: 3 * 1024 * 1024,
             bookmark_interval: std::time::Duration::from_secs(10),
@@ -222,7 +222,7 @@ impl AppState {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let state = AppState {
             registry: Registry::with_builtins(),
-            store: Arc::new(Store::new(config.watch_window)),
+            store: Arc::new(Store::new(config.watch_history)),
             settings: Arc::new(Settings {
                 max_body_bytes: config.max_body_bytes,
                 bookmark_interval: config.bookmark_interval,

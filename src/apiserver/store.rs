@@ -1,5 +1,5 @@
 //! In-memory object storage with a global monotonic resourceVersion and a bounded window of
-//! watch history.
+//! watch history ([`WatchHistory`]).
 //!
 //! Each object is kept as its serialized JSON bytes next to a small parsed index (name,
 //! namespace, labels, resourceVersion, uid, owners, finalizers), so a LIST concatenates stored
@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -22,6 +23,50 @@ pub type Labels = BTreeMap<String, String>;
 
 /// Buffered events per watcher before it is considered too slow (and sent a 410).
 const BROADCAST_CAPACITY: usize = 16_384;
+
+/// The changes kept for watches that resume from a resourceVersion, sized as the real watch
+/// cache sizes its history (k8s.io/apiserver pkg/storage/cacher): every change younger than
+/// `fresh_for` (its `eventFreshDuration`, 75 s: a little more than a bookmark's interval) up to
+/// `at_most` (its upper bound, 100 * 1024, per resource there and across all resources here),
+/// and always the last `at_least`.
+///
+/// A count alone falls short under load: a client that lists 60,000 objects in pages watches
+/// from the first page's resourceVersion, and at 2,000 changes a second 10,000 changes are
+/// gone within 5 s of the list's start. Its watch would get 410 and it would list again, for
+/// as long as the changes came that fast, its cache as old as the loop was long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchHistory {
+    pub at_least: usize,
+    pub fresh_for: Duration,
+    pub at_most: usize,
+}
+
+impl Default for WatchHistory {
+    fn default() -> Self {
+        WatchHistory {
+            at_least: 10_000,
+            fresh_for: Duration::from_secs(75),
+            at_most: 100 * 1024,
+        }
+    }
+}
+
+impl WatchHistory {
+    /// The last `changes`, however recent the others.
+    pub fn last(changes: usize) -> Self {
+        WatchHistory {
+            at_least: changes,
+            fresh_for: Duration::ZERO,
+            at_most: changes,
+        }
+    }
+
+    /// Whether a history of `len` changes, its oldest made `age` before the newest, drops
+    /// that oldest.
+    fn drops_oldest(&self, len: usize, age: Duration) -> bool {
+        len > self.at_least.max(1) && (len > self.at_most || age >= self.fresh_for)
+    }
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StoreError {
@@ -158,7 +203,7 @@ struct Inner {
     history: VecDeque<Arc<WatchEvent>>,
     /// Events with a resourceVersion up to this one are no longer retained.
     compacted_through: u64,
-    window: usize,
+    retention: WatchHistory,
 }
 
 /// The object store. Shared as `Arc<Store>`.
@@ -172,7 +217,7 @@ pub struct Store {
 // === impl Store ===
 
 impl Store {
-    pub fn new(watch_window: usize) -> Self {
+    pub fn new(retention: WatchHistory) -> Self {
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         Store {
             inner: Mutex::new(Inner {
@@ -181,7 +226,7 @@ impl Store {
                 uids: HashMap::new(),
                 history: VecDeque::new(),
                 compacted_through: 0,
-                window: watch_window.max(1),
+                retention,
             }),
             events,
             changed: Notify::new(),
@@ -542,10 +587,14 @@ impl Store {
             committed_at: tokio::time::Instant::now(),
         });
         inner.history.push_back(event.clone());
-        while inner.history.len() > inner.window {
-            if let Some(dropped) = inner.history.pop_front() {
-                inner.compacted_through = dropped.resource_version;
-            }
+        while let Some(oldest) = inner.history.front()
+            && inner.retention.drops_oldest(
+                inner.history.len(),
+                event.committed_at.duration_since(oldest.committed_at),
+            )
+        {
+            inner.compacted_through = oldest.resource_version;
+            inner.history.pop_front();
         }
         // No receivers is not an error: nobody is watching.
         let _ = self.events.send(StoreEvent::Change(event));
@@ -650,7 +699,7 @@ mod tests {
 
     #[test]
     fn resource_versions_are_global_and_monotonic() {
-        let store = Store::new(100);
+        let store = Store::new(WatchHistory::last(100));
         let (first, _) = store.create(&configmaps(), configmap("a", "x")).unwrap();
         let (second, _) = store.create(&configmaps(), configmap("b", "x")).unwrap();
         assert!(second.index.resource_version > first.index.resource_version);
@@ -681,7 +730,7 @@ mod tests {
 
     #[test]
     fn list_pages_through_in_key_order() {
-        let store = Store::new(100);
+        let store = Store::new(WatchHistory::last(100));
         for name in ["c", "a", "b", "d"] {
             store.create(&configmaps(), configmap("ns", name)).unwrap();
         }
@@ -707,8 +756,73 @@ mod tests {
     }
 
     #[test]
+    fn history_keeps_what_is_fresh_within_its_bounds_and_always_the_last_few() {
+        let history = WatchHistory {
+            at_least: 2,
+            fresh_for: Duration::from_secs(75),
+            at_most: 5,
+        };
+        let fresh = Duration::from_secs(74);
+        let stale = Duration::from_secs(75);
+        let cases = [
+            // (changes kept, the oldest's age, dropped)
+            (3, fresh, false),
+            (5, fresh, false),
+            (6, fresh, true),
+            (3, stale, true),
+            (2, stale, false),
+            (2, Duration::from_secs(3600), false),
+        ];
+        for (len, age, dropped) in cases {
+            assert_eq!(history.drops_oldest(len, age), dropped, "{len} {age:?}");
+        }
+        assert!(
+            !WatchHistory::last(0).drops_oldest(1, stale),
+            "one change at least"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_resumes_from_any_change_of_the_fresh_history() {
+        let store = Store::new(WatchHistory {
+            at_least: 2,
+            fresh_for: Duration::from_secs(75),
+            at_most: 5,
+        });
+        let start = store.current_resource_version();
+        for name in ["a", "b", "c", "d"] {
+            store.create(&configmaps(), configmap("ns", name)).unwrap();
+        }
+        // More changes than `at_least`, all fresh: a watch from before them replays them all.
+        let replayed = store
+            .watch(&configmaps(), WatchStart::After(start))
+            .unwrap();
+        assert_eq!(replayed.initial.len(), 4);
+        // Past `at_most`, the oldest go however fresh.
+        for name in ["e", "f"] {
+            store.create(&configmaps(), configmap("ns", name)).unwrap();
+        }
+        assert!(matches!(
+            store.watch(&configmaps(), WatchStart::After(start)),
+            Err(StoreError::Expired { .. })
+        ));
+        // Once they are older than `fresh_for`, the next change leaves the last `at_least`.
+        tokio::time::advance(Duration::from_secs(76)).await;
+        store.create(&configmaps(), configmap("ns", "g")).unwrap();
+        let current = store.current_resource_version();
+        let kept = store
+            .watch(&configmaps(), WatchStart::After(current - 2))
+            .unwrap();
+        assert_eq!(kept.initial.len(), 2);
+        assert!(matches!(
+            store.watch(&configmaps(), WatchStart::After(current - 3)),
+            Err(StoreError::Expired { .. })
+        ));
+    }
+
+    #[test]
     fn watch_from_a_compacted_version_is_expired() {
-        let store = Store::new(2);
+        let store = Store::new(WatchHistory::last(2));
         let start = store.current_resource_version();
         for name in ["a", "b", "c"] {
             store.create(&configmaps(), configmap("ns", name)).unwrap();

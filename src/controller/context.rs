@@ -161,6 +161,14 @@ pub struct Context<K: ManagedKind> {
 }
 
 impl<K: ManagedKind> Context<K> {
+    /// Where this kind's reconciles read the objects theirs refer to (`references.rs`).
+    pub fn lookup(&self) -> crate::references::Lookup<'_> {
+        crate::references::Lookup {
+            client: &self.client,
+            stores: &self.ownership,
+        }
+    }
+
     /// Builds the context and the task that turns cloud changes into reconcile requests for
     /// the objects they concern, found through `store`.
     pub fn new(

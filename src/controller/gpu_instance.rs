@@ -1001,9 +1001,9 @@ async fn ready_reference<R>(
     kind: &'static str,
 ) -> Result<String, Error>
 where
-    R: crate::kind::Watched + Managed,
+    R: ManagedKind,
 {
-    crate::references::ready_id::<R>(&cx.client, namespace, name, kind).await
+    crate::references::ready_id::<R>(cx.lookup(), namespace, name, kind).await
 }
 
 /// The cloud id of the snapshot to restore from, once it is `Ready`. A snapshot whose

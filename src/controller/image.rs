@@ -73,7 +73,7 @@ impl ManagedKind for Image {
     async fn plan_create(&self, cx: &Context<Self>, _account: &Account) -> Result<String, Error> {
         let namespace = self.namespace().unwrap_or_default();
         references::ready_id::<Snapshot>(
-            &cx.client,
+            cx.lookup(),
             &namespace,
             &self.spec.snapshot_ref.name,
             "Snapshot",

@@ -26,9 +26,14 @@ use std::time::{Duration, Instant};
 /// How often the writes are swept of those the store has caught up with.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// How long a write is kept at most: a watch further behind than this is not lagging but
-/// stuck, and its re-list brings the object anyway.
-const KEPT_AT_MOST: Duration = Duration::from_secs(60);
+/// How long a write is kept at most, while the store still lags behind it. Under load a watch
+/// can be a minute behind or more: at 100,000 objects one whose resourceVersion had expired
+/// listed 60,000 objects in pages, its watch from the list's start expired again and it
+/// listed again, and the store kept its copies from before the first list until the last was
+/// in. Kept only 60 s, the writes of that time were forgotten, and each reconcile of their
+/// objects wrote from the copy before them, was answered 409 and came back a second later,
+/// 14,000 times in a minute. A watch further behind than this is not lagging but stuck.
+const KEPT_AT_MOST: Duration = Duration::from_secs(10 * 60);
 
 /// The most resourceVersions one write chain remembers (writes made one after another, each
 /// from the object the one before returned, before the watch brought any of them).
@@ -259,6 +264,29 @@ mod tests {
         other_written.metadata.resource_version = Some("8".into());
         own.note(&other, &other_written);
         assert_eq!(own.kept(), 1);
+    }
+
+    #[test]
+    fn a_write_is_kept_for_as_long_as_the_store_lags_behind_it_minutes_included() {
+        let (own, mut writer) = writes();
+        let [v1, v2] = versions("lagging", ["1", "2"]);
+        writer.apply_watcher_event(&Event::Apply(v1.clone()));
+        own.note(&v1, &v2);
+        let sweep_at = |after: Duration| {
+            let mut writes = lock(&own.writes);
+            writes.swept -= SWEEP_EVERY;
+            own.sweep_if_due(&mut writes, Instant::now() + after);
+            writes.latest.len()
+        };
+        assert_eq!(sweep_at(Duration::from_secs(5 * 60)), 1);
+        let read = own.newest(Arc::new(v1.clone()));
+        assert_eq!(read.resource_version().as_deref(), Some("2"));
+        // Stuck, not lagging: the re-list brings the object.
+        assert_eq!(sweep_at(KEPT_AT_MOST + SWEEP_EVERY), 0);
+        assert_eq!(
+            own.newest(Arc::new(v1)).resource_version().as_deref(),
+            Some("1")
+        );
     }
 
     /// `name`'s copies at `versions`, with one uid.

@@ -146,6 +146,16 @@ impl Ownership {
             .collect()
     }
 
+    /// The object `name` of kind `K` in `namespace`, as its controller's store holds it (none
+    /// before the store's first list).
+    pub fn get<K: ManagedKind>(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let key = ObjectRef::new(name).within(namespace);
+        self.stores_of::<K>()
+            .iter()
+            .filter_map(|claims| claims.as_any().downcast_ref::<Indexed<K>>())
+            .find_map(|indexed| indexed.store.get(&key))
+    }
+
     /// The objects of kind `K` that own the resource `id` (named `cloud_name`, when known).
     pub fn owners<K: ManagedKind>(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
         self.stores_of::<K>()

@@ -102,7 +102,7 @@ impl ManagedKind for Snapshot {
         let namespace = self.namespace().unwrap_or_default();
         let instance_id = match (&self.spec.instance_ref, &self.spec.instance_id) {
             (Some(reference), None) => {
-                references::instance_id(&cx.client, &namespace, &reference.name).await?
+                references::instance_id(cx.lookup(), &namespace, &reference.name).await?
             }
             (None, Some(id)) => {
                 // Checked before the first cloud call: another team's machine is not this

@@ -136,7 +136,7 @@ impl ManagedKind for Volume {
                 ));
             }
             let source_id = references::ready_id::<Volume>(
-                &cx.client,
+                cx.lookup(),
                 &namespace,
                 &source.volume_ref.name,
                 "Volume",
@@ -337,7 +337,7 @@ impl ManagedKind for Volume {
             return Ok(());
         }
         let namespace = self.namespace().unwrap_or_default();
-        match references::referenced_instance(&cx.client, &namespace, &reference.name).await {
+        match references::referenced_instance(cx.lookup(), &namespace, &reference.name).await {
             Ok(ReferencedInstance::BeingDeleted {
                 deletes: Some(deleted),
                 ..
@@ -430,7 +430,7 @@ async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> 
         return Ok(Target::Detached);
     };
     let namespace = this.namespace().unwrap_or_default();
-    match references::referenced_instance(&cx.client, &namespace, &reference.name).await {
+    match references::referenced_instance(cx.lookup(), &namespace, &reference.name).await {
         Ok(ReferencedInstance::Id(id)) => Ok(Target::Instance(id)),
         Ok(ReferencedInstance::BeingDeleted { waiting, .. }) => {
             Ok(Target::MachineDeleting(waiting))

@@ -94,13 +94,16 @@ impl ApiCounts {
             .sum()
     }
 
-    /// `user`'s writes answered 409 Conflict.
-    pub fn conflicts_of(&self, user: &str) -> u64 {
-        self.counts
-            .iter()
-            .filter(|((who, verb, _, code), _)| who == user && is_write(verb) && *code == 409)
-            .map(|(_, count)| count)
-            .sum()
+    /// `user`'s writes answered 409 Conflict (a stale resourceVersion, or a create of a name
+    /// taken), by `verb resource`.
+    pub fn conflicts_of(&self, user: &str) -> BTreeMap<String, u64> {
+        let mut conflicts = BTreeMap::new();
+        for ((who, verb, resource, code), count) in &self.counts {
+            if who == user && is_write(verb) && *code == 409 {
+                *conflicts.entry(format!("{verb} {resource}")).or_default() += count;
+            }
+        }
+        conflicts
     }
 }
 
@@ -145,7 +148,10 @@ mod tests {
                 ("update gpuinstances/status".to_string(), 4),
             ])
         );
-        assert_eq!(delta.conflicts_of(OPERATOR_USER), 1);
+        assert_eq!(
+            delta.conflicts_of(OPERATOR_USER),
+            BTreeMap::from([("update gpuinstances/status".to_string(), 1)])
+        );
         assert_eq!(delta.writes_of("admin").values().sum::<u64>(), 5);
     }
 }

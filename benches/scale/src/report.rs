@@ -161,6 +161,9 @@ pub struct PhaseWrites {
     pub by_request: BTreeMap<String, u64>,
     /// Of those, the ones answered 409 Conflict.
     pub conflicts: u64,
+    /// The ones answered 409 Conflict, by `verb resource`.
+    #[serde(default)]
+    pub conflicts_by_request: BTreeMap<String, u64>,
     /// All writes over the objects.
     pub per_object: f64,
     /// Every request, reads and watches included, over the objects: what a client-side limit
@@ -172,7 +175,7 @@ pub struct PhaseWrites {
 impl PhaseWrites {
     pub fn new(
         by_request: BTreeMap<String, u64>,
-        conflicts: u64,
+        conflicts_by_request: BTreeMap<String, u64>,
         requests: u64,
         objects: usize,
     ) -> PhaseWrites {
@@ -181,7 +184,8 @@ impl PhaseWrites {
             per_object: total as f64 / objects.max(1) as f64,
             requests_per_object: requests as f64 / objects.max(1) as f64,
             by_request,
-            conflicts,
+            conflicts: conflicts_by_request.values().sum(),
+            conflicts_by_request,
         }
     }
 
@@ -245,8 +249,13 @@ fn phase_lines(objects: usize, phases: &[(&str, &PhaseWrites)]) -> Vec<String> {
                 .iter()
                 .map(|(request, n)| format!("{request} {:.2}", *n as f64 / objects))
                 .collect();
+            let conflicts: Vec<String> = phase
+                .conflicts_by_request
+                .iter()
+                .map(|(request, n)| format!("{request} {n}"))
+                .collect();
             format!(
-                "API writes per object, {name}: {:.2} ({}; {} answered 409); all requests {:.2}",
+                "API writes per object, {name}: {:.2} ({}; {} answered 409{}); all requests {:.2}",
                 phase.per_object,
                 if requests.is_empty() {
                     "none".to_string()
@@ -254,6 +263,11 @@ fn phase_lines(objects: usize, phases: &[(&str, &PhaseWrites)]) -> Vec<String> {
                     requests.join(", ")
                 },
                 phase.conflicts,
+                if conflicts.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", conflicts.join(", "))
+                },
                 phase.requests_per_object
             )
         })
@@ -799,7 +813,7 @@ mod tests {
     fn api_writes_are_per_object_over_the_whole_life() {
         let phase = |entries: &[(&str, u64)]| {
             let by_request = entries.iter().map(|(r, n)| (r.to_string(), *n)).collect();
-            PhaseWrites::new(by_request, 0, 70, 10)
+            PhaseWrites::new(by_request, BTreeMap::new(), 70, 10)
         };
         let writes = ApiWrites::new(
             10,
@@ -816,6 +830,19 @@ mod tests {
         );
         assert!(lines[1].contains("0.00 (none;"), "{lines:?}");
         assert!(lines[0].ends_with("all requests 7.00"), "{lines:?}");
+        assert!(lines[0].contains("; 0 answered 409); "), "{lines:?}");
+
+        let conflicts = BTreeMap::from([
+            ("create events".to_string(), 1),
+            ("update gpuinstances/status".to_string(), 3),
+        ]);
+        let stale = PhaseWrites::new(BTreeMap::new(), conflicts, 0, 10);
+        assert_eq!(stale.conflicts, 4);
+        let line = &phase_lines(10, &[("create to Ready", &stale)])[0];
+        assert!(
+            line.contains("4 answered 409: create events 1, update gpuinstances/status 3)"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::kube_support;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use gpucloud_apiserver::ApiServerConfig;
+use gpucloud_apiserver::{ApiServerConfig, WatchHistory};
 use kube::api::{
     DeleteParams, DynamicObject, ListParams, Patch, PatchParams, VersionMatch, WatchEvent,
     WatchParams,
@@ -116,7 +116,7 @@ async fn label_selected_watch_sees_objects_enter_and_leave() {
 #[tokio::test]
 async fn too_old_versions_are_410_expired() {
     let config = ApiServerConfig {
-        watch_window: 3,
+        watch_history: WatchHistory::last(3),
         ..ApiServerConfig::default()
     };
     let (server, client) = start_with(config).await;
