@@ -28,11 +28,12 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a write is kept at most, while the store still lags behind it. Under load a watch
 /// can be a minute behind or more: at 100,000 objects one whose resourceVersion had expired
-/// listed 60,000 objects in pages, its watch from the list's start expired again and it
-/// listed again, and the store kept its copies from before the first list until the last was
-/// in. Kept only 60 s, the writes of that time were forgotten, and each reconcile of their
-/// objects wrote from the copy before them, was answered 409 and came back a second later,
-/// 14,000 times in a minute. A watch further behind than this is not lagging but stuck.
+/// lists 60,000 objects in pages, its watch from the list's start may have expired again, and
+/// the store keeps its copies from before the first list until the last is in. Kept only
+/// 60 s, the writes of that time would be forgotten, and each reconcile of their objects
+/// would write from the copy before them, be answered 409 and come back a second later
+/// (14,000 times in a minute in one such run). A watch further behind than this is not
+/// lagging but stuck.
 const KEPT_AT_MOST: Duration = Duration::from_secs(10 * 60);
 
 /// The most resourceVersions one write chain remembers (writes made one after another, each

@@ -7,10 +7,10 @@
 //! The referenced object is read from its controller's store ([`Ownership::get`]), which the
 //! watch keeps, and from the API server only when the store does not hold it: a reference to
 //! an object just created, or gone, is not concluded missing from a copy that may lag. Read
-//! live every time, as each reconcile of a Volume, Snapshot or GpuInstance followed its
-//! references, the settled rechecks of 100,000 objects alone cost the API server 500 to 1,000
-//! GETs a second, for ever. What a copy can show late is the referenced object's own change
-//! (a cloud id, a deletion), and the watch on its kind wakes the referrers when it comes.
+//! live on every reconcile of a Volume, Snapshot or GpuInstance, the settled rechecks of
+//! 100,000 objects alone would cost the API server 500 to 1,000 GETs a second, for ever. What
+//! a copy can show late is the referenced object's own change (a cloud id, a deletion), and
+//! the watch on its kind wakes the referrers when it comes.
 
 use crate::error::Error;
 use crate::kind::ManagedKind;
