@@ -239,7 +239,43 @@ pub async fn waits_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::referrers::ReferrerIndex;
+    use kube::runtime::{reflector, watcher};
     use std::collections::BTreeMap;
+
+    /// A Ready machine `name` of `namespace` with the cloud id `id`, as its store holds it.
+    fn machine(namespace: &str, name: &str, id: &str) -> GpuInstance {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("{namespace}-{name}")},
+            "spec": {"region": "us-east", "gpuType": "A100", "osImage": "ubuntu"},
+            "status": {"externalId": id},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_reference_follows_the_store_in_its_own_namespace_and_never_another_teams() {
+        let (store, mut writer) = reflector::store::<GpuInstance>();
+        writer.apply_watcher_event(&watcher::Event::Apply(machine("team-a", "trainer", "vm-a")));
+        writer.apply_watcher_event(&watcher::Event::Apply(machine("team-b", "victim", "vm-b")));
+        let stores = Ownership::default();
+        stores.register(store, Arc::new(ReferrerIndex::default()));
+        // No API server answers: a read that is not in the store fails, and says so.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let lookup = Lookup {
+            client: &client,
+            stores: &stores,
+        };
+
+        let own = instance_id(lookup, "team-a", "trainer").await;
+        assert_eq!(own.unwrap(), "vm-a");
+        // Team A names team B's machine: the store's copy of it is not team A's to follow, so
+        // the name is looked up in team A's namespace, where nothing answers.
+        let foreign = instance_id(lookup, "team-a", "victim").await;
+        assert!(matches!(foreign, Err(Error::Kube(_))), "{foreign:?}");
+    }
 
     /// An edge of a reference graph: (kind, name) waits for (kind, name).
     type Edge<'a> = ((&'static str, &'a str), (&'static str, &'a str));
