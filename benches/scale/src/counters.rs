@@ -185,6 +185,41 @@ pub struct LedgerRecord {
     /// When it acted, in milliseconds since the epoch on the simulator's clock (this
     /// machine's).
     pub at_ms: i64,
+    /// Whose call it was.
+    pub caller: LedgerCaller,
+}
+
+/// The account a ledger record's call was made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+pub struct LedgerCaller {
+    pub account: usize,
+}
+
+/// Writes per account per `step`, from `from_ms` (the simulator's clock) until `until_ms`:
+/// where a phase left its accounts' rate limit unused.
+pub fn writes_per_step(
+    ledger: &[LedgerRecord],
+    accounts: usize,
+    from_ms: i64,
+    until_ms: i64,
+    step: std::time::Duration,
+) -> Vec<Vec<u32>> {
+    let step_ms = (step.as_millis() as i64).max(1);
+    let steps = ((until_ms - from_ms).max(0) + step_ms - 1) / step_ms;
+    let mut counts = vec![vec![0u32; steps as usize]; accounts];
+    for record in ledger {
+        if record.at_ms < from_ms || record.at_ms >= until_ms {
+            continue;
+        }
+        let bucket = ((record.at_ms - from_ms) / step_ms) as usize;
+        if let Some(count) = counts
+            .get_mut(record.caller.account)
+            .and_then(|steps| steps.get_mut(bucket))
+        {
+            *count += 1;
+        }
+    }
+    counts
 }
 
 /// A client of the simulator's admin API.
@@ -297,6 +332,28 @@ impl Admin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_are_counted_per_account_and_step_within_the_phase() {
+        let record = |account, at_ms| LedgerRecord {
+            operation: "CreateInstance".into(),
+            name: None,
+            at_ms,
+            caller: LedgerCaller { account },
+        };
+        let ledger = [
+            record(0, 999),
+            record(0, 1_000),
+            record(1, 1_400),
+            record(0, 1_999),
+            record(0, 2_000),
+            record(1, 3_499),
+            record(1, 3_500),
+            record(7, 1_500),
+        ];
+        let counts = writes_per_step(&ledger, 2, 1_000, 3_500, std::time::Duration::from_secs(1));
+        assert_eq!(counts, vec![vec![2, 1, 0], vec![1, 0, 1]]);
+    }
 
     fn counters(entries: &[(&str, &str, u64)]) -> Counters {
         let mut operations: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();

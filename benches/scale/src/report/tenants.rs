@@ -20,6 +20,10 @@ pub struct AccountPhases {
     pub seconds: f64,
     pub lower_bound_s: f64,
     pub ratio: f64,
+    /// Cloud writes per account in each 5 s of the phase, from the simulator's ledger: where
+    /// an account's rate limit went unused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes_per_5s: Vec<Vec<u32>>,
 }
 
 impl AccountPhases {
@@ -35,6 +39,7 @@ impl AccountPhases {
             } else {
                 f64::INFINITY
             },
+            writes_per_5s: Vec::new(),
         }
     }
 

@@ -363,6 +363,28 @@ async fn objects_left(env: &Environment) -> Result<usize, Error> {
     Ok(list_latencies(env).await?.values().map(|(n, _)| n).sum())
 }
 
+/// Milliseconds since the epoch: the simulator's clock is this machine's.
+fn epoch_ms(at: std::time::SystemTime) -> i64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Each account's cloud writes per 5 s since `from`, read from the simulator's ledger.
+async fn writes_since(
+    env: &Environment,
+    accounts: usize,
+    from: std::time::SystemTime,
+) -> Result<Vec<Vec<u32>>, Error> {
+    let ledger = env.admin.ledger().await?;
+    Ok(crate::counters::writes_per_step(
+        &ledger,
+        accounts,
+        epoch_ms(from),
+        epoch_ms(std::time::SystemTime::now()),
+        Duration::from_secs(5),
+    ))
+}
+
 /// Per account: the phase's time against the cloud writes it needed at least
 /// (`minimum_writes[account]`) and two lists per kind.
 fn account_phases(
@@ -431,6 +453,7 @@ pub(super) async fn measure(
     let before = env.admin.counters().await?;
     let api_at_start = env.api_counts().await?;
     let started = Instant::now();
+    let started_on_clock = std::time::SystemTime::now();
     apply(env, &manifests, Some(&tracker), false, args.writers).await?;
     log(&format!(
         "applied {objects} objects in {:.1} s",
@@ -455,13 +478,14 @@ pub(super) async fn measure(
     let creates: Vec<u64> = (0..teams.accounts)
         .map(|account| teams.namespaces_of(account) as u64 * mix.creates())
         .collect();
-    let convergence = account_phases(
+    let mut convergence = account_phases(
         args,
         &convergence_counters,
         &ready_took,
         &creates,
         CLOUD_READY_AFTER + CLOUD_SNAPSHOTTING,
     );
+    convergence.writes_per_5s = writes_since(env, teams.accounts, started_on_clock).await?;
     log(&format!(
         "converged in {:.1} s (slowest account's bound {:.1} s)",
         convergence.seconds, convergence.lower_bound_s
@@ -542,6 +566,7 @@ pub(super) async fn measure(
     let before_delete = env.admin.counters().await?;
     let api_before_delete = env.api_counts().await?;
     let deleting = Instant::now();
+    let deleting_on_clock = std::time::SystemTime::now();
     apply(env, &manifests, None, true, args.writers).await?;
     let mut emptied_at: Vec<Option<Instant>> = vec![None; teams.accounts];
     while emptied_at.iter().any(Option::is_none) {
@@ -582,13 +607,14 @@ pub(super) async fn measure(
                 .count() as u64
         })
         .collect();
-    let deletion = account_phases(
+    let mut deletion = account_phases(
         args,
         &deletion_counters,
         &deletion_took,
         &deletes,
         CLOUD_DELETING,
     );
+    deletion.writes_per_5s = writes_since(env, teams.accounts, deleting_on_clock).await?;
     log(&format!(
         "deleted in {:.1} s (slowest account's bound {:.1} s)",
         deletion.seconds, deletion.lower_bound_s
