@@ -9,6 +9,7 @@ use crate::context::Context;
 use crate::create::{self, AnnotatedIntent, CreateDecision, Found};
 use crate::error::Error;
 use crate::events::{self, EventType};
+use crate::fair_share::Work;
 use crate::gauges::Next;
 use crate::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::naming;
@@ -58,7 +59,8 @@ fn settled() -> Action {
 }
 
 /// Entry point for the kind's applier (`applier.rs`), which starts every due reconcile at once:
-/// a slot of the object's account first (`fair_share.rs`), then the flow. The flow's future is
+/// a slot of the object's account first (`fair_share.rs`), then the flow, whose cloud calls
+/// take the account's rate-limit tokens in their namespace's turn (`gpucloud_cloud::limiter`). The flow's future is
 /// boxed once the slot is taken, so a reconcile waiting for one costs only this small future.
 pub async fn reconcile<K: ManagedKind>(
     object: Arc<K>,
@@ -70,7 +72,10 @@ pub async fn reconcile<K: ManagedKind>(
         .secret_for(&namespace, object.managed().credentials_secret_ref.as_ref())
         .map(|location| format!("{}/{}/{}", location.namespace, location.name, location.key))
         .unwrap_or_default();
-    let _slot = cx.fair_share.slot(&lane, &namespace).await;
+    let _slot = cx
+        .fair_share
+        .slot(&lane, &namespace, work_of(&*object))
+        .await;
     // The copy handed over when the reconcile started may be older than the slot: the store's
     // copy now has what the object's previous reconcile wrote while this one waited (a
     // finalizer, a status), so its writes do not meet 409 and its cleanup does not run twice.
@@ -81,7 +86,30 @@ pub async fn reconcile<K: ManagedKind>(
         .unwrap_or(object);
     // Nor may the store's copy have what this process wrote last, while the watch lags.
     let object = cx.own_writes.newest(object);
-    Box::pin(reconcile_in_slot(object, cx)).await
+    // Within the account, its cloud calls wait for tokens in their team's turn too.
+    gpucloud_cloud::limiter::in_share(
+        Arc::from(namespace),
+        Box::pin(reconcile_in_slot(object, cx)),
+    )
+    .await
+}
+
+/// Whether a reconcile of `object` is about to create its resource (nothing of one is recorded,
+/// pending or named for adoption, and the object is not going) or works on one that exists:
+/// the two take turns for their namespace's slots (`fair_share.rs`).
+fn work_of<K: ManagedKind>(object: &K) -> Work {
+    let status = object.cloud_status();
+    let annotations = object.annotations();
+    let nothing_recorded = status.external_id.is_none()
+        && status.pending_create.is_none()
+        && status.cloud_name.is_none()
+        && !annotations.contains_key(CREATE_INTENT_ANNOTATION)
+        && !annotations.contains_key(EXTERNAL_ID_ANNOTATION);
+    if nothing_recorded && object.meta().deletion_timestamp.is_none() {
+        Work::Create
+    } else {
+        Work::Existing
+    }
 }
 
 /// The flow, timed and counted. What it asks for next is what it told `NEXT`: every answer of

@@ -142,6 +142,84 @@ impl ChangeHub {
     }
 }
 
+/// What followers are told of `object`'s change.
+fn change_of<K: ManagedKind>(object: &K) -> Change {
+    Change {
+        kind: K::kind(&()).into_owned(),
+        namespace: object.namespace(),
+        name: object.name_any(),
+        references: object.references(),
+    }
+}
+
+/// The changes of one kind's watch that its followers are told of, each once the
+/// controller's store holds it (the watch's events are taken here after the store's).
+///
+/// A change the watch brings is told at once. The first list tells nothing: each follower
+/// looks at all its objects when it starts (`readopt.rs`). A later list (the watch was lost and
+/// its history gone) is taken into the store only at its end, so what it brings is told then:
+/// the objects listed in another version than the store held, and those the store held that
+/// the list no longer shows. Told as each listed object came, a follower woken by one (a
+/// volume by its machine) would read the store's copy from before the list, find nothing new
+/// (no cloud id yet) and wait for its resync with nothing left to wake it sooner: at 100,000
+/// objects, the volumes woken by a list of their machines waited a minute, the account's rate
+/// unused.
+struct ChangeNotices<K: ManagedKind> {
+    store: reflector::Store<K>,
+    listed_before: bool,
+    /// The store's objects when a later list began.
+    before_list: Vec<Arc<K>>,
+    /// The changes of the list under way.
+    relisted: Vec<Change>,
+}
+
+impl<K: ManagedKind> ChangeNotices<K> {
+    fn new(store: reflector::Store<K>) -> Self {
+        ChangeNotices {
+            store,
+            listed_before: false,
+            before_list: Vec::new(),
+            relisted: Vec::new(),
+        }
+    }
+
+    /// The changes to tell now that the store has taken `event`.
+    fn take(&mut self, event: &watcher::Event<K>) -> Vec<Change> {
+        match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                vec![change_of(object)]
+            }
+            watcher::Event::Init if self.listed_before => {
+                self.before_list = self.store.state();
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) if self.listed_before => {
+                let unchanged = self
+                    .store
+                    .get(&ObjectRef::from_obj(object))
+                    .is_some_and(|held| {
+                        held.meta().resource_version == object.meta().resource_version
+                    });
+                if !unchanged {
+                    self.relisted.push(change_of(object));
+                }
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                self.listed_before = true;
+                let mut told = std::mem::take(&mut self.relisted);
+                for held in std::mem::take(&mut self.before_list) {
+                    if self.store.get(&ObjectRef::from_obj(&*held)).is_none() {
+                        told.push(change_of(&*held));
+                    }
+                }
+                told
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
+        }
+    }
+}
+
 /// The one kind outside the API group that objects refer to (a GpuInstance's startup script).
 const CONFIG_MAP: &str = "ConfigMap";
 
@@ -730,6 +808,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         readoption.clone(),
     );
     let mut listed_before = false;
+    let mut notices = ChangeNotices::new(store.clone());
     let watch = scoped.watch::<K>(watcher::Config::default().any_semantic());
     let publisher = changes.clone();
     let (indexed, before) = (referrers.clone(), store.clone());
@@ -741,24 +820,17 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
             }
         })
         .reflect(writer)
-        .inspect(move |event| match event {
-            Ok(
-                watcher::Event::Apply(object)
-                | watcher::Event::InitApply(object)
-                | watcher::Event::Delete(object),
-            ) => {
-                let listed = matches!(event, Ok(watcher::Event::InitApply(_)));
-                // The first list tells followers nothing: each looks at all its objects
-                // when it starts (see `readopt.rs`).
-                if (listed_before || !listed) && publisher.followed(&kind) {
-                    publisher.publish(Change {
-                        kind: kind.clone(),
-                        namespace: object.namespace(),
-                        name: object.name_any(),
-                        references: object.references(),
-                    });
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                let changes = notices.take(event);
+                if !changes.is_empty() && publisher.followed(&K::kind(&())) {
+                    for change in changes {
+                        publisher.publish(change);
+                    }
                 }
             }
+        })
+        .inspect(move |event| match event {
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
             Ok(watcher::Event::InitDone) => {
                 listed_referrers.rebuild(&listed.state());
@@ -1046,7 +1118,7 @@ fn pool_controller(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpucloud_api::{Firewall, Image, Snapshot, SshKey, Volume};
+    use gpucloud_api::{Firewall, Image, Managed, Snapshot, SshKey, Volume};
 
     /// Who follows whom, derived from the kinds' declarations: each row is what the
     /// hand-wired relays did before the declarations existed.
@@ -1062,6 +1134,85 @@ mod tests {
         assert_eq!(followed_by::<Image>(), ["Snapshot"]);
         assert_eq!(followed_by::<Firewall>(), ["GpuInstance"]);
         assert!(followed_by::<SshKey>().is_empty());
+    }
+
+    fn machine(name: &str, version: &str, id: Option<&str>) -> GpuInstance {
+        let mut machine: GpuInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+            "metadata": {"name": name, "namespace": "team", "resourceVersion": version},
+            "spec": {"region": "us-east-1", "gpuType": "L40S", "osImage": "ubuntu-22.04"},
+        }))
+        .unwrap();
+        if let Some(id) = id {
+            let mut status = machine.status.clone().unwrap_or_default();
+            status.cloud.external_id = Some(id.to_string());
+            machine.status = Some(status);
+        }
+        machine
+    }
+
+    /// Each event taken into the store as the reflector does, then into the notices: the
+    /// names told, each with the cloud id the store holds for it at that moment.
+    fn told(
+        writer: &mut reflector::store::Writer<GpuInstance>,
+        notices: &mut ChangeNotices<GpuInstance>,
+        events: Vec<watcher::Event<GpuInstance>>,
+    ) -> Vec<(String, Option<String>)> {
+        let store = writer.as_reader();
+        let mut told = Vec::new();
+        for event in events {
+            writer.apply_watcher_event(&event);
+            for change in notices.take(&event) {
+                let held = store
+                    .get(&ObjectRef::new(&change.name).within("team"))
+                    .and_then(|m| m.cloud_status().external_id);
+                told.push((change.name, held));
+            }
+        }
+        told
+    }
+
+    #[test]
+    fn a_later_lists_changes_are_told_once_the_store_holds_them() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let mut writer = reflector::store::Writer::default();
+        let mut notices = ChangeNotices::new(writer.as_reader());
+        // The first list tells nothing; a change then is told at once.
+        let first = vec![
+            Init,
+            InitApply(machine("gi-1", "1", None)),
+            InitApply(machine("gi-2", "1", None)),
+            InitApply(machine("gi-3", "1", None)),
+            InitDone,
+        ];
+        assert!(told(&mut writer, &mut notices, first).is_empty());
+        let changed = vec![Apply(machine("gi-3", "2", Some("vm-3")))];
+        assert_eq!(
+            told(&mut writer, &mut notices, changed),
+            [("gi-3".to_string(), Some("vm-3".to_string()))]
+        );
+        // The watch lost: gi-1 got its id and gi-2 went meanwhile; gi-3 is listed unchanged.
+        let relist = vec![
+            Init,
+            InitApply(machine("gi-1", "5", Some("vm-1"))),
+            InitApply(machine("gi-3", "2", Some("vm-3"))),
+            InitDone,
+        ];
+        let mut relisted = told(&mut writer, &mut notices, relist);
+        relisted.sort();
+        // Told with what the list brought in the store: a follower woken reads the id.
+        assert_eq!(
+            relisted,
+            [
+                ("gi-1".to_string(), Some("vm-1".to_string())),
+                ("gi-2".to_string(), None),
+            ]
+        );
+        let deleted = vec![Delete(machine("gi-3", "6", Some("vm-3")))];
+        assert_eq!(
+            told(&mut writer, &mut notices, deleted),
+            [("gi-3".to_string(), None)]
+        );
     }
 
     /// A kind referred to that nothing watches would never wake its referrers.
