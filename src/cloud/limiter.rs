@@ -166,8 +166,8 @@ impl RateLimiter {
             }
             receiver
         };
-        // The dispatcher drops a sender only once it has no token for it and never will:
-        // it ends only with no call waiting. Either way the call goes ahead.
+        // A sender is dropped unsent only with its dispatcher, when the runtime shuts down:
+        // the call then goes ahead rather than wait for a token no one will hand out.
         let _ = granted.await;
         started.elapsed()
     }
@@ -251,7 +251,8 @@ mod tests {
         assert!(limiter.acquire().await > Duration::ZERO);
     }
 
-    /// Starts a call of `share` waiting for a token; the receiver tells when it got one.
+    /// Starts a call of `share` waiting for a token; once it has one, it records `name` in
+    /// `order`.
     fn waiting_call(
         limiter: &RateLimiter,
         share: &str,
