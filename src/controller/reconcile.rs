@@ -1715,6 +1715,65 @@ mod tests {
     }
 
     #[test]
+    fn only_an_object_with_nothing_of_a_resource_recorded_waits_its_turn_as_a_create() {
+        use gpucloud_api::PendingCreate;
+        use gpucloud_api::gpu_instance::GpuInstance;
+        let object = |status: CloudStatus, annotation: Option<&str>, deleting: bool| {
+            let mut object: GpuInstance = serde_json::from_value(serde_json::json!({
+                "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+                "metadata": {"name": "train", "namespace": "ml", "uid": "uid-1"},
+                "spec": {"region": "us-east", "gpuType": "A100", "osImage": "ubuntu"},
+            }))
+            .unwrap();
+            if let Some(annotation) = annotation {
+                object
+                    .annotations_mut()
+                    .insert(annotation.into(), "{}".into());
+            }
+            if deleting {
+                object.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+            }
+            object.with_status(status, None, Timestamp::now())
+        };
+        let nothing = CloudStatus::default();
+        let recorded = CloudStatus {
+            external_id: Some("vm-1".into()),
+            ..CloudStatus::default()
+        };
+        let pending = CloudStatus {
+            pending_create: Some(PendingCreate {
+                cloud_name: "name".into(),
+                started_at: Time(Timestamp::now()),
+            }),
+            ..CloudStatus::default()
+        };
+        let named = CloudStatus {
+            cloud_name: Some("name".into()),
+            ..CloudStatus::default()
+        };
+        for (object, work) in [
+            (object(nothing.clone(), None, false), Work::Create),
+            (object(recorded, None, false), Work::Existing),
+            (object(pending, None, false), Work::Existing),
+            (object(named, None, false), Work::Existing),
+            // The first create's intent, written with the finalizer before the status has any.
+            (
+                object(nothing.clone(), Some(CREATE_INTENT_ANNOTATION), false),
+                Work::Existing,
+            ),
+            // Named for adoption: found in the cloud, not created.
+            (
+                object(nothing.clone(), Some(EXTERNAL_ID_ANNOTATION), false),
+                Work::Existing,
+            ),
+            // Going before anything was made: its cleanup creates nothing.
+            (object(nothing, None, true), Work::Existing),
+        ] {
+            assert_eq!(work_of(&object), work, "{:?}", object.status);
+        }
+    }
+
+    #[test]
     fn a_list_change_concerns_the_objects_whose_recorded_status_names_it() {
         use gpucloud_api::PendingCreate;
         use gpucloud_api::gpu_instance::GpuInstance;
