@@ -251,21 +251,24 @@ mod tests {
         assert!(limiter.acquire().await > Duration::ZERO);
     }
 
-    /// Starts a call of `share` waiting for a token; once it has one, it records `name` in
-    /// `order`.
+    /// Starts a call waiting for a token, under `share` (or outside any, with `None`); once it
+    /// has one, it records `name` in `order`.
     fn waiting_call(
         limiter: &RateLimiter,
-        share: &str,
+        share: Option<&str>,
         order: &Arc<Mutex<Vec<String>>>,
         name: String,
     ) -> tokio::task::JoinHandle<()> {
         let limiter = limiter.clone();
         let order = order.clone();
-        let share: Arc<str> = Arc::from(share);
-        tokio::spawn(in_share(share, async move {
+        let call = async move {
             limiter.acquire().await;
             order.lock().unwrap().push(name);
-        }))
+        };
+        match share {
+            Some(share) => tokio::spawn(in_share(Arc::from(share), call)),
+            None => tokio::spawn(call),
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -278,10 +281,20 @@ mod tests {
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut calls = Vec::new();
         for i in 0..8 {
-            calls.push(waiting_call(&limiter, "busy", &order, format!("busy-{i}")));
+            calls.push(waiting_call(
+                &limiter,
+                Some("busy"),
+                &order,
+                format!("busy-{i}"),
+            ));
             tokio::task::yield_now().await;
         }
-        calls.push(waiting_call(&limiter, "quiet", &order, "quiet".into()));
+        calls.push(waiting_call(
+            &limiter,
+            Some("quiet"),
+            &order,
+            "quiet".into(),
+        ));
         for call in calls {
             call.await.unwrap();
         }
@@ -312,7 +325,7 @@ mod tests {
             let share = ["a", "b", "c"][i % 3];
             calls.push(waiting_call(
                 &limiter,
-                share,
+                Some(share),
                 &order,
                 format!("{share}-{i}"),
             ));
@@ -329,18 +342,10 @@ mod tests {
         // A call outside any share (an observer's list) waits its own turn, not the queue's.
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut calls: Vec<_> = (0..5)
-            .map(|i| waiting_call(&limiter, "a", &order, format!("a-{i}")))
+            .map(|i| waiting_call(&limiter, Some("a"), &order, format!("a-{i}")))
             .collect();
         tokio::task::yield_now().await;
-        let outside = {
-            let limiter = limiter.clone();
-            let order = order.clone();
-            tokio::spawn(async move {
-                limiter.acquire().await;
-                order.lock().unwrap().push("outside".to_string());
-            })
-        };
-        calls.push(outside);
+        calls.push(waiting_call(&limiter, None, &order, "outside".into()));
         for call in calls {
             call.await.unwrap();
         }

@@ -1714,17 +1714,22 @@ mod tests {
         text.parse().unwrap()
     }
 
+    /// The machine `ml/train` of both tables, with `finalizers`.
+    fn train(finalizers: &[&str]) -> gpucloud_api::gpu_instance::GpuInstance {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "uid-1",
+                         "finalizers": finalizers},
+            "spec": {"region": "us-east", "gpuType": "A100", "osImage": "ubuntu"},
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn only_an_object_with_nothing_of_a_resource_recorded_waits_its_turn_as_a_create() {
         use gpucloud_api::PendingCreate;
-        use gpucloud_api::gpu_instance::GpuInstance;
         let object = |status: CloudStatus, annotation: Option<&str>, deleting: bool| {
-            let mut object: GpuInstance = serde_json::from_value(serde_json::json!({
-                "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
-                "metadata": {"name": "train", "namespace": "ml", "uid": "uid-1"},
-                "spec": {"region": "us-east", "gpuType": "A100", "osImage": "ubuntu"},
-            }))
-            .unwrap();
+            let mut object = train(&[]);
             if let Some(annotation) = annotation {
                 object
                     .annotations_mut()
@@ -1776,15 +1781,8 @@ mod tests {
     #[test]
     fn a_list_change_concerns_the_objects_whose_recorded_status_names_it() {
         use gpucloud_api::PendingCreate;
-        use gpucloud_api::gpu_instance::GpuInstance;
         let object = |status: Option<CloudStatus>, annotated: bool| {
-            let mut object: GpuInstance = serde_json::from_value(serde_json::json!({
-                "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
-                "metadata": {"name": "train", "namespace": "ml", "uid": "uid-1",
-                             "finalizers": [FINALIZER]},
-                "spec": {"region": "us-east", "gpuType": "A100", "osImage": "ubuntu"},
-            }))
-            .unwrap();
+            let mut object = train(&[FINALIZER]);
             if annotated {
                 let intent = AnnotatedIntent {
                     started_at: at("2026-11-27T10:00:00Z"),

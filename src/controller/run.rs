@@ -183,8 +183,14 @@ impl<K: ManagedKind> ChangeNotices<K> {
         }
     }
 
-    /// The changes to tell now that the store has taken `event`.
-    fn take(&mut self, event: &watcher::Event<K>) -> Vec<Change> {
+    /// The changes to tell now that the store has taken `event`; none are gathered while no
+    /// controller `follows` the kind (the lists are still counted).
+    fn take(&mut self, event: &watcher::Event<K>, follows: bool) -> Vec<Change> {
+        match event {
+            watcher::Event::InitDone => self.listed_before = true,
+            _ if !follows => return Vec::new(),
+            _ => {}
+        }
         match event {
             watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
                 vec![change_of(object)]
@@ -206,7 +212,6 @@ impl<K: ManagedKind> ChangeNotices<K> {
                 Vec::new()
             }
             watcher::Event::InitDone => {
-                self.listed_before = true;
                 let mut told = std::mem::take(&mut self.relisted);
                 for held in std::mem::take(&mut self.before_list) {
                     if self.store.get(&ObjectRef::from_obj(&*held)).is_none() {
@@ -822,11 +827,8 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         .reflect(writer)
         .inspect(move |event| {
             if let Ok(event) = event {
-                let changes = notices.take(event);
-                if !changes.is_empty() && publisher.followed(&K::kind(&())) {
-                    for change in changes {
-                        publisher.publish(change);
-                    }
+                for change in notices.take(event, publisher.followed(&K::kind(&()))) {
+                    publisher.publish(change);
                 }
             }
         })
@@ -1162,7 +1164,7 @@ mod tests {
         let mut told = Vec::new();
         for event in events {
             writer.apply_watcher_event(&event);
-            for change in notices.take(&event) {
+            for change in notices.take(&event, true) {
                 let held = store
                     .get(&ObjectRef::new(&change.name).within("team"))
                     .and_then(|m| m.cloud_status().external_id);

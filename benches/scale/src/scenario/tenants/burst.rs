@@ -20,16 +20,10 @@ use gpucloud_api::{GpuInstance, Managed};
 use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// Time between two probes.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// The quiet namespaces probed: one of another account than the burst's, one of the burst's
 /// own (when the run has them).
@@ -114,7 +108,7 @@ pub async fn measure(
                 continue;
             };
             let probe = machine(namespace, &format!("probe-{i:03}"))?;
-            let applied_ms = now_ms();
+            let applied_ms = super::epoch_ms(SystemTime::now());
             tracker.applying(&probe.key());
             Api::<DynamicObject>::namespaced_with(
                 env.client.clone(),
