@@ -14,6 +14,18 @@ use gpucloud_telemetry::LogFormat;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's count of the heap, for the metrics (`gpucloud_heap_*_bytes`); `None` when its
+/// statistics cannot be read.
+fn heap_figures() -> Option<gpucloud_telemetry::process::HeapFigures> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The statistics are a snapshot taken at each new epoch.
+    epoch::advance().ok()?;
+    Some(gpucloud_telemetry::process::HeapFigures {
+        allocated: stats::allocated::read().ok()? as u64,
+        resident: stats::resident::read().ok()? as u64,
+    })
+}
+
 #[derive(Parser)]
 #[command(
     name = "gpucloud-operator",
@@ -106,6 +118,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let log_level = cli.log_level.as_deref().unwrap_or(default_level);
     gpucloud_telemetry::init_logging(cli.log_format, log_level)?;
+    gpucloud_telemetry::process::report_heap(heap_figures);
     match cli.command {
         Command::Run(args) => gpucloud_controller::cli::run(args, BUILD)
             .await
@@ -280,5 +293,14 @@ mod tests {
                 "missing subcommand {role}: {names:?}"
             );
         }
+    }
+
+    /// The binary's allocator keeps statistics: the heap metrics have figures to serve.
+    #[test]
+    fn jemalloc_counts_the_heap() {
+        let held = vec![1u8; 4 << 20];
+        let figures = super::heap_figures().expect("jemalloc built with statistics");
+        assert!(figures.allocated >= held.len() as u64, "{figures:?}");
+        assert!(figures.resident >= figures.allocated, "{figures:?}");
     }
 }

@@ -5,12 +5,36 @@
 //!
 //! A value that cannot be read (a file missing or in an unexpected shape) is left out of the
 //! scrape rather than reported as 0.
+//!
+//! Beside them, the allocator's own count, when the binary reports one (`report_heap`):
+//! `gpucloud_heap_allocated_bytes` (what the program holds) and `gpucloud_heap_resident_bytes`
+//! (what the allocator keeps in memory for it). The resident set alone does not tell a process
+//! that holds its objects from one whose allocator keeps freed pages.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+
+/// The allocator's count of the heap at one moment, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeapFigures {
+    /// Held by the program.
+    pub allocated: u64,
+    /// Kept in physical memory by the allocator: the allocated bytes, its own metadata, and
+    /// freed pages not yet given back.
+    pub resident: u64,
+}
+
+/// How this binary's allocator is read, set once at start.
+static HEAP_FIGURES: std::sync::OnceLock<fn() -> Option<HeapFigures>> = std::sync::OnceLock::new();
+
+/// Serves `read`'s figures with the process metrics from now on (the first call only: a
+/// process has one allocator).
+pub fn report_heap(read: fn() -> Option<HeapFigures>) {
+    let _ = HEAP_FIGURES.set(read);
+}
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s times: Linux reports them in `USER_HZ`,
 /// which is 100 on every architecture the operator is built for (x86-64, arm64).
@@ -141,7 +165,20 @@ impl Collector for ProcessCollector {
                 sample.start_time_seconds,
             ),
         ];
-        for (name, help, value) in gauges {
+        let heap = HEAP_FIGURES.get().and_then(|read| read());
+        let heap_gauges = [
+            (
+                "gpucloud_heap_allocated_bytes",
+                "Bytes of heap the program holds, by the allocator's count",
+                heap.map(|h| h.allocated as f64),
+            ),
+            (
+                "gpucloud_heap_resident_bytes",
+                "Bytes the allocator keeps in physical memory: the heap held, its metadata and freed pages not yet given back",
+                heap.map(|h| h.resident as f64),
+            ),
+        ];
+        for (name, help, value) in gauges.into_iter().chain(heap_gauges) {
             if let Some(value) = value {
                 let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
                 ConstGauge::new(value).encode(metric)?;
@@ -187,6 +224,29 @@ mod tests {
         assert_eq!(
             boot_time("cpu 1 2 3\nbtime 1764200000\n"),
             Some(1_764_200_000.0)
+        );
+    }
+
+    #[test]
+    fn the_allocators_figures_are_served_once_reported() {
+        fn figures() -> Option<HeapFigures> {
+            Some(HeapFigures {
+                allocated: 3 << 20,
+                resident: 5 << 20,
+            })
+        }
+        report_heap(figures);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(ProcessCollector));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        assert!(
+            text.contains("gpucloud_heap_allocated_bytes 3145728"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpucloud_heap_resident_bytes 5242880"),
+            "{text}"
         );
     }
 

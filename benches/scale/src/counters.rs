@@ -204,20 +204,56 @@ pub fn writes_per_step(
     until_ms: i64,
     step: std::time::Duration,
 ) -> Vec<Vec<u32>> {
+    let mut by_account = per_step(ledger, from_ms, until_ms, step, |record| {
+        (record.caller.account < accounts).then_some(record.caller.account)
+    });
+    let steps = step_count(from_ms, until_ms, step);
+    (0..accounts)
+        .map(|account| {
+            by_account
+                .remove(&account)
+                .unwrap_or_else(|| vec![0; steps])
+        })
+        .collect()
+}
+
+/// Writes of every account per operation per `step`: which writes an account's busy or
+/// quiet steps were.
+pub fn operations_per_step(
+    ledger: &[LedgerRecord],
+    from_ms: i64,
+    until_ms: i64,
+    step: std::time::Duration,
+) -> BTreeMap<String, Vec<u32>> {
+    per_step(ledger, from_ms, until_ms, step, |record| {
+        Some(record.operation.clone())
+    })
+}
+
+fn step_count(from_ms: i64, until_ms: i64, step: std::time::Duration) -> usize {
     let step_ms = (step.as_millis() as i64).max(1);
-    let steps = ((until_ms - from_ms).max(0) + step_ms - 1) / step_ms;
-    let mut counts = vec![vec![0u32; steps as usize]; accounts];
+    (((until_ms - from_ms).max(0) + step_ms - 1) / step_ms) as usize
+}
+
+/// The ledger's records from `from_ms` until `until_ms` counted per `step` under their `key`
+/// (records without one are left out).
+fn per_step<K: Ord>(
+    ledger: &[LedgerRecord],
+    from_ms: i64,
+    until_ms: i64,
+    step: std::time::Duration,
+    key: impl Fn(&LedgerRecord) -> Option<K>,
+) -> BTreeMap<K, Vec<u32>> {
+    let step_ms = (step.as_millis() as i64).max(1);
+    let steps = step_count(from_ms, until_ms, step);
+    let mut counts: BTreeMap<K, Vec<u32>> = BTreeMap::new();
     for record in ledger {
         if record.at_ms < from_ms || record.at_ms >= until_ms {
             continue;
         }
+        let Some(key) = key(record) else { continue };
         let bucket = ((record.at_ms - from_ms) / step_ms) as usize;
-        if let Some(count) = counts
-            .get_mut(record.caller.account)
-            .and_then(|steps| steps.get_mut(bucket))
-        {
-            *count += 1;
-        }
+        counts.entry(key).or_insert_with(|| vec![0; steps])[bucket] += 1;
     }
     counts
 }
@@ -353,6 +389,37 @@ mod tests {
         ];
         let counts = writes_per_step(&ledger, 2, 1_000, 3_500, std::time::Duration::from_secs(1));
         assert_eq!(counts, vec![vec![2, 1, 0], vec![1, 0, 1]]);
+        let quiet = writes_per_step(&ledger, 3, 1_000, 3_500, std::time::Duration::from_secs(1));
+        assert_eq!(
+            quiet[2],
+            vec![0, 0, 0],
+            "an account without writes has its steps"
+        );
+    }
+
+    #[test]
+    fn writes_are_counted_per_operation_and_step_over_every_account() {
+        let record = |operation: &str, account, at_ms| LedgerRecord {
+            operation: operation.into(),
+            name: None,
+            at_ms,
+            caller: LedgerCaller { account },
+        };
+        let ledger = [
+            record("CreateInstance", 0, 999),
+            record("CreateInstance", 0, 1_000),
+            record("CreateInstance", 1, 1_100),
+            record("AttachVolumes", 1, 2_500),
+            record("AttachVolumes", 0, 3_000),
+        ];
+        let counts = operations_per_step(&ledger, 1_000, 3_000, std::time::Duration::from_secs(1));
+        assert_eq!(
+            counts,
+            BTreeMap::from([
+                ("AttachVolumes".to_string(), vec![0, 1]),
+                ("CreateInstance".to_string(), vec![2, 0]),
+            ])
+        );
     }
 
     fn counters(entries: &[(&str, &str, u64)]) -> Counters {

@@ -24,6 +24,10 @@ pub struct AccountPhases {
     /// an account's rate limit went unused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writes_per_5s: Vec<Vec<u32>>,
+    /// Every account's cloud writes per operation in each 5 s of the phase: which writes the
+    /// busy and the quiet steps were.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub operations_per_5s: BTreeMap<String, Vec<u32>>,
 }
 
 impl AccountPhases {
@@ -40,6 +44,7 @@ impl AccountPhases {
                 f64::INFINITY
             },
             writes_per_5s: Vec::new(),
+            operations_per_5s: BTreeMap::new(),
         }
     }
 

@@ -369,19 +369,19 @@ fn epoch_ms(at: std::time::SystemTime) -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Each account's cloud writes per 5 s since `from`, read from the simulator's ledger.
+/// The cloud writes since `from`, read from the simulator's ledger, per 5 s: each account's,
+/// and every account's per operation.
 async fn writes_since(
     env: &Environment,
     accounts: usize,
     from: std::time::SystemTime,
-) -> Result<Vec<Vec<u32>>, Error> {
+) -> Result<(Vec<Vec<u32>>, BTreeMap<String, Vec<u32>>), Error> {
     let ledger = env.admin.ledger().await?;
-    Ok(crate::counters::writes_per_step(
-        &ledger,
-        accounts,
-        epoch_ms(from),
-        epoch_ms(std::time::SystemTime::now()),
-        Duration::from_secs(5),
+    let (from_ms, until_ms) = (epoch_ms(from), epoch_ms(std::time::SystemTime::now()));
+    let step = Duration::from_secs(5);
+    Ok((
+        crate::counters::writes_per_step(&ledger, accounts, from_ms, until_ms, step),
+        crate::counters::operations_per_step(&ledger, from_ms, until_ms, step),
     ))
 }
 
@@ -485,7 +485,8 @@ pub(super) async fn measure(
         &creates,
         CLOUD_READY_AFTER + CLOUD_SNAPSHOTTING,
     );
-    convergence.writes_per_5s = writes_since(env, teams.accounts, started_on_clock).await?;
+    (convergence.writes_per_5s, convergence.operations_per_5s) =
+        writes_since(env, teams.accounts, started_on_clock).await?;
     log(&format!(
         "converged in {:.1} s (slowest account's bound {:.1} s)",
         convergence.seconds, convergence.lower_bound_s
@@ -614,7 +615,8 @@ pub(super) async fn measure(
         &deletes,
         CLOUD_DELETING,
     );
-    deletion.writes_per_5s = writes_since(env, teams.accounts, deleting_on_clock).await?;
+    (deletion.writes_per_5s, deletion.operations_per_5s) =
+        writes_since(env, teams.accounts, deleting_on_clock).await?;
     log(&format!(
         "deleted in {:.1} s (slowest account's bound {:.1} s)",
         deletion.seconds, deletion.lower_bound_s
