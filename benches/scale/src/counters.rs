@@ -253,7 +253,10 @@ fn per_step<K: Ord>(
         }
         let Some(key) = key(record) else { continue };
         let bucket = ((record.at_ms - from_ms) / step_ms) as usize;
-        counts.entry(key).or_insert_with(|| vec![0; steps])[bucket] += 1;
+        let steps_of_key = counts.entry(key).or_insert_with(|| vec![0; steps]);
+        if let Some(count) = steps_of_key.get_mut(bucket) {
+            *count += 1;
+        }
     }
     counts
 }
