@@ -253,3 +253,44 @@ async fn create_machines(api: &kube::Api<GpuInstance>, n: usize) {
         .unwrap();
     }
 }
+
+/// Reconciles that need a Secret while no reuse of it is at hand wait for one read of it and
+/// share its answer: twenty at once read the Secret from the API server once (its metadata,
+/// then its data: two GETs), not twenty times (at 100,000 objects each reuse's end was a
+/// burst of thousands of reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reconciles_read_a_secret_once() {
+    let env = Env::without_operator(Default::default()).await;
+    env.put_secret(support::NAMESPACE, "team-key", env.simulator.api_key())
+        .await;
+    let secret_reads = || {
+        env.apiserver
+            .request_counts()
+            .iter()
+            .filter(|c| c.verb == "get" && c.resource == "secrets")
+            .map(|c| c.count)
+            .sum::<u64>()
+    };
+    let before = secret_reads();
+    let accounts = gpucloud_controller::account::Accounts::new(
+        test_config(&env.simulator).cloud,
+        env.client.clone(),
+        None,
+    );
+    let reference: SecretKeyRef =
+        serde_json::from_value(serde_json::json!({"name": "team-key"})).unwrap();
+    let resolved = futures::future::join_all(
+        (0..20).map(|_| accounts.resolve(support::NAMESPACE, Some(&reference))),
+    )
+    .await;
+    let ids: std::collections::HashSet<_> = resolved
+        .into_iter()
+        .map(|account| account.expect("the Secret resolves").id)
+        .collect();
+    assert_eq!(ids.len(), 1, "one account for one key");
+    assert_eq!(
+        secret_reads() - before,
+        2,
+        "the Secret was read once, metadata then data"
+    );
+}
