@@ -294,3 +294,50 @@ async fn concurrent_reconciles_read_a_secret_once() {
         "the Secret was read once, metadata then data"
     );
 }
+
+/// The turns are per Secret: another team's Secret of the same name, read at the same moment,
+/// gives that team its own account and never this one's, and a team whose Secret is missing
+/// gets its error without holding anyone's read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_teams_secret_of_the_same_name_is_read_apart() {
+    let env = Env::without_operator(Default::default()).await;
+    for namespace in ["team-b", "team-c"] {
+        support::create_namespace(&env.client, namespace, false)
+            .await
+            .unwrap();
+    }
+    env.put_secret(support::NAMESPACE, "team-key", "key-of-team-a")
+        .await;
+    env.put_secret("team-b", "team-key", "key-of-team-b").await;
+    let accounts = gpucloud_controller::account::Accounts::new(
+        test_config(&env.simulator).cloud,
+        env.client.clone(),
+        None,
+    );
+    let reference: SecretKeyRef =
+        serde_json::from_value(serde_json::json!({"name": "team-key"})).unwrap();
+    let namespaces = [support::NAMESPACE, "team-b", "team-c"];
+    let resolved = futures::future::join_all(
+        (0..30).map(|i| accounts.resolve(namespaces[i % 3], Some(&reference))),
+    )
+    .await;
+    let id_of = |key: &str| {
+        accounts
+            .account_for(gpucloud_cloud::ApiKey::new(key))
+            .unwrap()
+            .id
+    };
+    for (i, result) in resolved.into_iter().enumerate() {
+        match namespaces[i % 3] {
+            "team-c" => assert!(
+                result
+                    .as_ref()
+                    .is_err_and(|e| e.to_string().contains("team-c/team-key")),
+                "team-c has no such Secret: {:?}",
+                result.map(|a| a.id)
+            ),
+            "team-b" => assert_eq!(result.unwrap().id, id_of("key-of-team-b")),
+            _ => assert_eq!(result.unwrap().id, id_of("key-of-team-a")),
+        }
+    }
+}
