@@ -69,6 +69,10 @@ pub struct Args {
     /// Burst of Kubernetes API requests of the controllers, with `--kube-api-qps`.
     #[arg(long, env = "GPUCLOUD_KUBE_API_BURST", default_value_t = 100)]
     pub kube_api_burst: u32,
+    /// Kubernetes API requests of the controllers in flight at once; each one beyond them
+    /// opens a connection of its own (HTTP/1.1). Watches and leader election are not counted.
+    #[arg(long, env = "GPUCLOUD_KUBE_API_MAX_IN_FLIGHT", default_value_t = crate::client_throttle::DEFAULT_MAX_IN_FLIGHT)]
+    pub kube_api_max_in_flight: usize,
     /// Bound on one cloud request.
     #[arg(long, env = "GPUCLOUD_CLOUD_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub cloud_timeout: Duration,
@@ -140,6 +144,8 @@ pub enum Error {
         "--kube-api-qps must be a number (0 for no client-side limit) and --kube-api-burst at least 1"
     )]
     KubeApiLimit,
+    #[error("--kube-api-max-in-flight must be at least 1")]
+    KubeApiMaxInFlight,
     #[error("--rate-limit must be positive and --rate-burst at least 1")]
     RateLimit,
     #[error(
@@ -279,6 +285,14 @@ impl Args {
         }))
     }
 
+    /// The bound on the controllers' Kubernetes API requests in flight.
+    pub fn kube_api_max_in_flight(&self) -> Result<usize, Error> {
+        match self.kube_api_max_in_flight {
+            0 => Err(Error::KubeApiMaxInFlight),
+            limit => Ok(limit),
+        }
+    }
+
     /// The pod name, or the host name outside a pod: the replica Events name as their
     /// `reportingInstance`.
     fn instance_name(&self) -> String {
@@ -308,6 +322,7 @@ pub async fn run(args: Args, build: gpucloud_telemetry::BuildInfo) -> Result<(),
     config.metrics.set_build_info(&build);
     let replica = args.replica()?;
     let kube_api_limit = args.kube_api_limit()?;
+    let kube_api_max_in_flight = args.kube_api_max_in_flight()?;
     let (stop_endpoints, endpoints_stopped) = oneshot::channel::<()>();
     let endpoints = gpucloud_telemetry::server::serve(
         Endpoints {
@@ -331,6 +346,7 @@ pub async fn run(args: Args, build: gpucloud_telemetry::BuildInfo) -> Result<(),
         config.metrics.clone(),
         &host,
     );
+    let client = crate::client_throttle::in_flight_bounded_client(&client, kube_api_max_in_flight);
     let client = match kube_api_limit {
         Some(limit) => crate::client_throttle::throttled_client(
             &client,
@@ -445,6 +461,41 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    #[test]
+    fn the_requests_in_flight_are_bounded_by_at_least_one() {
+        let parse = |extra: &[&str]| {
+            let args = ["gpucloud-operator", "--cloud-url", "http://cloud.example"];
+            Command::try_parse_from(args.iter().chain(extra))
+                .unwrap()
+                .args
+        };
+        assert_eq!(
+            parse(&[]).kube_api_max_in_flight().unwrap(),
+            crate::client_throttle::DEFAULT_MAX_IN_FLIGHT
+        );
+        assert_eq!(
+            parse(&["--kube-api-max-in-flight", "3"])
+                .kube_api_max_in_flight()
+                .unwrap(),
+            3
+        );
+        let refused = parse(&["--kube-api-max-in-flight", "0"])
+            .kube_api_max_in_flight()
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("--kube-api-max-in-flight"),
+            "{refused}"
+        );
+    }
+
     #[test]
     // The push is there only when k8s-openapi's feature is `v1_33`.
     #[allow(clippy::vec_init_then_push)]

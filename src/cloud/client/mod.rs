@@ -62,6 +62,11 @@ pub use observer::{CallObserver, CallOutcome, FanOut};
 pub use responses::{MAX_LIST_RESPONSE_BYTES, MAX_RESPONSE_BYTES};
 pub use transport::{API_KEY_HEADER, install_crypto_provider, may_retry};
 
+/// Idle connections an account's client keeps for its next calls. A connection that carried a
+/// list keeps a read buffer of up to about 400 KiB while idle; beyond these, a connection is
+/// closed once its call ends. The rate limit keeps an account's calls in flight to a few.
+const IDLE_CONNECTIONS: usize = 4;
+
 /// Client of the Cloud GPU Compute Service. Cloning is cheap; clones share the connection
 /// pool and the rate limiter.
 #[derive(Clone)]
@@ -136,6 +141,7 @@ impl CloudClient {
             // A redirect would carry the X-API-Key header to wherever it points; the API
             // never redirects, so a 3xx is reported instead of followed.
             .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .build()
             .map_err(|err| Error::InvalidConfig {
                 reason: format!("HTTP client: {err}"),
