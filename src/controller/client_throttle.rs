@@ -27,7 +27,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Requests of this API group (leader election's Lease) are not throttled.
+/// Requests of this API group (leader election's Lease) pass without a token or a place.
 const UNTHROTTLED_GROUP: &str = "/apis/coordination.k8s.io/";
 
 /// The default bound on the controllers' requests in flight (`--kube-api-max-in-flight`).
