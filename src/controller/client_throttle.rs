@@ -50,84 +50,80 @@ pub fn throttled_client(
     throttle: &ClientThrottle,
     metrics: Arc<Metrics>,
 ) -> kube::Client {
-    let service = Throttled {
-        inner: client.clone(),
+    let rate = Rate {
         limiter: RateLimiter::new(throttle.limit),
         host: Arc::from(throttle.host.as_str()),
         metrics,
     };
-    kube::Client::new(service, client.default_namespace())
-}
-
-#[derive(Clone)]
-struct Throttled {
-    inner: kube::Client,
-    limiter: RateLimiter,
-    host: Arc<str>,
-    metrics: Arc<Metrics>,
-}
-
-impl tower_service::Service<http::Request<Body>> for Throttled {
-    type Response = http::Response<Body>;
-    type Error = kube::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
+    FlowControlled {
+        inner: client.clone(),
+        rate: Some(rate),
+        places: None,
     }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let this = self.clone();
-        if request.uri().path().starts_with(UNTHROTTLED_GROUP) {
-            return async move { this.inner.send(request).await }.boxed();
-        }
-        async move {
-            let waited = this.limiter.acquire().await;
-            let method = request.method().as_str();
-            this.metrics
-                .kube_request_throttled(method, &this.host, waited);
-            if waited >= LOGGED_WAIT {
-                tracing::info!(
-                    waited_s = waited.as_secs_f64(),
-                    %method,
-                    path = request.uri().path(),
-                    "waited for client-side throttling of Kubernetes API requests (--kube-api-qps)"
-                );
-            }
-            this.inner.send(request).await
-        }
-        .boxed()
-    }
+    .into_client()
 }
 
 /// `client`, with at most `limit` of its requests in flight at once (at least one); watches and
 /// leader election's requests are not counted.
 pub fn in_flight_bounded_client(client: &kube::Client, limit: usize) -> kube::Client {
-    let service = InFlightBounded {
+    FlowControlled {
         inner: client.clone(),
-        places: Arc::new(Semaphore::new(limit.max(1))),
-    };
-    kube::Client::new(service, client.default_namespace())
+        rate: None,
+        places: Some(Arc::new(Semaphore::new(limit.max(1)))),
+    }
+    .into_client()
+}
+
+/// A client's requests passing a rate, a bound on those in flight, or both.
+#[derive(Clone)]
+struct FlowControlled {
+    inner: kube::Client,
+    rate: Option<Rate>,
+    places: Option<Arc<Semaphore>>,
 }
 
 #[derive(Clone)]
-struct InFlightBounded {
-    inner: kube::Client,
-    places: Arc<Semaphore>,
+struct Rate {
+    limiter: RateLimiter,
+    host: Arc<str>,
+    metrics: Arc<Metrics>,
 }
 
-/// Whether `request` holds no place: a watch, or leader election's.
-fn unbounded(request: &http::Request<Body>) -> bool {
-    let uri = request.uri();
-    uri.path().starts_with(UNTHROTTLED_GROUP)
-        || uri.query().is_some_and(|query| {
-            query
-                .split('&')
-                .any(|pair| pair == "watch=true" || pair == "watch=1")
-        })
+impl FlowControlled {
+    fn into_client(self) -> kube::Client {
+        let namespace = self.inner.default_namespace().to_owned();
+        kube::Client::new(self, namespace)
+    }
 }
 
-impl tower_service::Service<http::Request<Body>> for InFlightBounded {
+impl Rate {
+    /// Waits for a token for a request, observed and, past `LOGGED_WAIT`, logged.
+    async fn wait(&self, method: http::Method, uri: http::Uri) {
+        let waited = self.limiter.acquire().await;
+        let method = method.as_str();
+        self.metrics
+            .kube_request_throttled(method, &self.host, waited);
+        if waited >= LOGGED_WAIT {
+            tracing::info!(
+                waited_s = waited.as_secs_f64(),
+                %method,
+                path = uri.path(),
+                "waited for client-side throttling of Kubernetes API requests (--kube-api-qps)"
+            );
+        }
+    }
+}
+
+/// Whether `request` is a watch: it streams for minutes, and holds no place.
+fn is_watch(request: &http::Request<Body>) -> bool {
+    request.uri().query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| pair == "watch=true" || pair == "watch=1")
+    })
+}
+
+impl tower_service::Service<http::Request<Body>> for FlowControlled {
     type Response = http::Response<Placed>;
     type Error = kube::Error;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
@@ -139,11 +135,17 @@ impl tower_service::Service<http::Request<Body>> for InFlightBounded {
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let this = self.clone();
         async move {
-            // The semaphore is never closed, so the place always comes.
-            let place = if unbounded(&request) {
-                None
-            } else {
-                this.places.acquire_owned().await.ok()
+            let leader_election = request.uri().path().starts_with(UNTHROTTLED_GROUP);
+            if let Some(rate) = this.rate.as_ref().filter(|_| !leader_election) {
+                rate.wait(request.method().clone(), request.uri().clone())
+                    .await;
+            }
+            let place = match &this.places {
+                // The semaphore is never closed, so the place always comes.
+                Some(places) if !leader_election && !is_watch(&request) => {
+                    places.clone().acquire_owned().await.ok()
+                }
+                _ => None,
             };
             let response = this.inner.send(request).await?;
             Ok(response.map(|body| Placed { body, place }))

@@ -254,6 +254,18 @@ async fn create_machines(api: &kube::Api<GpuInstance>, n: usize) {
     }
 }
 
+/// The operator's accounts as `env`'s operator would have them, and a reference to the
+/// Secret `team-key`.
+fn accounts_and_team_key(env: &Env) -> (gpucloud_controller::account::Accounts, SecretKeyRef) {
+    let accounts = gpucloud_controller::account::Accounts::new(
+        test_config(&env.simulator).cloud,
+        env.client.clone(),
+        None,
+    );
+    let reference = serde_json::from_value(serde_json::json!({"name": "team-key"})).unwrap();
+    (accounts, reference)
+}
+
 /// Reconciles that need a Secret while no reuse of it is at hand wait for one read of it and
 /// share its answer: twenty at once read the Secret from the API server once (its metadata,
 /// then its data: two GETs), not twenty times (at 100,000 objects each reuse's end was a
@@ -272,13 +284,7 @@ async fn concurrent_reconciles_read_a_secret_once() {
             .sum::<u64>()
     };
     let before = secret_reads();
-    let accounts = gpucloud_controller::account::Accounts::new(
-        test_config(&env.simulator).cloud,
-        env.client.clone(),
-        None,
-    );
-    let reference: SecretKeyRef =
-        serde_json::from_value(serde_json::json!({"name": "team-key"})).unwrap();
+    let (accounts, reference) = accounts_and_team_key(&env);
     let resolved = futures::future::join_all(
         (0..20).map(|_| accounts.resolve(support::NAMESPACE, Some(&reference))),
     )
@@ -309,13 +315,7 @@ async fn another_teams_secret_of_the_same_name_is_read_apart() {
     env.put_secret(support::NAMESPACE, "team-key", "key-of-team-a")
         .await;
     env.put_secret("team-b", "team-key", "key-of-team-b").await;
-    let accounts = gpucloud_controller::account::Accounts::new(
-        test_config(&env.simulator).cloud,
-        env.client.clone(),
-        None,
-    );
-    let reference: SecretKeyRef =
-        serde_json::from_value(serde_json::json!({"name": "team-key"})).unwrap();
+    let (accounts, reference) = accounts_and_team_key(&env);
     let namespaces = [support::NAMESPACE, "team-b", "team-c"];
     let resolved = futures::future::join_all(
         (0..30).map(|i| accounts.resolve(namespaces[i % 3], Some(&reference))),
