@@ -1197,14 +1197,33 @@ async fn delete_instance(
     if record.status == InstanceStatus::Deleting {
         return Ok(());
     }
+    let id = &record.instance_id;
     if !detached.is_empty() {
-        match client.detach_volumes(&record.instance_id, detached).await {
+        match client.detach_volumes(id, detached).await {
             Ok(_) => {}
-            Err(e) if e.is_not_found() => return Ok(()),
+            // The machine is gone, or a volume the record names is (a record listed before
+            // the volume's delete): which one, only the machine as it is now tells. Taking
+            // the 404 for the machine's would leave a machine billed with no delete sent.
+            Err(e) if e.is_not_found() => {
+                let Some(current) = found(client.get_instance(id).await)? else {
+                    return Ok(());
+                };
+                if current.status == InstanceStatus::Deleting {
+                    return Ok(());
+                }
+                let attached: Vec<String> = detached
+                    .iter()
+                    .filter(|volume| current.volume_ids.contains(volume))
+                    .cloned()
+                    .collect();
+                if !attached.is_empty() {
+                    client.detach_volumes(id, &attached).await?;
+                }
+            }
             Err(e) => return Err(e),
         }
     }
-    gone(client.delete_instance(&record.instance_id).await)
+    gone(client.delete_instance(id).await)
 }
 
 #[cfg(test)]

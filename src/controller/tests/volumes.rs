@@ -541,3 +541,80 @@ async fn a_machine_deleted_after_its_volumes_deletion_began_does_not_detach_it()
     assert!(data_volumes(&env).is_empty());
     env.stop_operator().await;
 }
+
+/// A machine's record, read from a list, names two data volumes, one of which has since been
+/// detached and deleted (the list was older than the volume's delete): detaching both is
+/// `404`, for that volume, not the machine. The other volume is still detached first, and the
+/// machine is deleted all the same, never taken as gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_is_deleted_when_a_volume_its_listed_record_names_is_gone() {
+    use gpucloud_cloud::model::{CreateVolumeRequest, InstanceStatus, VolumeStatus};
+    use gpucloud_controller::gpu_instance::Instances;
+    use gpucloud_controller::observer::CloudResource;
+
+    let env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let cloud = cloud_client(&env);
+    let id = machine_by_hand(&env, "stale-record").await.instance_id;
+    let mut volume_ids = Vec::new();
+    for name in ["deleted-data", "kept-data"] {
+        let request = CreateVolumeRequest::new(name, 5, "us-east-1");
+        volume_ids.push(cloud.create_volume(&request).await.unwrap().id);
+    }
+    eventually(30, "the machine and the volumes usable", || async {
+        let state = env.simulator.state();
+        let active = state
+            .instances
+            .iter()
+            .any(|i| i.instance_id == id && i.status == InstanceStatus::Active);
+        let available = state
+            .volumes
+            .iter()
+            .filter(|v| volume_ids.contains(&v.id) && v.status == VolumeStatus::Available)
+            .count();
+        (active && available == 2).then_some(())
+    })
+    .await;
+    cloud.attach_volumes(&id, &volume_ids).await.unwrap();
+    let listed = cloud
+        .list_instances()
+        .await
+        .unwrap()
+        .instances
+        .into_iter()
+        .find(|i| i.instance_id == id)
+        .unwrap();
+    assert_eq!(listed.volume_ids.len(), 2, "the record names both volumes");
+
+    let (deleted, kept) = (volume_ids[0].clone(), volume_ids[1].clone());
+    cloud
+        .detach_volumes(&id, std::slice::from_ref(&deleted))
+        .await
+        .unwrap();
+    cloud.delete_volume(&deleted).await.unwrap();
+    let detaches = env.calls("DetachVolumes");
+
+    Instances::delete(cloud.clone(), listed).await.unwrap();
+    let state = env.simulator.state();
+    let status = state
+        .instances
+        .iter()
+        .find(|i| i.instance_id == id)
+        .map(|i| i.status.clone());
+    assert!(
+        matches!(status, None | Some(InstanceStatus::Deleting)),
+        "the machine is deleted, not left {status:?}"
+    );
+    assert_eq!(env.calls("DeleteInstance"), 1, "machine deletes");
+    assert_eq!(
+        env.calls("DetachVolumes") - detaches,
+        2,
+        "the refused detach, then the kept volume's"
+    );
+    assert!(
+        state
+            .volumes
+            .iter()
+            .any(|v| v.id == kept && v.instance_id.is_none()),
+        "the kept volume stays, detached"
+    );
+}
