@@ -1205,6 +1205,7 @@ async fn delete_instance(
             // the volume's delete): which one, only the machine as it is now tells. Taking
             // the 404 for the machine's would leave a machine billed with no delete sent.
             Err(e) if e.is_not_found() => {
+                tracing::debug!(cloud_id = %id, "detaching answered 404; reading the machine again");
                 let Some(current) = found(client.get_instance(id).await)? else {
                     return Ok(());
                 };
