@@ -79,8 +79,9 @@ fn world_of(line: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// For each object a convergence failure names (`  Kind name: not Ready ...`), the last
-/// lines of the world's log that concern it.
+/// For each object a convergence failure names (`  Kind name: not Ready ...`) or whose
+/// resource it found left in the cloud, the last lines of the world's log that concern it,
+/// compacted ([`compact`]).
 pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
     let mut out = String::new();
     let stuck = |l: &&str| {
@@ -88,7 +89,8 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
             || l.contains(" but not refused")
             || l.contains(": deleted but still present")
     };
-    let mut concerned: Vec<(String, String, String)> = Vec::new();
+    // (kind, name, `namespace=… ` field, the id of a resource left in the cloud)
+    let mut concerned: Vec<(String, String, String, Option<String>)> = Vec::new();
     for problem in message.lines().filter(stuck) {
         let mut words = problem.split_whitespace();
         let (Some(kind), Some(name)) = (words.next(), words.next()) else {
@@ -100,17 +102,27 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
             Some((namespace, name)) => (format!("namespace={namespace} "), name),
             None => (String::new(), name),
         };
-        concerned.push((kind.to_string(), name.to_string(), namespace_field));
+        concerned.push((kind.to_string(), name.to_string(), namespace_field, None));
     }
-    concerned.extend(message.lines().flat_map(objects_of_left_resources));
-    for (kind, name, namespace_field) in concerned {
+    concerned.extend(
+        message
+            .lines()
+            .flat_map(objects_of_left_resources)
+            .map(|(kind, name, namespace_field, id)| (kind, name, namespace_field, Some(id))),
+    );
+    for (kind, name, namespace_field, id) in concerned {
         let (kind_field, name_field) = (format!("kind={kind}"), format!("name={name} "));
-        let lines: Vec<&String> = log
+        // Lines naming a left resource's id are its object's too: a late create's watch, the
+        // sweeper and the observers log them outside the object's reconcile.
+        let lines: Vec<String> = log
             .iter()
             .filter(|l| {
-                l.contains(&kind_field) && l.contains(&name_field) && l.contains(&namespace_field)
+                (l.contains(&kind_field) && l.contains(&name_field) && l.contains(&namespace_field))
+                    || id.as_deref().is_some_and(|id| l.contains(id))
             })
+            .filter_map(|l| compact(l))
             .collect();
+        let lines: Vec<&String> = lines.iter().collect();
         let title = format!("the operator's last log lines for {kind} {name}");
         append_tail(&mut out, &title, &lines, 60);
     }
@@ -132,10 +144,36 @@ pub fn log_of_stuck_objects(message: &str, log: &[String]) -> String {
     out
 }
 
+/// One log line as a failure report shows it: its time and level, then what follows its
+/// spans; a Kubernetes API request as `HTTP <method> <url> -> <status>` once answered (its
+/// "requesting" line left out). The spans name the world and the object, which the report's
+/// title already says, and would leave a reader of a cut report only their first lines.
+fn compact(line: &str) -> Option<String> {
+    let mut words = line.split_whitespace();
+    let (time, level) = (words.next()?, words.next()?);
+    let field = |name: &str| {
+        let start = line.find(&format!("{name}="))? + name.len() + 1;
+        line[start..].split([' ', '}']).next()
+    };
+    if line.contains("HTTP{") {
+        if !line.contains("http.status_code=") {
+            return None;
+        }
+        let (method, url, status) = (
+            field("http.method")?,
+            field("http.url")?,
+            field("http.status_code")?,
+        );
+        return Some(format!("{time} {level} HTTP {method} {url} -> {status}"));
+    }
+    let rest = line.rsplit_once("}: ").map_or(line, |(_, rest)| rest);
+    Some(format!("{time} {level} {rest}"))
+}
+
 /// The objects whose names the operator's resources left in the cloud carry, from a line
 /// such as `  GpuInstance in team-a@account0: 0 objects but 1 operator resources in the
-/// cloud: [("vm-1", "gco-team-a-vm-0-ae92…")]`: (kind, name, `namespace=… ` field).
-fn objects_of_left_resources(problem: &str) -> Vec<(String, String, String)> {
+/// cloud: [("vm-1", "gco-team-a-vm-0-ae92…")]`: (kind, name, `namespace=… ` field, id).
+fn objects_of_left_resources(problem: &str) -> Vec<(String, String, String, String)> {
     let Some((head, resources)) = problem.split_once(" operator resources in the cloud: ") else {
         return Vec::new();
     };
@@ -145,16 +183,22 @@ fn objects_of_left_resources(problem: &str) -> Vec<(String, String, String)> {
     };
     let namespace = group.split('@').next().unwrap_or_default();
     let prefix = format!("gco-{namespace}-");
-    resources
-        .split('"')
-        .filter_map(|text| text.strip_prefix(&prefix))
+    // `("id", "name")` pairs: the quoted texts alternate.
+    let quoted: Vec<&str> = resources.split('"').skip(1).step_by(2).collect();
+    quoted
+        .chunks(2)
+        .filter_map(|pair| match pair {
+            [id, cloud_name] => Some((*id, cloud_name.strip_prefix(&prefix)?)),
+            _ => None,
+        })
         // The cloud name ends with a hash of the object's uid.
-        .filter_map(|rest| rest.rsplit_once('-').map(|(name, _uid_hash)| name))
-        .map(|name| {
+        .filter_map(|(id, rest)| rest.rsplit_once('-').map(|(name, _uid_hash)| (id, name)))
+        .map(|(id, name)| {
             (
                 kind.to_string(),
                 name.to_string(),
                 format!("namespace={namespace} "),
+                id.to_string(),
             )
         })
         .collect()
@@ -245,10 +289,75 @@ mod tests {
         assert_eq!(
             objects_of_left_resources(problem),
             [
-                ("GpuInstance".into(), "vm-0".into(), field.clone()),
-                ("GpuInstance".into(), "big-vm-1".into(), field),
+                (
+                    "GpuInstance".into(),
+                    "vm-0".into(),
+                    field.clone(),
+                    "vm-00000000000c".into()
+                ),
+                (
+                    "GpuInstance".into(),
+                    "big-vm-1".into(),
+                    field,
+                    "vm-00000000000d".into()
+                ),
             ]
         );
         assert!(objects_of_left_resources("  GpuInstance vm-0: not Ready").is_empty());
+    }
+
+    #[test]
+    fn a_report_line_keeps_its_time_level_and_what_follows_its_spans() {
+        let span = "world{seed=142}:reconciling object{object.ref=GpuInstance.v1alpha1.gpucloud.io/vm-0.team-c}:reconcile{kind=GpuInstance namespace=team-c name=vm-0 cloud_id=}";
+        let answered = format!(
+            "2026-12-05T02:46:16.174881Z DEBUG {span}:HTTP{{http.method=PUT http.url=https://127.0.0.1:33959/apis/gpucloud.io/v1alpha1/namespaces/team-c/gpuinstances/vm-0/status? otel.name=\"replace_status\" otel.kind=\"client\" http.status_code=409 otel.status_code=\"ERROR\"}}: kube_client::client::builder: stream closed"
+        );
+        assert_eq!(
+            compact(&answered).unwrap(),
+            "2026-12-05T02:46:16.174881Z DEBUG HTTP PUT https://127.0.0.1:33959/apis/gpucloud.io/v1alpha1/namespaces/team-c/gpuinstances/vm-0/status? -> 409"
+        );
+        let asked = format!(
+            "2026-12-05T02:46:16.083313Z DEBUG {span}:HTTP{{http.method=PUT http.url=https://x/status? otel.name=\"replace_status\" otel.kind=\"client\"}}: kube_client::client::builder: requesting"
+        );
+        assert_eq!(compact(&asked), None);
+        let call = format!(
+            "2026-12-05T02:46:16.082915Z DEBUG {span}: gpucloud_cloud::client::transport: cloud call operation=\"CreateInstance\" attempt=1 error=\"transport\" elapsed_ms=66"
+        );
+        assert_eq!(
+            compact(&call).unwrap(),
+            "2026-12-05T02:46:16.082915Z DEBUG gpucloud_cloud::client::transport: cloud call operation=\"CreateInstance\" attempt=1 error=\"transport\" elapsed_ms=66"
+        );
+    }
+
+    #[test]
+    fn a_left_resource_is_reported_with_its_objects_lines_and_those_naming_its_id() {
+        let message = r#"  GpuInstance in team-c@account1: 0 objects but 1 operator resources in the cloud: [("vm-010000000008", "gco-team-c-vm-0-d12d46de535dcfed")]"#;
+        let object =
+            "world{seed=142}:reconcile{kind=GpuInstance namespace=team-c name=vm-0 cloud_id=}";
+        let log: Vec<String> = [
+            format!(
+                "t1 DEBUG {object}: gpucloud_controller::reconcile: reconcile failed error=deleting"
+            ),
+            "t2 INFO world{seed=142}: gpucloud_controller::orphans: found cloud_id=vm-010000000008"
+                .to_string(),
+            "t3 INFO world{seed=142}: gpucloud_controller::orphans: found cloud_id=vm-010000000009"
+                .to_string(),
+            format!(
+                "t4 DEBUG {}: other",
+                object.replace("name=vm-0 ", "name=vm-1 ")
+            ),
+        ]
+        .into();
+        let report = log_of_stuck_objects(message, &log);
+        assert!(report.contains("(2 in all)"), "{report}");
+        assert!(
+            report.contains("t1 DEBUG gpucloud_controller::reconcile: reconcile failed"),
+            "{report}"
+        );
+        assert!(
+            report.contains("t2 INFO gpucloud_controller::orphans: found cloud_id=vm-010000000008"),
+            "{report}"
+        );
+        assert!(!report.contains("t3") && !report.contains("t4"), "{report}");
     }
 }
