@@ -503,10 +503,10 @@ impl<K: ManagedKind> Context<K> {
         }
     }
 
-    /// Starts the observer `object`'s reconcile will read, once per credentials Secret. A
-    /// controller runs no reconcile before its whole list has arrived from the API server:
-    /// started from the first listed object to be reconciled, the cloud's first list runs
-    /// meanwhile.
+    /// Starts the observer of `object`'s account, once per credentials Secret. A starting
+    /// controller checks or reconciles no object before its whole list has arrived from the
+    /// API server: started from the first listed object of each account, every account's
+    /// first cloud list runs meanwhile, all at once.
     pub fn prepare(self: &Arc<Self>, object: &K) {
         let namespace = object.meta().namespace.as_deref().unwrap_or_default();
         let reference = object.managed().credentials_secret_ref.as_ref();

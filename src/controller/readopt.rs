@@ -61,9 +61,12 @@ impl<K: ManagedKind> Readoption<K> {
         let Some(check) = listing.as_ref() else {
             return Some(object);
         };
+        // The first cloud list of the object's account is asked for now, beside the other
+        // accounts' (once per account): the check takes the accounts one after another, and
+        // would otherwise wait one whole list per account.
+        self.cx.prepare(&object);
         if !settled(&object) {
-            // Reconciled once the whole list is in: the cloud's first list runs meanwhile.
-            self.cx.prepare(&object);
+            // Reconciled once the whole list is in.
             return Some(object);
         }
         match check.send(object) {

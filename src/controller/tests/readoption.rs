@@ -128,3 +128,92 @@ async fn objects_created_while_a_watch_lists_again_are_reconciled() {
         support::ready_within::<SshKey>(&env, &format!("key-{n}"), 30).await;
     }
 }
+
+/// A starting controller asks each account's first cloud list as soon as it sees the account
+/// in the objects' list, all at once, not one account after another as its check reaches them:
+/// with a slow list, three accounts one after another would take three lists' time before the
+/// last account's objects were even looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_lists_every_account_at_once() {
+    use gpucloud_cloud::model::InstanceStatus;
+    const LIST: Duration = Duration::from_secs(3);
+    let keys = [
+        "sim-key",
+        "second-account-key-4a1b",
+        "third-account-key-7c2d",
+    ];
+    let simulator = gpucloud_simulator::SimulatorConfig {
+        api_keys: vec![keys[0].into()],
+        other_accounts: vec![vec![keys[1].into()], vec![keys[2].into()]],
+        faults: gpucloud_simulator::FaultPlan {
+            latency_ms_per_operation: [("ListInstances".to_string(), LIST.as_millis() as u64)]
+                .into(),
+            ..gpucloud_simulator::FaultPlan::default()
+        },
+        ..gpucloud_simulator::SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    let mut config = test_config(&env.simulator);
+    config.cloud.timeout = LIST * 3;
+    env.start_operator(config.clone());
+    for (n, key) in keys.iter().enumerate() {
+        let secret = format!("account-{n}");
+        env.put_secret(support::NAMESPACE, &secret, key).await;
+        let mut machine = instance(&format!("gpu-{n}"));
+        machine.spec.managed.credentials_secret_ref = Some(SecretKeyRef {
+            name: secret,
+            key: "apiKey".into(),
+        });
+        create(&env, &machine).await;
+    }
+    for n in 0..keys.len() {
+        support::ready_within::<GpuInstance>(&env, &format!("gpu-{n}"), 60).await;
+    }
+    env.stop_operator().await;
+
+    // While no operator runs, each account's machine is stopped in the cloud.
+    let states = |env: &Env| -> Vec<InstanceStatus> {
+        (0..keys.len())
+            .map(|account| {
+                let machines = env.simulator.account_state(account).unwrap().instances;
+                assert_eq!(machines.len(), 1, "account {account}: {machines:?}");
+                machines[0].status.clone()
+            })
+            .collect()
+    };
+    for (account, key) in keys.iter().enumerate() {
+        let client = gpucloud_cloud::CloudClient::new(gpucloud_cloud::ClientConfig::new(
+            env.simulator.base_url(),
+            gpucloud_cloud::ApiKey::new(*key),
+        ))
+        .unwrap();
+        let machine = &env.simulator.account_state(account).unwrap().instances[0];
+        client.stop_instance(&machine.instance_id).await.unwrap();
+    }
+    eventually(30, "every machine stopped", || async {
+        states(&env)
+            .iter()
+            .all(|s| *s == InstanceStatus::Shutoff)
+            .then_some(())
+    })
+    .await;
+
+    config.reconcile.observe.resync = Duration::from_secs(600);
+    let restarted = std::time::Instant::now();
+    env.start_operator(config);
+    eventually(60, "every stopped machine started again", || async {
+        states(&env)
+            .iter()
+            .all(|s| *s != InstanceStatus::Shutoff)
+            .then_some(())
+    })
+    .await;
+    // The last account's machine is looked at after its first list, which is asked with the
+    // others' (one list's time); one after another it would come after three.
+    let took = restarted.elapsed();
+    assert!(
+        took < LIST * 5 / 2,
+        "the machines were started {took:?} after the restart, with lists of {LIST:?}"
+    );
+    env.stop_operator().await;
+}
