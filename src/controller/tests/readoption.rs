@@ -182,11 +182,7 @@ async fn a_restart_lists_every_account_at_once() {
             .collect()
     };
     for (account, key) in keys.iter().enumerate() {
-        let client = gpucloud_cloud::CloudClient::new(gpucloud_cloud::ClientConfig::new(
-            env.simulator.base_url(),
-            gpucloud_cloud::ApiKey::new(*key),
-        ))
-        .unwrap();
+        let client = support::cloud_client_with_key(&env, key);
         let machine = &env.simulator.account_state(account).unwrap().instances[0];
         client.stop_instance(&machine.instance_id).await.unwrap();
     }

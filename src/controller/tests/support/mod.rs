@@ -536,9 +536,14 @@ where
 
 /// A client of the simulator's account, for changes made behind the operator's back.
 pub fn cloud_client(env: &Env) -> gpucloud_cloud::CloudClient {
+    cloud_client_with_key(env, env.simulator.api_key())
+}
+
+/// As `cloud_client`, for the account `api_key` opens.
+pub fn cloud_client_with_key(env: &Env, api_key: &str) -> gpucloud_cloud::CloudClient {
     gpucloud_cloud::CloudClient::new(gpucloud_cloud::ClientConfig::new(
         env.simulator.base_url(),
-        gpucloud_cloud::ApiKey::new(env.simulator.api_key()),
+        gpucloud_cloud::ApiKey::new(api_key),
     ))
     .unwrap()
 }
