@@ -28,9 +28,10 @@
 //!
 //! This module is the pure decision; the reconcilers do the I/O around it.
 
-use gpucloud_api::{CREATE_INTENT_ANNOTATION, CloudStatus, FINALIZER, PendingCreate};
+use gpucloud_api::{CREATE_INTENT_ANNOTATION, CloudStatus, FINALIZER, Managed, PendingCreate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -65,11 +66,7 @@ pub fn annotated(
     cloud_name: &str,
     now: Timestamp,
 ) -> Option<CloudStatus> {
-    if status.external_id.is_some()
-        || status.pending_create.is_some()
-        || status.cloud_name.is_some()
-        || !finalizers.iter().any(|f| f == FINALIZER)
-    {
+    if records_create(status) || !finalizers.iter().any(|f| f == FINALIZER) {
         return None;
     }
     let intent: AnnotatedIntent =
@@ -84,6 +81,36 @@ pub fn annotated(
         ..status.clone()
     })
 }
+
+/// Whether `status` records the object's create: an id, a create under way or a cloud name.
+/// From then on the annotated intent is read by nothing: it stands in only for a status that
+/// records none of them.
+pub fn records_create(status: &CloudStatus) -> bool {
+    status.external_id.is_some() || status.pending_create.is_some() || status.cloud_name.is_some()
+}
+
+/// Drops from `object`'s annotations what the operator never reads again: the create intent once
+/// its status records the create ([`records_create`]), and kubectl's
+/// `last-applied-configuration` (a copy of the whole object as applied). The watches' stores
+/// keep one copy of every object for as long as it exists, and the intent alone, kept in its
+/// own map, cost about 750 bytes of each. Only the stored copy forgets them: the operator's
+/// writes never send metadata taken wholesale from one (status writes change only status,
+/// metadata changes are merge patches of their own keys), so the API server keeps both.
+pub fn forget_unread_annotations<K: Managed + Resource>(object: &mut K) {
+    let create_recorded = object.cloud_status_ref().is_some_and(records_create);
+    let annotations = &mut object.meta_mut().annotations;
+    let Some(map) = annotations else { return };
+    if create_recorded {
+        map.remove(CREATE_INTENT_ANNOTATION);
+    }
+    map.remove(LAST_APPLIED_ANNOTATION);
+    if map.is_empty() {
+        *annotations = None;
+    }
+}
+
+/// kubectl's record of an object as last applied with client-side `kubectl apply`.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A cloud resource found under the object's cloud name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +259,84 @@ mod tests {
             annotated(&annotations, &[], &CloudStatus::default(), "gco-a", at(100)),
             None
         );
+    }
+
+    #[test]
+    fn a_stored_copy_forgets_the_intent_once_the_status_records_the_create_and_never_a_users_annotation()
+     {
+        use gpucloud_api::{SshKey, SshKeyStatus};
+        let recorded = [
+            CloudStatus::default(),
+            CloudStatus {
+                external_id: Some("key-1".into()),
+                ..CloudStatus::default()
+            },
+            CloudStatus {
+                cloud_name: Some("gco-a".into()),
+                ..CloudStatus::default()
+            },
+            CloudStatus {
+                pending_create: Some(PendingCreate {
+                    cloud_name: "gco-a".into(),
+                    started_at: Time(at(95)),
+                }),
+                ..CloudStatus::default()
+            },
+        ];
+        // (annotations, status recorded, what the stored copy keeps)
+        let cases: [(&[&str], usize, &[&str]); 6] = [
+            (&[CREATE_INTENT_ANNOTATION], 0, &[CREATE_INTENT_ANNOTATION]),
+            (&[CREATE_INTENT_ANNOTATION], 1, &[]),
+            (&[CREATE_INTENT_ANNOTATION], 2, &[]),
+            (&[CREATE_INTENT_ANNOTATION], 3, &[]),
+            (
+                &[
+                    CREATE_INTENT_ANNOTATION,
+                    LAST_APPLIED_ANNOTATION,
+                    "team/owner",
+                ],
+                0,
+                &[CREATE_INTENT_ANNOTATION, "team/owner"],
+            ),
+            (
+                &[
+                    CREATE_INTENT_ANNOTATION,
+                    LAST_APPLIED_ANNOTATION,
+                    "gpucloud.io/paused",
+                ],
+                1,
+                &["gpucloud.io/paused"],
+            ),
+        ];
+        for (annotations, status, kept) in cases {
+            let mut key: SshKey = serde_json::from_value(serde_json::json!({
+                "apiVersion": "gpucloud.io/v1alpha1", "kind": "SshKey",
+                "metadata": {"name": "k", "namespace": "team"},
+                "spec": {"publicKey": "ssh-ed25519 AAAA"},
+            }))
+            .unwrap();
+            key.metadata.annotations = Some(
+                annotations
+                    .iter()
+                    .map(|a| (a.to_string(), "{}".to_string()))
+                    .collect(),
+            );
+            key.status = Some(SshKeyStatus {
+                cloud: recorded[status].clone(),
+                ..SshKeyStatus::default()
+            });
+            forget_unread_annotations(&mut key);
+            let left: Vec<&str> = key
+                .metadata
+                .annotations
+                .iter()
+                .flatten()
+                .map(|(k, _)| k.as_str())
+                .collect();
+            assert_eq!(left, kept, "{annotations:?} with status {status}");
+            // A map left empty goes altogether: an empty map still costs its allocation.
+            assert_eq!(key.metadata.annotations.is_none(), kept.is_empty());
+        }
     }
 
     #[test]

@@ -100,9 +100,7 @@ pub async fn reconcile<K: ManagedKind>(
 fn work_of<K: ManagedKind>(object: &K) -> Work {
     let status = object.cloud_status();
     let annotations = object.annotations();
-    let nothing_recorded = status.external_id.is_none()
-        && status.pending_create.is_none()
-        && status.cloud_name.is_none()
+    let nothing_recorded = !create::records_create(&status)
         && !annotations.contains_key(CREATE_INTENT_ANNOTATION)
         && !annotations.contains_key(EXTERNAL_ID_ANNOTATION);
     if nothing_recorded && object.meta().deletion_timestamp.is_none() {
@@ -300,10 +298,7 @@ pub fn records_any<K: Managed + Resource>(
         {
             return true;
         }
-        if status.external_id.is_some()
-            || status.cloud_name.is_some()
-            || status.pending_create.is_some()
-        {
+        if create::records_create(status) {
             return false;
         }
     }

@@ -814,7 +814,11 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     );
     let mut listed_before = false;
     let mut notices = ChangeNotices::new(store.clone());
-    let watch = scoped.watch::<K>(watcher::Config::default().any_semantic());
+    // The stores hold every object for as long as it exists: what is never read again is
+    // dropped as it comes in.
+    let watch = scoped
+        .watch::<K>(watcher::Config::default().any_semantic())
+        .map_ok(|event| event.modify(crate::create::forget_unread_annotations));
     let publisher = changes.clone();
     let (indexed, before) = (referrers.clone(), store.clone());
     let (listed_referrers, listed) = (referrers.clone(), store.clone());
