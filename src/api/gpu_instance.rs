@@ -47,6 +47,8 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("!has(self.schedule) || self.schedule.outside != 'Hibernated' || self.tier == 'Legacy'").message("schedule.outside Hibernated needs tier Legacy: the cloud wakes a hibernated machine on the Legacy tier only; use Stopped").field_path(".schedule.outside"),
     validation = crate::common::credentials_secret_ref_is_immutable(),
 )]
+// Parts most objects leave out and that take many bytes are boxed: the stores hold every
+// object (`tests::a_stored_object_fits_its_size_class` in lib.rs).
 pub struct GpuInstanceSpec {
     #[serde(flatten)]
     pub managed: ManagedFields,
@@ -61,7 +63,7 @@ pub struct GpuInstanceSpec {
     /// `gpuCount`. Immutable; the choice is shown in `status.placement` and never changes once
     /// the machine is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<Placement>,
+    pub placement: Option<Box<Placement>>,
 
     /// GPU model from the cloud's catalog, e.g. `H100-80G`. Immutable. Inherited from the
     /// snapshot when `source` is set.
@@ -85,7 +87,7 @@ pub struct GpuInstanceSpec {
 
     /// Restore the instance from a snapshot instead of booting an image. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<InstanceSource>,
+    pub source: Option<Box<InstanceSource>>,
 
     /// Service tier: `Advanced`, or `Legacy` (needed for security rules and for restoring a
     /// hibernated machine). Immutable.
@@ -100,7 +102,7 @@ pub struct GpuInstanceSpec {
 
     /// Script run at first boot. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub startup_script: Option<StartupScript>,
+    pub startup_script: Option<Box<StartupScript>>,
 
     /// Whether the machine gets a public IP address.
     #[serde(default = "default_true")]
@@ -143,7 +145,7 @@ pub struct GpuInstanceSpec {
     /// or deleted after a final snapshot), so a forgotten machine stops billing. Editing it
     /// extends or brings forward the expiry; `status.expiresAt` shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lifetime: Option<Lifetime>,
+    pub lifetime: Option<Box<Lifetime>>,
 
     /// The windows of the week in which the machine runs (days, from and to times, an IANA
     /// time zone); outside them it is stopped or hibernated. Applies while `powerState` is
@@ -151,7 +153,7 @@ pub struct GpuInstanceSpec {
     /// and an ended `lifetime` wins over both. `status.nextTransition` shows the next start
     /// or stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<Schedule>,
+    pub schedule: Option<Box<Schedule>>,
 }
 
 /// Where a machine may be created, and how the operator chooses.
@@ -417,7 +419,7 @@ pub struct GpuInstanceStatus {
     /// Under `deletionPolicy: Snapshot`, the final snapshot, recorded once it is available and
     /// before the machine is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub final_snapshot: Option<FinalSnapshotStatus>,
+    pub final_snapshot: Option<Box<FinalSnapshotStatus>>,
     /// When `spec.schedule` next starts or stops the machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,

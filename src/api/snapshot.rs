@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
     validation = crate::common::deletion_policy_is_not_snapshot(),
     validation = crate::lifetime::deleting_expiry_is_not_orphan(),
 )]
+// Parts most objects leave out and that take many bytes are boxed: the stores hold every
+// object (`tests::a_stored_object_fits_its_size_class` in lib.rs).
 pub struct SnapshotSpec {
     #[serde(flatten)]
     pub managed: ManagedFields,
@@ -49,7 +51,7 @@ pub struct SnapshotSpec {
     /// must say `Delete`). Editing it extends or brings forward the expiry; `status.expiresAt`
     /// shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lifetime: Option<crate::lifetime::Lifetime>,
+    pub lifetime: Option<Box<crate::lifetime::Lifetime>>,
 }
 
 /// A label string attached to the snapshot in the cloud.

@@ -79,9 +79,9 @@ fn exactly_one_boot_source() {
 fn restore_inherits_gpu_type() {
     let mut i = instance();
     i.spec.os_image = None;
-    i.spec.source = Some(InstanceSource {
+    i.spec.source = Some(Box::new(InstanceSource {
         snapshot_ref: LocalRef { name: "s".into() },
-    });
+    }));
     rejected_with(&i, None, "inherited from the snapshot");
     i.spec.gpu_type = None;
     i.spec.gpu_count = None;
@@ -143,10 +143,10 @@ fn security_rules_need_legacy_tier_a_cidr_and_ordered_ports() {
 #[test]
 fn startup_script_is_inline_or_from_a_config_map() {
     let mut i = instance();
-    i.spec.startup_script = Some(StartupScript {
+    i.spec.startup_script = Some(Box::new(StartupScript {
         inline: None,
         config_map_ref: None,
-    });
+    }));
     rejected_with(&i, None, "exactly one of inline and configMapRef");
 }
 
