@@ -58,6 +58,19 @@ impl Action {
 /// bug, but leaving the object unreconciled until something changes would hide it.
 const AFTER_PANIC: Duration = Duration::from_secs(60);
 
+/// `object`'s key in the queue and in every map that follows objects: its namespace and name,
+/// all a key compares. kube-runtime's `ObjectRef::from_obj` also copies the uid and
+/// resourceVersion (`extra`, which nothing here reads) into each key: two more strings in each
+/// of the several maps that hold every settled object.
+pub fn key_of<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<K> {
+    let meta = object.meta();
+    let key = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    match meta.namespace.as_deref() {
+        Some(namespace) => key.within(namespace),
+        None => key,
+    }
+}
+
 /// Which objects run, which are due to, and when. Pure bookkeeping: starting the reconciles
 /// is `run`'s.
 struct Queue<T> {
@@ -407,5 +420,34 @@ mod tests {
         let item = queue.next_expired().await;
         assert_eq!(queue.expired(item), None);
         assert_eq!(queue.finished("a", None, Instant::now()), Some("a"));
+    }
+
+    #[test]
+    fn a_key_is_the_objects_namespace_and_name_only() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::ObjectMeta;
+        let object = |namespace: Option<&str>| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("m".to_string()),
+                namespace: namespace.map(str::to_string),
+                uid: Some("0b1c2d3e-0000-4000-8000-000000000001".to_string()),
+                resource_version: Some("4711".to_string()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        for namespace in [Some("team-a"), None] {
+            let key = key_of(&object(namespace));
+            // Found under the key kube-runtime's store gives the same object.
+            assert_eq!(key, ObjectRef::from_obj(&object(namespace)));
+            assert_eq!(key.name, "m");
+            assert_eq!(key.namespace.as_deref(), namespace);
+            assert_eq!(key.extra.uid, None);
+            assert_eq!(key.extra.resource_version, None);
+        }
+        assert_ne!(
+            key_of(&object(Some("team-a"))),
+            key_of(&object(Some("team-b")))
+        );
     }
 }

@@ -572,7 +572,7 @@ fn objects_concerned<K: ManagedKind>(store: &Store<K>, changes: &Changes) -> Vec
         .filter(|object| {
             crate::reconcile::records_any(object.as_ref(), &changes.ids, &changes.names)
         })
-        .map(|object| ObjectRef::from_obj(object.as_ref()))
+        .map(|object| crate::applier::key_of(object.as_ref()))
         .collect()
 }
 

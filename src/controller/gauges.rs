@@ -166,7 +166,7 @@ impl<K: ManagedKind> KindGauges<K> {
             .state()
             .iter()
             .filter(|o| wanted(o))
-            .map(|o| ObjectRef::from_obj(o.as_ref()))
+            .map(|o| crate::applier::key_of(o.as_ref()))
             .collect();
         for object in &woken {
             self.triggered(object);

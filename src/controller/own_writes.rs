@@ -97,7 +97,7 @@ where
         let Some(replaced) = before.resource_version() else {
             return;
         };
-        let key = ObjectRef::from_obj(after);
+        let key = crate::applier::key_of(after);
         let now = Instant::now();
         let mut writes = lock(&self.writes);
         self.sweep_if_due(&mut writes, now);
@@ -128,7 +128,7 @@ where
     /// The newer of `stored` and this process's latest write of it: the write while `stored`
     /// is a copy from before it.
     pub fn newest(&self, stored: Arc<K>) -> Arc<K> {
-        let key = ObjectRef::from_obj(&*stored);
+        let key = crate::applier::key_of(&*stored);
         let mut writes = lock(&self.writes);
         // Called as every reconcile starts: writes of objects not reconciled again are
         // dropped while no other write comes either.

@@ -140,7 +140,7 @@ async fn check<K: ManagedKind>(
             },
             None => None,
         };
-        let key = ObjectRef::from_obj(&object);
+        let key = crate::applier::key_of(&object);
         let now = clock.now();
         // A lifetime that reached a stage while no operator ran is acted on now, not at the
         // object's place in the spread (a schedule's edge shows in `status_at`).

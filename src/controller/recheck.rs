@@ -64,7 +64,7 @@ pub fn settled_rechecks<K: ManagedKind>(
             let upto = due_by(round.objects.len(), step, interval);
             let woken: Vec<ObjectRef<K>> = round.objects[round.taken.min(upto)..upto]
                 .iter()
-                .map(|object| ObjectRef::from_obj(object.as_ref()))
+                .map(|object| crate::applier::key_of(object.as_ref()))
                 .filter(|key| gauges.store().get(key).is_some() && gauges.recheck(key))
                 .collect();
             round.taken = upto;

@@ -14,7 +14,7 @@
 use crate::kind::{ManagedKind, Reference};
 use crate::lock;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -54,7 +54,7 @@ impl ReferrerIndex {
     pub fn observe<K: ManagedKind>(&self, store: &Store<K>, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(object) => {
-                if let Some(stored) = store.get(&ObjectRef::from_obj(object)) {
+                if let Some(stored) = store.get(&crate::applier::key_of(object)) {
                     self.remove(&*stored);
                 }
                 self.insert(object);
