@@ -14,6 +14,22 @@ use gpucloud_telemetry::LogFormat;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// How long jemalloc keeps pages freed by the heap before giving them back to the system. Its
+/// default, 10 s, is counted only while the arena that freed them allocates again, so once the
+/// work settled an operator kept the pages of its last burst resident; a background thread now
+/// gives them back on time (docs/performance.md, "Pages given back on time").
+const DIRTY_DECAY_MS: isize = 1_000;
+
+/// Sets [`DIRTY_DECAY_MS`] for the main thread's arena and every arena made after it (one per
+/// thread, up to four per core), and starts jemalloc's background threads. Called before the
+/// runtime starts its threads.
+fn return_freed_pages_on_time() -> Result<(), tikv_jemalloc_ctl::Error> {
+    use tikv_jemalloc_ctl::{Access, AsName, background_thread};
+    b"arenas.dirty_decay_ms\0".name().write(DIRTY_DECAY_MS)?;
+    b"arena.0.dirty_decay_ms\0".name().write(DIRTY_DECAY_MS)?;
+    background_thread::write(true)
+}
+
 /// jemalloc's count of the heap, for the metrics (`gpucloud_heap_*_bytes`); `None` when its
 /// statistics cannot be read.
 fn heap_figures() -> Option<gpucloud_telemetry::process::HeapFigures> {
@@ -85,6 +101,7 @@ const THREAD_STACK_BYTES: usize = 2 * 1024 * 1024;
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let format = cli.log_format;
+    let page_return = return_freed_pages_on_time();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(THREAD_STACK_BYTES)
@@ -96,7 +113,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, page_return)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             gpucloud_telemetry::report_fatal(format, &one_line(&error));
@@ -105,7 +122,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+/// `page_return`: whether [`return_freed_pages_on_time`] took, logged once logging is set up.
+async fn run(cli: Cli, page_return: Result<(), tikv_jemalloc_ctl::Error>) -> anyhow::Result<()> {
     // kube and reqwest both bring rustls; name the provider once for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     if matches!(cli.command, Command::Crds | Command::Version) {
@@ -119,6 +137,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let log_level = cli.log_level.as_deref().unwrap_or(default_level);
     gpucloud_telemetry::init_logging(cli.log_format, log_level)?;
     gpucloud_telemetry::process::report_heap(heap_figures);
+    if let Err(error) = page_return {
+        // Only memory is at stake: the process runs on with jemalloc's defaults.
+        tracing::warn!(%error, "freed heap pages are given back on jemalloc's default schedule");
+    }
     match cli.command {
         Command::Run(args) => gpucloud_controller::cli::run(args, BUILD)
             .await
@@ -293,6 +315,18 @@ mod tests {
                 "missing subcommand {role}: {names:?}"
             );
         }
+    }
+
+    /// Freed pages are given back within [`super::DIRTY_DECAY_MS`], by a background thread.
+    #[test]
+    fn freed_pages_are_given_back_on_time() {
+        use tikv_jemalloc_ctl::{Access, AsName, background_thread};
+        super::return_freed_pages_on_time().expect("jemalloc takes the settings");
+        for name in [&b"arenas.dirty_decay_ms\0"[..], b"arena.0.dirty_decay_ms\0"] {
+            let decay: isize = name.name().read().unwrap();
+            assert_eq!(decay, super::DIRTY_DECAY_MS);
+        }
+        assert!(background_thread::read().unwrap());
     }
 
     /// The binary's allocator keeps statistics: the heap metrics have figures to serve.
