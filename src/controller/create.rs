@@ -230,7 +230,24 @@ mod tests {
             })
         );
         // Anything the status records of the create supersedes it.
-        let recorded = [
+        for status in statuses_recording_a_create() {
+            assert_eq!(
+                annotated(&annotations, &finalizers, &status, "gco-a", at(100)),
+                None,
+                "{status:?}"
+            );
+        }
+        // Written with the finalizer: without it, it was not written by the operator's patch.
+        assert_eq!(
+            annotated(&annotations, &[], &CloudStatus::default(), "gco-a", at(100)),
+            None
+        );
+    }
+
+    /// A status recording the create by each of its three marks: an id, a cloud name, a create
+    /// under way.
+    fn statuses_recording_a_create() -> [CloudStatus; 3] {
+        [
             CloudStatus {
                 external_id: Some("vm-1".into()),
                 ..CloudStatus::default()
@@ -246,43 +263,15 @@ mod tests {
                 }),
                 ..CloudStatus::default()
             },
-        ];
-        for status in recorded {
-            assert_eq!(
-                annotated(&annotations, &finalizers, &status, "gco-a", at(100)),
-                None,
-                "{status:?}"
-            );
-        }
-        // Written with the finalizer: without it, it was not written by the operator's patch.
-        assert_eq!(
-            annotated(&annotations, &[], &CloudStatus::default(), "gco-a", at(100)),
-            None
-        );
+        ]
     }
 
     #[test]
     fn a_stored_copy_forgets_the_intent_once_the_status_records_the_create_and_never_a_users_annotation()
      {
         use gpucloud_api::{SshKey, SshKeyStatus};
-        let recorded = [
-            CloudStatus::default(),
-            CloudStatus {
-                external_id: Some("key-1".into()),
-                ..CloudStatus::default()
-            },
-            CloudStatus {
-                cloud_name: Some("gco-a".into()),
-                ..CloudStatus::default()
-            },
-            CloudStatus {
-                pending_create: Some(PendingCreate {
-                    cloud_name: "gco-a".into(),
-                    started_at: Time(at(95)),
-                }),
-                ..CloudStatus::default()
-            },
-        ];
+        let [id, name, pending] = statuses_recording_a_create();
+        let recorded = [CloudStatus::default(), id, name, pending];
         // (annotations, status recorded, what the stored copy keeps)
         let cases: [(&[&str], usize, &[&str]); 6] = [
             (&[CREATE_INTENT_ANNOTATION], 0, &[CREATE_INTENT_ANNOTATION]),
