@@ -81,7 +81,7 @@ pub async fn reconcile<K: ManagedKind>(
     let object = cx
         .gauges
         .store()
-        .get(&crate::applier::key_of(&*object))
+        .get(&applier::key_of(&*object))
         .unwrap_or(object);
     // Nor may the store's copy have what this process wrote last, while the watch lags.
     let object = cx.own_writes.newest(object);
@@ -116,7 +116,7 @@ async fn reconcile_in_slot<K: ManagedKind>(
     object: Arc<K>,
     cx: Arc<Context<K>>,
 ) -> Result<applier::Action, Error> {
-    let key = crate::applier::key_of(&*object);
+    let key = applier::key_of(&*object);
     cx.gauges.started(&key);
     let timer = cx.metrics.reconcile_started(&K::kind(&()));
     let span = tracing::info_span!(
@@ -405,7 +405,7 @@ pub fn error_policy<K: ManagedKind>(
     {
         // Woken when the account's catalog shows stock it could use; the resync (whose pass
         // reads the catalog the account caches, not the cloud) is only a backstop.
-        cx.wait_for_capacity(&account, crate::applier::key_of(&*object), wants.to_vec());
+        cx.wait_for_capacity(&account, applier::key_of(&*object), wants.to_vec());
         cx.settings.observe.resync
     } else if error.is_waiting_for_reference() {
         // Woken by the watch on the referenced kind; the resync is only a backstop.
@@ -415,12 +415,12 @@ pub fn error_policy<K: ManagedKind>(
     {
         // The account's cloud is down: wait for it to answer again (the resync is only a
         // backstop), without growing this object's own backoff.
-        cx.wait_for_recovery(&account, crate::applier::key_of(&*object));
+        cx.wait_for_recovery(&account, applier::key_of(&*object));
         cx.settings.observe.resync
     } else {
         cx.requeue.after_failure(&object.key(), error)
     };
-    cx.gauges.due_in(&crate::applier::key_of(&*object), after);
+    cx.gauges.due_in(&applier::key_of(&*object), after);
     tracing::debug!(
         kind = %K::kind(&()), name = %object.name_any(), retry_in = ?after, "retrying after an error"
     );
@@ -708,7 +708,7 @@ async fn create_step<K: ManagedKind>(
                 return Ok(requeue(recheck_after));
             }
             // Woken by the list; the resync is only a backstop.
-            cx.wait_for_next_list(account, crate::applier::key_of(&*object));
+            cx.wait_for_next_list(account, applier::key_of(&*object));
             Ok(requeue(cx.settings.observe.resync))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {

@@ -4,6 +4,7 @@
 //! of each kind.
 
 use crate::account::{Accounts, CloudSettings, SecretLocation};
+use crate::applier::key_of;
 use crate::clock::Clock;
 use crate::context::{Context, ReconcileSettings, Shared};
 use crate::decode::{Decoded, Guard};
@@ -200,12 +201,9 @@ impl<K: ManagedKind> ChangeNotices<K> {
                 Vec::new()
             }
             watcher::Event::InitApply(object) if self.listed_before => {
-                let unchanged =
-                    self.store
-                        .get(&crate::applier::key_of(object))
-                        .is_some_and(|held| {
-                            held.meta().resource_version == object.meta().resource_version
-                        });
+                let unchanged = self.store.get(&key_of(object)).is_some_and(|held| {
+                    held.meta().resource_version == object.meta().resource_version
+                });
                 if !unchanged {
                     self.relisted.push(change_of(object));
                 }
@@ -214,7 +212,7 @@ impl<K: ManagedKind> ChangeNotices<K> {
             watcher::Event::InitDone => {
                 let mut told = std::mem::take(&mut self.relisted);
                 for held in std::mem::take(&mut self.before_list) {
-                    if self.store.get(&crate::applier::key_of(&*held)).is_none() {
+                    if self.store.get(&key_of(&*held)).is_none() {
                         told.push(change_of(&*held));
                     }
                 }
@@ -861,7 +859,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
                 // Settled objects of the first list are checked against the cloud's list
                 // instead of each being reconciled at once.
                 Ok(object) => checked.offer(object).and_then(|object| {
-                    let key = crate::applier::key_of(&object);
+                    let key = key_of(&object);
                     woken.triggered(&key);
                     let stored = in_store.get(&key);
                     if stored
@@ -996,7 +994,7 @@ fn budget_controller(
                 .state()
                 .iter()
                 .filter(|b| b.namespace() == change.namespace)
-                .map(|b| crate::applier::key_of(b.as_ref()))
+                .map(|b| key_of(b.as_ref()))
                 .collect();
             futures::stream::iter(budgets)
         });
@@ -1012,7 +1010,7 @@ fn budget_controller(
                 | watcher::Event::Delete(budget),
             ) = event
             {
-                let old = before.get(&crate::applier::key_of(budget));
+                let old = before.get(&key_of(budget));
                 *lock(&held_before) = old.as_deref().map(powered_off_by).unwrap_or_default();
             }
         })
