@@ -14,9 +14,10 @@
 //! is dropped; nothing starts before the store has its first list; on shutdown nothing new
 //! starts and the running reconciles finish.
 
+use crate::store::Store;
 use futures::{FutureExt, Stream, StreamExt};
 use kube::Resource;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::Hash;
@@ -144,7 +145,12 @@ impl<T: Hash + Eq + Clone> Queue<T> {
     /// now if it came due while it ran (that run's end then decides what comes next).
     fn finished(&mut self, item: T, requeue: Option<Duration>, now: Instant) -> Option<T> {
         self.running.remove(&item);
-        if self.held.remove(&item) {
+        // A convergence runs nearly every object at once, a settled kind few: the tables
+        // would otherwise keep the convergence's size for good.
+        shrink_if_sparse(&mut self.running);
+        let held = self.held.remove(&item);
+        shrink_if_sparse(&mut self.held);
+        if held {
             return Some(item);
         }
         let after = requeue?;
@@ -160,6 +166,14 @@ impl<T: Hash + Eq + Clone> Queue<T> {
             Some(expired) => expired.into_inner(),
             None => futures::future::pending().await,
         }
+    }
+}
+
+/// Gives back most of `set`'s room once it holds under an eighth of it, keeping twice what it
+/// holds: shrinking again takes another large drop, so it costs a constant per removal.
+fn shrink_if_sparse<T: Hash + Eq>(set: &mut HashSet<T>) {
+    if set.capacity() > 64 && set.len() * 8 < set.capacity() {
+        set.shrink_to(set.len() * 2);
     }
 }
 
@@ -182,10 +196,11 @@ pub async fn run<K, E, Ctx, Fut>(
 {
     let reconcile = Arc::new(reconcile);
     let error_policy = Arc::new(error_policy);
-    let mut queue = Queue::<ObjectRef<K>>::new();
-    let mut tasks: JoinSet<(ObjectRef<K>, Option<Duration>)> = JoinSet::new();
+    // One key per object, shared by the queue's tables (each settled object is in two).
+    let mut queue = Queue::<Arc<ObjectRef<K>>>::new();
+    let mut tasks: JoinSet<(Arc<ObjectRef<K>>, Option<Duration>)> = JoinSet::new();
     // Objects due before the store had its first list.
-    let mut before_ready: HashSet<ObjectRef<K>> = HashSet::new();
+    let mut before_ready: HashSet<Arc<ObjectRef<K>>> = HashSet::new();
     let mut ready = false;
     let ready_store = store.clone();
     let mut store_ready = std::pin::pin!(ready_store.wait_until_ready().fuse());
@@ -193,10 +208,10 @@ pub async fn run<K, E, Ctx, Fut>(
     let mut shutdown = std::pin::pin!(shutdown.fuse());
     let mut accepting = true;
 
-    let start = |item: ObjectRef<K>,
-                 queue: &mut Queue<ObjectRef<K>>,
-                 tasks: &mut JoinSet<(ObjectRef<K>, Option<Duration>)>,
-                 before_ready: &mut HashSet<ObjectRef<K>>,
+    let start = |item: Arc<ObjectRef<K>>,
+                 queue: &mut Queue<Arc<ObjectRef<K>>>,
+                 tasks: &mut JoinSet<(Arc<ObjectRef<K>>, Option<Duration>)>,
+                 before_ready: &mut HashSet<Arc<ObjectRef<K>>>,
                  ready: bool| {
         if !ready {
             before_ready.insert(item);
@@ -266,7 +281,7 @@ pub async fn run<K, E, Ctx, Fut>(
             trigger = triggers.next(), if accepting => match trigger {
                 Some(item) => {
                     let now = Instant::now();
-                    if let Some(item) = queue.request(item, now, now) {
+                    if let Some(item) = queue.request(Arc::new(item), now, now) {
                         start(item, &mut queue, &mut tasks, &mut before_ready, ready);
                     }
                 }
@@ -284,11 +299,33 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    #[test]
+    fn a_table_gives_back_its_room_once_sparse() {
+        let mut running: HashSet<u32> = (0..100_000).collect();
+        let grown = running.capacity();
+        for n in 0..99_000 {
+            running.remove(&n);
+            shrink_if_sparse(&mut running);
+        }
+        assert_eq!(running.len(), 1_000);
+        assert!(
+            running.capacity() < grown / 16,
+            "{} of {grown}",
+            running.capacity()
+        );
+        assert!(running.capacity() >= 2 * running.len());
+        // Never below its contents, nor shrunk while dense.
+        let mut small: HashSet<u32> = (0..60).collect();
+        let room = small.capacity();
+        shrink_if_sparse(&mut small);
+        assert_eq!(small.capacity(), room);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_trigger_is_taken_while_reconciles_finish_back_to_back() {
         use k8s_openapi::api::core::v1::ConfigMap;
         use kube::api::ObjectMeta;
-        use kube::runtime::{reflector, watcher};
+        use kube::runtime::watcher;
         let map = |name: &str| ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
@@ -298,7 +335,7 @@ mod tests {
             ..ConfigMap::default()
         };
         let busy: Vec<ConfigMap> = (0..2000).map(|n| map(&format!("busy-{n}"))).collect();
-        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let (store, mut writer) = crate::store::store::<ConfigMap>();
         writer.apply_watcher_event(&watcher::Event::Init);
         for object in busy.iter().chain([&map("late")]) {
             writer.apply_watcher_event(&watcher::Event::InitApply(object.clone()));

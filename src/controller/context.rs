@@ -565,7 +565,10 @@ fn merge_queued(
 
 /// The objects whose recorded id, cloud name or pending create matches a change. One pass
 /// over the store for any number of changes.
-fn objects_concerned<K: ManagedKind>(store: &Store<K>, changes: &Changes) -> Vec<ObjectRef<K>> {
+fn objects_concerned<K: ManagedKind>(
+    store: &crate::store::Store<K>,
+    changes: &Changes,
+) -> Vec<ObjectRef<K>> {
     store
         .state()
         .iter()

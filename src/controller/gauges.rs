@@ -12,9 +12,10 @@
 use crate::account::{Accounts, Billing};
 use crate::kind::ManagedKind;
 use crate::lock;
+use crate::store::Store;
 use gpucloud_api::condition_type;
 use gpucloud_telemetry::{KindState, Metrics, StateSource};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -35,8 +36,9 @@ pub enum Next {
 pub struct KindGauges<K: ManagedKind> {
     kind: String,
     store: Store<K>,
-    /// When each object is next due for a reconcile, while one is pending.
-    due: Mutex<HashMap<ObjectRef<K>, Instant>>,
+    /// When each object is next due for a reconcile, while one is pending, by the store's
+    /// `hash_of` the object (every object has an entry once settled: no copy of its name).
+    due: Mutex<HashMap<u64, Instant>>,
     /// The objects whose last reconcile asked for nothing but a change (few: the paused, the
     /// invalid, the gone), which the settled sweep leaves alone.
     awaiting: Mutex<HashSet<ObjectRef<K>>>,
@@ -70,7 +72,7 @@ impl<K: ManagedKind> KindGauges<K> {
         &self.store
     }
 
-    fn with_due<T>(&self, f: impl FnOnce(&mut HashMap<ObjectRef<K>, Instant>) -> T) -> T {
+    fn with_due<T>(&self, f: impl FnOnce(&mut HashMap<u64, Instant>) -> T) -> T {
         f(&mut lock(&self.due))
     }
 
@@ -78,7 +80,7 @@ impl<K: ManagedKind> KindGauges<K> {
     pub fn triggered(&self, object: &ObjectRef<K>) {
         let now = Instant::now();
         self.with_due(|due| {
-            due.entry(object.clone())
+            due.entry(self.store.hash_of(object))
                 .and_modify(|at| *at = (*at).min(now))
                 .or_insert(now);
         });
@@ -87,7 +89,7 @@ impl<K: ManagedKind> KindGauges<K> {
     /// A reconcile of `object` starts: how long it waited since it came due is observed.
     pub fn started(&self, object: &ObjectRef<K>) {
         lock(&self.awaiting).remove(object);
-        if let Some(at) = self.with_due(|due| due.remove(object)) {
+        if let Some(at) = self.with_due(|due| due.remove(&self.store.hash_of(object))) {
             let waited = Instant::now().saturating_duration_since(at);
             self.metrics.dequeued(&self.kind, waited);
         }
@@ -114,7 +116,7 @@ impl<K: ManagedKind> KindGauges<K> {
         if lock(&self.awaiting).contains(object) {
             return false;
         }
-        self.with_due(|due| match due.entry(object.clone()) {
+        self.with_due(|due| match due.entry(self.store.hash_of(object)) {
             Entry::Occupied(_) => false,
             Entry::Vacant(vacant) => {
                 vacant.insert(Instant::now());
@@ -128,7 +130,7 @@ impl<K: ManagedKind> KindGauges<K> {
     /// each scrape and each round of the settled sweep, so neither grows with deletions when
     /// nothing scrapes.
     pub fn forget_gone(&self) {
-        self.with_due(|due| due.retain(|object, _| self.store.get(object).is_some()));
+        self.with_due(|due| self.store.retain_held(due));
         lock(&self.awaiting).retain(|object| self.store.get(object).is_some());
     }
 
@@ -136,7 +138,7 @@ impl<K: ManagedKind> KindGauges<K> {
     pub fn due_in(&self, object: &ObjectRef<K>, after: Duration) {
         let at = Instant::now() + after;
         self.with_due(|due| {
-            due.entry(object.clone())
+            due.entry(self.store.hash_of(object))
                 .and_modify(|existing| *existing = (*existing).min(at))
                 .or_insert(at);
         });

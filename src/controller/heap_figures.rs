@@ -14,7 +14,6 @@ use crate::observer::CloudList;
 use crate::own_writes::OwnWrites;
 use gpucloud_cloud::model::Instance;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -115,7 +114,7 @@ fn own_writes() {
         map.metadata.resource_version = Some(version.into());
         map
     };
-    let mut writer = Writer::default();
+    let (_, mut writer) = crate::store::store();
     let written: Vec<_> = (0..OBJECTS)
         .map(|i| (object(i, "1"), object(i, "2")))
         .collect();

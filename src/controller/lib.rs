@@ -50,6 +50,7 @@ pub mod run;
 pub mod secrets;
 pub mod snapshot;
 pub mod ssh_key;
+pub mod store;
 pub mod volume;
 pub mod watch_health;
 

@@ -16,9 +16,10 @@
 //! burst of writes does not hold its size for good.
 
 use crate::lock;
+use crate::store::Store;
 use kube::Resource;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -185,8 +186,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Writer;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher::Event;
 
     fn object(uid: &str, version: &str, data: &str) -> ConfigMap {
@@ -204,8 +205,8 @@ mod tests {
     }
 
     fn writes() -> (OwnWrites<ConfigMap>, Writer<ConfigMap>) {
-        let writer = Writer::default();
-        (OwnWrites::new(writer.as_reader()), writer)
+        let (store, writer) = crate::store::store();
+        (OwnWrites::new(store), writer)
     }
 
     #[test]

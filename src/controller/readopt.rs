@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 /// list is complete.
 pub struct Readoption<K: ManagedKind> {
     cx: Arc<Context<K>>,
-    listing: Mutex<Option<mpsc::UnboundedSender<K>>>,
+    listing: Mutex<Option<mpsc::UnboundedSender<Arc<K>>>>,
 }
 
 impl<K: ManagedKind> Readoption<K> {
@@ -56,7 +56,7 @@ impl<K: ManagedKind> Readoption<K> {
 
     /// An object of the first list: taken for the check when settled, handed back (to be
     /// reconciled as usual) otherwise or once the first list is complete.
-    pub fn offer(&self, object: K) -> Option<K> {
+    pub fn offer(&self, object: Arc<K>) -> Option<Arc<K>> {
         let listing = lock(&self.listing);
         let Some(check) = listing.as_ref() else {
             return Some(object);
@@ -65,7 +65,7 @@ impl<K: ManagedKind> Readoption<K> {
         // accounts' (once per account): the check takes the accounts one after another, and
         // would otherwise wait one whole list per account.
         self.cx.prepare(&object);
-        if !settled(&object) {
+        if !settled(&*object) {
             // Reconciled once the whole list is in.
             return Some(object);
         }
@@ -113,7 +113,7 @@ pub fn listed_as_recorded<K: ManagedKind>(object: &K, record: &Record<K>, now: T
 /// the re-adopted objects' first rechecks over one resync interval.
 async fn check<K: ManagedKind>(
     cx: Arc<Context<K>>,
-    mut received: mpsc::UnboundedReceiver<K>,
+    mut received: mpsc::UnboundedReceiver<Arc<K>>,
     trigger: mpsc::UnboundedSender<ObjectRef<K>>,
 ) {
     // The cloud's first list per credentials, or `None` when the credentials or the list
@@ -127,6 +127,7 @@ async fn check<K: ManagedKind>(
     let mut reconciled = 0_usize;
     let clock = cx.settings.clock;
     while let Some(object) = received.recv().await {
+        let object = &*object;
         let namespace = object.namespace().unwrap_or_default();
         let reference = object.managed().credentials_secret_ref.as_ref();
         let listed = match cx.accounts.secret_for(&namespace, reference) {
@@ -140,14 +141,14 @@ async fn check<K: ManagedKind>(
             },
             None => None,
         };
-        let key = crate::applier::key_of(&object);
+        let key = crate::applier::key_of(object);
         let now = clock.now();
         // A lifetime that reached a stage while no operator ran is acted on now, not at the
         // object's place in the spread (a schedule's edge shows in `status_at`).
-        if !lifetime_due(&object, now)
-            && listed.is_some_and(|snapshot| matches_cloud(&snapshot, &object, now))
+        if !lifetime_due(object, now)
+            && listed.is_some_and(|snapshot| matches_cloud(&snapshot, object, now))
         {
-            readopted.insert(key, wake_of(&object, now));
+            readopted.insert(key, wake_of(object, now));
         } else {
             reconciled += 1;
             cx.gauges.triggered(&key);

@@ -240,7 +240,7 @@ pub async fn waits_for(
 mod tests {
     use super::*;
     use crate::referrers::ReferrerIndex;
-    use kube::runtime::{reflector, watcher};
+    use kube::runtime::watcher;
     use std::collections::BTreeMap;
 
     /// A Ready machine `name` of `namespace` with the cloud id `id`, as its store holds it.
@@ -256,7 +256,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reference_follows_the_store_in_its_own_namespace_and_never_another_teams() {
-        let (store, mut writer) = reflector::store::<GpuInstance>();
+        let (store, mut writer) = crate::store::store::<GpuInstance>();
         writer.apply_watcher_event(&watcher::Event::Apply(machine("team-a", "trainer", "vm-a")));
         writer.apply_watcher_event(&watcher::Event::Apply(machine("team-b", "victim", "vm-b")));
         let stores = Ownership::default();

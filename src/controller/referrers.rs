@@ -13,8 +13,8 @@
 
 use crate::kind::{ManagedKind, Reference};
 use crate::lock;
+use crate::store::Store;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -130,7 +130,6 @@ mod tests {
 
     use super::*;
     use gpucloud_api::Volume;
-    use kube::runtime::reflector;
 
     fn volume(namespace: &str, name: &str, instance: &str) -> Volume {
         serde_json::from_value(serde_json::json!({
@@ -147,7 +146,7 @@ mod tests {
 
     #[test]
     fn an_applied_object_replaces_the_references_of_the_version_the_store_held() {
-        let (store, mut writer) = reflector::store::<Volume>();
+        let (store, mut writer) = crate::store::store::<Volume>();
         let index = ReferrerIndex::default();
         // Each event as the controller's watch passes it: to the index, then to the store.
         let mut pass = |event: watcher::Event<Volume>| {
@@ -184,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_complete_list_rebuilds_the_index_from_the_store() {
-        let (store, mut writer) = reflector::store::<Volume>();
+        let (store, mut writer) = crate::store::store::<Volume>();
         let index = ReferrerIndex::default();
         for event in [
             watcher::Event::Apply(volume("team-a", "gone", "gi-1")),

@@ -20,6 +20,7 @@ use crate::recheck::settled_rechecks;
 use crate::reconcile::{error_policy, reconcile};
 use crate::referrers::ReferrerIndex;
 use crate::registry::{KindFn, KindVisitor, each_kind, map_kinds};
+use crate::store::{Store, Wakes};
 use crate::watch_health;
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
 use gpucloud_api::{Budget, GpuInstance, GpuInstancePool};
@@ -166,7 +167,7 @@ fn change_of<K: ManagedKind>(object: &K) -> Change {
 /// objects, the volumes woken by a list of their machines waited a minute, the account's rate
 /// unused.
 struct ChangeNotices<K: ManagedKind> {
-    store: reflector::Store<K>,
+    store: Store<K>,
     listed_before: bool,
     /// The store's objects when a later list began.
     before_list: Vec<Arc<K>>,
@@ -175,7 +176,7 @@ struct ChangeNotices<K: ManagedKind> {
 }
 
 impl<K: ManagedKind> ChangeNotices<K> {
-    fn new(store: reflector::Store<K>) -> Self {
+    fn new(store: Store<K>) -> Self {
         ChangeNotices {
             store,
             listed_before: false,
@@ -186,7 +187,7 @@ impl<K: ManagedKind> ChangeNotices<K> {
 
     /// The changes to tell now that the store has taken `event`; none are gathered while no
     /// controller `follows` the kind (the lists are still counted).
-    fn take(&mut self, event: &watcher::Event<K>, follows: bool) -> Vec<Change> {
+    fn take(&mut self, event: &watcher::Event<Arc<K>>, follows: bool) -> Vec<Change> {
         match event {
             watcher::Event::InitDone => self.listed_before = true,
             _ if !follows => return Vec::new(),
@@ -194,18 +195,18 @@ impl<K: ManagedKind> ChangeNotices<K> {
         }
         match event {
             watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
-                vec![change_of(object)]
+                vec![change_of(&**object)]
             }
             watcher::Event::Init if self.listed_before => {
                 self.before_list = self.store.state();
                 Vec::new()
             }
             watcher::Event::InitApply(object) if self.listed_before => {
-                let unchanged = self.store.get(&key_of(object)).is_some_and(|held| {
+                let unchanged = self.store.get(&key_of(&**object)).is_some_and(|held| {
                     held.meta().resource_version == object.meta().resource_version
                 });
                 if !unchanged {
-                    self.relisted.push(change_of(object));
+                    self.relisted.push(change_of(&**object));
                 }
                 Vec::new()
             }
@@ -762,7 +763,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
     // on. Without the filter, each status write would wake its own object again, and a
     // refused create would be retried in a loop.
-    let (store, writer) = reflector::store();
+    let (store, mut writer) = crate::store::store();
     let gauges = Arc::new(KindGauges::new(
         store.clone(),
         config.metrics.clone(),
@@ -820,13 +821,14 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     let publisher = changes.clone();
     let (indexed, before) = (referrers.clone(), store.clone());
     let (listed_referrers, listed) = (referrers.clone(), store.clone());
+    let mut wakes = Wakes::new(intent_hash::<K>, store.clone());
     let objects = read_ahead(watch, READ_AHEAD)
         .inspect(move |event| {
             if let Ok(event) = event {
                 indexed.observe(&before, event);
             }
         })
-        .reflect(writer)
+        .map_ok(move |event| writer.apply(event))
         .inspect(move |event| {
             if let Ok(event) = event {
                 for change in notices.take(event, publisher.followed(&K::kind(&()))) {
@@ -850,16 +852,16 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
             Err(_) => metrics.watch_failed(&kind),
             _ => {}
         })
-        .applied_objects()
-        .predicate_filter(intent_hash, PredicateConfig::default())
+        .map_ok(move |event| wakes.take(event))
         // Watch errors are counted above and retried by the backoff; kept out of the
         // controller, whose queue stalls on an error item until something else wakes it.
         .filter_map(move |object| {
             futures::future::ready(match object {
+                Ok(None) => None,
                 // Settled objects of the first list are checked against the cloud's list
                 // instead of each being reconciled at once.
-                Ok(object) => checked.offer(object).and_then(|object| {
-                    let key = key_of(&object);
+                Ok(Some(object)) => checked.offer(object).and_then(|object| {
+                    let key = key_of(&*object);
                     woken.triggered(&key);
                     let stored = in_store.get(&key);
                     if stored
@@ -1158,14 +1160,14 @@ mod tests {
     /// Each event taken into the store as the reflector does, then into the notices: the
     /// names told, each with the cloud id the store holds for it at that moment.
     fn told(
-        writer: &mut reflector::store::Writer<GpuInstance>,
+        writer: &mut crate::store::Writer<GpuInstance>,
         notices: &mut ChangeNotices<GpuInstance>,
         events: Vec<watcher::Event<GpuInstance>>,
     ) -> Vec<(String, Option<String>)> {
         let store = writer.as_reader();
         let mut told = Vec::new();
         for event in events {
-            writer.apply_watcher_event(&event);
+            let event = writer.apply(event);
             for change in notices.take(&event, true) {
                 let held = store
                     .get(&ObjectRef::new(&change.name).within("team"))
@@ -1179,8 +1181,8 @@ mod tests {
     #[test]
     fn a_later_lists_changes_are_told_once_the_store_holds_them() {
         use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
-        let mut writer = reflector::store::Writer::default();
-        let mut notices = ChangeNotices::new(writer.as_reader());
+        let (store, mut writer) = crate::store::store();
+        let mut notices = ChangeNotices::new(store);
         // The first list tells nothing; a change then is told at once.
         let first = vec![
             Init,
