@@ -27,7 +27,6 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
-use tracing::Instrument;
 
 /// What a reconcile asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,24 +223,24 @@ pub async fn run<K, E, Ctx, Fut>(
         };
         queue.started(item.clone());
         let (reconcile, error_policy, cx) = (reconcile.clone(), error_policy.clone(), cx.clone());
-        let span = tracing::info_span!("reconciling object", "object.ref" = %item);
-        tasks.spawn(
-            async move {
-                let outcome = AssertUnwindSafe(reconcile(object.clone(), cx.clone()))
-                    .catch_unwind()
-                    .await;
-                let requeue = match outcome {
-                    Ok(Ok(action)) => action.requeue_after(),
-                    Ok(Err(error)) => error_policy(object, &error, cx).requeue_after(),
-                    Err(_) => {
-                        tracing::error!(object = %item, "reconcile panicked");
-                        Some(AFTER_PANIC)
-                    }
-                };
-                (item, requeue)
-            }
-            .instrument(span),
-        );
+        // No span per task: a convergence starts nearly every object's reconcile at once, most
+        // of them to wait for a slot of their account, and each open span would hold its
+        // formatted fields and a slot of the subscriber's, which keeps that many for good. The
+        // reconcile opens its own span once it runs (`reconcile.rs`).
+        tasks.spawn(async move {
+            let outcome = AssertUnwindSafe(reconcile(object.clone(), cx.clone()))
+                .catch_unwind()
+                .await;
+            let requeue = match outcome {
+                Ok(Ok(action)) => action.requeue_after(),
+                Ok(Err(error)) => error_policy(object, &error, cx).requeue_after(),
+                Err(_) => {
+                    tracing::error!(object = %item, "reconcile panicked");
+                    Some(AFTER_PANIC)
+                }
+            };
+            (item, requeue)
+        });
     };
 
     loop {

@@ -422,7 +422,8 @@ pub fn error_policy<K: ManagedKind>(
     };
     cx.gauges.due_in(&applier::key_of(&*object), after);
     tracing::debug!(
-        kind = %K::kind(&()), name = %object.name_any(), retry_in = ?after, "retrying after an error"
+        kind = %K::kind(&()), namespace = %namespace(&*object), name = %object.name_any(),
+        retry_in = ?after, "retrying after an error"
     );
     applier::Action::requeue(after)
 }
