@@ -32,7 +32,8 @@ pub struct FairShare {
 struct Inner {
     /// Slots per lane.
     slots: usize,
-    lanes: Mutex<HashMap<String, Lane>>,
+    /// By lane name, shared with the lane's slots and waits (no copy per reconcile).
+    lanes: Mutex<HashMap<Arc<str>, Lane>>,
 }
 
 /// One account's slots and the namespaces waiting for one.
@@ -98,7 +99,7 @@ impl Waiting {
 /// A reconcile slot, given back when dropped.
 pub struct Slot {
     inner: Arc<Inner>,
-    lane: String,
+    lane: Arc<str>,
     held: bool,
 }
 
@@ -115,32 +116,50 @@ impl FairShare {
 
     /// A slot of `lane` for a reconcile of an object of `namespace` about to do `work`: at
     /// once while the lane has one free and nobody waits, else when the namespace's turn
-    /// comes (and within it, that of its kind of work).
-    pub async fn slot(&self, lane: &str, namespace: &str, work: Work) -> Slot {
-        let receiver = {
+    /// comes (and within it, that of its kind of work). The wait borrows nothing of the
+    /// caller's: in a convergence nearly every object waits, and names kept through the wait
+    /// were two allocations per object left among the stores' objects.
+    pub fn slot(
+        &self,
+        lane: &str,
+        namespace: &str,
+        work: Work,
+    ) -> impl Future<Output = Slot> + Send + 'static {
+        let inner = self.inner.clone();
+        let (lane, granted) = {
             let mut lanes = lock(&self.inner.lanes);
-            let entry = lanes.entry(lane.to_string()).or_default();
+            let lane: Arc<str> = match lanes.get_key_value(lane) {
+                Some((name, _)) => name.clone(),
+                None => Arc::from(lane),
+            };
+            let entry = lanes.entry(lane.clone()).or_default();
             if entry.busy < self.inner.slots && entry.turns.is_empty() {
                 entry.busy += 1;
-                return self.inner.slot(lane);
+                (lane.clone(), Ok(inner.slot(&lane)))
+            } else {
+                let (sender, receiver) = oneshot::channel();
+                let queue = entry.waiting.entry(namespace.to_string()).or_default();
+                if queue.is_empty() {
+                    entry.turns.push_back(namespace.to_string());
+                }
+                queue.push(work, sender);
+                (lane, Err(receiver))
             }
-            let (sender, receiver) = oneshot::channel();
-            let queue = entry.waiting.entry(namespace.to_string()).or_default();
-            if queue.is_empty() {
-                entry.turns.push_back(namespace.to_string());
-            }
-            queue.push(work, sender);
-            receiver
         };
-        match receiver.await {
-            Ok(slot) => slot,
-            // The sender is only dropped with a slot sent or the lane's waiters handed on,
-            // neither of which leaves this receiver unanswered; should it happen, a slot is
-            // taken as if the lane had room rather than leaving the reconcile parked.
-            Err(_) => {
-                let mut lanes = lock(&self.inner.lanes);
-                lanes.entry(lane.to_string()).or_default().busy += 1;
-                self.inner.slot(lane)
+        async move {
+            let receiver = match granted {
+                Ok(slot) => return slot,
+                Err(receiver) => receiver,
+            };
+            match receiver.await {
+                Ok(slot) => slot,
+                // The sender is only dropped with a slot sent or the lane's waiters handed on,
+                // neither of which leaves this receiver unanswered; should it happen, a slot is
+                // taken as if the lane had room rather than leaving the reconcile parked.
+                Err(_) => {
+                    lock(&inner.lanes).entry(lane.clone()).or_default().busy += 1;
+                    inner.slot(&lane)
+                }
             }
         }
     }
@@ -158,17 +177,17 @@ impl FairShare {
 }
 
 impl Inner {
-    fn slot(self: &Arc<Self>, lane: &str) -> Slot {
+    fn slot(self: &Arc<Self>, lane: &Arc<str>) -> Slot {
         Slot {
             inner: self.clone(),
-            lane: lane.to_string(),
+            lane: lane.clone(),
             held: true,
         }
     }
 
     /// A slot of `lane` came free: it goes to the next namespace's oldest waiter still
     /// waiting, or back to the lane.
-    fn release(self: &Arc<Self>, lane_name: &str) {
+    fn release(self: &Arc<Self>, lane_name: &Arc<str>) {
         let mut lanes = lock(&self.lanes);
         let Some(lane) = lanes.get_mut(lane_name) else {
             return;
@@ -328,6 +347,23 @@ mod tests {
                 "create-3"
             ]
         );
+        assert_eq!(share.counts(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_wait_keeps_nothing_of_the_callers_names() {
+        let share = FairShare::new(1);
+        let (lane, namespace) = ("account-a".to_string(), "team".to_string());
+        let held = share.slot(&lane, &namespace, Work::Existing).await;
+        let waiting = share.slot(&lane, &namespace, Work::Create);
+        drop((lane, namespace));
+        let waiting = tokio::spawn(waiting);
+        settle().await;
+        assert_eq!(share.counts(), (1, 1));
+        drop(held);
+        let second = waiting.await.unwrap();
+        assert_eq!(share.counts(), (1, 0));
+        drop(second);
         assert_eq!(share.counts(), (0, 0));
     }
 

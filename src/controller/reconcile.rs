@@ -65,16 +65,16 @@ pub async fn reconcile<K: ManagedKind>(
     object: Arc<K>,
     cx: Arc<Context<K>>,
 ) -> Result<applier::Action, Error> {
-    let namespace = namespace(&*object);
-    let lane = cx
-        .accounts
-        .secret_for(&namespace, object.managed().credentials_secret_ref.as_ref())
-        .map(|location| format!("{}/{}/{}", location.namespace, location.name, location.key))
-        .unwrap_or_default();
-    let _slot = cx
-        .fair_share
-        .slot(&lane, &namespace, work_of(&*object))
-        .await;
+    let waiting = {
+        let namespace = namespace(&*object);
+        let lane = cx
+            .accounts
+            .secret_for(&namespace, object.managed().credentials_secret_ref.as_ref())
+            .map(|location| format!("{}/{}/{}", location.namespace, location.name, location.key))
+            .unwrap_or_default();
+        cx.fair_share.slot(&lane, &namespace, work_of(&*object))
+    };
+    let _slot = waiting.await;
     // The copy handed over when the reconcile started may be older than the slot: the store's
     // copy now has what the object's previous reconcile wrote while this one waited (a
     // finalizer, a status), so its writes do not meet 409 and its cleanup does not run twice.
@@ -87,7 +87,7 @@ pub async fn reconcile<K: ManagedKind>(
     let object = cx.own_writes.newest(object);
     // Within the account, its cloud calls wait for tokens in their team's turn too.
     gpucloud_cloud::limiter::in_share(
-        Arc::from(namespace),
+        Arc::from(namespace(&*object)),
         Box::pin(reconcile_in_slot(object, cx)),
     )
     .await
