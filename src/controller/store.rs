@@ -133,8 +133,8 @@ impl<K: Resource> Store<K> {
 
     /// `object` in `table`, in place of the one of the same namespace and name if any.
     fn put(&self, table: &mut HashTable<Arc<K>>, object: Arc<K>) {
-        let hash = self.hash(identity(&*object));
         let wanted = identity(&*object);
+        let hash = self.hash(wanted);
         match table.find_mut(hash, |held| identity(&**held) == wanted) {
             Some(held) => *held = object,
             None => {
