@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
+use tracing::Instrument;
 
 /// What a reconcile asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,11 +224,12 @@ pub async fn run<K, E, Ctx, Fut>(
         };
         queue.started(item.clone());
         let (reconcile, error_policy, cx) = (reconcile.clone(), error_policy.clone(), cx.clone());
-        // No span per task: a convergence starts nearly every object's reconcile at once, most
-        // of them to wait for a slot of their account, and each open span would hold its
-        // formatted fields and a slot of the subscriber's, which keeps that many for good. The
-        // reconcile opens its own span once it runs (`reconcile.rs`).
-        tasks.spawn(async move {
+        // No span of its own per task: a convergence starts nearly every object's reconcile at
+        // once, most of them to wait for a slot of their account, and each open span would hold
+        // its formatted fields and a slot of the subscriber's, which keeps that many for good.
+        // The task runs in the applier's span (a handle, nothing recorded), and the reconcile
+        // opens its own once it runs (`reconcile.rs`).
+        let task = async move {
             let outcome = AssertUnwindSafe(reconcile(object.clone(), cx.clone()))
                 .catch_unwind()
                 .await;
@@ -240,7 +242,8 @@ pub async fn run<K, E, Ctx, Fut>(
                 }
             };
             (item, requeue)
-        });
+        };
+        tasks.spawn(task.in_current_span());
     };
 
     loop {
@@ -318,6 +321,51 @@ mod tests {
         let room = small.capacity();
         shrink_if_sparse(&mut small);
         assert_eq!(small.capacity(), room);
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_runs_in_the_span_the_applier_runs_in() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::ObjectMeta;
+        use kube::runtime::watcher;
+        let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry());
+        let object = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("trainer".into()),
+                namespace: Some("team-a".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        let (store, mut writer) = crate::store::store::<ConfigMap>();
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(object.clone()),
+            watcher::Event::InitDone,
+        ] {
+            writer.apply(event);
+        }
+        let (triggers, received) = tokio::sync::mpsc::unbounded_channel();
+        triggers.send(ObjectRef::from_obj(&object)).unwrap();
+        let (seen, mut spans) = tokio::sync::mpsc::unbounded_channel();
+        let reconcile = |_: Arc<ConfigMap>, seen: Arc<tokio::sync::mpsc::UnboundedSender<_>>| async move {
+            let _ = seen.send(tracing::Span::current().metadata().map(|span| span.name()));
+            Ok::<_, std::convert::Infallible>(Action::await_change())
+        };
+        let applier = tokio::spawn(
+            run(
+                tokio_stream::wrappers::UnboundedReceiverStream::new(received),
+                store,
+                reconcile,
+                |_, _, _| Action::await_change(),
+                Arc::new(seen),
+                std::future::pending(),
+            )
+            .instrument(tracing::info_span!("world")),
+        );
+        let span = tokio::time::timeout(secs(5), spans.recv()).await;
+        applier.abort();
+        assert_eq!(span.unwrap(), Some(Some("world")));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
