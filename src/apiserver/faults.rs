@@ -201,9 +201,18 @@ impl ApiFaults {
 
     /// What ends a new watch early: a receiver that changes on the next on-demand disconnect,
     /// and the lifetime after which the seeded rate cuts it, if it does.
+    ///
+    /// A watch admitted just before an outage began, but taking this after it, ends at once as
+    /// the open ones did: the outage is read after subscribing, so either it is seen here or its
+    /// disconnect comes later. Otherwise such a watch would stay open through the outage, which
+    /// kube-apiserver's cannot.
     pub fn watch_cut(&self) -> WatchCut {
         let mut disconnect = self.disconnect.subscribe();
-        disconnect.mark_unchanged();
+        if self.outage().is_some() {
+            disconnect.mark_changed();
+        } else {
+            disconnect.mark_unchanged();
+        }
         let mut guard = self.lock();
         let (plan, rng) = &mut *guard;
         let lifetime = (plan.watch_cut_rate > 0.0 && rng.random::<f64>() < plan.watch_cut_rate)
@@ -323,5 +332,18 @@ mod tests {
         faults.set_outage(None);
         assert_eq!(faults.outage(), None);
         assert_eq!(faults.counts().disconnects, 1);
+    }
+
+    /// A watch request that passed the outage check just before the outage began takes its cut
+    /// after it: it ends at once, as the watches open at the outage did.
+    #[test]
+    fn a_watch_admitted_as_an_outage_begins_ends_with_the_open_ones() {
+        let faults = ApiFaults::default();
+        faults.set_outage(Some(500));
+        let admitted_before = faults.watch_cut();
+        assert!(admitted_before.disconnect.has_changed().unwrap());
+        faults.set_outage(None);
+        let after = faults.watch_cut();
+        assert!(!after.disconnect.has_changed().unwrap());
     }
 }

@@ -548,18 +548,25 @@ async fn readiness_follows_the_api_server_away_and_back() {
     .await;
 
     env.apiserver.faults().set_outage(Some(500));
-    // An object watch and a trigger watch, each named with how long and why.
-    let why = eventually(30, "not ready, naming the failing watches", || async {
+    // An object watch and a trigger watch, each named with how long and why. A timeout shows
+    // the last answer: which watch was not named.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let why = loop {
         let (status, body) = replica.get("/readyz").await;
-        (status == 503
+        if status == 503
             && body.contains("the watch of GpuInstance has been failing for")
-            && body.contains(
-                "the watch of Secret (gpucloud.io/credentials=true) has been failing for",
-            )
-            && body.contains("(metadata.name="))
-        .then_some(body)
-    })
-    .await;
+            && body
+                .contains("the watch of Secret (gpucloud.io/credentials=true) has been failing for")
+            && body.contains("(metadata.name=")
+        {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not ready, naming the failing watches, within 30s; the last /readyz: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(why.contains("since "), "{why}");
     assert!(why.contains("last: HTTP 500 InternalError"), "{why}");
     assert!(
