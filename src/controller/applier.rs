@@ -301,6 +301,32 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    /// A ConfigMap named `name` in `team-a`.
+    fn config_map(name: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        k8s_openapi::api::core::v1::ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some("team-a".to_string()),
+                ..kube::api::ObjectMeta::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A store whose first list held `objects`.
+    fn listed<'a>(
+        objects: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::ConfigMap>,
+    ) -> Store<k8s_openapi::api::core::v1::ConfigMap> {
+        use kube::runtime::watcher::Event;
+        let (store, mut writer) = crate::store::store();
+        writer.apply_watcher_event(&Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&Event::InitApply(object.clone()));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        store
+    }
+
     #[test]
     fn a_table_gives_back_its_room_once_sparse() {
         let mut running: HashSet<u32> = (0..100_000).collect();
@@ -326,25 +352,9 @@ mod tests {
     #[tokio::test]
     async fn a_reconcile_runs_in_the_span_the_applier_runs_in() {
         use k8s_openapi::api::core::v1::ConfigMap;
-        use kube::api::ObjectMeta;
-        use kube::runtime::watcher;
         let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry());
-        let object = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some("trainer".into()),
-                namespace: Some("team-a".into()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        };
-        let (store, mut writer) = crate::store::store::<ConfigMap>();
-        for event in [
-            watcher::Event::Init,
-            watcher::Event::InitApply(object.clone()),
-            watcher::Event::InitDone,
-        ] {
-            writer.apply(event);
-        }
+        let object = config_map("trainer");
+        let store = listed([&object]);
         let (triggers, received) = tokio::sync::mpsc::unbounded_channel();
         triggers.send(ObjectRef::from_obj(&object)).unwrap();
         let (seen, mut spans) = tokio::sync::mpsc::unbounded_channel();
@@ -371,23 +381,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_trigger_is_taken_while_reconciles_finish_back_to_back() {
         use k8s_openapi::api::core::v1::ConfigMap;
-        use kube::api::ObjectMeta;
-        use kube::runtime::watcher;
-        let map = |name: &str| ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                namespace: Some("team-a".to_string()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        };
-        let busy: Vec<ConfigMap> = (0..2000).map(|n| map(&format!("busy-{n}"))).collect();
-        let (store, mut writer) = crate::store::store::<ConfigMap>();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for object in busy.iter().chain([&map("late")]) {
-            writer.apply_watcher_event(&watcher::Event::InitApply(object.clone()));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let busy: Vec<ConfigMap> = (0..2000)
+            .map(|n| config_map(&format!("busy-{n}")))
+            .collect();
+        let late_map = config_map("late");
+        let store = listed(busy.iter().chain([&late_map]));
         let (triggers, received) = tokio::sync::mpsc::unbounded_channel();
         for object in &busy {
             triggers.send(ObjectRef::from_obj(object)).unwrap();
@@ -412,7 +410,7 @@ mod tests {
             std::future::pending(),
         ));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        triggers.send(ObjectRef::from_obj(&map("late"))).unwrap();
+        triggers.send(ObjectRef::from_obj(&late_map)).unwrap();
         let taken = tokio::time::timeout(secs(5), late.notified()).await;
         applier.abort();
         assert!(

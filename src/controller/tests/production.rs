@@ -18,7 +18,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{Env, OPERATOR_NAMESPACE, eventually, object, ready, test_config};
+use support::{
+    Env, OPERATOR_NAMESPACE, eventually, eventually_showing, object, ready, test_config,
+};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -550,8 +552,7 @@ async fn readiness_follows_the_api_server_away_and_back() {
     env.apiserver.faults().set_outage(Some(500));
     // An object watch and a trigger watch, each named with how long and why. A timeout shows
     // the last answer: which watch was not named.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let why = loop {
+    let why = eventually_showing(30, "not ready, naming the failing watches", || async {
         let (status, body) = replica.get("/readyz").await;
         if status == 503
             && body.contains("the watch of GpuInstance has been failing for")
@@ -559,14 +560,12 @@ async fn readiness_follows_the_api_server_away_and_back() {
                 .contains("the watch of Secret (gpucloud.io/credentials=true) has been failing for")
             && body.contains("(metadata.name=")
         {
-            break body;
+            Ok(body)
+        } else {
+            Err(format!("/readyz {status}: {body}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not ready, naming the failing watches, within 30s; the last /readyz: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert!(why.contains("since "), "{why}");
     assert!(why.contains("last: HTTP 500 InternalError"), "{why}");
     assert!(

@@ -318,13 +318,30 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
+    eventually_showing(seconds, what, || {
+        let checked = check();
+        async move { checked.await.ok_or_else(String::new) }
+    })
+    .await
+}
+
+/// As [`eventually`], `check` saying what it saw when not yet true: a timeout shows the last.
+pub async fn eventually_showing<T, F, Fut>(seconds: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
     let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
     loop {
-        if let Some(value) = check().await {
-            return value;
-        }
+        let seen = match check().await {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
         if tokio::time::Instant::now() > deadline {
-            panic!("{what}: not true within {seconds}s");
+            if seen.is_empty() {
+                panic!("{what}: not true within {seconds}s");
+            }
+            panic!("{what}: not true within {seconds}s; last seen: {seen}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
