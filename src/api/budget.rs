@@ -41,6 +41,7 @@ pub struct BudgetSpec {
     /// The currency of `maxHourlyRate` (ISO 4217, e.g. `USD`): it must be the cloud account's,
     /// or the Budget is `Stalled` with reason `CurrencyMismatch` and refuses every create.
     #[serde(default = "default_currency")]
+    #[schemars(length(max = 3))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Z]{3}$')").message("currency must be an ISO 4217 code of three capital letters, such as USD"))]
     pub currency: String,
     /// The objects counted: the namespace's billed objects whose labels match (a team's

@@ -1,7 +1,7 @@
 //! Fields, references and status shared by every managed kind.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -260,6 +260,53 @@ pub struct CloudStatus {
 }
 
 /// Conditions are a map-list keyed by `type`, so server-side apply merges them per type.
+/// The most labels a selector's `matchLabels` or a template may hold.
+pub const MAX_LABELS: u32 = 64;
+/// The most requirements a selector's `matchExpressions` may hold.
+pub const MAX_LABEL_REQUIREMENTS: u32 = 16;
+/// The longest label value Kubernetes accepts.
+pub const MAX_LABEL_VALUE_LENGTH: u32 = 63;
+/// The longest label key Kubernetes accepts: a 253-character DNS prefix, `/`, 63 characters.
+pub const MAX_LABEL_KEY_LENGTH: u32 = 317;
+
+/// A label map as Kubernetes bounds its values, with at most [`MAX_LABELS`] entries: rules
+/// that walk it are then costed by what it can hold.
+pub(crate) fn labels_schema(_: &mut schemars::generate::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_LABELS,
+        "additionalProperties": {"type": "string", "maxLength": MAX_LABEL_VALUE_LENGTH}
+    })
+}
+
+/// A `LabelSelector` with bounded `matchLabels` (see [`labels_schema`]) and `matchExpressions`.
+pub(crate) fn label_selector_schema(
+    generator: &mut schemars::generate::SchemaGenerator,
+) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<LabelSelector>();
+    let labels = labels_schema(generator);
+    if let Some(properties) = schema
+        .ensure_object()
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        if let Some(match_labels) = properties.get_mut("matchLabels") {
+            let description = match_labels.get("description").cloned();
+            *match_labels = labels.to_value();
+            if let (Some(description), Some(object)) = (description, match_labels.as_object_mut()) {
+                object.insert("description".into(), description);
+            }
+        }
+        if let Some(expressions) = properties
+            .get_mut("matchExpressions")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            expressions.insert("maxItems".into(), MAX_LABEL_REQUIREMENTS.into());
+        }
+    }
+    schema
+}
+
 pub(crate) fn conditions_schema(
     generator: &mut schemars::generate::SchemaGenerator,
 ) -> schemars::Schema {

@@ -60,6 +60,7 @@ pub struct GpuInstancePoolSpec {
     #[schemars(range(min = 0, max = 10000))]
     pub replicas: i32,
     /// Which GpuInstances are the pool's: it must match the template's labels. Immutable.
+    #[schemars(schema_with = "crate::common::label_selector_schema")]
     pub selector: LabelSelector,
     /// What each machine is made from.
     pub template: MachineTemplate,
@@ -92,6 +93,7 @@ pub struct MachineTemplate {
 #[serde(rename_all = "camelCase")]
 pub struct TemplateMetadata {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::common::labels_schema")]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,

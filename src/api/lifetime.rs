@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 /// How long before expiry a person is told, when `warnBefore` is left out.
 pub const DEFAULT_WARN_BEFORE: SignedDuration = SignedDuration::from_hours(1);
 
+/// The longest duration string a lifetime takes (`8760h`, `1h30m`, or a longer spelling of the
+/// same): the bound kube-apiserver assumes for `format: duration` strings.
+pub const MAX_DURATION_LENGTH: u32 = 32;
+
 /// When a machine expires and what then happens to it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -26,6 +30,7 @@ pub struct Lifetime {
     /// How long after the object's creation the machine expires, written as kubectl writes
     /// durations: `30m`, `2h`, `1h30m`. Set this or `expiresAt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_DURATION_LENGTH))]
     pub ttl: Option<String>,
     /// When the machine expires (RFC 3339, e.g. `2026-12-01T18:00:00Z`). Set this or `ttl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -39,6 +44,7 @@ pub struct Lifetime {
     /// How long before expiry a Warning Event (`ExpiresSoon`) and the Ready message say so;
     /// one hour when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_DURATION_LENGTH))]
     pub warn_before: Option<String>,
 }
 

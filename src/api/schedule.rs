@@ -46,8 +46,10 @@ pub struct Window {
     #[schemars(length(min = 1, max = 7))]
     pub days: Vec<Day>,
     /// Start, local time.
+    #[schemars(length(max = 8))]
     pub from: String,
     /// End, local time, after `from`.
+    #[schemars(length(max = 8))]
     pub to: String,
 }
 

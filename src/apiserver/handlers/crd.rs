@@ -89,6 +89,11 @@ pub fn prepare(state: &AppState, crd: &mut Value, old: Option<&Value>) -> Vec<Fi
             "must have exactly one version marked as storage version",
         ));
     }
+    // The apiserver converts a v1 CRD whose versions share one schema to the top-level
+    // `spec.validation` before validating it, so that schema's errors are named there.
+    let shared_schema = versions
+        .windows(2)
+        .all(|pair| pair[0].pointer("/schema") == pair[1].pointer("/schema"));
     for (position, version) in versions.iter().enumerate() {
         let path = format!("spec.versions[{position}]");
         if version["name"].as_str().is_none_or(str::is_empty) {
@@ -99,9 +104,15 @@ pub fn prepare(state: &AppState, crd: &mut Value, old: Option<&Value>) -> Vec<Fi
                 format!("{path}.schema.openAPIV3Schema"),
                 "schemas are required",
             )),
+            // A shared schema is compiled and reported once, at spec.validation.
+            Some(_) if shared_schema && position > 0 => {}
             Some(schema) => {
                 if let Err(error) = compile(schema) {
-                    let prefix = format!("{path}.schema.openAPIV3Schema");
+                    let prefix = if shared_schema {
+                        "spec.validation.openAPIV3Schema".to_string()
+                    } else {
+                        format!("{path}.schema.openAPIV3Schema")
+                    };
                     errors.extend(
                         error
                             .errors()

@@ -5,11 +5,11 @@
 //! format) come from `kube-cel` on top of the `cel` interpreter.
 //!
 //! Cost: the interpreter has no cost accounting, so each evaluation is charged an estimate made
-//! before it runs: `size(self)` (the number of JSON nodes under the rule's node, at least 1)
-//! raised to the deepest nesting of comprehension macros in the rule (at least 1). A rule whose estimate
-//! exceeds the apiserver's per-call limit (1,000,000) is not run and reported; once the
-//! estimates of one object's rules pass the apiserver's per-object budget (10,000,000) the
-//! remaining rules are not run, with the apiserver's message.
+//! before it runs: the static estimate of `cost.rs` with the actual sizes of the strings, lists
+//! and maps the rule reads. A rule whose estimate exceeds the apiserver's per-call limit
+//! (1,000,000) is not run and reported; once the estimates of one object's rules pass the
+//! apiserver's per-object budget (10,000,000) the remaining rules are not run, with the
+//! apiserver's message.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,7 +52,23 @@ pub(crate) struct CompiledRule {
     /// `optionalOldSelf: true`: the transition rule also runs on create, with `oldSelf` an
     /// optional (`optional.none()` when there is no old value).
     optional_old_self: bool,
-    comprehensions: u32,
+}
+
+impl CompiledRule {
+    /// The parsed rule.
+    pub(crate) fn expression(&self) -> &cel::parser::Expression {
+        &self.expression
+    }
+
+    /// The parsed `messageExpression`, if the rule has one.
+    pub(crate) fn message_expression(&self) -> Option<&cel::parser::Expression> {
+        self.message_expression.as_ref()
+    }
+
+    /// `optionalOldSelf: true`.
+    pub(crate) fn optional_old_self(&self) -> bool {
+        self.optional_old_self
+    }
 }
 
 impl std::fmt::Debug for CompiledRule {
@@ -568,7 +584,6 @@ pub(crate) fn compile_rules(
         match parse(source).and_then(|e| check_fields(e, node, is_root)) {
             Ok(expression) => {
                 let is_transition = expression.references().has_variable("oldSelf");
-                let comprehensions = comprehension_depth(&expression).max(1);
                 compiled.push(CompiledRule {
                     rule: source.to_string(),
                     expression,
@@ -578,7 +593,6 @@ pub(crate) fn compile_rules(
                     field_path,
                     is_transition,
                     optional_old_self: rule.get("optionalOldSelf") == Some(&Value::Bool(true)),
-                    comprehensions,
                 });
             }
             Err(error) => errors.push(FieldError::invalid(
@@ -837,7 +851,7 @@ fn evaluate_rules(
     let old_value = old
         .filter(|_| run.needs_old)
         .map(|old| visible_to_cel(node, old, path.is_empty()));
-    let size = node_count(value).max(1);
+    let declared = node.cel_declaration(path.is_empty());
     // The variables are converted into the interpreter's values once per node and binding of
     // `oldSelf` (plain, or optional for `optionalOldSelf` rules), not once per rule: a
     // conversion copies the whole value, and transition rules often share one node.
@@ -861,7 +875,15 @@ fn evaluate_rules(
         if !RuleRun::runs(rule, run.unchanged, old.is_some()) {
             continue;
         }
-        let estimate = (0..rule.comprehensions).fold(1u64, |cost, _| cost.saturating_mul(size));
+        let estimate = declared.map_or(0, |declared| {
+            super::cost::runtime_estimate(
+                &rule.expression,
+                declared,
+                rule.optional_old_self,
+                value,
+                old.filter(|_| run.needs_old),
+            )
+        });
         if estimate > PER_CALL_LIMIT {
             errors.push(FieldError::invalid(
                 path,

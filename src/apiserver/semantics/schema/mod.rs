@@ -3,6 +3,7 @@
 //! `k8s.io/kube-openapi/pkg/validation/validate`.
 
 pub(crate) mod cel;
+mod cost;
 mod defaults;
 mod errors;
 mod formats;
@@ -95,6 +96,8 @@ pub(crate) struct Node {
     pub(crate) one_of: Vec<Node>,
     pub(crate) not: Option<Box<Node>>,
     pub(crate) rules: Vec<CompiledRule>,
+    /// The node's CEL declaration (types and declared bounds), made when a rule first runs.
+    pub(crate) declaration: std::sync::OnceLock<Option<cost::Decl>>,
 }
 
 impl Node {
@@ -103,6 +106,14 @@ impl Node {
         self.properties
             .get(key)
             .or(self.additional_properties.as_deref())
+    }
+
+    /// The node's CEL declaration, as rules at it see `self`; `None` where the schema is not
+    /// exposed to rules. `resource_root`: the root of the custom resource.
+    pub(crate) fn cel_declaration(&self, resource_root: bool) -> Option<&cost::Decl> {
+        self.declaration
+            .get_or_init(|| cost::Decl::of(self, resource_root || self.embedded_resource))
+            .as_ref()
     }
 
     /// The `type` as the CEL validator reports it as the bad value of a rule failure.
@@ -146,10 +157,21 @@ impl Schema {
     /// Compiles a schema, rejecting it as the real apiserver's CRD validation would when it is
     /// not structural or a validation rule does not compile.
     pub fn compile(open_api_v3_schema: &Value) -> Result<Schema, SchemaError> {
-        on_cel_stack(|| Schema::compile_here(open_api_v3_schema))
+        on_cel_stack(|| Schema::compile_here(open_api_v3_schema, true))
     }
 
-    fn compile_here(open_api_v3_schema: &Value) -> Result<Schema, SchemaError> {
+    /// The strings, lists and maps without a declared bound (`maxLength`, `maxItems`,
+    /// `maxProperties`, an enum) that a schema's rules read, each as
+    /// `<path of the rule>: self.<field>`, whether or not their cost is within the budget.
+    /// kube-apiserver sizes them by its request limit when it estimates a rule's cost.
+    pub fn unbounded_rule_reads(open_api_v3_schema: &Value) -> Result<Vec<String>, SchemaError> {
+        on_cel_stack(|| {
+            let schema = Schema::compile_here(open_api_v3_schema, false)?;
+            Ok(cost::unbounded_rule_reads(&schema.root))
+        })
+    }
+
+    fn compile_here(open_api_v3_schema: &Value, check_cost: bool) -> Result<Schema, SchemaError> {
         let mut errors = Vec::new();
         let root = compile_node(open_api_v3_schema, "", Level::Root, &mut errors);
         if errors.is_empty() {
@@ -157,6 +179,10 @@ impl Schema {
         }
         // The apiserver sorts structural-schema errors by message.
         errors.sort_by_key(FieldError::to_message);
+        // The rules' estimated cost is checked only on a schema without other errors.
+        if check_cost && errors.is_empty() {
+            errors = cost::schema_cost_errors(&root);
+        }
         if errors.is_empty() {
             Ok(Schema {
                 raw: open_api_v3_schema.clone(),

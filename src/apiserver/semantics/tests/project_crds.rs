@@ -45,6 +45,32 @@ fn every_project_crd_compiles() {
     assert!(count >= 6, "expected the six project CRDs, found {count}");
 }
 
+/// kube-apiserver sizes a string, list or map without a declared bound by its request limit when
+/// it estimates a rule's cost: every one a rule reads is bounded, so the estimate reflects what
+/// the field can hold and the CRDs install on a real cluster.
+#[test]
+fn every_field_a_rule_reads_is_bounded() {
+    let mut unbounded = Vec::new();
+    for entry in std::fs::read_dir(crd_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            let reads = Schema::unbounded_rule_reads(&version["schema"]["openAPIV3Schema"])
+                .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            unbounded.extend(reads.into_iter().map(|read| format!("{name}: {read}")));
+        }
+    }
+    assert!(
+        unbounded.is_empty(),
+        "unbounded reads:\n{}",
+        unbounded.join("\n")
+    );
+}
+
 fn firewall(rules: Value) -> Value {
     json!({
         "apiVersion": "gpucloud.io/v1alpha1", "kind": "Firewall",
