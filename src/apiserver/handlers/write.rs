@@ -129,18 +129,7 @@ pub fn update(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError>
 /// object (code 4) turned into a 409, naming the storage key.
 fn uid_precondition_failed(context: &Context<'_>, uid: &str, stored_uid: &str) -> ApiError {
     let info = context.info();
-    let mut key = String::from("/registry/");
-    if !info.group.is_empty() {
-        key.push_str(&info.group);
-        key.push('/');
-    }
-    key.push_str(&info.plural);
-    if !context.target.namespace.is_empty() {
-        key.push('/');
-        key.push_str(&context.target.namespace);
-    }
-    key.push('/');
-    key.push_str(context.name());
+    let key = info.etcd_key(&context.target.namespace, context.name());
     ApiError::conflict(
         &info.group,
         &info.plural,

@@ -168,6 +168,57 @@ async fn status_subresource_and_generation() {
 }
 
 #[tokio::test]
+async fn a_status_write_racing_a_delete() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    let created = bounded(api.create(&PostParams::default(), &instance("raced", 1)))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let mut written = created.clone();
+    written.status = Some(GpuInstanceStatus {
+        phase: "Running".into(),
+    });
+    bounded(api.delete("raced", &DeleteParams::default()))
+        .await
+        .unwrap();
+
+    // A PUT to /status carrying the uid read (what kube-rs' replace_status sends): the
+    // storage precondition finds no object, 409 (registry Store.Update with
+    // `DefaultUpdatedObjectInfo`'s uid precondition, etcd3 GuaranteedUpdate).
+    let raced =
+        status_of(bounded(api.replace_status("raced", &PostParams::default(), &written)).await);
+    assert_eq!((raced.code, raced.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        raced.message,
+        format!(
+            "Operation cannot be fulfilled on gpuinstances.gpucloud.io \"raced\": StorageError: \
+             invalid object, Code: 4, Key: /registry/gpucloud.io/gpuinstances/default/raced, \
+             ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: \
+             {uid}, UID in object meta: "
+        )
+    );
+
+    // Without a uid there is no precondition: the missing object is a 404, as is a status
+    // patch (a patch carries no precondition) and a status write to a name never used.
+    let mut without_uid = written.clone();
+    without_uid.metadata.uid = None;
+    let missing =
+        status_of(bounded(api.replace_status("raced", &PostParams::default(), &without_uid)).await);
+    assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
+    let patch = Patch::Merge(json!({"metadata": {"uid": uid}, "status": {"phase": "Running"}}));
+    let patched =
+        status_of(bounded(api.patch_status("raced", &PatchParams::default(), &patch)).await);
+    assert_eq!(patched.code, 404, "{}", patched.message);
+    let mut never = without_uid.clone();
+    never.metadata.name = Some("never".into());
+    let never_used =
+        status_of(bounded(api.replace_status("never", &PostParams::default(), &never)).await);
+    assert_eq!(never_used.code, 404, "{}", never_used.message);
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn schema_and_cel_violations_are_422_with_causes() {
     let (server, client) = start().await;
     let api = install(&client).await;
