@@ -219,6 +219,38 @@ async fn a_status_write_racing_a_delete() {
 }
 
 #[tokio::test]
+async fn annotations_over_256_kib_are_refused_on_custom_resources() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    let mut big = instance("big", 1);
+    big.metadata.annotations = Some(
+        [("example.com/blob".to_owned(), "x".repeat(256 * 1024))]
+            .into_iter()
+            .collect(),
+    );
+    // Real: ValidateObjectMetaAccessor (customResourceStrategy.Validate) counts the key too.
+    let refused = status_of(bounded(api.create(&PostParams::default(), &big)).await);
+    assert_eq!(
+        (refused.code, refused.message.as_str()),
+        (
+            422,
+            "GpuInstance.gpucloud.io \"big\" is invalid: metadata.annotations: Too long: may not \
+             be more than 262144 bytes"
+        )
+    );
+    let apply = Patch::Apply(json!({
+        "apiVersion": "gpucloud.io/v1",
+        "kind": "GpuInstance",
+        "metadata": {"name": "big", "annotations": {"a": "x".repeat(256 * 1024)}},
+        "spec": {"size": 1, "region": "eu-1"},
+    }));
+    let applied =
+        status_of(bounded(api.patch("big", &PatchParams::apply("annotator"), &apply)).await);
+    assert_eq!(applied.code, 422, "{}", applied.message);
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn schema_and_cel_violations_are_422_with_causes() {
     let (server, client) = start().await;
     let api = install(&client).await;
