@@ -20,7 +20,7 @@
 //!   envelope of embedded resources (`addEmbeddedProperties`) added.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
@@ -28,7 +28,6 @@ use crate::discovery::KUBERNETES_VERSION;
 use crate::openapi::{self, OBJECT_META};
 use crate::registry::ResourceInfo;
 use crate::server::AppState;
-use crate::status::ApiError;
 use crate::table::parse_accept;
 
 /// The protobuf media types: kubectl asks for the first; the answer names the second, as
@@ -88,22 +87,21 @@ fn negotiate(headers: &HeaderMap) -> Option<Encoding> {
         })
 }
 
-pub(crate) async fn handler(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let encoding = negotiate(&headers).ok_or_else(|| ApiError::not_acceptable(&accept))?;
+pub(crate) async fn handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(encoding) = negotiate(&headers) else {
+        // kube-openapi answers a bare 406, no Status body.
+        return (
+            StatusCode::NOT_ACCEPTABLE,
+            [(header::VARY, HeaderValue::from_static("Accept"))],
+        )
+            .into_response();
+    };
     let document = document(&state);
     let (content_type, body) = match encoding {
         Encoding::Json => ("application/json", document.to_string().into_bytes()),
         Encoding::Protobuf => (PROTOBUF[1], crate::gnostic::encode_document(&document)),
     };
-    Ok((
+    (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
             (
@@ -114,7 +112,7 @@ pub(crate) async fn handler(
         ],
         body,
     )
-        .into_response())
+        .into_response()
 }
 
 /// The Swagger 2.0 document of every served group/version.
@@ -445,7 +443,7 @@ mod tests {
     use crate::discovery::tests::{app_with_crd, call};
     use crate::gnostic::tests::{all, decode, named, text};
     use axum::body::Body;
-    use axum::http::{Method, Request, StatusCode};
+    use axum::http::{Method, Request};
     use tower::ServiceExt;
 
     fn accept(value: &str) -> HeaderMap {
@@ -584,7 +582,8 @@ mod tests {
         let expected: Vec<String> = definitions.keys().cloned().collect();
         assert_eq!(encoded, expected);
 
-        let (status, _, body) = call(
+        // Nothing acceptable: kube-openapi's bare 406.
+        let (status, headers, body) = call(
             &app,
             Method::GET,
             "/openapi/v2",
@@ -593,7 +592,8 @@ mod tests {
         )
         .await;
         assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
-        assert_eq!(body["reason"], "NotAcceptable");
+        assert_eq!(headers[header::VARY], "Accept");
+        assert_eq!(body, Value::Null);
     }
 
     #[test]
