@@ -21,6 +21,9 @@
 //!   answers 504 at once (the real server waits up to 3 s); `resourceVersion=0` ignores `limit`
 //!   (as the real watch cache does). Continue tokens never expire; a continued list shows the
 //!   current state after the last key and reports the first page's resourceVersion.
+//! - An update (PUT) of a missing Lease or core/v1 Event is a 404; the real server creates
+//!   them (`AllowCreateOnUpdate`). A uid in the body is a precondition for every kind, so both
+//!   answer 409 when it fails.
 //! - Objects are stored at the CRD's storage version; other versions differ only in
 //!   `apiVersion` (conversion strategy `None`); webhook conversion is not supported.
 //! - Field selectors: `metadata.name` and `metadata.namespace` for every kind, plus the Event
@@ -52,9 +55,11 @@ pub mod cli;
 pub mod discovery;
 pub mod faults;
 pub mod gc;
+pub mod gnostic;
 pub mod handlers;
 pub mod kubeconfig;
 pub mod openapi;
+pub mod openapi_v2;
 pub mod protobuf;
 pub mod registry;
 pub mod selectors;

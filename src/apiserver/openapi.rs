@@ -1,6 +1,6 @@
 //! OpenAPI publishing: `/openapi/v3` (the index), `/openapi/v3/api/v1` and
 //! `/openapi/v3/apis/{group}/{version}` (one OpenAPI 3.0 document per group/version), and
-//! `/openapi/v2` (Swagger 2.0, JSON only).
+//! `/openapi/v2` (Swagger 2.0, made from these in [`crate::openapi_v2`]).
 //!
 //! kubectl 1.32 reads these documents for three things, so each is built to satisfy it:
 //! - `kubectl explain` looks up a component schema by its `x-kubernetes-group-version-kind`;
@@ -34,7 +34,7 @@ use crate::server::AppState;
 use crate::status::ApiError;
 use crate::table::parse_accept;
 
-const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+pub(crate) const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
@@ -43,13 +43,13 @@ const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
 
 const API_VERSION_DESCRIPTION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
 const KIND_DESCRIPTION: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
-const METADATA_DESCRIPTION: &str = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+pub(crate) const METADATA_DESCRIPTION: &str = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 const LIST_METADATA_DESCRIPTION: &str = "Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
 
 /// The OpenAPI routes, merged into the server's router.
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/openapi/v2", read_only(get(v2_document)))
+        .route("/openapi/v2", read_only(get(crate::openapi_v2::handler)))
         .route("/openapi/v3", read_only(get(v3_index)))
         .route("/openapi/v3/", read_only(get(v3_index)))
         .route(
@@ -136,47 +136,10 @@ fn serve_v3(
     Ok(json_response(&document, Some(immutable)))
 }
 
-async fn v2_document(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    if !accepts_json(&headers) && accepts_v2_protobuf(&headers) {
-        return Ok(v2_protobuf_response());
-    }
-    require_json(&headers)?;
-    let mut definitions = Map::new();
-    let mut paths = Map::new();
-    for (group, version) in group_versions(&state) {
-        let document = v3_document(&state, &group, &version);
-        if let Some(schemas) = document
-            .pointer("/components/schemas")
-            .and_then(Value::as_object)
-        {
-            for (name, schema) in schemas {
-                definitions.insert(name.clone(), schema.clone());
-            }
-        }
-        if let Some(group_paths) = document.get("paths").and_then(Value::as_object) {
-            for (path, item) in group_paths {
-                paths.insert(path.clone(), v3_path_to_v2(item));
-            }
-        }
-    }
-    let (major, minor) = KUBERNETES_VERSION;
-    let mut document = json!({
-        "swagger": "2.0",
-        "info": {"title": "Kubernetes", "version": format!("v{major}.{minor}.0")},
-        "paths": paths,
-        "definitions": definitions,
-    });
-    rewrite_refs(&mut document, "#/components/schemas/", "#/definitions/");
-    Ok(json_response(&document, None))
-}
-
 // === documents ===
 
 /// The served group/versions, core first.
-fn group_versions(state: &AppState) -> Vec<(String, String)> {
+pub(crate) fn group_versions(state: &AppState) -> Vec<(String, String)> {
     let mut pairs: Vec<(String, String)> = state
         .registry
         .resources()
@@ -265,7 +228,7 @@ pub fn v3_document(state: &AppState, group: &str, version: &str) -> Value {
 
 /// `io.k8s.api.core.v1.ConfigMap` for built-ins, the reversed group for custom resources
 /// (`gpucloud.io` gives `io.gpucloud.v1.GpuInstance`), as the real server names them.
-fn schema_name(info: &ResourceInfo) -> String {
+pub(crate) fn schema_name(info: &ResourceInfo) -> String {
     if !info.is_custom() {
         let package = match info.group.as_str() {
             "" => "io.k8s.api.core".to_owned(),
@@ -288,7 +251,7 @@ fn gvk(info: &ResourceInfo, kind: &str) -> Value {
     json!([{"group": info.group, "kind": kind, "version": info.version}])
 }
 
-fn set_gvk(schema: &mut Value, info: &ResourceInfo, kind: &str) {
+pub(crate) fn set_gvk(schema: &mut Value, info: &ResourceInfo, kind: &str) {
     if let Some(object) = schema.as_object_mut() {
         object.insert(
             "x-kubernetes-group-version-kind".to_owned(),
@@ -297,7 +260,7 @@ fn set_gvk(schema: &mut Value, info: &ResourceInfo, kind: &str) {
     }
 }
 
-fn envelope_properties() -> Map<String, Value> {
+pub(crate) fn envelope_properties() -> Map<String, Value> {
     let mut properties = Map::new();
     properties.insert(
         "apiVersion".to_owned(),
@@ -847,7 +810,7 @@ fn references(schema: &Value) -> Vec<String> {
     found
 }
 
-fn rewrite_refs(value: &mut Value, from: &str, to: &str) {
+pub(crate) fn rewrite_refs(value: &mut Value, from: &str, to: &str) {
     match value {
         Value::Object(map) => {
             for (key, child) in map.iter_mut() {
@@ -866,86 +829,6 @@ fn rewrite_refs(value: &mut Value, from: &str, to: &str) {
             .for_each(|item| rewrite_refs(item, from, to)),
         _ => {}
     }
-}
-
-/// A Swagger 2.0 path item from an OpenAPI 3.0 one: body parameters instead of request
-/// bodies, `consumes` from the content types.
-fn v3_path_to_v2(item: &Value) -> Value {
-    let mut converted = Map::new();
-    let Some(map) = item.as_object() else {
-        return Value::Object(converted);
-    };
-    for (key, operation) in map {
-        if key == "parameters" {
-            converted.insert(key.clone(), v3_parameters_to_v2(operation));
-            continue;
-        }
-        let mut operation = operation.clone();
-        if let Some(object) = operation.as_object_mut() {
-            if let Some(parameters) = object.get("parameters") {
-                let parameters = v3_parameters_to_v2(parameters);
-                object.insert("parameters".to_owned(), parameters);
-            }
-            if let Some(body) = object.remove("requestBody") {
-                let consumes: Vec<String> = body
-                    .get("content")
-                    .and_then(Value::as_object)
-                    .map(|content| content.keys().cloned().collect())
-                    .unwrap_or_default();
-                let schema = body
-                    .get("content")
-                    .and_then(Value::as_object)
-                    .and_then(|content| content.values().next())
-                    .and_then(|media| media.get("schema"))
-                    .cloned()
-                    .unwrap_or_else(|| json!({}));
-                if let Some(Value::Array(parameters)) = object.get_mut("parameters") {
-                    parameters.insert(
-                        0,
-                        json!({"name": "body", "in": "body", "required": true, "schema": schema}),
-                    );
-                }
-                object.insert("consumes".to_owned(), json!(consumes));
-            }
-            if let Some(Value::Object(responses)) = object.get_mut("responses") {
-                for response in responses.values_mut() {
-                    if let Some(schema) = response
-                        .pointer("/content/application~1json/schema")
-                        .cloned()
-                        && let Some(response) = response.as_object_mut()
-                    {
-                        response.remove("content");
-                        response.insert("schema".to_owned(), schema);
-                    }
-                }
-            }
-            object.insert("produces".to_owned(), json!(["application/json"]));
-        }
-        converted.insert(key.clone(), operation);
-    }
-    Value::Object(converted)
-}
-
-fn v3_parameters_to_v2(parameters: &Value) -> Value {
-    let Some(parameters) = parameters.as_array() else {
-        return json!([]);
-    };
-    Value::Array(
-        parameters
-            .iter()
-            .map(|parameter| {
-                let mut parameter = parameter.clone();
-                if let Some(object) = parameter.as_object_mut()
-                    && let Some(Value::Object(schema)) = object.remove("schema")
-                {
-                    for (key, value) in schema {
-                        object.insert(key, value);
-                    }
-                }
-                parameter
-            })
-            .collect(),
-    )
 }
 
 // === helpers ===
@@ -996,73 +879,6 @@ fn accepts_json(headers: &HeaderMap) -> bool {
                 "application/json" | "application/*" | "*/*"
             )
         })
-}
-
-/// The media types of the OpenAPI v2 document in gnostic's protobuf encoding: kubectl asks
-/// for the first; the answer names the second, as kube-openapi's does (Go's media type parser
-/// refuses the `@`).
-const V2_PROTOBUF: [&str; 2] = [
-    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
-];
-
-fn accepts_v2_protobuf(headers: &HeaderMap) -> bool {
-    parse_accept(accept_header(headers))
-        .iter()
-        .any(|media| V2_PROTOBUF.contains(&media.essence.as_str()))
-}
-
-/// The OpenAPI v2 document kubectl reads for client-side validation, in protobuf: the swagger
-/// version and the info only, with no definitions. kubectl validates against it only the kinds
-/// its OpenAPI v3 lookup did not find (a `kind: List`'s items, a kind no CRD serves) and skips
-/// a kind the document does not describe, so `kubectl apply` of a `List` goes on to the
-/// server's field validation of each item, and an unknown kind to kubectl's "no matches for
-/// kind", as against a real server; without an answer here both stop at a 406.
-fn v2_protobuf_document() -> Vec<u8> {
-    let (major, minor) = KUBERNETES_VERSION;
-    let mut info = Vec::new();
-    protobuf_string(&mut info, 1, "Kubernetes");
-    protobuf_string(&mut info, 2, &format!("v{major}.{minor}.0"));
-    let mut document = Vec::new();
-    protobuf_string(&mut document, 1, "2.0");
-    protobuf_bytes(&mut document, 2, &info);
-    document
-}
-
-fn v2_protobuf_response() -> Response {
-    (
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(V2_PROTOBUF[1]),
-            ),
-            (
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("no-cache, private"),
-            ),
-        ],
-        v2_protobuf_document(),
-    )
-        .into_response()
-}
-
-/// A length-delimited protobuf field (wire type 2).
-fn protobuf_bytes(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
-    protobuf_varint(out, (field << 3) | 2);
-    protobuf_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-fn protobuf_string(out: &mut Vec<u8>, field: u64, text: &str) {
-    protobuf_bytes(out, field, text.as_bytes());
-}
-
-fn protobuf_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 fn not_found() -> ApiError {
@@ -1275,65 +1091,6 @@ mod tests {
         );
         // Cluster-scoped kinds have no namespace segment.
         assert!(document["paths"]["/api/v1/namespaces/{name}"]["get"].is_object());
-    }
-
-    #[tokio::test]
-    async fn v2_is_whole_in_json_and_the_version_alone_in_protobuf() {
-        let app = app_with_crd().await;
-        // kubectl's Accept for /openapi/v2: gnostic's Document with `swagger` (field 1) and
-        // `info` (field 2: title 1, version 2), no definitions.
-        let (status, headers, _) = call(
-            &app,
-            Method::GET,
-            "/openapi/v2",
-            Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
-            None,
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK);
-        assert_eq!(
-            headers[header::CONTENT_TYPE],
-            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
-        );
-        let mut expected = vec![0x0a, 3];
-        expected.extend_from_slice(b"2.0");
-        expected.extend_from_slice(&[0x12, 21, 0x0a, 10]);
-        expected.extend_from_slice(b"Kubernetes");
-        expected.extend_from_slice(&[0x12, 7]);
-        expected.extend_from_slice(b"v1.33.0");
-        assert_eq!(v2_protobuf_document(), expected);
-        // Neither JSON nor protobuf acceptable: 406.
-        let (status, _, body) = call(
-            &app,
-            Method::GET,
-            "/openapi/v2",
-            Some("application/xml"),
-            None,
-        )
-        .await;
-        assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
-        assert_eq!(body["reason"], "NotAcceptable");
-
-        let (status, _, document) = call(
-            &app,
-            Method::GET,
-            "/openapi/v2",
-            Some("application/json"),
-            None,
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK);
-        assert_eq!(document["swagger"], "2.0");
-        assert!(document["definitions"]["io.gpucloud.v1.GpuInstance"].is_object());
-        assert_closed(&document, "#/definitions/", &document["definitions"]);
-        let patch = &document["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
-        assert!(
-            patch["consumes"]
-                .as_array()
-                .unwrap()
-                .contains(&json!("application/strategic-merge-patch+json"))
-        );
-        assert_eq!(patch["parameters"][0]["in"], "body");
     }
 
     #[test]

@@ -93,6 +93,29 @@ impl ResourceInfo {
     }
 }
 
+impl ResourceInfo {
+    /// The key kube-apiserver's etcd store gives an object of this resource, as its storage
+    /// errors quote it: `/registry/` and the resource's prefix (custom resources and the
+    /// apiextensions group keep their group, built-in groups do not, Services live under
+    /// `services/specs`: kube-apiserver's `SpecialDefaultResourcePrefixes`), then the
+    /// namespace when there is one, then the name.
+    pub fn etcd_key(&self, namespace: &str, name: &str) -> String {
+        let storage = self.storage_key();
+        let prefix = if self.is_custom() || storage.group == "apiextensions.k8s.io" {
+            format!("{}/{}", storage.group, storage.plural)
+        } else if storage.group.is_empty() && storage.plural == "services" {
+            "services/specs".to_owned()
+        } else {
+            storage.plural
+        };
+        if namespace.is_empty() {
+            format!("/registry/{prefix}/{name}")
+        } else {
+            format!("/registry/{prefix}/{namespace}/{name}")
+        }
+    }
+}
+
 /// Identifies one resource in storage, independent of version.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceKey {

@@ -141,11 +141,6 @@ fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
     Ok(Requirement::Exists(valid_key(part.trim(), part)?))
 }
 
-/// Whether `key` is a valid label key (`[prefix/]name`).
-pub fn is_valid_label_key(key: &str) -> bool {
-    valid_key(key, key).is_ok()
-}
-
 /// Whether `value` is a valid label value.
 pub fn is_valid_label_value(value: &str) -> bool {
     valid_value(value, value).is_ok()

@@ -129,18 +129,7 @@ pub fn update(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError>
 /// object (code 4) turned into a 409, naming the storage key.
 fn uid_precondition_failed(context: &Context<'_>, uid: &str, stored_uid: &str) -> ApiError {
     let info = context.info();
-    let mut key = String::from("/registry/");
-    if !info.group.is_empty() {
-        key.push_str(&info.group);
-        key.push('/');
-    }
-    key.push_str(&info.plural);
-    if !context.target.namespace.is_empty() {
-        key.push('/');
-        key.push_str(&context.target.namespace);
-    }
-    key.push('/');
-    key.push_str(context.name());
+    let key = info.etcd_key(&context.target.namespace, context.name());
     ApiError::conflict(
         &info.group,
         &info.plural,
@@ -500,12 +489,9 @@ fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantic
         match labels.as_object() {
             Some(labels) => {
                 for (key, value) in labels {
-                    if !crate::selectors::is_valid_label_key(key) {
-                        errors.push(FieldError::invalid(
-                            "metadata.labels",
-                            json!(key),
-                            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
-                        ));
+                    // apimachinery's `ValidateLabelName`: one error per problem of the key.
+                    for detail in qualified_name_problems(key) {
+                        errors.push(FieldError::invalid("metadata.labels", json!(key), detail));
                     }
                     if !value
                         .as_str()
@@ -537,7 +523,23 @@ fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantic
             "must be a map of string to string",
         ));
     }
-    // apimachinery's `ValidateAnnotationsSize`: keys and values together, in bytes.
+    // apimachinery's `ValidateAnnotations`: each key is a qualified name once lowercased (the
+    // error shows the key as written), ...
+    for key in metadata["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(key, _)| key)
+    {
+        for detail in qualified_name_problems(&key.to_lowercase()) {
+            errors.push(FieldError::invalid(
+                "metadata.annotations",
+                json!(key),
+                detail,
+            ));
+        }
+    }
+    // ... and keys and values together are at most 256 KiB (`ValidateAnnotationsSize`).
     let annotation_bytes: usize = metadata["annotations"]
         .as_object()
         .into_iter()
@@ -595,6 +597,67 @@ fn validate_metadata(info: &ResourceInfo, object: &Value) -> Vec<super::semantic
         ));
     }
     errors
+}
+
+/// The problems apimachinery's `IsQualifiedName` finds in `value` (a label or annotation key:
+/// an optional DNS-1123 subdomain prefix and `/`, then a name of at most 63 characters), in
+/// its words and order; empty when it is valid.
+fn qualified_name_problems(value: &str) -> Vec<String> {
+    const NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let mut problems = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                problems.push("prefix part must be non-empty".to_owned());
+            } else {
+                problems.extend(
+                    dns1123_subdomain_problems(prefix)
+                        .into_iter()
+                        .map(|problem| format!("prefix part {problem}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            return vec![format!(
+                "a qualified name {NAME_RULE} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )];
+        }
+    };
+    if name.is_empty() {
+        problems.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        problems.push("name part must be no more than 63 characters".to_owned());
+    }
+    let inner_ok = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+    let name_ok = name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(inner_ok);
+    if !name_ok {
+        problems.push(format!("name part {NAME_RULE}"));
+    }
+    problems
+}
+
+/// The problems apimachinery's `IsDNS1123Subdomain` finds in `value`, in its words.
+fn dns1123_subdomain_problems(value: &str) -> Vec<String> {
+    let label_ok = |label: &str| {
+        label.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && label.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && label
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let mut problems = Vec::new();
+    if value.len() > 253 {
+        problems.push("must be no more than 253 characters".to_owned());
+    }
+    if !value.split('.').all(label_ok) {
+        problems.push("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_owned());
+    }
+    problems
 }
 
 /// Why `name` is not a valid object name (DNS-1123 subdomain, or label for namespaces).

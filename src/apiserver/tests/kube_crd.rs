@@ -168,6 +168,89 @@ async fn status_subresource_and_generation() {
 }
 
 #[tokio::test]
+async fn a_status_write_racing_a_delete() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    let created = bounded(api.create(&PostParams::default(), &instance("raced", 1)))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let mut written = created.clone();
+    written.status = Some(GpuInstanceStatus {
+        phase: "Running".into(),
+    });
+    bounded(api.delete("raced", &DeleteParams::default()))
+        .await
+        .unwrap();
+
+    // A PUT to /status carrying the uid read (what kube-rs' replace_status sends): the
+    // storage precondition finds no object, 409 (registry Store.Update with
+    // `DefaultUpdatedObjectInfo`'s uid precondition, etcd3 GuaranteedUpdate).
+    let raced =
+        status_of(bounded(api.replace_status("raced", &PostParams::default(), &written)).await);
+    assert_eq!((raced.code, raced.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        raced.message,
+        format!(
+            "Operation cannot be fulfilled on gpuinstances.gpucloud.io \"raced\": StorageError: \
+             invalid object, Code: 4, Key: /registry/gpucloud.io/gpuinstances/default/raced, \
+             ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: \
+             {uid}, UID in object meta: "
+        )
+    );
+
+    // Without a uid there is no precondition: the missing object is a 404, as is a status
+    // patch (a patch carries no precondition) and a status write to a name never used.
+    let mut without_uid = written.clone();
+    without_uid.metadata.uid = None;
+    let missing =
+        status_of(bounded(api.replace_status("raced", &PostParams::default(), &without_uid)).await);
+    assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
+    let patch = Patch::Merge(json!({"metadata": {"uid": uid}, "status": {"phase": "Running"}}));
+    let patched =
+        status_of(bounded(api.patch_status("raced", &PatchParams::default(), &patch)).await);
+    assert_eq!(patched.code, 404, "{}", patched.message);
+    let mut never = without_uid.clone();
+    never.metadata.name = Some("never".into());
+    let never_used =
+        status_of(bounded(api.replace_status("never", &PostParams::default(), &never)).await);
+    assert_eq!(never_used.code, 404, "{}", never_used.message);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn annotations_over_256_kib_are_refused_on_custom_resources() {
+    let (server, client) = start().await;
+    let api = install(&client).await;
+    let mut big = instance("big", 1);
+    big.metadata.annotations = Some(
+        [("example.com/blob".to_owned(), "x".repeat(256 * 1024))]
+            .into_iter()
+            .collect(),
+    );
+    // Real: ValidateObjectMetaAccessor (customResourceStrategy.Validate) counts the key too.
+    let refused = status_of(bounded(api.create(&PostParams::default(), &big)).await);
+    assert_eq!(
+        (refused.code, refused.message.as_str()),
+        (
+            422,
+            "GpuInstance.gpucloud.io \"big\" is invalid: metadata.annotations: Too long: may not \
+             be more than 262144 bytes"
+        )
+    );
+    let apply = Patch::Apply(json!({
+        "apiVersion": "gpucloud.io/v1",
+        "kind": "GpuInstance",
+        "metadata": {"name": "big", "annotations": {"a": "x".repeat(256 * 1024)}},
+        "spec": {"size": 1, "region": "eu-1"},
+    }));
+    let applied =
+        status_of(bounded(api.patch("big", &PatchParams::apply("annotator"), &apply)).await);
+    assert_eq!(applied.code, 422, "{}", applied.message);
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn schema_and_cel_violations_are_422_with_causes() {
     let (server, client) = start().await;
     let api = install(&client).await;

@@ -393,6 +393,101 @@ async fn metadata_validation_and_protected_namespaces() {
 }
 
 #[tokio::test]
+async fn annotations_are_validated_as_apimachinery_does() {
+    let (server, client) = start().await;
+    let api = configmaps(&client, "default");
+    let annotated = |name: &str, annotations: serde_json::Value| {
+        dynamic(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "annotations": annotations},
+        }))
+    };
+    const NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and \
+        must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+        '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    // Real (ValidateAnnotations): each key must be a qualified name once lowercased; the
+    // error names the key as written, one error per problem (IsQualifiedName).
+    let cases = [
+        ("not valid!", format!("name part {NAME_RULE}")),
+        (
+            "example.com/a/b",
+            format!(
+                "a qualified name {NAME_RULE} with an optional DNS subdomain prefix and '/' \
+                 (e.g. 'example.com/MyName')"
+            ),
+        ),
+        (
+            "-bad.example.com/x",
+            "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
+             characters, '-' or '.', and must start and end with an alphanumeric character \
+             (e.g. 'example.com', regex used for validation is \
+             '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                .to_owned(),
+        ),
+        ("/x", "prefix part must be non-empty".to_owned()),
+    ];
+    for (key, detail) in cases {
+        let refused = status_of(
+            bounded(api.create(
+                &PostParams::default(),
+                &annotated("bad-key", json!({key: "v"})),
+            ))
+            .await,
+        );
+        assert_eq!((refused.code, refused.reason.as_str()), (422, "Invalid"));
+        assert_eq!(
+            refused.message,
+            format!(
+                "ConfigMap \"bad-key\" is invalid: metadata.annotations: Invalid value: \
+                 {key:?}: {detail}"
+            )
+        );
+    }
+    // Case does not matter in a key (it is checked lowercased), unlike a label key.
+    bounded(api.create(
+        &PostParams::default(),
+        &annotated("upper", json!({"Example.COM/Upper-Case": "v"})),
+    ))
+    .await
+    .unwrap();
+
+    // Over 256 KiB of keys and values is refused on every write, not only on create.
+    let big = json!({"example.com/blob": "x".repeat(256 * 1024)});
+    let too_long = "ConfigMap \"upper\" is invalid: metadata.annotations: Too long: may not be \
+                    more than 262144 bytes";
+    let merge = Patch::Merge(json!({"metadata": {"annotations": big}}));
+    let json_patch = Patch::<()>::Json(
+        serde_json::from_value(
+            json!([{"op": "add", "path": "/metadata/annotations/example.com~1blob", "value": big["example.com/blob"]}]),
+        )
+        .unwrap(),
+    );
+    let apply = Patch::Apply(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "upper", "annotations": big},
+    }));
+    let params = PatchParams::apply("annotator");
+    for refused in [
+        status_of(bounded(api.patch("upper", &PatchParams::default(), &merge)).await),
+        status_of(bounded(api.patch("upper", &PatchParams::default(), &json_patch)).await),
+        status_of(bounded(api.patch("upper", &params, &apply)).await),
+    ] {
+        assert_eq!((refused.code, refused.message.as_str()), (422, too_long));
+    }
+    let mut replaced = bounded(api.get("upper")).await.unwrap();
+    replaced.metadata.annotations = Some(
+        [("example.com/blob".to_owned(), "x".repeat(256 * 1024))]
+            .into_iter()
+            .collect(),
+    );
+    let refused = status_of(bounded(api.replace("upper", &PostParams::default(), &replaced)).await);
+    assert_eq!((refused.code, refused.message.as_str()), (422, too_long));
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn owner_references_are_validated() {
     let (server, client) = start().await;
     let api = configmaps(&client, "default");

@@ -107,6 +107,74 @@ async fn an_update_carrying_a_uid_is_a_uid_precondition() {
 }
 
 #[tokio::test]
+async fn a_failed_uid_precondition_names_the_real_storage_key() {
+    let (server, client) = start().await;
+    // kube-apiserver's etcd keys: built-in groups are not part of them, Services live under
+    // `services/specs`, CustomResourceDefinitions keep their group
+    // (`SpecialDefaultResourcePrefixes`, apiextensions' `CRDRESTOptionsGetter`).
+    let cases = [
+        (
+            "coordination.k8s.io/v1",
+            "Lease",
+            "leases",
+            "leases.coordination.k8s.io",
+            "/registry/leases/default/gone",
+        ),
+        (
+            "apps/v1",
+            "Deployment",
+            "deployments",
+            "deployments.apps",
+            "/registry/deployments/default/gone",
+        ),
+        (
+            "v1",
+            "Service",
+            "services",
+            "services",
+            "/registry/services/specs/default/gone",
+        ),
+        (
+            "events.k8s.io/v1",
+            "Event",
+            "events",
+            "events.events.k8s.io",
+            "/registry/events/default/gone",
+        ),
+    ];
+    for (api_version, kind, plural, resource, key) in cases {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let resource_type = kube::discovery::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &resource_type);
+        let object = dynamic(json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {"name": "gone", "uid": "6a4d8fa2-6a1b-4f43-9a53-0d2b3c1a7e51"},
+        }));
+        let refused =
+            status_of(bounded(api.replace("gone", &PostParams::default(), &object)).await);
+        assert_eq!(refused.code, 409, "{kind}: {}", refused.message);
+        assert_eq!(
+            refused.message,
+            format!(
+                "Operation cannot be fulfilled on {resource} \"gone\": StorageError: invalid \
+                 object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: \
+                 Precondition failed: UID in precondition: \
+                 6a4d8fa2-6a1b-4f43-9a53-0d2b3c1a7e51, UID in object meta: "
+            )
+        );
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn preconditions_and_dry_run_deletes() {
     let (server, client) = start().await;
     let api = configmaps(&client, "default");

@@ -982,20 +982,142 @@ async fn a_list_applies_item_by_item_and_an_unknown_kind_is_no_match() {
         cluster.get_json(&["configmap", "first"]).await["data"]["a"],
         "b"
     );
-    // Each item still meets the server's strict field validation.
-    let unknown_field = list.replace("name: second\n", "name: third\n  spec:\n    x: y\n");
+    // kubectl validates a List's items against the OpenAPI v2 document before it sends
+    // anything: a wrong field in one item refuses the whole List, with kubectl's own words.
+    let unknown_field = list
+        .replace("name: first\n", "name: fourth\n")
+        .replace("name: second\n", "name: third\n  spec:\n    x: y\n");
     let stderr = cluster.apply_stdin(&[], &unknown_field).await.fails();
-    assert!(
-        stderr.contains("strict decoding error: unknown field \"spec\""),
-        "{stderr}"
+    assert_eq!(
+        stderr.trim(),
+        "error: error validating \"STDIN\": error validating data: \
+         ValidationError(ConfigMap): unknown field \"spec\" in io.k8s.api.core.v1.ConfigMap; \
+         if you choose to ignore these errors, turn validation off with --validate=false"
+    );
+    let fourth = cluster
+        .kubectl(&["get", "configmap", "fourth"])
+        .await
+        .fails();
+    assert!(fourth.contains("NotFound"), "{fourth}");
+
+    // A kind no served group knows: kubectl finds no schema for it in either document and
+    // stops at the REST mapping, naming the object and its source.
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n  \
+                  namespace: team-a\n";
+    let stderr = cluster.apply_stdin(&[], widget).await.fails();
+    assert_eq!(
+        stderr.trim(),
+        "error: resource mapping not found for name: \"w\" namespace: \"team-a\" from \
+         \"STDIN\": no matches for kind \"Widget\" in version \"example.com/v1\"\n\
+         ensure CRDs are installed first"
     );
 
-    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n";
-    let stderr = cluster.apply_stdin(&[], widget).await.fails();
+    // A List of custom resources is checked against the CRD's schema in its v2 form.
+    install_crd(&cluster).await;
+    let instances = |spec: &str| {
+        format!(
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: gpucloud.io/v1\n  kind: \
+             GpuInstance\n  metadata:\n    name: listed\n  spec:\n    {spec}\n"
+        )
+    };
+    let stderr = cluster
+        .apply_stdin(&[], &instances("{gpuType: L4, count: 1, colour: red}"))
+        .await
+        .fails();
     assert!(
-        stderr.contains("no matches for kind \"Widget\" in version \"example.com/v1\"")
-            && stderr.contains("ensure CRDs are installed first"),
+        stderr.contains(
+            "ValidationError(GpuInstance.spec): unknown field \"colour\" in \
+             io.gpucloud.v1.GpuInstance.spec"
+        ),
         "{stderr}"
+    );
+    let stderr = cluster
+        .apply_stdin(&[], &instances("{gpuType: L4}"))
+        .await
+        .fails();
+    assert!(
+        stderr.contains(
+            "ValidationError(GpuInstance.spec): missing required field \"count\" in \
+             io.gpucloud.v1.GpuInstance.spec"
+        ),
+        "{stderr}"
+    );
+    let applied = cluster
+        .apply_stdin(&[], &instances("{gpuType: L4, count: 1}"))
+        .await
+        .ok();
+    assert_eq!(applied.trim(), "gpuinstance.gpucloud.io/listed created");
+    cluster.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_projects_objects_in_a_list_pass_kubectls_v2_validation() {
+    let cluster = Cluster::start().await;
+    let crds = repository_path("crds");
+    cluster
+        .kubectl(&["apply", "-f", crds.to_str().unwrap()])
+        .await
+        .ok();
+    cluster
+        .kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=20s",
+            "--all",
+            "crd",
+        ])
+        .await
+        .ok();
+    // The quickstart's objects as one List: each is validated against its kind's v2 schema
+    // (nullable and int-or-string fields, embedded resources, the envelope) before any is
+    // sent, so a schema kubectl misreads would refuse them all.
+    let examples = repository_path("examples/quickstart");
+    let objects = cluster
+        .kubectl(&[
+            "create",
+            "--dry-run=client",
+            "-o",
+            "json",
+            "-f",
+            examples.to_str().unwrap(),
+        ])
+        .await
+        .ok();
+    let items: Vec<Value> = serde_json::Deserializer::from_str(&objects)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(!items.is_empty());
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let applied = cluster.apply_stdin(&[], &list.to_string()).await.ok();
+    assert_eq!(applied.lines().count(), items.len(), "{applied}");
+    assert!(
+        applied.lines().all(|line| line.ends_with(" created")),
+        "{applied}"
+    );
+
+    // `kubectl explain` from the v2 document, as against a real server.
+    let explained = cluster
+        .kubectl(&["explain", "configmap.data", "--output=plaintext-openapiv2"])
+        .await
+        .ok();
+    assert!(
+        explained.contains("KIND:     ConfigMap")
+            && explained.contains("FIELD:    data <map[string]string>"),
+        "{explained}"
+    );
+    let explained = cluster
+        .kubectl(&[
+            "explain",
+            "gpuinstance.spec",
+            "--output=plaintext-openapiv2",
+        ])
+        .await
+        .ok();
+    assert!(
+        explained.contains("KIND:     GpuInstance")
+            && explained.contains("RESOURCE: spec <Object>"),
+        "{explained}"
     );
     cluster.server.shutdown().await;
 }
