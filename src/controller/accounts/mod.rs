@@ -1,0 +1,19 @@
+//! The cloud side of each account (one per credentials Secret).
+//!
+//! Owns the account state and its credentials (`account`), which Secrets the operator may
+//! read or write (`secrets`), the cached cloud lists (`observer`, with what every kind's
+//! records share in `records`), the GPU catalog and price list (`catalog`, `pricing`), and
+//! the sweeps of cloud resources no object claims (`orphans`, `late_creates`).
+//!
+//! May use: [`crate::runtime`], and of [`crate::flow`] the error and condition types; the
+//! sweeps also read the kinds' `ManagedKind` declarations and the registry. The flow reaches
+//! the sweeps through its context, never by naming them.
+
+pub mod account;
+pub mod catalog;
+pub mod late_creates;
+pub mod observer;
+pub mod orphans;
+pub mod pricing;
+pub mod records;
+pub mod secrets;
