@@ -395,7 +395,7 @@ impl Account {
         lock(&self.billing).merged.clone()
     }
 
-    /// The price list a status's hourly rate is read from (`ManagedKind::priced`): as
+    /// The price list a status's hourly rate is read from (`KindDeclarations::priced`): as
     /// [`Account::pricing`], except that after a failed read it is not asked for again for a
     /// catalog TTL (`None` meanwhile, the rates shown left as they are), so that every
     /// reconcile of every priced object does not call the cloud while the list cannot be read.

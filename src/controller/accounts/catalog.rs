@@ -4,10 +4,9 @@
 //! per object: however many machines wait for GPUs, the catalog costs three calls per resync
 //! interval.
 
-use crate::flow::error::Error;
 use gpucloud_api::GpuOffering;
-use gpucloud_cloud::CloudClient;
 use gpucloud_cloud::model::{GpuPrice, GpuSpec, PricingBody, Region};
+use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 
@@ -27,7 +26,7 @@ pub struct Catalog {
 
 impl Catalog {
     /// Reads the three catalogs: three calls.
-    pub async fn read(client: &CloudClient) -> Result<Catalog, Error> {
+    pub async fn read(client: &CloudClient) -> Result<Catalog, CloudError> {
         let read_at = Timestamp::now();
         let stock = client.get_gpu_stock().await?;
         let gpus = client.get_gpu_specs().await?.gpus;

@@ -6,9 +6,8 @@
 //! the sweeps of cloud resources no object claims (`orphans`, `late_creates`).
 //!
 //! May use: [`crate::runtime`], and of [`crate::flow`] the error and condition types; the
-//! sweeps also read the kinds' `ManagedKind` declarations and the registry. The flow reaches
-//! the sweeps through its context, never by naming them.
-
+//! sweeps also use the kinds' contract (`flow::kind`), the context (`late_creates`) and the
+//! registry (`orphans`). The flow's `reconcile` calls the sweeps' entry points by name.
 pub mod account;
 pub mod catalog;
 pub mod late_creates;

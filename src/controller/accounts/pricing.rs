@@ -2,7 +2,7 @@
 //! per GB-hour from the account's price list (`GET /pricing`, cached by `Account::pricing`).
 //! Volumes, Snapshots and Images are billed this way; a GpuInstance's record says its rate.
 //!
-//! The same functions give the rate a status shows ([`crate::flow::kind::ManagedKind::priced`]) and
+//! The same functions give the rate a status shows ([`crate::flow::kind::KindDeclarations::priced`]) and
 //! the rate a create is planned at ([`crate::flow::kind::ManagedKind::planned_hourly_rate`]), so the
 //! two agree.
 

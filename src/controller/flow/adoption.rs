@@ -20,8 +20,8 @@
 //! one of its own without a pass over the other kind's store.
 
 use crate::flow::conditions::reason;
+use crate::flow::declarations::KindDeclarations;
 use crate::flow::error::Error;
-use crate::flow::kind::ManagedKind;
 use crate::flow::naming;
 use crate::flow::referrer_index::ReferrerIndex;
 use crate::lock;
@@ -70,12 +70,12 @@ trait Claims: Send + Sync {
 }
 
 /// A controller's store and the index of its objects' references.
-struct Indexed<K: ManagedKind> {
+struct Indexed<K: KindDeclarations> {
     store: Store<K>,
     referrers: Arc<ReferrerIndex>,
 }
 
-impl<K: ManagedKind> Claims for Indexed<K> {
+impl<K: KindDeclarations> Claims for Indexed<K> {
     fn as_any(&self) -> &(dyn Any + Send + Sync) {
         self
     }
@@ -115,7 +115,7 @@ pub struct Ownership {
 impl Ownership {
     /// Adds a controller's store (one per kind and watched namespace) with its index of the
     /// references its objects make.
-    pub fn register<K: ManagedKind>(&self, store: Store<K>, referrers: Arc<ReferrerIndex>) {
+    pub fn register<K: KindDeclarations>(&self, store: Store<K>, referrers: Arc<ReferrerIndex>) {
         lock(&self.stores)
             .entry(K::kind(&()).to_string())
             .or_default()
@@ -124,7 +124,7 @@ impl Ownership {
 
     /// The objects of kind `K` in `namespace` that refer to the object `name` of `kind` there,
     /// as their controllers' stores hold them.
-    pub fn referrers<K: ManagedKind>(
+    pub fn referrers<K: KindDeclarations>(
         &self,
         namespace: &str,
         kind: &str,
@@ -149,7 +149,7 @@ impl Ownership {
 
     /// The object `name` of kind `K` in `namespace`, as its controller's store holds it (none
     /// before the store's first list).
-    pub fn get<K: ManagedKind>(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+    pub fn get<K: KindDeclarations>(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         let key = ObjectRef::new(name).within(namespace);
         self.stores_of::<K>()
             .iter()
@@ -158,7 +158,7 @@ impl Ownership {
     }
 
     /// The objects of kind `K` that own the resource `id` (named `cloud_name`, when known).
-    pub fn owners<K: ManagedKind>(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
+    pub fn owners<K: KindDeclarations>(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
         self.stores_of::<K>()
             .iter()
             .flat_map(|store| store.owners(id, cloud_name))
@@ -166,7 +166,7 @@ impl Ownership {
     }
 
     /// The stores of kind `K`, copied out so that none is read under the lock.
-    fn stores_of<K: ManagedKind>(&self) -> Vec<Arc<dyn Claims>> {
+    fn stores_of<K: KindDeclarations>(&self) -> Vec<Arc<dyn Claims>> {
         lock(&self.stores)
             .get(K::kind(&()).as_ref())
             .cloned()
@@ -227,7 +227,7 @@ impl Ownership {
     /// Checks that `object` may take the resource `id` of kind `R` (listed as `listed_name`
     /// when the latest list shows it): refused with `Error::AdoptionRefused` otherwise.
     /// `what` names the resource in the message. Calls nothing in the cloud.
-    pub async fn check_adoption<R: ManagedKind>(
+    pub async fn check_adoption<R: KindDeclarations>(
         &self,
         client: &kube::Client,
         setting: bool,
@@ -249,7 +249,7 @@ impl Ownership {
     /// Checks that an object in `namespace` may name the resource `id` of kind `R` by id in
     /// its spec (a snapshot's source machine): the resource is the namespace's own (an object
     /// there recorded it), or no object owns it and adoption is allowed there.
-    pub async fn check_reference<R: ManagedKind>(
+    pub async fn check_reference<R: KindDeclarations>(
         &self,
         client: &kube::Client,
         setting: bool,

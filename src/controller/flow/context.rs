@@ -5,8 +5,8 @@ use crate::accounts::catalog::Want;
 use crate::accounts::observer::{Changes, ObserveIntervals, Observer};
 use crate::flow::adoption::Ownership;
 use crate::flow::backoff::RequeuePolicy;
+use crate::flow::declarations::{KindDeclarations, Record};
 use crate::flow::gauges::KindGauges;
-use crate::flow::kind::{ManagedKind, Record};
 use crate::lock;
 use crate::runtime::clock::Clock;
 use crate::runtime::events::EventPublisher;
@@ -105,7 +105,7 @@ pub struct Shared {
 }
 
 /// Everything a reconcile of kind `K` needs.
-pub struct Context<K: ManagedKind> {
+pub struct Context<K: KindDeclarations> {
     pub client: kube::Client,
     pub accounts: Arc<Accounts>,
     pub settings: ReconcileSettings,
@@ -160,7 +160,7 @@ pub struct Context<K: ManagedKind> {
     started: Timestamp,
 }
 
-impl<K: ManagedKind> Context<K> {
+impl<K: KindDeclarations> Context<K> {
     /// Where this kind's reconciles read the objects theirs refer to (`dereference.rs`).
     pub fn lookup(&self) -> crate::flow::dereference::Lookup<'_> {
         crate::flow::dereference::Lookup {
@@ -565,7 +565,7 @@ fn merge_queued(
 
 /// The objects whose recorded id, cloud name or pending create matches a change. One pass
 /// over the store for any number of changes.
-fn objects_concerned<K: ManagedKind>(
+fn objects_concerned<K: KindDeclarations>(
     store: &crate::runtime::store::Store<K>,
     changes: &Changes,
 ) -> Vec<ObjectRef<K>> {
@@ -573,7 +573,7 @@ fn objects_concerned<K: ManagedKind>(
         .state()
         .iter()
         .filter(|object| {
-            crate::flow::reconcile::records_any(object.as_ref(), &changes.ids, &changes.names)
+            crate::flow::recorded::records_any(object.as_ref(), &changes.ids, &changes.names)
         })
         .map(|object| crate::runtime::applier::key_of(object.as_ref()))
         .collect()

@@ -13,8 +13,8 @@
 //! the watch on its kind wakes the referrers when it comes.
 
 use crate::flow::adoption::Ownership;
+use crate::flow::declarations::KindDeclarations;
 use crate::flow::error::Error;
-use crate::flow::kind::ManagedKind;
 use gpucloud_api::{
     DeletionPolicy, GpuInstance, Image, Managed, ManagementPolicy, Snapshot, Volume,
 };
@@ -31,7 +31,7 @@ pub struct Lookup<'a> {
 
 impl Lookup<'_> {
     /// The object `name` of kind `R` in `namespace`; one that does not exist is waited for.
-    async fn read<R: ManagedKind>(
+    async fn read<R: KindDeclarations>(
         &self,
         namespace: &str,
         name: &str,
@@ -49,7 +49,7 @@ impl Lookup<'_> {
 }
 
 /// The cloud id recorded by a referenced object, once it is `Ready`.
-pub async fn ready_id<R: ManagedKind>(
+pub async fn ready_id<R: KindDeclarations>(
     lookup: Lookup<'_>,
     namespace: &str,
     name: &str,

@@ -10,7 +10,7 @@
 //! `controller_runtime_max_concurrent_reconciles`).
 
 use crate::accounts::account::{Accounts, Billing};
-use crate::flow::kind::ManagedKind;
+use crate::flow::declarations::KindDeclarations;
 use crate::lock;
 use crate::runtime::store::Store;
 use gpucloud_api::condition_type;
@@ -33,7 +33,7 @@ pub enum Next {
     Sweep,
 }
 
-pub struct KindGauges<K: ManagedKind> {
+pub struct KindGauges<K: KindDeclarations> {
     kind: String,
     store: Store<K>,
     /// When each object is next due for a reconcile, while one is pending, by the store's
@@ -49,7 +49,7 @@ pub struct KindGauges<K: ManagedKind> {
     accounts: Arc<Accounts>,
 }
 
-impl<K: ManagedKind> KindGauges<K> {
+impl<K: KindDeclarations> KindGauges<K> {
     pub fn new(
         store: Store<K>,
         metrics: Arc<Metrics>,
@@ -177,7 +177,7 @@ impl<K: ManagedKind> KindGauges<K> {
     }
 }
 
-impl<K: ManagedKind> StateSource for KindGauges<K> {
+impl<K: KindDeclarations> StateSource for KindGauges<K> {
     fn kind(&self) -> &str {
         &self.kind
     }

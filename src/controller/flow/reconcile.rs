@@ -11,6 +11,7 @@ use crate::flow::error::Error;
 use crate::flow::gauges::Next;
 use crate::flow::kind::{ManagedKind, ObjectKey, Record, WhenGone};
 use crate::flow::naming;
+use crate::flow::recorded::{namespace, recorded_status};
 use crate::runtime::applier;
 use crate::runtime::clock::Clock;
 use crate::runtime::events::{self, EventType};
@@ -18,7 +19,7 @@ use crate::runtime::fair_share::Work;
 use gpucloud_api::lifetime::{self, OnExpiry, Stage};
 use gpucloud_api::{
     CREATE_INTENT_ANNOTATION, CloudStatus, DeletionPolicy, EXTERNAL_ID_ANNOTATION, FINALIZER,
-    Managed, ManagementPolicy, PAUSED_ANNOTATION, PendingCreate,
+    ManagementPolicy, PAUSED_ANNOTATION, PendingCreate,
 };
 use gpucloud_telemetry::ReconcileResult;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -28,7 +29,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use std::cell::Cell;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -234,79 +234,6 @@ fn with_annotated_intent<K: ManagedKind>(object: Arc<K>) -> Arc<K> {
         return object;
     }
     Arc::new(object.with_status(status, None, Timestamp::now()))
-}
-
-/// The object's status with a first create's intent that only its annotation records
-/// (`create::annotated`): what every reader of a pending create reads.
-pub fn recorded_status<K: Managed + Resource>(object: &K) -> CloudStatus {
-    let status = object.cloud_status();
-    if status.cloud_name.is_some() || !object.annotations().contains_key(CREATE_INTENT_ANNOTATION) {
-        return status;
-    }
-    let cloud_name = naming::cloud_name(
-        &namespace(object),
-        &object.name_any(),
-        object.uid().as_deref().unwrap_or_default(),
-    );
-    let Some(mut intent) = create::annotated(
-        object.annotations(),
-        object.finalizers(),
-        &status,
-        &cloud_name,
-        Timestamp::now(),
-    ) else {
-        return status;
-    };
-    // What the intent's status write would have said: a create under way, so that a wait
-    // for the list retells it rather than writing it (`retells_progress`).
-    let generation = object.meta().generation;
-    intent.observed_generation = generation;
-    conditions::apply(
-        &mut intent.conditions,
-        &Outcome::progressing(reason::CREATING, format!("creating {cloud_name}")),
-        generation,
-        Timestamp::now(),
-    );
-    intent
-}
-
-/// Whether the object's recorded id, cloud name or pending create, as [`recorded_status`]
-/// reads them, is among `ids` and `names`. Read in place: every list's changes are matched
-/// against every object of the kind, and copying each status for it was a third of the
-/// operator's CPU at 100,000 objects. A first create's intent that only its annotation
-/// records matches by the cloud name the object derives, whether or not the annotation
-/// parses: a match only wakes the object.
-pub fn records_any<K: Managed + Resource>(
-    object: &K,
-    ids: &HashSet<String>,
-    names: &HashSet<String>,
-) -> bool {
-    if let Some(status) = object.cloud_status_ref() {
-        if status
-            .external_id
-            .as_ref()
-            .is_some_and(|id| ids.contains(id))
-            || status
-                .cloud_name
-                .as_ref()
-                .is_some_and(|name| names.contains(name))
-            || status
-                .pending_create
-                .as_ref()
-                .is_some_and(|pending| names.contains(&pending.cloud_name))
-        {
-            return true;
-        }
-        if create::records_create(status) {
-            return false;
-        }
-    }
-    object.annotations().contains_key(CREATE_INTENT_ANNOTATION)
-        && names.contains(&naming::cloud_name(
-            &namespace(object),
-            &object.name_any(),
-            object.uid().as_deref().unwrap_or_default(),
-        ))
 }
 
 /// Whether all the flow can do for the object is a first create (nothing recorded, nothing
@@ -1707,13 +1634,12 @@ pub(crate) fn publish<K: ManagedKind>(
     cx.events.send(event, object.object_ref(&()));
 }
 
-fn namespace<K: Resource>(object: &K) -> String {
-    object.meta().namespace.clone().unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::declarations::KindDeclarations;
+    use crate::flow::recorded::records_any;
+    use std::collections::HashSet;
 
     fn at(text: &str) -> Timestamp {
         text.parse().unwrap()

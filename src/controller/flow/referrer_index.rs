@@ -11,7 +11,7 @@
 //! object's are removed, and a complete list (the first, or one after the watch was lost, which
 //! the store takes in whole) rebuilds it from the store.
 
-use crate::flow::kind::{ManagedKind, Reference};
+use crate::flow::declarations::{KindDeclarations, Reference};
 use crate::lock;
 use crate::runtime::store::Store;
 use kube::ResourceExt;
@@ -51,7 +51,7 @@ pub struct ReferrerIndex {
 impl ReferrerIndex {
     /// Takes in one event of the kind's watch; `store` is the controller's store before it
     /// takes the same event.
-    pub fn observe<K: ManagedKind>(&self, store: &Store<K>, event: &watcher::Event<K>) {
+    pub fn observe<K: KindDeclarations>(&self, store: &Store<K>, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(object) => {
                 if let Some(stored) = store.get(&crate::runtime::applier::key_of(object)) {
@@ -68,7 +68,7 @@ impl ReferrerIndex {
     }
 
     /// Builds the index again from `objects` (the store, once a list is in it).
-    pub fn rebuild<K: ManagedKind>(&self, objects: &[Arc<K>]) {
+    pub fn rebuild<K: KindDeclarations>(&self, objects: &[Arc<K>]) {
         let mut fresh = HashMap::new();
         for object in objects {
             add(&mut fresh, &**object);
@@ -93,11 +93,11 @@ impl ReferrerIndex {
         found
     }
 
-    fn insert<K: ManagedKind>(&self, object: &K) {
+    fn insert<K: KindDeclarations>(&self, object: &K) {
         add(&mut lock(&self.by_target), object);
     }
 
-    fn remove<K: ManagedKind>(&self, object: &K) {
+    fn remove<K: KindDeclarations>(&self, object: &K) {
         let namespace = object.namespace().unwrap_or_default();
         let name = object.name_any();
         let mut by_target = lock(&self.by_target);
@@ -114,7 +114,7 @@ impl ReferrerIndex {
 }
 
 /// Adds `object` as a referrer of each target it refers to.
-fn add<K: ManagedKind>(by_target: &mut HashMap<Target, BTreeSet<String>>, object: &K) {
+fn add<K: KindDeclarations>(by_target: &mut HashMap<Target, BTreeSet<String>>, object: &K) {
     let namespace = object.namespace().unwrap_or_default();
     for reference in object.references() {
         by_target

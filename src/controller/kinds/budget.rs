@@ -193,7 +193,7 @@ impl KindFn<Listing> for ListBilled {
 
 /// An object as a Budget counts it.
 pub fn billed<K: ManagedKind>(object: &K) -> Billed {
-    let status = crate::flow::reconcile::recorded_status(object);
+    let status = crate::flow::recorded::recorded_status(object);
     let cost = object.hourly_cost();
     Billed {
         kind: K::kind(&()).into_owned(),

@@ -12,7 +12,7 @@ use crate::accounts::records::{cloud_record, found, gone};
 use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
+use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::kinds::gpu_instance::{rule_diff, to_cloud_rule};
 use gpucloud_api::{CloudStatus, Firewall, FirewallStatus, GpuInstance, Managed, SecurityRule};
 use gpucloud_cloud::model::{CreateFirewallRequest, Firewall as CloudFirewall, NewRule};
@@ -33,7 +33,7 @@ pub enum FirewallAction {
     Attach(Vec<String>),
 }
 
-impl ManagedKind for Firewall {
+impl KindDeclarations for Firewall {
     type Cloud = Firewalls;
     const REFERS_TO: &'static [(&'static str, &'static str)] = &[
         ("GpuInstance", "spec.instanceRefs"),
@@ -74,6 +74,24 @@ impl ManagedKind for Firewall {
         }
     }
 
+    fn observed(&self, record: &CloudFirewall) -> Outcome {
+        Outcome::ready(
+            reason::AVAILABLE,
+            format!(
+                "observing {} ({} rules, {} attachments)",
+                record.id,
+                record.rules.len(),
+                record.attachments.len()
+            ),
+        )
+    }
+
+    fn in_use(record: &CloudFirewall) -> bool {
+        !record.attachments.is_empty()
+    }
+}
+
+impl ManagedKind for Firewall {
     type CreatePlan = CreateFirewallRequest;
 
     async fn plan_create(
@@ -194,22 +212,6 @@ impl ManagedKind for Firewall {
             FirewallAction::Attach(ids) => client.attach_firewall(id, ids).await.map(drop)?,
         }
         Ok(())
-    }
-
-    fn observed(&self, record: &CloudFirewall) -> Outcome {
-        Outcome::ready(
-            reason::AVAILABLE,
-            format!(
-                "observing {} ({} rules, {} attachments)",
-                record.id,
-                record.rules.len(),
-                record.attachments.len()
-            ),
-        )
-    }
-
-    fn in_use(record: &CloudFirewall) -> bool {
-        !record.attachments.is_empty()
     }
 }
 

@@ -11,7 +11,9 @@ use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::dereference;
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Plan, Record, Reference, WhenGone, never_acts};
+use crate::flow::kind::{
+    KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone, never_acts,
+};
 use gpucloud_api::{CloudStatus, Image, ImageStatus, Snapshot};
 use gpucloud_cloud::model::{
     CreateImageRequest, Image as CloudImage, ImageStatus as CloudState, PricingBody,
@@ -19,7 +21,7 @@ use gpucloud_cloud::model::{
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use kube::{Api, Resource, ResourceExt};
 
-impl ManagedKind for Image {
+impl KindDeclarations for Image {
     type Cloud = Images;
     const REFERS_TO: &'static [(&'static str, &'static str)] = &[("Snapshot", "spec.snapshotRef")];
 
@@ -67,6 +69,24 @@ impl ManagedKind for Image {
         pricing::recorded_cost(&status.cloud, status.hourly_rate, status.currency.as_ref())
     }
 
+    fn observed(&self, record: &CloudImage) -> Outcome {
+        match record.status {
+            CloudState::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("the cloud reports {} in error", record.id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!(
+                    "{} (from {}) is {}",
+                    record.id, record.snapshot_id, record.status
+                ),
+            ),
+        }
+    }
+}
+
+impl ManagedKind for Image {
     /// The cloud id of the snapshot.
     type CreatePlan = String;
 
@@ -116,22 +136,6 @@ impl ManagedKind for Image {
             }
             _ => self.observed(record),
         }))
-    }
-
-    fn observed(&self, record: &CloudImage) -> Outcome {
-        match record.status {
-            CloudState::Error => Outcome::stalled(
-                reason::CLOUD_UNAVAILABLE,
-                format!("the cloud reports {} in error", record.id),
-            ),
-            _ => Outcome::ready(
-                reason::AVAILABLE,
-                format!(
-                    "{} (from {}) is {}",
-                    record.id, record.snapshot_id, record.status
-                ),
-            ),
-        }
     }
 
     async fn explain_gone(&self, cx: &Context<Self>, account: &Account) -> Option<Outcome> {

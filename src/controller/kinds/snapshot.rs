@@ -10,7 +10,9 @@ use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::dereference;
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Plan, Record, Reference, WhenGone, never_acts};
+use crate::flow::kind::{
+    KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone, never_acts,
+};
 use crate::runtime::pages;
 use gpucloud_api::{
     CloudStatus, DELETE_DEPENDENTS_ANNOTATION, GpuInstance, Image, Managed, Snapshot,
@@ -34,7 +36,7 @@ pub struct SnapshotPlan {
     size_gb: u64,
 }
 
-impl ManagedKind for Snapshot {
+impl KindDeclarations for Snapshot {
     type Cloud = Snapshots;
     const REFERS_TO: &'static [(&'static str, &'static str)] =
         &[("GpuInstance", "spec.instanceRef")];
@@ -92,6 +94,24 @@ impl ManagedKind for Snapshot {
         pricing::recorded_cost(&status.cloud, status.hourly_rate, status.currency.as_ref())
     }
 
+    fn observed(&self, record: &CloudSnapshot) -> Outcome {
+        match record.status {
+            CloudState::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("the cloud reports {} in error", record.snapshot_id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!(
+                    "{} ({} GB of {}) is {}",
+                    record.snapshot_id, record.size, record.instance_id, record.status
+                ),
+            ),
+        }
+    }
+}
+
+impl ManagedKind for Snapshot {
     type CreatePlan = SnapshotPlan;
 
     async fn plan_create(
@@ -179,22 +199,6 @@ impl ManagedKind for Snapshot {
             ),
             _ => self.observed(record),
         }))
-    }
-
-    fn observed(&self, record: &CloudSnapshot) -> Outcome {
-        match record.status {
-            CloudState::Error => Outcome::stalled(
-                reason::CLOUD_UNAVAILABLE,
-                format!("the cloud reports {} in error", record.snapshot_id),
-            ),
-            _ => Outcome::ready(
-                reason::AVAILABLE,
-                format!(
-                    "{} ({} GB of {}) is {}",
-                    record.snapshot_id, record.size, record.instance_id, record.status
-                ),
-            ),
-        }
     }
 
     async fn delete(
@@ -421,7 +425,7 @@ impl CloudResource for Snapshots {
 #[cfg(test)]
 mod tests {
     use super::{dependents, snapshot_plan};
-    use crate::flow::kind::ManagedKind;
+    use crate::flow::kind::KindDeclarations;
     use gpucloud_api::{CloudStatus, Managed, Snapshot, SnapshotStatus};
     use gpucloud_cloud::model::{
         Instance, InstanceSpecs, InstanceStatus, PricingBody, Snapshot as CloudSnapshot,

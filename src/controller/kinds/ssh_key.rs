@@ -12,7 +12,7 @@ use crate::accounts::secrets::{Read, controlled_by, read_if};
 use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Plan, Record, WhenGone, never_acts};
+use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, WhenGone, never_acts};
 use gpucloud_api::{CloudStatus, SshKey, SshKeyStatus};
 use gpucloud_cloud::model::{CreateSshKeyRequest, SshKey as CloudSshKey};
 use gpucloud_cloud::{CloudClient, Error as CloudError};
@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 pub const PRIVATE_KEY_FIELD: &str = "ssh-privatekey";
 pub const PUBLIC_KEY_FIELD: &str = "ssh-publickey";
 
-impl ManagedKind for SshKey {
+impl KindDeclarations for SshKey {
     type Cloud = SshKeys;
     const WHEN_GONE: WhenGone = WhenGone::Recreate;
 
@@ -42,6 +42,15 @@ impl ManagedKind for SshKey {
         }
     }
 
+    fn observed(&self, record: &Record<Self>) -> Outcome {
+        Outcome::ready(
+            reason::AVAILABLE,
+            format!("key {} is registered", record.id),
+        )
+    }
+}
+
+impl ManagedKind for SshKey {
     /// The public key to import.
     type CreatePlan = String;
 
@@ -73,13 +82,6 @@ impl ManagedKind for SshKey {
     /// Nothing to change in the cloud: the record is reported as it stands.
     fn plan(&self, record: &Record<Self>, _resolved: ()) -> Result<Plan<Self::Action>, Error> {
         Ok(Plan::stand(self.observed(record)))
-    }
-
-    fn observed(&self, record: &Record<Self>) -> Outcome {
-        Outcome::ready(
-            reason::AVAILABLE,
-            format!("key {} is registered", record.id),
-        )
     }
 }
 

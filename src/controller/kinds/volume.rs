@@ -11,7 +11,7 @@ use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::dereference::{self, ReferencedInstance};
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
+use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone};
 use gpucloud_api::{CloudStatus, DeletionPolicy, Managed, ManagementPolicy, Volume, VolumeStatus};
 use gpucloud_cloud::model::{
     CreateVolumeRequest, PricingBody, Tier as CloudTier, Volume as CloudVolume, VolumeListQuery,
@@ -58,7 +58,7 @@ pub enum VolumeAction {
     Attach(String),
 }
 
-impl ManagedKind for Volume {
+impl KindDeclarations for Volume {
     type Cloud = Volumes;
     const REFERS_TO: &'static [(&'static str, &'static str)] = &[
         ("GpuInstance", "spec.instanceRef"),
@@ -121,6 +121,25 @@ impl ManagedKind for Volume {
         pricing::recorded_cost(&status.cloud, status.hourly_rate, status.currency.as_ref())
     }
 
+    fn observed(&self, record: &CloudVolume) -> Outcome {
+        match record.status {
+            CloudState::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("{} is in error", record.id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!("observing {} ({})", record.id, record.status),
+            ),
+        }
+    }
+
+    fn in_use(record: &CloudVolume) -> bool {
+        record.instance_id.is_some()
+    }
+}
+
+impl ManagedKind for Volume {
     type CreatePlan = VolumePlan;
 
     async fn plan_create(
@@ -354,23 +373,6 @@ impl ManagedKind for Volume {
             // Any other answer (a failed read included) leaves the volume to be detached.
             _ => Ok(()),
         }
-    }
-
-    fn observed(&self, record: &CloudVolume) -> Outcome {
-        match record.status {
-            CloudState::Error => Outcome::stalled(
-                reason::CLOUD_UNAVAILABLE,
-                format!("{} is in error", record.id),
-            ),
-            _ => Outcome::ready(
-                reason::AVAILABLE,
-                format!("observing {} ({})", record.id, record.status),
-            ),
-        }
-    }
-
-    fn in_use(record: &CloudVolume) -> bool {
-        record.instance_id.is_some()
     }
 }
 

@@ -106,7 +106,7 @@ struct Change {
 
 /// The changes of every followed kind in a scope, passed from the one watch of each kind to
 /// the controllers that follow it. Who follows what is derived from each kind's
-/// `ManagedKind::REFERS_TO` and `FOLLOWS_REFERRERS`.
+/// `KindDeclarations::REFERS_TO` and `FOLLOWS_REFERRERS`.
 #[derive(Default)]
 struct ChangeHub {
     followers: Mutex<Vec<Follower>>,

@@ -9,7 +9,7 @@ use crate::support;
 use gpucloud_api::*;
 use gpucloud_cloud::ApiKey;
 use gpucloud_controller::accounts::account::Accounts;
-use gpucloud_controller::flow::kind::ManagedKind;
+use gpucloud_controller::flow::kind::{KindDeclarations, ManagedKind};
 use gpucloud_controller::kinds::volume::VolumePlan;
 use gpucloud_controller::kinds::{snapshot, volume};
 use support::*;

@@ -71,7 +71,7 @@ where
         .unwrap();
     let name = object.name_any();
     let stored = env.api::<K>().get(&name).await.unwrap();
-    let status = gpucloud_controller::flow::reconcile::recorded_status(&stored);
+    let status = gpucloud_controller::flow::recorded::recorded_status(&stored);
     assert!(
         status.pending_create.is_some() && status.external_id.is_none(),
         "{name}: expected a pending create without an id, got {status:?}"
@@ -422,7 +422,7 @@ trait CloudNamed {
 
 impl<K: Managed + Resource> CloudNamed for K {
     fn pending_name(&self) -> String {
-        gpucloud_controller::flow::reconcile::recorded_status(self)
+        gpucloud_controller::flow::recorded::recorded_status(self)
             .pending_create
             .unwrap()
             .cloud_name

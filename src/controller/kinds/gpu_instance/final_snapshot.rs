@@ -109,7 +109,7 @@ pub async fn hold(
             // Gone before its snapshot was taken: nothing is left to keep. An object whose
             // create may have happened (its answer lost) is left to find it first, so no
             // snapshot made is deleted unseen.
-            if crate::flow::reconcile::recorded_status(&object)
+            if crate::flow::recorded::recorded_status(&object)
                 .pending_create
                 .is_some()
             {

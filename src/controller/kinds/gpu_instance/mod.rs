@@ -11,7 +11,7 @@ use crate::accounts::secrets::{Read, controlled_by, read_if};
 use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Plan, Record, Reference, WhenGone};
+use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::flow::reconcile::lifetime_stage;
 use crate::kinds::gpu_instance::placement::Candidate;
 use gpucloud_api::PlacementPolicy;
@@ -54,7 +54,7 @@ pub enum InstanceAction {
     WriteConnectionSecret(String),
 }
 
-impl ManagedKind for GpuInstance {
+impl KindDeclarations for GpuInstance {
     type Cloud = Instances;
     const WHEN_GONE: WhenGone = WhenGone::Report;
     const BILLED: bool = true;
@@ -179,6 +179,32 @@ impl ManagedKind for GpuInstance {
         }
     }
 
+    /// The schedule's next start or stop is acted on at its moment.
+    fn next_wake(&self, now: Timestamp) -> Option<Timestamp> {
+        if matches!(lifetime_stage(self, now), Ok(Some(Stage::Expired { .. }))) {
+            return None;
+        }
+        scheduled(self, now)
+            .ok()
+            .flatten()
+            .and_then(|(_, next)| next)
+    }
+
+    fn observed(&self, record: &Instance) -> Outcome {
+        match record.status {
+            InstanceStatus::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("{} is in ERROR", record.instance_id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!("observing {} ({})", record.instance_id, record.status),
+            ),
+        }
+    }
+}
+
+impl ManagedKind for GpuInstance {
     type CreatePlan = InstancePlan;
 
     async fn plan_create(
@@ -613,33 +639,9 @@ impl ManagedKind for GpuInstance {
         Ok(())
     }
 
-    /// The schedule's next start or stop is acted on at its moment.
-    fn next_wake(&self, now: Timestamp) -> Option<Timestamp> {
-        if matches!(lifetime_stage(self, now), Ok(Some(Stage::Expired { .. }))) {
-            return None;
-        }
-        scheduled(self, now)
-            .ok()
-            .flatten()
-            .and_then(|(_, next)| next)
-    }
-
     fn executed(&mut self, action: &InstanceAction) {
         if let (InstanceAction::Reboot(requested), Some(status)) = (action, self.status.as_mut()) {
             status.restarted_at = Some(requested.clone());
-        }
-    }
-
-    fn observed(&self, record: &Instance) -> Outcome {
-        match record.status {
-            InstanceStatus::Error => Outcome::stalled(
-                reason::CLOUD_UNAVAILABLE,
-                format!("{} is in ERROR", record.instance_id),
-            ),
-            _ => Outcome::ready(
-                reason::AVAILABLE,
-                format!("observing {} ({})", record.instance_id, record.status),
-            ),
         }
     }
 

@@ -212,7 +212,7 @@ pub fn kustomize_crds() -> String {
 }
 
 /// The table of references in docs/design.md: for each kind, the kinds its objects refer to
-/// and through which field (`ManagedKind::REFERS_TO`), and whether its referrers wake it.
+/// and through which field (`KindDeclarations::REFERS_TO`), and whether its referrers wake it.
 pub fn references_table() -> String {
     struct Rows;
     impl KindFn<Vec<String>> for Rows {

@@ -1815,7 +1815,7 @@ async fn objects_of(env: &Env, kinds: &[Kind]) -> Result<BTreeMap<ObjectKey, See
                 Seen {
                     kind,
                     // A first create's intent may be in its annotation, not in the status yet.
-                    status: gpucloud_controller::flow::reconcile::recorded_status(&object),
+                    status: gpucloud_controller::flow::recorded::recorded_status(&object),
                     meta: object.meta().clone(),
                 },
             );

@@ -15,14 +15,14 @@ use kube::core::ApiResource;
 pub struct KindInfo {
     pub kind: String,
     pub resource: ApiResource,
-    /// Whether the cloud bills its resources (`ManagedKind::BILLED`).
+    /// Whether the cloud bills its resources (`KindDeclarations::BILLED`).
     pub billed: bool,
     /// The top-level spec fields a change of which the API server refuses.
     pub immutable: Vec<&'static str>,
     /// The object's spec as the kind's type reads it (defaults applied), as JSON; or where and
     /// why it does not decode.
     pub spec_of: fn(&serde_json::Value) -> Result<serde_json::Value, (String, String)>,
-    /// What the object costs per hour by its status (`ManagedKind::hourly_cost`).
+    /// What the object costs per hour by its status (`KindDeclarations::hourly_cost`).
     pub cost_of: fn(&serde_json::Value) -> Option<(f64, String)>,
 }
 

@@ -10,6 +10,7 @@
 //! asked (`--cloud-url`), with its catalogs, its price list and its price quote.
 
 pub mod core;
+mod error;
 pub mod kinds;
 pub mod text;
 
@@ -19,6 +20,7 @@ mod tests;
 use crate::accounts::catalog::Catalog;
 use crate::tools::manifests;
 use core::{Live, Plan, PriceSource, Prices};
+pub use error::{API_KEY_VARIABLE, Error};
 use gpucloud_api::{GpuInstance, GpuOffering};
 use gpucloud_cloud::model::PriceQuoteRequest;
 use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
@@ -26,9 +28,6 @@ use k8s_openapi::jiff::Timestamp;
 use kinds::{Desired, KindInfo, Wanted};
 use kube::api::{Api, DynamicObject, ListParams};
 use std::collections::BTreeSet;
-
-/// The environment variable holding the cloud API key `--cloud-url` reads with.
-pub const API_KEY_VARIABLE: &str = "GPUCLOUD_API_KEY";
 
 #[derive(clap::Args, Debug, Clone, Default)]
 #[group(skip)]
@@ -64,36 +63,6 @@ pub enum Output {
     #[default]
     Text,
     Json,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{path}: {message}")]
-    Read { path: String, message: String },
-    #[error("{origin}: does not parse: {message}")]
-    Parse { origin: String, message: String },
-    #[error("{origin}: {field}: {message}")]
-    Decode {
-        origin: String,
-        field: String,
-        message: String,
-    },
-    #[error("{kind} {namespace}/{name} in the cluster does not decode: {field}: {message}")]
-    LiveDecode {
-        kind: String,
-        namespace: String,
-        name: String,
-        field: String,
-        message: String,
-    },
-    #[error("--cloud-url needs the API key in the {API_KEY_VARIABLE} environment variable")]
-    ApiKeyMissing,
-    #[error("the cloud: {0}")]
-    Cloud(#[from] gpucloud_cloud::Error),
-    #[error("the cloud: {0}")]
-    Catalog(#[from] crate::Error),
-    #[error("Kubernetes API: {}", crate::flow::error::KubeMessage(.0))]
-    Kube(#[from] kube::Error),
 }
 
 /// [`plan`] with the client the environment configures (kubeconfig or in-cluster), the API
@@ -261,7 +230,9 @@ async fn offerings(client: &kube::Client) -> Result<Prices, Error> {
 /// The catalog and the price list read from the cloud.
 async fn from_cloud(cloud: &CloudClient) -> Result<Prices, Error> {
     Ok(Prices {
-        catalog: Catalog::read(cloud).await?,
+        catalog: Catalog::read(cloud)
+            .await
+            .map_err(|e| Error::Catalog(e.into()))?,
         pricing: cloud.get_pricing().await?,
         source: Some(PriceSource::PriceList),
         ..Prices::default()
