@@ -9,10 +9,10 @@
 //! sweeps also use the kinds' contract (`flow::kind`), the context (`late_creates`) and the
 //! registry (`orphans`). The flow's `reconcile` calls the sweeps' entry points by name.
 pub mod account;
-pub mod catalog;
-pub mod late_creates;
+pub(crate) mod catalog;
+pub(crate) mod late_creates;
 pub mod observer;
 pub mod orphans;
-pub mod pricing;
-pub mod records;
+pub(crate) mod pricing;
+pub(crate) mod records;
 pub mod secrets;

@@ -17,18 +17,18 @@
 //! (Budget reservations in `kinds::budget`, the released record of `accounts::orphans`, the
 //! watch of `accounts::late_creates`), none of which uses `reconcile`.
 pub mod adoption;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod conditions;
 pub mod context;
-pub mod create;
-pub mod declarations;
-pub mod dereference;
-pub mod error;
-pub mod gauges;
+pub(crate) mod create;
+pub(crate) mod declarations;
+pub(crate) mod dereference;
+pub(crate) mod error;
+pub(crate) mod gauges;
 pub mod kind;
 pub mod naming;
-pub mod readopt;
-pub mod recheck;
+pub(crate) mod readopt;
+pub(crate) mod recheck;
 pub mod reconcile;
 pub mod recorded;
-pub mod referrer_index;
+pub(crate) mod referrer_index;

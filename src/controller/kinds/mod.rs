@@ -6,13 +6,13 @@
 //! another kind's public items (a Firewall reads the machines it attaches to); the flow
 //! never reads a kind.
 
-pub mod budget;
-pub mod firewall;
+pub(crate) mod budget;
+pub(crate) mod firewall;
 pub mod gpu_instance;
 pub mod gpu_instance_pool;
-pub mod gpu_offering;
-pub mod image;
+pub(crate) mod gpu_offering;
+pub(crate) mod image;
 pub mod registry;
 pub mod snapshot;
-pub mod ssh_key;
+pub(crate) mod ssh_key;
 pub mod volume;

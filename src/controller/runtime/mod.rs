@@ -8,16 +8,16 @@
 //! May use: other crates and the crate root's helpers (`crate::lock`); nothing else of this
 //! crate.
 
-pub mod applier;
-pub mod client_hooks;
+pub(crate) mod applier;
+pub(crate) mod client_hooks;
 pub mod client_metrics;
 pub mod client_throttle;
 pub mod clock;
 pub mod decode;
 pub mod events;
-pub mod fair_share;
+pub(crate) mod fair_share;
 pub mod leader;
-pub mod own_writes;
+pub(crate) mod own_writes;
 pub mod pages;
-pub mod store;
-pub mod watch_health;
+pub(crate) mod store;
+pub(crate) mod watch_health;

@@ -176,7 +176,9 @@ pub fn store<K: Resource>() -> (Store<K>, Writer<K>) {
 }
 
 impl<K: Resource> Writer<K> {
-    /// A reader of the objects this writer writes.
+    /// A reader of the objects this writer writes (the tests read through it; the watches
+    /// are given their reader with the writer).
+    #[cfg(test)]
     pub fn as_reader(&self) -> Store<K> {
         self.store.clone()
     }
@@ -222,7 +224,8 @@ impl<K: Resource> Writer<K> {
         }
     }
 
-    /// Takes in a copy of `event`, for callers that keep it.
+    /// Takes in a copy of `event`, for the tests, which keep it.
+    #[cfg(test)]
     pub fn apply_watcher_event(&mut self, event: &watcher::Event<K>) -> watcher::Event<Arc<K>>
     where
         K: Clone,

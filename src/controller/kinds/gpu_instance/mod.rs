@@ -2,7 +2,7 @@
 //! IP and security rules toward the spec, one cloud call per step.
 
 pub mod final_snapshot;
-pub mod placement;
+pub(crate) mod placement;
 
 use crate::accounts::account::Account;
 use crate::accounts::observer::CloudResource;

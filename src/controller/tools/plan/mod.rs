@@ -11,8 +11,8 @@
 
 pub mod core;
 mod error;
-pub mod kinds;
-pub mod text;
+pub(crate) mod kinds;
+pub(crate) mod text;
 
 #[cfg(test)]
 mod tests;
