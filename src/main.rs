@@ -65,16 +65,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controllers against a cluster.
-    Run(gpucloud_controller::cli::Args),
+    Run(gpucloud_controller::operator::cli::Args),
     /// Print the CustomResourceDefinitions of every kind as YAML (what `crds/` holds).
     Crds,
     /// Let go of the objects for good before removing the operator: its finalizer is removed
     /// with Orphan semantics, so the cloud resources stay; each is recorded in the operator's
     /// namespace and printed (kind, namespace/name, cloud id) on standard output.
-    Release(gpucloud_controller::release::Args),
+    Release(gpucloud_controller::tools::release::Args),
     /// What applying manifests would do, read-only: per object create, change, delete or
     /// unchanged, the placement a GpuInstance would get, and the hourly cost before and after.
-    Plan(gpucloud_controller::plan::Args),
+    Plan(gpucloud_controller::tools::plan::Args),
     /// Run the cloud API simulator.
     #[cfg(feature = "sandbox")]
     Simulator(gpucloud_simulator::cli::Args),
@@ -142,7 +142,7 @@ async fn run(cli: Cli, page_return: Result<(), tikv_jemalloc_ctl::Error>) -> any
         tracing::warn!(%error, "freed heap pages are given back on jemalloc's default schedule");
     }
     match cli.command {
-        Command::Run(args) => gpucloud_controller::cli::run(args, BUILD)
+        Command::Run(args) => gpucloud_controller::operator::cli::run(args, BUILD)
             .await
             .context("operator")?,
         #[cfg(feature = "sandbox")]
@@ -157,7 +157,7 @@ async fn run(cli: Cli, page_return: Result<(), tikv_jemalloc_ctl::Error>) -> any
         #[cfg(feature = "sandbox")]
         Command::Dev(args) => gpucloud_dev::run(args).await?,
         Command::Release(args) => {
-            let released = gpucloud_controller::release::run(&args)
+            let released = gpucloud_controller::tools::release::run(&args)
                 .await
                 .context("release")?;
             println!("KIND\tNAMESPACE/NAME\tCLOUD ID (left in the cloud)");
@@ -172,12 +172,12 @@ async fn run(cli: Cli, page_return: Result<(), tikv_jemalloc_ctl::Error>) -> any
                 "released {} objects; what they leave in the cloud is also recorded in ConfigMap {}/{}",
                 released.len(),
                 args.operator_namespace,
-                gpucloud_controller::orphans::RELEASED_CONFIGMAP
+                gpucloud_controller::accounts::orphans::RELEASED_CONFIGMAP
             );
         }
         Command::Plan(args) => print!(
             "{}",
-            gpucloud_controller::plan::run(&args)
+            gpucloud_controller::tools::plan::run(&args)
                 .await
                 .context("plan")?
         ),
@@ -219,12 +219,12 @@ const BUILD: gpucloud_telemetry::BuildInfo = gpucloud_telemetry::BuildInfo {
     version: env!("CARGO_PKG_VERSION"),
     commit: env!("GPUCLOUD_GIT_COMMIT"),
     commit_date: env!("GPUCLOUD_COMMIT_DATE"),
-    kubernetes: gpucloud_controller::cli::KUBERNETES_API,
+    kubernetes: gpucloud_controller::operator::cli::KUBERNETES_API,
 };
 
 fn print_only(command: &Command) -> anyhow::Result<()> {
     match command {
-        Command::Crds => print!("{}", gpucloud_controller::registry::crds_yaml()?),
+        Command::Crds => print!("{}", gpucloud_controller::kinds::registry::crds_yaml()?),
         _ => print!("{}", version_text(&BUILD)),
     }
     Ok(())
@@ -232,7 +232,7 @@ fn print_only(command: &Command) -> anyhow::Result<()> {
 
 /// `gpucloud-operator version`: one fact a line.
 fn version_text(build: &gpucloud_telemetry::BuildInfo) -> String {
-    let (major, minor) = gpucloud_controller::cli::MIN_KUBERNETES;
+    let (major, minor) = gpucloud_controller::operator::cli::MIN_KUBERNETES;
     format!(
         "gpucloud-operator {}\ncommit: {} ({})\nkubernetes: API {}, runs on {major}.{minor} or newer\n",
         build.version, build.commit, build.commit_date, build.kubernetes

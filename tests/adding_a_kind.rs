@@ -17,8 +17,8 @@ const A_KINDS_PLACES: &[&str] = &[
     // 1. the API type
     "src/api/lib.rs",
     // 2. the controller
-    "src/controller/lib.rs",
-    "src/controller/registry.rs",
+    "src/controller/kinds/mod.rs",
+    "src/controller/kinds/registry/mod.rs",
     // 3. the cloud calls
     "src/cloud/model/",
     "src/cloud/client/",
@@ -68,7 +68,7 @@ fn allowed(file: &str, new: bool) -> bool {
             .is_some_and(|name| !name.contains('/') && name.ends_with(".rs"))
     };
     own_module("src/api/")
-        || own_module("src/controller/")
+        || own_module("src/controller/kinds/")
         || A_KINDS_PLACES.iter().any(|place| {
             if place.ends_with('/') {
                 file.starts_with(place)
@@ -95,8 +95,8 @@ fn the_demonstration_kind_touches_only_a_kinds_places() {
     // Among them: its API type and controller modules, and one line of the registry.
     for file in [
         "src/api/boot_script.rs",
-        "src/controller/boot_script.rs",
-        "src/controller/registry.rs",
+        "src/controller/kinds/boot_script.rs",
+        "src/controller/kinds/registry/mod.rs",
     ] {
         assert!(
             files.iter().any(|(f, _)| f == file),
@@ -123,15 +123,15 @@ fn the_demonstration_kind_still_applies() {
 fn a_file_outside_a_kinds_places_is_refused() {
     // The shared machinery, even edited alongside a new kind.
     for file in [
-        "src/controller/run.rs",
-        "src/controller/orphans.rs",
-        "src/controller/reconcile.rs",
+        "src/controller/operator/run.rs",
+        "src/controller/accounts/orphans.rs",
+        "src/controller/flow/reconcile.rs",
         "src/dev/table.rs",
         "charts/gpucloud-operator/templates/_helpers.tpl",
     ] {
         assert!(!allowed(file, false), "{file}");
     }
     // A kind's own module is a new file; an existing one is another kind's.
-    assert!(allowed("src/controller/boot_script.rs", true));
-    assert!(!allowed("src/controller/volume.rs", false));
+    assert!(allowed("src/controller/kinds/boot_script.rs", true));
+    assert!(!allowed("src/controller/kinds/volume.rs", false));
 }

@@ -252,8 +252,8 @@ fn argocd_cm_installs_the_script_for_every_kind() {
         "{CM_HEADER}apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: argocd-cm\n  namespace: argocd\n  labels:\n    app.kubernetes.io/name: argocd-cm\n    app.kubernetes.io/part-of: argocd\ndata:\n"
     );
     // The catalog's kinds (GpuOffering) have no conditions and are never in a repository.
-    let catalogs = gpucloud_controller::registry::catalog_crds();
-    let mut kinds: Vec<String> = gpucloud_controller::registry::crds()
+    let catalogs = gpucloud_controller::kinds::registry::catalog_crds();
+    let mut kinds: Vec<String> = gpucloud_controller::kinds::registry::crds()
         .into_iter()
         .filter(|crd| !catalogs.contains(crd))
         .map(|crd| crd.spec.names.kind)

@@ -157,7 +157,7 @@ fn check_pod(label: &str, rendered: &Rendered) {
     );
     let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
     let shutdown = rendered.env_var("GPUCLOUD_SHUTDOWN_TIMEOUT").unwrap();
-    let shutdown = gpucloud_controller::cli::parse_duration(&shutdown).unwrap();
+    let shutdown = gpucloud_controller::operator::cli::parse_duration(&shutdown).unwrap();
     assert!(
         shutdown.as_secs() < grace,
         "{label}: shutdown within the grace period"
@@ -404,7 +404,7 @@ fn chart_and_kustomize_crds_are_the_generated_crds() {
     // tests), kept by `helm uninstall` unless `crds.keep` is off, and then open to the
     // deletion that uninstall asks for.
     let from_types: Vec<Value> =
-        deploy::yaml_documents(&gpucloud_controller::registry::crds_yaml().unwrap());
+        deploy::yaml_documents(&gpucloud_controller::kinds::registry::crds_yaml().unwrap());
     let annotated = |annotations: Value| -> Vec<Value> {
         from_types
             .iter()
@@ -517,7 +517,7 @@ fn kustomize_base_renders_what_the_chart_renders() {
     // The CRDs as the types make them: without Helm's keep policy, which means nothing to
     // kustomize, and protected from deletion by the CRD policy.
     let from_chart: BTreeMap<String, Value> =
-        deploy::yaml_documents(&gpucloud_controller::registry::crds_yaml().unwrap())
+        deploy::yaml_documents(&gpucloud_controller::kinds::registry::crds_yaml().unwrap())
             .into_iter()
             .chain(rendered.objects().into_iter().map(without_helm_labels))
             .map(|o| (key(&o), o))

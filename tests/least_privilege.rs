@@ -29,8 +29,8 @@ use futures::FutureExt;
 use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
 use gpucloud_cloud::model::CreateSshKeyRequest;
 use gpucloud_cloud::{ApiKey, ClientConfig, CloudClient};
-use gpucloud_controller::cli::Args;
-use gpucloud_controller::conditions::reason;
+use gpucloud_controller::flow::conditions::reason;
+use gpucloud_controller::operator::cli::Args;
 use gpucloud_simulator::{FaultPlan, Simulator, SimulatorConfig};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -96,7 +96,7 @@ async fn namespaced_rules_are_exactly_what_the_operator_uses() {
         );
         assert_eq!(
             grant.names.len(),
-            gpucloud_controller::registry::crds().len()
+            gpucloud_controller::kinds::registry::crds().len()
         );
     }
     assert!(
@@ -265,12 +265,12 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
     .await;
     let operator = apiserver.kube_client_as(Some(OPERATOR_USER)).await.unwrap();
     let args = operator_args(&rendered, &simulator.base_url());
-    gpucloud_controller::cli::ensure_crds_installed(&operator)
+    gpucloud_controller::operator::cli::ensure_crds_installed(&operator)
         .await
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     // A replica as `run` starts it: with leader election when the values turn it on.
-    let task = tokio::spawn(gpucloud_controller::replica::run_replica(
+    let task = tokio::spawn(gpucloud_controller::operator::replica::run_replica(
         operator,
         args.config().unwrap(),
         args.replica().unwrap(),

@@ -232,7 +232,7 @@ async fn the_packaged_chart_passes_a_server_side_dry_run() {
 /// registry as the real one is.
 fn chart_with_a_changed_crd(destination: &Path) -> PathBuf {
     copy_chart(destination);
-    let mut crds = gpucloud_controller::registry::crds();
+    let mut crds = gpucloud_controller::kinds::registry::crds();
     let firewall = crds
         .iter_mut()
         .find(|c| c.spec.names.kind == "Firewall")
@@ -252,7 +252,7 @@ fn chart_with_a_changed_crd(destination: &Path) -> PathBuf {
         Some("A firewall. {{ .Values.nothing }} stays as written.".into());
     std::fs::write(
         destination.join("templates/crds.yaml"),
-        gpucloud_controller::registry::chart_crds_template(&crds).unwrap(),
+        gpucloud_controller::kinds::registry::chart_crds_template(&crds).unwrap(),
     )
     .unwrap();
     destination.to_path_buf()
@@ -356,5 +356,5 @@ async fn helm_upgrade_updates_the_crds_and_uninstall_keeps_them() {
 
 /// How many CRDs the operator has: one per kind of the registry.
 fn every_crd() -> usize {
-    gpucloud_controller::registry::crds().len()
+    gpucloud_controller::kinds::registry::crds().len()
 }

@@ -76,7 +76,7 @@ pub const GROUP: &str = "gpucloud.io";
 
 /// A kind as the reference and the CRDs see it: its CRD, and how a change of each of its own
 /// spec fields is carried out (the shared ones are in [`MANAGED_ON_CHANGE`]). The list of
-/// kinds is the operator's kind registry (`gpucloud_controller::registry`).
+/// kinds is the operator's kind registry (`gpucloud_controller::kinds::registry`).
 pub struct KindReference {
     pub crd: CustomResourceDefinition,
     pub on_change: &'static [(&'static str, OnChange)],

@@ -63,12 +63,12 @@ impl Document {
 }
 
 /// Every document of every path (a file, or a folder read recursively in name order, its
-/// YAML and JSON files but kustomize's own: `gpucloud_controller::manifests::files`).
+/// YAML and JSON files but kustomize's own: `gpucloud_controller::tools::manifests::files`).
 pub fn load(paths: &[PathBuf]) -> Result<Vec<Document>, Error> {
     let mut files = Vec::new();
     for path in paths {
         files.extend(
-            gpucloud_controller::manifests::files(path)
+            gpucloud_controller::tools::manifests::files(path)
                 .map_err(|(path, source)| Error::Unreadable { path, source })?,
         );
     }
@@ -86,7 +86,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Document>, Error> {
 /// The documents of one file's text; empty documents (comments only) are skipped.
 pub fn parse(path: &Path, text: &str) -> Result<Vec<Document>, Error> {
     let mut documents = Vec::new();
-    for (index, value) in gpucloud_controller::manifests::documents(text) {
+    for (index, value) in gpucloud_controller::tools::manifests::documents(text) {
         let invalid = |reason: String| Error::Invalid {
             path: path.to_path_buf(),
             index,

@@ -208,7 +208,7 @@ impl Sandbox {
     fn start_controllers(&mut self) -> Result<(), Error> {
         let config = operator_config(&self.cloud_url)?;
         let (stop, stopped) = oneshot::channel::<()>();
-        self.controllers = Some(tokio::spawn(gpucloud_controller::run::run(
+        self.controllers = Some(tokio::spawn(gpucloud_controller::operator::run::run(
             self.client.clone(),
             config,
             stopped.map(|_| ()).boxed(),
@@ -265,11 +265,13 @@ async fn start_simulator(listen: SocketAddr) -> Result<SimulatorHandle, Error> {
 
 /// The operator configuration `gpucloud-operator run` builds from the same flags (their
 /// defaults and environment variables), pointed at `cloud_url` and the sandbox's Secret.
-pub fn operator_config(cloud_url: &str) -> Result<gpucloud_controller::run::OperatorConfig, Error> {
+pub fn operator_config(
+    cloud_url: &str,
+) -> Result<gpucloud_controller::operator::run::OperatorConfig, Error> {
     #[derive(Parser)]
     struct OperatorFlags {
         #[command(flatten)]
-        args: gpucloud_controller::cli::Args,
+        args: gpucloud_controller::operator::cli::Args,
     }
     let secret = format!("{OPERATOR_NAMESPACE}/{CREDENTIALS_SECRET}");
     let flags = OperatorFlags::try_parse_from([
@@ -296,7 +298,7 @@ pub fn operator_config(cloud_url: &str) -> Result<gpucloud_controller::run::Oper
 async fn install_crds(client: &kube::Client) -> Result<(), Error> {
     let setup = |step: &'static str| move |reason: String| Error::Setup { step, reason };
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in gpucloud_controller::registry::crds() {
+    for crd in gpucloud_controller::kinds::registry::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         within(crds.patch(
             &name,

@@ -1,8 +1,8 @@
 //! The live table: every gpucloud.io object with its cloud state and conditions, printed again
 //! whenever a row changes. Plain lines only, so it reads the same in a terminal and in a log.
 
-use gpucloud_controller::kind::ManagedKind;
-use gpucloud_controller::registry::{KindFn, map_kinds};
+use gpucloud_controller::flow::kind::ManagedKind;
+use gpucloud_controller::kinds::registry::{KindFn, map_kinds};
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use std::io::Write;

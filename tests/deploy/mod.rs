@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use clap::{CommandFactory, Parser};
-use gpucloud_controller::cli::Args;
+use gpucloud_controller::operator::cli::Args;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde::Deserialize;

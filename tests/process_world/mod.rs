@@ -44,7 +44,7 @@ impl World {
             .unwrap();
         let client = apiserver.kube_client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in gpucloud_controller::registry::crds() {
+        for crd in gpucloud_controller::kinds::registry::crds() {
             let name = crd.metadata.name.clone().unwrap();
             crds.create(&PostParams::default(), &crd).await.unwrap();
             await_condition(crds.clone(), &name, conditions::is_crd_established())

@@ -20,7 +20,7 @@ use crate::report::{
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
 use gpucloud_api::{Firewall, GpuInstance, Snapshot, SshKey, Volume};
-use gpucloud_controller::decode::Decoded;
+use gpucloud_controller::runtime::decode::Decoded;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -41,7 +41,7 @@ const SSH_KEY_NAME: &str = "bench-key";
 const SSH_PUBLIC_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKWIQ+QF3fCIBgjBxZfHUID/+ZdKl9sgVJ+r46Z+ucKM bench";
 /// The summary each kind's controller logs once its startup check is done
-/// (`src/controller/readopt.rs`), with the fields `kind`, `readopted` and `reconciled`.
+/// (`src/controller/flow/readopt.rs`), with the fields `kind`, `readopted` and `reconciled`.
 const CHECKED_MESSAGE: &str = "first list checked against the cloud";
 /// What `scale-bench --list-only` prints before the number of objects it listed.
 pub const LISTED_PREFIX: &str = "listed ";
@@ -281,7 +281,7 @@ impl Environment {
     /// CRDs, the two namespaces and the credentials Secret.
     async fn prepare_cluster(&self) -> Result<(), Error> {
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        for crd in gpucloud_controller::registry::crds() {
+        for crd in gpucloud_controller::kinds::registry::crds() {
             let name = crd.metadata.name.clone().unwrap_or_default();
             crds.create(&PostParams::default(), &crd)
                 .await
@@ -1331,7 +1331,7 @@ mod tests {
             "kind": kind,
             "readopted": readopted,
             "reconciled": reconciled,
-            "target": "gpucloud_controller::readopt",
+            "target": "gpucloud_controller::flow::readopt",
         })
         .to_string()
     }

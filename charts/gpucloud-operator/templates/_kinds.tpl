@@ -1,4 +1,4 @@
-{{/* Generated from the kind registry (src/controller/registry.rs): the resources of every
+{{/* Generated from the kind registry (src/controller/kinds/registry/mod.rs): the resources of every
 managed kind, for the RBAC rules in _helpers.tpl. Regenerate with
 UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry; do not edit. */}}
 {{- define "gpucloud-operator.kindResources" -}}[firewalls, gpuinstances, images, snapshots, sshkeys, volumes]{{- end -}}

@@ -7,7 +7,7 @@ use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::model::CreateVolumeRequest;
-use gpucloud_controller::conditions::reason;
+use gpucloud_controller::flow::conditions::reason;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use support::*;

@@ -567,7 +567,7 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
     walked.insert(("Firewall", "instanceSelector"));
 
     let mut missing = Vec::new();
-    for kind in gpucloud_controller::registry::kinds() {
+    for kind in gpucloud_controller::kinds::registry::kinds() {
         let name = kind.crd.spec.names.kind.clone();
         for (field, on_change) in kind.on_change {
             let changeable = matches!(on_change, OnChange::Applied(_) | OnChange::Rechecked(_));

@@ -5,7 +5,7 @@
 
 use crate::support::*;
 use gpucloud_cloud::RateLimit;
-use gpucloud_controller::client_throttle::{
+use gpucloud_controller::runtime::client_throttle::{
     ClientThrottle, in_flight_bounded_client, throttled_client,
 };
 use gpucloud_simulator::SimulatorConfig;

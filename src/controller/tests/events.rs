@@ -4,7 +4,7 @@
 //! a flood about one object; and the events of an instance's whole life.
 
 use crate::support::*;
-use gpucloud_controller::events::{Event, EventPublisher, EventType};
+use gpucloud_controller::runtime::events::{Event, EventPublisher, EventType};
 use gpucloud_simulator::SimulatorConfig;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as KubeEvent;

@@ -6,10 +6,10 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_controller::final_snapshot::{
+use gpucloud_controller::accounts::orphans::RELEASED_CONFIGMAP;
+use gpucloud_controller::kinds::gpu_instance::final_snapshot::{
     FINAL_SNAPSHOT_OF_LABEL, FINAL_SNAPSHOT_OF_UID_ANNOTATION, object_name,
 };
-use gpucloud_controller::orphans::RELEASED_CONFIGMAP;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams};
 use support::*;
@@ -267,7 +267,7 @@ async fn the_final_object_is_released_when_the_copy_in_hand_predates_its_record(
         .await
         .unwrap();
 
-    gpucloud_controller::final_snapshot::release(&stale, &env.client)
+    gpucloud_controller::kinds::gpu_instance::final_snapshot::release(&stale, &env.client)
         .await
         .unwrap();
     gone::<Snapshot>(&env, &object_name("trainer")).await;

@@ -8,10 +8,10 @@ use crate::support;
 
 use gpucloud_api::*;
 use gpucloud_cloud::ApiKey;
-use gpucloud_controller::account::Accounts;
-use gpucloud_controller::kind::ManagedKind;
-use gpucloud_controller::volume::VolumePlan;
-use gpucloud_controller::{snapshot, volume};
+use gpucloud_controller::accounts::account::Accounts;
+use gpucloud_controller::flow::kind::{KindDeclarations, ManagedKind};
+use gpucloud_controller::kinds::volume::VolumePlan;
+use gpucloud_controller::kinds::{snapshot, volume};
 use support::*;
 
 /// Waits until `name` is Ready and shows an hourly rate.

@@ -158,7 +158,7 @@ async fn an_operator_killed_mid_create_is_replaced_without_a_duplicate() {
     env.kill_operator().await;
     let pending = env.api::<GpuInstance>().get("crash").await.unwrap();
     // A first create's intent is written with the finalizer, in its annotation.
-    let recorded = gpucloud_controller::reconcile::recorded_status(&pending);
+    let recorded = gpucloud_controller::flow::recorded::recorded_status(&pending);
     assert!(
         recorded.pending_create.is_some() && pending.finalizers().contains(&FINALIZER.to_string()),
         "the intent was recorded, with the finalizer, before the call"

@@ -50,17 +50,21 @@ pub(crate) async fn create_unreadable_ssh_key(env: &Env, name: &str) -> Api<Dyna
 
 /// The InvalidObject events about `name`: (type, note, series count).
 async fn invalid_object_events(env: &Env, name: &str) -> Vec<(String, String, i32)> {
-    events_about(env, name, gpucloud_controller::decode::INVALID_OBJECT)
-        .await
-        .into_iter()
-        .map(|e| {
-            (
-                e.type_.unwrap_or_default(),
-                e.note.unwrap_or_default(),
-                e.series.map_or(1, |s| s.count),
-            )
-        })
-        .collect()
+    events_about(
+        env,
+        name,
+        gpucloud_controller::runtime::decode::INVALID_OBJECT,
+    )
+    .await
+    .into_iter()
+    .map(|e| {
+        (
+            e.type_.unwrap_or_default(),
+            e.note.unwrap_or_default(),
+            e.series.map_or(1, |s| s.count),
+        )
+    })
+    .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,7 @@
 use crate::support::{self, Env, eventually, test_config};
 use gpucloud_api::*;
 use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
-use gpucloud_controller::clock::Clock;
+use gpucloud_controller::runtime::clock::Clock;
 use k8s_openapi::jiff::tz::TimeZone;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use std::sync::{Arc, Mutex};

@@ -13,11 +13,11 @@ use gpucloud_api::*;
 use gpucloud_apiserver::faults::{ApiFaultPlan, ApiFaults};
 use gpucloud_cloud::model::CreateVolumeRequest;
 use gpucloud_cloud::{CallObserver, CallOutcome, Operation};
-use gpucloud_controller::account::{Accounts, SecretLocation};
-use gpucloud_controller::events::EventPublisher;
-use gpucloud_controller::orphans::{
+use gpucloud_controller::accounts::account::{Accounts, SecretLocation};
+use gpucloud_controller::accounts::orphans::{
     OrphanSweepSettings, OrphanSweeper, REASON_DELETED, REASON_FOUND, RELEASED_CONFIGMAP,
 };
+use gpucloud_controller::runtime::events::EventPublisher;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -71,7 +71,7 @@ where
         .unwrap();
     let name = object.name_any();
     let stored = env.api::<K>().get(&name).await.unwrap();
-    let status = gpucloud_controller::reconcile::recorded_status(&stored);
+    let status = gpucloud_controller::flow::recorded::recorded_status(&stored);
     assert!(
         status.pending_create.is_some() && status.external_id.is_none(),
         "{name}: expected a pending create without an id, got {status:?}"
@@ -375,7 +375,7 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_are_read_from_every_page_and_an_unreadable_object_stops_the_sweep() {
-    use gpucloud_controller::pages::PAGE;
+    use gpucloud_controller::runtime::pages::PAGE;
     let env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
     // More keys than a page; the last one listed claims a marked key in the cloud.
     let keys = usize::try_from(PAGE).unwrap() + 1;
@@ -391,8 +391,11 @@ async fn claims_are_read_from_every_page_and_an_unreadable_object_stops_the_swee
         .get(&format!("key-{:04}", keys - 1))
         .await
         .unwrap();
-    let claimed =
-        gpucloud_controller::naming::cloud_name(NAMESPACE, &last.name_any(), &last.uid().unwrap());
+    let claimed = gpucloud_controller::flow::naming::cloud_name(
+        NAMESPACE,
+        &last.name_any(),
+        &last.uid().unwrap(),
+    );
     import_ssh_key(&env, &claimed).await;
     let report = sweeper(&env, Duration::ZERO, false).sweep().await.unwrap();
     assert!(report.orphans.is_empty(), "{:?}", report.orphans);
@@ -419,7 +422,7 @@ trait CloudNamed {
 
 impl<K: Managed + Resource> CloudNamed for K {
     fn pending_name(&self) -> String {
-        gpucloud_controller::reconcile::recorded_status(self)
+        gpucloud_controller::flow::recorded::recorded_status(self)
             .pending_create
             .unwrap()
             .cloud_name

@@ -7,8 +7,8 @@
 use crate::support::{self, Env, NAMESPACE, eventually, ready};
 use gpucloud_api::{GpuInstance, GpuOffering, Volume};
 use gpucloud_cloud::ApiKey;
-use gpucloud_controller::plan::core::{Action, Plan, PriceSource};
-use gpucloud_controller::plan::{self, Args, Output};
+use gpucloud_controller::tools::plan::core::{Action, Plan, PriceSource};
+use gpucloud_controller::tools::plan::{self, Args, Output};
 use kube::Api;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -55,7 +55,10 @@ fn writes_and_calls(env: &Env) -> (u64, BTreeMap<String, u64>) {
     (writes, env.simulator.call_counts())
 }
 
-fn row<'a>(plan: &'a Plan, name: &str) -> &'a gpucloud_controller::plan::core::PlannedObject {
+fn row<'a>(
+    plan: &'a Plan,
+    name: &str,
+) -> &'a gpucloud_controller::tools::plan::core::PlannedObject {
     plan.objects
         .iter()
         .find(|o| o.name == name)

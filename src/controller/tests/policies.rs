@@ -509,7 +509,7 @@ async fn a_replaced_key_stops_being_used() {
         .cloud_status()
         .external_id;
     let balance_of = |key: &str| {
-        let account = gpucloud_controller::account::AccountId::of(&ApiKey::new(key));
+        let account = gpucloud_controller::accounts::account::AccountId::of(&ApiKey::new(key));
         format!(
             "gpucloud_account_balance{{account=\"{}\"}}",
             account.label()

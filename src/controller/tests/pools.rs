@@ -428,7 +428,7 @@ async fn stale_copies_of_a_pool_never_make_more_than_replicas() {
     let runs = (0..4).map(|_| {
         let (client, pool) = (env.client.clone(), pool.clone());
         tokio::spawn(async move {
-            gpucloud_controller::gpu_instance_pool::reconcile(&client, &pool).await
+            gpucloud_controller::kinds::gpu_instance_pool::reconcile(&client, &pool).await
         })
     });
     let results: Vec<_> = futures::future::join_all(runs).await;
@@ -439,13 +439,13 @@ async fn stale_copies_of_a_pool_never_make_more_than_replicas() {
     assert_eq!(won, 1, "one record lands: {results:?}");
     assert_eq!(pool_machines(&env).await.len(), 3);
     // The same stale copy once more, after the winner: refused, nothing created.
-    let again = gpucloud_controller::gpu_instance_pool::reconcile(&env.client, &pool).await;
+    let again = gpucloud_controller::kinds::gpu_instance_pool::reconcile(&env.client, &pool).await;
     assert!(again.is_err_and(|e| e.is_stale_write()));
     assert_eq!(pool_machines(&env).await.len(), 3);
     // The current copy, many times over: still 3.
     for _ in 0..3 {
         let current = pools.get("workers").await.unwrap();
-        gpucloud_controller::gpu_instance_pool::reconcile(&env.client, &current)
+        gpucloud_controller::kinds::gpu_instance_pool::reconcile(&env.client, &current)
             .await
             .unwrap();
     }

@@ -7,10 +7,10 @@ use crate::support;
 
 use futures::FutureExt;
 use gpucloud_api::*;
-use gpucloud_controller::leader::LeaseSettings;
-use gpucloud_controller::orphans::OrphanSweepSettings;
-use gpucloud_controller::replica::{self, ReplicaSettings};
-use gpucloud_controller::run::OperatorConfig;
+use gpucloud_controller::accounts::orphans::OrphanSweepSettings;
+use gpucloud_controller::operator::replica::{self, ReplicaSettings};
+use gpucloud_controller::operator::run::OperatorConfig;
+use gpucloud_controller::runtime::leader::LeaseSettings;
 use gpucloud_simulator::{FaultPlan, SimulatorConfig, ThrottleBurst};
 use gpucloud_telemetry::{Endpoints, Health, HealthSettings, Metrics};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -68,7 +68,7 @@ impl Replica {
                 version: env!("CARGO_PKG_VERSION"),
                 commit: "0123456789ab",
                 commit_date: "2026-11-27T00:00:00+00:00",
-                kubernetes: gpucloud_controller::cli::KUBERNETES_API,
+                kubernetes: gpucloud_controller::operator::cli::KUBERNETES_API,
             });
         let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
         let endpoints = gpucloud_telemetry::server::serve(
@@ -88,7 +88,7 @@ impl Replica {
             shutdown_timeout: Duration::from_secs(10),
         };
         // As the binary does (cli.rs): the client counts every request it makes.
-        let client = gpucloud_controller::client_metrics::counted_client(
+        let client = gpucloud_controller::runtime::client_metrics::counted_client(
             &env.client,
             config.metrics.clone(),
             &env.apiserver.local_addr().to_string(),
@@ -596,7 +596,7 @@ async fn the_operator_refuses_to_start_without_its_crds() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let apiserver = ApiServer::start(ApiServerConfig::default()).await.unwrap();
     let client = apiserver.kube_client().await.unwrap();
-    let check = || gpucloud_controller::cli::ensure_crds_installed(&client);
+    let check = || gpucloud_controller::operator::cli::ensure_crds_installed(&client);
 
     let error = check().await.expect_err("no CRD is installed").to_string();
     assert!(error.contains("not installed"), "{error}");
@@ -607,7 +607,7 @@ async fn the_operator_refuses_to_start_without_its_crds() {
 
     // All but the last: the error names that one.
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    let mut all = gpucloud_controller::registry::crds();
+    let mut all = gpucloud_controller::kinds::registry::crds();
     let last = all.pop().unwrap();
     for crd in &all {
         crds.create(&PostParams::default(), crd).await.unwrap();

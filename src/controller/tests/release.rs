@@ -7,8 +7,8 @@
 use crate::support;
 
 use gpucloud_api::*;
-use gpucloud_controller::orphans::RELEASED_CONFIGMAP;
-use gpucloud_controller::release::{self, Args, Error, Released};
+use gpucloud_controller::accounts::orphans::RELEASED_CONFIGMAP;
+use gpucloud_controller::tools::release::{self, Args, Error, Released};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;

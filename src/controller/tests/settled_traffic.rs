@@ -256,8 +256,13 @@ async fn create_machines(api: &kube::Api<GpuInstance>, n: usize) {
 
 /// The operator's accounts as `env`'s operator would have them, and a reference to the
 /// Secret `team-key`.
-fn accounts_and_team_key(env: &Env) -> (gpucloud_controller::account::Accounts, SecretKeyRef) {
-    let accounts = gpucloud_controller::account::Accounts::new(
+fn accounts_and_team_key(
+    env: &Env,
+) -> (
+    gpucloud_controller::accounts::account::Accounts,
+    SecretKeyRef,
+) {
+    let accounts = gpucloud_controller::accounts::account::Accounts::new(
         test_config(&env.simulator).cloud,
         env.client.clone(),
         None,

@@ -549,8 +549,8 @@ async fn a_machine_deleted_after_its_volumes_deletion_began_does_not_detach_it()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_is_deleted_when_a_volume_its_listed_record_names_is_gone() {
     use gpucloud_cloud::model::{CreateVolumeRequest, InstanceStatus, VolumeStatus};
-    use gpucloud_controller::gpu_instance::Instances;
-    use gpucloud_controller::observer::CloudResource;
+    use gpucloud_controller::accounts::observer::CloudResource;
+    use gpucloud_controller::kinds::gpu_instance::Instances;
 
     let env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
     let cloud = cloud_client(&env);

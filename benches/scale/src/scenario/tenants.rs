@@ -33,7 +33,7 @@ use crate::report::tenants::{AccountPhases, ApiServerFigures, TenantsMemory, Ten
 use crate::tracker::Tracker;
 use futures::TryStreamExt;
 use gpucloud_api::{Firewall, GpuInstance, Snapshot, SshKey, Volume};
-use gpucloud_controller::secrets::{CREDENTIALS_LABEL, CREDENTIALS_LABEL_VALUE};
+use gpucloud_controller::accounts::secrets::{CREDENTIALS_LABEL, CREDENTIALS_LABEL_VALUE};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Resource, ResourceExt};

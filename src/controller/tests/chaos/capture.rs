@@ -336,11 +336,11 @@ mod tests {
             "world{seed=142}:reconcile{kind=GpuInstance namespace=team-c name=vm-0 cloud_id=}";
         let log: Vec<String> = [
             format!(
-                "t1 DEBUG {object}: gpucloud_controller::reconcile: reconcile failed error=deleting"
+                "t1 DEBUG {object}: gpucloud_controller::flow::reconcile: reconcile failed error=deleting"
             ),
-            "t2 INFO world{seed=142}: gpucloud_controller::orphans: found cloud_id=vm-010000000008"
+            "t2 INFO world{seed=142}: gpucloud_controller::accounts::orphans: found cloud_id=vm-010000000008"
                 .to_string(),
-            "t3 INFO world{seed=142}: gpucloud_controller::orphans: found cloud_id=vm-010000000009"
+            "t3 INFO world{seed=142}: gpucloud_controller::accounts::orphans: found cloud_id=vm-010000000009"
                 .to_string(),
             format!(
                 "t4 DEBUG {}: other",
@@ -351,11 +351,13 @@ mod tests {
         let report = log_of_stuck_objects(message, &log);
         assert!(report.contains("(2 in all)"), "{report}");
         assert!(
-            report.contains("t1 DEBUG gpucloud_controller::reconcile: reconcile failed"),
+            report.contains("t1 DEBUG gpucloud_controller::flow::reconcile: reconcile failed"),
             "{report}"
         );
         assert!(
-            report.contains("t2 INFO gpucloud_controller::orphans: found cloud_id=vm-010000000008"),
+            report.contains(
+                "t2 INFO gpucloud_controller::accounts::orphans: found cloud_id=vm-010000000008"
+            ),
             "{report}"
         );
         assert!(!report.contains("t3") && !report.contains("t4"), "{report}");

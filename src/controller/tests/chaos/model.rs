@@ -319,8 +319,9 @@ pub fn final_snapshots(
         .snapshots
         .iter()
         .filter(|s| {
-            s.description
-                .starts_with(gpucloud_controller::final_snapshot::DESCRIPTION_PREFIX)
+            s.description.starts_with(
+                gpucloud_controller::kinds::gpu_instance::final_snapshot::DESCRIPTION_PREFIX,
+            )
         })
         .map(|s| {
             (

@@ -205,7 +205,7 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
     // (possibly stale) view of the pool.
     let (stop_second, second) = if rng.random_bool(1.0 / 3.0) {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(gpucloud_controller::run::run(
+        let task = tokio::spawn(gpucloud_controller::operator::run::run(
             run.env.client.clone(),
             config.clone(),
             futures::FutureExt::boxed(async {

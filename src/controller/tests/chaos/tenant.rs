@@ -12,8 +12,8 @@ use gpucloud_api::{
     CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Image, Managed, Snapshot, SshKey,
     Volume, condition_type,
 };
-use gpucloud_controller::conditions::reason;
-use gpucloud_controller::kind::Watched;
+use gpucloud_controller::flow::conditions::reason;
+use gpucloud_controller::flow::kind::Watched;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use rand::rngs::StdRng;

@@ -14,7 +14,7 @@ use gpucloud_api::{
 };
 use gpucloud_apiserver::faults::ApiFaultPlan;
 use gpucloud_cloud::{ApiKey, CallObserver, CallOutcome, ClientConfig, CloudClient, Operation};
-use gpucloud_controller::kind::Watched;
+use gpucloud_controller::flow::kind::Watched;
 use gpucloud_simulator::{
     Delays, DropMode, FaultPlan, LatencySpike, SimulatorConfig, ThrottleBurst,
 };
@@ -140,7 +140,7 @@ pub(crate) struct Run {
     pub late: Option<LateTarget>,
     pub stats: RunStats,
     observer: Arc<CrashObserver>,
-    operator: gpucloud_controller::run::OperatorConfig,
+    operator: gpucloud_controller::operator::run::OperatorConfig,
     operator_down_until: Option<Instant>,
     /// The cloud fault plan in force during the fault phase.
     cloud_plan: FaultPlan,
@@ -1395,7 +1395,7 @@ impl Run {
                 object: key.clone(),
                 kind: wanted.kind,
                 account: wanted.group.account,
-                cloud_name: gpucloud_controller::naming::cloud_name(
+                cloud_name: gpucloud_controller::flow::naming::cloud_name(
                     &key.namespace,
                     &key.name,
                     &wanted.uid,
@@ -1815,7 +1815,7 @@ async fn objects_of(env: &Env, kinds: &[Kind]) -> Result<BTreeMap<ObjectKey, See
                 Seen {
                     kind,
                     // A first create's intent may be in its annotation, not in the status yet.
-                    status: gpucloud_controller::reconcile::recorded_status(&object),
+                    status: gpucloud_controller::flow::recorded::recorded_status(&object),
                     meta: object.meta().clone(),
                 },
             );

@@ -4,12 +4,12 @@
 
 use futures::FutureExt;
 use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
-use gpucloud_controller::account::{CloudSettings, SecretLocation};
-use gpucloud_controller::clock::Clock;
-use gpucloud_controller::context::ReconcileSettings;
-use gpucloud_controller::kind::Watched;
-use gpucloud_controller::observer::ObserveIntervals;
-use gpucloud_controller::run::OperatorConfig;
+use gpucloud_controller::accounts::account::{CloudSettings, SecretLocation};
+use gpucloud_controller::accounts::observer::ObserveIntervals;
+use gpucloud_controller::flow::context::ReconcileSettings;
+use gpucloud_controller::flow::kind::Watched;
+use gpucloud_controller::operator::run::OperatorConfig;
+use gpucloud_controller::runtime::clock::Clock;
 use gpucloud_simulator::{Simulator, SimulatorConfig, SimulatorHandle};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -37,8 +37,8 @@ pub struct Env {
 }
 
 /// The reporter of the tests' events: the operator's controller name, a replica of its own.
-pub fn reporter() -> gpucloud_controller::events::Reporter {
-    gpucloud_controller::events::Reporter::new("gpucloud-operator", "test-replica")
+pub fn reporter() -> gpucloud_controller::runtime::events::Reporter {
+    gpucloud_controller::runtime::events::Reporter::new("gpucloud-operator", "test-replica")
 }
 
 /// Reconciles of `kind` counted by the operator's metrics, whatever their result.
@@ -81,14 +81,14 @@ pub fn test_config(simulator: &SimulatorHandle) -> OperatorConfig {
             },
             operator_namespace: OPERATOR_NAMESPACE.into(),
             allow_adoption: true,
-            duplicates: gpucloud_controller::context::DuplicateSettings {
+            duplicates: gpucloud_controller::flow::context::DuplicateSettings {
                 grace_period: Duration::from_secs(3),
                 delete: true,
             },
             clock: Clock::real(),
         },
         reporter: reporter(),
-        orphans: gpucloud_controller::orphans::OrphanSweepSettings::disabled(),
+        orphans: gpucloud_controller::accounts::orphans::OrphanSweepSettings::disabled(),
         metrics: Default::default(),
         health: Default::default(),
     }
@@ -102,7 +102,7 @@ impl Env {
         let apiserver = ApiServer::start(ApiServerConfig::default()).await.unwrap();
         let client = apiserver.kube_client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in gpucloud_controller::registry::crds() {
+        for crd in gpucloud_controller::kinds::registry::crds() {
             install_crd(&crds, &crd).await;
         }
         for ns in [NAMESPACE, OPERATOR_NAMESPACE] {
@@ -181,7 +181,7 @@ impl Env {
         let shutdown = stopped.map(|_| ()).boxed();
         // The operator's log lines carry the caller's span (a chaos run's seed, say).
         self.operator = Some(tokio::spawn(tracing::Instrument::in_current_span(
-            gpucloud_controller::run::run(client, config, shutdown),
+            gpucloud_controller::operator::run::run(client, config, shutdown),
         )));
         self.stop = Some(stop);
     }
@@ -220,8 +220,8 @@ impl Env {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.into()),
                 labels: Some(BTreeMap::from([(
-                    gpucloud_controller::secrets::CREDENTIALS_LABEL.to_string(),
-                    gpucloud_controller::secrets::CREDENTIALS_LABEL_VALUE.to_string(),
+                    gpucloud_controller::accounts::secrets::CREDENTIALS_LABEL.to_string(),
+                    gpucloud_controller::accounts::secrets::CREDENTIALS_LABEL_VALUE.to_string(),
                 )])),
                 ..Default::default()
             },
@@ -650,8 +650,8 @@ pub async fn create_namespace(
 ) -> Result<Namespace, kube::Error> {
     let labels = adoption.then(|| {
         BTreeMap::from([(
-            gpucloud_controller::ownership::ADOPTION_LABEL.to_string(),
-            gpucloud_controller::ownership::ADOPTION_ALLOWED.to_string(),
+            gpucloud_controller::flow::adoption::ADOPTION_LABEL.to_string(),
+            gpucloud_controller::flow::adoption::ADOPTION_ALLOWED.to_string(),
         )])
     });
     let namespace = Namespace {

@@ -1,0 +1,405 @@
+//! Who owns a cloud resource, and who may adopt one.
+//!
+//! Several namespaces (teams) often share one cloud account, and any of them may write any
+//! spec. A cloud resource therefore belongs to at most one object in the whole cluster: the
+//! object that recorded its id (`status.externalId`), or the one whose cloud name it carries
+//! (`gco-<namespace>-<name>-<hash>`, made from the object's uid). Naming a resource by id
+//! (the `gpucloud.io/external-id` annotation, `Snapshot.spec.instanceId`) is adoption, and
+//! adoption is checked here before anything is called in the cloud:
+//!
+//! - a resource another object owns is refused (`AlreadyOwned`), whatever the settings;
+//! - a resource no object owns and the operator did not create for this object is adopted only
+//!   where the platform team allowed it: the operator's `--allow-adoption` and the label
+//!   `gpucloud.io/adoption: allowed` on the object's namespace (which tenants cannot set);
+//! - an annotation that names another resource than the one the object recorded is refused:
+//!   the annotation is fixed once its resource is recorded.
+//!
+//! The index is the controllers' own stores (every kind's objects, as watched), read at the
+//! moment of the check; nothing is kept twice. With each store comes its controller's index of
+//! referrers (`referrer_index.rs`), so that one kind can find the objects of another that refer to
+//! one of its own without a pass over the other kind's store.
+
+use crate::flow::conditions::reason;
+use crate::flow::declarations::KindDeclarations;
+use crate::flow::error::Error;
+use crate::flow::naming;
+use crate::flow::referrer_index::ReferrerIndex;
+use crate::lock;
+use crate::runtime::store::Store;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The namespace label with which a cluster administrator lets the namespace's objects adopt
+/// cloud resources the operator did not create for them (with `--allow-adoption`).
+pub const ADOPTION_LABEL: &str = "gpucloud.io/adoption";
+/// The value of [`ADOPTION_LABEL`] that allows adoption.
+pub const ADOPTION_ALLOWED: &str = "allowed";
+
+/// An object that owns a cloud resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Owner {
+    /// How a message to the object `viewer_namespace` names this owner: by name only within
+    /// that namespace, since another namespace's objects are not the tenant's to know of.
+    pub fn described_to(&self, viewer_namespace: &str) -> String {
+        if self.namespace == viewer_namespace {
+            format!("{} {}/{}", self.kind, self.namespace, self.name)
+        } else {
+            "an object in another namespace".to_string()
+        }
+    }
+}
+
+/// The objects of one kind, as a controller's store holds them.
+trait Claims: Send + Sync {
+    /// The objects that recorded `id` or carry `cloud_name` as theirs.
+    fn owners(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner>;
+
+    /// The store and its index as their own type, for [`Ownership::referrers`].
+    fn as_any(&self) -> &(dyn Any + Send + Sync);
+}
+
+/// A controller's store and the index of its objects' references.
+struct Indexed<K: KindDeclarations> {
+    store: Store<K>,
+    referrers: Arc<ReferrerIndex>,
+}
+
+impl<K: KindDeclarations> Claims for Indexed<K> {
+    fn as_any(&self) -> &(dyn Any + Send + Sync) {
+        self
+    }
+
+    fn owners(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
+        self.store
+            .state()
+            .iter()
+            .filter(|object| {
+                let status = object.cloud_status();
+                status.external_id.as_deref() == Some(id)
+                    || cloud_name.is_some_and(|name| {
+                        status.cloud_name.as_deref() == Some(name)
+                            || naming::cloud_name(
+                                object.namespace().as_deref().unwrap_or_default(),
+                                &object.name_any(),
+                                object.uid().as_deref().unwrap_or_default(),
+                            ) == name
+                    })
+            })
+            .map(|object| Owner {
+                kind: K::kind(&()).to_string(),
+                namespace: object.namespace().unwrap_or_default(),
+                name: object.name_any(),
+                uid: object.uid().unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
+/// Every controller's store, by kind: the cluster-wide index of who owns what.
+#[derive(Default)]
+pub struct Ownership {
+    stores: Mutex<HashMap<String, Vec<Arc<dyn Claims>>>>,
+}
+
+impl Ownership {
+    /// Adds a controller's store (one per kind and watched namespace) with its index of the
+    /// references its objects make.
+    pub fn register<K: KindDeclarations>(&self, store: Store<K>, referrers: Arc<ReferrerIndex>) {
+        lock(&self.stores)
+            .entry(K::kind(&()).to_string())
+            .or_default()
+            .push(Arc::new(Indexed { store, referrers }));
+    }
+
+    /// The objects of kind `K` in `namespace` that refer to the object `name` of `kind` there,
+    /// as their controllers' stores hold them.
+    pub fn referrers<K: KindDeclarations>(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+    ) -> Vec<Arc<K>> {
+        self.stores_of::<K>()
+            .iter()
+            .filter_map(|claims| claims.as_any().downcast_ref::<Indexed<K>>())
+            .flat_map(|indexed| {
+                indexed
+                    .referrers
+                    .referrers(namespace, kind, name)
+                    .into_iter()
+                    .filter_map(|referrer| {
+                        indexed
+                            .store
+                            .get(&ObjectRef::new(&referrer).within(namespace))
+                    })
+            })
+            .collect()
+    }
+
+    /// The object `name` of kind `K` in `namespace`, as its controller's store holds it (none
+    /// before the store's first list).
+    pub fn get<K: KindDeclarations>(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let key = ObjectRef::new(name).within(namespace);
+        self.stores_of::<K>()
+            .iter()
+            .filter_map(|claims| claims.as_any().downcast_ref::<Indexed<K>>())
+            .find_map(|indexed| indexed.store.get(&key))
+    }
+
+    /// The objects of kind `K` that own the resource `id` (named `cloud_name`, when known).
+    pub fn owners<K: KindDeclarations>(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
+        self.stores_of::<K>()
+            .iter()
+            .flat_map(|store| store.owners(id, cloud_name))
+            .collect()
+    }
+
+    /// The stores of kind `K`, copied out so that none is read under the lock.
+    fn stores_of<K: KindDeclarations>(&self) -> Vec<Arc<dyn Claims>> {
+        lock(&self.stores)
+            .get(K::kind(&()).as_ref())
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// What the check of an adoption found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Adoption {
+    /// The resource is the object's own (created for it, or already recorded by it).
+    Own,
+    /// No other object owns it, and adoption is allowed here.
+    Allowed,
+    /// Another object owns it.
+    AlreadyOwned(Owner),
+    /// No other object owns it, but adoption is not allowed here.
+    NotAllowed,
+}
+
+/// Decides an adoption of a resource by the object `uid`: `owners` are the objects that
+/// recorded the resource or carry its cloud name, `own_name` whether the resource carries the
+/// object's own cloud name, `allowed` whether adoption is allowed for the object's namespace.
+pub fn judge(uid: &str, owners: &[Owner], own_name: bool, allowed: bool) -> Adoption {
+    if let Some(other) = owners.iter().find(|owner| owner.uid != uid) {
+        return Adoption::AlreadyOwned(other.clone());
+    }
+    if own_name || !owners.is_empty() {
+        Adoption::Own
+    } else if allowed {
+        Adoption::Allowed
+    } else {
+        Adoption::NotAllowed
+    }
+}
+
+/// Whether adoption is allowed in `namespace`: the operator's setting and the namespace's
+/// label. The namespace is read only when the setting is on (its read is granted only then).
+pub async fn allowed_in(
+    client: &kube::Client,
+    setting: bool,
+    namespace: &str,
+) -> Result<bool, kube::Error> {
+    if !setting {
+        return Ok(false);
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let Some(meta) = namespaces.get_metadata_opt(namespace).await? else {
+        return Ok(false);
+    };
+    Ok(meta
+        .labels()
+        .get(ADOPTION_LABEL)
+        .is_some_and(|value| value == ADOPTION_ALLOWED))
+}
+
+impl Ownership {
+    /// Checks that `object` may take the resource `id` of kind `R` (listed as `listed_name`
+    /// when the latest list shows it): refused with `Error::AdoptionRefused` otherwise.
+    /// `what` names the resource in the message. Calls nothing in the cloud.
+    pub async fn check_adoption<R: KindDeclarations>(
+        &self,
+        client: &kube::Client,
+        setting: bool,
+        object: &impl kube::Resource,
+        what: &str,
+        id: &str,
+        listed_name: Option<&str>,
+    ) -> Result<(), Error> {
+        let namespace = object.meta().namespace.clone().unwrap_or_default();
+        let uid = object.meta().uid.clone().unwrap_or_default();
+        let name = object.meta().name.clone().unwrap_or_default();
+        let own_name =
+            listed_name.is_some_and(|listed| listed == naming::cloud_name(&namespace, &name, &uid));
+        let owners = self.owners::<R>(id, listed_name);
+        let verdict = judge(&uid, &owners, own_name, false);
+        settle(client, setting, &namespace, what, verdict).await
+    }
+
+    /// Checks that an object in `namespace` may name the resource `id` of kind `R` by id in
+    /// its spec (a snapshot's source machine): the resource is the namespace's own (an object
+    /// there recorded it), or no object owns it and adoption is allowed there.
+    pub async fn check_reference<R: KindDeclarations>(
+        &self,
+        client: &kube::Client,
+        setting: bool,
+        namespace: &str,
+        what: &str,
+        id: &str,
+    ) -> Result<(), Error> {
+        let owners = self.owners::<R>(id, None);
+        let verdict = judge_reference(namespace, &owners, false);
+        settle(client, setting, namespace, what, verdict).await
+    }
+}
+
+/// A verdict found `NotAllowed` before the namespace was read becomes `Allowed` where the
+/// namespace allows adoption; any refusal becomes the error the object reports.
+async fn settle(
+    client: &kube::Client,
+    setting: bool,
+    namespace: &str,
+    what: &str,
+    mut verdict: Adoption,
+) -> Result<(), Error> {
+    if verdict == Adoption::NotAllowed && allowed_in(client, setting, namespace).await? {
+        verdict = Adoption::Allowed;
+    }
+    match refusal(what, &verdict, namespace) {
+        None => Ok(()),
+        Some(message) => Err(Error::AdoptionRefused {
+            reason: match verdict {
+                Adoption::AlreadyOwned(_) => reason::ALREADY_OWNED,
+                _ => reason::ADOPTION_NOT_ALLOWED,
+            },
+            message,
+        }),
+    }
+}
+
+/// Decides a reference by id from `namespace`: objects of the same namespace may share a
+/// resource (one records it, others name it), another namespace's may not.
+pub fn judge_reference(namespace: &str, owners: &[Owner], allowed: bool) -> Adoption {
+    if let Some(other) = owners.iter().find(|owner| owner.namespace != namespace) {
+        Adoption::AlreadyOwned(other.clone())
+    } else if !owners.is_empty() {
+        Adoption::Own
+    } else if allowed {
+        Adoption::Allowed
+    } else {
+        Adoption::NotAllowed
+    }
+}
+
+/// How a refused adoption reads: what was refused and what would allow it.
+pub fn refusal(what: &str, verdict: &Adoption, viewer_namespace: &str) -> Option<String> {
+    match verdict {
+        Adoption::Own | Adoption::Allowed => None,
+        Adoption::AlreadyOwned(owner) => Some(format!(
+            "{what} belongs to {}; a cloud resource is managed by one object only",
+            owner.described_to(viewer_namespace)
+        )),
+        Adoption::NotAllowed => Some(format!(
+            "{what} was not created by the operator for this object; adopting it needs the operator's --allow-adoption and the label {ADOPTION_LABEL}={ADOPTION_ALLOWED} on namespace {viewer_namespace}, set by a cluster administrator"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(namespace: &str, name: &str, uid: &str) -> Owner {
+        Owner {
+            kind: "GpuInstance".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn adoption_verdicts() {
+        let me = owner("team-a", "mine", "u-me");
+        let neighbour = owner("team-a", "other", "u-other");
+        let stranger = owner("team-b", "theirs", "u-theirs");
+        // (owners, own name, allowed) -> verdict
+        let cases = [
+            (vec![], true, false, Adoption::Own),
+            (vec![me.clone()], false, false, Adoption::Own),
+            (vec![], false, false, Adoption::NotAllowed),
+            (vec![], false, true, Adoption::Allowed),
+            (
+                vec![stranger.clone()],
+                false,
+                true,
+                Adoption::AlreadyOwned(stranger.clone()),
+            ),
+            (
+                vec![me.clone(), neighbour.clone()],
+                true,
+                true,
+                Adoption::AlreadyOwned(neighbour.clone()),
+            ),
+            // Carrying this object's name does not beat another object's record.
+            (
+                vec![stranger.clone()],
+                true,
+                false,
+                Adoption::AlreadyOwned(stranger.clone()),
+            ),
+        ];
+        for (owners, own_name, allowed, expected) in cases {
+            assert_eq!(
+                judge("u-me", &owners, own_name, allowed),
+                expected,
+                "{owners:?} own name {own_name} allowed {allowed}"
+            );
+        }
+    }
+
+    #[test]
+    fn references_by_id_stay_in_their_namespace() {
+        let neighbour = owner("team-a", "other", "u-other");
+        let stranger = owner("team-b", "theirs", "u-theirs");
+        assert_eq!(
+            judge_reference("team-a", std::slice::from_ref(&neighbour), false),
+            Adoption::Own
+        );
+        assert_eq!(
+            judge_reference("team-a", &[neighbour, stranger.clone()], true),
+            Adoption::AlreadyOwned(stranger)
+        );
+        assert_eq!(judge_reference("team-a", &[], false), Adoption::NotAllowed);
+        assert_eq!(judge_reference("team-a", &[], true), Adoption::Allowed);
+    }
+
+    #[test]
+    fn other_namespaces_are_never_named() {
+        let stranger = owner("team-b", "theirs", "u");
+        let neighbour = owner("team-a", "other", "u");
+        let message = refusal("vm-1", &Adoption::AlreadyOwned(stranger), "team-a").unwrap();
+        assert!(
+            !message.contains("team-b") && !message.contains("theirs"),
+            "{message}"
+        );
+        let message = refusal("vm-1", &Adoption::AlreadyOwned(neighbour), "team-a").unwrap();
+        assert!(message.contains("GpuInstance team-a/other"), "{message}");
+        let message = refusal("vm-1", &Adoption::NotAllowed, "team-a").unwrap();
+        assert!(
+            message.contains("--allow-adoption") && message.contains(ADOPTION_LABEL),
+            "{message}"
+        );
+        assert_eq!(refusal("vm-1", &Adoption::Allowed, "team-a"), None);
+    }
+}

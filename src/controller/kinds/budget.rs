@@ -1,0 +1,1082 @@
+//! Budgets: what a namespace's billed objects may cost per hour together.
+//!
+//! A create of a billed kind reserves its hourly rate in every Budget of its namespace whose
+//! selector matches it, before the create intent is recorded and before any cloud call
+//! ([`reserve`]). The reservation is a status write carrying the Budget's resourceVersion, so
+//! of concurrent creates each sees the others' reservations: together they cannot pass a
+//! limit that each alone would pass. A create refused by the Budget, or by the cloud, gives
+//! its reservation back ([`release`]); one that succeeded keeps it until the object records
+//! its resource, from when the object's own `status.hourlyRate` counts instead. The Budget's
+//! controller ([`reconcile`]) recounts on every change of a billed object of its namespace and
+//! drops reservations whose create is over, whose object is gone, or that no create has
+//! followed for [`ABANDONED_AFTER`].
+//!
+//! Counting reads the objects from the API server, never from a cache, so a count is never
+//! older than the reservation it is checked with.
+
+use crate::accounts::account::{Accounts, Billing};
+use crate::flow::conditions::{self, Outcome, reason};
+use crate::flow::error::Error;
+use crate::flow::kind::ManagedKind;
+use crate::kinds::registry::{KindFn, map_kinds};
+use crate::runtime::clock::Clock;
+use gpucloud_api::{Budget, BudgetStatus, OnExceeded, PowerState, PoweredOff, Reservation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{ListParams, PostParams};
+use kube::core::{Selector, SelectorExt};
+use kube::{Api, Resource, ResourceExt};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A reservation no create has followed for this long (the create was given up: its object
+/// refused for another reason, its spec changed) is dropped.
+pub const ABANDONED_AFTER: SignedDuration = SignedDuration::from_mins(10);
+
+/// How often a Budget whose reservation write lost a race is read again before the create
+/// gives up for now (and is retried like any conflict).
+const RESERVE_ATTEMPTS: usize = 8;
+
+/// The counted objects listed in a Budget's status, at most.
+const LISTED_OBJECTS: usize = 50;
+
+/// A billed object as a Budget counts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Billed {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    /// What its resource costs per hour, once the object records it.
+    pub hourly_rate: Option<f64>,
+    pub currency: Option<String>,
+    /// Whether a create of it is under way or done (a cloud id or a create intent recorded).
+    pub create_started: bool,
+    /// Whether the object records its resource and no create is pending.
+    pub created: bool,
+    /// The name its resource carries in the cloud, and the account it is in (key digest).
+    pub cloud_name: Option<String>,
+    pub account: Option<String>,
+    pub created_at: Option<Timestamp>,
+    /// A machine the cloud reports running, which a Budget may power off: not annotated
+    /// with deletion protection.
+    pub may_power_off: bool,
+}
+
+/// What a Budget counts: the objects' own rates, and reservations of creates not yet
+/// recorded. An object with both counts once, at the larger.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Count {
+    pub hourly_rate: f64,
+    /// `Kind/name` of each counted object, dearest first.
+    pub objects: Vec<String>,
+}
+
+/// Counts `objects` and `reservations`, leaving out the object `except` (the one reserving).
+pub fn count(objects: &[Billed], reservations: &[Reservation], except: Option<&str>) -> Count {
+    let mut rates: BTreeMap<&str, (String, f64)> = BTreeMap::new();
+    for object in objects.iter().filter(|o| Some(o.uid.as_str()) != except) {
+        if let Some(rate) = object.hourly_rate.filter(|_| object.created) {
+            rates.insert(
+                &object.uid,
+                (format!("{}/{}", object.kind, object.name), rate),
+            );
+        }
+    }
+    for reservation in reservations
+        .iter()
+        .filter(|r| Some(r.uid.as_str()) != except)
+    {
+        let entry = rates
+            .entry(&reservation.uid)
+            .or_insert_with(|| (format!("{}/{}", reservation.kind, reservation.name), 0.0));
+        entry.1 = entry.1.max(reservation.hourly_rate);
+    }
+    let mut counted: Vec<(String, f64)> = rates.into_values().collect();
+    counted.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Count {
+        hourly_rate: counted.iter().map(|(_, rate)| rate).sum(),
+        objects: counted.into_iter().map(|(name, _)| name).collect(),
+    }
+}
+
+/// Rates are compared with this slack, so that sums of prices written with a few decimals
+/// never refuse a create that fits exactly.
+const RATE_SLACK: f64 = 1e-9;
+
+/// Whether a create costing `rate` fits: the count without it plus `rate` within `limit`.
+pub fn fits(count: &Count, rate: f64, limit: f64) -> bool {
+    fits_rate(count.hourly_rate + rate, limit)
+}
+
+fn fits_rate(rate: f64, limit: f64) -> bool {
+    rate <= limit + RATE_SLACK
+}
+
+/// The reservations still held once `objects` are seen at `now`: those of an object still
+/// there that has not recorded its resource, and not abandoned.
+pub fn held(reservations: &[Reservation], objects: &[Billed], now: Timestamp) -> Vec<Reservation> {
+    reservations
+        .iter()
+        .filter(|r| {
+            let Some(object) = objects.iter().find(|o| o.uid == r.uid) else {
+                return false;
+            };
+            if object.created {
+                return false;
+            }
+            object.create_started || now.duration_since(r.reserved_at.0) < ABANDONED_AFTER
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether `labels` are selected by the Budget (every object when it has no selector).
+pub fn selects(budget: &Budget, labels: &BTreeMap<String, String>) -> Result<bool, Error> {
+    match &budget.spec.selector {
+        None => Ok(true),
+        Some(selector) => Ok(parse_selector(budget, selector)?.matches(labels)),
+    }
+}
+
+fn parse_selector(budget: &Budget, selector: &LabelSelector) -> Result<Selector, Error> {
+    Selector::try_from(selector.clone()).map_err(|e| Error::Blocked {
+        reason: reason::INVALID_SPEC,
+        message: format!("Budget {}: spec.selector: {e}", budget.name_any()),
+    })
+}
+
+/// The billed objects of `namespace` that `budget` counts, read from the API server.
+pub async fn billed_objects(
+    client: &kube::Client,
+    namespace: &str,
+    budget: &Budget,
+) -> Result<Vec<Billed>, Error> {
+    let params = match &budget.spec.selector {
+        None => ListParams::default(),
+        Some(selector) => ListParams::default().labels_from(&parse_selector(budget, selector)?),
+    };
+    let mut objects = Vec::new();
+    for listed in map_kinds(ListBilled {
+        client: client.clone(),
+        namespace: namespace.to_string(),
+        params,
+    }) {
+        objects.extend(listed.await?);
+    }
+    Ok(objects)
+}
+
+type Listing = Pin<Box<dyn Future<Output = Result<Vec<Billed>, Error>> + Send>>;
+
+/// Lists the objects of each billed kind.
+struct ListBilled {
+    client: kube::Client,
+    namespace: String,
+    params: ListParams,
+}
+
+impl KindFn<Listing> for ListBilled {
+    fn call<K: ManagedKind>(&self) -> Listing {
+        if !K::BILLED {
+            return Box::pin(async { Ok(Vec::new()) });
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
+        let params = self.params.clone();
+        Box::pin(async move {
+            let listed = api.list(&params).await?;
+            Ok(listed.items.iter().map(billed).collect())
+        })
+    }
+}
+
+/// An object as a Budget counts it.
+pub fn billed<K: ManagedKind>(object: &K) -> Billed {
+    let status = crate::flow::recorded::recorded_status(object);
+    let cost = object.hourly_cost();
+    Billed {
+        kind: K::kind(&()).into_owned(),
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        hourly_rate: cost.as_ref().map(|(rate, _)| *rate),
+        currency: cost.map(|(_, currency)| currency),
+        create_started: status.external_id.is_some() || status.pending_create.is_some(),
+        created: status.external_id.is_some() && status.pending_create.is_none(),
+        cloud_name: status.cloud_name.clone(),
+        account: status.account.clone(),
+        created_at: object.meta().creation_timestamp.as_ref().map(|t| t.0),
+        may_power_off: object.is_running()
+            && object
+                .annotations()
+                .get(gpucloud_api::deletion_protection::ANNOTATION)
+                .is_none_or(|v| v != "true"),
+    }
+}
+
+/// The machines a Budget keeps powered off, from those it `held` before: while what is
+/// counted would pass `limit` once every held machine is off (whose own rate is then taken
+/// as nothing; the next count corrects it), the newest running machines are added; while
+/// it fits, held machines are let go, oldest first, each whose running rate fits again.
+/// Machines gone are let go. Under `Refuse` none is held.
+pub fn powered_off(
+    on_exceeded: OnExceeded,
+    limit: f64,
+    counted: &Count,
+    objects: &[Billed],
+    held: &[PoweredOff],
+    now: Timestamp,
+) -> Vec<PoweredOff> {
+    let power_state = match on_exceeded {
+        OnExceeded::Refuse => return Vec::new(),
+        OnExceeded::Stop => PowerState::Stopped,
+        OnExceeded::Hibernate => PowerState::Hibernated,
+    };
+    let find = |uid: &str| objects.iter().find(|o| o.uid == uid);
+    let rate_now = |uid: &str| {
+        find(uid)
+            .filter(|o| o.created)
+            .and_then(|o| o.hourly_rate)
+            .unwrap_or(0.0)
+    };
+    let mut held: Vec<PoweredOff> = held
+        .iter()
+        .filter(|h| find(&h.uid).is_some())
+        .cloned()
+        .collect();
+    let mut projected = counted.hourly_rate - held.iter().map(|h| rate_now(&h.uid)).sum::<f64>();
+    if !fits_rate(projected, limit) {
+        let mut candidates: Vec<&Billed> = objects
+            .iter()
+            .filter(|o| o.may_power_off && o.created && !held.iter().any(|h| h.uid == o.uid))
+            .collect();
+        candidates.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+        for machine in candidates {
+            if fits_rate(projected, limit) {
+                break;
+            }
+            let rate = machine.hourly_rate.unwrap_or(0.0);
+            projected -= rate;
+            held.push(PoweredOff {
+                name: machine.name.clone(),
+                uid: machine.uid.clone(),
+                hourly_rate: rate,
+                power_state,
+                since: Time(now),
+            });
+        }
+    } else {
+        let created_at = |h: &PoweredOff| find(&h.uid).and_then(|o| o.created_at);
+        let mut oldest_first: Vec<PoweredOff> = held.clone();
+        oldest_first.sort_by_key(created_at);
+        for machine in oldest_first {
+            if fits_rate(projected + machine.hourly_rate, limit) {
+                projected += machine.hourly_rate - rate_now(&machine.uid);
+                held.retain(|h| h.uid != machine.uid);
+            }
+        }
+    }
+    held
+}
+
+/// The Budgets of the object's namespace that count it.
+pub async fn budgets_of<K: ManagedKind>(
+    client: &kube::Client,
+    object: &K,
+) -> Result<Vec<Budget>, Error> {
+    if !K::BILLED {
+        return Ok(Vec::new());
+    }
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let mut counting = Vec::new();
+    for budget in api.list(&ListParams::default()).await?.items {
+        if selects(&budget, object.labels())? {
+            counting.push(budget);
+        }
+    }
+    Ok(counting)
+}
+
+/// What a create reserves: its hourly rate in the account's currency, and the resource it
+/// makes (`<account>/<cloud name>`), whose billing a Budget with `maxSpend` counts from then
+/// on, even should the resource be deleted before the Budget is next counted.
+pub struct Ask<'a> {
+    pub rate: f64,
+    pub currency: &'a str,
+    pub charge: String,
+}
+
+/// Reserves `ask` for the create of `object` in each of `budgets`, or refuses it with
+/// `BudgetExceeded` when one would be passed (giving back what it reserved in the others).
+/// A reservation the object already holds is kept as it is.
+pub async fn reserve<K: ManagedKind>(
+    client: &kube::Client,
+    object: &K,
+    budgets: Vec<Budget>,
+    ask: &Ask<'_>,
+    clock: &Clock,
+) -> Result<(), Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let uid = object.uid().unwrap_or_default();
+    let mut reserved: Vec<String> = Vec::new();
+    for budget in budgets {
+        let name = budget.name_any();
+        match reserve_in(client, &api, object, &uid, budget, ask, clock).await {
+            Ok(()) => reserved.push(name),
+            Err(error) => {
+                for name in &reserved {
+                    if let Err(e) = release_in(&api, name, &uid).await {
+                        tracing::warn!(budget = %name, error = %e, "reservation not given back; the Budget drops it once the object is settled");
+                    }
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn reserve_in<K: ManagedKind>(
+    client: &kube::Client,
+    api: &Api<Budget>,
+    object: &K,
+    uid: &str,
+    mut budget: Budget,
+    ask: &Ask<'_>,
+    clock: &Clock,
+) -> Result<(), Error> {
+    let (rate, currency) = (ask.rate, ask.currency);
+    let namespace = object.namespace().unwrap_or_default();
+    let name = budget.name_any();
+    for _ in 0..RESERVE_ATTEMPTS {
+        let mut status = budget.status.clone().unwrap_or_default();
+        if status.reservations.iter().any(|r| r.uid == uid) {
+            return Ok(());
+        }
+        if budget.spec.currency != currency {
+            return Err(currency_mismatch(&budget, currency));
+        }
+        let objects = billed_objects(client, &namespace, &budget).await?;
+        let counted = count(&objects, &status.reservations, Some(uid));
+        let limit = budget.spec.max_hourly_rate;
+        if !fits(&counted, rate, limit) {
+            return Err(Error::BudgetExceeded {
+                budget: name,
+                message: format!(
+                    "this create would add {rate:.4} {currency}/h to the {:.4} {currency}/h counted, over its maxHourlyRate of {limit:.4} {currency}/h",
+                    counted.hourly_rate
+                ),
+            });
+        }
+        if let Some(message) = spend_used_up(&budget) {
+            return Err(Error::BudgetExceeded {
+                budget: name,
+                message,
+            });
+        }
+        status.reservations.push(Reservation {
+            kind: K::kind(&()).into_owned(),
+            name: object.name_any(),
+            uid: uid.to_string(),
+            hourly_rate: rate,
+            // On the operator's clock, as `held` reads it (`ABANDONED_AFTER`).
+            reserved_at: Time(clock.now()),
+        });
+        if budget.spec.max_spend.is_some() && !status.charged.contains(&ask.charge) {
+            status.charged.push(ask.charge.clone());
+        }
+        let total = count(&objects, &status.reservations, None);
+        show_count(&mut status, &total, &budget, currency);
+        budget.status = Some(status);
+        // Carries the resourceVersion read: a concurrent reservation makes this one lose.
+        match api
+            .replace_status(&name, &PostParams::default(), &budget)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                budget = read(api, &name).await?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(Error::InProgress {
+        reason: reason::BUDGET_EXCEEDED,
+        message: format!(
+            "Budget {name} changed under {RESERVE_ATTEMPTS} reservations in a row; trying again"
+        ),
+    })
+}
+
+/// Gives back the reservations of `object` (its create was refused).
+pub async fn release<K: ManagedKind>(client: &kube::Client, object: &K) -> Result<(), Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let uid = object.uid().unwrap_or_default();
+    for budget in api.list(&ListParams::default()).await?.items {
+        let holds = budget
+            .status
+            .as_ref()
+            .is_some_and(|s| s.reservations.iter().any(|r| r.uid == uid));
+        if holds {
+            release_in(&api, &budget.name_any(), &uid).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn release_in(api: &Api<Budget>, name: &str, uid: &str) -> Result<(), Error> {
+    for _ in 0..RESERVE_ATTEMPTS {
+        let mut budget = read(api, name).await?;
+        let mut status = budget.status.clone().unwrap_or_default();
+        let before = status.reservations.len();
+        status.reservations.retain(|r| r.uid != uid);
+        if status.reservations.len() == before {
+            return Ok(());
+        }
+        budget.status = Some(status);
+        match api
+            .replace_status(name, &PostParams::default(), &budget)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Why no create may be billed under the Budget's spend limit this period, if so: what the
+/// Budget last counted as spent has reached `maxSpend`.
+fn spend_used_up(budget: &Budget) -> Option<String> {
+    let max = budget.spec.max_spend?;
+    let status = budget.status.as_ref()?;
+    let spent = status.spent?;
+    let currency = &budget.spec.currency;
+    let until = status
+        .period_end
+        .as_ref()
+        .map_or_else(String::new, |end| format!(" until {}", end.0));
+    (spent >= max).then(|| {
+        format!(
+            "{spent:.2} {currency} of its maxSpend {max:.2} {currency} is spent this period: no billed create{until}"
+        )
+    })
+}
+
+/// The charges to count: the billing entries, by account, of the resources `charged` names
+/// (`<account>/<cloud name>`).
+pub fn spent_since(
+    charged: &[String],
+    billing: &BTreeMap<String, Arc<Billing>>,
+    from: Timestamp,
+    now: Timestamp,
+) -> f64 {
+    let mut spent = 0.0;
+    for entry in charged {
+        let Some((account, name)) = entry.split_once('/') else {
+            continue;
+        };
+        if let Some(billing) = billing.get(account) {
+            spent += billing
+                .charges_of(name)
+                .iter()
+                .map(|c| c.since(from, now))
+                .sum::<f64>();
+        }
+    }
+    spent
+}
+
+/// Counts the period's spend into `status` (for a Budget with `maxSpend`): the resources
+/// counted this period are remembered in `status.charged` (so a deleted one's spend still
+/// counts), each account's billing is read (cached as `Account::billing` says), and the spend,
+/// the projection to the period's end and what is left are written. A billing read that fails
+/// leaves the last figures.
+async fn count_spend(
+    status: &mut BudgetStatus,
+    budget: &Budget,
+    objects: &[Billed],
+    counted: &Count,
+    accounts: &Accounts,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let (Some(max), Some(period)) = (budget.spec.max_spend, &budget.spec.period) else {
+        status.spent = None;
+        status.projected = None;
+        status.spend_remaining = None;
+        status.period_start = None;
+        status.period_end = None;
+        status.charged.clear();
+        return Ok(());
+    };
+    let (start, end) = period.around(now).map_err(|message| Error::Blocked {
+        reason: reason::INVALID_SPEC,
+        message,
+    })?;
+    if status.period_start.as_ref().map(|t| t.0) != Some(start) {
+        status.charged.clear();
+        status.spent = Some(0.0);
+    }
+    status.period_start = Some(Time(start));
+    status.period_end = Some(Time(end));
+    for object in objects.iter().filter(|o| o.create_started) {
+        if let (Some(account), Some(name)) = (&object.account, &object.cloud_name) {
+            let entry = format!("{account}/{name}");
+            if !status.charged.contains(&entry) {
+                status.charged.push(entry);
+            }
+        }
+    }
+    let mut billing = BTreeMap::new();
+    let mut unread = false;
+    for account in accounts.all() {
+        let label = account.id.label();
+        if !status
+            .charged
+            .iter()
+            .any(|c| c.starts_with(&format!("{label}/")))
+        {
+            continue;
+        }
+        match account
+            .billing(&crate::accounts::account::BillingList::ALL)
+            .await
+        {
+            Ok(charges) => {
+                billing.insert(label, charges);
+            }
+            Err(error) => {
+                tracing::warn!(account = %label, %error, "billing not read; the Budget keeps its last spend");
+                unread = true;
+            }
+        }
+    }
+    if !unread {
+        status.spent = Some(round(spent_since(&status.charged, &billing, start, now)));
+    }
+    let spent = status.spent.unwrap_or(0.0);
+    let hours_left = end.duration_since(now).as_secs_f64().max(0.0) / 3600.0;
+    // To the cent: a projection to a millionth would change at every count, and each count
+    // would be a status write.
+    status.projected = Some(((spent + counted.hourly_rate * hours_left) * 100.0).round() / 100.0);
+    status.spend_remaining = Some(round(max - spent));
+    Ok(())
+}
+
+/// A Budget as it stands now, read with a list (the operator is granted `list` and `watch` on
+/// Budgets, never `get`): gone, it is nothing to reserve in or give back to.
+async fn read(api: &Api<Budget>, name: &str) -> Result<Budget, Error> {
+    let params = ListParams::default().fields(&format!("metadata.name={name}"));
+    api.list(&params)
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::InProgress {
+            reason: reason::BUDGET_EXCEEDED,
+            message: format!("Budget {name} is gone; counting again"),
+        })
+}
+
+fn currency_mismatch(budget: &Budget, currency: &str) -> Error {
+    Error::Blocked {
+        reason: reason::CURRENCY_MISMATCH,
+        message: format!(
+            "Budget {} counts in {} but the cloud account bills in {currency}: set spec.currency to {currency}",
+            budget.name_any(),
+            budget.spec.currency
+        ),
+    }
+}
+
+/// Writes the figures of `count` into `status`.
+fn show_count(status: &mut BudgetStatus, count: &Count, budget: &Budget, currency: &str) {
+    status.hourly_rate = Some(round(count.hourly_rate));
+    status.remaining = Some(round(budget.spec.max_hourly_rate - count.hourly_rate));
+    status.currency = Some(currency.to_string());
+    status.counted = Some(i32::try_from(count.objects.len()).unwrap_or(i32::MAX));
+    status.objects = count.objects.iter().take(LISTED_OBJECTS).cloned().collect();
+}
+
+/// Rates to a millionth: sums of prices otherwise show float noise in `kubectl get`.
+fn round(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
+}
+
+/// The Budgets of a scope as a scrape reports them (`gpucloud_budget_*`).
+pub struct Figures(pub kube::runtime::reflector::Store<Budget>);
+
+impl gpucloud_telemetry::BudgetSource for Figures {
+    fn budgets(&self) -> Vec<gpucloud_telemetry::BudgetFigures> {
+        self.0
+            .state()
+            .iter()
+            .map(|b| {
+                let status = b.status.clone().unwrap_or_default();
+                gpucloud_telemetry::BudgetFigures {
+                    namespace: b.namespace().unwrap_or_default(),
+                    name: b.name_any(),
+                    currency: b.spec.currency.clone(),
+                    hourly_rate: status.hourly_rate,
+                    max_hourly_rate: b.spec.max_hourly_rate,
+                    spent: status.spent,
+                    max_spend: b.spec.max_spend,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Where a Budget stands: within its limit, over it (objects counted before the limit was
+/// lowered, or adopted), or unusable.
+pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
+    let currency = &budget.spec.currency;
+    if let Some(other) = objects
+        .iter()
+        .filter_map(|o| o.currency.as_deref())
+        .find(|c| c != currency)
+    {
+        return Outcome::stalled(
+            reason::CURRENCY_MISMATCH,
+            format!(
+                "the counted objects are billed in {other} but the Budget counts in {currency}: set spec.currency to {other}"
+            ),
+        );
+    }
+    let limit = budget.spec.max_hourly_rate;
+    let message = format!(
+        "{} objects cost {:.4} {currency}/h of {:.4} {currency}/h",
+        count.objects.len(),
+        count.hourly_rate,
+        limit
+    );
+    // Over the limit (objects counted before it was lowered, or adopted) the Budget still
+    // does its work: Ready, with the reason and the `Exceeded` condition saying so.
+    if let Some(used_up) = spend_used_up(budget) {
+        Outcome::ready(reason::BUDGET_EXCEEDED, format!("{message}; {used_up}"))
+    } else if fits(count, 0.0, limit) {
+        Outcome::ready(reason::WITHIN_BUDGET, message)
+    } else {
+        Outcome::ready(
+            reason::BUDGET_EXCEEDED,
+            format!("{message}: new billed creates are refused"),
+        )
+    }
+}
+
+/// Recounts a Budget: its figures, conditions and the reservations still held, written with
+/// its resourceVersion (a reservation made meanwhile is never dropped). Its period, the
+/// reservations' age and the spend are read at the `clock`'s now; its conditions' times are
+/// the wall clock's, as events' are. Returns when its spend period ends (with `maxSpend`).
+pub async fn reconcile(
+    client: &kube::Client,
+    accounts: &Accounts,
+    budget: &Budget,
+    clock: &Clock,
+) -> Result<Option<Timestamp>, Error> {
+    let namespace = budget.namespace().unwrap_or_default();
+    let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
+    let objects = match billed_objects(client, &namespace, budget).await {
+        Ok(objects) => objects,
+        Err(error @ Error::Blocked { .. }) => {
+            let status = budget.status.clone().unwrap_or_default();
+            return write_failure(&api, budget, status, &error)
+                .await
+                .map(|()| None);
+        }
+        Err(error) => return Err(error),
+    };
+    let now = clock.now();
+    let mut status = budget.status.clone().unwrap_or_default();
+    status.reservations = held(&status.reservations, &objects, now);
+    let counted = count(&objects, &status.reservations, None);
+    let currency = objects
+        .iter()
+        .find_map(|o| o.currency.clone())
+        .unwrap_or_else(|| budget.spec.currency.clone());
+    show_count(&mut status, &counted, budget, &currency);
+    status.observed_generation = budget.meta().generation;
+    if let Err(error) = count_spend(&mut status, budget, &objects, &counted, accounts, now).await {
+        return write_failure(&api, budget, status, &error)
+            .await
+            .map(|()| None);
+    }
+    let period_end = status.period_end.as_ref().map(|end| end.0);
+    let counted_budget = Budget {
+        status: Some(status.clone()),
+        ..budget.clone()
+    };
+    // With the period's spend used up, nothing running may stay on.
+    let limit = if spend_used_up(&counted_budget).is_some() {
+        0.0
+    } else {
+        budget.spec.max_hourly_rate
+    };
+    status.powered_off = powered_off(
+        budget.spec.on_exceeded,
+        limit,
+        &counted,
+        &objects,
+        &status.powered_off,
+        now,
+    );
+    let outcome = outcome(&counted_budget, &counted, &objects);
+    conditions::apply(
+        &mut status.conditions,
+        &outcome,
+        budget.meta().generation,
+        Timestamp::now(),
+    );
+    set_exceeded(&mut status, &outcome, budget.meta().generation);
+    write(&api, budget, status).await.map(|()| period_end)
+}
+
+/// The condition type saying whether the count is over the limit.
+pub const EXCEEDED: &str = "Exceeded";
+
+/// Sets `Exceeded` from the outcome, its time moving only when its status does.
+fn set_exceeded(status: &mut BudgetStatus, outcome: &Outcome, generation: Option<i64>) {
+    let exceeded = outcome.reason() == reason::BUDGET_EXCEEDED;
+    let value = if exceeded { "True" } else { "False" };
+    let since = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == EXCEEDED && c.status == value)
+        .map_or_else(
+            || Time(Timestamp::now()),
+            |c| c.last_transition_time.clone(),
+        );
+    status.conditions.retain(|c| c.type_ != EXCEEDED);
+    status.conditions.push(Condition {
+        type_: EXCEEDED.into(),
+        status: value.into(),
+        reason: outcome.reason().into(),
+        message: outcome.message().into(),
+        observed_generation: generation,
+        last_transition_time: since,
+    });
+}
+
+/// Writes `status` with the failure that stopped the count on its conditions.
+async fn write_failure(
+    api: &Api<Budget>,
+    budget: &Budget,
+    mut status: BudgetStatus,
+    error: &Error,
+) -> Result<(), Error> {
+    conditions::apply(
+        &mut status.conditions,
+        &error.outcome(),
+        budget.meta().generation,
+        Timestamp::now(),
+    );
+    write(api, budget, status).await
+}
+
+async fn write(api: &Api<Budget>, budget: &Budget, status: BudgetStatus) -> Result<(), Error> {
+    if budget.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let mut updated = budget.clone();
+    updated.status = Some(status);
+    api.replace_status(&budget.name_any(), &PostParams::default(), &updated)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str, rate: Option<f64>, created: bool) -> Billed {
+        Billed {
+            kind: "GpuInstance".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            hourly_rate: rate,
+            currency: rate.map(|_| "USD".into()),
+            create_started: created,
+            created,
+            cloud_name: None,
+            account: None,
+            created_at: None,
+            may_power_off: false,
+        }
+    }
+
+    fn reservation(name: &str, rate: f64, minutes_ago: i64) -> Reservation {
+        Reservation {
+            kind: "GpuInstance".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            hourly_rate: rate,
+            reserved_at: Time(Timestamp::now() - SignedDuration::from_mins(minutes_ago)),
+        }
+    }
+
+    #[test]
+    fn an_object_counts_once_at_the_larger_of_its_rate_and_its_reservation() {
+        let objects = [object("a", Some(2.0), true), object("b", None, false)];
+        // (reservations, except, expected rate, expected objects)
+        type Row<'a> = (Vec<Reservation>, Option<&'a str>, f64, Vec<&'a str>);
+        let table: Vec<Row> = vec![
+            (vec![], None, 2.0, vec!["GpuInstance/a"]),
+            (
+                vec![reservation("b", 3.0, 0)],
+                None,
+                5.0,
+                vec!["GpuInstance/b", "GpuInstance/a"],
+            ),
+            // Reserved and already reporting: once, the larger.
+            (
+                vec![reservation("a", 2.5, 0)],
+                None,
+                2.5,
+                vec!["GpuInstance/a"],
+            ),
+            (
+                vec![reservation("a", 1.0, 0)],
+                None,
+                2.0,
+                vec!["GpuInstance/a"],
+            ),
+            // The object reserving is left out of its own check.
+            (
+                vec![reservation("b", 3.0, 0)],
+                Some("uid-b"),
+                2.0,
+                vec!["GpuInstance/a"],
+            ),
+        ];
+        for (reservations, except, rate, names) in table {
+            let counted = count(&objects, &reservations, except);
+            assert!(
+                (counted.hourly_rate - rate).abs() < 1e-12,
+                "{reservations:?}"
+            );
+            assert_eq!(counted.objects, names, "{reservations:?}");
+        }
+    }
+
+    #[test]
+    fn a_rate_not_yet_settled_does_not_count_without_a_reservation() {
+        // A create in flight shows no rate of its own: its reservation is what counts.
+        let objects = [object("a", Some(2.0), false)];
+        assert_eq!(count(&objects, &[], None).hourly_rate, 0.0);
+    }
+
+    #[test]
+    fn a_create_fits_up_to_the_limit_exactly() {
+        let counted = Count {
+            hourly_rate: 0.1 + 0.2,
+            objects: vec![],
+        };
+        assert!(fits(&counted, 0.7, 1.0));
+        assert!(!fits(&counted, 0.71, 1.0));
+        assert!(fits(&Count::default(), 0.0, 0.0));
+        assert!(!fits(&Count::default(), 0.01, 0.0));
+    }
+
+    #[test]
+    fn reservations_are_held_until_the_create_is_over() {
+        let now = Timestamp::now();
+        let objects = [
+            object("settled", Some(1.0), true),
+            object("creating", None, false),
+            Billed {
+                create_started: true,
+                ..object("in-flight", None, false)
+            },
+        ];
+        // (reservation, held?)
+        let table = [
+            (reservation("settled", 1.0, 0), false),
+            (reservation("creating", 1.0, 1), true),
+            (reservation("creating", 1.0, 11), false),
+            (reservation("in-flight", 1.0, 60), true),
+            (reservation("gone", 1.0, 0), false),
+        ];
+        for (reservation, expected) in table {
+            let kept = held(std::slice::from_ref(&reservation), &objects, now);
+            assert_eq!(!kept.is_empty(), expected, "{}", reservation.name);
+        }
+    }
+
+    /// A running machine created `minute` minutes into the hour.
+    fn running(name: &str, rate: f64, minute: i64) -> Billed {
+        Billed {
+            created_at: Some(Timestamp::from_second(minute * 60).unwrap()),
+            may_power_off: true,
+            ..object(name, Some(rate), true)
+        }
+    }
+
+    fn names(held: &[PoweredOff]) -> Vec<&str> {
+        held.iter().map(|h| h.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_newest_running_machines_are_powered_off_until_the_rest_fit() {
+        let now = Timestamp::now();
+        let protected = Billed {
+            may_power_off: false,
+            ..running("protected", 1.0, 9)
+        };
+        let objects = [
+            running("oldest", 1.0, 1),
+            running("middle", 1.0, 2),
+            running("newest", 1.0, 3),
+            protected,
+            object("volume", Some(0.5), true),
+        ];
+        let counted = count(&objects, &[], None);
+        assert_eq!(counted.hourly_rate, 4.5);
+        // (policy, limit, held before, held after)
+        let table: Vec<(OnExceeded, f64, Vec<&str>, Vec<&str>)> = vec![
+            (OnExceeded::Stop, 10.0, vec![], vec![]),
+            (OnExceeded::Stop, 3.5, vec![], vec!["newest"]),
+            (OnExceeded::Stop, 2.5, vec![], vec!["newest", "middle"]),
+            // Only the protected machine and the volume left: as far as it can go.
+            (
+                OnExceeded::Stop,
+                0.1,
+                vec![],
+                vec!["newest", "middle", "oldest"],
+            ),
+            (OnExceeded::Refuse, 2.5, vec![], vec![]),
+            // Held machines count as off: no further machine is chosen.
+            (
+                OnExceeded::Stop,
+                2.5,
+                vec!["middle", "newest"],
+                vec!["newest", "middle"],
+            ),
+        ];
+        for (policy, limit, before, after) in table {
+            let before: Vec<PoweredOff> =
+                powered_off(OnExceeded::Stop, 0.0, &counted, &objects, &[], now)
+                    .into_iter()
+                    .filter(|h| before.contains(&h.name.as_str()))
+                    .collect();
+            let held = powered_off(policy, limit, &counted, &objects, &before, now);
+            assert_eq!(names(&held), after, "{policy:?} at {limit}");
+        }
+    }
+
+    #[test]
+    fn a_machine_powered_off_starts_again_once_its_running_rate_fits() {
+        let now = Timestamp::now();
+        // Stopped: they bill a tenth of their running rate.
+        let objects = [
+            running("oldest", 1.0, 1),
+            Billed {
+                may_power_off: false,
+                ..running("middle", 0.1, 2)
+            },
+            Billed {
+                may_power_off: false,
+                ..running("newest", 0.1, 3)
+            },
+        ];
+        let held: Vec<PoweredOff> = ["middle", "newest"]
+            .iter()
+            .map(|name| PoweredOff {
+                name: name.to_string(),
+                uid: format!("uid-{name}"),
+                hourly_rate: 1.0,
+                power_state: PowerState::Stopped,
+                since: Time(now),
+            })
+            .collect();
+        let counted = count(&objects, &[], None);
+        // (limit, still held)
+        for (limit, after) in [
+            (1.5, vec!["middle", "newest"]),
+            (2.0, vec!["newest"]),
+            (3.0, vec![]),
+        ] {
+            let kept = powered_off(OnExceeded::Stop, limit, &counted, &objects, &held, now);
+            assert_eq!(names(&kept), after, "at {limit}");
+        }
+        // A machine gone is let go.
+        let kept = powered_off(OnExceeded::Stop, 1.5, &counted, &objects[..2], &held, now);
+        assert_eq!(names(&kept), ["middle"]);
+    }
+
+    fn charge(
+        name: &str,
+        start: &str,
+        end: Option<&str>,
+        cost: f64,
+    ) -> crate::accounts::account::Charge {
+        crate::accounts::account::Charge {
+            cloud_name: name.into(),
+            start: start.parse().unwrap(),
+            end: end.map(|e| e.parse().unwrap()),
+            total_cost: cost,
+        }
+    }
+
+    #[test]
+    fn spend_counts_the_charged_resources_from_the_period_start() {
+        let from: Timestamp = "2026-11-01T00:00:00Z".parse().unwrap();
+        let now: Timestamp = "2026-11-11T00:00:00Z".parse().unwrap();
+        let billing: BTreeMap<String, Arc<Billing>> = [
+            (
+                "acct1".to_string(),
+                Arc::new(Billing::new(
+                    vec![
+                        // Inside the period: all of it.
+                        charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 24.0),
+                        // Deleted inside the period: all of it still.
+                        charge(
+                            "gco-a-vol",
+                            "2026-11-03T00:00:00Z",
+                            Some("2026-11-04T00:00:00Z"),
+                            2.0,
+                        ),
+                        // Begun before the period, still billed: the share after its start.
+                        charge("gco-a-old", "2026-10-27T00:00:00Z", None, 15.0),
+                        // Ended before the period: nothing.
+                        charge(
+                            "gco-a-gone",
+                            "2026-10-01T00:00:00Z",
+                            Some("2026-10-02T00:00:00Z"),
+                            9.0,
+                        ),
+                        // Not this Budget's.
+                        charge("gco-b-vm", "2026-11-02T00:00:00Z", None, 100.0),
+                    ],
+                    "USD".into(),
+                )),
+            ),
+            (
+                "acct2".to_string(),
+                Arc::new(Billing::new(
+                    vec![charge("gco-a-vm", "2026-11-02T00:00:00Z", None, 50.0)],
+                    "USD".into(),
+                )),
+            ),
+        ]
+        .into();
+        let charged: Vec<String> = [
+            "acct1/gco-a-vm",
+            "acct1/gco-a-vol",
+            "acct1/gco-a-old",
+            "acct1/gco-a-gone",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // 24 + 2 + 15 x 10/15 days + 0; the same name in another account is another resource.
+        let spent = spent_since(&charged, &billing, from, now);
+        assert!((spent - 36.0).abs() < 1e-9, "{spent}");
+        let with_other_account = [charged.clone(), vec!["acct2/gco-a-vm".into()]].concat();
+        let spent = spent_since(&with_other_account, &billing, from, now);
+        assert!((spent - 86.0).abs() < 1e-9, "{spent}");
+    }
+}

@@ -1,0 +1,1648 @@
+//! `GpuInstance`: creates (or restores) the machine, then drives power state, reboots, public
+//! IP and security rules toward the spec, one cloud call per step.
+
+pub mod final_snapshot;
+pub(crate) mod placement;
+
+use crate::accounts::account::Account;
+use crate::accounts::observer::CloudResource;
+use crate::accounts::records::{cloud_record, found, gone};
+use crate::accounts::secrets::{Read, controlled_by, read_if};
+use crate::flow::conditions::{Outcome, reason};
+use crate::flow::context::Context;
+use crate::flow::error::Error;
+use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone};
+use crate::flow::reconcile::lifetime_stage;
+use crate::kinds::gpu_instance::placement::Candidate;
+use gpucloud_api::PlacementPolicy;
+use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
+use gpucloud_api::lifetime::{OnExpiry, Stage};
+use gpucloud_api::schedule::OutsideWindows;
+use gpucloud_api::{
+    ChosenPlacement, CloudStatus, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
+    Managed, PlacementStatus, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
+};
+use gpucloud_cloud::model::{
+    CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
+    SecurityRule as CloudRule, SnapshotStatus as CloudSnapshotStatus, Tier as CloudTier, VmStatus,
+};
+use gpucloud_cloud::{CloudClient, Error as CloudError};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// One change a GpuInstance's plan asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InstanceAction {
+    /// Restore a hibernated machine.
+    Restore,
+    Start,
+    Stop,
+    Hibernate,
+    /// Reboot for this `restartedAt` value (recorded in the status once done).
+    Reboot(String),
+    /// Assign (`true`) or release the public IP.
+    PublicIp(bool),
+    AddRule(NewRule),
+    /// Remove the security rule with this id.
+    RemoveRule(String),
+    /// Write the connection Secret of this name (a running machine's address and keys).
+    WriteConnectionSecret(String),
+}
+
+impl KindDeclarations for GpuInstance {
+    type Cloud = Instances;
+    const WHEN_GONE: WhenGone = WhenGone::Report;
+    const BILLED: bool = true;
+    const BILLING_LIST: Option<crate::accounts::account::BillingList> =
+        Some(crate::accounts::account::BillingList::Instances);
+    const REFERS_TO: &'static [(&'static str, &'static str)] = &[
+        ("SshKey", "spec.sshKeyRefs"),
+        ("Image", "spec.imageRef"),
+        ("Snapshot", "spec.source.snapshotRef"),
+        (
+            "Snapshot",
+            "its final snapshot `<name>-final`, while deleting",
+        ),
+        ("ConfigMap", "spec.startupScript.configMapRef"),
+    ];
+
+    fn references(&self) -> Vec<Reference> {
+        let spec = &self.spec;
+        let mut references: Vec<Reference> = spec
+            .ssh_key_refs
+            .iter()
+            .map(|r| Reference::named("SshKey", &r.name))
+            .collect();
+        references.extend(
+            spec.image_ref
+                .iter()
+                .map(|r| Reference::named("Image", &r.name)),
+        );
+        references.extend(
+            spec.source
+                .iter()
+                .map(|s| Reference::named("Snapshot", &s.snapshot_ref.name)),
+        );
+        if self.meta().deletion_timestamp.is_some() {
+            references.push(Reference::named(
+                "Snapshot",
+                crate::kinds::gpu_instance::final_snapshot::object_name(&self.name_any()),
+            ));
+        }
+        references.extend(
+            spec.startup_script
+                .as_ref()
+                .and_then(|s| s.config_map_ref.as_ref())
+                .map(|r| Reference::named("ConfigMap", &r.name)),
+        );
+        references
+    }
+
+    /// `ACTIVE`: billed in full and stoppable, booting or running.
+    fn is_running(&self) -> bool {
+        self.cloud_status_ref().and_then(|s| s.state.as_deref())
+            == Some(InstanceStatus::Active.as_str())
+    }
+
+    /// The rate the cloud gave for the machine, while it has one.
+    fn hourly_cost(&self) -> Option<(f64, String)> {
+        let status = self.status.as_ref()?;
+        status.cloud.external_id.as_ref()?;
+        let rate = status.hourly_rate?;
+        Some((
+            rate,
+            status.currency.clone().unwrap_or_else(|| "USD".into()),
+        ))
+    }
+
+    /// A `restartedAt` value not yet recorded in the status asks for a reboot.
+    fn annotations_observed(&self) -> bool {
+        let done = self.status.as_ref().and_then(|s| s.restarted_at.as_deref());
+        self.annotations()
+            .get(RESTARTED_AT_ANNOTATION)
+            .is_none_or(|requested| done == Some(requested.as_str()))
+    }
+
+    fn status_with(&self, common: CloudStatus, record: Option<&Record<Self>>) -> Self::Status {
+        let previous = self.status.as_ref();
+        match record {
+            Some(r) => GpuInstanceStatus {
+                cloud: common,
+                vm_status: Some(r.vm_status.as_str().to_string()),
+                ip_address: r.ip_address.clone(),
+                ip_status: Some(r.ip_status.as_str().to_string()),
+                specs: Some(InstanceSpecs {
+                    gpu_type: r.specs.gpu_type.clone(),
+                    gpu_count: i32::try_from(r.specs.gpu_count).unwrap_or(i32::MAX),
+                    ram_gb: i32::try_from(r.specs.ram_gb).unwrap_or(i32::MAX),
+                    vcpus: i32::try_from(r.specs.vcpus).unwrap_or(i32::MAX),
+                    storage_gb: i32::try_from(r.specs.storage_gb).unwrap_or(i32::MAX),
+                }),
+                hourly_rate: Some(r.billing.hourly_rate),
+                currency: Some(r.billing.currency.clone()),
+                boot_source: Some(r.boot_source.as_str().to_string()),
+                source_snapshot_id: r.snapshot_id.clone(),
+                // The value present when the machine is first recorded (created or adopted)
+                // asks for nothing: only a later change reboots.
+                restarted_at: previous.and_then(|p| p.restarted_at.clone()).or_else(|| {
+                    previous
+                        .is_none_or(|p| p.cloud.external_id.is_none())
+                        .then(|| self.annotations().get(RESTARTED_AT_ANNOTATION).cloned())
+                        .flatten()
+                }),
+                final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
+                next_transition: previous.and_then(|p| p.next_transition.clone()),
+                placement: Some(placed(previous.and_then(|p| p.placement.as_ref()), r)),
+            },
+            None => GpuInstanceStatus {
+                cloud: common,
+                ..previous.cloned().unwrap_or_default()
+            },
+        }
+    }
+
+    /// The schedule's next transition is shown as of `now`.
+    fn status_at(
+        &self,
+        common: CloudStatus,
+        record: Option<&Record<Self>>,
+        now: Timestamp,
+    ) -> GpuInstanceStatus {
+        GpuInstanceStatus {
+            next_transition: self.next_wake(now).map(Time),
+            ..self.status_with(common, record)
+        }
+    }
+
+    /// The schedule's next start or stop is acted on at its moment.
+    fn next_wake(&self, now: Timestamp) -> Option<Timestamp> {
+        if matches!(lifetime_stage(self, now), Ok(Some(Stage::Expired { .. }))) {
+            return None;
+        }
+        scheduled(self, now)
+            .ok()
+            .flatten()
+            .and_then(|(_, next)| next)
+    }
+
+    fn observed(&self, record: &Instance) -> Outcome {
+        match record.status {
+            InstanceStatus::Error => Outcome::stalled(
+                reason::CLOUD_UNAVAILABLE,
+                format!("{} is in ERROR", record.instance_id),
+            ),
+            _ => Outcome::ready(
+                reason::AVAILABLE,
+                format!("observing {} ({})", record.instance_id, record.status),
+            ),
+        }
+    }
+}
+
+impl ManagedKind for GpuInstance {
+    type CreatePlan = InstancePlan;
+
+    async fn plan_create(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+    ) -> Result<InstancePlan, Error> {
+        let namespace = self.namespace().unwrap_or_default();
+        let spec = &self.spec;
+        // A schedule that cannot be read would leave the machine running, billed: refused first.
+        scheduled(self, cx.settings.clock.now())?;
+        // Refused before a machine is billed, not after: the Secret is written once it runs.
+        if let Some(name) = &spec.connection_secret {
+            let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
+            if let Some(meta) = secrets.get_metadata_opt(name).await?
+                && !self
+                    .uid()
+                    .is_some_and(|uid| controlled_by(&meta.metadata, &uid))
+            {
+                return Err(foreign_connection_secret(&namespace, name));
+            }
+        }
+        if let Some(source) = &spec.source {
+            let snapshot_name = &source.snapshot_ref.name;
+            let snapshot_id = restorable_snapshot(cx, account, &namespace, snapshot_name).await?;
+            // The cloud restores into the snapshot's region, whatever the spec says.
+            let snapshots: Api<Snapshot> = Api::namespaced(cx.client.clone(), &namespace);
+            let region = snapshots
+                .get_opt(snapshot_name)
+                .await?
+                .and_then(|s| s.status.and_then(|s| s.region));
+            if let Some(region) = region
+                && let Some(wanted) = &spec.region
+                && &region != wanted
+            {
+                return Err(Error::InvalidSpec(format!(
+                    "spec.region is {wanted} but Snapshot {snapshot_name:?} is in {region}; a restored instance is in its snapshot's region"
+                )));
+            }
+            // A restore has its snapshot's GPUs and region: placed as a machine without
+            // alternatives is, it waits for stock (and records a refusal for want of it) as
+            // one does.
+            let snapshot = account.client.get_snapshot(&snapshot_id).await?;
+            let placement = match snapshot.specs {
+                Some(specs) => {
+                    let candidate = Candidate {
+                        alternative: 0,
+                        gpu_type: specs.gpu_type,
+                        gpu_count: specs.gpu_count,
+                        region: snapshot.region,
+                    };
+                    let choice = placement::choose(
+                        PlacementPolicy::Ordered,
+                        &[candidate],
+                        spec.max_hourly_rate,
+                        &*account.catalog().await?,
+                        &*account.pricing().await?,
+                        refused_placements(self),
+                    )?;
+                    Some(choice.status)
+                }
+                None => None,
+            };
+            return Ok(InstancePlan::Restore {
+                snapshot_id,
+                placement,
+            });
+        }
+        let (policy, candidates) = placement::candidates(spec)?;
+        let image_id = match (&spec.os_image, &spec.image_ref) {
+            (Some(os), None) => os.clone(),
+            (None, Some(image)) => {
+                ready_reference::<Image>(cx, &namespace, &image.name, "Image").await?
+            }
+            _ => {
+                return Err(Error::InvalidSpec(
+                    "set exactly one of spec.osImage and spec.imageRef".into(),
+                ));
+            }
+        };
+        // Where the machine goes: from the account's catalog, read once per resync interval
+        // for every object, and the cloud's refusals since that read.
+        let catalog = account.catalog().await?;
+        placement::check_known(spec, &candidates, &catalog)?;
+        let pricing = account.pricing().await?;
+        let choice = placement::choose(
+            policy,
+            &candidates,
+            spec.max_hourly_rate,
+            &catalog,
+            &pricing,
+            refused_placements(self),
+        )?;
+        let mut ssh_key_ids = Vec::with_capacity(spec.ssh_key_refs.len());
+        for key in &spec.ssh_key_refs {
+            ssh_key_ids.push(ready_reference::<SshKey>(cx, &namespace, &key.name, "SshKey").await?);
+        }
+        let startup_script = match &spec.startup_script {
+            None => None,
+            Some(script) => match (&script.inline, &script.config_map_ref) {
+                (Some(text), _) => Some(text.clone()),
+                (None, Some(reference)) => {
+                    Some(config_map_value(cx, &namespace, &reference.name, &reference.key).await?)
+                }
+                (None, None) => None,
+            },
+        };
+        let request = create_request(
+            spec,
+            &choice.candidate,
+            image_id,
+            ssh_key_ids,
+            startup_script,
+        )?;
+        Ok(InstancePlan::Create {
+            request: Box::new(request),
+            placement: choice.status,
+        })
+    }
+
+    /// The placement is written with the intent: a crash or a lost answer after it finds the
+    /// create by its one cloud name, wherever it went.
+    fn planned(&mut self, plan: &InstancePlan) {
+        let placement = match plan {
+            InstancePlan::Create { placement, .. } => Some(placement),
+            InstancePlan::Restore { placement, .. } => placement.as_ref(),
+        };
+        if let Some(placement) = placement {
+            self.status.get_or_insert_default().placement = Some(placement.clone());
+        }
+    }
+
+    /// A first list shows the machine's GPUs and region, and its rate (`placed`); not which
+    /// alternative it was, nor the candidates passed over.
+    fn plan_shows_in_list(plan: &InstancePlan) -> bool {
+        let placement = match plan {
+            InstancePlan::Create { placement, .. } => Some(placement),
+            InstancePlan::Restore { placement, .. } => placement.as_ref(),
+        };
+        placement.is_none_or(|p| {
+            p.skipped.is_empty() && p.chosen.as_ref().is_none_or(|c| c.alternative == 0)
+        })
+    }
+
+    /// The chosen placement joins the skipped ones; the next plan takes another, or waits.
+    fn refused_for_stock(&mut self, at: Timestamp) -> bool {
+        let refused = self
+            .status
+            .as_ref()
+            .and_then(|s| s.placement.as_ref())
+            .and_then(|p| placement::refused(p, at));
+        match refused {
+            Some(placement) => {
+                self.status.get_or_insert_default().placement = Some(placement);
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn planned_hourly_rate(
+        plan: &InstancePlan,
+        account: &Account,
+    ) -> Result<Option<f64>, Error> {
+        let (gpu_type, gpu_count) = match plan {
+            InstancePlan::Create { request, .. } => (request.gpu_type.clone(), request.gpu_count),
+            // A restored machine has its snapshot's hardware.
+            InstancePlan::Restore {
+                snapshot_id,
+                placement,
+            } => {
+                let chosen = placement
+                    .as_ref()
+                    .and_then(|p| p.chosen.as_ref())
+                    .ok_or_else(|| {
+                        Error::InvalidSpec(format!(
+                            "the cloud does not say which GPUs snapshot {snapshot_id} restores to"
+                        ))
+                    })?;
+                (
+                    chosen.gpu_type.clone(),
+                    u32::try_from(chosen.gpu_count).unwrap_or_default(),
+                )
+            }
+        };
+        machine_rate(account, &gpu_type, gpu_count).await.map(Some)
+    }
+
+    async fn create(
+        _cx: &Context<Self>,
+        account: &Account,
+        plan: InstancePlan,
+        cloud_name: &str,
+    ) -> Result<Instance, Error> {
+        match plan {
+            InstancePlan::Restore { snapshot_id, .. } => Ok(account
+                .client
+                .restore_snapshot(&snapshot_id, cloud_name)
+                .await?
+                .body
+                .data),
+            InstancePlan::Create { mut request, .. } => {
+                request.name = cloud_name.to_string();
+                Ok(account.client.create_instance(&request).await?)
+            }
+        }
+    }
+
+    /// The moment the plan is made: where the lifetime stands depends on it.
+    type Resolved = Moment;
+    type Action = InstanceAction;
+
+    async fn resolve(
+        &self,
+        cx: &Context<Self>,
+        _account: &Account,
+        _record: &Instance,
+    ) -> Result<Moment, Error> {
+        // A Budget read before its store is filled would let a machine it keeps off start.
+        let listed = tokio::time::timeout(BUDGETS_LISTED_WITHIN, cx.budgets.wait_until_ready());
+        if !matches!(listed.await, Ok(Ok(()))) {
+            return Err(Error::InProgress {
+                reason: reason::UPDATING,
+                message: "waiting for the namespace's Budgets to be listed before changing the machine's power".into(),
+            });
+        }
+        let uid = self.uid().unwrap_or_default();
+        let namespace = self.namespace();
+        let budget_hold = cx
+            .budgets
+            .state()
+            .iter()
+            .filter(|b| b.namespace() == namespace)
+            .filter_map(|b| {
+                let held = b
+                    .status
+                    .as_ref()?
+                    .powered_off
+                    .iter()
+                    .find(|p| p.uid == uid)?;
+                Some(BudgetHold {
+                    budget: b.name_any(),
+                    power_state: held.power_state,
+                })
+            })
+            // Hibernated if any Budget asks for it: the further off.
+            .max_by_key(|h| h.power_state == PowerState::Hibernated);
+        Ok(Moment {
+            now: cx.settings.clock.now(),
+            budget_hold,
+        })
+    }
+
+    /// Power state first (the other changes need a running machine), then a requested reboot,
+    /// the public IP, the security rules, and the connection Secret of a running machine.
+    fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
+        let now = moment.now;
+        let id = record.instance_id.as_str();
+        let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
+        match &record.status {
+            InstanceStatus::Creating
+            | InstanceStatus::Stopping
+            | InstanceStatus::Starting
+            | InstanceStatus::Rebooting
+            | InstanceStatus::Hibernating
+            | InstanceStatus::Deleting => {
+                return Ok(Plan::stand(Outcome::progressing(
+                    reason::PROVISIONING,
+                    format!("{id} is {}", record.status),
+                )));
+            }
+            InstanceStatus::Error => {
+                return Ok(Plan::stand(Outcome::stalled(
+                    reason::CLOUD_UNAVAILABLE,
+                    format!("the cloud reports {id} in ERROR"),
+                )));
+            }
+            _ => {}
+        }
+
+        let stage = lifetime_stage(self, now)?;
+        let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
+        // An expiry that deletes the object is carried out by the shared flow before any plan.
+        let expired = matches!(stage, Some(Stage::Expired { .. }));
+        // Once the lifetime has ended the schedule no longer matters (not even whether it
+        // can be read).
+        let scheduled = if expired { None } else { scheduled(self, now)? };
+        let wanted = match on_expiry {
+            // An ended lifetime only ever turns a machine further off: one already off by
+            // `powerState` stays as it is (never started to be stopped or hibernated).
+            Some(_) if expired && self.spec.power_state != PowerState::Running => {
+                self.spec.power_state
+            }
+            Some(OnExpiry::Hibernate) if expired => PowerState::Hibernated,
+            // Stop, and a Delete or Snapshot whose deletion was refused (deletion protection).
+            Some(_) if expired => PowerState::Stopped,
+            _ => scheduled.map_or(self.spec.power_state, |(power, _)| power),
+        };
+        // A Budget over its limit only keeps a machine that would run off (never starts one,
+        // never wakes a hibernated one to stop it).
+        let budget_hold = moment
+            .budget_hold
+            .filter(|_| !expired && wanted == PowerState::Running);
+        let wanted = budget_hold.as_ref().map_or(wanted, |h| h.power_state);
+        let note = format!(
+            "{}{}{}",
+            lifetime_note(stage, on_expiry),
+            schedule_note(scheduled, stage),
+            budget_note(budget_hold.as_ref())
+        );
+        let power = match (wanted, &record.status) {
+            (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
+                Some((InstanceAction::Restore, "restoring"))
+            }
+            (PowerState::Running | PowerState::Hibernated, InstanceStatus::Shutoff) => {
+                Some((InstanceAction::Start, "starting"))
+            }
+            (PowerState::Stopped, InstanceStatus::Active) => {
+                Some((InstanceAction::Stop, "stopping"))
+            }
+            (PowerState::Hibernated, InstanceStatus::Active) => {
+                Some((InstanceAction::Hibernate, "hibernating"))
+            }
+            _ => None,
+        };
+        if let Some((action, step)) = power {
+            return Ok(Plan::act(
+                action,
+                progressing(format!("{step} {id} toward powerState {wanted:?}")),
+            ));
+        }
+        if wanted != PowerState::Running {
+            let state = if wanted == PowerState::Stopped {
+                "stopped"
+            } else {
+                "hibernated"
+            };
+            let outcome = Outcome::ready(reason::AVAILABLE, format!("{id} is {state}{note}"));
+            return Ok(Plan::stand(outcome));
+        }
+        if record.vm_status != VmStatus::Running {
+            return Ok(Plan::stand(Outcome::progressing(
+                reason::PROVISIONING,
+                format!("{id} is {}", record.vm_status),
+            )));
+        }
+
+        // A new `restartedAt` value asks for one reboot.
+        let restart = self.annotations().get(RESTARTED_AT_ANNOTATION).cloned();
+        let done = self.status.as_ref().and_then(|s| s.restarted_at.clone());
+        if let Some(requested) = restart
+            && done.as_deref() != Some(requested.as_str())
+        {
+            let message = format!("rebooting {id} for {RESTARTED_AT_ANNOTATION}={requested}");
+            return Ok(Plan::act(
+                InstanceAction::Reboot(requested),
+                progressing(message),
+            ));
+        }
+
+        if record.public_ip_enabled != self.spec.public_ip {
+            let verb = if self.spec.public_ip {
+                "assigning"
+            } else {
+                "releasing"
+            };
+            return Ok(Plan::act(
+                InstanceAction::PublicIp(self.spec.public_ip),
+                progressing(format!("{verb} the public IP of {id}")),
+            ));
+        }
+
+        // Added before removed, as for firewalls: a change never leaves the machine with fewer
+        // rules than both the old and the new set.
+        let (missing, extra) = rule_diff(&self.spec.security_rules, &record.security_rules);
+        if let Some(rule) = missing.first() {
+            return Ok(Plan::act(
+                InstanceAction::AddRule(to_cloud_rule(rule)),
+                progressing(format!("adding a security rule to {id}")),
+            ));
+        }
+        if let Some(rule) = extra.first() {
+            return Ok(Plan::act(
+                InstanceAction::RemoveRule(rule.id.clone()),
+                progressing(format!("removing security rule {} from {id}", rule.id)),
+            ));
+        }
+
+        // A limit lowered below what the running machine costs is reported, not enforced: a
+        // machine is stopped only when its spec says so.
+        let outcome = above_price_limit(self.spec.max_hourly_rate, record).unwrap_or_else(|| {
+            let address = record.ip_address.as_deref().unwrap_or("no public IP");
+            Outcome::ready(
+                reason::AVAILABLE,
+                format!("{id} is running ({address}){note}"),
+            )
+        });
+        Ok(match &self.spec.connection_secret {
+            Some(secret) => Plan::act(
+                InstanceAction::WriteConnectionSecret(secret.clone()),
+                outcome,
+            ),
+            None => Plan::stand(outcome),
+        })
+    }
+
+    async fn execute(
+        &self,
+        cx: &Context<Self>,
+        account: &Account,
+        record: &Instance,
+        action: &InstanceAction,
+    ) -> Result<(), Error> {
+        let (client, id) = (&account.client, record.instance_id.as_str());
+        match action {
+            InstanceAction::Restore => client.restore_hibernated_instance(id).await.map(drop)?,
+            InstanceAction::Start => client.start_instance(id).await.map(drop)?,
+            InstanceAction::Stop => client.stop_instance(id).await.map(drop)?,
+            InstanceAction::Hibernate => client.hibernate_instance(id).await.map(drop)?,
+            InstanceAction::Reboot(_) => client.reboot_instance(id).await.map(drop)?,
+            InstanceAction::PublicIp(enabled) => {
+                client.toggle_public_ip(id, *enabled).await.map(drop)?
+            }
+            InstanceAction::AddRule(rule) => client.add_security_rule(id, rule).await.map(drop)?,
+            InstanceAction::RemoveRule(rule) => {
+                client.remove_security_rule(id, rule).await.map(drop)?
+            }
+            InstanceAction::WriteConnectionSecret(secret) => {
+                write_connection_secret(self, cx, secret, record).await?
+            }
+        }
+        Ok(())
+    }
+
+    fn executed(&mut self, action: &InstanceAction) {
+        if let (InstanceAction::Reboot(requested), Some(status)) = (action, self.status.as_mut()) {
+            status.restarted_at = Some(requested.clone());
+        }
+    }
+
+    /// Its data volumes are detached first (`Instances::delete`), but for those deleted with
+    /// it: their data goes anyway. Those are the volumes whose own deletion waits for this one
+    /// (`Volume::hold_deletion`), and those whose objects, by the stores, are being deleted
+    /// while attached to it (`volume::deleted_with_machine`), though their reconciles have not
+    /// come yet. All are noted as let go of, so that the volumes' deletions, reading a list
+    /// from before, need not detach them again.
+    async fn delete(
+        cx: &Context<Self>,
+        own: Option<&Self>,
+        account: &Account,
+        record: &Instance,
+    ) -> Result<(), Error> {
+        let deleted_with_it = match own {
+            Some(machine) if !record.volume_ids.is_empty() => {
+                crate::kinds::volume::deleted_with_machine(
+                    &cx.ownership,
+                    account,
+                    &machine.namespace().unwrap_or_default(),
+                    &machine.name_any(),
+                    &record.instance_id,
+                )
+            }
+            _ => Vec::new(),
+        };
+        let detached: Vec<String> = record
+            .volume_ids
+            .iter()
+            .filter(|volume| !account.volume_deleting(volume) && !deleted_with_it.contains(volume))
+            .cloned()
+            .collect();
+        delete_instance(&account.client, record, &detached).await?;
+        account.note_volumes_released(&record.instance_id, &record.volume_ids);
+        Ok(())
+    }
+
+    /// Under `deletionPolicy: Snapshot`, the machine is kept until its final snapshot is
+    /// available (`final_snapshot.rs`).
+    async fn hold_deletion(
+        &self,
+        cx: &Context<Self>,
+        account: &std::sync::Arc<Account>,
+    ) -> Result<(), Error> {
+        if crate::kinds::gpu_instance::final_snapshot::asked_for(self) {
+            crate::kinds::gpu_instance::final_snapshot::hold(self, cx, account).await
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
+        crate::kinds::gpu_instance::final_snapshot::release(self, &cx.client).await
+    }
+}
+
+/// The power state `spec.schedule` asks for at `now` and when that next changes; `None`
+/// without a schedule or while `powerState` keeps the machine off. A schedule the operator
+/// cannot read (an unknown time zone, overlapping windows) is an invalid spec.
+fn scheduled(
+    instance: &GpuInstance,
+    now: Timestamp,
+) -> Result<Option<(PowerState, Option<Timestamp>)>, Error> {
+    let Some(schedule) = &instance.spec.schedule else {
+        return Ok(None);
+    };
+    if instance.spec.power_state != PowerState::Running {
+        return Ok(None);
+    }
+    let standing = schedule.at(now).map_err(Error::InvalidSpec)?;
+    let power = match (standing.running, schedule.outside) {
+        (true, _) => PowerState::Running,
+        (false, OutsideWindows::Stopped) => PowerState::Stopped,
+        (false, OutsideWindows::Hibernated) => PowerState::Hibernated,
+    };
+    Ok(Some((power, standing.next_transition)))
+}
+
+/// What the Ready message says of the schedule (nothing once an ended lifetime rules).
+fn schedule_note(
+    scheduled: Option<(PowerState, Option<Timestamp>)>,
+    stage: Option<Stage>,
+) -> String {
+    match (scheduled, stage) {
+        (_, Some(Stage::Expired { .. })) | (None, _) => String::new(),
+        (Some((power, Some(next))), _) => {
+            let change = if power == PowerState::Running {
+                "stops"
+            } else {
+                "starts"
+            };
+            format!("; the schedule {change} it at {next}")
+        }
+        (Some((_, None)), _) => "; the schedule never changes it".into(),
+    }
+}
+
+/// What the Ready message says of the lifetime.
+fn lifetime_note(stage: Option<Stage>, on_expiry: Option<OnExpiry>) -> String {
+    match (stage, on_expiry) {
+        (Some(Stage::Expired { expires_at }), _) => {
+            format!(": its lifetime ended at {expires_at}")
+        }
+        (Some(stage), Some(on_expiry)) => {
+            format!(
+                "; expires at {} (onExpiry {on_expiry:?})",
+                stage.expires_at()
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// Keys of the connection Secret.
+pub mod connection {
+    pub const HOST: &str = "host";
+    pub const PORT: &str = "port";
+    pub const USER: &str = "user";
+    pub const PRIVATE_KEY: &str = "ssh-privatekey";
+}
+
+/// Writes (or updates) the Secret a Pod uses to reach the machine: host, port, user and, when
+/// one of its keys was generated by the operator, that private key, read only from a Secret
+/// the SshKey controls (`crate::accounts::secrets`). Owned by the instance, so it goes with it; a Secret
+/// of that name the instance does not control is never overwritten. Written only when its
+/// content changes.
+async fn write_connection_secret(
+    instance: &GpuInstance,
+    cx: &Context<GpuInstance>,
+    name: &str,
+    record: &Instance,
+) -> Result<(), Error> {
+    let namespace = instance.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
+    let owner = instance
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::InvalidSpec("the GpuInstance has no uid yet".into()))?;
+    let mut data = BTreeMap::from([
+        (
+            connection::HOST.to_string(),
+            record.ip_address.clone().unwrap_or_default(),
+        ),
+        (connection::PORT.to_string(), "22".to_string()),
+        (connection::USER.to_string(), login_user(record).to_string()),
+    ]);
+    let keys: Api<SshKey> = Api::namespaced(cx.client.clone(), &namespace);
+    for reference in &instance.spec.ssh_key_refs {
+        let Some(key) = keys.get_opt(&reference.name).await? else {
+            continue;
+        };
+        if key.spec.public_key.is_some() {
+            continue;
+        }
+        // Only the Secret this SshKey created holds its key: a name alone could point at any
+        // Secret of the namespace (a deploy key, say), which must never be copied.
+        let Some(key_uid) = key.uid() else {
+            continue;
+        };
+        let key_secret = crate::kinds::ssh_key::private_key_secret_name(&key);
+        let secret = match read_if(&secrets, &key_secret, |meta| controlled_by(meta, &key_uid))
+            .await?
+        {
+            Read::Admitted(secret) => secret,
+            Read::Missing => continue,
+            Read::Refused => {
+                tracing::debug!(
+                    object = %instance.name_any(),
+                    ssh_key = %key.name_any(),
+                    secret = %key_secret,
+                    "the SshKey's Secret was not created by it; no private key is copied from it"
+                );
+                continue;
+            }
+        };
+        if let Some(private) = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(crate::kinds::ssh_key::PRIVATE_KEY_FIELD))
+        {
+            data.insert(
+                connection::PRIVATE_KEY.to_string(),
+                String::from_utf8_lossy(&private.0).into_owned(),
+            );
+            break;
+        }
+    }
+    let current = match read_if(&secrets, name, |meta| controlled_by(meta, &owner.uid)).await? {
+        Read::Admitted(existing) => Some(existing),
+        Read::Missing => None,
+        Read::Refused => return Err(foreign_connection_secret(&namespace, name)),
+    };
+    if let Some(existing) = &current {
+        let same = existing.data.as_ref().is_some_and(|d| {
+            d.len() == data.len()
+                && data
+                    .iter()
+                    .all(|(k, v)| d.get(k).is_some_and(|b| b.0 == v.as_bytes()))
+        });
+        if same {
+            return Ok(());
+        }
+    }
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace),
+            owner_references: Some(vec![owner]),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_string(),
+                "gpucloud-operator".to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    match current {
+        Some(existing) => {
+            let mut replacement = secret;
+            replacement.metadata.resource_version = existing.metadata.resource_version;
+            secrets
+                .replace(name, &PostParams::default(), &replacement)
+                .await?;
+        }
+        None => {
+            secrets.create(&PostParams::default(), &secret).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The login user of the machine's image: `ubuntu` on the Ubuntu images, `root` otherwise.
+fn login_user(record: &Instance) -> &'static str {
+    if record
+        .image_id
+        .as_deref()
+        .is_some_and(|i| i.starts_with("ubuntu"))
+    {
+        "ubuntu"
+    } else {
+        "root"
+    }
+}
+
+/// The placement of a machine the cloud has: where it is (its own type, count and region,
+/// whatever was planned: a machine adopted by name may be another attempt's), the rest as
+/// planned. Fixed from then on.
+fn placed(planned: Option<&PlacementStatus>, record: &Instance) -> PlacementStatus {
+    let before = planned.and_then(|p| p.chosen.as_ref());
+    let count = i32::try_from(record.specs.gpu_count).unwrap_or(i32::MAX);
+    let same = before.filter(|c| {
+        c.gpu_type == record.specs.gpu_type && c.region == record.region && c.gpu_count == count
+    });
+    PlacementStatus {
+        chosen: Some(ChosenPlacement {
+            gpu_type: record.specs.gpu_type.clone(),
+            gpu_count: count,
+            region: record.region.clone(),
+            alternative: same.map_or(0, |c| c.alternative),
+            // No choice recorded (adopted, or the intent written with the finalizer): the rate
+            // the machine is billed at is the one the price list gave.
+            hourly_rate: match before {
+                None => Some(record.billing.hourly_rate),
+                Some(_) => same.and_then(|c| c.hourly_rate),
+            },
+            currency: match before {
+                None => Some(record.billing.currency.clone()),
+                Some(_) => same.and_then(|c| c.currency.clone()),
+            },
+        }),
+        skipped: planned.map(|p| p.skipped.clone()).unwrap_or_default(),
+    }
+}
+
+/// What a machine of `gpu_count` GPUs of `gpu_type` costs per hour, from the price list.
+async fn machine_rate(account: &Account, gpu_type: &str, gpu_count: u32) -> Result<f64, Error> {
+    let pricing = account.pricing().await?;
+    let per_gpu = pricing
+        .gpus
+        .iter()
+        .find(|p| p.gpu_type == gpu_type)
+        .map(|p| p.price_per_gpu_hour)
+        .ok_or_else(|| {
+            Error::InvalidSpec(format!(
+                "the cloud's price list has no GPU type {gpu_type:?}"
+            ))
+        })?;
+    Ok(per_gpu * f64::from(gpu_count))
+}
+
+/// How long a reconcile waits for the Budgets' first list before it gives up for now.
+const BUDGETS_LISTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When a plan is made, and what holds the machine off besides its spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moment {
+    pub now: Timestamp,
+    pub budget_hold: Option<BudgetHold>,
+}
+
+impl From<Timestamp> for Moment {
+    fn from(now: Timestamp) -> Self {
+        Moment {
+            now,
+            budget_hold: None,
+        }
+    }
+}
+
+/// A Budget over its limit that keeps the machine powered off (`budget.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetHold {
+    pub budget: String,
+    pub power_state: PowerState,
+}
+
+/// What the Ready message says of a Budget keeping the machine off.
+fn budget_note(hold: Option<&BudgetHold>) -> String {
+    hold.map_or_else(String::new, |h| {
+        format!(
+            "; kept {} by Budget {} (over its maxHourlyRate) until its rate fits again",
+            match h.power_state {
+                PowerState::Hibernated => "hibernated",
+                _ => "stopped",
+            },
+            h.budget
+        )
+    })
+}
+
+/// How an instance comes to exist: booted from an image, or restored from a snapshot.
+pub enum InstancePlan {
+    /// Booted from an image, where `placement` chose.
+    Create {
+        request: Box<CreateInstanceRequest>,
+        placement: PlacementStatus,
+    },
+    Restore {
+        snapshot_id: String,
+        /// The snapshot's GPUs and region, where the cloud says them.
+        placement: Option<PlacementStatus>,
+    },
+}
+
+/// The placements the cloud refused for want of stock, or the catalog showed without it, as
+/// the status records them: the next plan skips a refusal newer than its catalog.
+fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.placement.as_ref())
+        .map(|p| p.skipped.as_slice())
+        .unwrap_or_default()
+}
+
+async fn ready_reference<R>(
+    cx: &Context<GpuInstance>,
+    namespace: &str,
+    name: &str,
+    kind: &'static str,
+) -> Result<String, Error>
+where
+    R: ManagedKind,
+{
+    crate::flow::dereference::ready_id::<R>(cx.lookup(), namespace, name, kind).await
+}
+
+/// The cloud id of the snapshot to restore from, once it is `Ready`. A snapshot whose
+/// deletion waits for this very restore no longer reports `Ready` (its conditions say what
+/// holds it); it is still usable while the cloud has it `available`. A deleting Snapshot
+/// records no state changes, so one deleted while still `creating` is read from the cloud:
+/// its recorded state would keep this restore (and with it the deletion) waiting for ever.
+async fn restorable_snapshot(
+    cx: &Context<GpuInstance>,
+    account: &Account,
+    namespace: &str,
+    name: &str,
+) -> Result<String, Error> {
+    match ready_reference::<Snapshot>(cx, namespace, name, "Snapshot").await {
+        Err(Error::WaitingFor { kind, name, detail }) => {
+            let api: Api<Snapshot> = Api::namespaced(cx.client.clone(), namespace);
+            let held = api.get_opt(&name).await?.and_then(|s| {
+                let status = s.cloud_status();
+                (s.meta().deletion_timestamp.is_some())
+                    .then_some(status.external_id.map(|id| (id, status.state)))
+                    .flatten()
+            });
+            let waiting = Error::WaitingFor { kind, name, detail };
+            match held {
+                Some((id, state)) if state.as_deref() == Some("available") => Ok(id),
+                Some((id, _)) => match account.client.get_snapshot(&id).await {
+                    Ok(snapshot) if snapshot.status == CloudSnapshotStatus::Available => Ok(id),
+                    Ok(_) => Err(waiting),
+                    Err(e) if e.is_not_found() => Err(waiting),
+                    Err(e) => Err(e.into()),
+                },
+                None => Err(waiting),
+            }
+        }
+        other => other,
+    }
+}
+
+/// `PriceAboveLimit` for a running machine that costs more per hour than `limit`.
+fn above_price_limit(limit: Option<f64>, record: &Instance) -> Option<Outcome> {
+    let limit = limit?;
+    let rate = record.billing.hourly_rate;
+    (record.status == InstanceStatus::Active && rate > limit).then(|| {
+        Outcome::stalled(
+            reason::PRICE_ABOVE_LIMIT,
+            format!(
+                "{} costs {rate:.4} {} per hour, above spec.maxHourlyRate {limit:.4}; it keeps running: raise the limit, or stop or delete the machine",
+                record.instance_id, record.billing.currency
+            ),
+        )
+    })
+}
+
+/// The refusal of a `spec.connectionSecret` naming a Secret this GpuInstance did not create.
+fn foreign_connection_secret(namespace: &str, name: &str) -> Error {
+    Error::InvalidSpec(format!(
+        "spec.connectionSecret: Secret {namespace}/{name} exists and was not created by this GpuInstance; recreate the GpuInstance with another spec.connectionSecret"
+    ))
+}
+
+async fn config_map_value(
+    cx: &Context<GpuInstance>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<String, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(cx.client.clone(), namespace);
+    let waiting = |detail: String| Error::WaitingFor {
+        kind: "ConfigMap",
+        name: name.to_string(),
+        detail,
+    };
+    let map = api
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| waiting("it does not exist".into()))?;
+    map.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .cloned()
+        .ok_or_else(|| waiting(format!("it has no key {key:?}")))
+}
+
+/// The create request of a spec whose references are resolved, for the placement chosen
+/// (unnamed: `create` names it). Pure, so the mapping is tested without a cloud.
+pub(crate) fn create_request(
+    spec: &gpucloud_api::GpuInstanceSpec,
+    placed: &Candidate,
+    image_id: String,
+    ssh_key_ids: Vec<String>,
+    startup_script: Option<String>,
+) -> Result<CreateInstanceRequest, Error> {
+    if let Some(script) = &startup_script
+        && script.len() > MAX_STARTUP_SCRIPT_BYTES
+    {
+        return Err(Error::InvalidSpec(format!(
+            "spec.startupScript is {} bytes; the cloud accepts at most {MAX_STARTUP_SCRIPT_BYTES}",
+            script.len()
+        )));
+    }
+    Ok(CreateInstanceRequest {
+        name: String::new(),
+        region: placed.region.clone(),
+        gpu_type: placed.gpu_type.clone(),
+        gpu_count: placed.gpu_count,
+        image_id,
+        tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
+        ssh_key_ids,
+        startup_script,
+        startup_script_id: None,
+        public_ip: Some(spec.public_ip),
+        volume_ids: Vec::new(),
+    })
+}
+
+/// Rules in the spec the cloud lacks, and rules the cloud has that the spec does not name.
+/// Rules are compared by content; the cloud's ids play no part.
+pub(crate) fn rule_diff<'a>(
+    wanted: &'a [SecurityRule],
+    actual: &'a [CloudRule],
+) -> (Vec<&'a SecurityRule>, Vec<&'a CloudRule>) {
+    let matches = |w: &SecurityRule, a: &CloudRule| {
+        a.direction.as_str() == w.direction.cloud_value()
+            && a.protocol.as_str() == w.protocol
+            && a.ethertype.as_str() == w.ether_type.cloud_value()
+            && a.remote_ip_prefix == w.remote_ip_prefix
+            && a.port_range_min == w.port_range_min.and_then(|p| u32::try_from(p).ok())
+            && a.port_range_max == w.port_range_max.and_then(|p| u32::try_from(p).ok())
+    };
+    // Each cloud rule stands for one wanted rule at most, so a rule added twice (a lost
+    // answer, then a retry) shows up as extra and is removed.
+    let mut claimed = vec![false; actual.len()];
+    let mut missing = Vec::new();
+    for w in wanted {
+        match (0..actual.len()).find(|&i| !claimed[i] && matches(w, &actual[i])) {
+            Some(i) => claimed[i] = true,
+            None => missing.push(w),
+        }
+    }
+    let extra = actual
+        .iter()
+        .zip(claimed)
+        .filter(|(_, claimed)| !claimed)
+        .map(|(a, _)| a)
+        .collect();
+    (missing, extra)
+}
+
+pub(crate) fn to_cloud_rule(rule: &SecurityRule) -> NewRule {
+    NewRule {
+        direction: Direction::from_wire(rule.direction.cloud_value()),
+        protocol: Protocol::from_wire(&rule.protocol),
+        ethertype: Ethertype::from_wire(rule.ether_type.cloud_value()),
+        remote_ip_prefix: rule.remote_ip_prefix.clone(),
+        port_range_min: rule.port_range_min.and_then(|p| u32::try_from(p).ok()),
+        port_range_max: rule.port_range_max.and_then(|p| u32::try_from(p).ok()),
+    }
+}
+
+// === Cloud calls ===
+
+cloud_record!(Instance, id: instance_id, name: vm_name, state: status);
+
+/// The cloud's machines.
+pub struct Instances;
+
+impl CloudResource for Instances {
+    type Record = Instance;
+    const LABEL: &'static str = "instance";
+
+    async fn list(client: CloudClient) -> Result<Vec<Instance>, CloudError> {
+        Ok(client.list_instances().await?.instances)
+    }
+
+    async fn get(client: CloudClient, id: String) -> Result<Option<Instance>, CloudError> {
+        found(client.get_instance(&id).await)
+    }
+
+    async fn delete(client: CloudClient, record: Instance) -> Result<(), CloudError> {
+        delete_instance(&client, &record, &record.volume_ids).await
+    }
+}
+
+/// Deletes the machine, detaching the data volumes `detached` first, so that they outlive it
+/// with their data whatever the cloud does with volumes still attached to a deleted instance.
+async fn delete_instance(
+    client: &CloudClient,
+    record: &Instance,
+    detached: &[String],
+) -> Result<(), CloudError> {
+    if record.status == InstanceStatus::Deleting {
+        return Ok(());
+    }
+    let id = &record.instance_id;
+    if !detached.is_empty() {
+        match client.detach_volumes(id, detached).await {
+            Ok(_) => {}
+            // The machine is gone, or a volume the record names is (a record listed before
+            // the volume's delete): which one, only the machine as it is now tells. Taking
+            // the 404 for the machine's would leave a machine billed with no delete sent.
+            Err(e) if e.is_not_found() => {
+                tracing::debug!(cloud_id = %id, "detaching answered 404; reading the machine again");
+                let Some(current) = found(client.get_instance(id).await)? else {
+                    return Ok(());
+                };
+                if current.status == InstanceStatus::Deleting {
+                    return Ok(());
+                }
+                let attached: Vec<String> = detached
+                    .iter()
+                    .filter(|volume| current.volume_ids.contains(volume))
+                    .cloned()
+                    .collect();
+                if !attached.is_empty() {
+                    client.detach_volumes(id, &attached).await?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    gone(client.delete_instance(id).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucloud_api::gpu_instance::{Direction as SpecDirection, EtherType};
+
+    fn spec_rule(cidr: &str, port: i32) -> SecurityRule {
+        SecurityRule {
+            direction: SpecDirection::Ingress,
+            protocol: "tcp".into(),
+            ether_type: EtherType::IPv4,
+            remote_ip_prefix: cidr.into(),
+            port_range_min: Some(port),
+            port_range_max: Some(port),
+        }
+    }
+
+    fn cloud_rule(id: &str, cidr: &str, port: u32) -> CloudRule {
+        CloudRule {
+            id: id.into(),
+            direction: Direction::Ingress,
+            protocol: Protocol::Tcp,
+            ethertype: Ethertype::Ipv4,
+            remote_ip_prefix: cidr.into(),
+            port_range_min: Some(port),
+            port_range_max: Some(port),
+        }
+    }
+
+    #[test]
+    fn rules_diff_by_content() {
+        let wanted = [spec_rule("10.0.0.0/8", 22), spec_rule("0.0.0.0/0", 443)];
+        let actual = [
+            cloud_rule("r1", "10.0.0.0/8", 22),
+            cloud_rule("r2", "0.0.0.0/0", 80),
+        ];
+        let (missing, extra) = rule_diff(&wanted, &actual);
+        assert_eq!(missing, vec![&wanted[1]]);
+        assert_eq!(
+            extra.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["r2"]
+        );
+        let (missing, extra) = rule_diff(&wanted[..1], &actual[..1]);
+        assert!(missing.is_empty() && extra.is_empty());
+    }
+
+    #[test]
+    fn a_rule_added_twice_is_extra_once() {
+        let wanted = [spec_rule("10.0.0.0/8", 22)];
+        let actual = [
+            cloud_rule("r1", "10.0.0.0/8", 22),
+            cloud_rule("r2", "10.0.0.0/8", 22),
+        ];
+        let (missing, extra) = rule_diff(&wanted, &actual);
+        assert!(missing.is_empty());
+        assert_eq!(
+            extra.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["r2"]
+        );
+    }
+
+    #[test]
+    fn cloud_rules_carry_the_cloud_spelling() {
+        let rule = to_cloud_rule(&spec_rule("192.0.2.0/24", 8080));
+        let json = serde_json::to_value(&rule).unwrap();
+        assert_eq!(json["direction"], "ingress");
+        assert_eq!(json["ethertype"], "IPv4");
+        assert_eq!(json["protocol"], "tcp");
+        assert_eq!(json["port_range_min"], 8080);
+    }
+
+    // === plan ===
+
+    fn instance(spec: serde_json::Value, restarted_at: Option<&str>) -> GpuInstance {
+        let mut object = serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"region": "us-east", "gpuType": "A100", "osImage": "ubuntu"},
+        });
+        for (key, value) in spec.as_object().into_iter().flatten() {
+            object["spec"][key] = value.clone();
+        }
+        if let Some(value) = restarted_at {
+            object["metadata"]["annotations"] =
+                serde_json::json!({ RESTARTED_AT_ANNOTATION: value });
+        }
+        serde_json::from_value(object).unwrap()
+    }
+
+    fn machine(status: InstanceStatus, vm_status: VmStatus) -> Instance {
+        Instance {
+            instance_id: "vm-1".into(),
+            status,
+            vm_status,
+            // The spec's default.
+            public_ip_enabled: true,
+            ..Instance::default()
+        }
+    }
+
+    /// What kind of outcome a plan ends at, and its action.
+    fn planned(object: &GpuInstance, record: &Instance) -> (Option<InstanceAction>, &'static str) {
+        planned_at(object, record, Timestamp::now())
+    }
+
+    fn planned_at(
+        object: &GpuInstance,
+        record: &Instance,
+        now: Timestamp,
+    ) -> (Option<InstanceAction>, &'static str) {
+        let plan = object.plan(record, now.into()).unwrap();
+        (plan.action, plan.outcome.standing())
+    }
+
+    /// A machine created at 09:00 with a two-hour lifetime.
+    fn with_lifetime(on_expiry: &str, power_state: &str) -> GpuInstance {
+        let mut object = instance(
+            serde_json::json!({
+                "powerState": power_state,
+                "tier": "Legacy",
+                "lifetime": {"ttl": "2h", "warnBefore": "30m", "onExpiry": on_expiry},
+            }),
+            None,
+        );
+        object.metadata.creation_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at("2026-11-27T09:00:00Z")),
+        );
+        object
+    }
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn an_ended_lifetime_stops_or_hibernates_the_machine_whatever_power_state_says() {
+        use InstanceAction::{Hibernate, Start, Stop};
+        let running = machine(InstanceStatus::Active, VmStatus::Running);
+        let stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let hibernated = machine(InstanceStatus::Hibernated, VmStatus::Stopped);
+        let table = [
+            // (onExpiry, powerState, now, machine, action, standing)
+            ("Stop", "Running", "10:59", &running, None, "ready"),
+            (
+                "Stop",
+                "Running",
+                "11:00",
+                &running,
+                Some(Stop),
+                "progressing",
+            ),
+            ("Stop", "Running", "12:00", &stopped, None, "ready"),
+            (
+                "Hibernate",
+                "Running",
+                "11:00",
+                &running,
+                Some(Hibernate),
+                "progressing",
+            ),
+            // A machine off by powerState is never woken by the end of its lifetime.
+            ("Stop", "Hibernated", "12:00", &hibernated, None, "ready"),
+            ("Hibernate", "Stopped", "12:00", &stopped, None, "ready"),
+            // A Delete the API server refused (deletion protection): at least stopped.
+            (
+                "Delete",
+                "Running",
+                "12:00",
+                &running,
+                Some(Stop),
+                "progressing",
+            ),
+            // Before the end, powerState rules.
+            (
+                "Stop",
+                "Running",
+                "10:00",
+                &stopped,
+                Some(Start),
+                "progressing",
+            ),
+            ("Stop", "Stopped", "10:00", &stopped, None, "ready"),
+        ];
+        for (on_expiry, power, now, record, action, standing) in table {
+            let object = with_lifetime(on_expiry, power);
+            let now = at(&format!("2026-11-27T{now}:00Z"));
+            assert_eq!(
+                planned_at(&object, record, now),
+                (action, standing),
+                "{on_expiry} {power} at {now}"
+            );
+        }
+        // The Ready message says when, and what then happens; after, that it happened.
+        let object = with_lifetime("Stop", "Running");
+        let before = object
+            .plan(&running, at("2026-11-27T10:00:00Z").into())
+            .unwrap();
+        assert!(
+            before
+                .outcome
+                .message()
+                .contains("expires at 2026-11-27T11:00:00Z (onExpiry Stop)"),
+            "{}",
+            before.outcome.message()
+        );
+        let after = object
+            .plan(&stopped, at("2026-11-27T12:00:00Z").into())
+            .unwrap();
+        assert!(
+            after
+                .outcome
+                .message()
+                .contains("stopped: its lifetime ended at 2026-11-27T11:00:00Z"),
+            "{}",
+            after.outcome.message()
+        );
+    }
+
+    #[test]
+    fn a_schedule_runs_the_machine_in_its_windows_and_power_state_or_an_ended_lifetime_win() {
+        use InstanceAction::{Start, Stop};
+        let running = machine(InstanceStatus::Active, VmStatus::Running);
+        let stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let scheduled = |power: &str, lifetime: Option<&str>| {
+            let mut spec = serde_json::json!({
+                "powerState": power,
+                "schedule": {"timeZone": "Europe/Berlin", "windows": [
+                    {"days": ["Mon", "Tue", "Wed", "Thu", "Fri"], "from": "08:00", "to": "20:00"}
+                ]},
+            });
+            if let Some(ttl) = lifetime {
+                spec["lifetime"] = serde_json::json!({"ttl": ttl});
+            }
+            let mut object = instance(spec, None);
+            object.metadata.creation_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at("2026-11-27T07:00:00Z")),
+            );
+            object
+        };
+        // Friday 2026-11-27: 12:00 CET is 11:00Z, in the window; 21:00 CET is outside.
+        let (inside, outside) = ("2026-11-27T11:00:00Z", "2026-11-27T20:00:00Z");
+        for (power, lifetime, now, record, action, standing) in [
+            (
+                "Running",
+                None,
+                inside,
+                &stopped,
+                Some(Start),
+                "progressing",
+            ),
+            ("Running", None, inside, &running, None, "ready"),
+            (
+                "Running",
+                None,
+                outside,
+                &running,
+                Some(Stop),
+                "progressing",
+            ),
+            ("Running", None, outside, &stopped, None, "ready"),
+            // powerState Stopped keeps it off inside the window.
+            ("Stopped", None, inside, &running, Some(Stop), "progressing"),
+            // An ended lifetime wins over the window.
+            (
+                "Running",
+                Some("1h"),
+                inside,
+                &running,
+                Some(Stop),
+                "progressing",
+            ),
+        ] {
+            let object = scheduled(power, lifetime);
+            assert_eq!(
+                planned_at(&object, record, at(now)),
+                (action, standing),
+                "{power} {lifetime:?} at {now}"
+            );
+        }
+        let object = scheduled("Running", None);
+        assert_eq!(
+            object.next_wake(at(inside)),
+            Some(at("2026-11-27T19:00:00Z")),
+            "20:00 CET"
+        );
+        let plan = object.plan(&running, at(inside).into()).unwrap();
+        assert!(
+            plan.outcome
+                .message()
+                .contains("the schedule stops it at 2026-11-27T19:00:00Z"),
+            "{}",
+            plan.outcome.message()
+        );
+        assert_eq!(scheduled("Stopped", None).next_wake(at(inside)), None);
+        // After an ended lifetime the schedule wakes nothing, and one that cannot be read
+        // does not keep the lifetime from stopping the machine.
+        assert_eq!(scheduled("Running", Some("1h")).next_wake(at(inside)), None);
+        let mut unreadable = scheduled("Running", Some("1h"));
+        unreadable.spec.schedule.as_mut().unwrap().time_zone = "Mars/Olympus_Mons".into();
+        assert_eq!(
+            planned_at(&unreadable, &running, at(inside)),
+            (Some(Stop), "progressing")
+        );
+    }
+
+    #[test]
+    fn power_state_is_planned_first_one_call_at_a_time() {
+        use InstanceStatus::{Active, Creating, Error, Hibernated, Shutoff, Stopping};
+        use PowerState::{Hibernated as Hib, Running, Stopped};
+        let table = [
+            (Running, Creating, None, "progressing"),
+            (Running, Stopping, None, "progressing"),
+            (Running, Error, None, "stalled"),
+            (Running, Shutoff, Some(InstanceAction::Start), "progressing"),
+            (
+                Running,
+                Hibernated,
+                Some(InstanceAction::Restore),
+                "progressing",
+            ),
+            (Stopped, Active, Some(InstanceAction::Stop), "progressing"),
+            (
+                Stopped,
+                Hibernated,
+                Some(InstanceAction::Restore),
+                "progressing",
+            ),
+            (Stopped, Shutoff, None, "ready"),
+            (Hib, Active, Some(InstanceAction::Hibernate), "progressing"),
+            (Hib, Shutoff, Some(InstanceAction::Start), "progressing"),
+            (Hib, Hibernated, None, "ready"),
+            (Running, Active, None, "ready"),
+        ];
+        for (wanted, state, action, standing) in table {
+            let object = instance(serde_json::json!({ "powerState": wanted }), None);
+            let record = machine(state.clone(), VmStatus::Running);
+            assert_eq!(
+                planned(&object, &record),
+                (action, standing),
+                "{wanted:?} with the machine {state}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_running_machine_is_rebooted_once_then_ip_then_rules_then_the_secret() {
+        let record = machine(InstanceStatus::Active, VmStatus::Running);
+        // Still booting: nothing until the guest runs.
+        let booting = machine(InstanceStatus::Active, VmStatus::Stopped);
+        assert_eq!(
+            planned(&instance(serde_json::json!({}), None), &booting),
+            (None, "progressing")
+        );
+        // A new restartedAt reboots; once recorded, it does not again.
+        let mut asked = instance(serde_json::json!({}), Some("2026-11-26T10:00:00Z"));
+        assert_eq!(
+            planned(&asked, &record),
+            (
+                Some(InstanceAction::Reboot("2026-11-26T10:00:00Z".into())),
+                "progressing"
+            )
+        );
+        asked.status = Some(GpuInstanceStatus::default());
+        asked.executed(&InstanceAction::Reboot("2026-11-26T10:00:00Z".into()));
+        assert_eq!(planned(&asked, &record), (None, "ready"));
+        // The public IP, then rules added before any is removed.
+        let private = instance(serde_json::json!({ "publicIp": false }), None);
+        assert_eq!(
+            planned(&private, &record),
+            (Some(InstanceAction::PublicIp(false)), "progressing")
+        );
+        let rule = spec_rule("10.0.0.0/8", 22);
+        let with_rule = instance(serde_json::json!({ "securityRules": [rule] }), None);
+        let mut stale = record.clone();
+        stale.security_rules = vec![cloud_rule("old", "0.0.0.0/0", 80)];
+        assert_eq!(
+            planned(&with_rule, &stale),
+            (
+                Some(InstanceAction::AddRule(to_cloud_rule(&rule))),
+                "progressing"
+            )
+        );
+        stale
+            .security_rules
+            .push(cloud_rule("new", "10.0.0.0/8", 22));
+        assert_eq!(
+            planned(&with_rule, &stale),
+            (
+                Some(InstanceAction::RemoveRule("old".into())),
+                "progressing"
+            )
+        );
+        // Settled: the connection Secret is written with the Ready outcome.
+        let connected = instance(serde_json::json!({ "connectionSecret": "train-ssh" }), None);
+        assert_eq!(
+            planned(&connected, &record),
+            (
+                Some(InstanceAction::WriteConnectionSecret("train-ssh".into())),
+                "ready"
+            )
+        );
+    }
+
+    #[test]
+    fn a_price_limit_below_the_running_rate_is_reported_not_acted_on() {
+        let mut record = machine(InstanceStatus::Active, VmStatus::Running);
+        record.billing.hourly_rate = 3.0;
+        let limited = instance(serde_json::json!({ "maxHourlyRate": 2.0 }), None);
+        assert_eq!(planned(&limited, &record), (None, "stalled"));
+        let generous = instance(serde_json::json!({ "maxHourlyRate": 5.0 }), None);
+        assert_eq!(planned(&generous, &record), (None, "ready"));
+    }
+}

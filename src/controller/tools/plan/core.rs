@@ -1,0 +1,466 @@
+//! The plan itself, pure: the objects of the input, the live objects they name (and those
+//! `--prune` would delete), the catalog and prices in; per object an action, the changed spec
+//! fields, the placement and the hourly cost before and after out, with the totals.
+
+use super::kinds::{Desired, KindInfo, Wanted};
+use crate::accounts::catalog::Catalog;
+use crate::accounts::pricing;
+use crate::kinds::gpu_instance::placement;
+use gpucloud_api::{ChosenPlacement, GpuInstance, GpuInstanceSpec, Volume, VolumeSpec};
+use gpucloud_cloud::model::{PriceQuoteBody, PricingBody};
+use kube::Resource;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// An object as the cluster holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Live {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// Its spec as the kind reads it.
+    pub spec: serde_json::Value,
+    /// What it costs per hour by its status.
+    pub cost: Option<(f64, String)>,
+    /// Where it was placed (a GpuInstance's `status.placement.chosen`).
+    pub placement: Option<ChosenPlacement>,
+}
+
+/// Where the prices come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PriceSource {
+    /// The cloud's price quote (`POST /pricing/`).
+    Quote,
+    /// The cloud's price list (`GET /pricing`).
+    PriceList,
+    /// The cluster's GpuOfferings.
+    Offerings,
+    /// The live object's status (what it costs now).
+    Status,
+    /// The cloud does not bill the kind.
+    NotBilled,
+}
+
+impl std::fmt::Display for PriceSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PriceSource::Quote => "quote",
+            PriceSource::PriceList => "price list",
+            PriceSource::Offerings => "offerings",
+            PriceSource::Status => "status",
+            PriceSource::NotBilled => "not billed",
+        })
+    }
+}
+
+/// The catalog and prices a plan places and prices with.
+#[derive(Debug, Clone, Default)]
+pub struct Prices {
+    pub catalog: Catalog,
+    /// GPU prices, and with the cloud's price list storage, snapshot and image prices.
+    pub pricing: PricingBody,
+    /// Where `catalog` and `pricing` come from: `Offerings` or `PriceList`.
+    pub source: Option<PriceSource>,
+    /// The cloud's quotes by (GPU type, count).
+    pub quotes: BTreeMap<(String, u32), PriceQuoteBody>,
+}
+
+/// What is to be done with an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Create,
+    Change,
+    Delete,
+    Unchanged,
+    Skipped,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Action::Create => "create",
+            Action::Change => "change",
+            Action::Delete => "delete",
+            Action::Unchanged => "unchanged",
+            Action::Skipped => "skipped",
+        })
+    }
+}
+
+/// A changed top-level spec field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// JSON pointer, e.g. `/spec/sizeGb`.
+    pub path: String,
+    /// The API server refuses the change (a CEL rule): delete and recreate the object.
+    pub immutable: bool,
+}
+
+/// Where a GpuInstance goes (or is).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedPlacement {
+    pub gpu_type: String,
+    pub gpu_count: u32,
+    pub region: String,
+    /// Index of the alternative in `spec.placement.alternatives` (0 without one).
+    pub alternative: u32,
+    /// The hourly rate of the price list (or offerings) the choice was made with.
+    pub hourly_rate: Option<f64>,
+}
+
+impl std::fmt::Display for PlannedPlacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} x{} in {}",
+            self.gpu_type, self.gpu_count, self.region
+        )
+    }
+}
+
+/// What an object costs per hour before and after; `None`: not known.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HourlyCost {
+    pub before: Option<f64>,
+    pub after: Option<f64>,
+    /// What priced the line (`after`'s source; the status's for an object left as it is).
+    pub source: Option<PriceSource>,
+}
+
+/// One object of the plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedObject {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub action: Action,
+    pub changes: Vec<Change>,
+    pub placement: Option<PlannedPlacement>,
+    pub hourly_cost: HourlyCost,
+    pub note: Option<String>,
+}
+
+/// The sums over the objects whose cost is known.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Total {
+    pub before: f64,
+    pub after: f64,
+    pub delta: f64,
+    pub currency: String,
+    /// Objects whose cost before or after is not known, left out of the sums.
+    pub unpriced: usize,
+}
+
+/// The plan: every object, then the totals.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub objects: Vec<PlannedObject>,
+    pub total: Total,
+}
+
+/// Plans `desired` (each with the live object of its name, if any) and deletes `pruned`.
+pub fn plan(
+    desired: Vec<(Desired, Option<Live>)>,
+    pruned: Vec<Live>,
+    kinds: &[KindInfo],
+    prices: &Prices,
+) -> Plan {
+    let mut objects = Vec::new();
+    for (object, live) in desired {
+        let billed = kinds.iter().any(|k| k.kind == object.kind && k.billed);
+        objects.push(match object.what {
+            Wanted::Skipped(why) => PlannedObject {
+                kind: object.kind,
+                namespace: object.namespace,
+                name: object.name,
+                note: Some(why),
+                ..planned(Action::Skipped, None, None)
+            },
+            Wanted::Managed { spec } => {
+                let immutable = kinds
+                    .iter()
+                    .find(|k| k.kind == object.kind)
+                    .map(|k| k.immutable.as_slice())
+                    .unwrap_or_default();
+                let planned = match live {
+                    None => create(&object.kind, &spec, billed, prices),
+                    Some(live) => existing(&object.kind, &spec, &live, immutable, billed, prices),
+                };
+                PlannedObject {
+                    kind: object.kind,
+                    namespace: object.namespace,
+                    name: object.name,
+                    ..planned
+                }
+            }
+        });
+    }
+    for live in pruned {
+        let billed = kinds.iter().any(|k| k.kind == live.kind && k.billed);
+        let (before, source) = now(&live, billed);
+        let mut deleted = planned(Action::Delete, before, Some(0.0));
+        deleted.hourly_cost.source = Some(source);
+        deleted.placement = live.placement.as_ref().map(shown);
+        objects.push(PlannedObject {
+            kind: live.kind,
+            namespace: live.namespace,
+            name: live.name,
+            ..deleted
+        });
+    }
+    let total = total(&objects, prices);
+    Plan { objects, total }
+}
+
+/// What a live object costs per hour now, by its status (nothing for a kind not billed).
+fn now(live: &Live, billed: bool) -> (Option<f64>, PriceSource) {
+    if billed {
+        (
+            live.cost.as_ref().map(|(rate, _)| *rate),
+            PriceSource::Status,
+        )
+    } else {
+        (Some(0.0), PriceSource::NotBilled)
+    }
+}
+
+/// A planned object without its name yet.
+fn planned(action: Action, before: Option<f64>, after: Option<f64>) -> PlannedObject {
+    PlannedObject {
+        kind: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        action,
+        changes: Vec::new(),
+        placement: None,
+        hourly_cost: HourlyCost {
+            before,
+            after,
+            source: None,
+        },
+        note: None,
+    }
+}
+
+fn create(kind: &str, spec: &serde_json::Value, billed: bool, prices: &Prices) -> PlannedObject {
+    let mut out = planned(Action::Create, Some(0.0), None);
+    if !billed {
+        out.hourly_cost.after = Some(0.0);
+        out.hourly_cost.source = Some(PriceSource::NotBilled);
+        return out;
+    }
+    if kind == GpuInstance::kind(&()) {
+        place(spec, prices, &mut out);
+    } else if kind == Volume::kind(&()) {
+        match serde_json::from_value::<VolumeSpec>(spec.clone()) {
+            Ok(volume) if volume.source.is_some() => {
+                out.note = Some("a clone: its size is the source's at least".into());
+            }
+            Ok(volume) => price_volume(&volume, prices, &mut out),
+            Err(_) => {}
+        }
+    } else {
+        out.note = Some("priced by its size, known once it is made".into());
+    }
+    out
+}
+
+/// The placement of a GpuInstance to create, chosen as the operator chooses it, and its rate.
+fn place(spec: &serde_json::Value, prices: &Prices, out: &mut PlannedObject) {
+    let Ok(spec) = serde_json::from_value::<GpuInstanceSpec>(spec.clone()) else {
+        return;
+    };
+    if spec.source.is_some() {
+        out.note = Some("restored from a snapshot: its GPUs are the snapshot's".into());
+        return;
+    }
+    let chosen = placement::candidates(&spec).and_then(|(policy, candidates)| {
+        placement::check_known(&spec, &candidates, &prices.catalog)?;
+        placement::choose(
+            policy,
+            &candidates,
+            spec.max_hourly_rate,
+            &prices.catalog,
+            &prices.pricing,
+            &[],
+        )
+    });
+    match chosen {
+        Ok(choice) => {
+            let Some(chosen) = choice.status.chosen.as_ref() else {
+                return;
+            };
+            let placed = shown(chosen);
+            let (rate, source) = gpu_rate(&placed, prices);
+            out.hourly_cost.after = rate;
+            out.hourly_cost.source = source;
+            out.placement = Some(placed);
+        }
+        Err(error) => {
+            // Nothing is created until it can be placed: nothing billed.
+            out.hourly_cost.after = Some(0.0);
+            out.hourly_cost.source = prices.source;
+            out.note = Some(format!("{}: {error}", error.reason()));
+        }
+    }
+}
+
+/// What `placed` costs per hour: the quote for its GPUs when there is one, else its rate.
+fn gpu_rate(placed: &PlannedPlacement, prices: &Prices) -> (Option<f64>, Option<PriceSource>) {
+    let key = (placed.gpu_type.clone(), placed.gpu_count);
+    match prices.quotes.get(&key) {
+        Some(quote) => (Some(quote.hourly_rate), Some(PriceSource::Quote)),
+        None => (placed.hourly_rate, prices.source),
+    }
+}
+
+fn price_volume(volume: &VolumeSpec, prices: &Prices, out: &mut PlannedObject) {
+    let price = pricing::storage_price(&prices.pricing, &volume.volume_type);
+    let size = u64::try_from(volume.size_gb).unwrap_or_default();
+    if let Some(price) = price {
+        out.hourly_cost.after = Some(pricing::per_hour(size, price));
+        out.hourly_cost.source = prices.source;
+    } else {
+        out.note = Some(format!(
+            "no price for volume type {:?} ({})",
+            volume.volume_type,
+            match prices.source {
+                Some(PriceSource::PriceList) => "not in the cloud's price list",
+                _ => "the GpuOfferings show GPU prices only",
+            }
+        ));
+    }
+}
+
+fn existing(
+    kind: &str,
+    spec: &serde_json::Value,
+    live: &Live,
+    immutable: &[&str],
+    billed: bool,
+    prices: &Prices,
+) -> PlannedObject {
+    let changes = changes(&live.spec, spec, immutable);
+    let action = if changes.is_empty() {
+        Action::Unchanged
+    } else {
+        Action::Change
+    };
+    let (before, source) = now(live, billed);
+    let mut out = planned(action, before, before);
+    out.hourly_cost.source = Some(source);
+    out.placement = live.placement.as_ref().map(shown);
+    let refused: Vec<&str> = changes
+        .iter()
+        .filter(|c| c.immutable)
+        .map(|c| c.path.trim_start_matches("/spec/"))
+        .collect();
+    if !refused.is_empty() {
+        // The API server refuses the whole update: nothing changes.
+        out.note = Some(format!(
+            "refused: {} immutable (delete and recreate to change)",
+            refused.join(", ")
+        ));
+    } else if action == Action::Change && billed {
+        if kind == GpuInstance::kind(&()) {
+            if let Some((rate, Some(PriceSource::Quote))) =
+                out.placement.as_ref().map(|p| gpu_rate(p, prices))
+            {
+                out.hourly_cost.after = rate;
+                out.hourly_cost.source = Some(PriceSource::Quote);
+            }
+        } else if kind == Volume::kind(&()) && changes.iter().any(|c| c.path == "/spec/sizeGb") {
+            out.hourly_cost.after = None;
+            out.hourly_cost.source = None;
+            if let Ok(volume) = serde_json::from_value::<VolumeSpec>(spec.clone()) {
+                price_volume(&volume, prices, &mut out);
+            }
+        }
+    }
+    out.changes = changes;
+    out
+}
+
+/// The top-level spec fields that differ, in name order.
+fn changes(
+    live: &serde_json::Value,
+    wanted: &serde_json::Value,
+    immutable: &[&str],
+) -> Vec<Change> {
+    let empty = serde_json::Map::new();
+    let live = live.as_object().unwrap_or(&empty);
+    let wanted = wanted.as_object().unwrap_or(&empty);
+    let mut fields: Vec<&String> = live.keys().chain(wanted.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+        .into_iter()
+        .filter(|field| live.get(*field) != wanted.get(*field))
+        .map(|field| Change {
+            path: format!("/spec/{field}"),
+            immutable: immutable.contains(&field.as_str()),
+        })
+        .collect()
+}
+
+fn shown(chosen: &ChosenPlacement) -> PlannedPlacement {
+    PlannedPlacement {
+        gpu_type: chosen.gpu_type.clone(),
+        gpu_count: u32::try_from(chosen.gpu_count).unwrap_or_default(),
+        region: chosen.region.clone(),
+        alternative: u32::try_from(chosen.alternative).unwrap_or_default(),
+        hourly_rate: chosen.hourly_rate,
+    }
+}
+
+fn total(objects: &[PlannedObject], prices: &Prices) -> Total {
+    let mut before = 0.0;
+    let mut after = 0.0;
+    let mut unpriced = 0;
+    for object in objects.iter().filter(|o| o.action != Action::Skipped) {
+        match (object.hourly_cost.before, object.hourly_cost.after) {
+            (Some(b), Some(a)) => {
+                before += b;
+                after += a;
+            }
+            _ => unpriced += 1,
+        }
+    }
+    let quoted = prices.quotes.values().map(|q| q.currency.clone());
+    let currency = std::iter::once(prices.pricing.currency.clone())
+        .chain(quoted)
+        .find(|c| !c.is_empty())
+        .unwrap_or_default();
+    let round = |x: f64| pricing::per_hour(1, x);
+    Total {
+        before: round(before),
+        after: round(after),
+        delta: round(after - before),
+        currency,
+        unpriced,
+    }
+}
+
+/// The (GPU type, count) of every GpuInstance created or changed: what the cloud is asked to
+/// quote.
+pub fn to_quote(plan: &Plan) -> Vec<(String, u32)> {
+    let mut wanted: Vec<(String, u32)> = plan
+        .objects
+        .iter()
+        .filter(|o| o.kind == GpuInstance::kind(&()))
+        .filter(|o| matches!(o.action, Action::Create | Action::Change))
+        .filter_map(|o| o.placement.as_ref())
+        .map(|p| (p.gpu_type.clone(), p.gpu_count))
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    wanted
+}

@@ -1,0 +1,523 @@
+#![allow(clippy::unwrap_used)]
+
+use super::core::{Action, Live, Plan, PriceSource, Prices, plan, to_quote};
+use super::kinds::{self, Desired, Wanted};
+use super::{Error, Output, render};
+use crate::accounts::catalog::Catalog;
+use crate::tools::manifests;
+use gpucloud_api::{ChosenPlacement, GpuOffering, GpuOfferingSpec, GpuOfferingStatus};
+use gpucloud_cloud::model::{PriceQuoteBody, PricingBody, StoragePrice};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+fn offering(gpu_type: &str, region: &str, available: u32, price: f64) -> GpuOffering {
+    let mut offering = GpuOffering::new(
+        &GpuOffering::name_for(gpu_type, region),
+        GpuOfferingSpec {
+            gpu_type: gpu_type.into(),
+            region: region.into(),
+        },
+    );
+    offering.status = Some(GpuOfferingStatus {
+        price_per_gpu_hour: Some(price),
+        currency: Some("USD".into()),
+        available,
+        ..GpuOfferingStatus::default()
+    });
+    offering
+}
+
+/// Prices from offerings: H100 (2.99) and A100 (1.89) in us-east-1 and eu-west-1, the H100s
+/// of us-east-1 sold out.
+fn from_offerings() -> Prices {
+    let offerings = [
+        offering("H100-80G", "us-east-1", 0, 2.99),
+        offering("H100-80G", "eu-west-1", 8, 2.99),
+        offering("A100-80G", "us-east-1", 8, 1.89),
+        offering("A100-80G", "eu-west-1", 8, 1.89),
+    ];
+    let (catalog, pricing) = Catalog::from_offerings(&offerings, Timestamp::UNIX_EPOCH);
+    Prices {
+        catalog,
+        pricing,
+        source: Some(PriceSource::Offerings),
+        ..Prices::default()
+    }
+}
+
+/// The same catalog with the cloud's price list: NVMe at 0.0002 per GB-hour.
+fn from_price_list() -> Prices {
+    let mut prices = from_offerings();
+    prices.source = Some(PriceSource::PriceList);
+    prices.pricing.storage = vec![StoragePrice {
+        volume_type: "NVMe".into(),
+        price_per_gb_hour: 0.0002,
+    }];
+    prices
+}
+
+fn object(kind: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "gpucloud.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+fn desired(values: Vec<serde_json::Value>) -> Vec<Desired> {
+    let documents = values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| manifests::Document {
+            origin: format!("test, document {}", i + 1),
+            value,
+        })
+        .collect();
+    kinds::read(documents, &kinds::managed(), "team-a").unwrap()
+}
+
+fn instance(name: &str) -> serde_json::Value {
+    object(
+        "GpuInstance",
+        name,
+        json!({
+            "osImage": "ubuntu-22.04-cuda-12",
+            "placement": {"alternatives": [
+                {"gpuTypes": ["H100-80G"], "regions": ["us-east-1", "eu-west-1"]},
+            ]},
+        }),
+    )
+}
+
+fn volume(name: &str, size_gb: i32) -> serde_json::Value {
+    object(
+        "Volume",
+        name,
+        json!({"region": "us-east-1", "sizeGb": size_gb}),
+    )
+}
+
+/// The live object of `value`, as the cluster would hold it, costing `cost`.
+fn live_of(value: &serde_json::Value, cost: Option<f64>, placed: Option<(&str, &str)>) -> Live {
+    let read = desired(vec![value.clone()]).remove(0);
+    let Wanted::Managed { spec } = read.what else {
+        panic!("not managed")
+    };
+    Live {
+        kind: read.kind,
+        namespace: read.namespace,
+        name: read.name,
+        spec,
+        cost: cost.map(|c| (c, "USD".to_string())),
+        placement: placed.map(|(gpu_type, region)| ChosenPlacement {
+            gpu_type: gpu_type.into(),
+            gpu_count: 1,
+            region: region.into(),
+            alternative: 0,
+            hourly_rate: cost,
+            currency: Some("USD".into()),
+        }),
+    }
+}
+
+fn run(
+    wanted: Vec<serde_json::Value>,
+    live: Vec<Live>,
+    pruned: Vec<Live>,
+    prices: &Prices,
+) -> Plan {
+    let paired = desired(wanted)
+        .into_iter()
+        .map(|d| {
+            let found = live
+                .iter()
+                .find(|l| l.kind == d.kind && l.name == d.name)
+                .cloned();
+            (d, found)
+        })
+        .collect();
+    plan(paired, pruned, &kinds::managed(), prices)
+}
+
+fn actions(plan: &Plan) -> Vec<(String, Action)> {
+    plan.objects
+        .iter()
+        .map(|o| (format!("{}/{}", o.kind, o.name), o.action))
+        .collect()
+}
+
+#[test]
+fn each_object_is_created_changed_unchanged_deleted_or_skipped() {
+    let running = instance("running");
+    let data = volume("data", 100);
+    let plan = run(
+        vec![
+            running.clone(),
+            instance("new"),
+            volume("data", 200),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}),
+        ],
+        vec![
+            live_of(&running, Some(2.99), Some(("H100-80G", "eu-west-1"))),
+            live_of(&data, Some(0.02), None),
+        ],
+        vec![live_of(&volume("old", 50), Some(0.01), None)],
+        &from_price_list(),
+    );
+    assert_eq!(
+        actions(&plan),
+        [
+            ("GpuInstance/running".to_string(), Action::Unchanged),
+            ("GpuInstance/new".to_string(), Action::Create),
+            ("Volume/data".to_string(), Action::Change),
+            ("ConfigMap/cm".to_string(), Action::Skipped),
+            ("Volume/old".to_string(), Action::Delete),
+        ]
+    );
+    let [running, new, data, skipped, old] = plan.objects.as_slice() else {
+        panic!("{plan:?}")
+    };
+    // Unchanged: its placement and rate from the status.
+    assert_eq!(running.placement.as_ref().unwrap().region, "eu-west-1");
+    assert_eq!(
+        (running.hourly_cost.before, running.hourly_cost.after),
+        (Some(2.99), Some(2.99))
+    );
+    assert_eq!(running.hourly_cost.source, Some(PriceSource::Status));
+    // Created: placed as the operator places it (the H100s of us-east-1 are sold out).
+    assert_eq!(
+        new.placement.as_ref().unwrap().to_string(),
+        "H100-80G x1 in eu-west-1"
+    );
+    assert_eq!(
+        (new.hourly_cost.before, new.hourly_cost.after),
+        (Some(0.0), Some(2.99))
+    );
+    // Grown from 100 to 200 GB, priced by the price list.
+    assert_eq!(data.changes.len(), 1);
+    assert_eq!(data.changes[0].path, "/spec/sizeGb");
+    assert!(!data.changes[0].immutable);
+    assert_eq!(
+        (data.hourly_cost.before, data.hourly_cost.after),
+        (Some(0.02), Some(0.04))
+    );
+    assert_eq!(data.hourly_cost.source, Some(PriceSource::PriceList));
+    assert_eq!(skipped.note.as_deref(), Some("not a gpucloud.io kind"));
+    assert_eq!(
+        (old.hourly_cost.before, old.hourly_cost.after),
+        (Some(0.01), Some(0.0))
+    );
+    let total = &plan.total;
+    assert_eq!((total.before, total.after), (3.02, 6.02));
+    assert_eq!(total.delta, 3.0);
+    assert_eq!(total.currency, "USD");
+    assert_eq!(total.unpriced, 0);
+}
+
+#[test]
+fn an_immutable_change_is_noted_as_refused_and_changes_no_cost() {
+    let before = volume("data", 100);
+    let mut after = volume("data", 100);
+    after["spec"]["region"] = json!("eu-west-1");
+    after["spec"]["tier"] = json!("Legacy");
+    let plan = run(
+        vec![after],
+        vec![live_of(&before, Some(0.02), None)],
+        vec![],
+        &from_price_list(),
+    );
+    let data = &plan.objects[0];
+    assert_eq!(data.action, Action::Change);
+    let changes: Vec<(&str, bool)> = data
+        .changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.immutable))
+        .collect();
+    assert_eq!(changes, [("/spec/region", true), ("/spec/tier", true)]);
+    assert_eq!(
+        data.note.as_deref(),
+        Some("refused: region, tier immutable (delete and recreate to change)")
+    );
+    assert_eq!(data.hourly_cost.after, Some(0.02));
+}
+
+#[test]
+fn defaults_apply_before_comparing() {
+    // The live spec as the API server would return it, every default written out.
+    let written_out = volume("data", 100);
+    let mut live = live_of(&written_out, Some(0.02), None);
+    live.spec["volumeType"] = json!("NVMe");
+    live.spec["bootable"] = json!(false);
+    let plan = run(
+        vec![volume("data", 100)],
+        vec![live],
+        vec![],
+        &from_offerings(),
+    );
+    assert_eq!(plan.objects[0].action, Action::Unchanged);
+}
+
+#[test]
+fn without_stock_or_within_the_limit_nothing_is_placed_and_the_reason_is_said() {
+    let mut sold_out = instance("sold-out");
+    sold_out["spec"]["placement"]["alternatives"][0]["regions"] = json!(["us-east-1"]);
+    let mut cheap = instance("cheap");
+    cheap["spec"]["maxHourlyRate"] = json!(1.0);
+    let mut unknown = instance("unknown");
+    unknown["spec"]["placement"]["alternatives"][0]["gpuTypes"] = json!(["Z9000"]);
+    let plan = run(
+        vec![sold_out, cheap, unknown],
+        vec![],
+        vec![],
+        &from_offerings(),
+    );
+    let notes: Vec<&str> = plan
+        .objects
+        .iter()
+        .map(|o| o.note.as_deref().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "NoCapacity: no placement has GPUs in stock: H100-80G x1 in us-east-1: out of stock (0 free)",
+            "PriceAboveLimit: hourly rate 2.9900 exceeds maxHourlyRate 1.0000",
+            "InvalidSpec: spec.placement.alternatives[0].gpuTypes: unknown GPU type \"Z9000\" (known: A100-80G, H100-80G)",
+        ]
+    );
+    for object in &plan.objects {
+        assert_eq!(object.action, Action::Create);
+        assert!(object.placement.is_none());
+        assert_eq!(object.hourly_cost.after, Some(0.0));
+    }
+}
+
+#[test]
+fn a_quote_prices_the_gpus_it_quotes_and_says_so() {
+    let mut prices = from_offerings();
+    let first = run(vec![instance("new")], vec![], vec![], &prices);
+    assert_eq!(to_quote(&first), [("H100-80G".to_string(), 1)]);
+    prices.quotes.insert(
+        ("H100-80G".into(), 1),
+        PriceQuoteBody {
+            gpu_type: "H100-80G".into(),
+            gpu_count: 1,
+            hours: 1.0,
+            hourly_rate: 2.5,
+            total_cost: 2.5,
+            currency: "USD".into(),
+        },
+    );
+    let quoted = run(vec![instance("new")], vec![], vec![], &prices);
+    let new = &quoted.objects[0];
+    assert_eq!(new.hourly_cost.after, Some(2.5));
+    assert_eq!(new.hourly_cost.source, Some(PriceSource::Quote));
+    // The choice is still made with the price list's rate, as the operator makes it.
+    assert_eq!(new.placement.as_ref().unwrap().hourly_rate, Some(2.99));
+    assert_eq!(quoted.total.delta, 2.5);
+}
+
+#[test]
+fn with_offerings_only_storage_has_no_price_and_is_left_out_of_the_totals() {
+    let plan = run(
+        vec![volume("data", 100), instance("new")],
+        vec![],
+        vec![],
+        &from_offerings(),
+    );
+    let data = &plan.objects[0];
+    assert_eq!(data.hourly_cost.after, None);
+    assert_eq!(
+        data.note.as_deref(),
+        Some("no price for volume type \"NVMe\" (the GpuOfferings show GPU prices only)")
+    );
+    assert_eq!(plan.total.unpriced, 1);
+    assert_eq!(plan.total.after, 2.99);
+    let text = render(&plan, Output::Text);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("KIND "), "{text}");
+    assert!(lines[1].contains(" -  "), "{text}");
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "Total per hour: before 0.0000 USD, after 2.9900 USD, delta +2.9900 USD (1 object without a known price left out)"
+        )
+    );
+}
+
+#[test]
+fn keys_and_firewalls_are_not_billed() {
+    let key = object(
+        "SshKey",
+        "key",
+        json!({"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOv0iwfbQ4lCUy1g/oY3kqjqH8y4D1d0H1PfZ8n6yK0r x"}),
+    );
+    let plan = run(vec![key], vec![], vec![], &from_offerings());
+    let key = &plan.objects[0];
+    assert_eq!(key.action, Action::Create);
+    assert_eq!(
+        (key.hourly_cost.after, key.hourly_cost.source),
+        (Some(0.0), Some(PriceSource::NotBilled))
+    );
+}
+
+#[test]
+fn the_json_document_has_the_documented_shape() {
+    let plan = run(vec![instance("new")], vec![], vec![], &from_offerings());
+    let json: serde_json::Value = serde_json::from_str(&render(&plan, Output::Json)).unwrap();
+    assert_eq!(
+        json,
+        json!({
+            "objects": [{
+                "kind": "GpuInstance",
+                "namespace": "team-a",
+                "name": "new",
+                "action": "create",
+                "changes": [],
+                "placement": {
+                    "gpuType": "H100-80G", "gpuCount": 1, "region": "eu-west-1",
+                    "alternative": 0, "hourlyRate": 2.99,
+                },
+                "hourlyCost": {"before": 0.0, "after": 2.99, "source": "offerings"},
+                "note": null,
+            }],
+            "total": {"before": 0.0, "after": 2.99, "delta": 2.99, "currency": "USD", "unpriced": 0},
+        })
+    );
+}
+
+// === reading the manifests ===
+
+fn origins(documents: &[manifests::Document]) -> Vec<String> {
+    documents.iter().map(|d| d.origin.clone()).collect()
+}
+
+#[test]
+fn directories_are_read_recursively_in_name_order_with_lists_and_stdin() {
+    let dir = std::env::temp_dir().join(format!("gpucloud-plan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("b/nested")).unwrap();
+    std::fs::write(dir.join("b/nested/z.yml"), "kind: A\n---\n---\nkind: B\n").unwrap();
+    std::fs::write(dir.join("a.json"), r#"{"kind": "C"}"#).unwrap();
+    std::fs::write(
+        dir.join("c.yaml"),
+        "kind: List\nitems:\n- kind: D\n- kind: E\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("notes.txt"), "not: read").unwrap();
+    std::fs::write(dir.join("kustomization.yaml"), "resources: [c.yaml]\n").unwrap();
+    let mut stdin = "kind: F\n".as_bytes();
+    let paths = [dir.display().to_string(), "-".to_string()];
+    let documents = manifests::read(&paths, &mut stdin).unwrap();
+    let d = dir.display();
+    assert_eq!(
+        origins(&documents),
+        [
+            format!("{d}/a.json, document 1"),
+            format!("{d}/b/nested/z.yml, document 1"),
+            format!("{d}/b/nested/z.yml, document 3"),
+            format!("{d}/c.yaml, document 1, items[0]"),
+            format!("{d}/c.yaml, document 1, items[1]"),
+            "standard input, document 1".to_string(),
+        ]
+    );
+    let kinds: Vec<&str> = documents
+        .iter()
+        .map(|d| d.value["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["C", "A", "B", "D", "E", "F"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_names_the_file_the_document_and_the_field() {
+    let error = manifests::parse("m.yaml", "kind: A\n---\nkind: [unclosed\n").unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("m.yaml, document 2: does not parse: "),
+        "{error}"
+    );
+    let error = manifests::parse("m.yaml", "- a\n").unwrap_err();
+    assert!(matches!(error, Error::Parse { .. }), "{error}");
+    let error = manifests::read(&["/nonexistent/plan".into()], &mut "".as_bytes()).unwrap_err();
+    assert!(
+        error.to_string().starts_with("/nonexistent/plan: "),
+        "{error}"
+    );
+
+    let read = |value: serde_json::Value| {
+        let documents = vec![manifests::Document {
+            origin: "m.yaml, document 3".into(),
+            value,
+        }];
+        kinds::read(documents, &kinds::managed(), "default").map(|_| ())
+    };
+    let error = read(object("GpuThing", "x", json!({}))).unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "m.yaml, document 3: kind: unknown gpucloud.io kind \"GpuThing\" (known: GpuInstance, "
+        ),
+        "{error}"
+    );
+    let error = read(
+        volume("data", 100)
+            .as_object()
+            .map(|o| {
+                let mut o = o.clone();
+                o["spec"]["sizeGb"] = json!("big");
+                serde_json::Value::Object(o)
+            })
+            .unwrap(),
+    )
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("m.yaml, document 3: spec.sizeGb: invalid type: string \"big\""),
+        "{error}"
+    );
+    let mut nameless = volume("data", 100);
+    nameless["metadata"] = json!({});
+    assert_eq!(
+        read(nameless).unwrap_err().to_string(),
+        "m.yaml, document 3: metadata.name: missing"
+    );
+    let mut old = volume("data", 100);
+    old["apiVersion"] = json!("gpucloud.io/v1");
+    assert_eq!(
+        read(old).unwrap_err().to_string(),
+        "m.yaml, document 3: apiVersion: Volume is served as gpucloud.io/v1alpha1, not gpucloud.io/v1"
+    );
+}
+
+#[test]
+fn kinds_without_a_cloud_resource_of_their_own_are_listed_not_planned() {
+    let budget = object("Budget", "b", json!({}));
+    let read = desired(vec![budget]);
+    assert_eq!(
+        read[0].what,
+        Wanted::Skipped("Budget is not planned: it owns no cloud resource of its own".into())
+    );
+    // The namespace of the manifest, else the default.
+    let mut placed = volume("data", 1);
+    placed["metadata"]["namespace"] = json!("team-b");
+    let read = desired(vec![placed, volume("other", 1)]);
+    assert_eq!(read[0].namespace, "team-b");
+    assert_eq!(read[1].namespace, "team-a");
+}
+
+#[test]
+fn offerings_read_back_as_the_catalog_and_gpu_prices() {
+    let prices = from_offerings();
+    assert_eq!(prices.catalog.gpu_type_names(), "A100-80G, H100-80G");
+    assert_eq!(prices.catalog.region_names(), "eu-west-1, us-east-1");
+    assert_eq!(prices.catalog.available("H100-80G", "eu-west-1"), 8);
+    assert_eq!(prices.catalog.available("H100-80G", "us-east-1"), 0);
+    assert_eq!(prices.pricing.currency, "USD");
+    assert_eq!(
+        crate::kinds::gpu_instance::placement::rate(&prices.pricing, "A100-80G", 2),
+        Some(3.78)
+    );
+    assert_eq!(PricingBody::default().storage.len(), 0);
+}
