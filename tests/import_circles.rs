@@ -16,8 +16,9 @@
 //! nor is a `mod` declaration. Comments, doc links and string literals are not read.
 //!
 //! Each crate's library and binaries are read from their roots, following `mod` declarations;
-//! test, bench and example targets are not. `src/apiserver` (the embedded API server, a
-//! stand-in for tests and development) is exempt.
+//! test, bench and example targets are not. The embedded API server (`src/apiserver` and its
+//! object semantics, `src/apiserver/semantics`: a stand-in for tests and development, shaped
+//! after the Go packages it follows) is exempt.
 //!
 //! The graph's strongly connected components (Tarjan) with more than one module are the
 //! circles; the test fails naming each one's modules, except the circles of other crates not
@@ -27,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Crates whose circles are not checked, as paths from the workspace root.
-const EXEMPT: &[&str] = &["src/apiserver"];
+const EXEMPT: &[&str] = &["src/apiserver", "src/apiserver/semantics"];
 
 /// Circles not broken yet, each exactly as found (a crate root, the modules of the circle):
 /// one that grows, shrinks or disappears fails the test until this list says so, and a new
@@ -55,15 +56,6 @@ const KNOWN: &[(&str, &[&str])] = &[
             "crate::lifetime",
             "crate::snapshot",
             "crate::volume",
-        ],
-    ),
-    (
-        "src/apiserver/semantics/lib.rs",
-        &[
-            "crate::schema",
-            "crate::schema::cel",
-            "crate::schema::defaults",
-            "crate::schema::validate",
         ],
     ),
     (

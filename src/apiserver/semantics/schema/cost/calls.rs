@@ -7,8 +7,8 @@ use kube_cel::cel::parser::Expression;
 use super::coster::{
     CallEstimate, Coster, Operand, comparison_cost, replace_result_size, union_entries,
 };
+use super::estimate::*;
 use super::types::Ty;
-use super::*;
 
 impl<'d> Coster<'d> {
     pub(super) fn function_cost(

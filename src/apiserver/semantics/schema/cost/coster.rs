@@ -8,8 +8,8 @@ use kube_cel::cel::parser::Expression;
 use serde_json::Value;
 
 use super::decl::{Decl, DeclKind, actual_size};
+use super::estimate::*;
 use super::types::{Ty, literal_type, result_type};
-use super::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Container {
@@ -283,7 +283,12 @@ impl<'d> Coster<'d> {
             }
             None => None,
         };
-        let ty = result_type(function, target_operand.as_ref(), &operands);
+        let arg_types: Vec<Ty<'d>> = operands.iter().map(|operand| operand.ty.clone()).collect();
+        let ty = result_type(
+            function,
+            target_operand.as_ref().map(|target| &target.ty),
+            &arg_types,
+        );
         let estimate =
             self.function_cost(e, function, target_operand.as_ref(), &operands, &arg_costs);
         let mut result_size = estimate.result_size;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::super::Node;
-use super::*;
+use super::estimate::*;
 
 /// The CEL declaration of a schema node: its kind, the most elements (characters, items or
 /// properties) a value may have, and the fewest bytes it serializes to.

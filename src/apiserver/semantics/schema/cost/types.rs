@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use kube_cel::cel::common::ast::{LiteralValue, operators};
 
-use super::coster::Operand;
 use super::decl::{Decl, DeclKind};
 
 #[derive(Debug, Clone)]
@@ -87,13 +86,9 @@ pub(super) fn literal_type<'d>(literal: &LiteralValue) -> Ty<'d> {
 }
 
 /// The result type of a call, as far as the estimate needs it.
-pub(super) fn result_type<'d>(
-    function: &str,
-    target: Option<&Operand<'d, '_>>,
-    args: &[Operand<'d, '_>],
-) -> Ty<'d> {
-    let first = || args.first().map_or(Ty::Dyn, |arg| arg.ty.clone());
-    let target_ty = || target.map_or(Ty::Dyn, |t| t.ty.clone());
+pub(super) fn result_type<'d>(function: &str, target: Option<&Ty<'d>>, args: &[Ty<'d>]) -> Ty<'d> {
+    let first = || args.first().cloned().unwrap_or(Ty::Dyn);
+    let target_ty = || target.cloned().unwrap_or(Ty::Dyn);
     match function {
         operators::LOGICAL_AND
         | operators::LOGICAL_OR
@@ -162,9 +157,9 @@ pub(super) fn result_type<'d>(
             Ty::Map(_, value) => *value,
             _ => Ty::Dyn,
         },
-        operators::CONDITIONAL => match args.get(1).map(|arg| &arg.ty) {
+        operators::CONDITIONAL => match args.get(1) {
             Some(ty) if !ty.is_dyn() => ty.clone(),
-            _ => args.get(2).map_or(Ty::Dyn, |arg| arg.ty.clone()),
+            _ => args.get(2).cloned().unwrap_or(Ty::Dyn),
         },
         operators::ADD
         | operators::SUBSTRACT
@@ -176,11 +171,11 @@ pub(super) fn result_type<'d>(
     }
 }
 
-pub(super) fn arithmetic_type<'d>(function: &str, args: &[Operand<'d, '_>]) -> Ty<'d> {
+pub(super) fn arithmetic_type<'d>(function: &str, args: &[Ty<'d>]) -> Ty<'d> {
     let (Some(left), Some(right)) = (args.first(), args.get(1)) else {
         return Ty::Dyn;
     };
-    match (&left.ty, &right.ty, function) {
+    match (left, right, function) {
         (Ty::Timestamp, Ty::Timestamp, operators::SUBSTRACT) => Ty::Duration,
         (Ty::Timestamp, _, _) | (_, Ty::Timestamp, _) => Ty::Timestamp,
         (Ty::List(a), Ty::List(b), _) => {
