@@ -113,11 +113,11 @@ async fn a_first_install_as_documented_runs_the_quickstart() {
         ],
     );
     let client = apiserver.kube_client().await.unwrap();
-    gpucloud_controller::cli::ensure_crds_installed(&client)
+    gpucloud_controller::operator::cli::ensure_crds_installed(&client)
         .await
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = tokio::spawn(gpucloud_controller::replica::run_replica(
+    let operator = tokio::spawn(gpucloud_controller::operator::replica::run_replica(
         client,
         args.config().unwrap(),
         args.replica().unwrap(),
