@@ -235,6 +235,61 @@ async fn a_snapshot_object_of_the_same_name_blocks_the_deletion_and_keeps_the_ma
     env.stop_operator().await;
 }
 
+/// A Snapshot object made to pass for the final snapshot (its name, label and the instance's
+/// uid copied) but of another machine is not taken for it: the cloud's record of which machine
+/// a snapshot is of decides, so the deletion stalls and the machine stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_snapshot_of_another_machine_is_refused_and_the_machine_kept() {
+    let mut env = Env::start().await;
+    create(&env, &machine("busy", serde_json::json!({}))).await;
+    create(
+        &env,
+        &machine("other", serde_json::json!({"deletionPolicy": "Delete"})),
+    )
+    .await;
+    let busy: GpuInstance = ready(&env, "busy").await;
+    ready::<GpuInstance>(&env, "other").await;
+    let id = busy.cloud_status().external_id.unwrap();
+    let mut forged = object::<Snapshot>(
+        &object_name("busy"),
+        serde_json::json!({"instanceRef": {"name": "other"}}),
+    );
+    forged.metadata.labels = Some(
+        [(FINAL_SNAPSHOT_OF_LABEL.to_string(), "busy".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    forged.metadata.annotations = Some(
+        [(
+            FINAL_SNAPSHOT_OF_UID_ANNOTATION.to_string(),
+            busy.metadata.uid.clone().unwrap(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    create(&env, &forged).await;
+    ready::<Snapshot>(&env, &object_name("busy")).await;
+    env.api::<GpuInstance>()
+        .delete("busy", &DeleteParams::default())
+        .await
+        .unwrap();
+    let blocked: GpuInstance =
+        condition(&env, "busy", "Stalled", "True", "FinalSnapshotBlocked").await;
+    let message = ready_message(&blocked);
+    assert!(message.contains("another machine"), "{message}");
+    assert!(
+        env.simulator
+            .state()
+            .instances
+            .iter()
+            .any(|i| i.instance_id == id),
+        "the machine was deleted without a snapshot of it"
+    );
+    assert_eq!(env.calls("DeleteInstance"), 0);
+    assert_eq!(snapshots_of(&env, &id), 0);
+    env.stop_operator().await;
+}
+
 /// Releasing the final Snapshot object reads the instance's record from the API server when
 /// the copy in hand predates it (a cache behind a cut watch), so the object is not left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,6 +138,16 @@ pub async fn hold(
         }
         Err(e) => return Err(e.into()),
     };
+    // The object's annotation and name can be copied by anyone who may write Snapshots in the
+    // namespace; only the cloud's own record says which machine a snapshot is of.
+    if cloud.instance_id != machine {
+        return Err(Error::Blocked {
+            reason: reason::FINAL_SNAPSHOT_BLOCKED,
+            message: format!(
+                "Snapshot {name} holds {snapshot_id}, a snapshot of another machine than this                  instance's {machine}: delete or rename it to take the final snapshot, or set                  spec.deletionPolicy to Delete or Orphan"
+            ),
+        });
+    }
     match cloud.status {
         CloudState::Available => {}
         CloudState::Error => {
