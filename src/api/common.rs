@@ -266,8 +266,6 @@ pub const MAX_LABELS: u32 = 64;
 pub const MAX_LABEL_REQUIREMENTS: u32 = 16;
 /// The longest label value Kubernetes accepts.
 pub const MAX_LABEL_VALUE_LENGTH: u32 = 63;
-/// The longest label key Kubernetes accepts: a 253-character DNS prefix, `/`, 63 characters.
-pub const MAX_LABEL_KEY_LENGTH: u32 = 317;
 
 /// A label map as Kubernetes bounds its values, with at most [`MAX_LABELS`] entries: rules
 /// that walk it are then costed by what it can hold.
@@ -276,6 +274,21 @@ pub(crate) fn labels_schema(_: &mut schemars::generate::SchemaGenerator) -> sche
         "type": "object",
         "maxProperties": MAX_LABELS,
         "additionalProperties": {"type": "string", "maxLength": MAX_LABEL_VALUE_LENGTH}
+    })
+}
+
+/// The most annotations a template may hold.
+pub const MAX_ANNOTATIONS: u32 = 64;
+/// The most bytes Kubernetes accepts in an object's annotations together, so in one value.
+pub const MAX_ANNOTATIONS_SIZE: u32 = 256 * 1024;
+
+/// An annotation map with at most [`MAX_ANNOTATIONS`] entries, each value within the size
+/// Kubernetes allows all of an object's annotations together.
+pub(crate) fn annotations_schema(_: &mut schemars::generate::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_ANNOTATIONS,
+        "additionalProperties": {"type": "string", "maxLength": MAX_ANNOTATIONS_SIZE}
     })
 }
 

@@ -19,6 +19,13 @@ use std::collections::BTreeMap;
 
 /// Label on each machine of a pool: the pool's name.
 pub const POOL_LABEL: &str = "gpucloud.io/pool";
+/// Annotations a pool's template may not carry: each names one cloud resource for an object to
+/// adopt or find, and every machine of the pool would claim the same one.
+pub const ADOPTION_ANNOTATIONS: [&str; 2] = [
+    crate::common::EXTERNAL_ID_ANNOTATION,
+    crate::common::CREATE_INTENT_ANNOTATION,
+];
+
 /// Label on each machine of a pool: the hash of the template's fields a machine cannot change
 /// (those it was made from), so a change of them tells the machines to replace.
 pub const TEMPLATE_HASH_LABEL: &str = "gpucloud.io/pool-template-hash";
@@ -53,6 +60,7 @@ pub const MAX_NAME_LENGTH: usize = 57;
     validation = Rule::new("!has(self.selector.matchLabels) || self.selector.matchLabels.all(k, has(self.template.metadata.labels) && k in self.template.metadata.labels && self.template.metadata.labels[k] == self.selector.matchLabels[k])").message("selector.matchLabels must be among template.metadata.labels: the pool's machines must match its selector").field_path(".selector"),
     validation = Rule::new("(has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0) || (has(self.selector.matchExpressions) && size(self.selector.matchExpressions) > 0)").message("selector must not be empty: it would select every GpuInstance of the namespace").field_path(".selector"),
     validation = Rule::new("self.selector == oldSelf.selector").message("selector is immutable").field_path(".selector"),
+    validation = Rule::new("!has(self.template.metadata.annotations) || !('gpucloud.io/external-id' in self.template.metadata.annotations || 'gpucloud.io/create-intent' in self.template.metadata.annotations)").message("template.metadata.annotations may not carry gpucloud.io/external-id or gpucloud.io/create-intent: a pool's machines are created, never adopted").field_path(".template.metadata.annotations"),
 )]
 pub struct GpuInstancePoolSpec {
     /// How many machines the pool keeps. The scale subresource's `spec.replicas`.
@@ -96,6 +104,7 @@ pub struct TemplateMetadata {
     #[schemars(schema_with = "crate::common::labels_schema")]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::common::annotations_schema")]
     pub annotations: BTreeMap<String, String>,
 }
 

@@ -263,6 +263,31 @@ impl Ownership {
     }
 }
 
+impl Ownership {
+    /// Checks that no object of another namespace owns the resource `id` of kind `R`, named
+    /// by an object in `namespace` in a field that also takes resources no object owns (an OS
+    /// image of the catalog, by `spec.osImage`): another team's image or snapshot is not this
+    /// namespace's to boot from.
+    pub fn check_not_anothers<R: KindDeclarations>(
+        &self,
+        namespace: &str,
+        what: &str,
+        id: &str,
+    ) -> Result<(), Error> {
+        let owners = self.owners::<R>(id, None);
+        match owners.iter().find(|owner| owner.namespace != namespace) {
+            None => Ok(()),
+            Some(other) => {
+                let verdict = Adoption::AlreadyOwned(other.clone());
+                Err(Error::AdoptionRefused {
+                    reason: reason::ALREADY_OWNED,
+                    message: refusal(what, &verdict, namespace).unwrap_or_default(),
+                })
+            }
+        }
+    }
+}
+
 /// A verdict found `NotAllowed` before the namespace was read becomes `Allowed` where the
 /// namespace allows adoption; any refusal becomes the error the object reports.
 async fn settle(

@@ -349,6 +349,56 @@ async fn another_teams_machine_cannot_be_snapshotted_by_id() {
     assert!(env.simulator.state().snapshots.is_empty());
 }
 
+/// `spec.osImage` also boots a custom image or a snapshot by id: another team's is refused
+/// before any call, and the other team's image and snapshot are left as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_teams_image_or_snapshot_cannot_be_booted_by_os_image() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    ready_id::<GpuInstance>(&env, "victim").await;
+    create(
+        &env,
+        &object::<Snapshot>(
+            "disk",
+            serde_json::json!({"instanceRef": {"name": "victim"}}),
+        ),
+    )
+    .await;
+    let snapshot = ready_id::<Snapshot>(&env, "disk").await;
+    create(
+        &env,
+        &object::<Image>(
+            "golden",
+            serde_json::json!({"snapshotRef": {"name": "disk"}}),
+        ),
+    )
+    .await;
+    let image = ready_id::<Image>(&env, "golden").await;
+    let creates = env.calls("CreateInstance");
+    let before = writes(&env);
+
+    for (name, id) in [("from-image", &image), ("from-snapshot", &snapshot)] {
+        tenant_api::<GpuInstance>(&env)
+            .create(
+                &PostParams::default(),
+                &in_tenant(machine(name, serde_json::json!({"osImage": id})), None),
+            )
+            .await
+            .unwrap();
+        let message = stalled_in_tenant::<GpuInstance>(&env, name, reason::ALREADY_OWNED).await;
+        assert!(message.contains("another namespace"), "{message}");
+        delete_in_tenant::<GpuInstance>(&env, name).await;
+    }
+
+    assert_eq!(env.calls("CreateInstance"), creates, "no machine booted");
+    assert_eq!(writes(&env), before, "no cloud call changed anything");
+    let state = env.simulator.state();
+    assert!(state.images.iter().any(|i| i.id == image));
+    assert!(state.snapshots.iter().any(|s| s.snapshot_id == snapshot));
+    assert_eq!(state.instances.len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_whose_report_was_lost_shows_soon_after() {
     // Status writes do not wake an object; a refusal whose status write failed used to show

@@ -223,6 +223,31 @@ fn pool(template_spec: Value, strategy: Value) -> Value {
     })
 }
 
+/// A pool's template may not adopt: every machine would claim the one resource it names.
+#[test]
+fn pool_templates_may_not_carry_adoption_annotations() {
+    let schema = schema_of(&load("gpuinstancepools.gpucloud.io.yaml"));
+    let machine = json!({"region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+                         "osImage": "ubuntu-22.04-cuda-12"});
+    for annotation in ["gpucloud.io/external-id", "gpucloud.io/create-intent"] {
+        let mut adopting = pool(machine.clone(), json!({"type": "RollingReplace"}));
+        adopting["spec"]["template"]["metadata"]["annotations"] =
+            json!({annotation: "vm-000000000001", "team": "a"});
+        schema.apply_defaults(&mut adopting);
+        assert_eq!(
+            messages(&schema.validate(&adopting, None)),
+            vec![
+                "spec.template.metadata.annotations: Invalid value: \"object\": template.metadata.annotations may not carry gpucloud.io/external-id or gpucloud.io/create-intent: a pool's machines are created, never adopted"
+            ],
+            "{annotation}"
+        );
+    }
+    let mut plain = pool(machine, json!({"type": "RollingReplace"}));
+    plain["spec"]["template"]["metadata"]["annotations"] = json!({"team": "a"});
+    schema.apply_defaults(&mut plain);
+    assert!(schema.validate(&plain, None).is_empty());
+}
+
 /// A pool's template may change what a GpuInstance may not (its machines are replaced), keeps
 /// a GpuInstance's other rules, and must select its own machines.
 #[test]

@@ -275,7 +275,16 @@ impl ManagedKind for GpuInstance {
         }
         let (policy, candidates) = placement::candidates(spec)?;
         let image_id = match (&spec.os_image, &spec.image_ref) {
-            (Some(os), None) => os.clone(),
+            (Some(os), None) => {
+                // The cloud boots a custom image or a snapshot id here as well as a catalog
+                // image: one another namespace's object owns is refused before any call.
+                let what = format!("spec.osImage {os}");
+                cx.ownership
+                    .check_not_anothers::<Image>(&namespace, &what, os)?;
+                cx.ownership
+                    .check_not_anothers::<Snapshot>(&namespace, &what, os)?;
+                os.clone()
+            }
             (None, Some(image)) => {
                 ready_reference::<Image>(cx, &namespace, &image.name, "Image").await?
             }

@@ -51,7 +51,9 @@ use futures::future::{BoxFuture, FutureExt};
 use futures::{StreamExt, TryStreamExt};
 use gpucloud_api::condition_type::{READY, STALLED};
 use gpucloud_api::deletion_protection::ANNOTATION as DELETION_PROTECTION;
-use gpucloud_api::gpu_instance_pool::{IN_PLACE_HASH_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL};
+use gpucloud_api::gpu_instance_pool::{
+    ADOPTION_ANNOTATIONS, IN_PLACE_HASH_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL,
+};
 use gpucloud_api::{
     GpuInstance, GpuInstancePool, GpuInstancePoolStatus, MANAGED_ON_CHANGE, OnChange,
     RollingReplace, StrategyType,
@@ -581,6 +583,18 @@ pub fn machine(pool: &GpuInstancePool, name: &str, hash: &str, in_place_hash: &s
     }
 }
 
+/// An annotation of the template that would make every machine adopt or claim one cloud
+/// resource (the CRD refuses them; an object stored before that rule is refused here too).
+fn adoption_annotation(pool: &GpuInstancePool) -> Option<&'static str> {
+    ADOPTION_ANNOTATIONS.into_iter().find(|annotation| {
+        pool.spec
+            .template
+            .metadata
+            .annotations
+            .contains_key(*annotation)
+    })
+}
+
 fn selector(pool: &GpuInstancePool) -> Result<Selector, Error> {
     Selector::try_from(pool.spec.selector.clone()).map_err(|e| Error::Blocked {
         reason: reason::INVALID_SPEC,
@@ -611,6 +625,16 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
         Ok(selector) => selector,
         Err(error) => return write_failure(&pools, pool, status, &error).await,
     };
+    if let Some(annotation) = adoption_annotation(pool) {
+        let error = Error::Blocked {
+            reason: reason::INVALID_SPEC,
+            message: format!(
+                "spec.template.metadata.annotations[{annotation}]: a pool's machines are created, \
+                 never adopted; remove the annotation"
+            ),
+        };
+        return write_failure(&pools, pool, status, &error).await;
+    }
     if !selector.matches(&pool.spec.template.metadata.labels) {
         let error = Error::Blocked {
             reason: reason::INVALID_SPEC,

@@ -504,3 +504,19 @@ fn a_merge_diff_reproduces_the_target() {
         serde_json::json!({"a": null, "b": {"d": 4, "f": 5}, "e": [2], "g": "x"})
     );
 }
+
+#[test]
+fn a_template_that_would_adopt_is_found_before_any_machine_is_made() {
+    let pool = workers();
+    assert_eq!(adoption_annotation(&pool), None);
+    for annotation in ADOPTION_ANNOTATIONS {
+        let mut adopting = workers();
+        adopting
+            .spec
+            .template
+            .metadata
+            .annotations
+            .insert(annotation.to_string(), "vm-000000000001".to_string());
+        assert_eq!(adoption_annotation(&adopting), Some(annotation));
+    }
+}
