@@ -95,6 +95,12 @@ pub trait KindDeclarations:
         None
     }
 
+    /// Why a resource the kind's list leaves out is never adopted, for kinds whose list leaves
+    /// out what may not be adopted on its own (a Volume's leaves out instances' boot volumes,
+    /// which a read by id still finds): adopting an id then waits for the list to show it.
+    /// `None`: an adopted id the list leaves out is read by id, as any other.
+    const UNLISTED_NOT_ADOPTED: Option<&'static str> = None;
+
     /// What the object reports under `ObserveOnly`: the cloud's state, with nothing changed.
     fn observed(&self, record: &Record<Self>) -> Outcome;
 

@@ -431,6 +431,20 @@ async fn apply<K: ManagedKind>(
             }
             return converge(api, &object, cx, &account, status, record).await;
         }
+        if let Some(why) = K::UNLISTED_NOT_ADOPTED
+            && status.external_id.is_none()
+            && adopted_id.as_deref() == Some(id.as_str())
+        {
+            // Looked at again at every resync: a list that only lagged shows it then.
+            let outcome = Outcome::stalled(
+                reason::INVALID_SPEC,
+                format!(
+                    "{EXTERNAL_ID_ANNOTATION} names {id}, which the cloud does not list among the resources of this kind: {why}"
+                ),
+            );
+            write_status(api, cx, &object, status, None, &outcome).await?;
+            return Ok(requeue(cx.settings.observe.resync));
+        }
         // Every conclusion below (missing, deleted outside, to be created again) is drawn from
         // the list's silence alone; a list can leave out what exists (a lagging index, a
         // pagination fault), so the resource is read by id first. A create of moments ago is

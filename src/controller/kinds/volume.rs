@@ -60,6 +60,8 @@ pub enum VolumeAction {
 
 impl KindDeclarations for Volume {
     type Cloud = Volumes;
+    const UNLISTED_NOT_ADOPTED: Option<&'static str> =
+        Some("an instance's boot volume goes with its machine and is never adopted on its own");
     const REFERS_TO: &'static [(&'static str, &'static str)] = &[
         ("GpuInstance", "spec.instanceRef"),
         ("Volume", "spec.source.volumeRef"),

@@ -349,6 +349,77 @@ async fn another_teams_machine_cannot_be_snapshotted_by_id() {
     assert!(env.simulator.state().snapshots.is_empty());
 }
 
+/// A machine's boot volume goes with the machine: even where adoption is allowed, a Volume
+/// naming one by `gpucloud.io/external-id` adopts nothing, and the boot volume is left as it
+/// was (no resize, no detach), the object's deletion included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boot_volume_is_never_adopted_on_its_own() {
+    let env = Env::start().await;
+    support::create_namespace(&env.client, "team-c", true)
+        .await
+        .unwrap();
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim = ready_id::<GpuInstance>(&env, "victim").await;
+    let boot = env
+        .simulator
+        .state()
+        .volumes
+        .into_iter()
+        .find(|v| v.instance_id.as_deref() == Some(victim.as_str()) && v.bootable)
+        .expect("the machine's boot volume");
+    let before = writes(&env);
+
+    let mut volume: Volume = object(
+        "taken",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 2000}),
+    );
+    volume.metadata.namespace = Some("team-c".to_string());
+    volume.metadata.annotations = Some(
+        [(EXTERNAL_ID_ANNOTATION.to_string(), boot.id.clone())]
+            .into_iter()
+            .collect(),
+    );
+    let api: Api<Volume> = Api::namespaced(env.client.clone(), "team-c");
+    api.create(&PostParams::default(), &volume).await.unwrap();
+    let message = eventually(30, "team-c/taken Stalled InvalidSpec", || {
+        let api = api.clone();
+        async move {
+            let object = api.get("taken").await.ok()?;
+            let stalled = object
+                .cloud_status()
+                .condition(condition_type::STALLED)?
+                .clone();
+            (stalled.status == "True" && stalled.reason == reason::INVALID_SPEC)
+                .then_some(stalled.message)
+        }
+    })
+    .await;
+    assert!(message.contains("boot volume"), "{message}");
+    assert_eq!(
+        api.get("taken").await.unwrap().cloud_status().external_id,
+        None
+    );
+    api.delete("taken", &DeleteParams::default()).await.unwrap();
+    eventually(30, "team-c/taken deleted", || {
+        let api = api.clone();
+        async move { api.get_opt("taken").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+
+    assert_eq!(writes(&env), before, "no cloud call changed anything");
+    let now = env
+        .simulator
+        .state()
+        .volumes
+        .into_iter()
+        .find(|v| v.id == boot.id)
+        .expect("the boot volume is still there");
+    assert_eq!(
+        (now.size, now.instance_id.as_deref()),
+        (boot.size, Some(victim.as_str()))
+    );
+}
+
 /// `spec.osImage` also boots a custom image or a snapshot by id: another team's is refused
 /// before any call, and the other team's image and snapshot are left as they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
