@@ -56,6 +56,8 @@ pub mod reason {
     pub const SOURCE_DELETED: &str = "SourceDeleted";
     pub const NOT_FOUND_IN_CLOUD: &str = "NotFoundInCloud";
     pub const ALREADY_OWNED: &str = "AlreadyOwned";
+    /// Two objects' statuses claim one cloud resource: neither acts on it until one lets go.
+    pub const CLAIM_CONFLICT: &str = "ClaimConflict";
     pub const ADOPTION_NOT_ALLOWED: &str = "AdoptionNotAllowed";
     pub const RATE_LIMITED: &str = "RateLimited";
     pub const CLOUD_UNAVAILABLE: &str = "CloudUnavailable";

@@ -426,6 +426,9 @@ async fn apply<K: ManagedKind>(
     if let Some(id) = known_id {
         if let Some(record) = listed.get(&id) {
             let record = record.clone();
+            if let Some(other) = other_claimant(cx, &*object, &status, &id, record.name()) {
+                return claim_conflict(api, cx, &object, status, &id, &other).await;
+            }
             if status.external_id.as_deref() == Some(id.as_str()) {
                 settle_duplicates(cx, &object, &account, &listed, &id).await;
             }
@@ -459,6 +462,9 @@ async fn apply<K: ManagedKind>(
         {
             tracing::info!(cloud_id = %id, "the cloud's list left out a resource its read by id found");
             observer.mark_hot();
+            if let Some(other) = other_claimant(cx, &*object, &status, &id, record.name()) {
+                return claim_conflict(api, cx, &object, status, &id, &other).await;
+            }
             return converge(api, &object, cx, &account, status, record).await;
         }
         if create_settling {
@@ -1243,10 +1249,35 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result
     let seen = observer.latest().await?;
     refuse_another_account::<K>(&account, &seen, &status).await?;
     let uid = object.uid().unwrap_or_default();
+    // A recorded id another object claims too is not this object's to delete (nor to
+    // snapshot first): only what carries its own cloud name is.
+    let mut status = status;
+    if let Some(id) = status.external_id.clone() {
+        let listed_name = seen.get(&id).map(|record| record.name().to_string());
+        if let Some(other) = other_claimant(
+            cx,
+            &*object,
+            &status,
+            &id,
+            listed_name.as_deref().unwrap_or_default(),
+        ) {
+            publish(
+                cx,
+                &object,
+                EventType::Warning,
+                reason::CLAIM_CONFLICT,
+                &format!(
+                    "{id} is also claimed by {}; it is left in place, and only a resource carrying this object's own cloud name is deleted",
+                    other.described_to(&namespace(&*object))
+                ),
+            );
+            status.external_id = None;
+        }
+    }
     let answered_at = cx.delete_answered_at(&uid);
     // What holds a deletion holds the delete call: once the cloud has accepted one of ours,
     // nothing is left to hold (and the checks' reads are not made again while it finishes).
-    if answered_at.is_none() {
+    if answered_at.is_none() && status.external_id.is_some() {
         object.hold_deletion(cx, &account).await?;
     }
     let cloud_name = naming::cloud_name(&namespace(&*object), &object.name_any(), &uid);
@@ -1414,6 +1445,71 @@ fn listed_wall_clock<R>(listed: &CloudList<R>) -> Option<Timestamp> {
 /// cloud name (a create whose answer was lost). An `external-id` annotation the status has not
 /// recorded is never a target: its adoption was refused or has not happened, and the resource
 /// it names may be anyone's.
+/// Another object whose status claims the resource `id` this object's status records: the
+/// same id, or the resource's cloud name (`listed_name`, or the name this object's status
+/// records) as its own. A status is the operator's memory, but whoever may write the status
+/// subresource can write one: a resource not named for this object that another object claims
+/// is not this object's to act on. Only resources not carrying this object's own cloud name
+/// (adopted ones, or ones a written status points at) are looked up.
+fn other_claimant<K: ManagedKind>(
+    cx: &Context<K>,
+    object: &K,
+    status: &CloudStatus,
+    id: &str,
+    listed_name: &str,
+) -> Option<crate::flow::adoption::Owner> {
+    let uid = object.uid().unwrap_or_default();
+    let own_name = naming::cloud_name(&namespace(object), &object.name_any(), &uid);
+    // A resource carrying this object's own cloud name is its own (no other object's status
+    // can make a resource carry it): the common case costs no pass over the store.
+    if listed_name == own_name
+        && status
+            .cloud_name
+            .as_deref()
+            .is_none_or(|name| name == own_name)
+    {
+        return None;
+    }
+    let names = [Some(listed_name), status.cloud_name.as_deref()];
+    names
+        .into_iter()
+        .flatten()
+        .filter(|name| !name.is_empty())
+        .map(Some)
+        .chain([None])
+        .flat_map(|name| cx.ownership.owners::<K>(id, name))
+        .find(|owner| owner.uid != uid)
+}
+
+/// Stops acting on a resource two objects claim: `Stalled` with `ClaimConflict` and a Warning
+/// Event naming the other claimant (by name only within the namespace), looked at again at
+/// every resync until one of them lets go.
+async fn claim_conflict<K: ManagedKind>(
+    api: &Api<K>,
+    cx: &Context<K>,
+    object: &K,
+    status: CloudStatus,
+    id: &str,
+    other: &crate::flow::adoption::Owner,
+) -> Result<Action, Error> {
+    let message = format!(
+        "{id} is also claimed by {}: a cloud resource is managed by one object only, and \
+         nothing is done to it until one of them lets go (a status written by anyone but the \
+         operator is not taken for its memory)",
+        other.described_to(&namespace(object))
+    );
+    publish(
+        cx,
+        object,
+        EventType::Warning,
+        reason::CLAIM_CONFLICT,
+        &message,
+    );
+    let outcome = Outcome::stalled(reason::CLAIM_CONFLICT, message);
+    write_status(api, cx, object, status, None, &outcome).await?;
+    Ok(requeue(cx.settings.observe.resync))
+}
+
 fn cleanup_targets<K: ManagedKind>(
     listed: &CloudList<Record<K>>,
     status: &CloudStatus,

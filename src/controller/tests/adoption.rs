@@ -349,6 +349,71 @@ async fn another_teams_machine_cannot_be_snapshotted_by_id() {
     assert!(env.simulator.state().snapshots.is_empty());
 }
 
+/// Status is memory, not authority: a tenant who may write its object's status points it at
+/// another team's machine (`externalId` and `cloudName`), then asks for `powerState: Stopped`
+/// and deletes the object. The other team's machine is never stopped nor deleted; the forged
+/// object stalls naming the conflict, and its deletion deletes only its own machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_status_never_acts_on_another_teams_machine() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim_id = ready_id::<GpuInstance>(&env, "victim").await;
+    let victim: GpuInstance = env.api::<GpuInstance>().get("victim").await.unwrap();
+    let victim_name = victim.cloud_status().cloud_name.unwrap();
+    let own = tenant_api::<GpuInstance>(&env);
+    own.create(
+        &PostParams::default(),
+        &in_tenant(machine("thief", serde_json::json!({})), None),
+    )
+    .await
+    .unwrap();
+    let thief_id = eventually(60, "team-b/thief Ready", || {
+        let own = own.clone();
+        async move {
+            let object = own.get("thief").await.ok()?;
+            object
+                .cloud_status()
+                .is_ready(object.metadata.generation)
+                .then(|| object.cloud_status().external_id)
+                .flatten()
+        }
+    })
+    .await;
+
+    let forged = serde_json::json!({"status": {"externalId": victim_id, "cloudName": victim_name}});
+    own.patch_status("thief", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    own.patch(
+        "thief",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+    )
+    .await
+    .unwrap();
+    let message = stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
+    assert!(message.contains(&victim_id), "{message}");
+    assert!(message.contains("another namespace"), "{message}");
+    delete_in_tenant::<GpuInstance>(&env, "thief").await;
+
+    assert_eq!(env.calls("StopInstance"), 0, "no machine was stopped");
+    let state = env.simulator.state();
+    let victim_machine = state
+        .instances
+        .iter()
+        .find(|i| i.instance_id == victim_id)
+        .expect("the other team's machine still exists");
+    assert_eq!(
+        victim_machine.status,
+        gpucloud_cloud::model::InstanceStatus::Active
+    );
+    assert!(
+        !state.instances.iter().any(|i| i.instance_id == thief_id),
+        "the tenant's own machine is deleted with its object"
+    );
+}
+
 /// A machine's boot volume goes with the machine: even where adoption is allowed, a Volume
 /// naming one by `gpucloud.io/external-id` adopts nothing, and the boot volume is left as it
 /// was (no resize, no detach), the object's deletion included.
