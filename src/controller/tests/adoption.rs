@@ -67,8 +67,15 @@ async fn stalled_in_tenant<K>(env: &Env, name: &str, wanted: &str) -> String
 where
     K: crate::support::TestKind,
 {
-    let api = tenant_api::<K>(env);
-    eventually(30, &format!("{TENANT}/{name} Stalled {wanted}"), || {
+    stalled_in::<K>(env, TENANT, name, wanted).await
+}
+
+async fn stalled_in<K>(env: &Env, namespace: &str, name: &str, wanted: &str) -> String
+where
+    K: crate::support::TestKind,
+{
+    let api: Api<K> = Api::namespaced(env.client.clone(), namespace);
+    eventually(30, &format!("{namespace}/{name} Stalled {wanted}"), || {
         let api = api.clone();
         async move {
             let object = api.get(name).await.ok()?;
@@ -446,19 +453,7 @@ async fn a_boot_volume_is_never_adopted_on_its_own() {
     );
     let api: Api<Volume> = Api::namespaced(env.client.clone(), "team-c");
     api.create(&PostParams::default(), &volume).await.unwrap();
-    let message = eventually(30, "team-c/taken Stalled InvalidSpec", || {
-        let api = api.clone();
-        async move {
-            let object = api.get("taken").await.ok()?;
-            let stalled = object
-                .cloud_status()
-                .condition(condition_type::STALLED)?
-                .clone();
-            (stalled.status == "True" && stalled.reason == reason::INVALID_SPEC)
-                .then_some(stalled.message)
-        }
-    })
-    .await;
+    let message = stalled_in::<Volume>(&env, "team-c", "taken", reason::INVALID_SPEC).await;
     assert!(message.contains("boot volume"), "{message}");
     assert_eq!(
         api.get("taken").await.unwrap().cloud_status().external_id,

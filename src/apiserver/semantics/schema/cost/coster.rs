@@ -69,6 +69,27 @@ pub(super) struct Coster<'d> {
     pub(super) unbounded_reads: std::collections::BTreeSet<String>,
 }
 
+impl<'d> Coster<'d> {
+    fn new(
+        root: &'d Decl,
+        actual: Option<[Option<&'d Value>; 2]>,
+        optional_old_self: bool,
+    ) -> Coster<'d> {
+        Coster {
+            root,
+            actual,
+            root_ty: Ty::of(root),
+            optional_old_self,
+            paths: HashMap::new(),
+            sizes: HashMap::new(),
+            entry_sizes: HashMap::new(),
+            types: HashMap::new(),
+            locals: HashMap::new(),
+            unbounded_reads: std::collections::BTreeSet::new(),
+        }
+    }
+}
+
 /// The estimated cost (its maximum) of one rule or message expression evaluated at a node
 /// declared as `root`.
 pub(crate) fn estimate(expression: &Expression, root: &Decl, optional_old_self: bool) -> u64 {
@@ -86,18 +107,7 @@ pub(crate) fn runtime_estimate(
     self_value: &Value,
     old_value: Option<&Value>,
 ) -> u64 {
-    let mut coster = Coster {
-        root,
-        actual: Some([Some(self_value), old_value]),
-        root_ty: Ty::of(root),
-        optional_old_self,
-        paths: HashMap::new(),
-        sizes: HashMap::new(),
-        entry_sizes: HashMap::new(),
-        types: HashMap::new(),
-        locals: HashMap::new(),
-        unbounded_reads: std::collections::BTreeSet::new(),
-    };
+    let mut coster = Coster::new(root, Some([Some(self_value), old_value]), optional_old_self);
     coster.cost(expression).max
 }
 
@@ -107,18 +117,7 @@ pub(super) fn estimate_with_reads(
     root: &Decl,
     optional_old_self: bool,
 ) -> (u64, std::collections::BTreeSet<String>) {
-    let mut coster = Coster {
-        root,
-        actual: None,
-        root_ty: Ty::of(root),
-        optional_old_self,
-        paths: HashMap::new(),
-        sizes: HashMap::new(),
-        entry_sizes: HashMap::new(),
-        types: HashMap::new(),
-        locals: HashMap::new(),
-        unbounded_reads: std::collections::BTreeSet::new(),
-    };
+    let mut coster = Coster::new(root, None, optional_old_self);
     let cost = coster.cost(expression).max;
     (cost, coster.unbounded_reads)
 }

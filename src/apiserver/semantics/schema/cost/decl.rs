@@ -203,8 +203,9 @@ pub(super) fn with_type_and_object_meta(fields: &mut BTreeMap<String, Decl>, nod
     );
 }
 
-/// CEL's reserved words, which a property name is escaped from (`__name__`).
-pub(super) const RESERVED: [&str; 26] = [
+/// CEL's reserved words (`celReservedSymbols`), which a property name is escaped from
+/// (`__name__`).
+pub(super) const RESERVED: [&str; 21] = [
     "true",
     "false",
     "null",
@@ -226,11 +227,6 @@ pub(super) const RESERVED: [&str; 26] = [
     "var",
     "void",
     "while",
-    "int",
-    "uint",
-    "double",
-    "string",
-    "bool",
 ];
 
 /// `cel.Escape`: the name a property has in rules, or `None` when it cannot be named.
