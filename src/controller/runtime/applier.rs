@@ -336,8 +336,10 @@ mod tests {
             shrink_if_sparse(&mut running);
         }
         assert_eq!(running.len(), 1_000);
+        // At most a sixteenth: 1,000 items shrink to 8,192 buckets (7,168 places) of the
+        // 131,072 grown; `capacity()` also counts tombstones out, so it may read lower.
         assert!(
-            running.capacity() < grown / 16,
+            running.capacity() <= grown / 16,
             "{} of {grown}",
             running.capacity()
         );
