@@ -746,36 +746,13 @@ fn compile_into(source: &str, path: &str, errors: &mut Vec<FieldError>) -> Optio
 
 /// Whether `name` is a CEL identifier (`[_a-zA-Z][_a-zA-Z0-9]*`) and not a reserved word.
 fn is_cel_identifier(name: &str) -> bool {
-    const RESERVED: [&str; 22] = [
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-        "__proto__",
-    ];
     let mut characters = name.chars();
     characters
         .next()
         .is_some_and(|first| first == '_' || first.is_ascii_alphabetic())
         && characters.all(|c| c == '_' || c.is_ascii_alphanumeric())
-        && !RESERVED.contains(&name)
+        && !crate::schema::cost::CEL_RESERVED_WORDS.contains(&name)
+        && name != "__proto__"
 }
 
 impl Policy {

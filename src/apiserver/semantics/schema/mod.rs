@@ -3,7 +3,7 @@
 //! `k8s.io/kube-openapi/pkg/validation/validate`.
 
 pub(crate) mod cel;
-mod cost;
+pub(crate) mod cost;
 mod defaults;
 mod errors;
 mod formats;

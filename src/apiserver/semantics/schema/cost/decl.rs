@@ -205,7 +205,7 @@ pub(super) fn with_type_and_object_meta(fields: &mut BTreeMap<String, Decl>, nod
 
 /// CEL's reserved words (`celReservedSymbols`), which a property name is escaped from
 /// (`__name__`).
-pub(super) const RESERVED: [&str; 21] = [
+pub(crate) const RESERVED: [&str; 21] = [
     "true",
     "false",
     "null",

@@ -20,7 +20,7 @@ mod estimate;
 mod types;
 
 pub(crate) use coster::{estimate, runtime_estimate};
-pub(crate) use decl::Decl;
+pub(crate) use decl::{Decl, RESERVED as CEL_RESERVED_WORDS};
 
 use super::Node;
 use super::errors::FieldError;
