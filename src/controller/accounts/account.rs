@@ -164,6 +164,39 @@ impl Account {
         })
     }
 
+    /// An entry of a Budget's `status.charged`, `<account>/<cloud name>/<seal>`: the seal is
+    /// an HMAC of the namespace and the entry under the digest of this account's API key,
+    /// which nothing shows. Whoever may write a Budget's status could otherwise add another
+    /// namespace's resources there and read their spend; an entry the operator did not seal
+    /// for this namespace is not counted ([`Account::is_own_charge`]).
+    pub fn charge_entry(&self, namespace: &str, cloud_name: &str) -> String {
+        let entry = format!("{}/{cloud_name}", self.id.label());
+        let seal = self.seal(namespace, &entry);
+        format!("{entry}/{seal}")
+    }
+
+    /// Whether `entry` is one [`Account::charge_entry`] made for `namespace` with this account.
+    pub fn is_own_charge(&self, namespace: &str, entry: &str) -> bool {
+        entry
+            .rsplit_once('/')
+            .is_some_and(|(unsealed, seal)| self.seal(namespace, unsealed) == seal)
+    }
+
+    fn seal(&self, namespace: &str, entry: &str) -> String {
+        use hmac::Mac;
+        // HMAC takes a key of any length: `new_from_slice` cannot fail for it.
+        let Ok(mut mac) = hmac::Hmac::<Sha256>::new_from_slice(&self.id.0) else {
+            return String::new();
+        };
+        mac.update(namespace.as_bytes());
+        mac.update(b"\n");
+        mac.update(entry.as_bytes());
+        mac.finalize().into_bytes()[..8]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
+
     /// Notes that the cloud let go of `volumes` with the machine `instance`: it answered this
     /// process's detach of them and accepted the machine's delete.
     pub fn note_volumes_released(&self, instance: &str, volumes: &[String]) {

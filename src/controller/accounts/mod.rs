@@ -3,7 +3,8 @@
 //! Owns the account state and its credentials (`account`), which Secrets the operator may
 //! read or write (`secrets`), the cached cloud lists (`observer`, with what every kind's
 //! records share in `records`), the GPU catalog and price list (`catalog`, `pricing`), and
-//! the sweeps of cloud resources no object claims (`orphans`, `late_creates`).
+//! the sweeps of cloud resources no object claims (`orphans`, `late_creates`), and the record
+//! of resources left in the cloud on purpose (`released`).
 //!
 //! May use: [`crate::runtime`], and of [`crate::flow`] the error and condition types; the
 //! sweeps also use the kinds' contract (`flow::kind`), the context (`late_creates`) and the
@@ -15,4 +16,5 @@ pub mod observer;
 pub mod orphans;
 pub(crate) mod pricing;
 pub(crate) mod records;
+pub mod released;
 pub mod secrets;

@@ -33,6 +33,7 @@
 
 use crate::accounts::account::{Account, AccountId, Accounts};
 use crate::accounts::observer::{CloudRecord, CloudResource};
+use crate::accounts::released;
 use crate::flow::kind::ManagedKind;
 use crate::flow::naming;
 use crate::kinds::registry::{KindFn, map_kinds};
@@ -40,13 +41,14 @@ use crate::lock;
 use crate::runtime::decode::Decoded;
 use crate::runtime::events::{EventPublisher, EventType};
 use futures::future::BoxFuture;
+use gpucloud_api::CloudStatus;
 use gpucloud_api::EXTERNAL_ID_ANNOTATION;
 use gpucloud_cloud::CloudClient;
 use gpucloud_cloud::Error as CloudError;
 use gpucloud_telemetry::Metrics;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -63,8 +65,7 @@ pub const REASON_DUPLICATES: &str = "DuplicatesFound";
 /// Event reason of a sweep whose deletes failed (retried on the next sweep).
 pub const REASON_DELETE_FAILED: &str = "OrphanDeleteFailed";
 
-/// ConfigMap (in the operator's namespace) recording resources left in the cloud on purpose.
-pub const RELEASED_CONFIGMAP: &str = "gpucloud-operator-released";
+pub use crate::accounts::released::RELEASED_CONFIGMAP;
 
 /// Longest list of resources an Event names; the rest are counted.
 const EVENT_LIST_LIMIT: usize = 20;
@@ -283,10 +284,10 @@ impl Claims {
     fn claims(&self, candidate: &Candidate) -> bool {
         self.ids.contains(&candidate.id)
             || self.names.contains(&candidate.name)
-            || self.released.contains_key(&released_id_key(&candidate.id))
+            || self.released.contains_key(&released::id_key(&candidate.id))
             || self
                 .released
-                .contains_key(&released_name_key(&candidate.name))
+                .contains_key(&released::name_key(&candidate.name))
     }
 
     fn merge(&mut self, other: Claims) {
@@ -313,107 +314,34 @@ impl Claims {
     }
 }
 
-/// Key of a released cloud id in [`RELEASED_CONFIGMAP`] (ConfigMap keys allow
-/// `[-._a-zA-Z0-9]`; anything else becomes `_`).
-fn released_id_key(id: &str) -> String {
-    format!("id.{}", configmap_key(id))
-}
-
-/// Key of a released cloud name in [`RELEASED_CONFIGMAP`].
-fn released_name_key(name: &str) -> String {
-    format!("name.{}", configmap_key(name))
-}
-
-fn configmap_key(raw: &str) -> String {
-    raw.chars()
-        .take(240)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// When an entry of the released record was written: its value ends with the time.
-fn released_at(value: &str) -> Option<Timestamp> {
-    value.rsplit(' ').next()?.parse().ok()
-}
-
 /// Records that `object`'s cloud resource is left in the cloud on purpose, so the sweeper never
-/// counts it as an orphan: its recorded and adopted ids and every name it may carry.
+/// counts it as an orphan: the id `status` records (checked by the caller) and every name the
+/// object may carry.
 pub async fn record_released<K: ManagedKind>(
     client: &kube::Client,
     operator_namespace: &str,
     object: &K,
+    status: &CloudStatus,
 ) -> Result<(), kube::Error> {
-    let status = object.cloud_status();
     let namespace = object.namespace().unwrap_or_default();
     let mut keys: Vec<String> = Vec::new();
-    keys.extend(status.external_id.as_deref().map(released_id_key));
-    keys.extend(
-        object
-            .annotations()
-            .get(EXTERNAL_ID_ANNOTATION)
-            .map(|id| released_id_key(id)),
-    );
-    keys.extend(status.cloud_name.as_deref().map(released_name_key));
+    // What the status records, checked by the caller: an `external-id` annotation names
+    // what the object asked for, not what it owns, and is not recorded.
+    keys.extend(status.external_id.as_deref().map(released::id_key));
+    keys.extend(status.cloud_name.as_deref().map(released::name_key));
     keys.extend(
         status
             .pending_create
             .as_ref()
-            .map(|p| released_name_key(&p.cloud_name)),
+            .map(|p| released::name_key(&p.cloud_name)),
     );
-    keys.push(released_name_key(&naming::cloud_name(
+    keys.push(released::name_key(&naming::cloud_name(
         &namespace,
         &object.name_any(),
         object.uid().as_deref().unwrap_or_default(),
     )));
-    let value = format!(
-        "{} {}/{} {}",
-        K::kind(&()),
-        namespace,
-        object.name_any(),
-        Timestamp::now()
-    );
-    let data: BTreeMap<String, String> = keys.into_iter().map(|k| (k, value.clone())).collect();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), operator_namespace);
-    let patch = serde_json::json!({ "data": data });
-    match api
-        .patch(
-            RELEASED_CONFIGMAP,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Err(kube::Error::Api(status)) if status.code == 404 => {}
-        other => return other.map(drop),
-    }
-    let map = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some(RELEASED_CONFIGMAP.into()),
-            namespace: Some(operator_namespace.into()),
-            ..Default::default()
-        },
-        data: Some(data),
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &map).await {
-        Ok(_) => Ok(()),
-        // Created meanwhile by another cleanup: merge into it.
-        Err(kube::Error::Api(status)) if status.code == 409 => api
-            .patch(
-                RELEASED_CONFIGMAP,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map(drop),
-        Err(error) => Err(error),
-    }
+    let value = released::value(&K::kind(&()), &namespace, &object.name_any());
+    released::write(client, operator_namespace, keys, &value).await
 }
 
 /// Sweeps the accounts of an operator.
@@ -664,7 +592,7 @@ impl OrphanSweeper {
                     source,
                 })?;
         for (key, value) in released.and_then(|m| m.data).unwrap_or_default() {
-            claims.released.insert(key, released_at(&value));
+            claims.released.insert(key, released::written_at(&value));
         }
         Ok(claims)
     }
@@ -676,8 +604,8 @@ impl OrphanSweeper {
         let mut live: HashSet<String> = HashSet::new();
         for (_, candidates) in listed {
             for candidate in candidates {
-                live.insert(released_id_key(&candidate.id));
-                live.insert(released_name_key(&candidate.name));
+                live.insert(released::id_key(&candidate.id));
+                live.insert(released::name_key(&candidate.name));
             }
         }
         let now = Timestamp::now();

@@ -14,11 +14,15 @@
 //! - an annotation that names another resource than the one the object recorded is refused:
 //!   the annotation is fixed once its resource is recorded.
 //!
-//! The index is the controllers' own stores (every kind's objects, as watched), read at the
-//! moment of the check; nothing is kept twice. With each store comes its controller's index of
-//! referrers (`referrer_index.rs`), so that one kind can find the objects of another that refer to
-//! one of its own without a pass over the other kind's store.
+//! The index is the controllers' own stores (every kind's objects, as watched), found by what
+//! they claim through each controller's claim index (`claim_index.rs`), and the record of
+//! resources released on purpose (`accounts::released`): a released resource stays the
+//! namespace's that let it go. With each store comes its controller's index of referrers
+//! (`referrer_index.rs`), so that one kind can find the objects of another that refer to one of
+//! its own without a pass over the other kind's store.
 
+use crate::accounts::released::{ReleasedRecord, Releaser};
+use crate::flow::claim_index::ClaimIndex;
 use crate::flow::conditions::reason;
 use crate::flow::declarations::KindDeclarations;
 use crate::flow::error::Error;
@@ -32,6 +36,7 @@ use kube::{Api, ResourceExt};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The namespace label with which a cluster administrator lets the namespace's objects adopt
 /// cloud resources the operator did not create for them (with `--allow-adoption`).
@@ -49,6 +54,16 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// The object a released resource's entry names (its uid is not recorded).
+    fn released_by(releaser: Releaser) -> Owner {
+        Owner {
+            kind: releaser.kind,
+            namespace: releaser.namespace,
+            name: releaser.name,
+            uid: String::new(),
+        }
+    }
+
     /// How a message to the object `viewer_namespace` names this owner: by name only within
     /// that namespace, since another namespace's objects are not the tenant's to know of.
     pub fn described_to(&self, viewer_namespace: &str) -> String {
@@ -56,6 +71,21 @@ impl Owner {
             format!("{} {}/{}", self.kind, self.namespace, self.name)
         } else {
             "an object in another namespace".to_string()
+        }
+    }
+}
+
+impl<K: kube::Resource> From<&K> for Owner
+where
+    K::DynamicType: Default,
+{
+    fn from(object: &K) -> Owner {
+        let meta = object.meta();
+        Owner {
+            kind: K::kind(&K::DynamicType::default()).to_string(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
         }
     }
 }
@@ -69,10 +99,11 @@ trait Claims: Send + Sync {
     fn as_any(&self) -> &(dyn Any + Send + Sync);
 }
 
-/// A controller's store and the index of its objects' references.
+/// A controller's store, the index of its objects' references and that of their claims.
 struct Indexed<K: KindDeclarations> {
     store: Store<K>,
     referrers: Arc<ReferrerIndex>,
+    claims: Arc<ClaimIndex>,
 }
 
 impl<K: KindDeclarations> Claims for Indexed<K> {
@@ -81,8 +112,15 @@ impl<K: KindDeclarations> Claims for Indexed<K> {
     }
 
     fn owners(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
-        self.store
-            .state()
+        let mut candidates = self.claims.candidates(&self.store, id);
+        if let Some(name) = cloud_name {
+            for candidate in self.claims.candidates(&self.store, name) {
+                if !candidates.iter().any(|c| Arc::ptr_eq(c, &candidate)) {
+                    candidates.push(candidate);
+                }
+            }
+        }
+        candidates
             .iter()
             .filter(|object| {
                 let status = object.cloud_status();
@@ -106,20 +144,60 @@ impl<K: KindDeclarations> Claims for Indexed<K> {
     }
 }
 
-/// Every controller's store, by kind: the cluster-wide index of who owns what.
-#[derive(Default)]
+/// Every controller's store, by kind, and the released record: the cluster-wide index of who
+/// owns what.
 pub struct Ownership {
     stores: Mutex<HashMap<String, Vec<Arc<dyn Claims>>>>,
+    released: ReleasedRecord,
+}
+
+impl Default for Ownership {
+    fn default() -> Self {
+        Ownership::new(ReleasedRecord::none())
+    }
 }
 
 impl Ownership {
-    /// Adds a controller's store (one per kind and watched namespace) with its index of the
-    /// references its objects make.
-    pub fn register<K: KindDeclarations>(&self, store: Store<K>, referrers: Arc<ReferrerIndex>) {
+    /// An index with no store yet, whose released resources are those `released` names.
+    pub fn new(released: ReleasedRecord) -> Self {
+        Ownership {
+            stores: Mutex::default(),
+            released,
+        }
+    }
+
+    /// Adds a controller's store (one per kind and watched namespace) with its indexes of the
+    /// references its objects make and of what they claim.
+    pub fn register<K: KindDeclarations>(
+        &self,
+        store: Store<K>,
+        referrers: Arc<ReferrerIndex>,
+        claims: Arc<ClaimIndex>,
+    ) {
         lock(&self.stores)
             .entry(K::kind(&()).to_string())
             .or_default()
-            .push(Arc::new(Indexed { store, referrers }));
+            .push(Arc::new(Indexed {
+                store,
+                referrers,
+                claims,
+            }));
+    }
+
+    /// The object of another namespace than `namespace` that let the resource `id` go, as
+    /// the released record read no longer than `max_age` ago names it.
+    async fn released_elsewhere(
+        &self,
+        namespace: &str,
+        id: &str,
+        max_age: Duration,
+    ) -> Result<Option<Owner>, Error> {
+        Ok(self
+            .released
+            .releaser(id, max_age)
+            .await?
+            .filter(|releaser| releaser.namespace != namespace)
+            .map(Owner::released_by))
     }
 
     /// The objects of kind `K` in `namespace` that refer to the object `name` of `kind` there,
@@ -163,6 +241,30 @@ impl Ownership {
             .iter()
             .flat_map(|store| store.owners(id, cloud_name))
             .collect()
+    }
+
+    /// Whether the resource `id` named `cloud_name`, which the object `uid` of kind `kind` in
+    /// `namespace` records, is claimed by another object or was let go by another namespace
+    /// (the released record read no longer than `max_age` ago).
+    pub async fn claimed_elsewhere(
+        &self,
+        kind: &str,
+        namespace: &str,
+        uid: &str,
+        id: &str,
+        cloud_name: &str,
+        max_age: Duration,
+    ) -> Result<bool, Error> {
+        let stores = lock(&self.stores).get(kind).cloned().unwrap_or_default();
+        let others = stores
+            .iter()
+            .flat_map(|store| store.owners(id, Some(cloud_name)))
+            .any(|owner| owner.uid != uid);
+        Ok(others
+            || self
+                .released_elsewhere(namespace, id, max_age)
+                .await?
+                .is_some())
     }
 
     /// The stores of kind `K`, copied out so that none is read under the lock.
@@ -241,7 +343,18 @@ impl Ownership {
         let name = object.meta().name.clone().unwrap_or_default();
         let own_name =
             listed_name.is_some_and(|listed| listed == naming::cloud_name(&namespace, &name, &uid));
-        let owners = self.owners::<R>(id, listed_name);
+        // The object's own claim proves nothing: its status may be what made it one.
+        let mut owners: Vec<Owner> = self
+            .owners::<R>(id, listed_name)
+            .into_iter()
+            .filter(|owner| owner.uid != uid)
+            .collect();
+        if !own_name {
+            owners.extend(
+                self.released_elsewhere(&namespace, id, Duration::ZERO)
+                    .await?,
+            );
+        }
         let verdict = judge(&uid, &owners, own_name, false);
         settle(client, setting, &namespace, what, verdict).await
     }
@@ -257,24 +370,32 @@ impl Ownership {
         what: &str,
         id: &str,
     ) -> Result<(), Error> {
-        let owners = self.owners::<R>(id, None);
+        let mut owners = self.owners::<R>(id, None);
+        owners.extend(
+            self.released_elsewhere(namespace, id, Duration::ZERO)
+                .await?,
+        );
         let verdict = judge_reference(namespace, &owners, false);
         settle(client, setting, namespace, what, verdict).await
     }
 }
 
 impl Ownership {
-    /// Checks that no object of another namespace owns the resource `id` of kind `R`, named
-    /// by an object in `namespace` in a field that also takes resources no object owns (an OS
-    /// image of the catalog, by `spec.osImage`): another team's image or snapshot is not this
-    /// namespace's to boot from.
-    pub fn check_not_anothers<R: KindDeclarations>(
+    /// Checks that no object of another namespace owns the resource `id` of kind `R`, and that
+    /// none let it go, named by an object in `namespace` in a field that also takes resources
+    /// no object owns (an OS image of the catalog, by `spec.osImage`), or read from the status
+    /// of an object it refers to (which whoever may write statuses can write): another team's
+    /// image, snapshot or machine is not this namespace's to boot from or attach to. The
+    /// released record is read fresh, or from a read no older than `max_age`.
+    pub async fn check_not_anothers<R: KindDeclarations>(
         &self,
         namespace: &str,
         what: &str,
         id: &str,
+        max_age: Duration,
     ) -> Result<(), Error> {
-        let owners = self.owners::<R>(id, None);
+        let mut owners = self.owners::<R>(id, None);
+        owners.extend(self.released_elsewhere(namespace, id, max_age).await?);
         match owners.iter().find(|owner| owner.namespace != namespace) {
             None => Ok(()),
             Some(other) => {

@@ -56,8 +56,12 @@ pub mod reason {
     pub const SOURCE_DELETED: &str = "SourceDeleted";
     pub const NOT_FOUND_IN_CLOUD: &str = "NotFoundInCloud";
     pub const ALREADY_OWNED: &str = "AlreadyOwned";
-    /// Two objects' statuses claim one cloud resource: neither acts on it until one lets go.
+    /// Two objects claim one cloud resource: the one whose record is not provably its own
+    /// does nothing to it until one lets go.
     pub const CLAIM_CONFLICT: &str = "ClaimConflict";
+    /// The status records a resource that was neither created for the object nor is adopted
+    /// by it: nothing is done to it.
+    pub const FOREIGN_RECORD: &str = "ForeignRecord";
     pub const ADOPTION_NOT_ALLOWED: &str = "AdoptionNotAllowed";
     pub const RATE_LIMITED: &str = "RateLimited";
     pub const CLOUD_UNAVAILABLE: &str = "CloudUnavailable";

@@ -12,6 +12,7 @@
 //! a copy can show late is the referenced object's own change (a cloud id, a deletion), and
 //! the watch on its kind wakes the referrers when it comes.
 
+use crate::accounts::released::SHARED_READ_FOR;
 use crate::flow::adoption::Ownership;
 use crate::flow::declarations::KindDeclarations;
 use crate::flow::error::Error;
@@ -60,9 +61,29 @@ pub async fn ready_id<R: KindDeclarations>(
     if !status.is_ready(object.meta().generation) {
         return Err(waiting_for(kind, name, "it is not Ready"));
     }
-    status
+    let id = status
         .external_id
-        .ok_or_else(|| waiting_for(kind, name, "it has no cloud id yet"))
+        .ok_or_else(|| waiting_for(kind, name, "it has no cloud id yet"))?;
+    checked::<R>(lookup, namespace, kind, name, id).await
+}
+
+/// `id`, read from the status of the object `name` of `kind`, once checked against the
+/// ownership index: whoever may write a status can write any id there, and another
+/// namespace's resource (one of its objects claims it, or it let it go) is refused, named as
+/// what `kind` `name` records.
+async fn checked<R: KindDeclarations>(
+    lookup: Lookup<'_>,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    id: String,
+) -> Result<String, Error> {
+    let what = format!("{id}, recorded by {kind} {name},");
+    lookup
+        .stores
+        .check_not_anothers::<R>(namespace, &what, &id, SHARED_READ_FOR)
+        .await?;
+    Ok(id)
 }
 
 /// The cloud id of a referenced `GpuInstance`, as soon as it has one (ready or not: a volume
@@ -116,11 +137,13 @@ pub async fn referenced_instance(
             "its machine was deleted outside the operator",
         ));
     }
-    object
+    let id = object
         .cloud_status()
         .external_id
+        .ok_or_else(|| waiting_for(KIND, name, "it has no cloud id yet"))?;
+    checked::<GpuInstance>(lookup, namespace, KIND, name, id)
+        .await
         .map(ReferencedInstance::Id)
-        .ok_or_else(|| waiting_for(KIND, name, "it has no cloud id yet"))
 }
 
 fn waiting_for(kind: &'static str, name: &str, detail: &str) -> Error {
@@ -239,6 +262,7 @@ pub async fn waits_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::claim_index::ClaimIndex;
     use crate::flow::referrer_index::ReferrerIndex;
     use kube::runtime::watcher;
     use std::collections::BTreeMap;
@@ -260,7 +284,9 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(machine("team-a", "trainer", "vm-a")));
         writer.apply_watcher_event(&watcher::Event::Apply(machine("team-b", "victim", "vm-b")));
         let stores = Ownership::default();
-        stores.register(store, Arc::new(ReferrerIndex::default()));
+        let claims = Arc::new(ClaimIndex::default());
+        claims.rebuild(&store);
+        stores.register(store, Arc::new(ReferrerIndex::default()), claims);
         // No API server answers: a read that is not in the store fails, and says so.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();

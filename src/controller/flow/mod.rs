@@ -6,7 +6,8 @@
 //! flow itself (`reconcile`: pause, finalizer, credentials, adoption, idempotent create,
 //! converge, status, deletion), what an object's status records (`recorded`), the create
 //! decision (`create`), conditions and errors, the per-object failure backoff (`backoff`),
-//! adoption checks (`adoption`), lookups of referenced objects (`dereference`) and the index
+//! adoption checks (`adoption`) and the index of who claims which cloud resource
+//! (`claim_index`), lookups of referenced objects (`dereference`) and the index
 //! of referrers (`referrer_index`), cloud names (`naming`), re-adoption at start (`readopt`),
 //! the settled objects' rechecks (`recheck`) and the per-kind gauges (`gauges`).
 //!
@@ -18,6 +19,7 @@
 //! watch of `accounts::late_creates`), none of which uses `reconcile`.
 pub mod adoption;
 pub(crate) mod backoff;
+pub(crate) mod claim_index;
 pub mod conditions;
 pub mod context;
 pub(crate) mod create;

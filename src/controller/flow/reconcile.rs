@@ -3,6 +3,7 @@
 
 use crate::accounts::account::Account;
 use crate::accounts::observer::{CloudList, CloudRecord, CloudResource};
+use crate::flow::adoption::Owner;
 use crate::flow::conditions::{self, Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::create::{self, AnnotatedIntent, CreateDecision, Found};
@@ -426,7 +427,9 @@ async fn apply<K: ManagedKind>(
     if let Some(id) = known_id {
         if let Some(record) = listed.get(&id) {
             let record = record.clone();
-            if let Some(other) = other_claimant(cx, &*object, &status, &id, record.name()) {
+            if let RecordCheck::Conflict(other) =
+                check_record(cx, &*object, &status, &id, record.name()).await?
+            {
                 return claim_conflict(api, cx, &object, status, &id, &other).await;
             }
             if status.external_id.as_deref() == Some(id.as_str()) {
@@ -462,7 +465,9 @@ async fn apply<K: ManagedKind>(
         {
             tracing::info!(cloud_id = %id, "the cloud's list left out a resource its read by id found");
             observer.mark_hot();
-            if let Some(other) = other_claimant(cx, &*object, &status, &id, record.name()) {
+            if let RecordCheck::Conflict(other) =
+                check_record(cx, &*object, &status, &id, record.name()).await?
+            {
                 return claim_conflict(api, cx, &object, status, &id, &other).await;
             }
             return converge(api, &object, cx, &account, status, record).await;
@@ -685,7 +690,7 @@ async fn create_step<K: ManagedKind>(
                 let ask = crate::kinds::budget::Ask {
                     rate,
                     currency: &currency,
-                    charge: format!("{}/{cloud_name}", account.id.label()),
+                    charge: account.charge_entry(&namespace(&*object), &cloud_name),
                 };
                 crate::kinds::budget::reserve(
                     &cx.client,
@@ -1201,10 +1206,12 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result
     {
         // Recorded before the finalizer goes, so the orphan sweeper never takes a resource
         // kept on purpose for a leaked one (its name still carries the operator's mark).
+        let status = released_status(cx, &object).await?;
         crate::accounts::orphans::record_released(
             &cx.client,
             &cx.settings.operator_namespace,
             &*object,
+            &status,
         )
         .await?;
         publish(
@@ -1249,31 +1256,10 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result
     let seen = observer.latest().await?;
     refuse_another_account::<K>(&account, &seen, &status).await?;
     let uid = object.uid().unwrap_or_default();
-    // A recorded id another object claims too is not this object's to delete (nor to
-    // snapshot first): only what carries its own cloud name is.
-    let mut status = status;
-    if let Some(id) = status.external_id.clone() {
-        let listed_name = seen.get(&id).map(|record| record.name().to_string());
-        if let Some(other) = other_claimant(
-            cx,
-            &*object,
-            &status,
-            &id,
-            listed_name.as_deref().unwrap_or_default(),
-        ) {
-            publish(
-                cx,
-                &object,
-                EventType::Warning,
-                reason::CLAIM_CONFLICT,
-                &format!(
-                    "{id} is also claimed by {}; it is left in place, and only a resource carrying this object's own cloud name is deleted",
-                    other.described_to(&namespace(&*object))
-                ),
-            );
-            status.external_id = None;
-        }
-    }
+    // A recorded id that is not this object's (another object claims it, or it was neither
+    // created for it nor lawfully adopted) is not its to delete, nor to snapshot first: only
+    // what carries its own cloud name is.
+    let status = checked_for_deletion(cx, &object, status, &seen).await?;
     let answered_at = cx.delete_answered_at(&uid);
     // What holds a deletion holds the delete call: once the cloud has accepted one of ours,
     // nothing is left to hold (and the checks' reads are not made again while it finishes).
@@ -1441,44 +1427,150 @@ fn listed_wall_clock<R>(listed: &CloudList<R>) -> Option<Timestamp> {
     Timestamp::now().checked_sub(age).ok()
 }
 
-/// Everything in the list `listed` that is the object's: the recorded id, and whatever carries its
-/// cloud name (a create whose answer was lost). An `external-id` annotation the status has not
-/// recorded is never a target: its adoption was refused or has not happened, and the resource
-/// it names may be anyone's.
-/// Another object whose status claims the resource `id` this object's status records: the
-/// same id, or the resource's cloud name (`listed_name`, or the name this object's status
-/// records) as its own. A status is the operator's memory, but whoever may write the status
-/// subresource can write one: a resource not named for this object that another object claims
-/// is not this object's to act on. Only resources not carrying this object's own cloud name
-/// (adopted ones, or ones a written status points at) are looked up.
-fn other_claimant<K: ManagedKind>(
+/// What the check of a recorded id found.
+enum RecordCheck {
+    /// The object's own: created for it, or adopted as its annotation asks and the adoption
+    /// checks allow.
+    Own,
+    /// Another object claims it too.
+    Conflict(Owner),
+}
+
+/// Checks that the resource `id` the status records (listed as `listed_name`, empty when no
+/// list shows it) is the object's to act on. A status is the operator's memory, but whoever
+/// may write the status subresource can write one, so a record is taken only where it is
+/// provably the object's: the resource carries the object's own cloud name (made from its uid,
+/// which no status write changes), or the object's `external-id` annotation names it and
+/// adopting it is allowed now (not another object's, not released by another namespace, and
+/// allowed in this namespace). A resource another object claims is a conflict; any other
+/// record is refused (`AlreadyOwned`, `AdoptionNotAllowed` or `ForeignRecord`), before any
+/// call on it.
+async fn check_record<K: ManagedKind>(
     cx: &Context<K>,
     object: &K,
     status: &CloudStatus,
     id: &str,
     listed_name: &str,
-) -> Option<crate::flow::adoption::Owner> {
+) -> Result<RecordCheck, Error> {
     let uid = object.uid().unwrap_or_default();
     let own_name = naming::cloud_name(&namespace(object), &object.name_any(), &uid);
-    // A resource carrying this object's own cloud name is its own (no other object's status
-    // can make a resource carry it): the common case costs no pass over the store.
+    // A resource carrying this object's own cloud name is its own: the common case costs one
+    // comparison.
     if listed_name == own_name
         && status
             .cloud_name
             .as_deref()
             .is_none_or(|name| name == own_name)
     {
-        return None;
+        return Ok(RecordCheck::Own);
     }
     let names = [Some(listed_name), status.cloud_name.as_deref()];
-    names
+    let other = names
         .into_iter()
         .flatten()
         .filter(|name| !name.is_empty())
         .map(Some)
         .chain([None])
         .flat_map(|name| cx.ownership.owners::<K>(id, name))
-        .find(|owner| owner.uid != uid)
+        .find(|owner| owner.uid != uid);
+    if let Some(other) = other {
+        return Ok(RecordCheck::Conflict(other));
+    }
+    let annotated = object
+        .annotations()
+        .get(EXTERNAL_ID_ANNOTATION)
+        .is_some_and(|adopted| adopted == id);
+    if !annotated {
+        return Err(Error::Blocked {
+            reason: reason::FOREIGN_RECORD,
+            message: format!(
+                "status.externalId records {id}, which was not created for this object and is not named by its {EXTERNAL_ID_ANNOTATION} annotation: nothing is done to it (a status written by anyone but the operator is not taken for its memory); remove status.externalId, or adopt the resource with the annotation"
+            ),
+        });
+    }
+    let listed = Some(listed_name).filter(|name| !name.is_empty());
+    cx.ownership
+        .check_adoption::<K>(
+            &cx.client,
+            cx.settings.allow_adoption,
+            object,
+            &format!("{EXTERNAL_ID_ANNOTATION} {id}"),
+            id,
+            listed,
+        )
+        .await?;
+    Ok(RecordCheck::Own)
+}
+
+/// The status a deletion acts on: without the recorded id when it is not the object's
+/// (`check_record`), with a Warning Event saying the resource is left in place.
+async fn checked_for_deletion<K: ManagedKind>(
+    cx: &Context<K>,
+    object: &K,
+    mut status: CloudStatus,
+    seen: &CloudList<Record<K>>,
+) -> Result<CloudStatus, Error> {
+    let Some(id) = status.external_id.clone() else {
+        return Ok(status);
+    };
+    let listed_name = seen.get(&id).map(|record| record.name().to_string());
+    let why = match check_record(
+        cx,
+        object,
+        &status,
+        &id,
+        listed_name.as_deref().unwrap_or_default(),
+    )
+    .await
+    {
+        Ok(RecordCheck::Own) => return Ok(status),
+        Ok(RecordCheck::Conflict(other)) => format!(
+            "{id} is also claimed by {}",
+            other.described_to(&namespace(object))
+        ),
+        Err(error @ (Error::AdoptionRefused { .. } | Error::Blocked { .. })) => error.to_string(),
+        Err(error) => return Err(error),
+    };
+    publish(
+        cx,
+        object,
+        EventType::Warning,
+        reason::CLAIM_CONFLICT,
+        &format!(
+            "{why}; it is left in place, and only a resource carrying this object's own cloud name is deleted"
+        ),
+    );
+    status.external_id = None;
+    Ok(status)
+}
+
+/// The status whose resources the released record names for an object left in the cloud:
+/// its recorded id only when it is the object's (checked against the latest list of its
+/// account, or left out when that cannot be read), and the cloud names it carries.
+async fn released_status<K: ManagedKind>(
+    cx: &Context<K>,
+    object: &K,
+) -> Result<CloudStatus, Error> {
+    let status = object.cloud_status();
+    if status.external_id.is_none() {
+        return Ok(status);
+    }
+    let managed = object.managed();
+    let seen = match cx
+        .accounts
+        .resolve(&namespace(object), managed.credentials_secret_ref.as_ref())
+        .await
+    {
+        Ok(account) => cx.observer(&account).latest().await.ok(),
+        Err(_) => None,
+    };
+    match seen {
+        Some(seen) => checked_for_deletion(cx, object, status, &seen).await,
+        None => Ok(CloudStatus {
+            external_id: None,
+            ..status
+        }),
+    }
 }
 
 /// Stops acting on a resource two objects claim: `Stalled` with `ClaimConflict` and a Warning
@@ -1490,7 +1582,7 @@ async fn claim_conflict<K: ManagedKind>(
     object: &K,
     status: CloudStatus,
     id: &str,
-    other: &crate::flow::adoption::Owner,
+    other: &Owner,
 ) -> Result<Action, Error> {
     let message = format!(
         "{id} is also claimed by {}: a cloud resource is managed by one object only, and \
@@ -1505,11 +1597,29 @@ async fn claim_conflict<K: ManagedKind>(
         reason::CLAIM_CONFLICT,
         &message,
     );
+    // The other claimant hears of it too: it keeps acting only if the resource is provably
+    // its own, and its owners should know that someone's status names their resource.
+    if let Some(claimant) = cx.ownership.get::<K>(&other.namespace, &other.name) {
+        publish(
+            cx,
+            &claimant,
+            EventType::Warning,
+            reason::CLAIM_CONFLICT,
+            &format!(
+                "{id}, recorded by this object, is also claimed by {}; nothing is done to it for that object",
+                Owner::from(object).described_to(&other.namespace)
+            ),
+        );
+    }
     let outcome = Outcome::stalled(reason::CLAIM_CONFLICT, message);
     write_status(api, cx, object, status, None, &outcome).await?;
     Ok(requeue(cx.settings.observe.resync))
 }
 
+/// Everything in the list `listed` that is the object's: the recorded id, and whatever carries its
+/// cloud name (a create whose answer was lost). An `external-id` annotation the status has not
+/// recorded is never a target: its adoption was refused or has not happened, and the resource
+/// it names may be anyone's.
 fn cleanup_targets<K: ManagedKind>(
     listed: &CloudList<Record<K>>,
     status: &CloudStatus,

@@ -15,6 +15,7 @@
 //! older than the reservation it is checked with.
 
 use crate::accounts::account::{Accounts, Billing};
+use crate::flow::adoption::Ownership;
 use crate::flow::conditions::{self, Outcome, reason};
 use crate::flow::error::Error;
 use crate::flow::kind::ManagedKind;
@@ -57,6 +58,10 @@ pub struct Billed {
     pub created: bool,
     /// The name its resource carries in the cloud, and the account it is in (key digest).
     pub cloud_name: Option<String>,
+    /// The id its status records, and whether the name recorded is not the one its namespace,
+    /// name and uid give (an adopted resource's, or one a written status names).
+    pub external_id: Option<String>,
+    pub foreign_name: bool,
     pub account: Option<String>,
     pub created_at: Option<Timestamp>,
     /// A machine the cloud reports running, which a Budget may power off: not annotated
@@ -203,6 +208,15 @@ pub fn billed<K: ManagedKind>(object: &K) -> Billed {
         currency: cost.map(|(_, currency)| currency),
         create_started: status.external_id.is_some() || status.pending_create.is_some(),
         created: status.external_id.is_some() && status.pending_create.is_none(),
+        foreign_name: status.cloud_name.as_ref().is_some_and(|name| {
+            *name
+                != crate::flow::naming::cloud_name(
+                    &object.namespace().unwrap_or_default(),
+                    &object.name_any(),
+                    &object.uid().unwrap_or_default(),
+                )
+        }),
+        external_id: status.external_id.clone(),
         cloud_name: status.cloud_name.clone(),
         account: status.account.clone(),
         created_at: object.meta().creation_timestamp.as_ref().map(|t| t.0),
@@ -468,7 +482,7 @@ fn spend_used_up(budget: &Budget) -> Option<String> {
 }
 
 /// The charges to count: the billing entries, by account, of the resources `charged` names
-/// (`<account>/<cloud name>`).
+/// (`<account>/<cloud name>/<seal>`, checked by the caller).
 pub fn spent_since(
     charged: &[String],
     billing: &BTreeMap<String, Arc<Billing>>,
@@ -477,7 +491,8 @@ pub fn spent_since(
 ) -> f64 {
     let mut spent = 0.0;
     for entry in charged {
-        let Some((account, name)) = entry.split_once('/') else {
+        let mut parts = entry.split('/');
+        let (Some(account), Some(name)) = (parts.next(), parts.next()) else {
             continue;
         };
         if let Some(billing) = billing.get(account) {
@@ -501,7 +516,7 @@ async fn count_spend(
     budget: &Budget,
     objects: &[Billed],
     counted: &Count,
-    accounts: &Accounts,
+    (accounts, ownership): (&Accounts, &Ownership),
     now: Timestamp,
 ) -> Result<(), Error> {
     let (Some(max), Some(period)) = (budget.spec.max_spend, &budget.spec.period) else {
@@ -523,9 +538,46 @@ async fn count_spend(
     }
     status.period_start = Some(Time(start));
     status.period_end = Some(Time(end));
+    let namespace = budget.namespace().unwrap_or_default();
+    let all = accounts.all();
+    // Entries the operator did not seal for this namespace (written into the status by
+    // someone else) are dropped: a Budget reads only its namespace's charges. Those of an
+    // account this process does not use (yet) stay, uncounted.
+    let before = status.charged.len();
+    status.charged.retain(|entry| {
+        all.iter()
+            .find(|account| entry.starts_with(&format!("{}/", account.id.label())))
+            .is_none_or(|account| account.is_own_charge(&namespace, entry))
+    });
+    if status.charged.len() < before {
+        tracing::warn!(
+            budget = %budget.name_any(),
+            %namespace,
+            dropped = before - status.charged.len(),
+            "status.charged named resources the operator did not count for this namespace; they are not counted"
+        );
+    }
     for object in objects.iter().filter(|o| o.create_started) {
-        if let (Some(account), Some(name)) = (&object.account, &object.cloud_name) {
-            let entry = format!("{account}/{name}");
+        if let (Some(label), Some(name)) = (&object.account, &object.cloud_name)
+            && let Some(account) = all.iter().find(|a| a.id.label() == *label)
+        {
+            // A name not made for the object is counted only while it is no one else's: a
+            // status can name any resource.
+            if object.foreign_name
+                && ownership
+                    .claimed_elsewhere(
+                        &object.kind,
+                        &namespace,
+                        &object.uid,
+                        object.external_id.as_deref().unwrap_or_default(),
+                        name,
+                        crate::accounts::released::SHARED_READ_FOR,
+                    )
+                    .await?
+            {
+                continue;
+            }
+            let entry = account.charge_entry(&namespace, name);
             if !status.charged.contains(&entry) {
                 status.charged.push(entry);
             }
@@ -533,7 +585,7 @@ async fn count_spend(
     }
     let mut billing = BTreeMap::new();
     let mut unread = false;
-    for account in accounts.all() {
+    for account in all {
         let label = account.id.label();
         if !status
             .charged
@@ -674,7 +726,7 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
 /// the wall clock's, as events' are. Returns when its spend period ends (with `maxSpend`).
 pub async fn reconcile(
     client: &kube::Client,
-    accounts: &Accounts,
+    (accounts, ownership): (&Accounts, &Ownership),
     budget: &Budget,
     clock: &Clock,
 ) -> Result<Option<Timestamp>, Error> {
@@ -700,7 +752,16 @@ pub async fn reconcile(
         .unwrap_or_else(|| budget.spec.currency.clone());
     show_count(&mut status, &counted, budget, &currency);
     status.observed_generation = budget.meta().generation;
-    if let Err(error) = count_spend(&mut status, budget, &objects, &counted, accounts, now).await {
+    if let Err(error) = count_spend(
+        &mut status,
+        budget,
+        &objects,
+        &counted,
+        (accounts, ownership),
+        now,
+    )
+    .await
+    {
         return write_failure(&api, budget, status, &error)
             .await
             .map(|()| None);
@@ -802,6 +863,8 @@ mod tests {
             create_started: created,
             created,
             cloud_name: None,
+            external_id: None,
+            foreign_name: false,
             account: None,
             created_at: None,
             may_power_off: false,

@@ -300,6 +300,19 @@ async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets,
             }
         }
     }
+    // Ids read from statuses, which whoever may write one can write: another namespace's
+    // machine is refused before anything is attached.
+    for id in &targets.ids {
+        let what = format!("{id}, recorded by a GpuInstance this firewall selects,");
+        cx.ownership
+            .check_not_anothers::<GpuInstance>(
+                &namespace,
+                &what,
+                id,
+                crate::accounts::released::SHARED_READ_FOR,
+            )
+            .await?;
+    }
     Ok(targets)
 }
 

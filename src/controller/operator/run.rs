@@ -5,7 +5,9 @@
 
 use crate::accounts::account::{Accounts, CloudSettings, SecretLocation};
 use crate::accounts::orphans::{OrphanSweepSettings, OrphanSweeper};
+use crate::accounts::released::ReleasedRecord;
 use crate::flow::adoption::Ownership;
+use crate::flow::claim_index::ClaimIndex;
 use crate::flow::context::{Context, ReconcileSettings, Shared};
 use crate::flow::gauges::KindGauges;
 use crate::flow::kind::{ManagedKind, Reference, Watched};
@@ -386,7 +388,10 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         client: client.clone(),
         accounts: accounts.clone(),
         events: events.clone(),
-        ownership: Arc::new(Ownership::default()),
+        ownership: Arc::new(Ownership::new(ReleasedRecord::new(
+            client.clone(),
+            config.reconcile.operator_namespace.clone(),
+        ))),
     };
     let shutdown = shutdown.shared();
     let scopes: Vec<Option<String>> = if config.namespaces.is_empty() {
@@ -446,7 +451,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             &changes,
             (budget_store, budget_writer),
             budgets,
-            accounts.clone(),
+            (accounts.clone(), shared.ownership.clone()),
             &config.reconcile,
             shutdown.clone(),
         ));
@@ -772,7 +777,10 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     ));
     config.metrics.register_state(gauges.clone());
     let referrers = Arc::new(ReferrerIndex::default());
-    shared.ownership.register(store.clone(), referrers.clone());
+    let claims = Arc::new(ClaimIndex::default());
+    shared
+        .ownership
+        .register(store.clone(), referrers.clone(), claims.clone());
     let users = store.clone();
     shared.accounts.register_users(
         K::BILLING_LIST,
@@ -819,13 +827,14 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         .watch::<K>(watcher::Config::default().any_semantic())
         .map_ok(|event| event.modify(crate::flow::create::forget_unread_annotations));
     let publisher = changes.clone();
-    let (indexed, before) = (referrers.clone(), store.clone());
-    let (listed_referrers, listed) = (referrers.clone(), store.clone());
+    let (indexed, indexed_claims, before) = (referrers.clone(), claims.clone(), store.clone());
+    let (listed_referrers, listed_claims, listed) = (referrers.clone(), claims, store.clone());
     let mut wakes = Wakes::new(intent_hash::<K>, store.clone());
     let objects = read_ahead(watch, READ_AHEAD)
         .inspect(move |event| {
             if let Ok(event) = event {
                 indexed.observe(&before, event);
+                indexed_claims.observe(&before, event);
             }
         })
         .map_ok(move |event| writer.apply(event))
@@ -840,6 +849,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
             Ok(watcher::Event::Init) if listed_before => metrics.watch_restarted(&kind),
             Ok(watcher::Event::InitDone) => {
                 listed_referrers.rebuild(&listed.state());
+                listed_claims.rebuild(&listed);
                 for object in lock(&listed_in).drain(..) {
                     // The controller outlives its triggers' receiver only when shutting down.
                     let _ = relisted_trigger.send(object);
@@ -961,6 +971,10 @@ fn refused_by_budget<K: ManagedKind>(object: &K) -> bool {
         .is_some_and(|c| c.reason == crate::flow::conditions::reason::BUDGET_EXCEEDED)
 }
 
+/// What a Budget's count reads: the API server, the accounts' billing, the ownership index
+/// (which charges are the namespace's) and the clock.
+type BudgetContext = (kube::Client, (Arc<Accounts>, Arc<Ownership>), Clock);
+
 /// The Budgets of a scope (`budget.rs`): each is recounted when it changes, when a billed
 /// object of its namespace changes, and once per resync interval; each change of a Budget
 /// is relayed to the billed kinds' controllers, which look again at the creates it refused.
@@ -969,7 +983,7 @@ fn budget_controller(
     changes: &ChangeHub,
     (store, writer): (reflector::Store<Budget>, reflector::store::Writer<Budget>),
     relay: Arc<Relay<BudgetChange>>,
-    accounts: Arc<Accounts>,
+    (accounts, ownership): (Arc<Accounts>, Arc<Ownership>),
     settings: &ReconcileSettings,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
 ) -> BoxFuture<'static, ()> {
@@ -1041,13 +1055,14 @@ fn budget_controller(
         // the resync and the period's end do.
         .predicate_filter(intent_hash, PredicateConfig::default())
         .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
-    let client = Arc::new((scoped.client.clone(), accounts, clock));
+    let client = Arc::new((scoped.client.clone(), (accounts, ownership), clock));
     Controller::for_stream(objects, store)
         .reconcile_on(billed_changes)
         .graceful_shutdown_on(shutdown)
         .run(
-            move |budget, cx: Arc<(kube::Client, Arc<Accounts>, Clock)>| async move {
-                let period_end = crate::kinds::budget::reconcile(&cx.0, &cx.1, &budget, &cx.2).await?;
+            move |budget, cx: Arc<BudgetContext>| async move {
+                let (accounts, ownership) = (&*cx.1.0, &*cx.1.1);
+                let period_end = crate::kinds::budget::reconcile(&cx.0, (accounts, ownership), &budget, &cx.2).await?;
                 // Counted again at the resync, or when its spend period ends if that is
                 // sooner: a spent Budget lets go at the new period, not up to an interval later.
                 let next = period_end.map_or(resync, |end| resync.min(cx.2.until(end)));

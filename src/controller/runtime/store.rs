@@ -104,6 +104,23 @@ impl<K: Resource> Store<K> {
             .cloned()
     }
 
+    /// The hash of any value under the store's seed: a key for tables that find the store's
+    /// objects by something else than their name (see [`Store::with_hash`]).
+    pub fn hash_value(&self, value: impl std::hash::Hash) -> u64 {
+        self.hash(value)
+    }
+
+    /// The objects whose namespace and name have the hash `hash` ([`Store::hash_of`]):
+    /// normally one, or none once it is gone.
+    pub fn with_hash(&self, hash: u64) -> Vec<Arc<K>> {
+        let objects = self.read();
+        objects
+            .iter_hash(hash)
+            .filter(|held| self.hash_of_object(held) == hash)
+            .cloned()
+            .collect()
+    }
+
     /// Resolves once the first list is in, or fails if the writer is dropped before.
     pub fn wait_until_ready(&self) -> impl Future<Output = Result<(), WriterDropped>> + use<K> {
         let mut ready = self.shared.ready.clone();

@@ -75,15 +75,20 @@ where
     K: crate::support::TestKind,
 {
     let api: Api<K> = Api::namespaced(env.client.clone(), namespace);
-    eventually(30, &format!("{namespace}/{name} Stalled {wanted}"), || {
+    eventually_showing(30, &format!("{namespace}/{name} Stalled {wanted}"), || {
         let api = api.clone();
         async move {
-            let object = api.get(name).await.ok()?;
-            let stalled = object
-                .cloud_status()
-                .condition(condition_type::STALLED)?
-                .clone();
-            (stalled.status == "True" && stalled.reason == wanted).then_some(stalled.message)
+            let object = api.get(name).await.map_err(|e| e.to_string())?;
+            let conditions = object.cloud_status().conditions;
+            match conditions
+                .iter()
+                .find(|c| c.type_ == condition_type::STALLED)
+            {
+                Some(stalled) if stalled.status == "True" && stalled.reason == wanted => {
+                    Ok(stalled.message.clone())
+                }
+                _ => Err(format!("{conditions:?}")),
+            }
         }
     })
     .await
@@ -402,6 +407,12 @@ async fn a_forged_status_never_acts_on_another_teams_machine() {
     let message = stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
     assert!(message.contains(&victim_id), "{message}");
     assert!(message.contains("another namespace"), "{message}");
+    // The team whose machine was named hears of it too, without learning who named it.
+    wait_for_events(&env, "victim", &[reason::CLAIM_CONFLICT]).await;
+    for event in events_about(&env, "victim", reason::CLAIM_CONFLICT).await {
+        let note = event.note.unwrap_or_default();
+        assert!(!note.contains(TENANT) && !note.contains("thief"), "{note}");
+    }
     delete_in_tenant::<GpuInstance>(&env, "thief").await;
 
     assert_eq!(env.calls("StopInstance"), 0, "no machine was stopped");
@@ -568,4 +579,194 @@ async fn a_refusal_whose_report_was_lost_shows_soon_after() {
     stalled_in_tenant::<GpuInstance>(&env, "thief", reason::ALREADY_OWNED).await;
     delete_in_tenant::<GpuInstance>(&env, "thief").await;
     ready::<GpuInstance>(&env, "victim").await;
+}
+
+/// The tenant's own machine `name`, made and Ready: its cloud id.
+async fn tenant_machine(env: &Env, name: &str) -> String {
+    let own = tenant_api::<GpuInstance>(env);
+    own.create(
+        &PostParams::default(),
+        &in_tenant(machine(name, serde_json::json!({})), None),
+    )
+    .await
+    .unwrap();
+    eventually(60, &format!("{TENANT}/{name} Ready"), || {
+        let own = own.clone();
+        async move {
+            let object = own.get(name).await.ok()?;
+            object
+                .cloud_status()
+                .is_ready(object.metadata.generation)
+                .then(|| object.cloud_status().external_id)
+                .flatten()
+        }
+    })
+    .await
+}
+
+/// Deletes the test namespace's object `name` of kind `K` with `deletionPolicy: Orphan`: its
+/// cloud resource stays, written into the released record as that namespace's.
+async fn release<K>(env: &Env, name: &str)
+where
+    K: crate::support::TestKind,
+{
+    let api = env.api::<K>();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"deletionPolicy": "Orphan"}})),
+    )
+    .await
+    .unwrap();
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    eventually(30, &format!("{name} released"), || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+}
+
+/// A resource another namespace let go (`deletionPolicy: Orphan`, a kept final snapshot)
+/// stays that namespace's: where adoption is allowed, another namespace can neither adopt it
+/// by annotation nor boot from it, and nothing is called on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_resource_stays_its_namespaces() {
+    let env = Env::start().await;
+    support::create_namespace(&env.client, "team-c", true)
+        .await
+        .unwrap();
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    ready_id::<GpuInstance>(&env, "victim").await;
+    create(
+        &env,
+        &object::<Snapshot>(
+            "disk",
+            serde_json::json!({"instanceRef": {"name": "victim"}}),
+        ),
+    )
+    .await;
+    let snapshot = ready_id::<Snapshot>(&env, "disk").await;
+    release::<Snapshot>(&env, "disk").await;
+    let creates = env.calls("CreateInstance");
+    let before = writes(&env);
+
+    let mut adopted: Snapshot =
+        object("taken", serde_json::json!({"instanceRef": {"name": "any"}}));
+    adopted.metadata.namespace = Some("team-c".into());
+    adopted.metadata.annotations = Some(BTreeMap::from([(
+        EXTERNAL_ID_ANNOTATION.to_string(),
+        snapshot.clone(),
+    )]));
+    let snapshots: Api<Snapshot> = Api::namespaced(env.client.clone(), "team-c");
+    snapshots
+        .create(&PostParams::default(), &adopted)
+        .await
+        .unwrap();
+    let message = stalled_in::<Snapshot>(&env, "team-c", "taken", reason::ALREADY_OWNED).await;
+    assert!(message.contains("another namespace"), "{message}");
+
+    let mut booted = machine("booted", serde_json::json!({"osImage": snapshot}));
+    booted.metadata.namespace = Some("team-c".into());
+    let machines: Api<GpuInstance> = Api::namespaced(env.client.clone(), "team-c");
+    machines
+        .create(&PostParams::default(), &booted)
+        .await
+        .unwrap();
+    let message = stalled_in::<GpuInstance>(&env, "team-c", "booted", reason::ALREADY_OWNED).await;
+    assert!(message.contains("another namespace"), "{message}");
+
+    snapshots
+        .delete("taken", &DeleteParams::default())
+        .await
+        .unwrap();
+    machines
+        .delete("booted", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "team-c's objects deleted", || {
+        let (snapshots, machines) = (snapshots.clone(), machines.clone());
+        async move {
+            (snapshots.get_opt("taken").await.ok()?.is_none()
+                && machines.get_opt("booted").await.ok()?.is_none())
+            .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(env.calls("CreateInstance"), creates, "no machine booted");
+    assert_eq!(writes(&env), before, "no cloud call changed anything");
+    assert!(
+        env.simulator
+            .state()
+            .snapshots
+            .iter()
+            .any(|s| s.snapshot_id == snapshot),
+        "the released snapshot is still there"
+    );
+}
+
+/// A status naming a resource no object claims (here one another namespace let go) is not
+/// taken for the operator's memory: with `externalId` alone the object stalls
+/// `ForeignRecord`; with the annotation forged to match, the adoption check refuses it. No
+/// call is made on that machine, and deleting the objects deletes only the tenant's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_status_naming_a_resource_no_object_claims_is_never_acted_on() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("kept", serde_json::json!({}))).await;
+    let kept = ready_id::<GpuInstance>(&env, "kept").await;
+    release::<GpuInstance>(&env, "kept").await;
+    let own_ids = [
+        tenant_machine(&env, "status-only").await,
+        tenant_machine(&env, "with-annotation").await,
+    ];
+    let own = tenant_api::<GpuInstance>(&env);
+    let forged = serde_json::json!({"status": {"externalId": kept}});
+    // One after the other: two objects naming one resource would conflict with each other.
+    for (name, refused) in [
+        ("status-only", reason::FOREIGN_RECORD),
+        ("with-annotation", reason::ALREADY_OWNED),
+    ] {
+        if name == "with-annotation" {
+            own.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({
+                    "metadata": {"annotations": {EXTERNAL_ID_ANNOTATION: kept}},
+                })),
+            )
+            .await
+            .unwrap();
+        }
+        own.patch_status(name, &PatchParams::default(), &Patch::Merge(&forged))
+            .await
+            .unwrap();
+        own.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+        )
+        .await
+        .unwrap();
+        let message = stalled_in_tenant::<GpuInstance>(&env, name, refused).await;
+        assert!(message.contains(&kept), "{message}");
+        delete_in_tenant::<GpuInstance>(&env, name).await;
+    }
+
+    assert_eq!(env.calls("StopInstance"), 0, "no machine was stopped");
+    let state = env.simulator.state();
+    let kept_machine = state
+        .instances
+        .iter()
+        .find(|i| i.instance_id == kept)
+        .expect("the released machine still exists");
+    assert_eq!(
+        kept_machine.status,
+        gpucloud_cloud::model::InstanceStatus::Active
+    );
+    for id in own_ids {
+        assert!(
+            !state.instances.iter().any(|i| i.instance_id == id),
+            "the tenant's own machine {id} is deleted with its object"
+        );
+    }
 }

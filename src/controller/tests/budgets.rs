@@ -637,3 +637,62 @@ async fn set_limit(api: &Api<Budget>, name: &str, rate: f64) {
     .await
     .unwrap();
 }
+
+/// Whoever may write a Budget's status can list any `<account>/<cloud name>` in its
+/// `status.charged`: another team's machines there (unsealed, or with a made-up seal) are
+/// dropped at the next count, and their billing never shows in this Budget's spend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_charge_never_reads_another_teams_billing() {
+    let env = Env::start().await;
+    support::create(&env, &machine("trainer", &[])).await;
+    let trainer = power_is(&env, "trainer", "RUNNING").await;
+    let status = trainer.cloud_status();
+    let (account, name) = (status.account.unwrap(), status.cloud_name.unwrap());
+    support::create_namespace(&env.client, "team-b", false)
+        .await
+        .unwrap();
+    let hostile: Api<Budget> = Api::namespaced(env.client.clone(), "team-b");
+    let mut spy = budget(
+        "spy",
+        serde_json::json!({"maxHourlyRate": 100.0, "maxSpend": 100000.0,
+                           "period": {"type": "Monthly"}}),
+    );
+    spy.metadata.namespace = Some("team-b".into());
+    hostile.create(&PostParams::default(), &spy).await.unwrap();
+    // Counted once first: a count that starts a period starts its entries afresh.
+    eventually(30, "the spy Budget counted", || {
+        let hostile = hostile.clone();
+        async move {
+            let status = hostile.get("spy").await.ok()?.status?;
+            status.period_start.map(drop)
+        }
+    })
+    .await;
+    let forged_entries = [
+        format!("{account}/{name}"),
+        format!("{account}/{name}/0123456789abcdef"),
+    ];
+    let forged = serde_json::json!({"status": {"charged": forged_entries}});
+    hostile
+        .patch_status("spy", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    env.simulator
+        .advance_clock(std::time::Duration::from_secs(3 * 86_400));
+
+    // Counted again at the resync (2 s here): the forged entries are gone and nothing of the
+    // other team's billing is counted.
+    let spy = eventually(
+        30,
+        "the spy Budget counted without the forged entries",
+        || {
+            let hostile = hostile.clone();
+            async move {
+                let status = hostile.get("spy").await.ok()?.status?;
+                (status.charged.is_empty() && status.spent.is_some()).then_some(status)
+            }
+        },
+    )
+    .await;
+    assert_eq!(spy.spent, Some(0.0), "{spy:?}");
+}

@@ -17,6 +17,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use std::collections::HashMap;
 
 /// Attempts at removing the finalizer of one object that keeps changing meanwhile.
 const ATTEMPTS: usize = 5;
@@ -133,24 +134,46 @@ async fn release_kind<K: ManagedKind>(
         args.namespace.iter().map(namespaced).collect()
     };
     let mut released = Vec::new();
+    let mut listed = Vec::new();
     for api in scopes {
-        for object in list_all(&api).await? {
-            if !object.finalizers().iter().any(|f| f == FINALIZER) {
-                continue;
-            }
-            let namespace = object.namespace().unwrap_or_default();
-            // Recorded before the finalizer goes: once it is gone the object may vanish.
-            record_released(client, &args.operator_namespace, &object).await?;
-            if remove_finalizer(&Api::namespaced(client.clone(), &namespace), object.clone())
-                .await?
-            {
-                released.push(Released {
-                    kind: K::kind(&()).into_owned(),
-                    namespace,
-                    name: object.name_any(),
-                    external_id: object.cloud_status().external_id,
-                });
-            }
+        listed.extend(list_all(&api).await?);
+    }
+    // An id two objects record is recorded as released by neither: one of the statuses was
+    // written by someone else than the operator, and the record decides which namespace may
+    // take the resource again.
+    let mut recorders: HashMap<String, usize> = HashMap::new();
+    for object in &listed {
+        if let Some(id) = object.cloud_status().external_id {
+            *recorders.entry(id).or_default() += 1;
+        }
+    }
+    for object in listed {
+        if !object.finalizers().iter().any(|f| f == FINALIZER) {
+            continue;
+        }
+        let namespace = object.namespace().unwrap_or_default();
+        let mut status = object.cloud_status();
+        if let Some(id) = &status.external_id
+            && recorders.get(id).is_some_and(|count| *count > 1)
+        {
+            tracing::warn!(
+                kind = %K::kind(&()),
+                %namespace,
+                name = %object.name_any(),
+                cloud_id = %id,
+                "the id is recorded by another object too; only the names this object's resource carries are recorded as released"
+            );
+            status.external_id = None;
+        }
+        // Recorded before the finalizer goes: once it is gone the object may vanish.
+        record_released(client, &args.operator_namespace, &object, &status).await?;
+        if remove_finalizer(&Api::namespaced(client.clone(), &namespace), object.clone()).await? {
+            released.push(Released {
+                kind: K::kind(&()).into_owned(),
+                namespace,
+                name: object.name_any(),
+                external_id: object.cloud_status().external_id,
+            });
         }
     }
     Ok(released)

@@ -280,9 +280,16 @@ impl ManagedKind for GpuInstance {
                 // image: one another namespace's object owns is refused before any call.
                 let what = format!("spec.osImage {os}");
                 cx.ownership
-                    .check_not_anothers::<Image>(&namespace, &what, os)?;
+                    .check_not_anothers::<Image>(&namespace, &what, os, std::time::Duration::ZERO)
+                    .await?;
                 cx.ownership
-                    .check_not_anothers::<Snapshot>(&namespace, &what, os)?;
+                    .check_not_anothers::<Snapshot>(
+                        &namespace,
+                        &what,
+                        os,
+                        std::time::Duration::ZERO,
+                    )
+                    .await?;
                 os.clone()
             }
             (None, Some(image)) => {
