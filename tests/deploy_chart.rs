@@ -681,6 +681,67 @@ fn gitops_installs_name_the_chart_with_values_it_accepts() {
     assert!(wave(crds) < wave(&argocd));
 }
 
+/// Every example and deployment manifest reads as the operator reads manifests
+/// (`tools::manifests::documents`, serde-saphyr) into what PyYAML reads (the parser the
+/// chart's rendering is validated with): the same documents, numbered alike.
+#[test]
+fn every_manifest_reads_alike_with_the_operators_yaml_reader() {
+    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, files);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for dir in [
+        "examples",
+        "deploy",
+        "crds",
+        "charts/gpucloud-operator/values.yaml",
+    ] {
+        let path = repository_root().join(dir);
+        if path.is_dir() {
+            walk(&path, &mut files);
+        } else {
+            files.push(path);
+        }
+    }
+    files.sort();
+    assert!(files.len() > 30, "{files:?}");
+    let script = "import json, sys, yaml\nprint(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let ours: Vec<Value> = gpucloud_controller::tools::manifests::documents(&text)
+            .into_iter()
+            .map(|(n, d)| d.unwrap_or_else(|e| panic!("{}: document {n}: {e}", file.display())))
+            .collect();
+        let output = Command::new(deploy::python())
+            .args(["-c", script])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let pyyaml: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            whole_numbers(json!(ours)),
+            whole_numbers(json!(pyyaml)),
+            "{}",
+            file.display()
+        );
+    }
+    // The chart's rendering as the tests read it (yaml_documents) is what PyYAML read.
+    let rendered = render(&platform_values());
+    assert!(rendered.objects().len() > 10);
+}
+
 /// A GitOps install names an image of its own: the chart's default is a placeholder no
 /// registry serves.
 fn assert_not_placeholder(label: &str, rendered: &Rendered) {

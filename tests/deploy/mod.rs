@@ -184,9 +184,12 @@ pub fn helm(kubeconfig: &Path, action: &str, chart: &Path, values: &Value) -> Va
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// The documents of a YAML stream, read as the operator reads manifests (serde-saphyr);
+/// empty documents left out.
 pub fn yaml_documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|document| Value::deserialize(document).unwrap())
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("YAML: {e}\n{text}"))
+        .into_iter()
         .filter(|value| !value.is_null())
         .collect()
 }
