@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The release artifacts `scripts/release.sh` makes from this checkout, as CI makes them: the
-//! chart packaged at the crate's version with its repository index and the image's build
-//! command, the SBOM and the checksums; the packaged chart (not the directory) rendered and accepted by the embedded API
-//! server; and what `helm upgrade` and `helm uninstall` do to the CRDs the chart templates.
+//! chart packaged at the crate's version with its repository index, the image's build command,
+//! the SBOM and the checksums; the packaged chart (not the directory) rendered and accepted by
+//! the embedded API server; and what `helm upgrade` and `helm uninstall` do to the CRDs the
+//! chart templates.
 
 mod deploy;
 
