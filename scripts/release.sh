@@ -3,13 +3,17 @@
 #   target/dist/gpucloud-operator-<version>.tgz  the Helm chart, packaged
 #   target/dist/index.yaml                       a Helm repository index of target/dist/
 #   target/dist/docker-build.sh                  the image's `docker build` command (also printed)
+#   target/dist/gpucloud-operator.cdx.json       the SBOM of the binary's crates (CycloneDX 1.5,
+#                                                scripts/sbom.py, from `cargo tree` and Cargo.lock)
+#   target/dist/SHA256SUMS                       the SHA-256 of every file above
 # It refuses a chart whose version or appVersion is not the operator crate's version, and a
 # chart `helm lint --strict` finds anything in. It needs python3 with venv and PyPI access
 # (.ci/python-tools.sh) and cargo; no helm binary, no container runtime.
 # Environment: CHART and DIST (default charts/gpucloud-operator and target/dist);
 # IMAGE_REPOSITORY (default gpucloud-operator, a local image name until the project has a
 # registry); SOURCE_URL (the image's org.opencontainers.image.source label, empty by default);
-# SOURCE_DATE_EPOCH (the image's creation date; default now).
+# SOURCE_DATE_EPOCH (the image's creation date; default now; the SBOM's date, default the
+# commit's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,3 +73,21 @@ command=(docker build
 chmod +x "$DIST/docker-build.sh"
 echo "$DIST/docker-build.sh:"
 tail -1 "$DIST/docker-build.sh"
+
+# The SBOM: the crates the image's binary links (the production build, --no-default-features),
+# for this machine's target. Dated by SOURCE_DATE_EPOCH or the commit, so it is reproducible.
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+  SBOM_DATE="$BUILD_DATE"
+else
+  SBOM_DATE="$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)"
+fi
+SBOM="$DIST/gpucloud-operator.cdx.json"
+cargo tree --locked -p gpucloud-operator --no-default-features -e normal,build \
+  --prefix depth --format '{p}|{l}' \
+  | TZ=UTC "$PYTHON" scripts/sbom.py Cargo.lock "$SBOM_DATE" >"$SBOM.tmp"
+mv "$SBOM.tmp" "$SBOM"
+echo "$SBOM"
+
+# Checksums of every artifact, for `sha256sum --check` after a download.
+(cd "$DIST" && sha256sum -- *.tgz index.yaml docker-build.sh gpucloud-operator.cdx.json >SHA256SUMS)
+echo "$DIST/SHA256SUMS"

@@ -71,7 +71,49 @@ fn combinations() -> Vec<(&'static str, Value)> {
             json!({"watchNamespaces": ["team-a"], "credentials": {"existingSecret": ""},
                    "replicas": 2}),
         ),
+        (
+            "ids from the platform's range (OpenShift), pinned image, pod settings, PodMonitor",
+            platform_values(),
+        ),
     ]
+}
+
+/// A digest of the placeholder image, for rendering (no image has it).
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// What a platform team sets: the image from its registry by digest, user ids left to the
+/// platform, spread over zones, a scratch volume, flags, probes, a PodMonitor.
+fn platform_values() -> Value {
+    json!({
+        "image": {"registry": "registry.example.com/platform", "repository": "gpucloud-operator",
+                  "tag": "ignored", "digest": DIGEST},
+        "podSecurityContext": {"runAsUser": null, "runAsGroup": null},
+        "replicas": 2,
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+             "whenUnsatisfiable": "ScheduleAnyway"},
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+             "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"team": "platform"}}}],
+        "extraArgs": ["--settle-window=45s"],
+        "extraEnv": [{"name": "GPUCLOUD_TRANSITION_INTERVAL",
+                      "valueFrom": {"configMapKeyRef": {"name": "operator-tuning", "key": "transition"}}}],
+        "extraVolumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "64Mi"}}],
+        "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+        "livenessProbe": {"initialDelaySeconds": 10, "periodSeconds": 20, "timeoutSeconds": 3,
+                          "failureThreshold": 5},
+        "readinessProbe": {"initialDelaySeconds": 1, "periodSeconds": 7, "timeoutSeconds": 4,
+                           "failureThreshold": 2},
+        "global": {"priorityClassName": "platform-critical"},
+        "metrics": {"podMonitor": {"enabled": true, "interval": "15s", "scrapeTimeout": "10s",
+            "labels": {"release": "prom"},
+            "relabelings": [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                             "targetLabel": "node"}],
+            "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"],
+                                   "regex": "process_virtual_memory_bytes"}]}},
+        "prometheusRule": {"enabled": true},
+    })
 }
 
 /// Minimal CRD of one of the Prometheus Operator's kinds (ServiceMonitor, PrometheusRule), as
@@ -124,6 +166,7 @@ async fn every_combination_renders_lints_validates_and_applies() {
         deploy::create_namespaces(&client, &namespaces).await;
         let monitoring = [
             monitoring_crd("ServiceMonitor"),
+            monitoring_crd("PodMonitor"),
             monitoring_crd("PrometheusRule"),
         ];
         deploy::apply_all(&client, &monitoring).await;
@@ -137,6 +180,11 @@ async fn every_combination_renders_lints_validates_and_applies() {
 fn check_pod(label: &str, rendered: &Rendered) {
     let deployment = rendered.find("Deployment", RELEASE).unwrap();
     let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        restricted_violations(pod),
+        Vec::<String>::new(),
+        "{label}: the restricted Pod Security Standard"
+    );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{label}");
     assert_eq!(
         pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
@@ -166,7 +214,7 @@ fn check_pod(label: &str, rendered: &Rendered) {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e.get("valueFrom").is_some())
+        .filter(|e| e["valueFrom"].get("fieldRef").is_some())
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert_eq!(downward, ["POD_NAME", "POD_NAMESPACE"], "{label}");
@@ -370,10 +418,15 @@ fn generated(path: &Path, content: &str) {
 }
 
 fn yaml_files(dir: &Path) -> Vec<String> {
+    yaml_files_with(dir, ".yaml")
+}
+
+/// The names of the files in `dir` ending in `suffix`, sorted.
+fn yaml_files_with(dir: &Path, suffix: &str) -> Vec<String> {
     let mut files: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml"))
+        .filter(|n| n.ends_with(suffix))
         .collect();
     files.sort();
     files
@@ -596,6 +649,7 @@ fn gitops_installs_name_the_chart_with_values_it_accepts() {
     );
     let rendered = render(&source["helm"]["valuesObject"]);
     assert!(rendered.crd_objects().is_empty(), "Argo CD: CRDs rendered");
+    assert_not_placeholder("Argo CD", &rendered);
 
     let flux = read("deploy/flux/operator.yaml");
     assert_eq!(
@@ -605,6 +659,7 @@ fn gitops_installs_name_the_chart_with_values_it_accepts() {
     assert_eq!(flux["spec"]["targetNamespace"], RELEASE_NAMESPACE);
     let rendered = render(&flux["spec"]["values"]);
     assert!(rendered.crd_objects().is_empty(), "Flux: CRDs rendered");
+    assert_not_placeholder("Flux", &rendered);
 
     // The CRDs come first: Argo CD's CRD Application in an earlier sync wave, Flux's
     // workloads depending on its CRD Kustomization.
@@ -624,6 +679,133 @@ fn gitops_installs_name_the_chart_with_values_it_accepts() {
         .find(|a| a["spec"]["source"]["path"] == "crds")
         .unwrap();
     assert!(wave(crds) < wave(&argocd));
+}
+
+/// Every example and deployment manifest reads as the operator reads manifests
+/// (`tools::manifests::documents`, serde-saphyr) into what PyYAML reads (the parser the
+/// chart's rendering is validated with): the same documents, numbered alike.
+#[test]
+fn every_manifest_reads_alike_with_the_operators_yaml_reader() {
+    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, files);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for dir in [
+        "examples",
+        "deploy",
+        "crds",
+        "charts/gpucloud-operator/values.yaml",
+    ] {
+        let path = repository_root().join(dir);
+        if path.is_dir() {
+            walk(&path, &mut files);
+        } else {
+            files.push(path);
+        }
+    }
+    files.sort();
+    assert!(files.len() > 30, "{files:?}");
+    let script = "import json, sys, yaml\nprint(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let ours: Vec<Value> = gpucloud_controller::tools::manifests::documents(&text)
+            .into_iter()
+            .map(|(n, d)| d.unwrap_or_else(|e| panic!("{}: document {n}: {e}", file.display())))
+            .collect();
+        let output = Command::new(deploy::python())
+            .args(["-c", script])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let pyyaml: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            whole_numbers(json!(ours)),
+            whole_numbers(json!(pyyaml)),
+            "{}",
+            file.display()
+        );
+    }
+    // The chart's rendering as the tests read it (yaml_documents) is what PyYAML read.
+    let rendered = render(&platform_values());
+    assert!(rendered.objects().len() > 10);
+}
+
+/// A GitOps install names an image of its own: the chart's default is a placeholder no
+/// registry serves.
+fn assert_not_placeholder(label: &str, rendered: &Rendered) {
+    let image = pod_spec(rendered)["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !image.starts_with("ghcr.io/example/"),
+        "{label}: the placeholder image {image}"
+    );
+}
+
+/// Numbers of kinds in the docs and the chart ("the nine kinds") are the registry's.
+#[test]
+fn docs_count_the_kinds_the_registry_has() {
+    const NUMBERS: [&str; 13] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve",
+    ];
+    let kinds = gpucloud_controller::kinds::registry::crds().len();
+    let mut files = vec![
+        "README.md".to_string(),
+        "CHANGELOG.md".to_string(),
+        "charts/gpucloud-operator/README.md".to_string(),
+        "charts/gpucloud-operator/values.yaml".to_string(),
+        "charts/gpucloud-operator/values.schema.json".to_string(),
+        "charts/gpucloud-operator/Chart.yaml".to_string(),
+    ];
+    // docs/performance.md (benchmark runs) and docs/simulator.md (its load tests) count the
+    // kinds a run exercised, not the operator's.
+    files.extend(
+        yaml_files_with(&repository_root().join("docs"), ".md")
+            .into_iter()
+            .filter(|f| f != "performance.md" && f != "simulator.md")
+            .map(|f| format!("docs/{f}")),
+    );
+    let mut counted = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(repository_root().join(file)).unwrap();
+        let words: Vec<String> = text
+            .split(|c: char| !c.is_alphanumeric() && c != '-')
+            .map(str::to_lowercase)
+            .filter(|w| !w.is_empty())
+            .collect();
+        for pair in words.windows(2) {
+            if pair[1] != "kinds" {
+                continue;
+            }
+            let number = NUMBERS
+                .iter()
+                .position(|n| *n == pair[0])
+                .or_else(|| pair[0].parse().ok());
+            if let Some(number) = number {
+                assert_eq!(
+                    number, kinds,
+                    "{file} says \"{} kinds\"; the registry has {kinds}",
+                    pair[0]
+                );
+                counted += 1;
+            }
+        }
+    }
+    assert!(counted >= 4, "only {counted} counts of kinds found");
 }
 
 /// The image's user is the one the pod's securityContext runs as.
@@ -684,7 +866,7 @@ fn the_example_overlay_renders() {
 }
 
 /// `--set key=value` of a helm command line as values (`{a,b}` is a list, `true` and `false`
-/// booleans, as in Helm).
+/// booleans, `null` a removed key, as in Helm).
 fn helm_set_values(command: &str) -> Value {
     let mut values = json!({});
     let mut words = command.split_whitespace();
@@ -700,6 +882,8 @@ fn helm_set_values(command: &str) -> Value {
             Some(list) => json!(list.split(',').collect::<Vec<_>>()),
             None => match raw {
                 "true" | "false" => json!(raw == "true"),
+                // Helm's --set removes a key set to null.
+                "null" => Value::Null,
                 _ => json!(raw),
             },
         };
@@ -749,6 +933,9 @@ fn documented_install_commands_use_these_files() {
                 let mut values = helm_set_values(&span.replace("=...", "=placeholder"));
                 if values["credentials"]["existingSecret"] == "" {
                     values["credentials"]["apiKey"] = json!("placeholder");
+                }
+                if values["image"]["digest"] == "placeholder" {
+                    values["image"]["digest"] = json!(DIGEST);
                 }
                 render(&values);
             }
@@ -805,6 +992,556 @@ fn every_rendered_setting_is_taken_by_the_operator() {
             output.status.success(),
             "{label}: {}",
             String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+// === pod security and the platform's values ===
+
+/// What the restricted Pod Security Standard (Kubernetes 1.33, `restricted:latest`, the
+/// baseline's checks included) refuses in a pod spec, one message per violation: what
+/// `pod-security.kubernetes.io/enforce: restricted` would refuse.
+fn restricted_violations(pod: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let pod_security = &pod["securityContext"];
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        if pod[field] == true {
+            found.push(format!("{field} is true"));
+        }
+    }
+    const VOLUME_TYPES: [&str; 8] = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
+        let volume = volume.as_object().unwrap();
+        for key in volume.keys().filter(|k| *k != "name") {
+            if !VOLUME_TYPES.contains(&key.as_str()) {
+                found.push(format!("volume {}: type {key}", volume["name"]));
+            }
+        }
+    }
+    let seccomp_allowed = |profile: &Value| {
+        matches!(
+            profile["type"].as_str(),
+            Some("RuntimeDefault") | Some("Localhost")
+        )
+    };
+    if pod_security["runAsUser"] == 0 {
+        found.push("pod runAsUser is 0".into());
+    }
+    if pod_security["seccompProfile"]["type"] == "Unconfined" {
+        found.push("pod seccompProfile is Unconfined".into());
+    }
+    for sysctl in pod_security["sysctls"].as_array().into_iter().flatten() {
+        found.push(format!("sysctl {}", sysctl["name"]));
+    }
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|list| pod[*list].as_array().into_iter().flatten());
+    for container in containers {
+        let name = container["name"].as_str().unwrap_or("?");
+        let security = &container["securityContext"];
+        if security["privileged"] == true {
+            found.push(format!("{name}: privileged"));
+        }
+        if security["allowPrivilegeEscalation"] != false {
+            found.push(format!("{name}: allowPrivilegeEscalation is not false"));
+        }
+        let non_root = match &security["runAsNonRoot"] {
+            Value::Bool(value) => *value,
+            _ => pod_security["runAsNonRoot"] == true,
+        };
+        if !non_root {
+            found.push(format!("{name}: runAsNonRoot is not true"));
+        }
+        if security["runAsUser"] == 0 {
+            found.push(format!("{name}: runAsUser is 0"));
+        }
+        let seccomp = if security["seccompProfile"].is_object() {
+            &security["seccompProfile"]
+        } else {
+            &pod_security["seccompProfile"]
+        };
+        if !seccomp_allowed(seccomp) {
+            found.push(format!(
+                "{name}: seccompProfile is not RuntimeDefault or Localhost"
+            ));
+        }
+        let capabilities = &security["capabilities"];
+        if !capabilities["drop"]
+            .as_array()
+            .is_some_and(|d| d.contains(&json!("ALL")))
+        {
+            found.push(format!("{name}: capabilities do not drop ALL"));
+        }
+        for added in capabilities["add"].as_array().into_iter().flatten() {
+            if added != "NET_BIND_SERVICE" {
+                found.push(format!("{name}: adds capability {added}"));
+            }
+        }
+        if security["procMount"]
+            .as_str()
+            .is_some_and(|m| m != "Default")
+        {
+            found.push(format!("{name}: procMount"));
+        }
+        for port in container["ports"].as_array().into_iter().flatten() {
+            if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
+                found.push(format!("{name}: hostPort {}", port["hostPort"]));
+            }
+        }
+    }
+    found
+}
+
+fn pod_spec(rendered: &Rendered) -> Value {
+    rendered.find("Deployment", RELEASE).unwrap()["spec"]["template"]["spec"].clone()
+}
+
+/// The chart's pod passes the restricted Pod Security Standard with its defaults and with the
+/// user ids left to the platform (OpenShift's restricted SCC assigns them from a range), and
+/// the check itself refuses what the standard refuses.
+#[test]
+fn the_pod_meets_the_restricted_pod_security_standard() {
+    let defaults = pod_spec(&render(&json!({})));
+    assert_eq!(restricted_violations(&defaults), Vec::<String>::new());
+    assert_eq!(defaults["securityContext"]["runAsUser"], 65532);
+
+    let platform = render(&json!({"podSecurityContext": {"runAsUser": null, "runAsGroup": null}}));
+    assert_eq!(platform.invalid, Vec::<String>::new());
+    let pod = pod_spec(&platform);
+    assert_eq!(restricted_violations(&pod), Vec::<String>::new());
+    let security = pod["securityContext"].as_object().unwrap();
+    assert!(
+        !security.contains_key("runAsUser") && !security.contains_key("runAsGroup"),
+        "{security:?}"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+
+    let escalating = pod_spec(&render(&json!({
+        "securityContext": {"allowPrivilegeEscalation": true, "capabilities": {"add": ["NET_ADMIN"]}},
+        "podSecurityContext": {"runAsNonRoot": null, "seccompProfile": null},
+        "extraVolumes": [{"name": "host", "hostPath": {"path": "/var/run"}}],
+    })));
+    let violations = restricted_violations(&escalating);
+    for expected in [
+        "operator: allowPrivilegeEscalation is not false",
+        "operator: adds capability \"NET_ADMIN\"",
+        "operator: seccompProfile is not RuntimeDefault or Localhost",
+        "volume \"host\": type hostPath",
+    ] {
+        assert!(
+            violations.iter().any(|v| v == expected),
+            "{expected} not found in {violations:?}"
+        );
+    }
+    // runAsNonRoot from the container alone still passes.
+    assert!(!violations.iter().any(|v| v.contains("runAsNonRoot")));
+}
+
+/// `image.digest` pins the image (`repository@sha256:...`) whatever the tag says;
+/// `image.registry` goes in front of the repository.
+#[test]
+fn the_image_is_pinned_by_digest() {
+    let image = |values: Value| -> String {
+        let pod = pod_spec(&render(&values));
+        pod["containers"][0]["image"].as_str().unwrap().to_string()
+    };
+    assert_eq!(image(json!({})), "ghcr.io/example/gpucloud-operator:0.1.0");
+    assert_eq!(
+        image(
+            json!({"image": {"repository": "registry.example.com/gpucloud-operator",
+                               "tag": "0.1.0-rc1", "digest": DIGEST}})
+        ),
+        format!("registry.example.com/gpucloud-operator@{DIGEST}")
+    );
+    assert_eq!(
+        image(json!({"image": {"registry": "registry.example.com:5000/",
+                               "repository": "platform/gpucloud-operator", "tag": "0.1.0-rc1"}})),
+        "registry.example.com:5000/platform/gpucloud-operator:0.1.0-rc1"
+    );
+    for bad in [
+        json!({"image": {"digest": "sha256:abc"}}),
+        json!({"image": {"digest": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}),
+        json!({"image": {"registry": "https://registry.example.com"}}),
+    ] {
+        assert!(try_render(&bad).is_err(), "{bad} was accepted");
+    }
+}
+
+/// Each of the platform values lands where Kubernetes reads it.
+#[test]
+fn platform_values_land_where_they_should() {
+    let rendered = render(&platform_values());
+    assert_eq!(rendered.invalid, Vec::<String>::new());
+    let deployment = rendered.find("Deployment", RELEASE).unwrap();
+    assert_eq!(
+        deployment["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "platform-critical");
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    let selector = deployment["spec"]["selector"]["matchLabels"].clone();
+    let spread = pod["topologySpreadConstraints"].as_array().unwrap();
+    assert_eq!(spread.len(), 2);
+    assert_eq!(spread[0]["labelSelector"]["matchLabels"], selector);
+    assert_eq!(spread[0]["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(
+        spread[1]["labelSelector"]["matchLabels"],
+        json!({"team": "platform"})
+    );
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "scratch", "emptyDir": {"sizeLimit": "64Mi"}}])
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!("registry.example.com/platform/gpucloud-operator@{DIGEST}")
+    );
+    assert_eq!(container["args"], json!(["run", "--settle-window=45s"]));
+    assert_eq!(
+        container["volumeMounts"],
+        json!([{"name": "scratch", "mountPath": "/scratch"}])
+    );
+    let env = container["env"].as_array().unwrap();
+    assert_eq!(
+        env.last().unwrap()["valueFrom"]["configMapKeyRef"]["name"],
+        "operator-tuning"
+    );
+    assert_eq!(
+        container["livenessProbe"],
+        json!({"httpGet": {"path": "/healthz", "port": "health"}, "initialDelaySeconds": 10,
+               "periodSeconds": 20, "timeoutSeconds": 3, "failureThreshold": 5})
+    );
+    assert_eq!(
+        container["readinessProbe"],
+        json!({"httpGet": {"path": "/readyz", "port": "health"}, "initialDelaySeconds": 1,
+               "periodSeconds": 7, "timeoutSeconds": 4, "failureThreshold": 2})
+    );
+    // The flags reach `run` (the ConfigMap's value stands in for the kubelet's).
+    let args = deploy::run_args(&rendered, &[]);
+    args.config().unwrap();
+
+    // The PodMonitor scrapes the metrics port and names the job the alerts select.
+    assert!(rendered.find("ServiceMonitor", RELEASE).is_none());
+    let monitor = rendered.find("PodMonitor", RELEASE).unwrap();
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["port"], "metrics");
+    assert_eq!(endpoint["interval"], "15s");
+    assert_eq!(endpoint["scrapeTimeout"], "10s");
+    assert_eq!(
+        endpoint["relabelings"][0],
+        json!({"targetLabel": "job", "replacement": format!("{RELEASE}-metrics")})
+    );
+    assert_eq!(endpoint["relabelings"][1]["targetLabel"], "node");
+    assert_eq!(
+        endpoint["metricRelabelings"][0]["regex"],
+        "process_virtual_memory_bytes"
+    );
+    let rule = rendered.find("PrometheusRule", RELEASE).unwrap();
+    let expr = rule["spec"]["groups"][0]["rules"][1]["expr"]
+        .as_str()
+        .unwrap();
+    assert!(
+        expr.contains(&format!("job=\"{RELEASE}-metrics\"")),
+        "{expr}"
+    );
+
+    // The chart's own priorityClassName wins over the global one.
+    let own = render(&json!({"priorityClassName": "own",
+                             "global": {"priorityClassName": "platform-critical"}}));
+    assert_eq!(pod_spec(&own)["priorityClassName"], "own");
+    assert!(
+        pod_spec(&render(&json!({})))
+            .get("priorityClassName")
+            .is_none()
+    );
+
+    // The ServiceMonitor's options.
+    let service_monitor = render(&json!({"metrics": {"serviceMonitor": {"enabled": true,
+        "scrapeTimeout": "20s", "relabelings": [{"targetLabel": "team", "replacement": "platform"}],
+        "metricRelabelings": [{"action": "labeldrop", "regex": "host"}]}}}));
+    let monitor = service_monitor.find("ServiceMonitor", RELEASE).unwrap();
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scrapeTimeout"], "20s");
+    assert_eq!(endpoint["relabelings"][0]["targetLabel"], "team");
+    assert_eq!(endpoint["metricRelabelings"][0]["action"], "labeldrop");
+    assert!(try_render(&json!({"metrics": {"serviceMonitor": {"scrapeTimeout": 10}}})).is_err());
+}
+
+/// A ServiceMonitor and a PodMonitor at once would scrape every replica twice.
+#[test]
+fn service_and_pod_monitor_are_refused_together() {
+    let results = deploy::render_many(&[json!({"metrics": {
+        "serviceMonitor": {"enabled": true}, "podMonitor": {"enabled": true}}})]);
+    let error = results[0].as_ref().unwrap_err();
+    assert!(error.contains("not both"), "{error}");
+}
+
+/// The leaves of the values schema: each property without properties of its own, by its
+/// dotted path.
+fn schema_leaves(schema: &Value, path: &str, leaves: &mut Vec<String>) {
+    match schema["properties"].as_object() {
+        Some(properties) => {
+            for (name, property) in properties {
+                let path = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                schema_leaves(property, &path, leaves);
+            }
+        }
+        None => leaves.push(path.to_string()),
+    }
+}
+
+/// `value` with `change` (a dotted path and its value) merged in.
+fn with_value(mut values: Value, path: &str, change: Value) -> Value {
+    let mut target = &mut values;
+    for key in path.split('.') {
+        target = &mut target[key];
+    }
+    *target = change;
+    values
+}
+
+/// Every value the schema accepts is used: set to something other than its default (with the
+/// values it depends on turned on), it changes what the chart renders. The table names a
+/// value for every leaf of the schema, so a value added to the schema without a use fails here.
+#[test]
+fn every_value_the_schema_accepts_changes_the_rendering() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy::chart_dir().join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let mut leaves = Vec::new();
+    schema_leaves(&schema, "", &mut leaves);
+
+    let monitoring = json!({"metrics": {"serviceMonitor": {"enabled": true}},
+        "prometheusRule": {"enabled": true}, "grafana": {"dashboards": {"enabled": true}},
+        "podDisruptionBudget": {"enabled": true}, "networkPolicy": {"enabled": true}});
+    let pod_monitor = json!({"metrics": {"podMonitor": {"enabled": true}}});
+    let rolling = json!({"strategy": {"type": "RollingUpdate"}});
+    let inline_key = json!({"credentials": {"existingSecret": ""}});
+    let label = json!({"a": "b"});
+    let list = json!([{"targetLabel": "team", "replacement": "platform"}]);
+    #[rustfmt::skip]
+    let table: Vec<(&str, Value, Value)> = vec![
+        ("image.registry", json!({}), json!("registry.example.com")),
+        ("image.repository", json!({}), json!("registry.example.com/gpucloud-operator")),
+        ("image.tag", json!({}), json!("0.1.0-rc1")),
+        ("image.digest", json!({}), json!(DIGEST)),
+        ("image.pullPolicy", json!({}), json!("Always")),
+        ("imagePullSecrets", json!({}), json!([{"name": "pull"}])),
+        ("replicas", json!({}), json!(3)),
+        ("leaderElection.enabled", json!({}), json!(false)),
+        ("leaderElection.leaseName", json!({}), json!("other")),
+        ("leaderElection.leaseDuration", json!({}), json!("20s")),
+        ("leaderElection.renewDeadline", json!({}), json!("12s")),
+        ("leaderElection.retryPeriod", json!({}), json!("3s")),
+        ("watchNamespaces", json!({}), json!(["team-a"])),
+        ("cloud.url", json!({}), json!("https://cloud.example/v1")),
+        ("cloud.timeout", json!({}), json!("10s")),
+        ("cloud.rateLimit", json!({}), json!(5)),
+        ("cloud.rateBurst", json!({}), json!(7)),
+        ("credentials.existingSecret", json!({}), json!("other")),
+        ("credentials.apiKey", inline_key.clone(), json!("sk-test")),
+        ("credentials.key", json!({}), json!("token")),
+        ("logLevel", json!({}), json!("debug")),
+        ("logFormat", json!({}), json!("text")),
+        ("resyncInterval", json!({}), json!("5m")),
+        ("concurrency", json!({}), json!(3)),
+        ("kubeApi.qps", json!({}), json!(20)),
+        ("kubeApi.burst", json!({}), json!(40)),
+        ("kubeApi.maxInFlight", json!({}), json!(8)),
+        ("budgetFloor", json!({}), json!(10)),
+        ("orphans.sweepInterval", json!({}), json!("5m")),
+        ("orphans.gracePeriod", json!({}), json!("30m")),
+        ("orphans.delete", json!({}), json!(true)),
+        ("crds.enabled", json!({}), json!(false)),
+        ("crds.keep", json!({}), json!(false)),
+        ("deletionProtection.enabled", json!({}), json!(false)),
+        ("catalogReader.bindAuthenticated", json!({}), json!(false)),
+        ("adoption.allowed", json!({}), json!(true)),
+        ("shutdownTimeout", json!({}), json!("20s")),
+        ("terminationGracePeriodSeconds", json!({}), json!(60)),
+        ("extraEnv", json!({}), json!([{"name": "GPUCLOUD_SETTLE_WINDOW", "value": "45s"}])),
+        ("extraArgs", json!({}), json!(["--settle-window=45s"])),
+        ("extraVolumes", json!({}), json!([{"name": "scratch", "emptyDir": {}}])),
+        ("extraVolumeMounts", json!({}), json!([{"name": "scratch", "mountPath": "/scratch"}])),
+        ("strategy.type", json!({}), json!("Recreate")),
+        ("strategy.rollingUpdate.maxSurge", rolling.clone(), json!(1)),
+        ("strategy.rollingUpdate.maxUnavailable", rolling.clone(), json!(0)),
+        ("podSecurityContext.runAsNonRoot", json!({}), json!(null)),
+        ("podSecurityContext.runAsUser", json!({}), json!(1000)),
+        ("podSecurityContext.runAsGroup", json!({}), json!(1000)),
+        ("podSecurityContext.fsGroup", json!({}), json!(1000)),
+        ("podSecurityContext.seccompProfile", json!({}), json!({"type": "Localhost", "localhostProfile": "operator.json"})),
+        ("securityContext.allowPrivilegeEscalation", json!({}), json!(null)),
+        ("securityContext.readOnlyRootFilesystem", json!({}), json!(false)),
+        ("securityContext.runAsNonRoot", json!({}), json!(null)),
+        ("securityContext.runAsUser", json!({}), json!(1000)),
+        ("securityContext.runAsGroup", json!({}), json!(1000)),
+        ("securityContext.privileged", json!({}), json!(null)),
+        ("securityContext.capabilities", json!({}), json!({"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]})),
+        ("livenessProbe.initialDelaySeconds", json!({}), json!(9)),
+        ("livenessProbe.periodSeconds", json!({}), json!(9)),
+        ("livenessProbe.timeoutSeconds", json!({}), json!(9)),
+        ("livenessProbe.failureThreshold", json!({}), json!(9)),
+        ("readinessProbe.initialDelaySeconds", json!({}), json!(9)),
+        ("readinessProbe.periodSeconds", json!({}), json!(9)),
+        ("readinessProbe.timeoutSeconds", json!({}), json!(9)),
+        ("readinessProbe.failureThreshold", json!({}), json!(9)),
+        ("metrics.port", json!({}), json!(9090)),
+        ("metrics.service.enabled", json!({}), json!(true)),
+        ("metrics.service.annotations", monitoring.clone(), label.clone()),
+        ("metrics.serviceMonitor.enabled", json!({}), json!(true)),
+        ("metrics.serviceMonitor.interval", monitoring.clone(), json!("15s")),
+        ("metrics.serviceMonitor.scrapeTimeout", monitoring.clone(), json!("10s")),
+        ("metrics.serviceMonitor.labels", monitoring.clone(), label.clone()),
+        ("metrics.serviceMonitor.relabelings", monitoring.clone(), list.clone()),
+        ("metrics.serviceMonitor.metricRelabelings", monitoring.clone(), list.clone()),
+        ("metrics.podMonitor.enabled", json!({}), json!(true)),
+        ("metrics.podMonitor.interval", pod_monitor.clone(), json!("15s")),
+        ("metrics.podMonitor.scrapeTimeout", pod_monitor.clone(), json!("10s")),
+        ("metrics.podMonitor.labels", pod_monitor.clone(), label.clone()),
+        ("metrics.podMonitor.relabelings", pod_monitor.clone(), list.clone()),
+        ("metrics.podMonitor.metricRelabelings", pod_monitor.clone(), list.clone()),
+        ("prometheusRule.enabled", json!({}), json!(true)),
+        ("prometheusRule.labels", monitoring.clone(), label.clone()),
+        ("prometheusRule.lowBalance", monitoring.clone(), json!(80)),
+        ("prometheusRule.additionalRules", monitoring.clone(), json!([{"alert": "Extra", "expr": "vector(1)"}])),
+        ("prometheusRule.runbookBaseUrl", monitoring.clone(), json!("https://docs.example.com/operations")),
+        ("grafana.dashboards.enabled", json!({}), json!(true)),
+        ("grafana.dashboards.label", monitoring.clone(), json!("dashboards")),
+        ("grafana.dashboards.labelValue", monitoring.clone(), json!("yes")),
+        ("grafana.dashboards.namespace", monitoring.clone(), json!("monitoring")),
+        ("grafana.dashboards.annotations", monitoring.clone(), label.clone()),
+        ("health.port", json!({}), json!(9091)),
+        ("resources", json!({}), json!({"requests": {"cpu": "100m"}})),
+        ("serviceAccount.create", json!({"serviceAccount": {"name": "own"}}), json!(false)),
+        ("serviceAccount.name", json!({}), json!("own")),
+        ("serviceAccount.annotations", json!({}), label.clone()),
+        ("podDisruptionBudget.enabled", json!({}), json!(true)),
+        ("podDisruptionBudget.maxUnavailable", monitoring.clone(), json!("50%")),
+        ("networkPolicy.enabled", json!({}), json!(true)),
+        ("networkPolicy.metricsFrom", monitoring.clone(), json!([{"podSelector": {}}])),
+        ("networkPolicy.apiServerPorts", monitoring.clone(), json!([443])),
+        ("networkPolicy.cloudPorts", monitoring.clone(), json!([8443])),
+        ("podAnnotations", json!({}), label.clone()),
+        ("podLabels", json!({}), label.clone()),
+        ("nodeSelector", json!({}), label.clone()),
+        ("tolerations", json!({}), json!([{"key": "gpu", "operator": "Exists"}])),
+        ("affinity", json!({}), json!({"nodeAffinity": {}})),
+        ("topologySpreadConstraints", json!({}), json!([{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}])),
+        ("priorityClassName", json!({}), json!("high")),
+        ("global.priorityClassName", json!({}), json!("high")),
+    ];
+    let named: Vec<String> = table.iter().map(|(path, _, _)| path.to_string()).collect();
+    let mut sorted_leaves = leaves.clone();
+    sorted_leaves.sort();
+    let mut sorted_named = named.clone();
+    sorted_named.sort();
+    assert_eq!(
+        sorted_named, sorted_leaves,
+        "the table must name every leaf of values.schema.json, once"
+    );
+
+    let mut sets = Vec::new();
+    for (path, base, value) in &table {
+        sets.push(base.clone());
+        sets.push(with_value(base.clone(), path, value.clone()));
+    }
+    let results = deploy::render_many(&sets);
+    for ((path, _, value), pair) in table.iter().zip(results.chunks(2)) {
+        let before = pair[0]
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{path} base: {e}"));
+        let after = pair[1]
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{path}={value} refused: {e}"));
+        assert_ne!(
+            before, after,
+            "{path}={value} changes nothing the chart renders"
+        );
+    }
+}
+
+/// NOTES.txt warns while the image is the placeholder, and not once it is set.
+#[test]
+fn notes_warn_about_the_placeholder_image() {
+    let results = deploy::render_many(&[
+        json!({}),
+        json!({"image": {"repository": "registry.example.com/gpucloud-operator"}}),
+        json!({"image": {"registry": "registry.example.com", "repository": "gpucloud-operator"}}),
+    ]);
+    let notes = |i: usize| -> String {
+        let rendered = results[i].as_ref().unwrap();
+        rendered
+            .iter()
+            .find(|(path, _)| path.ends_with("NOTES.txt"))
+            .map(|(_, text)| text.clone())
+            .unwrap()
+    };
+    assert!(notes(0).contains("WARNING: image.repository is the chart's placeholder"));
+    assert!(notes(0).contains("--set image.repository="));
+    assert!(!notes(1).contains("WARNING"), "{}", notes(1));
+    assert!(!notes(2).contains("WARNING"), "{}", notes(2));
+}
+
+/// GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces as dashes.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Each alert names its runbook: a section of docs/operations.md.
+#[test]
+fn every_alert_has_a_runbook_in_the_operations_guide() {
+    let rendered = render(&json!({"prometheusRule": {"enabled": true,
+        "additionalRules": [{"alert": "Own", "expr": "vector(1)"}]}}));
+    let rule = rendered.find("PrometheusRule", RELEASE).unwrap();
+    let docs = std::fs::read_to_string(repository_root().join("docs/operations.md")).unwrap();
+    let anchors: Vec<String> = docs
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| anchor(l.trim_start_matches('#')))
+        .collect();
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let base = "https://github.com/example/gpucloud-operator/blob/main/docs/operations.md#";
+    for rule in &rules[..rules.len() - 1] {
+        let alert = rule["alert"].as_str().unwrap();
+        let url = rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_else(|| {
+                panic!("{alert} has no runbook_url");
+            });
+        let section = url
+            .strip_prefix(base)
+            .unwrap_or_else(|| panic!("{alert}: {url}"));
+        assert_eq!(section, alert.to_lowercase());
+        assert!(
+            anchors.iter().any(|a| a == section),
+            "{alert}: docs/operations.md has no section #{section}"
         );
     }
 }

@@ -2,8 +2,10 @@
 //! What the README promises, done with the installed `kubectl` against the built binary:
 //! `gpucloud-operator dev` in the background, the quickstart applied and Ready, the table
 //! columns, a powerState change followed by the cloud, a protected instance's delete refused,
-//! deletion leaving nothing billed, and a clean stop on SIGTERM. Also the sandbox's one-line
-//! errors.
+//! deletion leaving nothing billed, and a clean stop on SIGTERM; its `/metrics`. Also the
+//! sandbox's one-line errors.
+
+mod scrape;
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -59,6 +61,8 @@ fn dev_command(args: &[&str]) -> Command {
         .env_remove("GPUCLOUD_URL")
         .env_remove("GPUCLOUD_API_KEY")
         .env_remove("KUBECONFIG")
+        // A free port for /metrics: tests run at once, and 8080 may be taken.
+        .env("GPUCLOUD_METRICS_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -273,6 +277,13 @@ async fn readme_session_with_kubectl() {
         .find(|word| word.starts_with("http://"))
         .expect("the simulator's URL")
         .to_string();
+    let metrics = sandbox.line_starting("metrics:", 60).await;
+    let metrics: std::net::SocketAddr = metrics
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("http://")?.strip_suffix("/metrics"))
+        .expect("the metrics URL")
+        .parse()
+        .unwrap();
     sandbox
         .line_starting(
             "deletion protection: ValidatingAdmissionPolicy gpucloud-operator-deletion-protection",
@@ -318,6 +329,22 @@ async fn readme_session_with_kubectl() {
     );
     // The live table follows: every object Ready.
     sandbox.line_starting("all 4 objects Ready", 30).await;
+
+    // The sandbox serves the controllers' metrics, as `run` does: the hourly cost of what
+    // was just made, and the spend family the dashboard shows.
+    let (content_type, body) = scrape::scrape(metrics, Some(scrape::PROMETHEUS_ACCEPT)).await;
+    let families = scrape::parse(&content_type, &body);
+    for family in [
+        "gpucloud_spend",
+        "gpucloud_hourly_cost",
+        "gpucloud_build_info",
+    ] {
+        assert!(families.contains_key(family), "{family} not served");
+    }
+    assert!(
+        body.contains("\ngpucloud_hourly_cost{kind=\"GpuInstance\",object_namespace=\"default\""),
+        "{body}"
+    );
 
     // `kubectl get gpucloud`: one table per kind, READY True everywhere.
     let tables = kubectl.ok(&["get", "gpucloud"]).await;

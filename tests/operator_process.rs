@@ -2,9 +2,11 @@
 //! `gpucloud-operator run` as a process, as a pod runs it: SIGTERM in the middle of creating
 //! a fleet exits within the shutdown timeout and hands the lease back; a restarted operator
 //! converges with exactly one machine per object; and nothing either process printed (debug
-//! logs included) holds the API key or a private key.
+//! logs included) holds the API key or a private key. A fresh process's first scrapes serve
+//! every documented metric family, in the format each scraper asks for.
 
 mod process_world;
+mod scrape;
 
 use gpucloud_api::{GpuInstance, Managed, SshKey};
 use gpucloud_simulator::{FaultPlan, SimulatorConfig};
@@ -204,6 +206,85 @@ async fn a_failed_start_ends_the_log_with_one_line_in_its_format() {
             message.matches("Failed to infer configuration").count(),
             1,
             "{message}"
+        );
+    }
+}
+
+/// The address `run` printed for `/metrics` (`serving metrics and probes`, JSON log).
+async fn metrics_address(world: &World, pod: &str) -> std::net::SocketAddr {
+    eventually(30, "the metrics address is logged", || async {
+        let output = world.output.lock().unwrap().clone();
+        output
+            .iter()
+            .filter(|line| line.starts_with(&format!("{pod}: ")))
+            .filter(|line| line.contains("serving metrics and probes"))
+            .find_map(|line| {
+                let start = line.find("\"metrics\":\"")? + "\"metrics\":\"".len();
+                let end = start + line[start..].find('"')?;
+                line[start..end].parse().ok()
+            })
+    })
+    .await
+}
+
+/// The first scrapes of a fresh operator, before it has done anything: OpenMetrics for
+/// Prometheus' Accept header, the 0.0.4 text format without one; each read by its strict
+/// parser, and each holding every family docs/operations.md documents, the counters of every
+/// cloud operation already at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_operator_serves_every_documented_family_in_the_format_asked_for() {
+    let world = World::start(
+        "metrics-first-scrape",
+        SimulatorConfig::default(),
+        &[NAMESPACE],
+    )
+    .await;
+    let _operator = world.operator("operator-m", SETTINGS);
+    let address = metrics_address(&world, "operator-m").await;
+
+    let (openmetrics_type, openmetrics) =
+        scrape::scrape(address, Some(scrape::PROMETHEUS_ACCEPT)).await;
+    let (text_type, text) = scrape::scrape(address, None).await;
+    assert_eq!(openmetrics_type, scrape::OPENMETRICS_TYPE);
+    assert!(openmetrics.ends_with("# EOF\n"));
+    assert_eq!(text_type, scrape::TEXT_TYPE);
+    assert!(!text.contains("# EOF"));
+    let (plain_type, _) = scrape::scrape(address, Some("text/plain;version=0.0.4")).await;
+    assert_eq!(plain_type, scrape::TEXT_TYPE);
+
+    let documented = scrape::documented_families();
+    for (format, body, content_type) in [
+        ("OpenMetrics", &openmetrics, &openmetrics_type),
+        ("0.0.4", &text, &text_type),
+    ] {
+        let families = scrape::parse(content_type, body);
+        let missing: Vec<&String> = documented
+            .iter()
+            .filter(|name| !families.contains_key(name.as_str()))
+            .collect();
+        assert!(missing.is_empty(), "{format}: not served: {missing:?}");
+        // Counters keep their type in both formats (a 0.0.4 parser reads a counter named
+        // without `_total` in its TYPE line as untyped samples).
+        for counter in [
+            "gpucloud_cloud_throttled",
+            "gpucloud_cloud_retries",
+            "gpucloud_cloud_rate_limit_waits",
+            "controller_runtime_reconcile",
+            "rest_client_requests",
+        ] {
+            let family = &families[counter];
+            assert_eq!(family.type_, "counter", "{format}: {counter}");
+        }
+        let throttled = &families["gpucloud_cloud_throttled"];
+        assert_eq!(
+            throttled.samples,
+            ["gpucloud_cloud_throttled_total"],
+            "{format}"
+        );
+        assert_eq!(throttled.labels, ["operation"], "{format}");
+        assert!(
+            body.contains("\ngpucloud_cloud_throttled_total{operation=\"CreateInstance\"} 0\n"),
+            "{format}: the throttling counter is not served from 0"
         );
     }
 }

@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The release artifacts `scripts/release.sh` makes from this checkout, as CI makes them: the
-//! chart packaged at the crate's version with its repository index and the image's build
-//! command; the packaged chart (not the directory) rendered and accepted by the embedded API
-//! server; and what `helm upgrade` and `helm uninstall` do to the CRDs the chart templates.
+//! chart packaged at the crate's version with its repository index, the image's build command,
+//! the SBOM and the checksums; the packaged chart (not the directory) rendered and accepted by
+//! the embedded API server; and what `helm upgrade` and `helm uninstall` do to the CRDs the
+//! chart templates.
 
 mod deploy;
 
@@ -94,6 +95,97 @@ fn the_release_script_packages_the_chart_at_the_crate_version() {
         json!([format!("gpucloud-operator-{VERSION}.tgz")])
     );
     assert_eq!(entries[0]["digest"], sha256(&archive));
+}
+
+/// The SBOM lists the crates the production binary links, each pinned as Cargo.lock pins it,
+/// without the sandbox's; the checksums file covers every artifact and verifies; two runs on
+/// one commit write the same SBOM.
+#[test]
+fn the_release_script_writes_the_sbom_and_checksums() {
+    let dist = scratch("sbom");
+    package(&dist);
+    let sbom_path = dist.join("gpucloud-operator.cdx.json");
+    let text = std::fs::read_to_string(&sbom_path).unwrap();
+    let sbom: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert_eq!(sbom["specVersion"], "1.5");
+    assert_eq!(sbom["metadata"]["component"]["name"], "gpucloud-operator");
+    assert_eq!(sbom["metadata"]["component"]["version"], VERSION);
+    let components = sbom["components"].as_array().unwrap();
+    let component = |name: &str| components.iter().find(|c| c["name"] == name);
+    let lock = std::fs::read_to_string(repository_root().join("Cargo.lock")).unwrap();
+    for name in ["kube", "tokio", "rustls", "prometheus-client"] {
+        let crate_ = component(name).unwrap_or_else(|| panic!("{name} not in the SBOM"));
+        let version = crate_["version"].as_str().unwrap();
+        assert_eq!(crate_["purl"], format!("pkg:cargo/{name}@{version}"));
+        let checksum = crate_["hashes"][0]["content"].as_str().unwrap();
+        let pinned = format!(
+            "name = \"{name}\"\nversion = \"{version}\"\nsource = \"registry+https://github.com/rust-lang/crates.io-index\"\nchecksum = \"{checksum}\""
+        );
+        assert!(
+            lock.contains(&pinned),
+            "{name} {version}: {checksum} is not Cargo.lock's"
+        );
+        assert!(crate_["licenses"][0]["expression"].is_string(), "{name}");
+    }
+    assert!(component("gpucloud-controller").is_some());
+    for sandbox in [
+        "gpucloud-apiserver",
+        "gpucloud-simulator",
+        "gpucloud-dev",
+        "mlua",
+    ] {
+        assert!(
+            component(sandbox).is_none(),
+            "{sandbox} is not in the image"
+        );
+    }
+    let dependencies = sbom["dependencies"].as_array().unwrap();
+    let root = dependencies
+        .iter()
+        .find(|d| d["ref"] == format!("pkg:cargo/gpucloud-operator@{VERSION}"))
+        .unwrap();
+    assert!(
+        root["dependsOn"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d.as_str().unwrap().starts_with("pkg:cargo/tokio@"))
+    );
+
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+    let named: Vec<&str> = sums
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        named,
+        [
+            format!("gpucloud-operator-{VERSION}.tgz").as_str(),
+            "index.yaml",
+            "docker-build.sh",
+            "gpucloud-operator.cdx.json"
+        ]
+    );
+    let check = Command::new("sha256sum")
+        .args(["--check", "--strict", "SHA256SUMS"])
+        .current_dir(&dist)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    assert_eq!(sums.lines().nth(3).unwrap()[..64], sha256(&sbom_path));
+
+    let again = scratch("sbom-again");
+    package(&again);
+    assert_eq!(
+        std::fs::read_to_string(again.join("gpucloud-operator.cdx.json")).unwrap(),
+        text,
+        "the SBOM is reproducible"
+    );
 }
 
 /// The build command names exactly the Dockerfile's build arguments, with this checkout's

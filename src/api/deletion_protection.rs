@@ -32,14 +32,11 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use serde::Deserialize;
 
     #[test]
     fn the_manifest_is_the_two_policies_and_their_bindings() {
-        let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(POLICY_MANIFEST)
-            .map(|document| serde_json::Value::deserialize(document).unwrap())
-            .filter(|document| !document.is_null())
-            .collect();
+        let documents: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(POLICY_MANIFEST).unwrap();
         let kinds: Vec<&str> = documents
             .iter()
             .map(|d| d["kind"].as_str().unwrap())

@@ -295,7 +295,7 @@ mod tests {
             scale.label_selector_path.as_deref(),
             Some(".status.selector")
         );
-        let yaml = serde_yaml::to_string(&crd).unwrap();
+        let yaml = serde_saphyr::to_string(&crd).unwrap();
         assert!(!yaml.contains("gpuType is immutable"), "{yaml}");
         // The machine's other rules still hold in the template.
         assert!(yaml.contains("exactly one of osImage, imageRef and source must be set"));

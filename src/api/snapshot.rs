@@ -87,7 +87,7 @@ impl Snapshot {
     /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
     pub const COLUMNS: &[Column] = &[
         Column::new("Instance", "string", ".spec.instanceRef.name"),
-        Column::new("Size", "integer", ".status.size"),
+        Column::new("Size(GB)", "integer", ".status.size"),
         Column::new("Rate", "number", ".status.hourlyRate").wide(),
     ];
 

@@ -106,7 +106,7 @@ pub struct VolumeStatus {
 impl Volume {
     /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
     pub const COLUMNS: &[Column] = &[
-        Column::new("Size", "integer", ".status.sizeGb"),
+        Column::new("Size(GB)", "integer", ".status.sizeGb"),
         Column::new("Instance", "string", ".spec.instanceRef.name"),
         Column::new("Region", "string", ".spec.region"),
         Column::new("Rate", "number", ".status.hourlyRate").wide(),

@@ -16,6 +16,14 @@ pub struct Args {
         default_value = "127.0.0.1:8089"
     )]
     pub cloud_listen: SocketAddr,
+    /// Address of the controllers' `/metrics`, `/healthz` and `/readyz`, as `run` serves them
+    /// (port 0 picks a free port).
+    #[arg(
+        long,
+        env = "GPUCLOUD_METRICS_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub metrics_listen: SocketAddr,
     /// Use this Cloud GPU Compute Service API instead of the simulator (needs --api-key).
     #[arg(long, env = "GPUCLOUD_URL")]
     pub cloud_url: Option<String>,
@@ -41,6 +49,7 @@ impl std::fmt::Debug for Args {
         f.debug_struct("Args")
             .field("listen", &self.listen)
             .field("cloud_listen", &self.cloud_listen)
+            .field("metrics_listen", &self.metrics_listen)
             .field("cloud_url", &self.cloud_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("kubeconfig", &self.kubeconfig)
@@ -79,6 +88,10 @@ mod tests {
         .unwrap();
         assert_eq!(command.args.listen, "127.0.0.1:6443".parse().unwrap());
         assert_eq!(command.args.cloud_listen, "127.0.0.1:8089".parse().unwrap());
+        assert_eq!(
+            command.args.metrics_listen,
+            "127.0.0.1:8080".parse().unwrap()
+        );
         assert_eq!(command.args.kubeconfig, PathBuf::from("dev.kubeconfig"));
         assert_eq!(command.args.apply.len(), 2);
     }

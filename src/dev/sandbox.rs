@@ -96,6 +96,9 @@ struct Sandbox {
     client: kube::Client,
     stop_controllers: Option<oneshot::Sender<()>>,
     controllers: Option<JoinHandle<()>>,
+    /// Where `/metrics` and the probes answer, once the controllers run.
+    endpoints: Option<SocketAddr>,
+    stop_endpoints: Option<oneshot::Sender<()>>,
 }
 
 // === impl Sandbox ===
@@ -145,6 +148,8 @@ impl Sandbox {
             client,
             stop_controllers: None,
             controllers: None,
+            endpoints: None,
+            stop_endpoints: None,
         })
     }
 
@@ -162,7 +167,7 @@ impl Sandbox {
             (None, None) => return Err(Error::ApiKeyMissing),
         };
         put_credentials(&self.client, &api_key).await?;
-        self.start_controllers()?;
+        self.start_controllers(args.metrics_listen).await?;
         let kubeconfig = absolute(&args.kubeconfig);
         self.apiserver
             .write_kubeconfig(&kubeconfig)
@@ -188,6 +193,9 @@ impl Sandbox {
             None => println!("  cloud:       {}", self.cloud_url),
         }
         println!("  kubeconfig:  {}", kubeconfig.display());
+        if let Some(address) = self.endpoints {
+            println!("  metrics:     http://{address}/metrics (probes: /healthz, /readyz)");
+        }
         println!(
             "  deletion protection: ValidatingAdmissionPolicy {} (annotate an object {}=true)",
             gpucloud_api::deletion_protection::POLICY_NAME,
@@ -205,8 +213,37 @@ impl Sandbox {
         )))
     }
 
-    fn start_controllers(&mut self) -> Result<(), Error> {
+    /// The controllers as `run` starts them, with their metrics and probes on `listen`.
+    async fn start_controllers(&mut self, listen: SocketAddr) -> Result<(), Error> {
         let config = operator_config(&self.cloud_url)?;
+        config.metrics.set_build_info(&BUILD);
+        let (stop_endpoints, endpoints_stopped) = oneshot::channel::<()>();
+        let endpoints = gpucloud_telemetry::server::serve(
+            gpucloud_telemetry::Endpoints {
+                metrics: listen,
+                health: listen,
+            },
+            config.metrics.clone(),
+            config.health.clone(),
+            endpoints_stopped.map(drop),
+        )
+        .await
+        .map_err(|error| match &error {
+            gpucloud_telemetry::server::Error::Bind { source, .. }
+                if source.kind() == std::io::ErrorKind::AddrInUse =>
+            {
+                Error::PortInUse {
+                    address: listen,
+                    flag: "--metrics-listen",
+                }
+            }
+            _ => Error::Setup {
+                step: "serving metrics",
+                reason: error.to_string(),
+            },
+        })?;
+        self.endpoints = Some(endpoints.metrics);
+        self.stop_endpoints = Some(stop_endpoints);
         let (stop, stopped) = oneshot::channel::<()>();
         self.controllers = Some(tokio::spawn(gpucloud_controller::operator::run::run(
             self.client.clone(),
@@ -230,12 +267,25 @@ impl Sandbox {
             tracing::warn!("controllers did not stop in time; abandoning their reconciles");
             controllers.abort();
         }
+        if let Some(stop) = self.stop_endpoints.take() {
+            let _ = stop.send(());
+        }
         self.apiserver.shutdown().await;
         if let Some(simulator) = self.simulator.take() {
             simulator.shutdown().await;
         }
     }
 }
+
+/// What `gpucloud_build_info` reports for the sandbox's controllers: this crate's version
+/// (the workspace's) and the Kubernetes API it is built against; the commit is known to the
+/// binary's build only.
+const BUILD: gpucloud_telemetry::BuildInfo = gpucloud_telemetry::BuildInfo {
+    version: env!("CARGO_PKG_VERSION"),
+    commit: "unknown",
+    commit_date: "unknown",
+    kubernetes: gpucloud_controller::operator::cli::KUBERNETES_API,
+};
 
 /// The simulator with the settings of `gpucloud-operator simulator` (its flags' defaults and
 /// `GPUCLOUD_SIM_*` environment variables, e.g. the admin token), listening on `listen`.
@@ -446,6 +496,7 @@ mod tests {
         let args = Args {
             listen: "127.0.0.1:0".parse().unwrap(),
             cloud_listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_listen: "127.0.0.1:0".parse().unwrap(),
             cloud_url: Some("https://cloud.example".into()),
             api_key: None,
             kubeconfig: PathBuf::from("/nonexistent/dev.kubeconfig"),

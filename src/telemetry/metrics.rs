@@ -11,7 +11,7 @@
 //! Labels never carry a secret: an account is named by a label derived from its key's
 //! SHA-256 digest (its first 12 hex digits), never by the key.
 
-use gpucloud_cloud::{CallObserver, CallOutcome, Error as CloudError, Operation};
+use gpucloud_cloud::{CallObserver, CallOutcome, Error as CloudError, Operation, Retry};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
@@ -25,6 +25,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The metric labels of the errors the cloud client retries (`ErrorClass::Transient`).
+const TRANSIENT_REASONS: [&str; 4] = ["rate_limited", "server_error", "timeout", "transport"];
 
 /// Buckets of reconcile and cloud-call durations, in seconds: 5 ms to 60 s.
 const DURATION_BUCKETS: [f64; 12] = [
@@ -263,6 +266,27 @@ pub struct Metrics {
     queue_work: Family<QueueLabels, Histogram>,
 }
 
+/// A registered metric whose family is described (`# HELP`, `# TYPE`) on every scrape, also
+/// before its first series: `prometheus-client` leaves an empty family out entirely, and the
+/// documented families must all be there from the first scrape, for the scraper and for
+/// whoever reads the body to find what the operator serves.
+#[derive(Debug)]
+struct Described<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Described<M> {
+    fn encode(&self, encoder: prometheus_client::encoding::MetricEncoder) -> std::fmt::Result {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
 /// What the running binary is: its version, the commit it was built from and the Kubernetes
 /// API version it targets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,91 +351,92 @@ impl Metrics {
             queue_work: Family::new_with_constructor(workqueue_histogram),
         };
         metrics.register_common_names();
+        metrics.serve_cloud_counters_from_zero();
         let r = metrics.registry.sub_registry_with_prefix("gpucloud");
         r.register(
             "reconciles",
             "Reconciles by kind and result (success or the error's class)",
-            metrics.reconciles.clone(),
+            Described(metrics.reconciles.clone()),
         );
         r.register(
             "reconcile_duration_seconds",
             "Duration of one reconcile",
-            metrics.reconcile_duration.clone(),
+            Described(metrics.reconcile_duration.clone()),
         );
         r.register(
             "watch_restarts",
             "Watches of a kind's objects that started over with a full list (after a 410 Gone, a cut connection or an error)",
-            metrics.watch_restarts.clone(),
+            Described(metrics.watch_restarts.clone()),
         );
         r.register(
             "watch_errors",
             "Errors of a kind's object watch",
-            metrics.watch_errors.clone(),
+            Described(metrics.watch_errors.clone()),
         );
         r.register(
             "cloud_requests",
             "Cloud API requests by operation and HTTP status code (or timeout/transport)",
-            metrics.cloud_requests.clone(),
+            Described(metrics.cloud_requests.clone()),
         );
         r.register(
             "cloud_request_duration_seconds",
             "Duration of one cloud API request",
-            metrics.cloud_duration.clone(),
+            Described(metrics.cloud_duration.clone()),
         );
         r.register(
             "cloud_retries",
             "Cloud API requests retried, by operation and the error that caused the retry",
-            metrics.cloud_retries.clone(),
+            Described(metrics.cloud_retries.clone()),
         );
         r.register(
             "cloud_throttled",
             "Cloud API answers with status 429 (Too Many Requests)",
-            metrics.cloud_throttled.clone(),
+            Described(metrics.cloud_throttled.clone()),
         );
         r.register(
             "cloud_rate_limit_waits",
             "Cloud API requests that waited for the client-side rate limiter",
-            metrics.rate_limit_waits.clone(),
+            Described(metrics.rate_limit_waits.clone()),
         );
         r.register(
             "cloud_rate_limit_wait_seconds",
             "Time spent waiting for the client-side rate limiter",
-            metrics.rate_limit_wait_seconds.clone(),
+            Described(metrics.rate_limit_wait_seconds.clone()),
         );
         r.register(
             "account_balance",
             "Credit balance of each cloud account in use, by account label (12 hex digits of the key's SHA-256)",
-            metrics.balance.clone(),
+            Described(metrics.balance.clone()),
         );
         r.register(
             "orphaned_resources",
             "Cloud resources carrying the operator's mark that no object claims, as of the last sweep",
-            metrics.orphans.clone(),
+            Described(metrics.orphans.clone()),
         );
         r.register(
             "orphan_sweeps",
             "Orphan sweeps completed",
-            metrics.orphan_sweeps.clone(),
+            Described(metrics.orphan_sweeps.clone()),
         );
         r.register(
             "duplicates_found",
             "Second cloud resources found under an object's cloud name (a create carried out after the client gave up, then created again)",
-            metrics.duplicates_found.clone(),
+            Described(metrics.duplicates_found.clone()),
         );
         r.register(
             "duplicates_deleted",
             "Duplicates deleted after their grace period",
-            metrics.duplicates_deleted.clone(),
+            Described(metrics.duplicates_deleted.clone()),
         );
         r.register(
             "leader",
             "1 while this replica holds the leader lease (or runs without leader election)",
-            metrics.leader.clone(),
+            Described(metrics.leader.clone()),
         );
         r.register(
             "build_info",
             "1, labelled with the running binary's version, commit and targeted Kubernetes API",
-            metrics.build_info.clone(),
+            Described(metrics.build_info.clone()),
         );
         metrics
             .registry
@@ -423,6 +448,34 @@ impl Metrics {
         metrics
     }
 
+    /// Every cloud operation's counters of throttling, rate-limiter waits and retries, at 0
+    /// before the first event: a series that first appears at 1 is missed by `increase()` and
+    /// `rate()`, so an alert on the first 429 would not fire. Retries only under the reasons
+    /// the client retries the operation for (`gpucloud_cloud::client::transport`): a transient
+    /// error for an idempotent call, a request never sent for an unsafe one, none for a
+    /// billed create.
+    fn serve_cloud_counters_from_zero(&self) {
+        for operation in Operation::ALL {
+            let labels = OperationLabels {
+                operation: operation.name().into(),
+            };
+            let _ = self.cloud_throttled.get_or_create(&labels);
+            let _ = self.rate_limit_waits.get_or_create(&labels);
+            let _ = self.rate_limit_wait_seconds.get_or_create(&labels);
+            let reasons: &[&str] = match operation.retry() {
+                Retry::Idempotent => &TRANSIENT_REASONS,
+                Retry::Unsafe => &["transport"],
+                Retry::BilledCreate => &[],
+            };
+            for reason in reasons {
+                let _ = self.cloud_retries.get_or_create(&RetryLabels {
+                    operation: operation.name().into(),
+                    reason: (*reason).into(),
+                });
+            }
+        }
+    }
+
     /// The families named as controller-runtime and client-go name them (without our
     /// prefix). Their scrape-time gauges are encoded by [`StateSources`].
     fn register_common_names(&mut self) {
@@ -430,56 +483,64 @@ impl Metrics {
         r.register(
             "rest_client_requests",
             "Number of HTTP requests to the Kubernetes API, partitioned by status code, method, and host",
-            self.rest_requests.clone(),
+            Described(self.rest_requests.clone()),
         );
         r.register(
             "rest_client_request_duration_seconds",
             "Kubernetes API request latency in seconds (to the response's headers), by verb and host",
-            self.rest_duration.clone(),
+            Described(self.rest_duration.clone()),
         );
         r.register(
             "rest_client_rate_limiter_duration_seconds",
             "Kubernetes API client-side rate limiter latency in seconds, by verb and host (observed only with --kube-api-qps set)",
-            self.rest_rate_limiter.clone(),
+            Described(self.rest_rate_limiter.clone()),
         );
         r.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
-            self.cr_reconciles.clone(),
+            Described(self.cr_reconciles.clone()),
         );
         r.register(
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
-            self.cr_errors.clone(),
+            Described(self.cr_errors.clone()),
         );
         r.register(
             "controller_runtime_terminal_reconcile_errors",
             "Total number of terminal reconciliation errors per controller (errors that fail until the object or its environment changes)",
-            self.cr_terminal_errors.clone(),
+            Described(self.cr_terminal_errors.clone()),
         );
         r.register(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
-            self.cr_reconcile_time.clone(),
+            Described(self.cr_reconcile_time.clone()),
         );
         r.register(
             "workqueue_retries",
             "Total number of retries handled by workqueue",
-            self.queue_retries.clone(),
+            Described(self.queue_retries.clone()),
         );
         r.register(
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
-            self.queue_wait.clone(),
+            Described(self.queue_wait.clone()),
         );
         r.register(
             "workqueue_work_duration_seconds",
             "How long in seconds processing an item from workqueue takes",
-            self.queue_work.clone(),
+            Described(self.queue_work.clone()),
         );
     }
 
-    /// The whole registry in the Prometheus text format.
+    /// The whole registry in `format`.
+    pub fn encode_as(&self, format: crate::Format) -> String {
+        match format {
+            crate::Format::OpenMetrics => self.encode(),
+            crate::Format::PrometheusText => crate::exposition::prometheus_text(&self.encode()),
+        }
+    }
+
+    /// The whole registry in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         // Writing to a String cannot fail; an encoder error would be a bug in a label.
@@ -1012,6 +1073,51 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+    }
+
+    /// A fresh registry describes every family, and serves every operation's throttling,
+    /// rate-limiter and retry counters at 0, retries only for the reasons the client retries
+    /// that operation for.
+    #[test]
+    fn cloud_counters_are_served_from_zero() {
+        let text = Metrics::new().encode();
+        for operation in Operation::ALL {
+            let name = operation.name();
+            for family in [
+                "cloud_throttled_total",
+                "cloud_rate_limit_waits_total",
+                "cloud_rate_limit_wait_seconds_total",
+            ] {
+                let line = format!("\ngpucloud_{family}{{operation=\"{name}\"}} 0");
+                assert!(text.contains(&line), "missing {line}");
+            }
+            let retried = |reason: &str| {
+                text.contains(&format!(
+                    "\ngpucloud_cloud_retries_total{{operation=\"{name}\",reason=\"{reason}\"}} 0"
+                ))
+            };
+            match operation.retry() {
+                Retry::Idempotent => assert!(TRANSIENT_REASONS.iter().all(|r| retried(r))),
+                Retry::Unsafe => assert!(retried("transport") && !retried("timeout")),
+                Retry::BilledCreate => assert!(!retried("transport"), "{name}"),
+            }
+        }
+        // Families without a series yet are described all the same.
+        for family in [
+            "# TYPE gpucloud_account_balance gauge",
+            "# TYPE gpucloud_reconciles counter",
+            "# TYPE gpucloud_reconcile_duration_seconds histogram",
+            "# TYPE gpucloud_orphaned_resources gauge",
+            "# TYPE rest_client_rate_limiter_duration_seconds histogram",
+        ] {
+            assert!(text.contains(family), "missing {family}");
+        }
+        let timeout = CloudError::Timeout {
+            operation: Operation::ListInstances,
+            after: Duration::from_secs(1),
+        };
+        assert!(timeout.is_retryable());
+        assert!(TRANSIENT_REASONS.contains(&timeout.metric_label()));
     }
 
     /// controller-runtime's and client-go's names come from the same updates as ours, and a

@@ -5,11 +5,12 @@
 //! when the operator's runtime is stuck, and say so: liveness then fails on the heartbeat that
 //! [`serve`] starts on the caller's runtime (see `health.rs`).
 
+use crate::exposition::Format;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::FutureExt as _;
@@ -180,16 +181,17 @@ fn spawn_isolated(
         .map_err(Error::ProbeThread)
 }
 
-/// The metrics in the OpenMetrics text format (what `prometheus-client` encodes, ending in
-/// `# EOF`), served under its own content type: Prometheus picks its parser by the content
-/// type, and would read the body as the 0.0.4 text format without the counters' types.
-async fn metrics_text(State(shared): State<Shared>) -> impl IntoResponse {
+/// The metrics in the format the scraper asks for (`exposition.rs`): OpenMetrics for
+/// Prometheus, which asks for it and reads the counters' types from it, the 0.0.4 text format
+/// for everything else. The content type says which: Prometheus picks its parser by it.
+async fn metrics_text(State(shared): State<Shared>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let format = Format::negotiate(accept);
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        shared.metrics.encode(),
+        [(header::CONTENT_TYPE, format.content_type())],
+        shared.metrics.encode_as(format),
     )
 }
 

@@ -129,6 +129,40 @@ pub fn render_chart(chart: &Path, values: &Value) -> Rendered {
     try_render_chart(chart, values).unwrap_or_else(|e| panic!("values {values} rejected: {e}"))
 }
 
+/// Renders the chart once per set of values in one Python process (`tests/deploy/render_many.py`,
+/// no lint or validation): each template's output by path (NOTES.txt and the CRDs included),
+/// or the refusal of the values schema or a template.
+pub fn render_many(values: &[Value]) -> Vec<Result<BTreeMap<String, String>, String>> {
+    use std::io::Write as _;
+    let mut child = Command::new(python())
+        .arg(repository_root().join("tests/deploy/render_many.py"))
+        .arg(chart_dir())
+        .args([RELEASE, RELEASE_NAMESPACE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = serde_json::to_vec(values).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(
+        output.status.success(),
+        "render_many.py: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    results
+        .into_iter()
+        .map(|result| match result.get("error") {
+            Some(error) => Err(error.as_str().unwrap_or_default().to_string()),
+            None => Ok(serde_json::from_value(result["rendered"].clone()).unwrap()),
+        })
+        .collect()
+}
+
 /// A real Helm action (`tests/deploy/helm.py`) on release [`RELEASE`] in [`RELEASE_NAMESPACE`]
 /// of the cluster `kubeconfig` names: `install` or `upgrade` of `chart` (a directory or a
 /// `.tgz`) with `values`, or `uninstall` (`chart` and `values` unused). Returns Helm's result;
@@ -150,9 +184,12 @@ pub fn helm(kubeconfig: &Path, action: &str, chart: &Path, values: &Value) -> Va
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// The documents of a YAML stream, read as the operator reads manifests (serde-saphyr);
+/// empty documents left out.
 pub fn yaml_documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|document| Value::deserialize(document).unwrap())
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("YAML: {e}\n{text}"))
+        .into_iter()
         .filter(|value| !value.is_null())
         .collect()
 }
@@ -344,6 +381,10 @@ struct RunCommand {
     args: Args,
 }
 
+/// What an `extraEnv` variable read from a ConfigMap holds in the tests: a duration, which
+/// every duration flag takes.
+pub const CONFIG_MAP_VALUE: &str = "750ms";
+
 /// The pod's environment: literal values, and the downward API's fields as the kubelet
 /// fills them (pod `gpucloud-operator-0` in the release namespace).
 pub fn pod_env(rendered: &Rendered) -> Vec<(String, String)> {
@@ -358,6 +399,11 @@ pub fn pod_env(rendered: &Rendered) -> Vec<(String, String)> {
                 Some("metadata.namespace") => RELEASE_NAMESPACE.to_string(),
                 Some("metadata.name") => "gpucloud-operator-0".to_string(),
                 Some(other) => panic!("{name}: unexpected fieldRef {other}"),
+                // A ConfigMap's or Secret's key (the chart's extraEnv): what the test's
+                // ConfigMap would hold.
+                None if e["valueFrom"]["configMapKeyRef"].is_object() => {
+                    CONFIG_MAP_VALUE.to_string()
+                }
                 None => e["value"].as_str().expect("a literal value").to_string(),
             };
             (name, value)
@@ -365,7 +411,8 @@ pub fn pod_env(rendered: &Rendered) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `run`'s arguments as this build parses the rendered pod environment, with `overrides`
+/// `run`'s arguments as this build parses the rendered pod environment and the container's
+/// arguments, with `overrides`
 /// (long flag name, value) applied on top. Overrides of flags this build does not have are
 /// left out. Panics on a value `run` refuses, and on a variable that is neither a `run` flag
 /// nor a global flag.
@@ -408,6 +455,17 @@ pub fn run_args(rendered: &Rendered, overrides: &[(&str, &str)]) -> Args {
             argv.push(format!("--{long}={value}"));
         }
     }
+    // The container's own arguments after `run` (the chart's extraArgs).
+    let deployment = rendered.find("Deployment", RELEASE).expect("a Deployment");
+    let container_args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("container args");
+    assert_eq!(container_args[0], "run", "the container runs `run`");
+    argv.extend(
+        container_args[1..]
+            .iter()
+            .map(|a| a.as_str().expect("a string argument").to_string()),
+    );
     match RunCommand::try_parse_from(&argv) {
         Ok(parsed) => parsed.args,
         Err(error) => panic!("`run` refuses the rendered settings {argv:?}: {error}"),

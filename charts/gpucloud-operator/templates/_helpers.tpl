@@ -74,7 +74,7 @@ docs/install.md says why each is needed; tests/least_privilege.rs proves each is
   verbs: [create, patch]
 {{- end -}}
 
-{{/* Start-up check that the CRDs are installed: reading these six, nothing else. */}}
+{{/* Start-up check that the CRDs are installed: reading these, nothing else. */}}
 {{- define "gpucloud-operator.crdRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
@@ -103,4 +103,29 @@ their status; it never reads one by name or watches them.
   resources: [namespaces]
   verbs: [get]
 {{- end }}
+{{- end -}}
+
+{{/*
+The operator's image: [registry/]repository, then @digest when one is set (it pins the image,
+so the tag is not used), else :tag (the chart's appVersion by default).
+*/}}
+{{- define "gpucloud-operator.image" -}}
+{{- $image := .Values.image -}}
+{{- $repository := $image.repository -}}
+{{- if $image.registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $image.registry) $repository -}}
+{{- end -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository ($image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The default image.repository: a placeholder, which NOTES.txt warns about. */}}
+{{- define "gpucloud-operator.placeholderRepository" -}}ghcr.io/example/gpucloud-operator{{- end -}}
+
+{{/* priorityClassName, else the parent chart's global.priorityClassName. */}}
+{{- define "gpucloud-operator.priorityClassName" -}}
+{{- .Values.priorityClassName | default (dig "priorityClassName" "" (.Values.global | default dict)) -}}
 {{- end -}}

@@ -115,7 +115,16 @@ impl Replica {
 
     async fn metrics(&self) -> String {
         let url = format!("http://{}/metrics", self.endpoints.metrics);
-        let response = reqwest::get(url).await.unwrap();
+        // Asked for as Prometheus asks (without it the answer is the 0.0.4 text format).
+        let response = reqwest::Client::new()
+            .get(url)
+            .header(
+                reqwest::header::ACCEPT,
+                "application/openmetrics-text; version=1.0.0",
+            )
+            .send()
+            .await
+            .unwrap();
         // The body is OpenMetrics text and says so: Prometheus parses a body by its content
         // type, and as the 0.0.4 text format it would drop the counters' types.
         assert_eq!(

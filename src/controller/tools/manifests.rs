@@ -4,7 +4,6 @@
 //! reads through [`read`], which also expands `kind: List` into its items.
 
 use crate::tools::plan::Error;
-use serde::Deserialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -94,12 +93,21 @@ fn is_manifest(path: &Path) -> bool {
 }
 
 /// The documents of a YAML stream (a JSON document is one), numbered from 1 as a person
-/// reads the file, each as JSON; empty ones (comments only) skipped. The first that does not
-/// parse ends the list: the stream cannot be read past it.
-pub fn documents(text: &str) -> Vec<(usize, Result<serde_json::Value, serde_yaml::Error>)> {
+/// reads the file, each as JSON; empty ones (comments only) skipped, and so is text before the
+/// first `---` that holds no content. The first that does not parse ends the list. Each
+/// document is read on its own (so its number is known) with its lines where they are in the
+/// file (so an error's line is the file's).
+pub fn documents(text: &str) -> Vec<(usize, Result<serde_json::Value, serde_saphyr::Error>)> {
     let mut out = Vec::new();
-    for (position, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        match serde_json::Value::deserialize(document) {
+    for (position, (first_line, source)) in split_documents(text).into_iter().enumerate() {
+        if !has_content(&source) {
+            continue;
+        }
+        let placed = format!("{}{source}", "\n".repeat(first_line));
+        // Without the source snippet: the error is reported on one line, after the file and
+        // the document it names.
+        let options = serde_saphyr::options! { with_snippet: false };
+        match serde_saphyr::from_str_with_options::<serde_json::Value>(&placed, options) {
             Ok(serde_json::Value::Null) => {}
             Ok(value) => out.push((position + 1, Ok(value))),
             Err(error) => {
@@ -109,6 +117,55 @@ pub fn documents(text: &str) -> Vec<(usize, Result<serde_json::Value, serde_yaml
         }
     }
     out
+}
+
+/// The documents of a stream: each one's first line (from 0) and its text. A document starts
+/// after a `---` line (the marker may carry the document's first node, `--- {a: 1}`) and ends
+/// at the next one or at a `...` line; text before the first marker is a document of its own
+/// when it has content.
+fn split_documents(text: &str) -> Vec<(usize, String)> {
+    let mut documents: Vec<(usize, String)> = Vec::new();
+    let mut current: Option<(usize, String)> = Some((0, String::new()));
+    let mut before_first_marker = true;
+    for (number, line) in text.lines().enumerate() {
+        let marker = line == "---" || line.starts_with("--- ") || line.starts_with("---\t");
+        if marker {
+            if let Some(document) = current.take()
+                && (!before_first_marker || has_content(&document.1))
+            {
+                documents.push(document);
+            }
+            before_first_marker = false;
+            // The rest of the marker's line, at its column, keeps the line count.
+            current = Some((number, format!("   {}\n", &line[3..])));
+        } else if line == "..." || line.starts_with("... ") {
+            if let Some(document) = current.take()
+                && (!before_first_marker || has_content(&document.1))
+            {
+                documents.push(document);
+            }
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push_str(line);
+            body.push('\n');
+        } else if !line.trim().is_empty() && !line.trim_start().starts_with('#') {
+            // Content after `...` without a new `---`: a document of its own, as YAML reads it.
+            current = Some((number, format!("{line}\n")));
+        }
+    }
+    if let Some(document) = current
+        && (!before_first_marker || has_content(&document.1))
+    {
+        documents.push(document);
+    }
+    documents
+}
+
+/// Whether a document's text holds anything but blank lines, comments and directives.
+fn has_content(text: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.trim();
+        !line.is_empty() && !line.starts_with('#') && !line.starts_with('%')
+    })
 }
 
 /// The objects of one file's text, each `List` expanded.
@@ -143,4 +200,53 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Document>, Error> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn documents_are_numbered_as_written() {
+        let text = "# a comment\n%YAML 1.2\n---\na: 1\n---\n# empty\n--- {b: 2}\n...\n---\n- c\n";
+        let read: Vec<(usize, serde_json::Value)> = documents(text)
+            .into_iter()
+            .map(|(n, v)| (n, v.unwrap()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (1, json!({"a": 1})),
+                (3, json!({"b": 2})),
+                (4, json!(["c"]))
+            ]
+        );
+        // Content before the first marker is the first document; JSON is YAML.
+        let read = documents("a: 1\n---\nb: 2\n");
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[1].0, 2);
+        let json = documents(r#"{"apiVersion": "v1", "kind": "ConfigMap"}"#);
+        assert_eq!(json[0].1.as_ref().unwrap()["kind"], "ConfigMap");
+    }
+
+    #[test]
+    fn an_error_names_the_file_line_and_ends_the_list() {
+        let read = documents("a: 1\n---\nb: 2\n---\nkind: [unclosed\n---\nc: 3\n");
+        assert_eq!(read.len(), 3);
+        let (number, error) = &read[2];
+        assert_eq!(*number, 3);
+        let error = error.as_ref().unwrap_err();
+        let location = error.location().expect("a location");
+        assert!(
+            (5..=6).contains(&location.line()),
+            "line {} of the file: {error}",
+            location.line()
+        );
+        let message = error.to_string();
+        assert!(!message.contains('\n'), "{message}");
+        assert!(message.contains("line 5"), "{message}");
+    }
 }
