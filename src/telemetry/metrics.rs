@@ -151,6 +151,8 @@ pub struct KindState {
     /// What the cloud's billing charged for the kind's cloud resources, each since it was
     /// made, by (namespace, currency).
     pub spend: BTreeMap<(String, String), f64>,
+    /// Objects stalled over whose cloud resource it is (`ClaimConflict`, `ForeignRecord`).
+    pub claim_conflicts: i64,
     /// Objects due for a reconcile that has not started yet.
     pub queue_depth: i64,
     /// Reconciles running now.
@@ -171,6 +173,7 @@ impl KindState {
         for (key, spent) in other.spend {
             *self.spend.entry(key).or_default() += spent;
         }
+        self.claim_conflicts += other.claim_conflicts;
         self.queue_depth += other.queue_depth;
         self.in_flight += other.in_flight;
         self.max_concurrent += other.max_concurrent;
@@ -888,6 +891,7 @@ impl Collector for StateSources {
         let mut costs = Vec::new();
         let mut spend = Vec::new();
         let mut queued = Vec::new();
+        let mut conflicts = Vec::new();
         let mut running = Vec::new();
         let (mut workers, mut max_workers, mut depth) = (Vec::new(), Vec::new(), Vec::new());
         for ((kind, state), controller) in states.iter().zip(&controllers) {
@@ -925,6 +929,7 @@ impl Collector for StateSources {
                 spend.push((money(kind, key), *spent));
             }
             queued.push((vec![("kind", kind.as_str())], state.queue_depth));
+            conflicts.push((vec![("kind", kind.as_str())], state.claim_conflicts));
             running.push((vec![("kind", kind.as_str())], state.in_flight));
         }
         gauge_family(
@@ -944,6 +949,12 @@ impl Collector for StateSources {
             "gpucloud_spend",
             "What the cloud's billing charged for the cloud resources the operator manages, each since it was made, by kind, namespace and currency (billing read once per resync interval per account)",
             &spend,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "gpucloud_claim_conflicts",
+            "Objects that do nothing to the cloud resource their status records because another object claims it or it is not provably theirs (Stalled ClaimConflict or ForeignRecord)",
+            &conflicts,
         )?;
         gauge_family(
             &mut encoder,

@@ -10,6 +10,7 @@
 //! `controller_runtime_max_concurrent_reconciles`).
 
 use crate::accounts::account::{Accounts, Billing};
+use crate::flow::conditions::reason;
 use crate::flow::declarations::KindDeclarations;
 use crate::lock;
 use crate::runtime::store::Store;
@@ -208,6 +209,12 @@ impl<K: KindDeclarations> StateSource for KindGauges<K> {
                     .conditions
                     .entry((type_.to_string(), value))
                     .or_default() += 1;
+            }
+            if status.condition(condition_type::STALLED).is_some_and(|c| {
+                c.status == "True"
+                    && [reason::CLAIM_CONFLICT, reason::FOREIGN_RECORD].contains(&c.reason.as_str())
+            }) {
+                state.claim_conflicts += 1;
             }
             let namespace = || object.meta().namespace.clone().unwrap_or_default();
             if let Some((rate, currency)) = object.hourly_cost() {
