@@ -1259,7 +1259,7 @@ async fn cleanup<K: ManagedKind>(object: Arc<K>, cx: &Arc<Context<K>>) -> Result
     // A recorded id that is not this object's (another object claims it, or it was neither
     // created for it nor lawfully adopted) is not its to delete, nor to snapshot first: only
     // what carries its own cloud name is.
-    let status = checked_for_deletion(cx, &object, status, &seen).await?;
+    let status = checked_for_deletion(cx, (&object, &account), status, &seen).await?;
     let answered_at = cx.delete_answered_at(&uid);
     // What holds a deletion holds the delete call: once the cloud has accepted one of ours,
     // nothing is left to hold (and the checks' reads are not made again while it finishes).
@@ -1503,17 +1503,25 @@ async fn check_record<K: ManagedKind>(
 }
 
 /// The status a deletion acts on: without the recorded id when it is not the object's
-/// (`check_record`), with a Warning Event saying the resource is left in place.
+/// (`check_record`), with a Warning Event saying the resource is left in place. A resource the
+/// list `seen` leaves out is read by id for its name (lists can leave out what exists); one
+/// that does not exist is nothing to act on either way.
 async fn checked_for_deletion<K: ManagedKind>(
     cx: &Context<K>,
-    object: &K,
+    (object, account): (&K, &Account),
     mut status: CloudStatus,
     seen: &CloudList<Record<K>>,
 ) -> Result<CloudStatus, Error> {
     let Some(id) = status.external_id.clone() else {
         return Ok(status);
     };
-    let listed_name = seen.get(&id).map(|record| record.name().to_string());
+    let listed_name = match seen.get(&id) {
+        Some(record) => Some(record.name().to_string()),
+        None => match K::Cloud::get(account.client.clone(), id.clone()).await? {
+            Some(record) => Some(record.name().to_string()),
+            None => return Ok(status),
+        },
+    };
     let why = match check_record(
         cx,
         object,
@@ -1556,17 +1564,19 @@ async fn released_status<K: ManagedKind>(
         return Ok(status);
     }
     let managed = object.managed();
-    let seen = match cx
+    let Ok(account) = cx
         .accounts
         .resolve(&namespace(object), managed.credentials_secret_ref.as_ref())
         .await
-    {
-        Ok(account) => cx.observer(&account).latest().await.ok(),
-        Err(_) => None,
+    else {
+        return Ok(CloudStatus {
+            external_id: None,
+            ..status
+        });
     };
-    match seen {
-        Some(seen) => checked_for_deletion(cx, object, status, &seen).await,
-        None => Ok(CloudStatus {
+    match cx.observer(&account).latest().await {
+        Ok(seen) => checked_for_deletion(cx, (object, &account), status, &seen).await,
+        Err(_) => Ok(CloudStatus {
             external_id: None,
             ..status
         }),

@@ -432,6 +432,53 @@ async fn a_forged_status_never_acts_on_another_teams_machine() {
     );
 }
 
+/// A forged `status.cloudName` alone (the object's own id left as it was) names another team's
+/// machine by the name the operator would find it by: nothing is done to that machine, the
+/// forged object stalls naming the conflict, the other team hears of it, and the deletion
+/// deletes only the tenant's own machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_cloud_name_alone_never_acts_on_another_teams_machine() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim_id = ready_id::<GpuInstance>(&env, "victim").await;
+    let victim: GpuInstance = env.api::<GpuInstance>().get("victim").await.unwrap();
+    let victim_name = victim.cloud_status().cloud_name.unwrap();
+    let thief_id = tenant_machine(&env, "thief").await;
+    let own = tenant_api::<GpuInstance>(&env);
+
+    let forged = serde_json::json!({"status": {"cloudName": victim_name}});
+    own.patch_status("thief", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    own.patch(
+        "thief",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+    )
+    .await
+    .unwrap();
+    let message = stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
+    assert!(message.contains("another namespace"), "{message}");
+    wait_for_events(&env, "victim", &[reason::CLAIM_CONFLICT]).await;
+    delete_in_tenant::<GpuInstance>(&env, "thief").await;
+
+    let state = env.simulator.state();
+    let victim_machine = state
+        .instances
+        .iter()
+        .find(|i| i.instance_id == victim_id)
+        .expect("the other team's machine still exists");
+    assert_eq!(
+        victim_machine.status,
+        gpucloud_cloud::model::InstanceStatus::Active
+    );
+    assert!(
+        !state.instances.iter().any(|i| i.instance_id == thief_id),
+        "the tenant's own machine is deleted with its object"
+    );
+}
+
 /// A machine's boot volume goes with the machine: even where adoption is allowed, a Volume
 /// naming one by `gpucloud.io/external-id` adopts nothing, and the boot volume is left as it
 /// was (no resize, no detach), the object's deletion included.

@@ -144,7 +144,9 @@ pub async fn hold(
         return Err(Error::Blocked {
             reason: reason::FINAL_SNAPSHOT_BLOCKED,
             message: format!(
-                "Snapshot {name} holds {snapshot_id}, a snapshot of another machine than this                  instance's {machine}: delete or rename it to take the final snapshot, or set                  spec.deletionPolicy to Delete or Orphan"
+                "Snapshot {name} holds {snapshot_id}, a snapshot of another machine than this \
+                 instance's {machine}: delete or rename it to take the final snapshot, or set \
+                 spec.deletionPolicy to Delete or Orphan"
             ),
         });
     }
