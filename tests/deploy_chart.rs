@@ -340,9 +340,12 @@ fn values_reach_the_operator_settings() {
             // Every authenticated user reads the GpuOfferings.
             "ClusterRole",
             "ClusterRoleBinding",
-            "ServiceAccount"
+            "ServiceAccount",
+            // The tenant roles, edit and view.
+            "ClusterRole",
+            "ClusterRole"
         ],
-        "defaults: nothing optional but deletion protection, leader election and the catalog reader"
+        "defaults: nothing optional but deletion protection, leader election, the catalog reader and the tenant roles"
     );
     assert_eq!(
         defaults.env_var("GPUCLOUD_LEADER_ELECT").as_deref(),
@@ -505,6 +508,9 @@ fn without_helm_labels(mut object: Value) -> Value {
 /// tests install (`gpucloud_api::deletion_protection::POLICY_MANIFEST`).
 const DELETION_PROTECTION: &str = "deletion-protection.yaml";
 
+/// The kustomize base's copy of the tenant roles (`templates/tenant-roles.yaml`).
+const TENANT_ROLES: &str = "tenant-roles.yaml";
+
 const GENERATED_HEADER: &str = "# Generated from charts/gpucloud-operator with its default values by tests/deploy_chart.rs\n# (UPDATE_GENERATED=1 cargo test --test deploy_chart); change the chart, not this file.\n";
 
 /// `deploy/kustomize/` is the chart's default rendering without Helm's labels: one file per
@@ -523,7 +529,11 @@ fn kustomize_base_renders_what_the_chart_renders() {
             "{}.yaml",
             objects[0]["kind"].as_str().unwrap().to_lowercase()
         );
+        let tenant_roles = objects[0]["metadata"]["name"]
+            .as_str()
+            .is_some_and(|name| name.ends_with("-tenant-edit"));
         let file = match file.as_str() {
+            "clusterrole.yaml" if tenant_roles => TENANT_ROLES.to_string(),
             "clusterrole.yaml" => "rbac.yaml".to_string(),
             "validatingadmissionpolicy.yaml" => DELETION_PROTECTION.to_string(),
             _ => file,
@@ -1375,6 +1385,8 @@ fn every_value_the_schema_accepts_changes_the_rendering() {
         ("crds.enabled", json!({}), json!(false)),
         ("crds.keep", json!({}), json!(false)),
         ("deletionProtection.enabled", json!({}), json!(false)),
+        ("tenantRoles.enabled", json!({}), json!(false)),
+        ("tenantRoles.aggregate", json!({}), json!(false)),
         ("catalogReader.bindAuthenticated", json!({}), json!(false)),
         ("adoption.allowed", json!({}), json!(true)),
         ("shutdownTimeout", json!({}), json!("20s")),

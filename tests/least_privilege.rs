@@ -24,7 +24,7 @@
 
 mod deploy;
 
-use deploy::{Grant, RELEASE, RELEASE_NAMESPACE, Use, allows, grants, render};
+use deploy::{Grant, RELEASE, RELEASE_NAMESPACE, Use, allows, grants, render, role_grants};
 use futures::FutureExt;
 use gpucloud_apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
 use gpucloud_cloud::model::CreateSshKeyRequest;
@@ -157,6 +157,134 @@ fn lease_rules_only_with_leader_election() {
 }
 
 /// Every request allowed, every grant used; prints the used rule set.
+/// The roles the chart hands out to tenants. tenant-edit creates, changes, scales and deletes
+/// every tenant kind and reads their status and the namespace's Budgets, but writes no status
+/// subresource (whoever may write one could point an object at another team's resource) and
+/// no Budget (the platform team's limit); tenant-view only reads. Aggregated to the built-in
+/// edit/admin and view roles unless `tenantRoles.aggregate` is off, absent when
+/// `tenantRoles.enabled` is.
+#[test]
+fn tenant_roles_write_no_status_and_no_budget() {
+    let objects = render(&json!({})).objects();
+    let edit_name = format!("{RELEASE}-tenant-edit");
+    let view_name = format!("{RELEASE}-tenant-view");
+    let edit = role_grants(&objects, "ClusterRole", &edit_name, Some("team-a"));
+    let view = role_grants(&objects, "ClusterRole", &view_name, Some("team-a"));
+    let may = |grants: &[Grant], verb: &str, resource: &str| {
+        let used = Use {
+            verb: verb.to_string(),
+            group: gpucloud_api::GROUP.to_string(),
+            resource: resource.to_string(),
+            namespace: "team-a".to_string(),
+            name: "x".to_string(),
+        };
+        grants.iter().any(|grant| allows(grant, &used))
+    };
+    let crds = gpucloud_controller::kinds::registry::crds();
+    let guardrails: Vec<String> = gpucloud_controller::kinds::registry::guardrail_crds()
+        .into_iter()
+        .map(|crd| crd.spec.names.plural)
+        .collect();
+    let writes = ["create", "update", "patch", "delete", "deletecollection"];
+    let reads = ["get", "list", "watch"];
+    for crd in &crds {
+        let plural = crd.spec.names.plural.as_str();
+        let status = format!("{plural}/status");
+        for verb in ["update", "patch", "create"] {
+            assert!(
+                !may(&edit, verb, &status),
+                "tenant-edit may {verb} {status}"
+            );
+        }
+        if crd.spec.scope == "Cluster" {
+            // The catalog: read through the catalog-reader role, written by the operator only.
+            for verb in writes.iter().chain(&reads) {
+                assert!(
+                    !may(&edit, verb, plural) && !may(&view, verb, plural),
+                    "{verb} {plural}"
+                );
+            }
+            continue;
+        }
+        for verb in reads {
+            assert!(
+                may(&edit, verb, plural),
+                "tenant-edit may not {verb} {plural}"
+            );
+            assert!(
+                may(&view, verb, plural),
+                "tenant-view may not {verb} {plural}"
+            );
+        }
+        assert!(
+            may(&edit, "get", &status) && may(&view, "get", &status),
+            "{status}"
+        );
+        let tenant_writes = !guardrails.iter().any(|g| g == plural);
+        for verb in writes {
+            assert_eq!(
+                may(&edit, verb, plural),
+                tenant_writes,
+                "tenant-edit {verb} {plural}"
+            );
+        }
+        let scaled = crd
+            .spec
+            .versions
+            .iter()
+            .any(|v| v.subresources.as_ref().is_some_and(|s| s.scale.is_some()));
+        let scale = format!("{plural}/scale");
+        assert_eq!(may(&edit, "update", &scale), scaled, "{scale}");
+        assert_eq!(may(&view, "get", &scale), scaled, "{scale}");
+    }
+    assert!(
+        guardrails.iter().any(|g| g == "budgets"),
+        "Budgets are a guardrail"
+    );
+    assert!(
+        view.iter().all(|g| reads.contains(&g.verb.as_str())),
+        "tenant-view only reads: {view:#?}"
+    );
+    let labels = |objects: &[Value], name: &str| -> BTreeSet<String> {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == name)
+            .and_then(|role| role["metadata"]["labels"].as_object())
+            .map(|labels| {
+                labels
+                    .iter()
+                    .filter(|(_, value)| *value == "true")
+                    .map(|(key, _)| key.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let aggregate = |to: &str| format!("rbac.authorization.k8s.io/aggregate-to-{to}");
+    assert!(
+        labels(&objects, &edit_name)
+            .is_superset(&BTreeSet::from([aggregate("edit"), aggregate("admin")]))
+    );
+    assert!(labels(&objects, &view_name).contains(&aggregate("view")));
+    assert!(!labels(&objects, &view_name).contains(&aggregate("edit")));
+
+    let unaggregated = render(&json!({"tenantRoles": {"aggregate": false}})).objects();
+    for name in [&edit_name, &view_name] {
+        assert!(
+            !labels(&unaggregated, name)
+                .iter()
+                .any(|label| label.starts_with("rbac.authorization.k8s.io/aggregate-to-")),
+            "{name}"
+        );
+    }
+    let disabled = render(&json!({"tenantRoles": {"enabled": false}})).objects();
+    assert!(
+        !disabled
+            .iter()
+            .any(|o| o["metadata"]["name"] == edit_name.as_str()
+                || o["metadata"]["name"] == view_name.as_str())
+    );
+}
+
 fn assert_exact(granted: &[Grant], used: &BTreeSet<Use>) {
     let mut summary: BTreeSet<String> = BTreeSet::new();
     for u in used {

@@ -280,44 +280,63 @@ pub fn grants(objects: &[Value], service_account: &str) -> Vec<Grant> {
                 .to_string()
         });
         let role_kind = binding["roleRef"]["kind"].as_str().unwrap();
-        let role_name = &binding["roleRef"]["name"];
-        let role = objects
-            .iter()
-            .find(|o| {
-                o["kind"] == role_kind
-                    && o["metadata"]["name"] == *role_name
-                    && (role_kind == "ClusterRole"
-                        || o["metadata"]["namespace"].as_str() == namespace.as_deref())
-            })
-            .unwrap_or_else(|| panic!("{kind} refers to a missing {role_kind} {role_name}"));
-        for rule in role["rules"].as_array().unwrap() {
-            let list = |field: &str| -> Vec<String> {
-                let values: Vec<String> = rule[field]
-                    .as_array()
-                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
-                    .unwrap_or_default();
-                assert!(
-                    !values.iter().any(|v| v.contains('*')),
-                    "wildcard in {role_kind} {role_name}: {rule}"
-                );
-                values
-            };
+        let role_name = binding["roleRef"]["name"].as_str().unwrap();
+        grants.extend(role_grants(
+            objects,
+            role_kind,
+            role_name,
+            namespace.as_deref(),
+        ));
+    }
+    grants
+}
+
+/// The permissions of the role `role_kind`/`role_name` (a Role in `namespace`, or a
+/// ClusterRole) as a binding in `namespace` (or a ClusterRoleBinding, `None`) gives them, one
+/// per (rule, group, resource, verb). Panics on a wildcard anywhere in a rule, and on a role
+/// the rendering lacks.
+pub fn role_grants(
+    objects: &[Value],
+    role_kind: &str,
+    role_name: &str,
+    namespace: Option<&str>,
+) -> Vec<Grant> {
+    let role = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == role_kind
+                && o["metadata"]["name"] == role_name
+                && (role_kind == "ClusterRole" || o["metadata"]["namespace"].as_str() == namespace)
+        })
+        .unwrap_or_else(|| panic!("no {role_kind} {role_name} in the rendering"));
+    let mut grants = Vec::new();
+    for rule in role["rules"].as_array().unwrap() {
+        let list = |field: &str| -> Vec<String> {
+            let values: Vec<String> = rule[field]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+                .unwrap_or_default();
             assert!(
-                rule.get("nonResourceURLs").is_none(),
-                "nonResourceURLs in {role_name}"
+                !values.iter().any(|v| v.contains('*')),
+                "wildcard in {role_kind} {role_name}: {rule}"
             );
-            let names: BTreeSet<String> = list("resourceNames").into_iter().collect();
-            for group in list("apiGroups") {
-                for resource in list("resources") {
-                    for verb in list("verbs") {
-                        grants.push(Grant {
-                            namespace: namespace.clone(),
-                            group: group.clone(),
-                            resource: resource.clone(),
-                            verb,
-                            names: names.clone(),
-                        });
-                    }
+            values
+        };
+        assert!(
+            rule.get("nonResourceURLs").is_none(),
+            "nonResourceURLs in {role_name}"
+        );
+        let names: BTreeSet<String> = list("resourceNames").into_iter().collect();
+        for group in list("apiGroups") {
+            for resource in list("resources") {
+                for verb in list("verbs") {
+                    grants.push(Grant {
+                        namespace: namespace.map(str::to_string),
+                        group: group.clone(),
+                        resource: resource.clone(),
+                        verb,
+                        names: names.clone(),
+                    });
                 }
             }
         }

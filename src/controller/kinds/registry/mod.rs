@@ -90,10 +90,16 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 /// `budget.rs`; `GpuInstancePool`, which makes GpuInstances, `gpu_instance_pool.rs`):
 /// installed, granted and rendered with the managed kinds, never swept.
 pub fn policy_crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS),
-        GpuInstancePool::definition(),
-    ]
+    let mut crds = guardrail_crds();
+    crds.push(GpuInstancePool::definition());
+    crds
+}
+
+/// Of the policy kinds, those that limit what a namespace may spend or run (`Budget`): set by
+/// the platform team, readable by the namespace's users, never written by them (the chart's
+/// tenant edit role leaves them out).
+pub fn guardrail_crds() -> Vec<CustomResourceDefinition> {
+    vec![gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS)]
 }
 
 /// The CRDs of the read-only, cluster-scoped kinds the operator keeps from the cloud's
@@ -116,7 +122,8 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
 }
 
 /// `charts/gpucloud-operator/templates/_kinds.tpl`: the kinds' resources as the chart's RBAC
-/// rules name them (objects; their status; their CRDs), as YAML flow lists.
+/// rules name them (objects; their status; their CRDs; what a tenant may write, scale and
+/// only read), as YAML flow lists.
 pub fn chart_kinds_template() -> String {
     let plural = |c: CustomResourceDefinition| c.spec.names.plural;
     let mut plurals: Vec<String> = crds().into_iter().map(plural).collect();
@@ -137,26 +144,50 @@ pub fn chart_kinds_template() -> String {
         .map(|p| format!("{p}/status"))
         .collect();
     let catalog_status = catalogs.iter().map(|p| format!("{p}/status")).collect();
+    let mut guardrails: Vec<String> = guardrail_crds().into_iter().map(plural).collect();
+    guardrails.sort();
+    let tenant: Vec<String> = plurals
+        .iter()
+        .filter(|p| !guardrails.contains(p) && !catalogs.contains(p))
+        .cloned()
+        .collect();
+    let mut scale: Vec<String> = crds()
+        .into_iter()
+        .filter(|crd| {
+            crd.spec
+                .versions
+                .iter()
+                .any(|v| v.subresources.as_ref().is_some_and(|s| s.scale.is_some()))
+        })
+        .map(|crd| format!("{}/scale", crd.spec.names.plural))
+        .collect();
+    scale.sort();
     let crd_names = plurals
         .iter()
         .map(|p| format!("{p}.{}", gpucloud_api::GROUP))
         .collect();
     format!(
         "{{{{/* Generated from the kind registry (src/controller/kinds/registry/mod.rs): the resources of every\n\
-         managed kind, for the RBAC rules in _helpers.tpl. Regenerate with\n\
+         managed kind, for the chart's RBAC rules (the operator's and the tenant roles). Regenerate with\n\
          UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry; do not edit. */}}}}\n\
          {{{{- define \"gpucloud-operator.kindResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.policyResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.kindStatusResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.kindCrdNames\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.catalogResources\" -}}}}{}{{{{- end -}}}}\n\
-         {{{{- define \"gpucloud-operator.catalogStatusResources\" -}}}}{}{{{{- end -}}}}\n",
+         {{{{- define \"gpucloud-operator.catalogStatusResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.tenantResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.tenantScaleResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.guardrailResources\" -}}}}{}{{{{- end -}}}}\n",
         list(managed),
         list(policies),
         list(status),
         list(crd_names),
         list(catalogs.clone()),
         list(catalog_status),
+        list(tenant),
+        list(scale),
+        list(guardrails),
     )
 }
 

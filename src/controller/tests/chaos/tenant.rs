@@ -1,21 +1,24 @@
 //! A hostile tenant: namespace `team-b` (not labelled for adoption) shares the first cloud
 //! account with `team-a` (through a key of its own, so the simulator's ledger tells its calls
 //! apart), and during the fault phase tries to take the other teams' resources (team-a's in
-//! both accounts, team-c's) and the foreign ones by id. Every attempt must be refused
-//! (`AlreadyOwned`, `AdoptionNotAllowed`) without a hostile object ever recording another's
-//! resource, and deleting the hostile objects must touch nothing but the tenant's own
-//! resources.
+//! both accounts, team-c's) and the foreign ones by id: by the adoption annotation, by a
+//! snapshot's `spec.instanceId`, by booting another's image or snapshot through
+//! `spec.osImage`, and by writing another's id (and cloud name) into its own objects' status.
+//! Every attempt must be refused without a hostile object ever recording another's resource
+//! (a forged status aside: that record is the tenant's own write), no call the tenant's key
+//! makes may name another's resource (the ledger check), and deleting the hostile objects must
+//! touch nothing but the tenant's own resources.
 
 use crate::model::{ACCOUNTS, Kind, ObjectKey, TEAM_C, cloud_ids, kind_name, team_mark};
 use crate::support::{Env, NAMESPACE};
 use gpucloud_api::{
-    CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, Image, Managed, Snapshot, SshKey,
-    Volume, condition_type,
+    CloudStatus, EXTERNAL_ID_ANNOTATION, Firewall, GpuInstance, GpuInstancePool, Image, Managed,
+    Snapshot, SshKey, Volume, condition_type,
 };
 use gpucloud_controller::flow::conditions::reason;
 use gpucloud_controller::flow::kind::Watched;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -75,9 +78,22 @@ impl Target {
     }
 }
 
+/// How a hostile object names its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    /// By the external-id annotation, or a snapshot's `spec.instanceId` (or not yet: a decoy).
+    Spec,
+    /// By `spec.osImage`: a machine booting another's image or snapshot.
+    Boot,
+    /// By its status: `externalId` (and sometimes `cloudName`) written through the status
+    /// subresource, as whoever may write statuses can.
+    Forged,
+}
+
 struct Hostile {
     of: Of,
     target: Target,
+    how: How,
 }
 
 /// The tenant's counts, added to the run's.
@@ -87,6 +103,9 @@ pub struct TenantStats {
     pub refused: u64,
     pub deleted: u64,
     pub samples: u64,
+    pub forged: u64,
+    pub boots: u64,
+    pub pools: u64,
 }
 
 pub struct Tenant {
@@ -169,15 +188,24 @@ impl Tenant {
         let decoys = self.decoys();
         let note = match roll {
             // (a) and (e): a new object naming another's resource by annotation.
-            0..40 => self.annotated(env).await?,
+            0..30 => self.annotated(env).await?,
             // (b): an ordinary object, turned hostile by a later patch.
-            40..52 => self.decoy(env).await?,
-            52..70 if !decoys.is_empty() => {
+            30..42 => self.decoy(env).await?,
+            42..50 if !decoys.is_empty() => {
                 let name = decoys[self.rng.random_range(0..decoys.len())].clone();
                 self.turn(env, &name).await?
             }
+            // (f): an ordinary object's status pointed at another's resource.
+            50..68 if !decoys.is_empty() => {
+                let name = decoys[self.rng.random_range(0..decoys.len())].clone();
+                self.forge(env, &name).await?
+            }
             // (c): a snapshot of another's machine by id.
-            52..82 => self.snapshot(env).await?,
+            42..72 => self.snapshot(env).await?,
+            // (g): a machine booting another's image or snapshot.
+            72..80 => self.boot(env).await?,
+            // (h): a pool whose template adopts another's machine.
+            80..83 => self.pool(env).await?,
             // (d): a hostile object deleted.
             _ => self.delete_one(env).await?,
         };
@@ -281,6 +309,18 @@ impl Tenant {
         }
     }
 
+    /// A harmful change to an existing object: the fields fixed at creation stay as they were.
+    fn hostile_change(&mut self, kind: Kind) -> Value {
+        let mut spec = self.hostile_spec(kind);
+        if let Some(fields) = spec.as_object_mut() {
+            fields.remove("region");
+            fields.remove("gpuType");
+            fields.remove("osImage");
+            fields.remove("credentialsSecretRef");
+        }
+        spec
+    }
+
     fn random_kind(&mut self) -> Kind {
         Kind::BASIC[self.rng.random_range(0..4)]
     }
@@ -310,6 +350,7 @@ impl Tenant {
             Hostile {
                 of: Of::Managed(kind),
                 target,
+                how: How::Spec,
             },
         );
         Ok(vec![note])
@@ -343,6 +384,7 @@ impl Tenant {
             Hostile {
                 of: Of::Managed(kind),
                 target: Target::None,
+                how: How::Spec,
             },
         );
         Ok(vec![note])
@@ -360,14 +402,7 @@ impl Tenant {
         let kind = *kind;
         let target = self.target(env, kind).await?;
         let id = target.id().unwrap_or_default().to_string();
-        let mut spec = self.hostile_spec(kind);
-        // Fields fixed at creation stay as they were.
-        if let Some(fields) = spec.as_object_mut() {
-            fields.remove("region");
-            fields.remove("gpuType");
-            fields.remove("osImage");
-            fields.remove("credentialsSecretRef");
-        }
+        let spec = self.hostile_change(kind);
         let patch = json!({
             "metadata": {"annotations": {EXTERNAL_ID_ANNOTATION: id}},
             "spec": spec,
@@ -411,9 +446,142 @@ impl Tenant {
             Hostile {
                 of: Of::Snapshot,
                 target,
+                how: How::Spec,
             },
         );
         Ok(vec![note])
+    }
+
+    /// (f): the status of an ordinary object of the tenant's rewritten to record another's
+    /// resource (its cloud name too, half of the time), then a harmful change asked for.
+    async fn forge(&mut self, env: &Env, name: &str) -> Step {
+        let Some(Hostile {
+            of: Of::Managed(kind),
+            ..
+        }) = self.live.get(name)
+        else {
+            return Ok(Vec::new());
+        };
+        let kind = *kind;
+        let target = self.target(env, kind).await?;
+        let id = target.id().unwrap_or_default().to_string();
+        let mut status = json!({"externalId": id});
+        if self.rng.random_bool(0.5)
+            && let Some(cloud_name) = cloud_name_of(env, kind, &id)
+        {
+            status["cloudName"] = json!(cloud_name);
+        }
+        let forged = json!({"status": status});
+        let spec = self.hostile_change(kind);
+        let change = json!({"spec": spec});
+        let result = match kind {
+            Kind::SshKey => forge_then_patch::<SshKey>(env, name, &forged, &change).await,
+            Kind::Instance => forge_then_patch::<GpuInstance>(env, name, &forged, &change).await,
+            Kind::Volume => forge_then_patch::<Volume>(env, name, &forged, &change).await,
+            Kind::Firewall => forge_then_patch::<Firewall>(env, name, &forged, &change).await,
+            Kind::Snapshot | Kind::Image => return Ok(Vec::new()),
+        };
+        result.map_err(|e| format!("tenant: forging the status of {TENANT}/{name}: {e}"))?;
+        self.stats.attacks += 1;
+        self.stats.forged += 1;
+        let note = format!(
+            "tenant: {} {TENANT}/{name} status forged to {status}, spec {spec}",
+            kind_name(kind)
+        );
+        if let Some(hostile) = self.live.get_mut(name) {
+            hostile.target = target;
+            hostile.how = How::Forged;
+        }
+        Ok(vec![note])
+    }
+
+    /// (g): a machine of the tenant's booting another team's image or snapshot by id.
+    async fn boot(&mut self, env: &Env) -> Step {
+        let mut sources = [Kind::Image, Kind::Snapshot];
+        if self.rng.random_bool(0.5) {
+            sources.reverse();
+        }
+        let mut found = None;
+        for source in sources {
+            if let Some(id) = self.team_a_target(env, source).await? {
+                found = Some((source, id));
+                break;
+            }
+        }
+        let Some((source, id)) = found else {
+            return Ok(Vec::new());
+        };
+        self.not_ours.insert(id.clone());
+        let target = Target::TeamA(id.clone());
+        let of = Of::Managed(Kind::Instance);
+        let name = self.new_name(of);
+        let object = json!({
+            "apiVersion": "gpucloud.io/v1alpha1",
+            "kind": "GpuInstance",
+            "metadata": {"name": name, "namespace": TENANT},
+            "spec": {"region": "us-east-1", "gpuType": "L40S", "osImage": id,
+                "powerState": "Running", "credentialsSecretRef": {"name": TENANT_SECRET}},
+        });
+        post(env, of, &object).await?;
+        self.stats.attacks += 1;
+        self.stats.boots += 1;
+        let note = format!(
+            "tenant: GpuInstance {TENANT}/{name} booting {} {target:?}",
+            kind_name(source)
+        );
+        self.live.insert(
+            name,
+            Hostile {
+                of,
+                target,
+                how: How::Boot,
+            },
+        );
+        Ok(vec![note])
+    }
+
+    /// (h): a pool whose machines would all adopt another's machine: refused at admission,
+    /// naming the field.
+    async fn pool(&mut self, env: &Env) -> Step {
+        let target = self.target(env, Kind::Instance).await?;
+        let id = target.id().unwrap_or_default().to_string();
+        let name = format!("pool-{}", self.stats.attacks);
+        let pool: GpuInstancePool = serde_json::from_value(json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+            "metadata": {"name": name, "namespace": TENANT},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name},
+                        "annotations": {EXTERNAL_ID_ANNOTATION: id}},
+                    "spec": {"region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+                        "osImage": "ubuntu-22.04-cuda-12",
+                        "credentialsSecretRef": {"name": TENANT_SECRET}}
+                }
+            }
+        }))
+        .map_err(|e| format!("tenant: pool {name}: {e}"))?;
+        let created = Api::<GpuInstancePool>::namespaced(env.client.clone(), TENANT)
+            .create(&PostParams::default(), &pool)
+            .await;
+        self.stats.attacks += 1;
+        self.stats.pools += 1;
+        match created {
+            Err(kube::Error::Api(status))
+                if status.code == 422
+                    && status.message.contains("template.metadata.annotations") =>
+            {
+                self.stats.refused += 1;
+                Ok(vec![format!(
+                    "tenant: GpuInstancePool {TENANT}/{name} adopting {target:?} refused at admission"
+                )])
+            }
+            Err(error) => Err(format!("tenant: pool {name}: {error}")),
+            Ok(_) => Err(format!(
+                "tenant: GpuInstancePool {TENANT}/{name}, whose template adopts {target:?}, was accepted"
+            )),
+        }
     }
 
     /// (d): a hostile object deleted (its finalizer must go, taking nothing of another's).
@@ -504,6 +672,15 @@ impl Tenant {
             let Some(id) = status.external_id else {
                 continue;
             };
+            // A forged record is the tenant's own write; what the operator did with it is
+            // judged by the ledger (no call named it) and by the end state.
+            if self
+                .live
+                .get(&name)
+                .is_some_and(|hostile| hostile.how == How::Forged)
+            {
+                continue;
+            }
             let own = names
                 .get(&id)
                 .is_none_or(|cloud| cloud.starts_with(&team_mark(TENANT)));
@@ -538,11 +715,28 @@ impl Tenant {
                 continue;
             };
             let stalled = status.condition(condition_type::STALLED);
-            let wanted: &[&str] = match hostile.target {
-                Target::Foreign(_) => &[reason::ADOPTION_NOT_ALLOWED],
-                _ => &[reason::ALREADY_OWNED, reason::ADOPTION_NOT_ALLOWED],
+            let wanted: &[&str] = match (hostile.how, &hostile.target) {
+                // Whatever became of the resource since it was named (another's, gone,
+                // another object's record), it is not this object's.
+                (How::Forged, _) => &[
+                    reason::CLAIM_CONFLICT,
+                    reason::FOREIGN_RECORD,
+                    reason::EXTERNAL_DELETED,
+                ],
+                (How::Boot, _) => &[reason::ALREADY_OWNED],
+                (How::Spec, Target::Foreign(_)) => &[reason::ADOPTION_NOT_ALLOWED],
+                (How::Spec, _) => &[reason::ALREADY_OWNED, reason::ADOPTION_NOT_ALLOWED],
+            };
+            // A forged record of a stateless resource deleted since is forgotten and the
+            // object's own made again; a machine booting an image deleted since is refused
+            // by the cloud. Either way nothing of another's was touched (the ledger check).
+            let settled_otherwise = match hostile.how {
+                How::Forged => is_ready(status) && owned_by_tenant(env, status),
+                How::Boot => !is_ready(status) && stalled.is_some_and(|c| c.status == "True"),
+                How::Spec => false,
             };
             match stalled {
+                _ if settled_otherwise => refused += 1,
                 Some(c) if c.status == "True" && wanted.contains(&c.reason.as_str()) => {
                     if VICTIMS.iter().any(|v| c.message.contains(v)) {
                         return Err(format!(
@@ -574,6 +768,32 @@ impl Tenant {
 }
 
 // === Helpers ===
+
+fn is_ready(status: &CloudStatus) -> bool {
+    status
+        .condition(condition_type::READY)
+        .is_some_and(|c| c.status == "True")
+}
+
+/// Whether the resource `status` records carries the tenant's own cloud name.
+fn owned_by_tenant(env: &Env, status: &CloudStatus) -> bool {
+    let Some(id) = &status.external_id else {
+        return false;
+    };
+    Kind::ALL
+        .iter()
+        .find_map(|kind| cloud_name_of(env, *kind, id))
+        .is_some_and(|name| name.starts_with(&team_mark(TENANT)))
+}
+
+/// The cloud name of the resource `id` of `kind`, in whichever account holds it.
+fn cloud_name_of(env: &Env, kind: Kind, id: &str) -> Option<String> {
+    (0..ACCOUNTS)
+        .filter_map(|account| env.simulator.account_state(account))
+        .flat_map(|state| cloud_ids(&state, kind))
+        .find(|(listed, _)| listed == id)
+        .map(|(_, name)| name)
+}
 
 fn conditions(status: &CloudStatus) -> Vec<String> {
     status
@@ -663,6 +883,33 @@ async fn remove(env: &Env, of: Of, name: &str) -> Result<(), String> {
     crate::world::delete(env, of.kind(), &key)
         .await
         .map_err(|e| format!("tenant: {e}"))
+}
+
+/// Writes `forged` through the status subresource, then asks for `change`.
+async fn forge_then_patch<K>(
+    env: &Env,
+    name: &str,
+    forged: &Value,
+    change: &Value,
+) -> Result<(), kube::Error>
+where
+    K: Watched,
+{
+    let api = Api::<K>::namespaced(env.client.clone(), TENANT);
+    // The API server's faults refuse some status writes with a conflict: the tenant tries
+    // again, as a determined one would.
+    let mut tries = 0;
+    loop {
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(forged))
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(status)) if status.code == 409 && tries < 20 => tries += 1,
+            Err(error) => return Err(error),
+        }
+    }
+    merge_patch::<K>(env, name, change).await
 }
 
 async fn merge_patch<K>(env: &Env, name: &str, patch: &Value) -> Result<(), kube::Error>

@@ -238,6 +238,9 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
     run.stats.attacks += tenant.attacks;
     run.stats.attacks_refused += tenant.refused;
     run.stats.hostile_deleted += tenant.deleted;
+    run.stats.forged_statuses += tenant.forged;
+    run.stats.boot_attacks += tenant.boots;
+    run.stats.pool_attacks += tenant.pools;
     run.stats.tenant_samples += tenant.samples;
     match outcome {
         Ok(()) => Ok(run.stats),
