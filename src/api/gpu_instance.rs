@@ -120,9 +120,10 @@ pub struct GpuInstanceSpec {
     #[serde(default)]
     pub power_state: PowerState,
 
-    /// Refuse to create the machine when its hourly rate would exceed this. Lowered below the
-    /// rate of a running machine, it is reported (`PriceAboveLimit`), not enforced: the machine
-    /// is stopped only when `powerState` says so.
+    /// Refuse to create the machine, and to start or restore it, when its hourly rate would
+    /// exceed this (`PriceAboveLimit`, before any call). Lowered below the rate of a running
+    /// machine, it is reported (`PriceAboveLimit`), not enforced: the machine is stopped only
+    /// when `powerState` says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0001))]
     pub max_hourly_rate: Option<f64>,
@@ -496,7 +497,7 @@ impl GpuInstance {
         (
             "maxHourlyRate",
             OnChange::Rechecked(
-                "a machine above a lowered limit shows `PriceAboveLimit` and keeps running",
+                "a machine above a lowered limit shows `PriceAboveLimit` and keeps running; one that is off is not started above it",
             ),
         ),
     ];

@@ -323,6 +323,36 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
             .then_some(())
     })
     .await;
+
+    // Stopped, then asked to run under a limit below its rate: not started (a start bills
+    // the full rate), `PriceAboveLimit` naming the rate; raised, it starts.
+    change_and_wait::<GpuInstance>(&env, "poor", serde_json::json!({"powerState": "Stopped"}))
+        .await;
+    let starts = env.calls("StartInstance");
+    merge(
+        &env,
+        "poor",
+        serde_json::json!({"spec": {"maxHourlyRate": 0.01, "powerState": "Running"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stalled_reason("poor").await, "PriceAboveLimit");
+    let message = ready_message(&api.get("poor").await.unwrap());
+    assert!(
+        message.contains("would cost") && message.contains("stays off"),
+        "{message}"
+    );
+    assert_eq!(
+        env.calls("StartInstance"),
+        starts,
+        "the machine was started"
+    );
+    assert_eq!(
+        env.simulator.state().instances[0].status.as_str(),
+        "SHUTOFF"
+    );
+    change_and_wait::<GpuInstance>(&env, "poor", serde_json::json!({"maxHourlyRate": 1000})).await;
+    assert_eq!(env.simulator.state().instances[0].status.as_str(), "ACTIVE");
 }
 
 /// Patches `name`'s spec and waits until it is `Ready` for the new generation.

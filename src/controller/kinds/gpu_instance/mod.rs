@@ -436,8 +436,8 @@ impl ManagedKind for GpuInstance {
     async fn resolve(
         &self,
         cx: &Context<Self>,
-        _account: &Account,
-        _record: &Instance,
+        account: &Account,
+        record: &Instance,
     ) -> Result<Moment, Error> {
         // A Budget read before its store is filled would let a machine it keeps off start.
         let listed = tokio::time::timeout(BUDGETS_LISTED_WITHIN, cx.budgets.wait_until_ready());
@@ -468,9 +468,21 @@ impl ManagedKind for GpuInstance {
             })
             // Hibernated if any Budget asks for it: the further off.
             .max_by_key(|h| h.power_state == PowerState::Hibernated);
+        let off = matches!(
+            record.status,
+            InstanceStatus::Shutoff | InstanceStatus::Hibernated
+        );
+        let running_rate = if off && self.spec.max_hourly_rate.is_some() {
+            let pricing = account.pricing().await?;
+            placement::rate(&pricing, &record.specs.gpu_type, record.specs.gpu_count)
+                .map(|rate| (rate, pricing.currency.clone()))
+        } else {
+            None
+        };
         Ok(Moment {
             now: cx.settings.clock.now(),
             budget_hold,
+            running_rate,
         })
     }
 
@@ -547,6 +559,17 @@ impl ManagedKind for GpuInstance {
             _ => None,
         };
         if let Some((action, step)) = power {
+            // A start bills the machine's full rate: under a limit it waits for a price
+            // within it (a restore runs the machine too, if only on its way to Stopped).
+            if matches!(action, InstanceAction::Start | InstanceAction::Restore)
+                && let Some(held) = start_above_price_limit(
+                    self.spec.max_hourly_rate,
+                    record,
+                    moment.running_rate.as_ref(),
+                )
+            {
+                return Ok(Plan::stand(held));
+            }
             return Ok(Plan::act(
                 action,
                 progressing(format!("{step} {id} toward powerState {wanted:?}")),
@@ -961,6 +984,10 @@ const BUDGETS_LISTED_WITHIN: std::time::Duration = std::time::Duration::from_sec
 pub struct Moment {
     pub now: Timestamp,
     pub budget_hold: Option<BudgetHold>,
+    /// What the machine would cost per hour running, by the price list, and its currency:
+    /// read only for a machine that is off under a `spec.maxHourlyRate`, the one case a
+    /// start (or a restore) needs it; `None` otherwise, and when the list has no price.
+    pub running_rate: Option<(f64, String)>,
 }
 
 impl From<Timestamp> for Moment {
@@ -968,6 +995,7 @@ impl From<Timestamp> for Moment {
         Moment {
             now,
             budget_hold: None,
+            running_rate: None,
         }
     }
 }
@@ -1078,6 +1106,28 @@ fn above_price_limit(limit: Option<f64>, record: &Instance) -> Option<Outcome> {
             ),
         )
     })
+}
+
+/// `PriceAboveLimit` for a machine that is off and would cost more per hour running than
+/// `limit` (or whose price the list does not give): it is not started.
+fn start_above_price_limit(
+    limit: Option<f64>,
+    record: &Instance,
+    running_rate: Option<&(f64, String)>,
+) -> Option<Outcome> {
+    let limit = limit?;
+    let id = &record.instance_id;
+    let hardware = format!("{} x{}", record.specs.gpu_type, record.specs.gpu_count);
+    let message = match running_rate {
+        Some((rate, _)) if *rate <= limit => return None,
+        Some((rate, currency)) => format!(
+            "starting {id} ({hardware}) would cost {rate:.4} {currency} per hour, above spec.maxHourlyRate {limit:.4}: it stays off; raise the limit, or set powerState to Stopped"
+        ),
+        None => format!(
+            "the price list gives no price for {hardware}, so starting {id} could cost more than spec.maxHourlyRate {limit:.4}: it stays off until the price list has one"
+        ),
+    };
+    Some(Outcome::stalled(reason::PRICE_ABOVE_LIMIT, message))
 }
 
 /// The refusal of a `spec.connectionSecret` naming a Secret this GpuInstance did not create.
@@ -1381,6 +1431,81 @@ mod tests {
 
     fn at(text: &str) -> Timestamp {
         text.parse().unwrap()
+    }
+
+    /// A machine that is off starts only at a price within `spec.maxHourlyRate`: above it, or
+    /// with no price to tell, the plan stands at `PriceAboveLimit` and calls nothing.
+    #[test]
+    fn a_start_or_restore_above_the_price_limit_is_not_made() {
+        use InstanceAction::{Restore, Start};
+        let mut stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        stopped.specs.gpu_type = "H100-80G".into();
+        stopped.specs.gpu_count = 1;
+        let mut hibernated = stopped.clone();
+        hibernated.status = InstanceStatus::Hibernated;
+        let price = |rate: f64| Some((rate, "USD".to_string()));
+        let table = [
+            // (maxHourlyRate, running rate by the price list, machine, action, reason)
+            (None, None, &stopped, Some(Start), reason::UPDATING),
+            (
+                Some(1.0),
+                price(2.99),
+                &stopped,
+                None,
+                reason::PRICE_ABOVE_LIMIT,
+            ),
+            (Some(1.0), None, &stopped, None, reason::PRICE_ABOVE_LIMIT),
+            (
+                Some(3.0),
+                price(2.99),
+                &stopped,
+                Some(Start),
+                reason::UPDATING,
+            ),
+            (
+                Some(2.99),
+                price(2.99),
+                &stopped,
+                Some(Start),
+                reason::UPDATING,
+            ),
+            (
+                Some(1.0),
+                price(2.99),
+                &hibernated,
+                None,
+                reason::PRICE_ABOVE_LIMIT,
+            ),
+            (
+                Some(3.0),
+                price(2.99),
+                &hibernated,
+                Some(Restore),
+                reason::UPDATING,
+            ),
+        ];
+        for (limit, running_rate, record, action, why) in table {
+            let object = instance(
+                serde_json::json!({"powerState": "Running", "maxHourlyRate": limit}),
+                None,
+            );
+            let moment = Moment {
+                now: Timestamp::now(),
+                budget_hold: None,
+                running_rate,
+            };
+            let plan = object.plan(record, moment).unwrap();
+            let case = format!("{limit:?} {:?} {:?}", record.status, plan.outcome);
+            assert_eq!(plan.action, action, "{case}");
+            assert_eq!(plan.outcome.reason(), why, "{case}");
+            if action.is_none() {
+                assert_eq!(plan.outcome.standing(), "stalled", "{case}");
+                assert!(
+                    plan.outcome.message().contains("spec.maxHourlyRate"),
+                    "{case}"
+                );
+            }
+        }
     }
 
     #[test]
