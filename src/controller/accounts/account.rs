@@ -114,6 +114,8 @@ pub struct Account {
     /// The GPU catalog as last read. An async lock, held across the read: objects woken
     /// together for stock ask for it together, and one read answers them all.
     catalog: tokio::sync::Mutex<Option<(Instant, Arc<Catalog>)>>,
+    /// The ids of the cloud's OS images as last read (async lock, as the price list's).
+    os_images: tokio::sync::Mutex<Option<(Instant, Arc<BTreeSet<String>>)>>,
     billing: Mutex<BillingCache>,
     /// When the latest read of the price list failed; `None` once one succeeds.
     pricing_failed: Mutex<Option<Instant>>,
@@ -154,6 +156,7 @@ impl Account {
             balance: Mutex::new(None),
             pricing: tokio::sync::Mutex::new(None),
             catalog: tokio::sync::Mutex::new(None),
+            os_images: tokio::sync::Mutex::new(None),
             billing: Mutex::new(BillingCache::default()),
             pricing_failed: Mutex::new(None),
             down_since: Mutex::new(None),
@@ -323,6 +326,22 @@ impl Account {
         *cached = Some((Instant::now(), body.clone()));
         *lock(&self.pricing_failed) = None;
         Ok(body)
+    }
+
+    /// The ids of the cloud's OS images (its catalog, which boots no one's data), read from
+    /// the cloud at most once per catalog TTL.
+    pub async fn os_image_ids(&self) -> Result<Arc<BTreeSet<String>>, Error> {
+        let mut cached = self.os_images.lock().await;
+        if let Some((at, ids)) = cached.as_ref()
+            && at.elapsed() < self.catalog_ttl
+        {
+            return Ok(ids.clone());
+        }
+        let list = self.client.list_os_images().await?;
+        let ids: Arc<BTreeSet<String>> =
+            Arc::new(list.os_images.into_iter().map(|image| image.id).collect());
+        *cached = Some((Instant::now(), ids.clone()));
+        Ok(ids)
     }
 
     /// The GPU catalog (stock, specifications, regions), read from the cloud at most once per

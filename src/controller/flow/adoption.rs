@@ -21,6 +21,7 @@
 //! (`referrer_index.rs`), so that one kind can find the objects of another that refer to one of
 //! its own without a pass over the other kind's store.
 
+use crate::accounts::observer::{CloudRecord, CloudResource};
 use crate::accounts::released::{ReleasedRecord, Releaser};
 use crate::flow::claim_index::ClaimIndex;
 use crate::flow::conditions::reason;
@@ -30,6 +31,8 @@ use crate::flow::naming;
 use crate::flow::referrer_index::ReferrerIndex;
 use crate::lock;
 use crate::runtime::store::Store;
+use gpucloud_api::EXTERNAL_ID_ANNOTATION;
+use gpucloud_cloud::CloudClient;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -92,8 +95,9 @@ where
 
 /// The objects of one kind, as a controller's store holds them.
 trait Claims: Send + Sync {
-    /// The objects that recorded `id` or carry `cloud_name` as theirs.
-    fn owners(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner>;
+    /// The objects that recorded `id` or carry `cloud_name` as theirs; with `proven_only`,
+    /// only those whose claim a status write cannot make (see [`Ownership::proven_owners`]).
+    fn owners(&self, id: &str, cloud_name: Option<&str>, proven_only: bool) -> Vec<Owner>;
 
     /// The store and its index as their own type, for [`Ownership::referrers`].
     fn as_any(&self) -> &(dyn Any + Send + Sync);
@@ -111,7 +115,7 @@ impl<K: KindDeclarations> Claims for Indexed<K> {
         self
     }
 
-    fn owners(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
+    fn owners(&self, id: &str, cloud_name: Option<&str>, proven_only: bool) -> Vec<Owner> {
         let mut candidates = self.claims.candidates(&self.store, id);
         if let Some(name) = cloud_name {
             for candidate in self.claims.candidates(&self.store, name) {
@@ -124,15 +128,25 @@ impl<K: KindDeclarations> Claims for Indexed<K> {
             .iter()
             .filter(|object| {
                 let status = object.cloud_status();
-                status.external_id.as_deref() == Some(id)
-                    || cloud_name.is_some_and(|name| {
-                        status.cloud_name.as_deref() == Some(name)
-                            || naming::cloud_name(
-                                object.namespace().as_deref().unwrap_or_default(),
-                                &object.name_any(),
-                                object.uid().as_deref().unwrap_or_default(),
-                            ) == name
-                    })
+                let own_name = cloud_name.is_some_and(|name| {
+                    naming::cloud_name(
+                        object.namespace().as_deref().unwrap_or_default(),
+                        &object.name_any(),
+                        object.uid().as_deref().unwrap_or_default(),
+                    ) == name
+                });
+                // Without the resource's name nothing is proven: every claim counts then.
+                if proven_only && cloud_name.is_some() {
+                    return own_name
+                        || status.external_id.as_deref() == Some(id)
+                            && object
+                                .annotations()
+                                .get(EXTERNAL_ID_ANNOTATION)
+                                .is_some_and(|adopted| adopted == id);
+                }
+                own_name
+                    || status.external_id.as_deref() == Some(id)
+                    || cloud_name.is_some_and(|name| status.cloud_name.as_deref() == Some(name))
             })
             .map(|object| Owner {
                 kind: K::kind(&()).to_string(),
@@ -239,7 +253,55 @@ impl Ownership {
     pub fn owners<K: KindDeclarations>(&self, id: &str, cloud_name: Option<&str>) -> Vec<Owner> {
         self.stores_of::<K>()
             .iter()
-            .flat_map(|store| store.owners(id, cloud_name))
+            .flat_map(|store| store.owners(id, cloud_name, false))
+            .collect()
+    }
+
+    /// The owners of `id` that a reference to it from `namespace` is judged by. When objects of
+    /// `namespace` and of another both claim it, one claim may be nothing but a status write:
+    /// then the resource's own name (the one listed, or else read from `cloud`, in this case
+    /// only) tells whose it is, and only the claims more than a status count
+    /// ([`Ownership::proven_owners`]). Without a name, every claim counts.
+    async fn reference_owners<R: KindDeclarations>(
+        &self,
+        namespace: &str,
+        (id, listed_name): (&str, Option<&str>),
+        cloud: Option<&CloudClient>,
+    ) -> Result<Vec<Owner>, Error> {
+        let owners = self.owners::<R>(id, listed_name);
+        // Only when both namespaces claim it is there anything to tell apart: a resource no
+        // object of `namespace` claims is not its to name either way (and is not read).
+        let ours = owners.iter().any(|owner| owner.namespace == namespace);
+        if !ours || owners.iter().all(|owner| owner.namespace == namespace) {
+            return Ok(owners);
+        }
+        let name = match (listed_name, cloud) {
+            (Some(name), _) => Some(name.to_string()),
+            (None, Some(client)) => R::Cloud::get(client.clone(), id.to_string())
+                .await?
+                .map(|record| record.name().to_string()),
+            (None, None) => None,
+        };
+        Ok(match name {
+            Some(name) => self.proven_owners::<R>(id, Some(&name)),
+            None => owners,
+        })
+    }
+
+    /// Of [`Ownership::owners`], those whose claim is more than a status: the resource, listed
+    /// as `listed_name`, carries the object's own cloud name (made from its uid), or the object
+    /// recorded it and its `gpucloud.io/external-id` annotation names it (an adoption, checked
+    /// before it was recorded). Whoever may write a status subresource can make an object claim any id; such a
+    /// claim stops that object (`ClaimConflict`), never one whose claim is proven. Without a
+    /// listed name, every claim counts.
+    pub fn proven_owners<K: KindDeclarations>(
+        &self,
+        id: &str,
+        listed_name: Option<&str>,
+    ) -> Vec<Owner> {
+        self.stores_of::<K>()
+            .iter()
+            .flat_map(|store| store.owners(id, listed_name, true))
             .collect()
     }
 
@@ -258,7 +320,7 @@ impl Ownership {
         let stores = lock(&self.stores).get(kind).cloned().unwrap_or_default();
         let others = stores
             .iter()
-            .flat_map(|store| store.owners(id, Some(cloud_name)))
+            .flat_map(|store| store.owners(id, Some(cloud_name), false))
             .any(|owner| owner.uid != uid);
         Ok(others
             || self
@@ -343,9 +405,11 @@ impl Ownership {
         let name = object.meta().name.clone().unwrap_or_default();
         let own_name =
             listed_name.is_some_and(|listed| listed == naming::cloud_name(&namespace, &name, &uid));
-        // The object's own claim proves nothing: its status may be what made it one.
+        // The object's own claim proves nothing: its status may be what made it one. Nor does
+        // another's that only its status makes: a forged status must not take a resource from
+        // whoever lawfully adopts it.
         let mut owners: Vec<Owner> = self
-            .owners::<R>(id, listed_name)
+            .proven_owners::<R>(id, listed_name)
             .into_iter()
             .filter(|owner| owner.uid != uid)
             .collect();
@@ -369,8 +433,11 @@ impl Ownership {
         namespace: &str,
         what: &str,
         id: &str,
+        cloud: Option<&CloudClient>,
     ) -> Result<(), Error> {
-        let mut owners = self.owners::<R>(id, None);
+        let mut owners = self
+            .reference_owners::<R>(namespace, (id, None), cloud)
+            .await?;
         owners.extend(
             self.released_elsewhere(namespace, id, Duration::ZERO)
                 .await?,
@@ -385,16 +452,21 @@ impl Ownership {
     /// none let it go, named by an object in `namespace` in a field that also takes resources
     /// no object owns (an OS image of the catalog, by `spec.osImage`), or read from the status
     /// of an object it refers to (which whoever may write statuses can write): another team's
-    /// image, snapshot or machine is not this namespace's to boot from or attach to. The
-    /// released record is read fresh, or from a read no older than `max_age`.
+    /// image, snapshot or machine is not this namespace's to boot from or attach to. With the
+    /// resource's cloud name (`listed_name`), an object whose create made it and has not
+    /// recorded it yet is found too. The released record is read fresh, or from a read no older
+    /// than `max_age`.
     pub async fn check_not_anothers<R: KindDeclarations>(
         &self,
         namespace: &str,
         what: &str,
-        id: &str,
+        (id, listed_name): (&str, Option<&str>),
         max_age: Duration,
+        cloud: Option<&CloudClient>,
     ) -> Result<(), Error> {
-        let mut owners = self.owners::<R>(id, None);
+        let mut owners = self
+            .reference_owners::<R>(namespace, (id, listed_name), cloud)
+            .await?;
         owners.extend(self.released_elsewhere(namespace, id, max_age).await?);
         match owners.iter().find(|owner| owner.namespace != namespace) {
             None => Ok(()),

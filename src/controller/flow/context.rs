@@ -162,10 +162,14 @@ pub struct Context<K: KindDeclarations> {
 
 impl<K: KindDeclarations> Context<K> {
     /// Where this kind's reconciles read the objects theirs refer to (`dereference.rs`).
-    pub fn lookup(&self) -> crate::flow::dereference::Lookup<'_> {
+    pub fn lookup<'a>(
+        &'a self,
+        account: &'a crate::accounts::account::Account,
+    ) -> crate::flow::dereference::Lookup<'a> {
         crate::flow::dereference::Lookup {
             client: &self.client,
             stores: &self.ownership,
+            cloud: &account.client,
         }
     }
 

@@ -28,6 +28,9 @@ use std::sync::Arc;
 pub struct Lookup<'a> {
     pub client: &'a kube::Client,
     pub stores: &'a Ownership,
+    /// The cloud account the referring object's credentials open: where a referenced id's
+    /// resource is read when two namespaces claim it.
+    pub cloud: &'a gpucloud_cloud::CloudClient,
 }
 
 impl Lookup<'_> {
@@ -81,7 +84,13 @@ async fn checked<R: KindDeclarations>(
     let what = format!("{id}, recorded by {kind} {name},");
     lookup
         .stores
-        .check_not_anothers::<R>(namespace, &what, &id, SHARED_READ_FOR)
+        .check_not_anothers::<R>(
+            namespace,
+            &what,
+            (&id, None),
+            SHARED_READ_FOR,
+            Some(lookup.cloud),
+        )
         .await?;
     Ok(id)
 }
@@ -290,9 +299,16 @@ mod tests {
         // No API server answers: a read that is not in the store fails, and says so.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
+        // Nor does a cloud: nothing here reads one.
+        let cloud = gpucloud_cloud::CloudClient::new(gpucloud_cloud::ClientConfig::new(
+            "http://127.0.0.1:9",
+            gpucloud_cloud::ApiKey::new("unused"),
+        ))
+        .unwrap();
         let lookup = Lookup {
             client: &client,
             stores: &stores,
+            cloud: &cloud,
         };
 
         let own = instance_id(lookup, "team-a", "trainer").await;

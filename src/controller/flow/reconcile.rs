@@ -1464,14 +1464,20 @@ async fn check_record<K: ManagedKind>(
     {
         return Ok(RecordCheck::Own);
     }
-    let names = [Some(listed_name), status.cloud_name.as_deref()];
+    // Another object's claim counts when it is proven (the resource, or the name this status
+    // records, is its own cloud name; its adoption annotation names the id): one made by a
+    // status write alone stops only the object carrying it.
+    let listed = Some(listed_name).filter(|name| !name.is_empty());
+    let mut names: Vec<Option<&str>> = [listed, status.cloud_name.as_deref()]
+        .into_iter()
+        .filter(|name| name.is_some_and(|name| !name.is_empty()))
+        .collect();
+    if names.is_empty() {
+        names.push(None);
+    }
     let other = names
         .into_iter()
-        .flatten()
-        .filter(|name| !name.is_empty())
-        .map(Some)
-        .chain([None])
-        .flat_map(|name| cx.ownership.owners::<K>(id, name))
+        .flat_map(|name| cx.ownership.proven_owners::<K>(id, name))
         .find(|owner| owner.uid != uid);
     if let Some(other) = other {
         return Ok(RecordCheck::Conflict(other));
@@ -1488,7 +1494,6 @@ async fn check_record<K: ManagedKind>(
             ),
         });
     }
-    let listed = Some(listed_name).filter(|name| !name.is_empty());
     cx.ownership
         .check_adoption::<K>(
             &cx.client,

@@ -136,7 +136,7 @@ impl ManagedKind for Firewall {
         }
         // Kept as a value: the rules come first, and a reference that cannot be followed
         // matters only once they are in place.
-        Ok(targets(self, cx).await)
+        Ok(targets(self, cx, account).await)
     }
 
     fn plan(
@@ -223,7 +223,11 @@ pub struct Targets {
     pub waiting: Option<Error>,
 }
 
-async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets, Error> {
+async fn targets(
+    firewall: &Firewall,
+    cx: &Context<Firewall>,
+    account: &Account,
+) -> Result<Targets, Error> {
     let this = firewall;
     let namespace = this.namespace().unwrap_or_default();
     let api: Api<GpuInstance> = Api::namespaced(cx.client.clone(), &namespace);
@@ -308,8 +312,9 @@ async fn targets(firewall: &Firewall, cx: &Context<Firewall>) -> Result<Targets,
             .check_not_anothers::<GpuInstance>(
                 &namespace,
                 &what,
-                id,
+                (id, None),
                 crate::accounts::released::SHARED_READ_FOR,
+                Some(&account.client),
             )
             .await?;
     }

@@ -90,10 +90,10 @@ impl ManagedKind for Image {
     /// The cloud id of the snapshot.
     type CreatePlan = String;
 
-    async fn plan_create(&self, cx: &Context<Self>, _account: &Account) -> Result<String, Error> {
+    async fn plan_create(&self, cx: &Context<Self>, account: &Account) -> Result<String, Error> {
         let namespace = self.namespace().unwrap_or_default();
         dereference::ready_id::<Snapshot>(
-            cx.lookup(),
+            cx.lookup(account),
             &namespace,
             &self.spec.snapshot_ref.name,
             "Snapshot",

@@ -122,7 +122,7 @@ impl ManagedKind for Snapshot {
         let namespace = self.namespace().unwrap_or_default();
         let instance_id = match (&self.spec.instance_ref, &self.spec.instance_id) {
             (Some(reference), None) => {
-                dereference::instance_id(cx.lookup(), &namespace, &reference.name).await?
+                dereference::instance_id(cx.lookup(account), &namespace, &reference.name).await?
             }
             (None, Some(id)) => {
                 // Checked before the first cloud call: another team's machine is not this
@@ -134,6 +134,7 @@ impl ManagedKind for Snapshot {
                         &namespace,
                         &format!("spec.instanceId {id}"),
                         id,
+                        Some(&account.client),
                     )
                     .await?;
                 id.clone()

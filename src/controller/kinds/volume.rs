@@ -147,7 +147,7 @@ impl ManagedKind for Volume {
     async fn plan_create(
         &self,
         cx: &Context<Self>,
-        _account: &Account,
+        account: &Account,
     ) -> Result<VolumePlan, Error> {
         if let Some(source) = &self.spec.source {
             let namespace = self.namespace().unwrap_or_default();
@@ -157,7 +157,7 @@ impl ManagedKind for Volume {
                 ));
             }
             let source_id = dereference::ready_id::<Volume>(
-                cx.lookup(),
+                cx.lookup(account),
                 &namespace,
                 &source.volume_ref.name,
                 "Volume",
@@ -218,10 +218,10 @@ impl ManagedKind for Volume {
     async fn resolve(
         &self,
         cx: &Context<Self>,
-        _account: &Account,
+        account: &Account,
         _record: &CloudVolume,
     ) -> Result<Target, Error> {
-        target(self, cx).await
+        target(self, cx, account).await
     }
 
     fn plan(&self, record: &CloudVolume, target: Target) -> Result<Plan<VolumeAction>, Error> {
@@ -358,7 +358,9 @@ impl ManagedKind for Volume {
             return Ok(());
         }
         let namespace = self.namespace().unwrap_or_default();
-        match dereference::referenced_instance(cx.lookup(), &namespace, &reference.name).await {
+        match dereference::referenced_instance(cx.lookup(account), &namespace, &reference.name)
+            .await
+        {
             Ok(ReferencedInstance::BeingDeleted {
                 deletes: Some(deleted),
                 ..
@@ -428,13 +430,13 @@ fn goes_with_machine<'a>(
     goes.then_some(status.cloud.external_id.as_deref())?
 }
 
-async fn target(volume: &Volume, cx: &Context<Volume>) -> Result<Target, Error> {
+async fn target(volume: &Volume, cx: &Context<Volume>, account: &Account) -> Result<Target, Error> {
     let this = volume;
     let Some(reference) = &this.spec.instance_ref else {
         return Ok(Target::Detached);
     };
     let namespace = this.namespace().unwrap_or_default();
-    match dereference::referenced_instance(cx.lookup(), &namespace, &reference.name).await {
+    match dereference::referenced_instance(cx.lookup(account), &namespace, &reference.name).await {
         Ok(ReferencedInstance::Id(id)) => Ok(Target::Instance(id)),
         Ok(ReferencedInstance::BeingDeleted { waiting, .. }) => {
             Ok(Target::MachineDeleting(waiting))

@@ -479,6 +479,143 @@ async fn a_forged_cloud_name_alone_never_acts_on_another_teams_machine() {
     );
 }
 
+/// A forged status claiming a machine another namespace lawfully adopted stops only the
+/// forger (`ClaimConflict`): the adopter hears of it and keeps managing its machine (a power
+/// change is carried out), and the forger's deletion leaves the machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_claim_never_stops_the_lawful_adopter() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    let request = gpucloud_cloud::model::CreateInstanceRequest::new(
+        "preset-vm",
+        "us-east-1",
+        "L40S",
+        1,
+        "ubuntu-22.04-cuda-12",
+    );
+    let preset = cloud_client(&env)
+        .create_instance(&request)
+        .await
+        .unwrap()
+        .instance_id;
+    let mut adopter = machine("adopter", serde_json::json!({}));
+    adopter.metadata.annotations = Some(BTreeMap::from([(
+        EXTERNAL_ID_ANNOTATION.to_string(),
+        preset.clone(),
+    )]));
+    create(&env, &adopter).await;
+    ready::<GpuInstance>(&env, "adopter").await;
+    tenant_machine(&env, "thief").await;
+    let own = tenant_api::<GpuInstance>(&env);
+    let forged = serde_json::json!({"status": {"externalId": preset, "cloudName": "preset-vm"}});
+    own.patch_status("thief", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    own.patch(
+        "thief",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+    )
+    .await
+    .unwrap();
+    stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
+    wait_for_events(&env, "adopter", &[reason::CLAIM_CONFLICT]).await;
+
+    let stopped = change_power(
+        &env,
+        "adopter",
+        "Stopped",
+        gpucloud_cloud::model::InstanceStatus::Shutoff,
+    )
+    .await;
+    assert!(stopped, "the adopter's machine was not stopped");
+    delete_in_tenant::<GpuInstance>(&env, "thief").await;
+    assert!(
+        env.simulator
+            .state()
+            .instances
+            .iter()
+            .any(|i| i.instance_id == preset),
+        "the adopted machine is still there"
+    );
+}
+
+/// A forged claim on a team's machine from another namespace never stops that team's own
+/// references to it (the machine's own cloud name says whose it is): a Volume attached to it
+/// and a Snapshot of it by id are made as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_claim_never_blocks_the_owners_references() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    let victim = ready_id::<GpuInstance>(&env, "victim").await;
+    tenant_machine(&env, "thief").await;
+    let forged = serde_json::json!({"status": {"externalId": victim}});
+    tenant_api::<GpuInstance>(&env)
+        .patch_status("thief", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
+
+    create(
+        &env,
+        &object::<Volume>(
+            "data",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 10,
+                "instanceRef": {"name": "victim"}}),
+        ),
+    )
+    .await;
+    create(
+        &env,
+        &object::<Snapshot>("disk", serde_json::json!({"instanceId": victim})),
+    )
+    .await;
+    let volume = ready_id::<Volume>(&env, "data").await;
+    ready_id::<Snapshot>(&env, "disk").await;
+    let attached = env
+        .simulator
+        .state()
+        .volumes
+        .into_iter()
+        .find(|v| v.id == volume)
+        .and_then(|v| v.instance_id);
+    assert_eq!(attached.as_deref(), Some(victim.as_str()));
+    delete_in_tenant::<GpuInstance>(&env, "thief").await;
+}
+
+/// Sets the test namespace's GpuInstance `name` to `power` and waits (30 s at most) for the
+/// cloud to show the machine it records in `wanted`.
+async fn change_power(
+    env: &Env,
+    name: &str,
+    power: &str,
+    wanted: gpucloud_cloud::model::InstanceStatus,
+) -> bool {
+    let api = env.api::<GpuInstance>();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": power}})),
+    )
+    .await
+    .unwrap();
+    let id = api.get(name).await.unwrap().cloud_status().external_id;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tokio::time::Instant::now() < deadline {
+        let state = env.simulator.state();
+        if state
+            .instances
+            .iter()
+            .any(|i| Some(&i.instance_id) == id.as_ref() && i.status == wanted)
+        {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
+}
+
 /// A machine's boot volume goes with the machine: even where adoption is allowed, a Volume
 /// naming one by `gpucloud.io/external-id` adopts nothing, and the boot volume is left as it
 /// was (no resize, no detach), the object's deletion included.
@@ -586,6 +723,77 @@ async fn another_teams_image_or_snapshot_cannot_be_booted_by_os_image() {
     assert!(state.images.iter().any(|i| i.id == image));
     assert!(state.snapshots.iter().any(|s| s.snapshot_id == snapshot));
     assert_eq!(state.instances.len(), 1);
+}
+
+/// A team's custom image whose object has not recorded it yet (its create's answer lost: the
+/// object still waits) is that team's by its cloud name: another namespace booting it by
+/// `spec.osImage` is refused before any create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_not_recorded_yet_cannot_be_booted_by_another_team() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    create(&env, &machine("victim", serde_json::json!({}))).await;
+    ready_id::<GpuInstance>(&env, "victim").await;
+    create(
+        &env,
+        &object::<Snapshot>(
+            "disk",
+            serde_json::json!({"instanceRef": {"name": "victim"}}),
+        ),
+    )
+    .await;
+    let snapshot = ready_id::<Snapshot>(&env, "disk").await;
+    // The Image object waits for a Snapshot that is not there yet; the image its create made
+    // (as a create whose answer was lost leaves it) carries its cloud name.
+    let golden = env
+        .api::<Image>()
+        .create(
+            &PostParams::default(),
+            &object::<Image>(
+                "golden",
+                serde_json::json!({"snapshotRef": {"name": "not-yet"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let name = gpucloud_controller::flow::naming::cloud_name(
+        NAMESPACE,
+        "golden",
+        golden.metadata.uid.as_deref().unwrap(),
+    );
+    let image = cloud_client(&env)
+        .create_image(&gpucloud_cloud::model::CreateImageRequest {
+            snapshot_id: snapshot,
+            name,
+        })
+        .await
+        .unwrap()
+        .id;
+    let creates = env.calls("CreateInstance");
+
+    tenant_api::<GpuInstance>(&env)
+        .create(
+            &PostParams::default(),
+            &in_tenant(
+                machine("from-image", serde_json::json!({"osImage": image})),
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    let message = stalled_in_tenant::<GpuInstance>(&env, "from-image", reason::ALREADY_OWNED).await;
+    assert!(message.contains("another namespace"), "{message}");
+    delete_in_tenant::<GpuInstance>(&env, "from-image").await;
+    assert_eq!(env.calls("CreateInstance"), creates, "no machine booted");
+    assert!(
+        env.api::<Image>()
+            .get("golden")
+            .await
+            .unwrap()
+            .cloud_status()
+            .external_id
+            .is_none()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

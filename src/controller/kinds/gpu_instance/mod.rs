@@ -276,24 +276,11 @@ impl ManagedKind for GpuInstance {
         let (policy, candidates) = placement::candidates(spec)?;
         let image_id = match (&spec.os_image, &spec.image_ref) {
             (Some(os), None) => {
-                // The cloud boots a custom image or a snapshot id here as well as a catalog
-                // image: one another namespace's object owns is refused before any call.
-                let what = format!("spec.osImage {os}");
-                cx.ownership
-                    .check_not_anothers::<Image>(&namespace, &what, os, std::time::Duration::ZERO)
-                    .await?;
-                cx.ownership
-                    .check_not_anothers::<Snapshot>(
-                        &namespace,
-                        &what,
-                        os,
-                        std::time::Duration::ZERO,
-                    )
-                    .await?;
+                check_os_image(cx, account, &namespace, os).await?;
                 os.clone()
             }
             (None, Some(image)) => {
-                ready_reference::<Image>(cx, &namespace, &image.name, "Image").await?
+                ready_reference::<Image>((cx, account), &namespace, &image.name, "Image").await?
             }
             _ => {
                 return Err(Error::InvalidSpec(
@@ -316,7 +303,9 @@ impl ManagedKind for GpuInstance {
         )?;
         let mut ssh_key_ids = Vec::with_capacity(spec.ssh_key_refs.len());
         for key in &spec.ssh_key_refs {
-            ssh_key_ids.push(ready_reference::<SshKey>(cx, &namespace, &key.name, "SshKey").await?);
+            ssh_key_ids.push(
+                ready_reference::<SshKey>((cx, account), &namespace, &key.name, "SshKey").await?,
+            );
         }
         let startup_script = match &spec.startup_script {
             None => None,
@@ -1046,7 +1035,7 @@ fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
 }
 
 async fn ready_reference<R>(
-    cx: &Context<GpuInstance>,
+    (cx, account): (&Context<GpuInstance>, &Account),
     namespace: &str,
     name: &str,
     kind: &'static str,
@@ -1054,7 +1043,7 @@ async fn ready_reference<R>(
 where
     R: ManagedKind,
 {
-    crate::flow::dereference::ready_id::<R>(cx.lookup(), namespace, name, kind).await
+    crate::flow::dereference::ready_id::<R>(cx.lookup(account), namespace, name, kind).await
 }
 
 /// The cloud id of the snapshot to restore from, once it is `Ready`. A snapshot whose
@@ -1068,7 +1057,7 @@ async fn restorable_snapshot(
     namespace: &str,
     name: &str,
 ) -> Result<String, Error> {
-    match ready_reference::<Snapshot>(cx, namespace, name, "Snapshot").await {
+    match ready_reference::<Snapshot>((cx, account), namespace, name, "Snapshot").await {
         Err(Error::WaitingFor { kind, name, detail }) => {
             let api: Api<Snapshot> = Api::namespaced(cx.client.clone(), namespace);
             let held = api.get_opt(&name).await?.and_then(|s| {
@@ -1106,6 +1095,44 @@ fn above_price_limit(limit: Option<f64>, record: &Instance) -> Option<Outcome> {
             ),
         )
     })
+}
+
+/// `spec.osImage` boots a custom image or a snapshot by id as well as a catalog image: one
+/// another namespace owns or let go is refused before any billed call; the catalog's are
+/// anyone's. A custom image or
+/// snapshot whose object has not recorded it yet (its create's answer lost, say) is claimed by
+/// its cloud name alone, so what is not in the OS-image catalog is read by id for its name.
+async fn check_os_image(
+    cx: &Context<GpuInstance>,
+    account: &Account,
+    namespace: &str,
+    os: &str,
+) -> Result<(), Error> {
+    // The catalog's images are no one's (an object's status naming one, forged, must not
+    // keep every namespace from booting it).
+    if account.os_image_ids().await?.contains(os) {
+        return Ok(());
+    }
+    let what = format!("spec.osImage {os}");
+    let fresh = std::time::Duration::ZERO;
+    let image = found(account.client.get_image(os).await)?;
+    let snapshot = match image {
+        Some(_) => None,
+        None => found(account.client.get_snapshot(os).await)?,
+    };
+    let (image_name, snapshot_name) = (image.map(|i| i.name), snapshot.map(|s| s.name));
+    cx.ownership
+        .check_not_anothers::<Image>(namespace, &what, (os, image_name.as_deref()), fresh, None)
+        .await?;
+    cx.ownership
+        .check_not_anothers::<Snapshot>(
+            namespace,
+            &what,
+            (os, snapshot_name.as_deref()),
+            fresh,
+            None,
+        )
+        .await
 }
 
 /// `PriceAboveLimit` for a machine that is off and would cost more per hour running than

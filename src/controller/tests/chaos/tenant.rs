@@ -114,6 +114,9 @@ pub struct Tenant {
     live: BTreeMap<String, Hostile>,
     /// Hostile objects deleted, which must be gone once the faults are lifted.
     deleted: BTreeMap<String, Of>,
+    /// Objects whose status the tenant forged, live or being deleted: what they record is the
+    /// tenant's write.
+    forged: BTreeSet<String>,
     next: BTreeMap<Of, u32>,
     /// The foreign resources' ids (both accounts), by kind.
     foreign: BTreeMap<Kind, Vec<String>>,
@@ -136,6 +139,7 @@ impl Tenant {
             rng: StdRng::seed_from_u64(seed ^ 0x7e4a_17b0_5eed_0b0b),
             live: BTreeMap::new(),
             deleted: BTreeMap::new(),
+            forged: BTreeSet::new(),
             next: BTreeMap::new(),
             foreign: BTreeMap::new(),
             not_ours: BTreeSet::new(),
@@ -492,6 +496,7 @@ impl Tenant {
             hostile.target = target;
             hostile.how = How::Forged;
         }
+        self.forged.insert(name.to_string());
         Ok(vec![note])
     }
 
@@ -674,11 +679,7 @@ impl Tenant {
             };
             // A forged record is the tenant's own write; what the operator did with it is
             // judged by the ledger (no call named it) and by the end state.
-            if self
-                .live
-                .get(&name)
-                .is_some_and(|hostile| hostile.how == How::Forged)
-            {
+            if self.forged.contains(&name) {
                 continue;
             }
             let own = names
