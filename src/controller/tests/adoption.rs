@@ -373,37 +373,13 @@ async fn a_forged_status_never_acts_on_another_teams_machine() {
     let victim_id = ready_id::<GpuInstance>(&env, "victim").await;
     let victim: GpuInstance = env.api::<GpuInstance>().get("victim").await.unwrap();
     let victim_name = victim.cloud_status().cloud_name.unwrap();
-    let own = tenant_api::<GpuInstance>(&env);
-    own.create(
-        &PostParams::default(),
-        &in_tenant(machine("thief", serde_json::json!({})), None),
-    )
-    .await
-    .unwrap();
-    let thief_id = eventually(60, "team-b/thief Ready", || {
-        let own = own.clone();
-        async move {
-            let object = own.get("thief").await.ok()?;
-            object
-                .cloud_status()
-                .is_ready(object.metadata.generation)
-                .then(|| object.cloud_status().external_id)
-                .flatten()
-        }
-    })
-    .await;
-
-    let forged = serde_json::json!({"status": {"externalId": victim_id, "cloudName": victim_name}});
-    own.patch_status("thief", &PatchParams::default(), &Patch::Merge(&forged))
-        .await
-        .unwrap();
-    own.patch(
+    let thief_id = tenant_machine(&env, "thief").await;
+    forge_then_stop(
+        &env,
         "thief",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+        serde_json::json!({"externalId": victim_id, "cloudName": victim_name}),
     )
-    .await
-    .unwrap();
+    .await;
     let message = stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
     assert!(message.contains(&victim_id), "{message}");
     assert!(message.contains("another namespace"), "{message}");
@@ -416,20 +392,7 @@ async fn a_forged_status_never_acts_on_another_teams_machine() {
     delete_in_tenant::<GpuInstance>(&env, "thief").await;
 
     assert_eq!(env.calls("StopInstance"), 0, "no machine was stopped");
-    let state = env.simulator.state();
-    let victim_machine = state
-        .instances
-        .iter()
-        .find(|i| i.instance_id == victim_id)
-        .expect("the other team's machine still exists");
-    assert_eq!(
-        victim_machine.status,
-        gpucloud_cloud::model::InstanceStatus::Active
-    );
-    assert!(
-        !state.instances.iter().any(|i| i.instance_id == thief_id),
-        "the tenant's own machine is deleted with its object"
-    );
+    assert_victim_running_and_own_deleted(&env, &victim_id, &thief_id);
 }
 
 /// A forged `status.cloudName` alone (the object's own id left as it was) names another team's
@@ -445,38 +408,12 @@ async fn a_forged_cloud_name_alone_never_acts_on_another_teams_machine() {
     let victim: GpuInstance = env.api::<GpuInstance>().get("victim").await.unwrap();
     let victim_name = victim.cloud_status().cloud_name.unwrap();
     let thief_id = tenant_machine(&env, "thief").await;
-    let own = tenant_api::<GpuInstance>(&env);
-
-    let forged = serde_json::json!({"status": {"cloudName": victim_name}});
-    own.patch_status("thief", &PatchParams::default(), &Patch::Merge(&forged))
-        .await
-        .unwrap();
-    own.patch(
-        "thief",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
-    )
-    .await
-    .unwrap();
+    forge_then_stop(&env, "thief", serde_json::json!({"cloudName": victim_name})).await;
     let message = stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
     assert!(message.contains("another namespace"), "{message}");
     wait_for_events(&env, "victim", &[reason::CLAIM_CONFLICT]).await;
     delete_in_tenant::<GpuInstance>(&env, "thief").await;
-
-    let state = env.simulator.state();
-    let victim_machine = state
-        .instances
-        .iter()
-        .find(|i| i.instance_id == victim_id)
-        .expect("the other team's machine still exists");
-    assert_eq!(
-        victim_machine.status,
-        gpucloud_cloud::model::InstanceStatus::Active
-    );
-    assert!(
-        !state.instances.iter().any(|i| i.instance_id == thief_id),
-        "the tenant's own machine is deleted with its object"
-    );
+    assert_victim_running_and_own_deleted(&env, &victim_id, &thief_id);
 }
 
 /// A forged status claiming a machine another namespace lawfully adopted stops only the
@@ -506,18 +443,12 @@ async fn a_forged_claim_never_stops_the_lawful_adopter() {
     create(&env, &adopter).await;
     ready::<GpuInstance>(&env, "adopter").await;
     tenant_machine(&env, "thief").await;
-    let own = tenant_api::<GpuInstance>(&env);
-    let forged = serde_json::json!({"status": {"externalId": preset, "cloudName": "preset-vm"}});
-    own.patch_status("thief", &PatchParams::default(), &Patch::Merge(&forged))
-        .await
-        .unwrap();
-    own.patch(
+    forge_then_stop(
+        &env,
         "thief",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+        serde_json::json!({"externalId": preset, "cloudName": "preset-vm"}),
     )
-    .await
-    .unwrap();
+    .await;
     stalled_in_tenant::<GpuInstance>(&env, "thief", reason::CLAIM_CONFLICT).await;
     wait_for_events(&env, "adopter", &[reason::CLAIM_CONFLICT]).await;
 
@@ -836,6 +767,44 @@ async fn a_refusal_whose_report_was_lost_shows_soon_after() {
     ready::<GpuInstance>(&env, "victim").await;
 }
 
+/// Writes `status` (a forged one) into the tenant's GpuInstance `name`, then asks it to stop.
+async fn forge_then_stop(env: &Env, name: &str, status: serde_json::Value) {
+    let own = tenant_api::<GpuInstance>(env);
+    own.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await
+    .unwrap();
+    own.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// The other team's machine `victim` is still there and running; the tenant's own `own`
+/// went with its object.
+fn assert_victim_running_and_own_deleted(env: &Env, victim: &str, own: &str) {
+    let state = env.simulator.state();
+    let victim_machine = state
+        .instances
+        .iter()
+        .find(|i| i.instance_id == victim)
+        .expect("the other team's machine still exists");
+    assert_eq!(
+        victim_machine.status,
+        gpucloud_cloud::model::InstanceStatus::Active
+    );
+    assert!(
+        !state.instances.iter().any(|i| i.instance_id == own),
+        "the tenant's own machine is deleted with its object"
+    );
+}
+
 /// The tenant's own machine `name`, made and Ready: its cloud id.
 async fn tenant_machine(env: &Env, name: &str) -> String {
     let own = tenant_api::<GpuInstance>(env);
@@ -975,7 +944,6 @@ async fn a_forged_status_naming_a_resource_no_object_claims_is_never_acted_on() 
         tenant_machine(&env, "with-annotation").await,
     ];
     let own = tenant_api::<GpuInstance>(&env);
-    let forged = serde_json::json!({"status": {"externalId": kept}});
     // One after the other: two objects naming one resource would conflict with each other.
     for (name, refused) in [
         ("status-only", reason::FOREIGN_RECORD),
@@ -992,16 +960,7 @@ async fn a_forged_status_naming_a_resource_no_object_claims_is_never_acted_on() 
             .await
             .unwrap();
         }
-        own.patch_status(name, &PatchParams::default(), &Patch::Merge(&forged))
-            .await
-            .unwrap();
-        own.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
-        )
-        .await
-        .unwrap();
+        forge_then_stop(&env, name, serde_json::json!({"externalId": kept})).await;
         let message = stalled_in_tenant::<GpuInstance>(&env, name, refused).await;
         assert!(message.contains(&kept), "{message}");
         delete_in_tenant::<GpuInstance>(&env, name).await;
