@@ -172,6 +172,7 @@ fn per_object_calls(counts: &BTreeMap<String, u64>) -> u64 {
         "GetGpuStock",
         "GetGpuSpecs",
         "ListRegions",
+        "ListOsImages",
         "GetPricing",
         "GetBalance",
         "GetInstanceBilling",
