@@ -33,6 +33,7 @@ const A_KINDS_PLACES: &[&str] = &[
     "charts/gpucloud-operator/templates/_kinds.tpl",
     "deploy/kustomize/crds/",
     "deploy/kustomize/rbac.yaml",
+    "deploy/kustomize/tenant-roles.yaml",
     "deploy/kustomize/deletion-protection.yaml",
     "deploy/argocd/argocd-cm.yaml",
     "docs/crd-reference.md",

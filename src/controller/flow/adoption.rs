@@ -291,9 +291,9 @@ impl Ownership {
     /// Of [`Ownership::owners`], those whose claim is more than a status: the resource, listed
     /// as `listed_name`, carries the object's own cloud name (made from its uid), or the object
     /// recorded it and its `gpucloud.io/external-id` annotation names it (an adoption, checked
-    /// before it was recorded). Whoever may write a status subresource can make an object claim any id; such a
-    /// claim stops that object (`ClaimConflict`), never one whose claim is proven. Without a
-    /// listed name, every claim counts.
+    /// before it was recorded). Whoever may write a status subresource can make an object
+    /// claim any id; such a claim stops that object (`ClaimConflict`), never one whose claim
+    /// is proven. Without a listed name, every claim counts.
     pub fn proven_owners<K: KindDeclarations>(
         &self,
         id: &str,
