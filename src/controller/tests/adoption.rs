@@ -611,18 +611,7 @@ async fn a_boot_volume_is_never_adopted_on_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_teams_image_or_snapshot_cannot_be_booted_by_os_image() {
     let env = Env::start().await;
-    tenant_namespace(&env).await;
-    create(&env, &machine("victim", serde_json::json!({}))).await;
-    ready_id::<GpuInstance>(&env, "victim").await;
-    create(
-        &env,
-        &object::<Snapshot>(
-            "disk",
-            serde_json::json!({"instanceRef": {"name": "victim"}}),
-        ),
-    )
-    .await;
-    let snapshot = ready_id::<Snapshot>(&env, "disk").await;
+    let snapshot = victim_snapshot(&env).await;
     create(
         &env,
         &object::<Image>(
@@ -662,18 +651,7 @@ async fn another_teams_image_or_snapshot_cannot_be_booted_by_os_image() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_not_recorded_yet_cannot_be_booted_by_another_team() {
     let env = Env::start().await;
-    tenant_namespace(&env).await;
-    create(&env, &machine("victim", serde_json::json!({}))).await;
-    ready_id::<GpuInstance>(&env, "victim").await;
-    create(
-        &env,
-        &object::<Snapshot>(
-            "disk",
-            serde_json::json!({"instanceRef": {"name": "victim"}}),
-        ),
-    )
-    .await;
-    let snapshot = ready_id::<Snapshot>(&env, "disk").await;
+    let snapshot = victim_snapshot(&env).await;
     // The Image object waits for a Snapshot that is not there yet; the image its create made
     // (as a create whose answer was lost leaves it) carries its cloud name.
     let golden = env
@@ -765,6 +743,23 @@ async fn a_refusal_whose_report_was_lost_shows_soon_after() {
     stalled_in_tenant::<GpuInstance>(&env, "thief", reason::ALREADY_OWNED).await;
     delete_in_tenant::<GpuInstance>(&env, "thief").await;
     ready::<GpuInstance>(&env, "victim").await;
+}
+
+/// The tenant's namespace, and in the test namespace a machine `victim` with a Ready Snapshot
+/// `disk` of it: the snapshot's cloud id.
+async fn victim_snapshot(env: &Env) -> String {
+    tenant_namespace(env).await;
+    create(env, &machine("victim", serde_json::json!({}))).await;
+    ready_id::<GpuInstance>(env, "victim").await;
+    create(
+        env,
+        &object::<Snapshot>(
+            "disk",
+            serde_json::json!({"instanceRef": {"name": "victim"}}),
+        ),
+    )
+    .await;
+    ready_id::<Snapshot>(env, "disk").await
 }
 
 /// Writes `status` (a forged one) into the tenant's GpuInstance `name`, then asks it to stop.
