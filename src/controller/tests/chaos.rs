@@ -94,10 +94,12 @@ pub struct RunStats {
     pub attacks_refused: u64,
     /// Hostile objects deleted during the fault phase.
     pub hostile_deleted: u64,
-    /// Of the attacks: statuses forged, machines booting another's image, pools adopting.
+    /// Of the attacks: statuses forged, machines booting another's image, pools adopting,
+    /// leftovers (boot volumes, final snapshots) adopted.
     pub forged_statuses: u64,
     pub boot_attacks: u64,
     pub pool_attacks: u64,
+    pub leftover_attacks: u64,
     /// Samples of the tenant invariants (no foreign id recorded, team-a ids unchanged).
     pub tenant_samples: u64,
     /// Objects on the second account (team-a's through its Secret, and team-c's).
@@ -169,6 +171,7 @@ impl RunStats {
         self.forged_statuses += other.forged_statuses;
         self.boot_attacks += other.boot_attacks;
         self.pool_attacks += other.pool_attacks;
+        self.leftover_attacks += other.leftover_attacks;
         self.tenant_samples += other.tenant_samples;
         self.second_account_objects += other.second_account_objects;
         self.snapshots += other.snapshots;

@@ -3,7 +3,9 @@
 //! apart), and during the fault phase tries to take the other teams' resources (team-a's in
 //! both accounts, team-c's) and the foreign ones by id: by the adoption annotation, by a
 //! snapshot's `spec.instanceId`, by booting another's image or snapshot through
-//! `spec.osImage`, and by writing another's id (and cloud name) into its own objects' status.
+//! `spec.osImage`, by adopting what no object of the victims' records (a machine's boot
+//! volume, a final snapshot its machine left behind), and by writing another's id (and cloud
+//! name) into its own objects' status.
 //! Every attempt must be refused without a hostile object ever recording another's resource
 //! (a forged status aside: that record is the tenant's own write), no call the tenant's key
 //! makes may name another's resource (the ledger check), and deleting the hostile objects must
@@ -37,7 +39,8 @@ const VICTIMS: [&str; 2] = [NAMESPACE, TEAM_C];
 enum Of {
     /// One of the four kinds team-a has, named by the external-id annotation.
     Managed(Kind),
-    /// A Snapshot naming a machine by `spec.instanceId`.
+    /// A Snapshot naming a machine by `spec.instanceId` (and, adopting a leftover, a snapshot
+    /// by the external-id annotation).
     Snapshot,
 }
 
@@ -106,6 +109,7 @@ pub struct TenantStats {
     pub forged: u64,
     pub boots: u64,
     pub pools: u64,
+    pub leftovers: u64,
 }
 
 pub struct Tenant {
@@ -210,6 +214,8 @@ impl Tenant {
             72..80 => self.boot(env).await?,
             // (h): a pool whose template adopts another's machine.
             80..83 => self.pool(env).await?,
+            // (i): adoption of a boot volume or a final snapshot no object records.
+            83..88 => self.leftover(env).await?,
             // (d): a hostile object deleted.
             _ => self.delete_one(env).await?,
         };
@@ -587,6 +593,74 @@ impl Tenant {
                 "tenant: GpuInstancePool {TENANT}/{name}, whose template adopts {target:?}, was accepted"
             )),
         }
+    }
+
+    /// (i): a Volume adopting a victim machine's boot volume, or a Snapshot adopting a
+    /// victim's snapshot no object records any more (a final snapshot its deleted machine left
+    /// behind, or one being made): resources the victims' objects do not name, so only the
+    /// ownership index (machines own their boot volumes, the released record its snapshots)
+    /// tells whose they are.
+    async fn leftover(&mut self, env: &Env) -> Step {
+        let recorded: BTreeSet<String> = list_everyone(env, &[Kind::Snapshot])
+            .await?
+            .victims
+            .into_iter()
+            .filter_map(|(_, _, _, status)| status.external_id)
+            .collect();
+        let victims = |name: &str| VICTIMS.iter().any(|v| name.starts_with(&team_mark(v)));
+        let mut candidates: Vec<(Of, String, String)> = Vec::new();
+        for state in (0..ACCOUNTS).filter_map(|account| env.simulator.account_state(account)) {
+            candidates.extend(
+                state
+                    .volumes
+                    .iter()
+                    .filter(|v| v.bootable && victims(&v.name))
+                    .map(|v| (Of::Managed(Kind::Volume), v.id.clone(), String::new())),
+            );
+            candidates.extend(
+                state
+                    .snapshots
+                    .iter()
+                    .filter(|s| victims(&s.name) && !recorded.contains(&s.snapshot_id))
+                    .map(|s| (Of::Snapshot, s.snapshot_id.clone(), s.instance_id.clone())),
+            );
+        }
+        candidates.sort();
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (of, id, machine) = candidates[self.rng.random_range(0..candidates.len())].clone();
+        self.not_ours.insert(id.clone());
+        let name = self.new_name(of);
+        let mut spec = match of {
+            Of::Snapshot => json!({"instanceId": machine}),
+            Of::Managed(kind) => self.harmful(kind),
+        };
+        spec["credentialsSecretRef"] = json!({"name": TENANT_SECRET});
+        let object = json!({
+            "apiVersion": "gpucloud.io/v1alpha1",
+            "kind": of.name(),
+            "metadata": {"name": name, "namespace": TENANT,
+                "annotations": {EXTERNAL_ID_ANNOTATION: id}},
+            "spec": spec,
+        });
+        post(env, of, &object).await?;
+        self.stats.attacks += 1;
+        self.stats.leftovers += 1;
+        let target = Target::TeamA(id);
+        let note = format!(
+            "tenant: {} {TENANT}/{name} adopting the leftover {target:?}, spec {spec}",
+            of.name()
+        );
+        self.live.insert(
+            name,
+            Hostile {
+                of,
+                target,
+                how: How::Spec,
+            },
+        );
+        Ok(vec![note])
     }
 
     /// (d): a hostile object deleted (its finalizer must go, taking nothing of another's).

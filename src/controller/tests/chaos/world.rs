@@ -241,6 +241,7 @@ pub async fn run_seed(seed: u64) -> Result<RunStats, Failure> {
     run.stats.forged_statuses += tenant.forged;
     run.stats.boot_attacks += tenant.boots;
     run.stats.pool_attacks += tenant.pools;
+    run.stats.leftover_attacks += tenant.leftovers;
     run.stats.tenant_samples += tenant.samples;
     match outcome {
         Ok(()) => Ok(run.stats),
