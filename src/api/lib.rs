@@ -43,6 +43,7 @@ pub mod firewall;
 pub mod gpu_instance;
 pub mod gpu_instance_pool;
 pub mod gpu_offering;
+pub mod gpu_policy;
 pub mod image;
 pub mod lifetime;
 pub mod reference;
@@ -64,6 +65,9 @@ pub use gpu_instance_pool::{
     RollingReplace, StrategyType, TemplateMetadata,
 };
 pub use gpu_offering::{GpuOffering, GpuOfferingSpec, GpuOfferingStatus};
+pub use gpu_policy::{
+    GpuPolicy, GpuPolicySpec, GpuPolicyStatus, NamespaceCount, NamespaceLimits, PolicyReservation,
+};
 pub use image::{Image, ImageSpec, ImageStatus};
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStatus};
 pub use ssh_key::{SshKey, SshKeySpec, SshKeyStatus};

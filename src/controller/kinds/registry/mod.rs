@@ -10,8 +10,8 @@
 
 use crate::flow::kind::ManagedKind;
 use gpucloud_api::{
-    Budget, Firewall, GpuInstance, GpuInstancePool, GpuOffering, Image, KindReference, Managed,
-    Snapshot, SshKey, Volume,
+    Budget, Firewall, GpuInstance, GpuInstancePool, GpuOffering, GpuPolicy, Image, KindReference,
+    Managed, Snapshot, SshKey, Volume,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -95,11 +95,14 @@ pub fn policy_crds() -> Vec<CustomResourceDefinition> {
     crds
 }
 
-/// Of the policy kinds, those that limit what a namespace may spend or run (`Budget`): set by
-/// the platform team, readable by the namespace's users, never written by them (the chart's
-/// tenant edit role leaves them out).
+/// Of the policy kinds, those that limit what a namespace may spend or run (`Budget`, and the
+/// cluster-scoped `GpuPolicy`, `gpu_policy.rs`): set by the platform team, readable by the
+/// namespace's users, never written by them (the chart's tenant edit role leaves them out).
 pub fn guardrail_crds() -> Vec<CustomResourceDefinition> {
-    vec![gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS)]
+    vec![
+        gpucloud_api::crd_with_columns::<Budget>(Budget::COLUMNS),
+        gpucloud_api::crd_with_columns::<GpuPolicy>(GpuPolicy::COLUMNS),
+    ]
 }
 
 /// The CRDs of the read-only, cluster-scoped kinds the operator keeps from the cloud's
