@@ -7,14 +7,19 @@
 //! definition's objects in storage without admission, as apiextensions-apiserver does.
 //!
 //! Policies and bindings are checked and defaulted when written (see [`prepare`]) and compiled
-//! once per resourceVersion; evaluation is [`gpucloud_apiserver_semantics::admission`].
+//! once per resourceVersion; evaluation is [`gpucloud_apiserver_semantics::admission`]. A
+//! policy's params (`paramKind`, a binding's `paramRef`) are read from the store when a request
+//! is admitted, so a param created after its binding, or changed, counts from the next
+//! request; the param kind is resolved among the served resources (built-in or from a CRD).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use gpucloud_apiserver_semantics::admission::{self as policy, Binding, Policy};
+use gpucloud_apiserver_semantics::admission::{
+    self as policy, Binding, ParamKind, ParamScope, ParamSource, Policy,
+};
 use gpucloud_apiserver_semantics::schema::FieldError;
 
 use crate::registry::{ResourceInfo, ResourceKey};
@@ -166,6 +171,74 @@ fn stored(state: &AppState, plural: &str) -> Vec<StoredObject> {
     state.store.list(&key, None, None, None, &|_| true).items
 }
 
+/// Params read from the store, as the apiserver's param informers hold them.
+struct StoredParams<'a> {
+    state: &'a AppState,
+}
+
+impl StoredParams<'_> {
+    /// The served resource of the kind (the apiserver's REST mapping).
+    fn resource(&self, kind: &ParamKind) -> Option<ResourceInfo> {
+        self.state.registry.resources().into_iter().find(|info| {
+            info.served
+                && info.group == kind.group
+                && info.version == kind.version
+                && info.kind == kind.kind
+        })
+    }
+
+    /// A stored object as a param: at the kind's version, with `apiVersion` and `kind` set
+    /// (the dispatcher wraps typed params in their kind's TypeMeta).
+    fn param(info: &ResourceInfo, kind: &ParamKind, stored: &StoredObject) -> Option<Value> {
+        let mut object = crate::handlers::at_version(info, stored.to_value().ok()?);
+        let map = object.as_object_mut()?;
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(kind.api_version()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(kind.kind.clone()));
+        Some(object)
+    }
+}
+
+impl ParamSource for StoredParams<'_> {
+    fn scope(&self, kind: &ParamKind) -> Option<ParamScope> {
+        self.resource(kind).map(|info| {
+            if info.namespaced {
+                ParamScope::Namespaced
+            } else {
+                ParamScope::Cluster
+            }
+        })
+    }
+
+    fn get(&self, kind: &ParamKind, namespace: &str, name: &str) -> Option<Value> {
+        let info = self.resource(kind)?;
+        let stored = self.state.store.get(&info.storage_key(), namespace, name)?;
+        Self::param(&info, kind, &stored)
+    }
+
+    fn list(
+        &self,
+        kind: &ParamKind,
+        namespace: &str,
+        select: &dyn Fn(&BTreeMap<String, String>) -> bool,
+    ) -> Vec<Value> {
+        let Some(info) = self.resource(kind) else {
+            return Vec::new();
+        };
+        let namespace = (!namespace.is_empty()).then_some(namespace);
+        self.state
+            .store
+            .list(&info.storage_key(), namespace, None, None, &|index| {
+                select(&index.labels)
+            })
+            .items
+            .iter()
+            .filter_map(|stored| Self::param(&info, kind, stored))
+            .collect()
+    }
+}
+
 /// The groups a user is in, as the authenticators put them.
 fn groups(user: &str) -> Vec<String> {
     if user == crate::auth::ANONYMOUS_USER {
@@ -269,7 +342,12 @@ pub fn validate(
         dry_run: attributes.dry_run,
         options: None,
     };
-    let verdict = policy::evaluate(&bound, &request, &crate::handlers::write::new_uid());
+    let verdict = policy::evaluate(
+        &bound,
+        &request,
+        &crate::handlers::write::new_uid(),
+        &StoredParams { state },
+    );
     for warning in verdict.warnings {
         (requester.warn)(warning);
     }

@@ -42,8 +42,8 @@
 //!   validation rules (for example Secret type-specific keys) are not applied.
 //! - Protobuf request bodies are decoded for the built-in kinds (see [`protobuf`]); responses
 //!   are always JSON (kubectl and client-go list JSON as a fallback in `Accept`).
-//! - ValidatingAdmissionPolicy is enforced (see [`admission`]); there are no admission
-//!   webhooks, no RBAC authorization (every authenticated user may do
+//! - ValidatingAdmissionPolicy is enforced, with parameters read from the store at each
+//!   request (see [`admission`]); there are no admission webhooks, no RBAC authorization (every authenticated user may do
 //!   everything), no graceful deletion periods (deletion is immediate unless finalizers hold
 //!   it).
 

@@ -418,11 +418,15 @@ fn builtin_columns(resource: &ResourceInfo) -> Option<Vec<Column>> {
                         .pointer("/spec/paramRef/namespace")
                         .and_then(Value::as_str)
                         .filter(|namespace| !namespace.is_empty());
-                    json!(match (name, namespace) {
-                        (Some(name), Some(namespace)) => format!("{namespace}/{name}"),
+                    let selector = object
+                        .pointer("/spec/paramRef/selector")
+                        .filter(|selector| !selector.is_null());
+                    json!(match (name, namespace, selector) {
+                        (Some(name), Some(namespace), _) => format!("{namespace}/{name}"),
                         // Without a namespace the printer cannot tell the param's scope.
-                        (Some(name), None) => format!("*/{name}"),
-                        (None, _) => "<unset>".to_owned(),
+                        (Some(name), None, _) => format!("*/{name}"),
+                        (None, _, Some(selector)) => label_selector_string(selector),
+                        (None, _, None) => "<unset>".to_owned(),
                     })
                 },
             ),
@@ -568,6 +572,46 @@ fn builtin_columns(resource: &ResourceInfo) -> Option<Vec<Column>> {
         columns.insert(0, name_column(0));
     }
     Some(columns)
+}
+
+/// `metav1.LabelSelector.String()` (the generated protobuf form), which the binding printer
+/// shows for a `paramRef.selector`: labels sorted by key, expressions in order.
+fn label_selector_string(selector: &Value) -> String {
+    let labels: std::collections::BTreeMap<&str, String> = selector["matchLabels"]
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(key, value)| (key.as_str(), value.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let labels: String = labels
+        .iter()
+        .map(|(key, value)| format!("{key}: {value},"))
+        .collect();
+    let expressions: String = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|requirement| {
+            let values: Vec<&str> = requirement["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            format!(
+                "LabelSelectorRequirement{{Key:{},Operator:{},Values:[{}],}},",
+                requirement["key"].as_str().unwrap_or_default(),
+                requirement["operator"].as_str().unwrap_or_default(),
+                values.join(" ")
+            )
+        })
+        .collect();
+    format!(
+        "&LabelSelector{{MatchLabels:map[string]string{{{labels}}},MatchExpressions:[]LabelSelectorRequirement{{{expressions}}},}}"
+    )
 }
 
 fn map_len(value: Option<&Value>) -> usize {
@@ -1177,5 +1221,39 @@ mod tests {
         assert!(evaluate_json_path("..a", &object).is_err());
         assert!(evaluate_json_path(".a[", &object).is_err());
         assert!(evaluate_json_path("a", &object).is_err());
+    }
+
+    #[test]
+    fn a_binding_prints_its_param_ref() {
+        let bindings = crate::registry::Registry::with_builtins()
+            .lookup(
+                "admissionregistration.k8s.io",
+                "v1",
+                "validatingadmissionpolicybindings",
+            )
+            .unwrap();
+        let param_ref = |param_ref: Value| {
+            let binding = json!({"metadata": {"name": "b", "creationTimestamp": "2026-01-01T11:55:00Z"},
+                                 "spec": {"policyName": "p", "paramRef": param_ref}});
+            let table =
+                render_table_at(&bindings, &[binding], json!({}), IncludeObject::None, now());
+            table["rows"][0]["cells"][2].clone()
+        };
+        assert_eq!(param_ref(json!(null)), "<unset>");
+        assert_eq!(
+            param_ref(json!({"name": "limits", "namespace": "config"})),
+            "config/limits"
+        );
+        assert_eq!(param_ref(json!({"name": "limits"})), "*/limits");
+        assert_eq!(
+            param_ref(json!({"selector": {}})),
+            "&LabelSelector{MatchLabels:map[string]string{},MatchExpressions:[]LabelSelectorRequirement{},}"
+        );
+        assert_eq!(
+            param_ref(json!({"selector": {
+                "matchLabels": {"zone": "b", "tier": "gold"},
+                "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "dev"]}]}})),
+            "&LabelSelector{MatchLabels:map[string]string{tier: gold,zone: b,},MatchExpressions:[]LabelSelectorRequirement{LabelSelectorRequirement{Key:env,Operator:In,Values:[prod dev],},},}"
+        );
     }
 }

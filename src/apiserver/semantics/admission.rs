@@ -1,19 +1,29 @@
 //! ValidatingAdmissionPolicy (`admissionregistration.k8s.io/v1`): policies and bindings checked
 //! and compiled once, then matched against each write and evaluated with CEL, after
-//! `k8s.io/apiserver/pkg/admission/plugin/policy/validating` (dispatcher, validator), the
-//! webhook rule matcher and `pkg/apis/admissionregistration/validation`.
+//! `k8s.io/apiserver/pkg/admission/plugin/policy/validating` (dispatcher, validator),
+//! `.../policy/generic` (`CollectParams`), the webhook rule matcher and
+//! `pkg/apis/admissionregistration/validation`.
 //!
 //! A policy's `matchConstraints` (resource rules with `*`, subresources and resource names,
-//! exclude rules, namespace and object label selectors, `matchPolicy`), `matchConditions`,
-//! `variables`, `validations` (`expression`, `message`, `messageExpression`, `reason`) and
-//! `failurePolicy` are honoured, and a binding's `matchResources` and `validationActions`
-//! (`Deny`, `Warn`; `Audit` has no audit log to write to). Expressions see `object`,
-//! `oldObject`, `request`, `namespaceObject`, `variables` and `params` (always null).
+//! exclude rules, namespace and object label selectors, `matchPolicy`), `paramKind`,
+//! `matchConditions`, `variables`, `validations` (`expression`, `message`,
+//! `messageExpression`, `reason`) and `failurePolicy` are honoured, and a binding's
+//! `paramRef`, `matchResources` and `validationActions` (`Deny`, `Warn`; `Audit` has no audit
+//! log to write to). Expressions see `object`, `oldObject`, `request`, `namespaceObject`,
+//! `variables` and `params`.
 //!
-//! Not supported: parameters (`paramKind`, `paramRef` are refused when the policy or binding
-//! is created), the `authorizer` variable (using it is an evaluation error) and
+//! Parameters are read at evaluation through a [`ParamSource`] (the server's store): a
+//! `paramKind` no served resource has is the policy's configuration error; `paramRef.name`
+//! names one object, `paramRef.selector` selects any number, each evaluated in turn; a
+//! namespaced kind is read in `paramRef.namespace`, else in the request's namespace. A binding
+//! without `paramRef` evaluates its policy once with null `params`, as the apiserver does.
+//! Configuration errors (`failed to configure policy: ...`, `failed to configure binding:
+//! ...`, among them `parameterNotFoundAction: Deny` finding nothing) deny under
+//! `failurePolicy: Fail` and are ignored under `Ignore`.
+//!
+//! Not supported: the `authorizer` variable (using it is an evaluation error) and
 //! `auditAnnotations` (checked, never evaluated). Expressions are parsed, not type-checked, as
-//! the CRD rules of [`crate::schema`] are.
+//! the CRD rules of [`crate::schema`] are, so `params` is not typed after the param kind.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -190,8 +200,9 @@ impl Reason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
     pub policy: String,
-    pub binding: String,
-    /// The validation's message (or the evaluation error).
+    /// `None` for an error in the policy's own configuration (its `paramKind`).
+    pub binding: Option<String>,
+    /// The validation's message (or the evaluation or configuration error).
     pub message: String,
     pub reason: Reason,
 }
@@ -200,10 +211,16 @@ impl Denial {
     /// The cause the apiserver reports, also the end of the Status message
     /// (`<resource> "<name>" is forbidden: <this>`).
     pub fn cause(&self) -> String {
-        format!(
-            "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {}",
-            self.policy, self.binding, self.message
-        )
+        match &self.binding {
+            Some(binding) => format!(
+                "ValidatingAdmissionPolicy '{}' with binding '{binding}' denied request: {}",
+                self.policy, self.message
+            ),
+            None => format!(
+                "ValidatingAdmissionPolicy '{}' denied request: {}",
+                self.policy, self.message
+            ),
+        }
     }
 }
 
@@ -341,6 +358,124 @@ impl MatchResources {
     }
 }
 
+// === parameters ===
+
+/// A policy's `spec.paramKind`: the kind of the objects that parameterize it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamKind {
+    /// Empty for the core group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+}
+
+impl ParamKind {
+    /// `v1` for the core group, `group/version` otherwise.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+impl std::fmt::Display for ParamKind {
+    /// `schema.GroupVersionKind.String()`, which the apiserver's messages quote.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}, Kind={}", self.group, self.version, self.kind)
+    }
+}
+
+/// How the resource serving a param kind is scoped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamScope {
+    Cluster,
+    Namespaced,
+}
+
+/// Where evaluation reads parameters: the objects as stored when the request is admitted (the
+/// apiserver reads them from its informers).
+pub trait ParamSource {
+    /// The scope of the served resource of `kind`, or `None` when no served resource has that
+    /// group, version and kind (the apiserver's REST mapper finds none).
+    fn scope(&self, kind: &ParamKind) -> Option<ParamScope>;
+
+    /// The object `name` of `kind` in `namespace` (empty for a cluster-scoped kind), as read at
+    /// `kind`'s version.
+    fn get(&self, kind: &ParamKind, namespace: &str, name: &str) -> Option<Value>;
+
+    /// The objects of `kind` in `namespace` (every one for a cluster-scoped kind) whose labels
+    /// `select` accepts, as read at `kind`'s version.
+    fn list(
+        &self,
+        kind: &ParamKind,
+        namespace: &str,
+        select: &dyn Fn(&BTreeMap<String, String>) -> bool,
+    ) -> Vec<Value>;
+}
+
+/// A binding's `spec.paramRef`, checked.
+#[derive(Debug)]
+struct ParamRef {
+    /// Empty when `selector` is set.
+    name: String,
+    namespace: String,
+    selector: Option<LabelSelector>,
+    /// `parameterNotFoundAction: Deny`.
+    deny_when_none: bool,
+}
+
+/// Why a policy or binding cannot be evaluated, in the apiserver's words (the dispatcher
+/// prefixes `failed to configure policy: ` or `failed to configure binding: `).
+#[derive(Debug, thiserror::Error)]
+enum ConfigurationError {
+    #[error("failed to find resource referenced by paramKind: '{0}'")]
+    UnknownParamKind(ParamKind),
+    #[error(
+        "cannot use namespaced paramRef in policy binding that matches cluster-scoped resources"
+    )]
+    NamespacedParamWithoutNamespace,
+    #[error("paramRef.namespace must not be provided for a cluster-scoped `paramKind`")]
+    NamespaceOfClusterScopedParam,
+    #[error("no params found for policy binding with `Deny` parameterNotFoundAction")]
+    NoParams,
+}
+
+/// `generic.CollectParams`: the params a binding's policy is evaluated with, each in turn
+/// (`None` is a null `params`: the policy has no `paramKind` or the binding no `paramRef`).
+/// An empty list evaluates nothing (`parameterNotFoundAction: Allow` found none).
+fn collect_params(
+    param_kind: Option<(&ParamKind, ParamScope)>,
+    param_ref: Option<&ParamRef>,
+    request_namespace: &str,
+    source: &dyn ParamSource,
+) -> Result<Vec<Option<Value>>, ConfigurationError> {
+    let (Some((kind, scope)), Some(param_ref)) = (param_kind, param_ref) else {
+        return Ok(vec![None]);
+    };
+    let namespace = match scope {
+        ParamScope::Namespaced if !param_ref.namespace.is_empty() => param_ref.namespace.as_str(),
+        ParamScope::Namespaced if !request_namespace.is_empty() => request_namespace,
+        ParamScope::Namespaced => return Err(ConfigurationError::NamespacedParamWithoutNamespace),
+        ParamScope::Cluster if !param_ref.namespace.is_empty() => {
+            return Err(ConfigurationError::NamespaceOfClusterScopedParam);
+        }
+        ParamScope::Cluster => "",
+    };
+    let params = match &param_ref.selector {
+        Some(selector) => source.list(kind, namespace, &|labels| selector.matches(labels)),
+        None => source
+            .get(kind, namespace, &param_ref.name)
+            .into_iter()
+            .collect(),
+    };
+    if params.is_empty() && param_ref.deny_when_none {
+        return Err(ConfigurationError::NoParams);
+    }
+    Ok(params.into_iter().map(Some).collect())
+}
+
 // === compiled expressions ===
 
 /// One CEL expression of a policy.
@@ -406,6 +541,7 @@ enum FailurePolicy {
 pub struct Policy {
     name: String,
     failure_policy: FailurePolicy,
+    param_kind: Option<ParamKind>,
     match_constraints: MatchResources,
     match_conditions: Vec<(String, Expression)>,
     variables: Vec<(String, Expression)>,
@@ -424,6 +560,7 @@ enum Action {
 pub struct Binding {
     name: String,
     policy_name: String,
+    param_ref: Option<ParamRef>,
     actions: Vec<Action>,
     match_resources: Option<MatchResources>,
 }
@@ -684,6 +821,190 @@ fn check_selector(selector: &Value, path: &str, errors: &mut Vec<FieldError>) ->
     parsed
 }
 
+/// apimachinery's `IsDNS1123Subdomain`, in its words.
+fn dns1123_subdomain_problems(value: &str) -> Vec<String> {
+    let label_ok = |label: &str| {
+        label.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && label.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && label
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let mut problems = Vec::new();
+    if value.len() > 253 {
+        problems.push("must be no more than 253 characters".to_string());
+    }
+    if !value.split('.').all(label_ok) {
+        problems.push("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string());
+    }
+    problems
+}
+
+/// apimachinery's `IsDNS1035Label`, in its words.
+fn dns1035_label_problems(value: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if value.len() > 63 {
+        problems.push("must be no more than 63 characters".to_string());
+    }
+    let valid = value.starts_with(|c: char| c.is_ascii_lowercase())
+        && value.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !valid {
+        problems.push("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".to_string());
+    }
+    problems
+}
+
+/// `path.ValidatePathSegmentName`: a name that can be a URL path segment.
+fn path_segment_problems(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .into_iter()
+        .filter(|illegal| name.contains(illegal))
+        .map(|illegal| format!("may not contain '{illegal}'"))
+        .collect()
+}
+
+/// `validateParamKind`: `apiVersion` (`group/version` or a core `version`) and `kind`.
+fn check_param_kind(
+    param_kind: &Value,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) -> Option<ParamKind> {
+    let before = errors.len();
+    let api_version = param_kind["apiVersion"].as_str().unwrap_or_default();
+    let mut group_version = None;
+    if api_version.is_empty() {
+        errors.push(FieldError::required(format!("{path}.apiVersion"), ""));
+    } else if api_version.matches('/').count() > 1 {
+        errors.push(FieldError::invalid(
+            format!("{path}.apiVersion"),
+            json!(api_version),
+            format!("unexpected GroupVersion string: {api_version}"),
+        ));
+    } else {
+        // `parseGroupVersion`: "/" is the empty group version.
+        let (group, version) = match api_version {
+            "/" => ("", ""),
+            _ => api_version.split_once('/').unwrap_or(("", api_version)),
+        };
+        if !group.is_empty() {
+            let problems = dns1123_subdomain_problems(group);
+            if !problems.is_empty() {
+                errors.push(FieldError::invalid(
+                    format!("{path}.apiVersion"),
+                    json!(group),
+                    problems.join(","),
+                ));
+            }
+        }
+        if version.is_empty() {
+            errors.push(FieldError::invalid(
+                format!("{path}.apiVersion"),
+                json!(api_version),
+                "version must be specified",
+            ));
+        } else {
+            let problems = dns1035_label_problems(version);
+            if !problems.is_empty() {
+                errors.push(FieldError::invalid(
+                    format!("{path}.apiVersion"),
+                    json!(version),
+                    problems.join(","),
+                ));
+            }
+        }
+        group_version = Some((group.to_string(), version.to_string()));
+    }
+    let kind = param_kind["kind"].as_str().unwrap_or_default();
+    if kind.is_empty() {
+        errors.push(FieldError::required(format!("{path}.kind"), ""));
+    } else {
+        let problems = dns1035_label_problems(&kind.to_lowercase());
+        if !problems.is_empty() {
+            errors.push(FieldError::invalid(
+                format!("{path}.kind"),
+                json!(kind),
+                format!(
+                    "may have mixed case, but should otherwise match: {}",
+                    problems.join(",")
+                ),
+            ));
+        }
+    }
+    let (group, version) = group_version?;
+    (errors.len() == before).then(|| ParamKind {
+        group,
+        version,
+        kind: kind.to_string(),
+    })
+}
+
+/// `validateParamRef`: `name` or `selector` (exactly one) and `parameterNotFoundAction`.
+fn check_param_ref(param_ref: &Value, path: &str, errors: &mut Vec<FieldError>) -> ParamRef {
+    let name = param_ref["name"].as_str().unwrap_or_default();
+    let has_selector = !param_ref["selector"].is_null();
+    if !name.is_empty() {
+        for problem in path_segment_problems(name) {
+            errors.push(FieldError::invalid(
+                format!("{path}.name"),
+                json!(name),
+                problem,
+            ));
+        }
+        if has_selector {
+            errors.push(FieldError::forbidden(
+                format!("{path}.name"),
+                "name and selector are mutually exclusive",
+            ));
+        }
+    }
+    let selector = has_selector.then(|| {
+        let selector = check_selector(&param_ref["selector"], &format!("{path}.selector"), errors);
+        if !name.is_empty() {
+            errors.push(FieldError::forbidden(
+                format!("{path}.selector"),
+                "name and selector are mutually exclusive",
+            ));
+        }
+        selector
+    });
+    if name.is_empty() && !has_selector {
+        errors.push(FieldError::required(
+            path,
+            "one of name or selector must be specified",
+        ));
+    }
+    let action = param_ref["parameterNotFoundAction"]
+        .as_str()
+        .unwrap_or_default();
+    match action {
+        "" => errors.push(FieldError::required(
+            format!("{path}.parameterNotFoundAction"),
+            "",
+        )),
+        "Deny" | "Allow" => {}
+        other => errors.push(FieldError::not_supported(
+            format!("{path}.parameterNotFoundAction"),
+            json!(other),
+            &supported(&["Deny", "Allow"]),
+        )),
+    }
+    ParamRef {
+        name: name.to_string(),
+        namespace: param_ref["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        selector,
+        deny_when_none: action == "Deny",
+    }
+}
+
 /// `validateMatchResources` (after defaulting).
 fn check_match_resources(
     resources: &Value,
@@ -777,12 +1098,9 @@ impl Policy {
                 FailurePolicy::Fail
             }
         };
-        if !spec["paramKind"].is_null() {
-            errors.push(FieldError::forbidden(
-                "spec.paramKind",
-                "policy parameters are not supported by this API server (gpucloud-apiserver)",
-            ));
-        }
+        let param_kind = (!spec["paramKind"].is_null())
+            .then(|| check_param_kind(&spec["paramKind"], "spec.paramKind", &mut errors))
+            .flatten();
         let match_constraints = if spec["matchConstraints"].is_null() {
             errors.push(FieldError::required("spec.matchConstraints", ""));
             MatchResources::default()
@@ -871,6 +1189,7 @@ impl Policy {
                     .unwrap_or_default()
                     .to_string(),
                 failure_policy,
+                param_kind,
                 match_constraints,
                 match_conditions,
                 variables,
@@ -977,12 +1296,8 @@ impl Binding {
         if policy_name.is_empty() {
             errors.push(FieldError::required("spec.policyName", ""));
         }
-        if !spec["paramRef"].is_null() {
-            errors.push(FieldError::forbidden(
-                "spec.paramRef",
-                "policy parameters are not supported by this API server (gpucloud-apiserver)",
-            ));
-        }
+        let param_ref = (!spec["paramRef"].is_null())
+            .then(|| check_param_ref(&spec["paramRef"], "spec.paramRef", &mut errors));
         // The apiserver's path has this spelling (`matchResouces`).
         let match_resources = (!spec["matchResources"].is_null()).then(|| {
             check_match_resources(&spec["matchResources"], "spec.matchResouces", &mut errors)
@@ -1029,6 +1344,7 @@ impl Binding {
                     .unwrap_or_default()
                     .to_string(),
                 policy_name,
+                param_ref,
                 actions,
                 match_resources,
             })
@@ -1051,11 +1367,14 @@ enum Decision {
 }
 
 /// The variables every expression of one evaluation sees.
+#[derive(Clone)]
 struct Activation {
     object: cel::Value,
     old_object: cel::Value,
     request: cel::Value,
     namespace_object: cel::Value,
+    params: cel::Value,
+    /// The nodes of the objects and params, for the cost estimate.
     size: u64,
 }
 
@@ -1099,7 +1418,7 @@ impl Activation {
         scope.add_variable_from_value("oldObject", self.old_object.clone());
         scope.add_variable_from_value("request", self.request.clone());
         scope.add_variable_from_value("namespaceObject", self.namespace_object.clone());
-        scope.add_variable_from_value("params", cel::Value::Null);
+        scope.add_variable_from_value("params", self.params.clone());
         scope.add_variable_from_value("variables", cel::Value::from(variables.clone()));
         scope
     }
@@ -1246,9 +1565,15 @@ fn failure_message(
 }
 
 /// Runs every policy whose constraints match `request`, with each of its bindings that
-/// matches, as the apiserver's dispatcher does: the first denial wins; `Warn` bindings add
-/// warnings. `uid` is the request's `request.uid`.
-pub fn evaluate(bound: &[(&Policy, Vec<&Binding>)], request: &Request<'_>, uid: &str) -> Verdict {
+/// matches and each of the binding's params (read from `params`), as the apiserver's
+/// dispatcher does: the first denial wins (a validation's, or a configuration error's under
+/// `failurePolicy: Fail`); `Warn` bindings add warnings. `uid` is the request's `request.uid`.
+pub fn evaluate(
+    bound: &[(&Policy, Vec<&Binding>)],
+    request: &Request<'_>,
+    uid: &str,
+    params: &dyn ParamSource,
+) -> Verdict {
     let matching: Vec<&(&Policy, Vec<&Binding>)> = bound
         .iter()
         .filter(|(policy, _)| policy.match_constraints.matches(request))
@@ -1256,13 +1581,51 @@ pub fn evaluate(bound: &[(&Policy, Vec<&Binding>)], request: &Request<'_>, uid: 
     if matching.is_empty() {
         return Verdict::default();
     }
-    crate::schema::on_cel_stack(|| evaluate_here(&matching, request, uid))
+    crate::schema::on_cel_stack(|| evaluate_here(&matching, request, uid, params))
+}
+
+impl Verdict {
+    fn deny(
+        &mut self,
+        policy: &Policy,
+        binding: Option<&Binding>,
+        message: String,
+        reason: Reason,
+    ) {
+        if self.denial.is_none() {
+            self.denial = Some(Denial {
+                policy: policy.name.clone(),
+                binding: binding.map(|binding| binding.name.clone()),
+                message,
+                reason,
+            });
+        }
+    }
+
+    /// The dispatcher's `addConfigError`: a denial under `failurePolicy: Fail`, whatever the
+    /// binding's actions.
+    fn configuration_error(
+        &mut self,
+        policy: &Policy,
+        binding: Option<&Binding>,
+        error: &ConfigurationError,
+    ) {
+        if policy.failure_policy == FailurePolicy::Ignore {
+            return;
+        }
+        let message = match binding {
+            Some(_) => format!("failed to configure binding: {error}"),
+            None => format!("failed to configure policy: {error}"),
+        };
+        self.deny(policy, binding, message, Reason::Invalid);
+    }
 }
 
 fn evaluate_here(
     matching: &[&(&Policy, Vec<&Binding>)],
     request: &Request<'_>,
     uid: &str,
+    params: &dyn ParamSource,
 ) -> Verdict {
     let mut base = cel::Context::default();
     base.register_all();
@@ -1275,6 +1638,7 @@ fn evaluate_here(
         old_object: cel_or_null(request.old_object),
         request: rules::to_cel(None, &request.to_value(uid)),
         namespace_object: cel_or_null(namespace_object.as_ref()),
+        params: cel::Value::Null,
         size: [request.object, request.old_object]
             .into_iter()
             .flatten()
@@ -1284,6 +1648,20 @@ fn evaluate_here(
     };
     let mut verdict = Verdict::default();
     for (policy, bindings) in matching {
+        let param_kind = match &policy.param_kind {
+            None => None,
+            Some(kind) => match params.scope(kind) {
+                Some(scope) => Some((kind, scope)),
+                None => {
+                    verdict.configuration_error(
+                        policy,
+                        None,
+                        &ConfigurationError::UnknownParamKind(kind.clone()),
+                    );
+                    continue;
+                }
+            },
+        };
         for binding in bindings {
             if binding
                 .match_resources
@@ -1292,27 +1670,42 @@ fn evaluate_here(
             {
                 continue;
             }
-            for decision in policy.validate(&activation, &base) {
-                let Decision::Deny { message, reason } = decision else {
+            let collected = match collect_params(
+                param_kind,
+                binding.param_ref.as_ref(),
+                request.namespace,
+                params,
+            ) {
+                Ok(collected) => collected,
+                Err(error) => {
+                    verdict.configuration_error(policy, Some(binding), &error);
                     continue;
+                }
+            };
+            for param in collected {
+                let activation = match param {
+                    None => activation.clone(),
+                    Some(param) => Activation {
+                        params: rules::to_cel(None, &param),
+                        size: activation.size.saturating_add(rules::node_count(&param)),
+                        ..activation.clone()
+                    },
                 };
-                for action in &binding.actions {
-                    match action {
-                        Action::Deny => {
-                            if verdict.denial.is_none() {
-                                verdict.denial = Some(Denial {
-                                    policy: policy.name.clone(),
-                                    binding: binding.name.clone(),
-                                    message: message.clone(),
-                                    reason,
-                                });
+                for decision in policy.validate(&activation, &base) {
+                    let Decision::Deny { message, reason } = decision else {
+                        continue;
+                    };
+                    for action in &binding.actions {
+                        match action {
+                            Action::Deny => {
+                                verdict.deny(policy, Some(binding), message.clone(), reason);
                             }
+                            Action::Warn => verdict.warnings.push(format!(
+                                "Validation failed for ValidatingAdmissionPolicy '{}' with binding '{}': {message}",
+                                policy.name, binding.name
+                            )),
+                            Action::Audit => {}
                         }
-                        Action::Warn => verdict.warnings.push(format!(
-                            "Validation failed for ValidatingAdmissionPolicy '{}' with binding '{}': {message}",
-                            policy.name, binding.name
-                        )),
-                        Action::Audit => {}
                     }
                 }
             }

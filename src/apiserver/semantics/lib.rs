@@ -10,7 +10,7 @@
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 //! - [`apply`]: server-side apply and `managedFields` bookkeeping for other writes.
 //! - [`admission`]: ValidatingAdmissionPolicy: policies and bindings checked and compiled,
-//!   matched against a write and evaluated with CEL.
+//!   matched against a write and evaluated with CEL, once per param of a parameterized policy.
 //!
 //! What knowingly differs from the real apiserver is listed in `DIVERGENCES.md` beside this file.
 

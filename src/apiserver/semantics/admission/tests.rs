@@ -71,8 +71,83 @@ fn request<'a>(
     }
 }
 
+/// A store of params: the served kinds and their objects.
+#[derive(Default)]
+struct Params {
+    kinds: Vec<(ParamKind, ParamScope)>,
+    objects: Vec<Value>,
+}
+
+impl Params {
+    fn serving(mut self, api_version: &str, kind: &str, scope: ParamScope) -> Self {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.kinds.push((
+            ParamKind {
+                group: group.into(),
+                version: version.into(),
+                kind: kind.into(),
+            },
+            scope,
+        ));
+        self
+    }
+
+    fn with(mut self, object: Value) -> Self {
+        self.objects.push(object);
+        self
+    }
+
+    fn of<'a>(
+        &'a self,
+        kind: &'a ParamKind,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = &'a Value> {
+        self.objects.iter().filter(move |object| {
+            object["apiVersion"] == kind.api_version()
+                && object["kind"] == kind.kind
+                && object["metadata"]["namespace"].as_str().unwrap_or_default() == namespace
+        })
+    }
+}
+
+impl ParamSource for Params {
+    fn scope(&self, kind: &ParamKind) -> Option<ParamScope> {
+        self.kinds
+            .iter()
+            .find(|(served, _)| served == kind)
+            .map(|(_, scope)| *scope)
+    }
+
+    fn get(&self, kind: &ParamKind, namespace: &str, name: &str) -> Option<Value> {
+        self.of(kind, namespace)
+            .find(|object| object["metadata"]["name"] == name)
+            .cloned()
+    }
+
+    fn list(
+        &self,
+        kind: &ParamKind,
+        namespace: &str,
+        select: &dyn Fn(&BTreeMap<String, String>) -> bool,
+    ) -> Vec<Value> {
+        self.of(kind, namespace)
+            .filter(|object| select(&Request::labels(Some(object)).unwrap_or_default()))
+            .cloned()
+            .collect()
+    }
+}
+
 fn decide(policy: &Policy, binding: &Binding, request: &Request<'_>) -> Verdict {
-    evaluate(&[(policy, vec![binding])], request, "uid-1")
+    decide_with(&Params::default(), policy, binding, request)
+}
+
+fn decide_with(
+    params: &Params,
+    policy: &Policy,
+    binding: &Binding,
+    request: &Request<'_>,
+) -> Verdict {
+    evaluate(&[(policy, vec![binding])], request, "uid-1", params)
 }
 
 #[test]
@@ -356,21 +431,20 @@ fn policies_are_checked_as_the_apiserver_checks_them() {
         errors,
         [
             "spec.failurePolicy: Unsupported value: \"Sometimes\": supported values: \"Fail\", \"Ignore\"",
-            "spec.paramKind: Forbidden: policy parameters are not supported by this API server (gpucloud-apiserver)",
             "spec.matchConstraints.resourceRules[0].operations[0]: Unsupported value: \"REMOVE\": supported values: \"*\", \"CONNECT\", \"CREATE\", \"DELETE\", \"UPDATE\"",
             "spec.matchConstraints.resourceRules[0].apiGroups: Invalid value: []string{\"*\", \"apps\"}: if '*' is present, must not specify other API groups",
             "spec.matchConstraints.resourceRules[0].resources: Required value",
-            errors[5].as_str(),
+            errors[4].as_str(),
             "spec.validations[0].message: Invalid value: \"a\\nb\": message must not contain line breaks",
             "spec.validations[0].reason: Unsupported value: \"Teapot\": supported values: \"Forbidden\", \"Invalid\", \"RequestEntityTooLarge\", \"Unauthorized\"",
         ]
     );
     assert!(
-        errors[5].starts_with(
+        errors[4].starts_with(
             "spec.validations[0].expression: Invalid value: \"object.\": compilation failed: ERROR: <input>"
         ),
         "{}",
-        errors[5]
+        errors[4]
     );
 
     let binding_messages = |mut binding: Value| -> Vec<String> {
@@ -394,7 +468,7 @@ fn policies_are_checked_as_the_apiserver_checks_them() {
             "policyName": "p", "validationActions": ["Deny", "Warn"],
             "paramRef": {"name": "x"}}})),
         [
-            "spec.paramRef: Forbidden: policy parameters are not supported by this API server (gpucloud-apiserver)",
+            "spec.paramRef.parameterNotFoundAction: Required value",
             "spec.validationActions: Invalid value: []string{\"Deny\", \"Warn\"}: must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)",
         ]
     );
@@ -410,4 +484,452 @@ fn defaults_fill_what_the_apiserver_fills() {
     assert_eq!(constraints["namespaceSelector"], json!({}));
     assert_eq!(constraints["objectSelector"], json!({}));
     assert_eq!(constraints["resourceRules"][0]["scope"], "*");
+}
+
+// === parameters ===
+
+const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const DNS1035: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+
+fn policy_errors(mut policy: Value) -> Vec<String> {
+    default_policy(&mut policy);
+    Policy::compile(&policy)
+        .err()
+        .unwrap_or_default()
+        .iter()
+        .map(FieldError::to_message)
+        .collect()
+}
+
+fn binding_errors(mut binding: Value) -> Vec<String> {
+    default_binding(&mut binding);
+    Binding::compile(&binding)
+        .err()
+        .unwrap_or_default()
+        .iter()
+        .map(FieldError::to_message)
+        .collect()
+}
+
+/// A policy on GpuInstance creates parameterized by `param_kind`.
+fn param_policy(param_kind: Value, validation: Value) -> Value {
+    json!({"metadata": {"name": "limit"}, "spec": {
+        "paramKind": param_kind,
+        "matchConstraints": {"resourceRules": [{
+            "apiGroups": ["gpucloud.io"], "apiVersions": ["*"],
+            "operations": ["CREATE"], "resources": ["gpuinstances"]}]},
+        "validations": [validation]}})
+}
+
+fn param_binding(param_ref: Value, actions: &[&str]) -> Value {
+    let mut binding = binding("limit", actions);
+    if !param_ref.is_null() {
+        binding["spec"]["paramRef"] = param_ref;
+    }
+    binding
+}
+
+/// A cluster-scoped `GpuLimit` (a custom resource) allowing `max_size` GPUs.
+fn gpu_limit(name: &str, max_size: i64, labels: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "GpuLimit",
+           "metadata": {"name": name, "labels": labels}, "spec": {"maxSize": max_size}})
+}
+
+/// A ConfigMap `name` in `namespace` allowing `max_size` GPUs.
+fn limits_configmap(namespace: &str, name: &str, max_size: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": namespace}, "data": {"maxSize": max_size}})
+}
+
+fn gpu_limit_policy() -> Policy {
+    compiled(param_policy(
+        json!({"apiVersion": "example.com/v1", "kind": "GpuLimit"}),
+        json!({"expression": "object.spec.size <= params.spec.maxSize",
+               "messageExpression": "'size ' + string(object.spec.size) + ' is over the limit of ' + params.metadata.name",
+               "reason": "Forbidden"}),
+    ))
+}
+
+fn configmap_policy() -> Policy {
+    compiled(param_policy(
+        json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+        json!({"expression": "object.spec.size <= int(params.data.maxSize)",
+               "messageExpression": "'at most ' + params.data.maxSize + ' GPUs in ' + params.metadata.namespace"}),
+    ))
+}
+
+fn cluster_limits() -> Params {
+    Params::default().serving("example.com/v1", "GpuLimit", ParamScope::Cluster)
+}
+
+fn namespaced_configmaps() -> Params {
+    Params::default().serving("v1", "ConfigMap", ParamScope::Namespaced)
+}
+
+#[test]
+fn param_kinds_are_checked_as_the_apiserver_checks_them() {
+    let errors =
+        |param_kind: Value| policy_errors(param_policy(param_kind, json!({"expression": "true"})));
+    assert_eq!(
+        errors(json!({})),
+        [
+            "spec.paramKind.apiVersion: Required value",
+            "spec.paramKind.kind: Required value",
+        ]
+    );
+    assert_eq!(
+        errors(json!({"apiVersion": "a/b/c", "kind": "Limit"})),
+        [
+            "spec.paramKind.apiVersion: Invalid value: \"a/b/c\": unexpected GroupVersion string: a/b/c"
+        ]
+    );
+    assert_eq!(
+        errors(json!({"apiVersion": "Example.com/V1", "kind": "Limit"})),
+        [
+            format!("spec.paramKind.apiVersion: Invalid value: \"Example.com\": {SUBDOMAIN}"),
+            format!("spec.paramKind.apiVersion: Invalid value: \"V1\": {DNS1035}"),
+        ]
+    );
+    assert_eq!(
+        errors(json!({"apiVersion": "example.com/", "kind": "Limit"})),
+        ["spec.paramKind.apiVersion: Invalid value: \"example.com/\": version must be specified"]
+    );
+    assert_eq!(
+        errors(json!({"apiVersion": "v1", "kind": "Config_Map"})),
+        [format!(
+            "spec.paramKind.kind: Invalid value: \"Config_Map\": may have mixed case, but should otherwise match: {DNS1035}"
+        )]
+    );
+    for valid in [
+        json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+        json!({"apiVersion": "example.com/v1", "kind": "GpuLimit"}),
+    ] {
+        assert_eq!(errors(valid.clone()), Vec::<String>::new(), "{valid}");
+    }
+}
+
+#[test]
+fn param_refs_are_checked_as_the_apiserver_checks_them() {
+    let errors = |param_ref: Value| binding_errors(param_binding(param_ref, &["Deny"]));
+    assert_eq!(
+        errors(json!({})),
+        [
+            "spec.paramRef: Required value: one of name or selector must be specified",
+            "spec.paramRef.parameterNotFoundAction: Required value",
+        ]
+    );
+    assert_eq!(
+        errors(json!({"name": "a/b%", "selector": {}, "parameterNotFoundAction": "Maybe"})),
+        [
+            "spec.paramRef.name: Invalid value: \"a/b%\": may not contain '/'",
+            "spec.paramRef.name: Invalid value: \"a/b%\": may not contain '%'",
+            "spec.paramRef.name: Forbidden: name and selector are mutually exclusive",
+            "spec.paramRef.selector: Forbidden: name and selector are mutually exclusive",
+            "spec.paramRef.parameterNotFoundAction: Unsupported value: \"Maybe\": supported values: \"Deny\", \"Allow\"",
+        ]
+    );
+    assert_eq!(
+        errors(json!({"name": "..", "parameterNotFoundAction": "Deny"})),
+        ["spec.paramRef.name: Invalid value: \"..\": may not be '..'"]
+    );
+    assert_eq!(
+        errors(
+            json!({"selector": {"matchExpressions": [{"key": "tier", "operator": "In"}]},
+                      "parameterNotFoundAction": "Allow"})
+        ),
+        [
+            "spec.paramRef.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+        ]
+    );
+    for valid in [
+        json!({"name": "limits", "namespace": "config", "parameterNotFoundAction": "Deny"}),
+        json!({"selector": {}, "parameterNotFoundAction": "Allow"}),
+    ] {
+        assert_eq!(errors(valid.clone()), Vec::<String>::new(), "{valid}");
+    }
+}
+
+#[test]
+fn a_selector_evaluates_the_policy_once_per_param() {
+    let policy = gpu_limit_policy();
+    let binding = compiled_binding(param_binding(
+        json!({"selector": {}, "parameterNotFoundAction": "Deny"}),
+        &["Deny"],
+    ));
+    let params = cluster_limits()
+        .with(gpu_limit("limit-a", 8, json!({"tier": "gold"})))
+        .with(gpu_limit("limit-b", 0, json!({"tier": "bronze"})));
+    let object = instance(json!({}));
+    let create = request(Operation::Create, Some(&object), None);
+
+    // Only the second param refuses: the message names it.
+    let denial = decide_with(&params, &policy, &binding, &create)
+        .denial
+        .unwrap();
+    assert_eq!(denial.message, "size 1 is over the limit of limit-b");
+    assert_eq!(denial.reason, Reason::Forbidden);
+    assert_eq!(
+        denial.cause(),
+        "ValidatingAdmissionPolicy 'limit' with binding 'limit-binding' denied request: size 1 is over the limit of limit-b"
+    );
+
+    // A selector picks params by their labels.
+    let gold = compiled_binding(param_binding(
+        json!({"selector": {"matchLabels": {"tier": "gold"}}, "parameterNotFoundAction": "Deny"}),
+        &["Deny"],
+    ));
+    assert_eq!(
+        decide_with(&params, &policy, &gold, &create),
+        Verdict::default()
+    );
+
+    // Each param's failure is a warning of its own.
+    let strict = cluster_limits()
+        .with(gpu_limit("limit-a", 0, json!({})))
+        .with(gpu_limit("limit-b", 0, json!({})));
+    let warn = compiled_binding(param_binding(
+        json!({"selector": {}, "parameterNotFoundAction": "Deny"}),
+        &["Warn"],
+    ));
+    assert_eq!(
+        decide_with(&strict, &policy, &warn, &create).warnings,
+        [
+            "Validation failed for ValidatingAdmissionPolicy 'limit' with binding 'limit-binding': size 1 is over the limit of limit-a",
+            "Validation failed for ValidatingAdmissionPolicy 'limit' with binding 'limit-binding': size 1 is over the limit of limit-b",
+        ]
+    );
+}
+
+#[test]
+fn a_named_param_is_read_in_its_namespace_or_the_requests() {
+    let policy = configmap_policy();
+    let params = namespaced_configmaps()
+        .with(limits_configmap("config", "limits", "0"))
+        .with(limits_configmap("team-a", "limits", "8"));
+    let object = instance(json!({}));
+    let create = request(Operation::Create, Some(&object), None);
+
+    let in_config = compiled_binding(param_binding(
+        json!({"name": "limits", "namespace": "config", "parameterNotFoundAction": "Deny"}),
+        &["Deny"],
+    ));
+    let denial = decide_with(&params, &policy, &in_config, &create)
+        .denial
+        .unwrap();
+    assert_eq!(denial.message, "at most 0 GPUs in config");
+    assert_eq!(
+        (denial.reason, denial.reason.code()),
+        (Reason::Invalid, 422)
+    );
+
+    // Without a namespace, the request's (team-a allows 8).
+    let local = compiled_binding(param_binding(
+        json!({"name": "limits", "parameterNotFoundAction": "Deny"}),
+        &["Deny"],
+    ));
+    assert_eq!(
+        decide_with(&params, &policy, &local, &create),
+        Verdict::default()
+    );
+
+    // A change of the param counts at the next request.
+    let changed = namespaced_configmaps().with(limits_configmap("team-a", "limits", "0"));
+    assert_eq!(
+        decide_with(&changed, &policy, &local, &create)
+            .denial
+            .unwrap()
+            .message,
+        "at most 0 GPUs in team-a"
+    );
+
+    // A cluster-scoped request has no namespace to read a namespaced param in.
+    let cluster_scoped = Request {
+        namespace: "",
+        ..create.clone()
+    };
+    assert_eq!(
+        decide_with(&params, &policy, &local, &cluster_scoped)
+            .denial
+            .unwrap()
+            .cause(),
+        "ValidatingAdmissionPolicy 'limit' with binding 'limit-binding' denied request: failed to configure binding: cannot use namespaced paramRef in policy binding that matches cluster-scoped resources"
+    );
+    // With paramRef.namespace it has one.
+    assert!(
+        decide_with(&params, &policy, &in_config, &cluster_scoped)
+            .denial
+            .is_some_and(|denial| denial.message == "at most 0 GPUs in config")
+    );
+}
+
+#[test]
+fn a_missing_param_denies_or_allows_as_the_binding_says() {
+    let policy = configmap_policy();
+    let empty = namespaced_configmaps();
+    let object = instance(json!({}));
+    let create = request(Operation::Create, Some(&object), None);
+    let binding = |action: &str, param_ref: Value| {
+        let mut param_ref = param_ref;
+        param_ref["parameterNotFoundAction"] = json!(action);
+        compiled_binding(param_binding(param_ref, &["Deny"]))
+    };
+
+    for param_ref in [
+        json!({"name": "limits", "namespace": "config"}),
+        json!({"selector": {}}),
+    ] {
+        let denial = decide_with(
+            &empty,
+            &policy,
+            &binding("Deny", param_ref.clone()),
+            &create,
+        )
+        .denial
+        .unwrap();
+        assert_eq!(
+            denial.cause(),
+            "ValidatingAdmissionPolicy 'limit' with binding 'limit-binding' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
+            "{param_ref}"
+        );
+        assert_eq!(denial.reason, Reason::Invalid);
+        // Allow evaluates nothing: the policy's validations do not run.
+        assert_eq!(
+            decide_with(
+                &empty,
+                &policy,
+                &binding("Allow", param_ref.clone()),
+                &create
+            ),
+            Verdict::default(),
+            "{param_ref}"
+        );
+    }
+
+    // Deny is a configuration error: `failurePolicy: Ignore` lets the request through.
+    let mut ignoring = param_policy(
+        json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+        json!({"expression": "false"}),
+    );
+    ignoring["spec"]["failurePolicy"] = json!("Ignore");
+    assert_eq!(
+        decide_with(
+            &empty,
+            &compiled(ignoring),
+            &binding("Deny", json!({"selector": {}})),
+            &create
+        ),
+        Verdict::default()
+    );
+}
+
+#[test]
+fn misconfigured_params_follow_the_failure_policy() {
+    let object = instance(json!({}));
+    let create = request(Operation::Create, Some(&object), None);
+    let by_selector = compiled_binding(param_binding(
+        json!({"selector": {}, "parameterNotFoundAction": "Allow"}),
+        &["Deny"],
+    ));
+
+    // A param kind no served resource has: the policy's error, named without a binding, even
+    // for a binding that only warns.
+    let denial = decide_with(
+        &Params::default(),
+        &gpu_limit_policy(),
+        &by_selector,
+        &create,
+    )
+    .denial
+    .unwrap();
+    assert_eq!(
+        denial.cause(),
+        "ValidatingAdmissionPolicy 'limit' denied request: failed to configure policy: failed to find resource referenced by paramKind: 'example.com/v1, Kind=GpuLimit'"
+    );
+    assert_eq!(denial.reason, Reason::Invalid);
+    let warn_only = compiled_binding(param_binding(
+        json!({"selector": {}, "parameterNotFoundAction": "Allow"}),
+        &["Warn"],
+    ));
+    let verdict = decide_with(&Params::default(), &configmap_policy(), &warn_only, &create);
+    assert_eq!(
+        verdict.denial.unwrap().message,
+        "failed to configure policy: failed to find resource referenced by paramKind: '/v1, Kind=ConfigMap'"
+    );
+    assert!(verdict.warnings.is_empty());
+    let mut ignoring = param_policy(
+        json!({"apiVersion": "example.com/v1", "kind": "GpuLimit"}),
+        json!({"expression": "false"}),
+    );
+    ignoring["spec"]["failurePolicy"] = json!("Ignore");
+    assert_eq!(
+        decide_with(
+            &Params::default(),
+            &compiled(ignoring),
+            &by_selector,
+            &create
+        ),
+        Verdict::default()
+    );
+
+    // A namespace for a cluster-scoped param kind.
+    let with_namespace = compiled_binding(param_binding(
+        json!({"name": "limit-a", "namespace": "team-a", "parameterNotFoundAction": "Allow"}),
+        &["Deny"],
+    ));
+    let params = cluster_limits().with(gpu_limit("limit-a", 0, json!({})));
+    assert_eq!(
+        decide_with(&params, &gpu_limit_policy(), &with_namespace, &create)
+            .denial
+            .unwrap()
+            .message,
+        "failed to configure binding: paramRef.namespace must not be provided for a cluster-scoped `paramKind`"
+    );
+}
+
+#[test]
+fn without_param_ref_or_param_kind_params_is_null() {
+    let object = instance(json!({}));
+    let create = request(Operation::Create, Some(&object), None);
+    let params = cluster_limits().with(gpu_limit("limit-a", 0, json!({})));
+    // The policy has a paramKind, the binding no paramRef: evaluated once, with null params
+    // (`CollectParams`), not a configuration error.
+    let null_params = compiled(param_policy(
+        json!({"apiVersion": "example.com/v1", "kind": "GpuLimit"}),
+        json!({"expression": "params != null", "message": "params is null"}),
+    ));
+    let plain = compiled_binding(binding("limit", &["Deny"]));
+    assert_eq!(
+        decide_with(&params, &null_params, &plain, &create)
+            .denial
+            .unwrap()
+            .message,
+        "params is null"
+    );
+    // Reading a field of null params is an evaluation error.
+    let denial = decide_with(&params, &gpu_limit_policy(), &plain, &create)
+        .denial
+        .unwrap();
+    assert!(
+        denial.message.starts_with(
+            "expression 'object.spec.size <= params.spec.maxSize' resulted in error: "
+        ),
+        "{}",
+        denial.message
+    );
+    // A paramRef of a policy without paramKind is ignored.
+    let no_kind = compiled(json!({"metadata": {"name": "limit"}, "spec": {
+        "matchConstraints": {"resourceRules": [{
+            "apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}]},
+        "validations": [{"expression": "params != null", "message": "params is null"}]}}));
+    let by_name = compiled_binding(param_binding(
+        json!({"name": "limit-a", "parameterNotFoundAction": "Deny"}),
+        &["Deny"],
+    ));
+    assert_eq!(
+        decide_with(&params, &no_kind, &by_name, &create)
+            .denial
+            .unwrap()
+            .message,
+        "params is null"
+    );
 }
