@@ -1,8 +1,10 @@
 //! Bearer-token authentication as a tower layer.
 //!
-//! Each configured token maps to a user name; the layer puts the caller's [`AuthenticatedUser`]
-//! into the request extensions so handlers and the request log can tell the operator from
-//! kubectl. Failures answer with the real apiserver's 401 `Status`.
+//! Each configured token maps to a user name and that user's configured groups; the layer puts
+//! the caller's [`AuthenticatedUser`] (with `system:authenticated`, and for a
+//! `system:serviceaccount:NS:NAME` user the service account groups) into the request extensions
+//! so authorization, handlers and the request log can tell the operator from kubectl. Failures
+//! answer with the real apiserver's 401 `Status`.
 //!
 //! As in kube-apiserver (`staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken`),
 //! the scheme word is case-insensitive, an empty token is rejected, and the `Authorization`
@@ -17,6 +19,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use gpucloud_apiserver_semantics::rbac;
 
 /// The user name unauthenticated callers get on the public endpoints.
 pub const ANONYMOUS_USER: &str = "system:anonymous";
@@ -45,15 +48,29 @@ pub struct AuthenticatedUser {
     pub groups: Vec<String>,
 }
 
-/// Maps bearer tokens to user names. Cheap to clone. `Debug` lists user names only.
+/// Maps bearer tokens to users and their groups. Cheap to clone. `Debug` lists user names
+/// only.
 #[derive(Clone)]
 pub struct Authenticator {
-    users_by_token: Arc<HashMap<String, String>>,
+    users_by_token: Arc<HashMap<String, TokenUser>>,
+}
+
+/// Whom a token authenticates.
+#[derive(Clone, Debug)]
+struct TokenUser {
+    name: String,
+    /// The configured groups; `system:authenticated` (and a service account's groups) are
+    /// added when authenticating.
+    groups: Vec<String>,
 }
 
 impl fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut users: Vec<&str> = self.users_by_token.values().map(String::as_str).collect();
+        let mut users: Vec<&str> = self
+            .users_by_token
+            .values()
+            .map(|user| user.name.as_str())
+            .collect();
         users.sort_unstable();
         f.debug_struct("Authenticator")
             .field("users", &users)
@@ -77,7 +94,16 @@ pub enum AuthFailure {
 impl Authenticator {
     /// Builds an authenticator from `(token, user)` pairs.
     pub fn new(users: impl IntoIterator<Item = (String, String)>) -> Result<Self, Error> {
-        let mut users_by_token = HashMap::new();
+        Self::with_groups(users, &HashMap::new())
+    }
+
+    /// Builds an authenticator from `(token, user)` pairs and the groups of each token's user
+    /// (`groups` by token; tokens not in it have none but `system:authenticated`).
+    pub fn with_groups(
+        users: impl IntoIterator<Item = (String, String)>,
+        groups: &HashMap<String, Vec<String>>,
+    ) -> Result<Self, Error> {
+        let mut users_by_token: HashMap<String, TokenUser> = HashMap::new();
         for (token, user) in users {
             if user.is_empty() {
                 return Err(Error::EmptyUser);
@@ -91,10 +117,14 @@ impl Authenticator {
             }
             if let Some(first) = users_by_token.get(&token) {
                 return Err(Error::DuplicateToken {
-                    first: String::clone(first),
+                    first: first.name.clone(),
                     second: user,
                 });
             }
+            let user = TokenUser {
+                name: user,
+                groups: groups.get(&token).cloned().unwrap_or_default(),
+            };
             users_by_token.insert(token, user);
         }
         Ok(Self {
@@ -104,7 +134,11 @@ impl Authenticator {
 
     /// The user names this authenticator knows.
     pub fn users(&self) -> Vec<String> {
-        let mut users: Vec<String> = self.users_by_token.values().cloned().collect();
+        let mut users: Vec<String> = self
+            .users_by_token
+            .values()
+            .map(|user| user.name.clone())
+            .collect();
         users.sort_unstable();
         users
     }
@@ -127,16 +161,27 @@ impl Authenticator {
         }
         // Compare against every token without stopping early, so response timing does not
         // reveal how much of a guessed token matched.
-        let mut found: Option<&String> = None;
+        let mut found: Option<&TokenUser> = None;
         for (known, user) in self.users_by_token.iter() {
             if constant_time_eq(known.as_bytes(), token.as_bytes()) {
                 found = Some(user);
             }
         }
-        let name = found.ok_or(AuthFailure::Unknown)?.clone();
+        let user = found.ok_or(AuthFailure::Unknown)?;
+        // As kube-apiserver's authenticators: the token's groups, a service account's groups,
+        // then `system:authenticated` (the group adder leaves it out when already present).
+        let mut groups = user.groups.clone();
+        for group in rbac::service_account_groups(&user.name) {
+            if !groups.contains(&group) {
+                groups.push(group);
+            }
+        }
+        if !groups.iter().any(|group| group == rbac::ALL_AUTHENTICATED) {
+            groups.push(rbac::ALL_AUTHENTICATED.to_owned());
+        }
         Ok(AuthenticatedUser {
-            name,
-            groups: vec!["system:authenticated".to_owned()],
+            name: user.name.clone(),
+            groups,
         })
     }
 }
@@ -185,9 +230,13 @@ pub fn unauthorized_response() -> Response<Body> {
 // === self-reviews ===
 
 /// The identity and permission self-checks kubectl uses (`kubectl auth whoami`,
-/// `kubectl auth can-i`): `SelfSubjectReview` (authentication.k8s.io/v1) and
-/// `SelfSubjectAccessReview` (authorization.k8s.io/v1). Both only read the caller's identity,
-/// so their request bodies (which kubectl sends as protobuf) are not decoded.
+/// `kubectl auth can-i [--list]`): `SelfSubjectReview` (authentication.k8s.io/v1),
+/// `SelfSubjectAccessReview` and `SelfSubjectRulesReview` (authorization.k8s.io/v1).
+///
+/// Without an [`crate::authz::Authorizer`] in the request (AlwaysAllow mode) the access review
+/// answers allowed and the rules review everything, and only JSON bodies are read (kubectl
+/// sends protobuf, which nothing here needs then). Under RBAC the reviews decode JSON or
+/// protobuf bodies and answer from the caller's rules.
 pub fn review_routes<S>() -> axum::Router<S>
 where
     S: Clone + Send + Sync + 'static,
@@ -201,11 +250,17 @@ where
             SELF_SUBJECT_ACCESS_REVIEW_PATH,
             axum::routing::post(self_subject_access_review),
         )
+        .route(
+            SELF_SUBJECT_RULES_REVIEW_PATH,
+            axum::routing::post(self_subject_rules_review),
+        )
 }
 
 pub const SELF_SUBJECT_REVIEW_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 pub const SELF_SUBJECT_ACCESS_REVIEW_PATH: &str =
     "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+pub const SELF_SUBJECT_RULES_REVIEW_PATH: &str =
+    "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
 
 fn created_json(body: serde_json::Value) -> Response<Body> {
     let mut response = Response::new(Body::from(body.to_string()));
@@ -262,21 +317,88 @@ async fn self_subject_review(
     })))
 }
 
+/// A review body under RBAC: JSON, or protobuf as kubectl sends it.
+fn decoded_review(
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Result<serde_json::Value, crate::status::ApiError> {
+    if crate::handlers::content_type(headers) == crate::protobuf::MEDIA_TYPE {
+        return crate::protobuf::decode(body).map_err(|error| {
+            crate::status::ApiError::bad_request(format!(
+                "the body of the request could not be decoded: {error}"
+            ))
+        });
+    }
+    Ok(review_body(headers, body)?.unwrap_or_else(|| serde_json::json!({})))
+}
+
 async fn self_subject_access_review(
+    user: Option<axum::Extension<AuthenticatedUser>>,
+    authorizer: Option<axum::Extension<crate::authz::Authorizer>>,
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response<Body>, crate::status::ApiError> {
-    // Echo the spec when it came as JSON; a protobuf body is answered without it.
-    let spec = review_body(&headers, &body)?
-        .and_then(|review| review.get("spec").cloned())
-        .unwrap_or_else(|| serde_json::json!({}));
+    let (spec, status) = match authorizer {
+        Some(axum::Extension(authorizer)) => {
+            let review = decoded_review(&headers, &body)?;
+            let spec = review
+                .get("spec")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({}));
+            let user = crate::authz::user_info(user.as_ref().map(|user| &user.0));
+            let status = authorizer.access_review(&user, &spec)?;
+            (spec, status)
+        }
+        None => {
+            // Echo the spec when it came as JSON; a protobuf body is answered without it.
+            let spec = review_body(&headers, &body)?
+                .and_then(|review| review.get("spec").cloned())
+                .unwrap_or_else(|| serde_json::json!({}));
+            // Every authenticated user may do everything (AlwaysAllow).
+            let status = serde_json::json!({
+                "allowed": true,
+                "reason": "the embedded API server does not enforce authorization",
+            });
+            (spec, status)
+        }
+    };
     Ok(created_json(serde_json::json!({
         "kind": "SelfSubjectAccessReview",
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": {"creationTimestamp": null},
         "spec": spec,
-        // Every authenticated user may do everything here (no RBAC is enforced).
-        "status": {"allowed": true, "reason": "the embedded API server does not enforce authorization"},
+        "status": status,
+    })))
+}
+
+/// `SelfSubjectRulesReview`: the caller's rules in `spec.namespace`. As upstream's, the answer
+/// carries an empty spec.
+async fn self_subject_rules_review(
+    user: Option<axum::Extension<AuthenticatedUser>>,
+    authorizer: Option<axum::Extension<crate::authz::Authorizer>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response<Body>, crate::status::ApiError> {
+    let review = decoded_review(&headers, &body)?;
+    let namespace = review["spec"]["namespace"].as_str().unwrap_or_default();
+    if namespace.is_empty() {
+        return Err(crate::status::ApiError::bad_request(
+            "no namespace on request",
+        ));
+    }
+    let status = match authorizer {
+        Some(axum::Extension(authorizer)) => {
+            let user = crate::authz::user_info(user.as_ref().map(|user| &user.0));
+            authorizer.rules_review(&user, namespace)
+        }
+        None => crate::authz::always_allow_rules_review(),
+    };
+    Ok(created_json(serde_json::json!({
+        "kind": "SelfSubjectRulesReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "metadata": {"creationTimestamp": null},
+        "spec": {},
+        "status": status,
     })))
 }
 
@@ -534,6 +656,41 @@ mod tests {
             .unwrap();
         let response = app.oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    #[test]
+    fn tokens_carry_their_groups_and_service_accounts_theirs() {
+        let groups = HashMap::from([("root-token".to_owned(), vec!["system:masters".to_owned()])]);
+        let authenticator = Authenticator::with_groups(
+            [
+                ("root-token".to_owned(), "admin".to_owned()),
+                (
+                    "sa-token".to_owned(),
+                    "system:serviceaccount:team-a:builder".to_owned(),
+                ),
+                ("plain-token".to_owned(), "alice".to_owned()),
+            ],
+            &groups,
+        )
+        .unwrap();
+        let groups_of = |token: &str| {
+            let header = HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+            authenticator.authenticate(Some(&header)).unwrap().groups
+        };
+        assert_eq!(
+            groups_of("root-token"),
+            ["system:masters", "system:authenticated"]
+        );
+        // As the service account token authenticator names them.
+        assert_eq!(
+            groups_of("sa-token"),
+            [
+                "system:serviceaccounts",
+                "system:serviceaccounts:team-a",
+                "system:authenticated"
+            ]
+        );
+        assert_eq!(groups_of("plain-token"), ["system:authenticated"]);
     }
 
     #[test]

@@ -4,6 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use gpucloud_apiserver_semantics::rbac::SYSTEM_MASTERS;
+
+use crate::authz::AuthorizationMode;
 use crate::server::{ApiServer, ApiServerConfig, DEFAULT_ADMIN_USER};
 
 /// Command-line arguments of the standalone API server.
@@ -32,6 +35,16 @@ pub struct Args {
     /// holds a context `gpucloud-apiserver-NAME` for each.
     #[arg(long = "user", value_name = "NAME")]
     pub users: Vec<String>,
+    /// How requests are authorized, as kube-apiserver's flag of the same name: `AlwaysAllow`
+    /// lets every user do everything; `RBAC` enforces Roles and bindings, with `admin` in
+    /// `system:masters` and the further users holding only what is bound to them.
+    #[arg(
+        long,
+        env = "GPUCLOUD_APISERVER_AUTHORIZATION_MODE",
+        value_enum,
+        default_value = "AlwaysAllow"
+    )]
+    pub authorization_mode: AuthorizationMode,
 }
 
 impl std::fmt::Debug for Args {
@@ -41,6 +54,7 @@ impl std::fmt::Debug for Args {
             .field("kubeconfig", &self.kubeconfig)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("users", &self.users)
+            .field("authorization_mode", &self.authorization_mode)
             .finish()
     }
 }
@@ -76,11 +90,17 @@ where
     for user in &args.users {
         users.push((generated_token(user)?, user.clone()));
     }
-    let config = ApiServerConfig {
+    let mut config = ApiServerConfig {
         listen: args.listen,
-        users,
+        authorization: args.authorization_mode,
         ..ApiServerConfig::default()
     };
+    if args.authorization_mode == AuthorizationMode::Rbac {
+        config
+            .groups
+            .insert(users[0].0.clone(), vec![SYSTEM_MASTERS.to_owned()]);
+    }
+    config.users = users;
     let server = ApiServer::start(config).await.map_err(Error::Start)?;
     if let Err(error) = server.write_kubeconfig(&args.kubeconfig) {
         server.shutdown().await;
@@ -135,6 +155,14 @@ mod tests {
         assert_eq!(command.args.kubeconfig, PathBuf::from("/tmp/k"));
         assert!(!format!("{command:?}").contains("s3cret-token"));
         assert!(Command::try_parse_from(["apiserver", "--listen", "nowhere"]).is_err());
+        assert_eq!(
+            command.args.authorization_mode,
+            AuthorizationMode::AlwaysAllow
+        );
+        let command =
+            Command::try_parse_from(["apiserver", "--authorization-mode", "RBAC"]).unwrap();
+        assert_eq!(command.args.authorization_mode, AuthorizationMode::Rbac);
+        assert!(Command::try_parse_from(["apiserver", "--authorization-mode", "ABAC"]).is_err());
     }
 
     #[tokio::test]
@@ -147,6 +175,7 @@ mod tests {
             kubeconfig: path.clone(),
             token: Some("cli-test-token".to_owned()),
             users: vec!["bench-operator".to_owned()],
+            authorization_mode: AuthorizationMode::Rbac,
         };
         let server = tokio::spawn(run_until(args, async move {
             let _ = stopped.await;
@@ -198,6 +227,7 @@ mod tests {
             kubeconfig: directory.path().join("kubeconfig"),
             token: None,
             users: Vec::new(),
+            authorization_mode: AuthorizationMode::AlwaysAllow,
         };
         let error = start_error(args).await;
         assert!(matches!(error, Error::Start(_)), "{error}");
@@ -213,6 +243,7 @@ mod tests {
             kubeconfig: directory.path().join("missing").join("kubeconfig"),
             token: None,
             users: Vec::new(),
+            authorization_mode: AuthorizationMode::AlwaysAllow,
         };
         let error = start_error(args).await;
         assert!(matches!(error, Error::Kubeconfig(_)), "{error}");

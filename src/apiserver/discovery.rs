@@ -222,6 +222,11 @@ fn served(state: &AppState) -> Vec<ResourceInfo> {
         "SelfSubjectAccessReview",
         "selfsubjectaccessreviews",
     ));
+    resources.push(review_resource(
+        "authorization.k8s.io",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+    ));
     resources
 }
 

@@ -43,12 +43,31 @@
 //! - Protobuf request bodies are decoded for the built-in kinds (see [`protobuf`]); responses
 //!   are always JSON (kubectl and client-go list JSON as a fallback in `Accept`).
 //! - ValidatingAdmissionPolicy is enforced, with parameters read from the store at each
-//!   request (see [`admission`]); there are no admission webhooks, no RBAC authorization (every authenticated user may do
-//!   everything), no graceful deletion periods (deletion is immediate unless finalizers hold
-//!   it).
+//!   request (see [`admission`]); there are no admission webhooks and no graceful deletion
+//!   periods (deletion is immediate unless finalizers hold it).
+//! - Authorization is off by default ([`AuthorizationMode::AlwaysAllow`]: every authenticated
+//!   user may do everything and `SelfSubjectAccessReview` answers allowed). With
+//!   [`AuthorizationMode::Rbac`] (see [`authz`]) every request is authorized as
+//!   `--authorization-mode=RBAC` does: `system:masters` may do everything; Roles,
+//!   ClusterRoles, RoleBindings and ClusterRoleBindings decide the rest, with request
+//!   attributes from the URL (subresources, resourceNames, nonResourceURLs, `*/scale`-style
+//!   wildcards), 403s with the apiserver's Status, the bootstrap ClusterRoles and bindings
+//!   (`cluster-admin`, `admin`, `edit`, `view` and what they aggregate, discovery,
+//!   `system:basic-user`, `system:public-info-viewer`), escalation prevention on role and
+//!   binding writes (`escalate`, `bind`, cluster-admin for `aggregationRule`), and self access
+//!   and rules reviews answered from the same rules. Not enforced or not served: impersonation,
+//!   the Node, ABAC and Webhook authorizers, `SubjectAccessReview` and
+//!   `LocalSubjectAccessReview`, selectors as authorization attributes, the validation of
+//!   RBAC objects beyond their types (a rule without verbs, a changed `roleRef` are
+//!   accepted), the bootstrap roles of nodes and controllers, and their reconciliation on
+//!   restart. Token groups come from the config (and service account names); admission
+//!   policies see only the groups derived from the user name.
+//! - ClusterRole aggregation (`aggregationRule`) is applied synchronously after every
+//!   ClusterRole write, in both modes, where the controller manager's controller trails it.
 
 pub mod admission;
 pub mod auth;
+pub mod authz;
 pub mod builtin;
 pub mod builtin_types;
 pub mod cli;
@@ -70,6 +89,7 @@ pub mod table;
 pub mod tls;
 pub mod watch;
 
+pub use authz::AuthorizationMode;
 /// Stack the server's threads need for evaluating CEL rules where they run.
 pub use gpucloud_apiserver_semantics::schema::CEL_STACK_BYTES;
 pub use registry::{PrinterColumn, Registry, ResourceInfo};

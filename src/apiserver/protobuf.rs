@@ -384,6 +384,149 @@ static DELETE_OPTIONS: Message = Message {
     ],
 };
 
+static LABEL_SELECTOR_REQUIREMENT: Message = Message {
+    name: "LabelSelectorRequirement",
+    fields: &[
+        field(1, "key", Str),
+        field(2, "operator", Str),
+        repeated(3, "values", Str),
+    ],
+};
+
+static LABEL_SELECTOR: Message = Message {
+    name: "LabelSelector",
+    fields: &[
+        field(1, "matchLabels", StringMap),
+        repeated(
+            2,
+            "matchExpressions",
+            FieldType::Message(&LABEL_SELECTOR_REQUIREMENT),
+        ),
+    ],
+};
+
+static POLICY_RULE: Message = Message {
+    name: "PolicyRule",
+    fields: &[
+        repeated(1, "verbs", Str),
+        repeated(2, "apiGroups", Str),
+        repeated(3, "resources", Str),
+        repeated(4, "resourceNames", Str),
+        repeated(5, "nonResourceURLs", Str),
+    ],
+};
+
+static AGGREGATION_RULE: Message = Message {
+    name: "AggregationRule",
+    fields: &[repeated(
+        1,
+        "clusterRoleSelectors",
+        FieldType::Message(&LABEL_SELECTOR),
+    )],
+};
+
+static SUBJECT: Message = Message {
+    name: "Subject",
+    fields: &[
+        field(1, "kind", Str),
+        field(2, "apiGroup", Str),
+        field(3, "name", Str),
+        field(4, "namespace", Str),
+    ],
+};
+
+static ROLE_REF: Message = Message {
+    name: "RoleRef",
+    fields: &[
+        field(1, "apiGroup", Str),
+        field(2, "kind", Str),
+        field(3, "name", Str),
+    ],
+};
+
+/// Role and ClusterRole (a Role has no field 3).
+static ROLE: Message = Message {
+    name: "ClusterRole",
+    fields: &[
+        METADATA,
+        repeated(2, "rules", FieldType::Message(&POLICY_RULE)),
+        field(3, "aggregationRule", FieldType::Message(&AGGREGATION_RULE)),
+    ],
+};
+
+/// RoleBinding and ClusterRoleBinding.
+static ROLE_BINDING: Message = Message {
+    name: "RoleBinding",
+    fields: &[
+        METADATA,
+        repeated(2, "subjects", FieldType::Message(&SUBJECT)),
+        field(3, "roleRef", FieldType::Message(&ROLE_REF)),
+    ],
+};
+
+static RESOURCE_ATTRIBUTES: Message = Message {
+    name: "ResourceAttributes",
+    fields: &[
+        field(1, "namespace", Str),
+        field(2, "verb", Str),
+        field(3, "group", Str),
+        field(4, "version", Str),
+        field(5, "resource", Str),
+        field(6, "subresource", Str),
+        field(7, "name", Str),
+    ],
+};
+
+static NON_RESOURCE_ATTRIBUTES: Message = Message {
+    name: "NonResourceAttributes",
+    fields: &[field(1, "path", Str), field(2, "verb", Str)],
+};
+
+static SELF_SUBJECT_ACCESS_REVIEW_SPEC: Message = Message {
+    name: "SelfSubjectAccessReviewSpec",
+    fields: &[
+        field(
+            1,
+            "resourceAttributes",
+            FieldType::Message(&RESOURCE_ATTRIBUTES),
+        ),
+        field(
+            2,
+            "nonResourceAttributes",
+            FieldType::Message(&NON_RESOURCE_ATTRIBUTES),
+        ),
+    ],
+};
+
+static SELF_SUBJECT_ACCESS_REVIEW: Message = Message {
+    name: "SelfSubjectAccessReview",
+    fields: &[
+        METADATA,
+        field(
+            2,
+            "spec",
+            FieldType::Message(&SELF_SUBJECT_ACCESS_REVIEW_SPEC),
+        ),
+    ],
+};
+
+static SELF_SUBJECT_RULES_REVIEW_SPEC: Message = Message {
+    name: "SelfSubjectRulesReviewSpec",
+    fields: &[field(1, "namespace", Str)],
+};
+
+static SELF_SUBJECT_RULES_REVIEW: Message = Message {
+    name: "SelfSubjectRulesReview",
+    fields: &[
+        METADATA,
+        field(
+            2,
+            "spec",
+            FieldType::Message(&SELF_SUBJECT_RULES_REVIEW_SPEC),
+        ),
+    ],
+};
+
 /// The message of a kind by its `apiVersion` and `kind`.
 fn message_of(api_version: &str, kind: &str) -> Option<&'static Message> {
     let message = match (api_version, kind) {
@@ -394,6 +537,10 @@ fn message_of(api_version: &str, kind: &str) -> Option<&'static Message> {
         ("v1", "Event") => &CORE_EVENT,
         ("events.k8s.io/v1", "Event") => &EVENTS_V1_EVENT,
         ("coordination.k8s.io/v1", "Lease") => &LEASE,
+        ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => &ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => &ROLE_BINDING,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => &SELF_SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => &SELF_SUBJECT_RULES_REVIEW,
         // client-go encodes DeleteOptions under the group version of the request or meta's.
         (_, "DeleteOptions") => &DELETE_OPTIONS,
         _ => return None,
@@ -936,6 +1083,96 @@ mod tests {
                 "immutable": false,
             })
         );
+    }
+
+    #[test]
+    fn rbac_kinds_and_access_reviews_decode_like_their_json() {
+        let fields = |pairs: &[(u64, &[u8])]| {
+            let mut out = Vec::new();
+            for (number, bytes) in pairs {
+                len_field(*number, bytes, &mut out);
+            }
+            out
+        };
+        // What `kubectl create rolebinding alice-edit --clusterrole=edit --user=alice` sends.
+        let subject = fields(&[
+            (1, b"User"),
+            (2, b"rbac.authorization.k8s.io"),
+            (3, b"alice"),
+            (4, b""),
+        ]);
+        let role_ref = fields(&[
+            (1, b"rbac.authorization.k8s.io"),
+            (2, b"ClusterRole"),
+            (3, b"edit"),
+        ]);
+        let raw = fields(&[
+            (1, &metadata("alice-edit", "team-a")),
+            (2, &subject),
+            (3, &role_ref),
+        ]);
+        let binding = decode(&envelope(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            &raw,
+        ))
+        .unwrap();
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}])
+        );
+        assert_eq!(
+            binding["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"})
+        );
+        let rule = fields(&[(1, b"get"), (1, b"list"), (2, b""), (3, b"configmaps")]);
+        let selector = fields(&[(1, &map_entry_bytes("tier", b"gold"))]);
+        let aggregation = fields(&[(1, &selector)]);
+        let raw = fields(&[(1, &metadata("reader", "")), (2, &rule), (3, &aggregation)]);
+        let role = decode(&envelope(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            &raw,
+        ))
+        .unwrap();
+        assert_eq!(
+            role["rules"],
+            json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["configmaps"]}])
+        );
+        assert_eq!(
+            role["aggregationRule"],
+            json!({"clusterRoleSelectors": [{"matchLabels": {"tier": "gold"}}]})
+        );
+        // `kubectl auth can-i patch gpuinstances --subresource=status -n team-a`.
+        let attributes = fields(&[
+            (1, b"team-a"),
+            (2, b"patch"),
+            (3, b"gpucloud.io"),
+            (4, b""),
+            (5, b"gpuinstances"),
+            (6, b"status"),
+            (7, b""),
+        ]);
+        let raw = fields(&[(1, b""), (2, &fields(&[(1, &attributes)]))]);
+        let review = decode(&envelope(
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview",
+            &raw,
+        ))
+        .unwrap();
+        assert_eq!(
+            review["spec"],
+            json!({"resourceAttributes": {"namespace": "team-a", "verb": "patch",
+                "group": "gpucloud.io", "resource": "gpuinstances", "subresource": "status"}})
+        );
+        let raw = fields(&[(2, &fields(&[(1, b"team-a")]))]);
+        let review = decode(&envelope(
+            "authorization.k8s.io/v1",
+            "SelfSubjectRulesReview",
+            &raw,
+        ))
+        .unwrap();
+        assert_eq!(review["spec"], json!({"namespace": "team-a"}));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Router assembly, `ApiServer::start` and the Rust handle tests and the CLI use.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -10,10 +11,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::auth::{self, Authenticator};
+use crate::authz::AuthorizationMode;
 use crate::kubeconfig::{self, KubeconfigUser};
 use crate::registry::Registry;
 use crate::store::{Store, WatchHistory};
 use crate::tls::{self, TlsMaterial};
+use gpucloud_apiserver_semantics::rbac::SYSTEM_MASTERS;
 
 /// The user name of the generated token when the config lists no users.
 pub const DEFAULT_ADMIN_USER: &str = "admin";
@@ -53,6 +56,11 @@ pub struct ApiServerConfig {
     pub max_body_bytes: usize,
     /// Interval between BOOKMARK events on watches that asked for them.
     pub bookmark_interval: std::time::Duration,
+    /// How requests are authorized: everything allowed (the default) or RBAC.
+    pub authorization: AuthorizationMode,
+    /// Groups of the user a token authenticates as, by token (besides `system:authenticated`,
+    /// which every token's user is in). Tokens not listed carry no further groups.
+    pub groups: HashMap<String, Vec<String>>,
 }
 
 impl Default for ApiServerConfig {
@@ -64,7 +72,36 @@ impl Default for ApiServerConfig {
             // The real apiserver's limit for a request body (3 MiB).
             max_body_bytes: 3 * 1024 * 1024,
             bookmark_interval: std::time::Duration::from_secs(10),
+            authorization: AuthorizationMode::AlwaysAllow,
+            groups: HashMap::new(),
         }
+    }
+}
+
+impl ApiServerConfig {
+    /// The same config with requests authorized as `mode` says.
+    pub fn with_authorization(mut self, mode: AuthorizationMode) -> Self {
+        self.authorization = mode;
+        self
+    }
+
+    /// The same config with one more token, authenticating as `user` in `groups`
+    /// (`system:masters` for an administrator under RBAC).
+    pub fn with_user(
+        mut self,
+        token: impl Into<String>,
+        user: impl Into<String>,
+        groups: &[&str],
+    ) -> Self {
+        let token = token.into();
+        self.users.push((token.clone(), user.into()));
+        if !groups.is_empty() {
+            self.groups.insert(
+                token,
+                groups.iter().map(|group| (*group).to_string()).collect(),
+            );
+        }
+        self
     }
 }
 
@@ -91,6 +128,7 @@ pub struct AppState {
 pub struct Settings {
     pub max_body_bytes: usize,
     pub bookmark_interval: std::time::Duration,
+    pub authorization: AuthorizationMode,
 }
 
 /// One handled request, as an RBAC rule would see it.
@@ -226,6 +264,7 @@ impl AppState {
             settings: Arc::new(Settings {
                 max_body_bytes: config.max_body_bytes,
                 bookmark_interval: config.bookmark_interval,
+                authorization: config.authorization,
             }),
             request_log: RequestLog::default(),
             request_counts: RequestCounts::default(),
@@ -235,6 +274,7 @@ impl AppState {
             stop: Arc::new(stop),
         };
         crate::handlers::seed_namespaces(&state);
+        crate::authz::seed(&state);
         state
     }
 
@@ -264,6 +304,12 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::openapi::routes())
         .route(REQUEST_COUNTS_PATH, axum::routing::get(request_counts))
         .fallback(crate::handlers::dispatch)
+        // Authorization runs after authentication (the outer layer, see `Serving::start`)
+        // and before every handler, so a denied request never reaches one.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::authz::authorize_request,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             refuse_during_outage,
@@ -301,13 +347,18 @@ pub struct ApiServer;
 
 impl ApiServer {
     pub async fn start(config: ApiServerConfig) -> Result<ApiServerHandle, Error> {
+        let mut groups = config.groups.clone();
         let users = if config.users.is_empty() {
             let token = auth::generate_token().map_err(|error| Error::Token(error.to_string()))?;
+            if config.authorization == AuthorizationMode::Rbac {
+                // Under RBAC the generated administrator has to be one.
+                groups.insert(token.clone(), vec![SYSTEM_MASTERS.to_string()]);
+            }
             vec![(token, DEFAULT_ADMIN_USER.to_string())]
         } else {
             config.users.clone()
         };
-        let authenticator = Authenticator::new(users.clone())?;
+        let authenticator = Authenticator::with_groups(users.clone(), &groups)?;
         let listener = bind(config.listen).await?;
         let local_addr = listener.local_addr().map_err(|source| Error::Bind {
             address: config.listen,

@@ -285,7 +285,8 @@ impl ApiError {
                 details.insert("retryAfterSeconds".into(), json!(seconds));
             }
         }
-        if !details.is_empty() {
+        // Details given stay, even empty: `NewForbidden` for a non-resource path sends `{}`.
+        if self.details.is_some() {
             status["details"] = Value::Object(details);
         }
         status

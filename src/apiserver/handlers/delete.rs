@@ -344,6 +344,7 @@ pub fn after_removed(state: &AppState, info: &ResourceInfo, object: &Value) {
     if builtin::is_crd(info) {
         crd::unregister(state, object);
     }
+    crate::authz::after_write(state, info);
 }
 
 pub fn delete_collection(context: &Context<'_>, body: &Bytes) -> Result<Response, ApiError> {

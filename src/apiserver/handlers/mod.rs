@@ -17,11 +17,12 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use crate::auth::{ANONYMOUS_USER, AuthenticatedUser};
+use crate::auth::AuthenticatedUser;
 use crate::builtin;
 use crate::registry::ResourceInfo;
 use crate::server::{AppState, RequestRecord};
 use crate::status::ApiError;
+use gpucloud_apiserver_semantics::rbac::UserInfo;
 
 /// The parsed request line: which resource, where, and which verb.
 #[derive(Clone, Debug)]
@@ -90,6 +91,8 @@ pub struct Context<'a> {
     pub query: Query,
     pub headers: HeaderMap,
     pub user: String,
+    /// The user's groups, as the authenticator gave them.
+    pub groups: Vec<String>,
     /// `Warning` headers for the response (e.g. unknown fields under `fieldValidation=Warn`).
     pub warnings: std::sync::Mutex<Vec<String>>,
 }
@@ -160,11 +163,7 @@ pub fn seed_namespaces(state: &AppState) {
 /// The fallback handler serving every resource path.
 pub async fn dispatch(State(state): State<AppState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let user = parts
-        .extensions
-        .get::<AuthenticatedUser>()
-        .map(|user| user.name.clone())
-        .unwrap_or_else(|| ANONYMOUS_USER.to_string());
+    let user = crate::authz::user_info(parts.extensions.get::<AuthenticatedUser>());
     let yaml = prefers_yaml(&parts.headers)
         && !Query::parse(parts.uri.query())
             .flag("watch")
@@ -236,7 +235,7 @@ async fn handle(
     uri: axum::http::Uri,
     headers: HeaderMap,
     body: Body,
-    user: String,
+    user: UserInfo,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(uri.query());
     let target = parse_target(state, uri.path())?;
@@ -253,7 +252,7 @@ async fn handle(
             })
     };
     let record = RequestRecord {
-        user: user.clone(),
+        user: user.name.clone(),
         verb: verb.to_string(),
         group: target.info.group.clone(),
         resource: target.info.plural.clone(),
@@ -289,7 +288,7 @@ async fn handle_verb(
     query: Query,
     headers: HeaderMap,
     body: Body,
-    user: String,
+    user: UserInfo,
 ) -> Result<Response, ApiError> {
     // The status and scale subresources serve get, update and patch only.
     let allowed = match target.subresource {
@@ -318,7 +317,8 @@ async fn handle_verb(
         target,
         query,
         headers,
-        user,
+        user: user.name,
+        groups: user.groups,
         warnings: std::sync::Mutex::new(Vec::new()),
     };
     let result = run_verb(&context, verb, &method, body).await;

@@ -244,6 +244,7 @@ pub fn create_object(
         name = format!("{}{}", generate_prefix(&generate_name), name_suffix());
         object["metadata"]["name"] = json!(name);
     }
+    crate::authz::check_escalation(context, &object, None)?;
     fill_create_metadata(&mut object);
     if builtin::tracks_generation(&info) {
         object["metadata"]["generation"] = json!(1);
@@ -282,6 +283,7 @@ pub fn create_object(
         match context.state.store.create(&storage_key, object.clone()) {
             Ok((_, stored)) => {
                 crd::after_write(context.state, &info, &stored);
+                crate::authz::after_write(context.state, &info);
                 return Ok(at_version(&info, stored));
             }
             // Generated names are retried on a collision (the real server's RetryGenerateName).
@@ -721,6 +723,7 @@ pub fn update_object(
             .to_value()
             .map_err(|error| ApiError::internal(error.to_string()))?;
         let intended = mutate(&served(&info, &old))?;
+        crate::authz::check_escalation(context, &intended, Some(&old))?;
         let new = prepare_update(
             context,
             &info,
@@ -763,6 +766,7 @@ pub fn update_object(
                     }
                 } else {
                     crd::after_write(context.state, &info, &value);
+                    crate::authz::after_write(context.state, &info);
                 }
                 return Ok(at_version(&info, value));
             }

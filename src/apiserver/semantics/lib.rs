@@ -11,6 +11,8 @@
 //! - [`apply`]: server-side apply and `managedFields` bookkeeping for other writes.
 //! - [`admission`]: ValidatingAdmissionPolicy: policies and bindings checked and compiled,
 //!   matched against a write and evaluated with CEL, once per param of a parameterized policy.
+//! - [`rbac`]: RBAC authorization: request attributes, rule matching, the rule resolver,
+//!   escalation checks, ClusterRole aggregation and the bootstrap roles.
 //!
 //! What knowingly differs from the real apiserver is listed in `DIVERGENCES.md` beside this file.
 
@@ -21,4 +23,5 @@ mod gofmt;
 mod growth;
 mod json;
 pub mod patch;
+pub mod rbac;
 pub mod schema;

@@ -12,6 +12,7 @@ mod kube_crud;
 mod kube_errors;
 mod kube_lifecycle;
 mod kube_project_crds;
+mod kube_rbac;
 mod kube_requests;
 mod kube_restart;
 mod kube_scale;

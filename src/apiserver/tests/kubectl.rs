@@ -5,4 +5,5 @@ mod kubectl_support;
 mod kubectl_admission;
 mod kubectl_conformance;
 mod kubectl_imperative;
+mod kubectl_rbac;
 mod kubectl_scale;
