@@ -79,10 +79,13 @@ async fn namespaced_rules_are_exactly_what_the_operator_uses() {
     let used = run_scenario(&values, &["team-a", "team-b"]).await;
     let objects = render(&values).objects();
     let granted = grants(&objects, RELEASE);
-    // Cluster-wide only the start-up check of the CRDs, by name, and the catalog's
-    // cluster-scoped GpuOfferings.
+    // Cluster-wide only the start-up check of the CRDs, by name, the catalog's cluster-scoped
+    // GpuOfferings, and the GpuPolicies with the namespaces' labels they select by.
     for grant in granted.iter().filter(|g| g.namespace.is_none()) {
-        if grant.resource.starts_with("gpuofferings") {
+        if grant.resource.starts_with("gpuofferings")
+            || grant.resource.starts_with("gpupolicies")
+            || grant.resource == "namespaces"
+        {
             continue;
         }
         assert_eq!(
@@ -102,7 +105,9 @@ async fn namespaced_rules_are_exactly_what_the_operator_uses() {
     assert!(
         used.iter().all(|u| !u.namespace.is_empty()
             || u.group == "apiextensions.k8s.io"
-            || u.resource.starts_with("gpuofferings")),
+            || u.resource.starts_with("gpuofferings")
+            || u.resource.starts_with("gpupolicies")
+            || u.resource == "namespaces"),
         "a request across all namespaces in namespaced mode"
     );
     assert_exact(&granted, &used);
@@ -388,6 +393,17 @@ async fn run_scenario(values: &Value, namespaces: &[&str]) -> BTreeSet<Use> {
             json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuOffering",
             "metadata": {"name": "gone.nowhere"},
             "spec": {"gpuType": "GONE", "region": "nowhere"}}),
+        ],
+    )
+    .await;
+    // A GpuPolicy over every namespace, with a cap each billed create reserves against: the
+    // operator reads the policies and the namespaces' labels, and writes the policy's status.
+    deploy::apply_all(
+        &admin,
+        &[
+            json!({"apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuPolicy",
+            "metadata": {"name": "everyone"},
+            "spec": {"namespaceSelector": {}, "namespaceLimits": {"machines": 100}}}),
         ],
     )
     .await;

@@ -197,6 +197,8 @@ pub struct Subject {
     pub regions: Vec<(String, String)>,
     pub gpu_counts: Vec<(String, i32)>,
     pub tier: Tier,
+    /// The GPUs the machine will have (what the namespace's GPU cap counts).
+    pub gpus: i32,
     /// When the machine expires under its own `spec.lifetime`, if it has one: `Err` when the
     /// lifetime cannot be read (the object reports that itself).
     pub expires_after: Option<Result<SignedDuration, String>>,
@@ -405,6 +407,7 @@ mod tests {
             regions: vec![("spec.region".into(), region.into())],
             gpu_counts: vec![("spec.gpuCount".into(), count)],
             tier,
+            gpus: count,
             expires_after: None,
         }
     }

@@ -96,6 +96,22 @@ their status; it never reads one by name or watches them.
   verbs: [update]
 {{- end -}}
 
+{{/*
+The cluster's GpuPolicies, which govern namespaces by their labels: read before every billed
+create, counted (their status holds the reservations of creates under way).
+*/}}
+{{- define "gpucloud-operator.clusterPolicyRules" -}}
+- apiGroups: [gpucloud.io]
+  resources: {{ include "gpucloud-operator.clusterPolicyResources" . }}
+  verbs: [list, watch]
+- apiGroups: [gpucloud.io]
+  resources: {{ include "gpucloud-operator.clusterPolicyStatusResources" . }}
+  verbs: [update]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, list]
+{{- end -}}
+
 {{/* Adoption, where allowed: the namespace's label says whether its objects may adopt. */}}
 {{- define "gpucloud-operator.adoptionRules" -}}
 {{- if .Values.adoption.allowed }}

@@ -257,11 +257,13 @@ impl Ownership {
             .collect()
     }
 
-    /// The owners of `id` that a reference to it from `namespace` is judged by. When objects of
-    /// `namespace` and of another both claim it, one claim may be nothing but a status write:
-    /// then the resource's own name (the one listed, or else read from `cloud`, in this case
-    /// only) tells whose it is, and only the claims more than a status count
-    /// ([`Ownership::proven_owners`]). Without a name, every claim counts.
+    /// The owners of `id` that a reference to it from `namespace` is judged by. When an object
+    /// of `namespace` claims it, the claim may be nothing but a status write (whoever may write
+    /// statuses can make one claim anything): then the resource's own name (the one listed, or
+    /// else read from `cloud`, in this case only) tells whose it is, and only the claims more
+    /// than a status count ([`Ownership::proven_owners`]), so that a forged claim neither
+    /// makes another namespace's resource look shared nor makes a resource nobody's object
+    /// made look this namespace's own. Without a name, every claim counts.
     async fn reference_owners<R: KindDeclarations>(
         &self,
         namespace: &str,
@@ -269,10 +271,10 @@ impl Ownership {
         cloud: Option<&CloudClient>,
     ) -> Result<Vec<Owner>, Error> {
         let owners = self.owners::<R>(id, listed_name);
-        // Only when both namespaces claim it is there anything to tell apart: a resource no
-        // object of `namespace` claims is not its to name either way (and is not read).
-        let ours = owners.iter().any(|owner| owner.namespace == namespace);
-        if !ours || owners.iter().all(|owner| owner.namespace == namespace) {
+        // A resource no object of `namespace` claims is not its to name either way (and is
+        // not read). One that an object of `namespace` claims is its only if the claim is
+        // proven: a status written by hand claims anything, in one's own namespace too.
+        if !owners.iter().any(|owner| owner.namespace == namespace) {
             return Ok(owners);
         }
         let name = match (listed_name, cloud) {

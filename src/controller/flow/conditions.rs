@@ -36,6 +36,10 @@ pub mod reason {
     /// A create refused because a `Budget` of the namespace would be passed; on a Budget, its
     /// count is over its limit.
     pub const BUDGET_EXCEEDED: &str = "BudgetExceeded";
+    /// A create refused by a `GpuPolicy`: the machine breaks one of its limits.
+    pub const POLICY_VIOLATION: &str = "PolicyViolation";
+    /// A create held by a `GpuPolicy`: the namespace is at one of its caps; it waits for room.
+    pub const POLICY_LIMIT: &str = "PolicyLimit";
     /// A Budget counting in a currency the cloud account does not bill in.
     pub const CURRENCY_MISMATCH: &str = "CurrencyMismatch";
     /// A Budget whose count is within its limit.

@@ -123,6 +123,12 @@ pub trait KindDeclarations:
         false
     }
 
+    /// How many GPUs the object's machine has (or will have, once a create is under way), as
+    /// a `GpuPolicy` counts them: 0 for what is no machine.
+    fn gpus(&self) -> i32 {
+        0
+    }
+
     /// What the object's cloud resource costs per hour, and in which currency, when the cloud
     /// says (`gpucloud_hourly_cost`).
     fn hourly_cost(&self) -> Option<(f64, String)> {

@@ -74,6 +74,16 @@ pub enum Error {
     #[error("Budget {budget}: {message}")]
     BudgetExceeded { budget: String, message: String },
 
+    /// A create a `GpuPolicy` governing the namespace refuses (`gpu_policy.rs`): the machine
+    /// breaks a limit of its own (`PolicyViolation`, until the spec or the policy changes), or
+    /// the namespace is at a cap (`PolicyLimit`: it waits for room). The message names the
+    /// policy and the field.
+    #[error("{message}")]
+    PolicyRefused {
+        reason: &'static str,
+        message: String,
+    },
+
     /// Work under way that the controller must come back to (a deletion the cloud has not
     /// finished). An error, not a success, so that the finalizer stays until it is done.
     #[error("{message}")]
@@ -206,6 +216,10 @@ impl Error {
             | Error::PriceAboveLimit { .. }
             | Error::BudgetExceeded { .. }
             | Error::Serialization(_) => Category::Terminal,
+            Error::PolicyRefused { reason, .. } if *reason == reason::POLICY_VIOLATION => {
+                Category::Terminal
+            }
+            Error::PolicyRefused { .. } => Category::Waiting,
             Error::WaitingFor { .. }
             | Error::InProgress { .. }
             | Error::Passing { .. }
@@ -269,6 +283,7 @@ impl Error {
             Error::InsufficientCredit { .. } => reason::INSUFFICIENT_CREDIT,
             Error::PriceAboveLimit { .. } => reason::PRICE_ABOVE_LIMIT,
             Error::BudgetExceeded { .. } => reason::BUDGET_EXCEEDED,
+            Error::PolicyRefused { reason, .. } => reason,
             Error::NoCapacity { .. } => reason::NO_CAPACITY,
             Error::Finalizer(_) => reason::UPDATING,
         }
@@ -361,6 +376,7 @@ impl Error {
             Error::InsufficientCredit { .. } => "insufficient_credit",
             Error::PriceAboveLimit { .. } => "price_above_limit",
             Error::BudgetExceeded { .. } => "budget_exceeded",
+            Error::PolicyRefused { .. } => "policy_refused",
             Error::NoCapacity { .. } => "no_capacity",
             Error::Serialization(_) => "serialization",
             Error::Finalizer(_) => "finalizer",

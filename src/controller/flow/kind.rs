@@ -75,6 +75,17 @@ pub trait ManagedKind: KindDeclarations {
         false
     }
 
+    /// What a `GpuPolicy` judges of the machine `plan` makes (`gpu_policy.rs`): the GPU
+    /// types, regions and counts the object names or the plan chose, its tier and lifetime.
+    /// `None` for a kind that makes no machine (its rate still counts toward a policy's
+    /// per-namespace rate cap).
+    fn policy_subject(
+        &self,
+        _plan: &Self::CreatePlan,
+    ) -> Option<gpucloud_api::gpu_policy::Subject> {
+        None
+    }
+
     /// What the resource `plan` creates will cost per hour, in the account's currency, read
     /// from the price list (or the catalog) before the create: what a `Budget` reserves
     /// (`budget.rs`). `None` for a kind the cloud does not bill.

@@ -680,28 +680,9 @@ async fn create_step<K: ManagedKind>(
                 }
                 plan => plan?,
             };
-            // Reserved before the intent: no cloud call is made for a create a Budget refuses.
-            let budgets = crate::kinds::budget::budgets_of(&cx.client, &*object).await?;
-            let mut reserved = false;
-            if !budgets.is_empty()
-                && let Some(rate) = K::planned_hourly_rate(&plan, account).await?
-            {
-                let currency = account.pricing().await?.currency.clone();
-                let ask = crate::kinds::budget::Ask {
-                    rate,
-                    currency: &currency,
-                    charge: account.charge_entry(&namespace(&*object), &cloud_name),
-                };
-                crate::kinds::budget::reserve(
-                    &cx.client,
-                    &*object,
-                    budgets,
-                    &ask,
-                    &cx.settings.clock,
-                )
-                .await?;
-                reserved = true;
-            }
+            // Reserved before the intent: no cloud call is made for a create a GpuPolicy or a
+            // Budget refuses.
+            let reserved = reserve_for_create(cx, account, &object, &plan, &cloud_name).await?;
             let started_at = Timestamp::now();
             let intent = CloudStatus {
                 account: Some(account.id.label()),
@@ -841,6 +822,62 @@ async fn give_back_reservation<K: ManagedKind>(cx: &Context<K>, object: &K) {
     if let Err(e) = crate::kinds::budget::release(&cx.client, object).await {
         tracing::warn!(error = %e, "the Budget reservation of a refused create was not given back");
     }
+    if let Err(e) = crate::kinds::gpu_policy::release(&cx.client, object).await {
+        tracing::warn!(error = %e, "the GpuPolicy reservation of a refused create was not given back");
+    }
+}
+
+/// Judges the create `plan` makes by the GpuPolicies governing the namespace, then reserves
+/// its hourly rate in the namespace's Budgets that count it: refused (nothing reserved) when
+/// either would be passed. Says whether anything was reserved.
+async fn reserve_for_create<K: ManagedKind>(
+    cx: &Context<K>,
+    account: &Account,
+    object: &K,
+    plan: &K::CreatePlan,
+    cloud_name: &str,
+) -> Result<bool, Error> {
+    let clock = &cx.settings.clock;
+    let subject = object.policy_subject(plan);
+    let budgets = crate::kinds::budget::budgets_of(&cx.client, object).await?;
+    let policies = crate::kinds::gpu_policy::governing(&cx.client, &namespace(object)).await?;
+    // The price list is read only for a create something counts.
+    let rate = if K::BILLED && (!budgets.is_empty() || !policies.is_empty()) {
+        K::planned_hourly_rate(plan, account).await?
+    } else {
+        None
+    };
+    let currency = match rate {
+        Some(_) => account.pricing().await?.currency.clone(),
+        None => String::new(),
+    };
+    let policy_reserved = crate::kinds::gpu_policy::reserve(
+        &cx.client,
+        object,
+        policies,
+        subject.as_ref(),
+        rate,
+        &currency,
+        clock,
+    )
+    .await?;
+    let (false, Some(rate)) = (budgets.is_empty(), rate) else {
+        return Ok(policy_reserved);
+    };
+    let ask = crate::kinds::budget::Ask {
+        rate,
+        currency: &currency,
+        charge: account.charge_entry(&namespace(object), cloud_name),
+    };
+    if let Err(error) =
+        crate::kinds::budget::reserve(&cx.client, object, budgets, &ask, clock).await
+    {
+        if policy_reserved {
+            give_back_reservation(cx, object).await;
+        }
+        return Err(error);
+    }
+    Ok(true)
 }
 
 /// The object's resource is listed: one step toward the spec (resolve, plan, at most one

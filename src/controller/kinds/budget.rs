@@ -67,6 +67,8 @@ pub struct Billed {
     /// A machine the cloud reports running, which a Budget may power off: not annotated
     /// with deletion protection.
     pub may_power_off: bool,
+    /// The GPUs of its machine (0 for what is no machine).
+    pub gpus: i32,
 }
 
 /// What a Budget counts: the objects' own rates, and reservations of creates not yet
@@ -162,6 +164,15 @@ pub async fn billed_objects(
         None => ListParams::default(),
         Some(selector) => ListParams::default().labels_from(&parse_selector(budget, selector)?),
     };
+    billed_matching(client, namespace, params).await
+}
+
+/// The billed objects of `namespace` that `params` list, read from the API server.
+pub async fn billed_matching(
+    client: &kube::Client,
+    namespace: &str,
+    params: ListParams,
+) -> Result<Vec<Billed>, Error> {
     let mut objects = Vec::new();
     for listed in map_kinds(ListBilled {
         client: client.clone(),
@@ -225,6 +236,7 @@ pub fn billed<K: ManagedKind>(object: &K) -> Billed {
                 .annotations()
                 .get(gpucloud_api::deletion_protection::ANNOTATION)
                 .is_none_or(|v| v != "true"),
+        gpus: object.gpus(),
     }
 }
 
@@ -868,6 +880,7 @@ mod tests {
             account: None,
             created_at: None,
             may_power_off: false,
+            gpus: 1,
         }
     }
 

@@ -11,6 +11,7 @@ pub(crate) mod firewall;
 pub mod gpu_instance;
 pub mod gpu_instance_pool;
 pub(crate) mod gpu_offering;
+pub mod gpu_policy;
 pub(crate) mod image;
 pub mod registry;
 pub mod snapshot;

@@ -312,6 +312,7 @@ struct Wiring<'a> {
     secrets: &'a Arc<Relay<PartialObjectMeta<Secret>>>,
     budgets: &'a Arc<Relay<BudgetChange>>,
     budget_store: &'a reflector::Store<Budget>,
+    policies: &'a Arc<Relay<PolicyChange>>,
     controllers: Vec<BoxFuture<'static, ()>>,
 }
 
@@ -403,6 +404,16 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     config.health.leading();
     config.metrics.set_leader(true);
     let mut controllers = Vec::new();
+    // GpuPolicies, cluster-scoped: counted by one controller, their changes relayed to every
+    // scope's billed kinds, which look again at the creates they refused or held.
+    let policies = Arc::new(Relay::<PolicyChange>::default());
+    controllers.push(policy_controller(
+        client.clone(),
+        config.namespaces.clone(),
+        policies.clone(),
+        &config.reconcile,
+        shutdown.clone(),
+    ));
     controllers.push(
         keep_accounts(
             accounts.clone(),
@@ -441,6 +452,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             secrets: &secrets,
             budgets: &budgets,
             budget_store: &budget_store,
+            policies: &policies,
             controllers: Vec::new(),
         };
         each_kind(&mut wiring);
@@ -756,6 +768,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         secrets,
         budgets,
         budget_store,
+        policies,
         ..
     } = wiring;
     let (shared, config, namespace) = (*shared, *config, *namespace);
@@ -919,6 +932,13 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         }))
     });
 
+    // A changed GpuPolicy (its limits, or room freed under a cap) looks again at the creates
+    // it refused or held.
+    let policy_gauges = gauges.clone();
+    let policy_changes = policies.subscribe().flat_map(move |_| {
+        futures::stream::iter(policy_gauges.wake(|o| K::BILLED && held_by_policy(o)))
+    });
+
     let (follower, followed_referrers) = (gauges.clone(), referrers.clone());
     let followed = changes
         .subscribe(followed_by::<K>())
@@ -935,6 +955,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         settled_rechecks(gauges.clone(), config.reconcile.observe.resync).boxed(),
         secret_changes.boxed(),
         budget_changes.boxed(),
+        policy_changes.boxed(),
     ]);
     crate::runtime::applier::run(
         triggers,
@@ -969,6 +990,79 @@ fn refused_by_budget<K: ManagedKind>(object: &K) -> bool {
         .cloud_status_ref()
         .and_then(|s| s.condition(gpucloud_api::condition_type::READY))
         .is_some_and(|c| c.reason == crate::flow::conditions::reason::BUDGET_EXCEEDED)
+}
+
+/// Whether the object's last create was refused or held by a GpuPolicy.
+fn held_by_policy<K: ManagedKind>(object: &K) -> bool {
+    use crate::flow::conditions::reason;
+    object
+        .cloud_status_ref()
+        .and_then(|s| s.condition(gpucloud_api::condition_type::READY))
+        .is_some_and(|c| c.reason == reason::POLICY_LIMIT || c.reason == reason::POLICY_VIOLATION)
+}
+
+/// A GpuPolicy's change as the billed kinds' controllers follow it: nothing but that one
+/// happened (a refused create reads every policy again).
+#[derive(Clone)]
+struct PolicyChange;
+
+/// The cluster's GpuPolicies (`gpu_policy.rs`): each is recounted when it changes and once
+/// per resync interval. A change that may let a held create through (its spec, a deletion,
+/// reservations given back or a count gone down) is relayed to the billed kinds.
+fn policy_controller(
+    client: kube::Client,
+    watched: Vec<String>,
+    relay: Arc<Relay<PolicyChange>>,
+    settings: &ReconcileSettings,
+    shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
+) -> BoxFuture<'static, ()> {
+    let (resync, clock) = (settings.observe.resync, settings.clock);
+    let (store, writer) = reflector::store::<gpucloud_api::GpuPolicy>();
+    let before = store.clone();
+    let api: Api<gpucloud_api::GpuPolicy> = Api::all(client.clone());
+    let objects = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .inspect(move |event| {
+            let relayed = match event {
+                Ok(watcher::Event::Apply(policy)) => {
+                    let old = before.get(&key_of(policy));
+                    old.is_none_or(|old| frees_room(&old, policy))
+                }
+                Ok(watcher::Event::Delete(_)) => true,
+                _ => false,
+            };
+            if relayed {
+                relay.send(&PolicyChange);
+            }
+        })
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(intent_hash, PredicateConfig::default())
+        .filter_map(|policy| futures::future::ready(policy.ok().map(Ok::<_, watcher::Error>)));
+    let context = Arc::new((client, clock, watched));
+    Controller::for_stream(objects, store)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |policy, cx: Arc<crate::kinds::gpu_policy::PolicyContext>| async move {
+                crate::kinds::gpu_policy::reconcile(&policy, &cx).await?;
+                Ok::<_, crate::flow::error::Error>(kube::runtime::controller::Action::requeue(resync))
+            },
+            |policy, error, _| {
+                tracing::debug!(policy = %policy.name_any(), %error, "GpuPolicy not counted; trying again");
+                kube::runtime::controller::Action::requeue(Duration::from_secs(if error.is_stale_write() { 1 } else { 10 }))
+            },
+            context,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .boxed()
+}
+
+/// Whether a policy's change from `old` to `new` may let a held create through: a new spec,
+/// or fewer reservations.
+fn frees_room(old: &gpucloud_api::GpuPolicy, new: &gpucloud_api::GpuPolicy) -> bool {
+    let reservations =
+        |p: &gpucloud_api::GpuPolicy| p.status.as_ref().map_or(0, |s| s.reservations.len());
+    old.metadata.generation != new.metadata.generation || reservations(new) < reservations(old)
 }
 
 /// What a Budget's count reads: the API server, the accounts' billing, the ownership index

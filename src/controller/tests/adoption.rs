@@ -515,6 +515,43 @@ async fn a_forged_claim_never_blocks_the_owners_references() {
     delete_in_tenant::<GpuInstance>(&env, "thief").await;
 }
 
+/// A status forged in one's own namespace is no claim to what it names either: a machine
+/// nobody's object made (created by hand in the shared account), written into the status of
+/// the tenant's own GpuInstance, does not make a Snapshot of the tenant naming it by
+/// `spec.instanceId` the tenant's to take. Refused (`AdoptionNotAllowed`), no snapshot made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_claim_in_ones_own_namespace_authorizes_no_reference() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    let foreign = support::machine_by_hand(&env, "someone-elses").await;
+    tenant_machine(&env, "decoy").await;
+    let forged = serde_json::json!({"status": {"externalId": foreign.instance_id}});
+    tenant_api::<GpuInstance>(&env)
+        .patch_status("decoy", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    stalled_in_tenant::<GpuInstance>(&env, "decoy", reason::FOREIGN_RECORD).await;
+    tenant_api::<Snapshot>(&env)
+        .create(
+            &PostParams::default(),
+            &in_tenant(
+                object::<Snapshot>(
+                    "copy",
+                    serde_json::json!({"instanceId": foreign.instance_id}),
+                ),
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    let message = stalled_in_tenant::<Snapshot>(&env, "copy", reason::ADOPTION_NOT_ALLOWED).await;
+    assert!(message.contains(&foreign.instance_id), "{message}");
+    assert_eq!(env.calls("CreateSnapshot"), 0);
+    assert!(env.simulator.state().snapshots.is_empty());
+    delete_in_tenant::<Snapshot>(&env, "copy").await;
+    delete_in_tenant::<GpuInstance>(&env, "decoy").await;
+}
+
 /// Sets the test namespace's GpuInstance `name` to `power` and waits (30 s at most) for the
 /// cloud to show the machine it records in `wanted`.
 async fn change_power(

@@ -17,6 +17,7 @@ mod examples;
 mod fair_share;
 mod final_snapshot;
 mod firewalls;
+mod gpu_policies;
 mod hourly_rates;
 mod idempotence;
 mod invalid_objects;

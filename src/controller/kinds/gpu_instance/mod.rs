@@ -103,6 +103,23 @@ impl KindDeclarations for GpuInstance {
         references
     }
 
+    /// The hardware the cloud reports, else where the create placed it, else the spec's.
+    fn gpus(&self) -> i32 {
+        let status = self.status.as_ref();
+        status
+            .and_then(|s| s.specs.as_ref())
+            .map(|specs| specs.gpu_count)
+            .or_else(|| {
+                status
+                    .and_then(|s| s.placement.as_ref())
+                    .and_then(|p| p.chosen.as_ref())
+                    .map(|chosen| chosen.gpu_count)
+            })
+            .or(self.spec.gpu_count)
+            .unwrap_or(1)
+            .max(1)
+    }
+
     /// `ACTIVE`: billed in full and stoppable, booting or running.
     fn is_running(&self) -> bool {
         self.cloud_status_ref().and_then(|s| s.state.as_deref())
@@ -206,6 +223,10 @@ impl KindDeclarations for GpuInstance {
 
 impl ManagedKind for GpuInstance {
     type CreatePlan = InstancePlan;
+
+    fn policy_subject(&self, plan: &InstancePlan) -> Option<gpucloud_api::gpu_policy::Subject> {
+        Some(policy_subject(self, plan))
+    }
 
     async fn plan_create(
         &self,
@@ -1325,6 +1346,86 @@ async fn delete_instance(
         }
     }
     gone(client.delete_instance(id).await)
+}
+
+/// What a GpuPolicy judges of the machine `plan` makes: every GPU type, region and count the
+/// spec names (each placement alternative's too), and the hardware the plan chose (a
+/// restore's comes from its snapshot, which the spec does not name).
+fn policy_subject(vm: &GpuInstance, plan: &InstancePlan) -> gpucloud_api::gpu_policy::Subject {
+    let spec = &vm.spec;
+    let mut subject = gpucloud_api::gpu_policy::Subject {
+        gpu_types: spec
+            .gpu_type
+            .iter()
+            .map(|t| ("spec.gpuType".to_string(), t.clone()))
+            .collect(),
+        regions: spec
+            .region
+            .iter()
+            .map(|r| ("spec.region".to_string(), r.clone()))
+            .collect(),
+        gpu_counts: spec
+            .gpu_count
+            .iter()
+            .map(|c| ("spec.gpuCount".to_string(), *c))
+            .collect(),
+        tier: spec.tier,
+        gpus: 1,
+        expires_after: spec.lifetime.as_ref().map(|lifetime| {
+            let created = vm
+                .meta()
+                .creation_timestamp
+                .as_ref()
+                .map_or_else(Timestamp::now, |t| t.0);
+            lifetime
+                .expires_at(created)
+                .map(|at| at.duration_since(created))
+        }),
+    };
+    for (index, alternative) in spec
+        .placement
+        .iter()
+        .flat_map(|p| p.alternatives.iter())
+        .enumerate()
+    {
+        let at = format!("spec.placement.alternatives[{index}]");
+        subject.gpu_types.extend(
+            alternative
+                .gpu_types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("{at}.gpuTypes[{i}]"), t.clone())),
+        );
+        subject.regions.extend(
+            alternative
+                .regions
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("{at}.regions[{i}]"), r.clone())),
+        );
+        subject
+            .gpu_counts
+            .push((format!("{at}.gpuCount"), alternative.gpu_count));
+    }
+    let chosen = match plan {
+        InstancePlan::Create { request, .. } => Some((
+            request.gpu_type.clone(),
+            i32::try_from(request.gpu_count).unwrap_or(i32::MAX),
+            request.region.clone(),
+        )),
+        InstancePlan::Restore { placement, .. } => placement
+            .as_ref()
+            .and_then(|p| p.chosen.as_ref())
+            .map(|c| (c.gpu_type.clone(), c.gpu_count, c.region.clone())),
+    };
+    if let Some((gpu_type, gpu_count, region)) = chosen {
+        const PLANNED: &str = "the machine planned";
+        subject.gpu_types.push((PLANNED.into(), gpu_type));
+        subject.regions.push((PLANNED.into(), region));
+        subject.gpu_counts.push((PLANNED.into(), gpu_count));
+        subject.gpus = gpu_count.max(1);
+    }
+    subject
 }
 
 #[cfg(test)]

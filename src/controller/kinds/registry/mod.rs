@@ -131,27 +131,50 @@ pub fn chart_kinds_template() -> String {
     let plural = |c: CustomResourceDefinition| c.spec.names.plural;
     let mut plurals: Vec<String> = crds().into_iter().map(plural).collect();
     plurals.sort();
-    let mut policies: Vec<String> = policy_crds().into_iter().map(plural).collect();
+    let cluster_scoped = |c: &CustomResourceDefinition| c.spec.scope == "Cluster";
+    let mut policies: Vec<String> = policy_crds()
+        .into_iter()
+        .filter(|c| !cluster_scoped(c))
+        .map(plural)
+        .collect();
     policies.sort();
+    let mut cluster_policies: Vec<String> = policy_crds()
+        .into_iter()
+        .filter(cluster_scoped)
+        .map(plural)
+        .collect();
+    cluster_policies.sort();
+    let cluster_policy_status = cluster_policies
+        .iter()
+        .map(|p| format!("{p}/status"))
+        .collect();
     let mut catalogs: Vec<String> = catalog_crds().into_iter().map(plural).collect();
     catalogs.sort();
     let managed: Vec<String> = plurals
         .iter()
-        .filter(|p| !policies.contains(p) && !catalogs.contains(p))
+        .filter(|p| !policies.contains(p) && !cluster_policies.contains(p) && !catalogs.contains(p))
         .cloned()
         .collect();
     let list = |items: Vec<String>| format!("[{}]", items.join(", "));
     let status = plurals
         .iter()
-        .filter(|p| !catalogs.contains(p))
+        .filter(|p| !catalogs.contains(p) && !cluster_policies.contains(p))
         .map(|p| format!("{p}/status"))
         .collect();
     let catalog_status = catalogs.iter().map(|p| format!("{p}/status")).collect();
-    let mut guardrails: Vec<String> = guardrail_crds().into_iter().map(plural).collect();
+    // The tenant roles read the namespace's own guardrails; a cluster-scoped policy counts
+    // every namespace it selects, which is no tenant's to read.
+    let mut guardrails: Vec<String> = guardrail_crds()
+        .into_iter()
+        .filter(|c| !cluster_scoped(c))
+        .map(plural)
+        .collect();
     guardrails.sort();
     let tenant: Vec<String> = plurals
         .iter()
-        .filter(|p| !guardrails.contains(p) && !catalogs.contains(p))
+        .filter(|p| {
+            !guardrails.contains(p) && !catalogs.contains(p) && !cluster_policies.contains(p)
+        })
         .cloned()
         .collect();
     let mut scale: Vec<String> = crds()
@@ -177,6 +200,8 @@ pub fn chart_kinds_template() -> String {
          {{{{- define \"gpucloud-operator.policyResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.kindStatusResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.kindCrdNames\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.clusterPolicyResources\" -}}}}{}{{{{- end -}}}}\n\
+         {{{{- define \"gpucloud-operator.clusterPolicyStatusResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.catalogResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.catalogStatusResources\" -}}}}{}{{{{- end -}}}}\n\
          {{{{- define \"gpucloud-operator.tenantResources\" -}}}}{}{{{{- end -}}}}\n\
@@ -186,6 +211,8 @@ pub fn chart_kinds_template() -> String {
         list(policies),
         list(status),
         list(crd_names),
+        list(cluster_policies),
+        list(cluster_policy_status),
         list(catalogs.clone()),
         list(catalog_status),
         list(tenant),

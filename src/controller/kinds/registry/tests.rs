@@ -51,11 +51,17 @@ fn crds_directory_matches_the_rust_types() {
 #[test]
 fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
     // The catalog's kinds are cluster-scoped and have no conditions: their own test below.
+    // GpuPolicy is cluster-scoped, so that no namespace's user can edit its way out of it.
     let catalogs = super::catalog_crds();
     for crd in super::crds().into_iter().filter(|c| !catalogs.contains(c)) {
         let name = crd.metadata.name.clone().unwrap();
         assert_eq!(crd.spec.group, "gpucloud.io", "{name}");
-        assert_eq!(crd.spec.scope, "Namespaced", "{name}");
+        let scope = if name == "gpupolicies.gpucloud.io" {
+            "Cluster"
+        } else {
+            "Namespaced"
+        };
+        assert_eq!(crd.spec.scope, scope, "{name}");
         assert_eq!(
             crd.spec.names.categories.as_deref(),
             Some(&["gpucloud".to_string()][..]),

@@ -1,0 +1,334 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! GpuPolicies, enforced by the operator alone (no admission policy installed): each limit on
+//! one machine refuses its create before any cloud call, naming the policy and the field; a
+//! namespace at its GPU cap holds the rest of a pool (never more GPUs in the cloud than the
+//! cap) until the cap is raised; racing creates in ten namespaces never pass their caps.
+
+use crate::support::{self, Env, eventually};
+use gpucloud_api::*;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The label the tests' policies select namespaces by.
+const TIER_LABEL: &str = "example.com/gpu-tier";
+
+fn policy(name: &str, spec: serde_json::Value) -> GpuPolicy {
+    let mut spec = spec;
+    spec["namespaceSelector"] = serde_json::json!({"matchLabels": {TIER_LABEL: "research"}});
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+async fn label(env: &Env, namespace: &str) {
+    Api::<Namespace>::all(env.client.clone())
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {TIER_LABEL: "research"}}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn install(env: &Env, policy: &GpuPolicy) {
+    Api::<GpuPolicy>::all(env.client.clone())
+        .create(&PostParams::default(), policy)
+        .await
+        .unwrap();
+}
+
+async fn change(env: &Env, name: &str, spec: serde_json::Value) {
+    Api::<GpuPolicy>::all(env.client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+fn machine(name: &str, spec: serde_json::Value) -> GpuInstance {
+    let mut full = serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+        "osImage": "ubuntu-22.04-cuda-12"});
+    for (key, value) in spec.as_object().unwrap() {
+        full[key] = value.clone();
+    }
+    support::object(name, full)
+}
+
+/// The GPUs of the cloud's machines whose names carry `namespace`'s mark.
+fn gpus_in_cloud(env: &Env, namespace: &str) -> (usize, u32) {
+    let mark = format!("gco-{namespace}-");
+    let state = env.simulator.state();
+    let machines: Vec<_> = state
+        .instances
+        .iter()
+        .filter(|i| i.vm_name.starts_with(&mark))
+        .collect();
+    let gpus = machines.iter().map(|i| i.specs.gpu_count).sum();
+    (machines.len(), gpus)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_machine_limit_refuses_the_create_before_any_cloud_call() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    install(
+        &env,
+        &policy(
+            "research",
+            serde_json::json!({
+                "allowedGpuTypes": ["L40S"],
+                "allowedRegions": ["us-east-1"],
+                "allowedTiers": ["Advanced"],
+                "maxGpusPerMachine": 2,
+                "maxLifetime": "24h",
+            }),
+        ),
+    )
+    .await;
+    // (name, what breaks a limit, the field the refusal names)
+    let refused = [
+        (
+            "gpu-type",
+            serde_json::json!({"gpuType": "H100-80G"}),
+            "spec.gpuType",
+        ),
+        (
+            "region",
+            serde_json::json!({"region": "eu-west-1"}),
+            "spec.region",
+        ),
+        ("tier", serde_json::json!({"tier": "Legacy"}), "spec.tier"),
+        ("size", serde_json::json!({"gpuCount": 4}), "spec.gpuCount"),
+        (
+            "lifetime",
+            serde_json::json!({"lifetime": {"ttl": "48h"}}),
+            "spec.lifetime",
+        ),
+        (
+            "placed",
+            serde_json::json!({"gpuType": null, "region": null, "gpuCount": null,
+                "placement": {"alternatives": [
+                    {"gpuTypes": ["L40S"], "regions": ["us-east-1"]},
+                    {"gpuTypes": ["H100-80G"], "regions": ["us-east-1"]}]}}),
+            "spec.placement.alternatives[1].gpuTypes[0]",
+        ),
+    ];
+    for (name, spec, _) in &refused {
+        support::create(&env, &machine(name, spec.clone())).await;
+    }
+    support::create(
+        &env,
+        &machine("fits", serde_json::json!({"lifetime": {"ttl": "12h"}})),
+    )
+    .await;
+    support::ready::<GpuInstance>(&env, "fits").await;
+    for (name, _, field) in &refused {
+        let object =
+            support::condition::<GpuInstance>(&env, name, "Stalled", "True", "PolicyViolation")
+                .await;
+        let message = support::ready_message(&object);
+        assert!(
+            message.starts_with(&format!("GpuPolicy research: {field}: ")),
+            "{name}: {message}"
+        );
+        assert!(object.cloud_status().pending_create.is_none(), "{name}");
+    }
+    // The one that fits is the only machine the cloud was asked for.
+    assert_eq!(env.calls("CreateInstance"), 1);
+    assert_eq!(gpus_in_cloud(&env, support::NAMESPACE), (1, 1));
+
+    change(
+        &env,
+        "research",
+        serde_json::json!({"allowedGpuTypes": ["L40S", "H100-80G"]}),
+    )
+    .await;
+    // Lifting a limit lets the machines it held through (the placement whose second
+    // alternative it held too), without touching the objects.
+    support::ready::<GpuInstance>(&env, "gpu-type").await;
+    support::ready::<GpuInstance>(&env, "placed").await;
+    assert_eq!(env.calls("CreateInstance"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_under_a_gpu_cap_never_holds_more_gpus_than_the_cap() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    install(
+        &env,
+        &policy(
+            "eight-gpus",
+            serde_json::json!({"namespaceLimits": {"gpus": 8}}),
+        ),
+    )
+    .await;
+    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+        "metadata": {"name": "train", "namespace": support::NAMESPACE},
+        "spec": {
+            "replicas": 10,
+            "selector": {"matchLabels": {"app": "train"}},
+            "template": {
+                "metadata": {"labels": {"app": "train"}},
+                "spec": {"region": "us-east-1", "gpuType": "L40S", "gpuCount": 4,
+                    "osImage": "ubuntu-22.04-cuda-12"}
+            }
+        }
+    }))
+    .unwrap();
+    Api::<GpuInstancePool>::namespaced(env.client.clone(), support::NAMESPACE)
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    // Sampled through the scale-up: never more than 8 GPUs in the cloud.
+    let most = Arc::new(AtomicU32::new(0));
+    let api = env.api::<GpuInstance>();
+    let held = eventually(90, "two machines up and eight held by the policy", || {
+        let (api, env, most) = (api.clone(), &env, most.clone());
+        async move {
+            let (_, gpus) = gpus_in_cloud(env, support::NAMESPACE);
+            most.fetch_max(gpus, Ordering::SeqCst);
+            let objects = api.list(&Default::default()).await.ok()?.items;
+            let reason = |o: &GpuInstance| {
+                o.cloud_status()
+                    .condition("Ready")
+                    .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            };
+            let ready = objects
+                .iter()
+                .filter(|o| reason(o).is_some_and(|(s, ..)| s == "True"))
+                .count();
+            let held: Vec<String> = objects
+                .iter()
+                .filter_map(|o| {
+                    reason(o)
+                        .filter(|(_, r, _)| r == "PolicyLimit")
+                        .map(|(.., m)| m)
+                })
+                .collect();
+            (objects.len() == 10 && ready == 2 && held.len() == 8).then_some(held)
+        }
+    })
+    .await;
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 8, "{most} GPUs in the cloud under a cap of 8");
+    for message in &held {
+        assert!(
+            message.starts_with("GpuPolicy eight-gpus: spec.namespaceLimits.gpus: "),
+            "{message}"
+        );
+    }
+    let counted = eventually(30, "the policy's count", || {
+        let api = Api::<GpuPolicy>::all(env.client.clone());
+        async move {
+            let status = api.get("eight-gpus").await.ok()?.status?;
+            (status.gpus == Some(8) && status.reservations.is_empty()).then_some(status)
+        }
+    })
+    .await;
+    assert_eq!(counted.namespaces, Some(1));
+    assert_eq!(counted.machines, Some(2));
+    for _ in 0..10 {
+        let (_, gpus) = gpus_in_cloud(&env, support::NAMESPACE);
+        assert!(gpus <= 8, "{gpus} GPUs in the cloud under a cap of 8");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // A raised cap lets the rest through.
+    change(
+        &env,
+        "eight-gpus",
+        serde_json::json!({"namespaceLimits": {"gpus": 40}}),
+    )
+    .await;
+    eventually(120, "ten machines in the cloud", || {
+        let env = &env;
+        async move { (gpus_in_cloud(env, support::NAMESPACE) == (10, 40)).then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_creates_in_ten_namespaces_never_pass_their_caps() {
+    let env = Env::start().await;
+    let namespaces: Vec<String> = (0..10).map(|i| format!("race-{i}")).collect();
+    for namespace in &namespaces {
+        support::create_namespace(&env.client, namespace, false)
+            .await
+            .unwrap();
+        label(&env, namespace).await;
+    }
+    install(
+        &env,
+        &policy(
+            "two-each",
+            serde_json::json!({"namespaceLimits": {"machines": 2}}),
+        ),
+    )
+    .await;
+    // Four creates per namespace, all forty at once.
+    let client = env.client.clone();
+    let creates = namespaces.iter().flat_map(|namespace| {
+        let client = client.clone();
+        (0..4).map(move |i| {
+            let api = Api::<GpuInstance>::namespaced(client.clone(), namespace);
+            let mut object = machine(&format!("m-{i}"), serde_json::json!({}));
+            object.metadata.namespace = Some(namespace.clone());
+            async move { api.create(&PostParams::default(), &object).await.unwrap() }
+        })
+    });
+    futures::future::join_all(creates).await;
+    let most: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    eventually(
+        120,
+        "two machines in every namespace, the rest held",
+        || {
+            let (env, namespaces, most) = (&env, &namespaces, most.clone());
+            async move {
+                let mut settled = true;
+                for namespace in namespaces {
+                    let (machines, _) = gpus_in_cloud(env, namespace);
+                    {
+                        let mut most = most.lock().unwrap();
+                        let seen = most.entry(namespace.clone()).or_default();
+                        *seen = (*seen).max(machines);
+                    }
+                    let objects = Api::<GpuInstance>::namespaced(env.client.clone(), namespace)
+                        .list(&Default::default())
+                        .await
+                        .ok()?
+                        .items;
+                    let held = objects
+                        .iter()
+                        .filter(|o| {
+                            o.cloud_status()
+                                .condition("Ready")
+                                .is_some_and(|c| c.reason == "PolicyLimit")
+                        })
+                        .count();
+                    settled &= machines == 2 && held == 2;
+                }
+                settled.then_some(())
+            }
+        },
+    )
+    .await;
+    for (namespace, machines) in most.lock().unwrap().iter() {
+        assert!(
+            *machines <= 2,
+            "{namespace}: {machines} machines under a cap of 2"
+        );
+    }
+    assert_eq!(env.calls("CreateInstance"), 20);
+}
