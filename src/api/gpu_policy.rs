@@ -307,6 +307,16 @@ impl GpuPolicy {
         None
     }
 
+    /// Whether a pool asking for `replicas` machines passes `maxPoolReplicas`.
+    pub fn judge_replicas(&self, replicas: i32) -> Option<Violation> {
+        let max = self.spec.max_pool_replicas?;
+        (replicas > max).then(|| Violation {
+            policy: self.metadata.name.clone().unwrap_or_default(),
+            field: "spec.replicas".into(),
+            message: format!("{replicas} replicas is more than maxPoolReplicas {max}"),
+        })
+    }
+
     /// The first per-namespace cap that `held` (what the namespace holds without the create)
     /// plus `adds` would pass. `has_budget` says whether the namespace has a Budget of its own
     /// (`hourlyRateWithoutBudget` applies only where it has none).
@@ -566,6 +576,12 @@ mod tests {
             None
         );
         assert!(!uncapped.counts(machine(8, 30.0)));
+        assert_eq!(uncapped.judge_replicas(10_000), None);
+        let pools = policy(serde_json::json!({"maxPoolReplicas": 10}));
+        assert_eq!(pools.judge_replicas(10), None);
+        let refused = pools.judge_replicas(11).unwrap();
+        assert_eq!(refused.field, "spec.replicas");
+        assert!(refused.message.contains("maxPoolReplicas 10"), "{refused}");
         assert!(capped.counts(volume));
     }
 }

@@ -12,7 +12,7 @@ use crate::runtime::clock::Clock;
 use crate::runtime::events::EventPublisher;
 use crate::runtime::fair_share::FairShare;
 use crate::runtime::own_writes::OwnWrites;
-use gpucloud_api::{Budget, PendingCreate};
+use gpucloud_api::{Budget, GpuPolicy, PendingCreate};
 use gpucloud_telemetry::Metrics;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -122,6 +122,8 @@ pub struct Context<K: KindDeclarations> {
     pub fair_share: FairShare,
     /// The Budgets of the controller's scope (`budget.rs`): those that keep a machine off.
     pub budgets: Store<Budget>,
+    /// The cluster's GpuPolicies (`gpu_policy.rs`): those that cap a machine's lifetime.
+    pub policies: Store<GpuPolicy>,
     observers: Mutex<HashMap<AccountId, Arc<Observer<Record<K>>>>>,
     changes: mpsc::UnboundedSender<(AccountId, Changes)>,
     /// When the cloud first and last answered this process's delete for an object (by uid):
@@ -181,7 +183,7 @@ impl<K: KindDeclarations> Context<K> {
         metrics: Arc<Metrics>,
         gauges: Arc<KindGauges<K>>,
         trigger: mpsc::UnboundedSender<ObjectRef<K>>,
-        budgets: Store<Budget>,
+        (budgets, policies): (Store<Budget>, Store<GpuPolicy>),
         fair_share: FairShare,
     ) -> Arc<Self> {
         let store = gauges.store().clone();
@@ -219,6 +221,7 @@ impl<K: KindDeclarations> Context<K> {
             own_writes,
             fair_share,
             budgets,
+            policies,
             settings,
             observers: Mutex::new(HashMap::new()),
             changes,

@@ -79,6 +79,41 @@ pub async fn governing(client: &kube::Client, namespace: &str) -> Result<Vec<Gpu
     Ok(governing)
 }
 
+/// The shortest `maxLifetime` of the policies in `policies` (the operator's store) that govern
+/// `namespace`, with the policy's name. The namespace's labels are read only when some policy
+/// sets a lifetime.
+pub async fn lifetime_cap(
+    client: &kube::Client,
+    policies: &kube::runtime::reflector::Store<GpuPolicy>,
+    namespace: &str,
+) -> Result<Option<(String, SignedDuration)>, Error> {
+    let capping: Vec<_> = policies
+        .state()
+        .into_iter()
+        .filter(|p| p.spec.max_lifetime.is_some())
+        .collect();
+    if capping.is_empty() {
+        return Ok(None);
+    }
+    let labels = Api::<Namespace>::all(client.clone())
+        .get_metadata_opt(namespace)
+        .await?
+        .map(|meta| meta.labels().clone())
+        .unwrap_or_default();
+    let mut shortest: Option<(String, SignedDuration)> = None;
+    for policy in capping {
+        if !governs(&policy, &labels)? {
+            continue;
+        }
+        if let Some(Ok(max)) = policy.max_lifetime()
+            && shortest.as_ref().is_none_or(|(_, s)| max < *s)
+        {
+            shortest = Some((policy.name_any(), max));
+        }
+    }
+    Ok(shortest)
+}
+
 /// What one namespace holds: each object counted once, by uid, at the larger of what its
 /// status records and what its reservation holds; `except` (the object reserving) left out.
 pub fn held(objects: &[Billed], reservations: &[PolicyReservation], except: Option<&str>) -> Held {

@@ -313,6 +313,7 @@ struct Wiring<'a> {
     budgets: &'a Arc<Relay<BudgetChange>>,
     budget_store: &'a reflector::Store<Budget>,
     policies: &'a Arc<Relay<PolicyChange>>,
+    policy_store: &'a reflector::Store<gpucloud_api::GpuPolicy>,
     controllers: Vec<BoxFuture<'static, ()>>,
 }
 
@@ -407,9 +408,11 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     // GpuPolicies, cluster-scoped: counted by one controller, their changes relayed to every
     // scope's billed kinds, which look again at the creates they refused or held.
     let policies = Arc::new(Relay::<PolicyChange>::default());
+    let (policy_store, policy_writer) = reflector::store::<gpucloud_api::GpuPolicy>();
     controllers.push(policy_controller(
         client.clone(),
         config.namespaces.clone(),
+        (policy_store.clone(), policy_writer),
         policies.clone(),
         &config.reconcile,
         shutdown.clone(),
@@ -453,6 +456,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
             budgets: &budgets,
             budget_store: &budget_store,
             policies: &policies,
+            policy_store: &policy_store,
             controllers: Vec::new(),
         };
         each_kind(&mut wiring);
@@ -769,13 +773,15 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         budgets,
         budget_store,
         policies,
+        policy_store,
         ..
     } = wiring;
     let (shared, config, namespace) = (*shared, *config, *namespace);
-    let (shutdown, changes, budget_store) = (
+    let (shutdown, changes, budget_store, policy_store) = (
         (*shutdown).clone(),
         (*changes).clone(),
         (*budget_store).clone(),
+        (*policy_store).clone(),
     );
     let scoped = ScopedApi::new(shared, namespace, config);
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
@@ -815,7 +821,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
         config.metrics.clone(),
         gauges.clone(),
         trigger.clone(),
-        budget_store,
+        (budget_store, policy_store),
         FairShare::new(usize::from(config.concurrency)),
     );
     // kube-runtime runs a trigger only for an object its store holds, and drops it otherwise;
@@ -1012,12 +1018,15 @@ struct PolicyChange;
 fn policy_controller(
     client: kube::Client,
     watched: Vec<String>,
+    (store, writer): (
+        reflector::Store<gpucloud_api::GpuPolicy>,
+        reflector::store::Writer<gpucloud_api::GpuPolicy>,
+    ),
     relay: Arc<Relay<PolicyChange>>,
     settings: &ReconcileSettings,
     shutdown: futures::future::Shared<BoxFuture<'static, ()>>,
 ) -> BoxFuture<'static, ()> {
     let (resync, clock) = (settings.observe.resync, settings.clock);
-    let (store, writer) = reflector::store::<gpucloud_api::GpuPolicy>();
     let before = store.clone();
     let api: Api<gpucloud_api::GpuPolicy> = Api::all(client.clone());
     let objects = watcher(api, watcher::Config::default())

@@ -332,3 +332,129 @@ async fn racing_creates_in_ten_namespaces_never_pass_their_caps() {
     }
     assert_eq!(env.calls("CreateInstance"), 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_without_a_lifetime_gets_the_policys_and_cannot_shed_it() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    install(
+        &env,
+        &policy("short", serde_json::json!({"maxLifetime": "4s"})),
+    )
+    .await;
+    // No lifetime of its own; a policy's maxLifetime applies all the same, and stops it.
+    support::create(&env, &machine("no-lifetime", serde_json::json!({}))).await;
+    let id = support::ready_id::<GpuInstance>(&env, "no-lifetime").await;
+    let stopped = eventually(60, "the machine stopped at the policy's lifetime", || {
+        let (env, id) = (&env, id.clone());
+        async move {
+            let state = env.simulator.state();
+            state
+                .instances
+                .iter()
+                .find(|i| i.instance_id == id)
+                .filter(|i| i.status == gpucloud_cloud::model::InstanceStatus::Shutoff)
+                .map(|_| ())
+        }
+    })
+    .await;
+    let () = stopped;
+    let message = eventually(30, "the Ready message naming the policy", || {
+        let api = env.api::<GpuInstance>();
+        async move {
+            let object = api.get("no-lifetime").await.ok()?;
+            let message = support::ready_message(&object);
+            message.contains("GpuPolicy short").then_some(message)
+        }
+    })
+    .await;
+    assert!(message.contains("lifetime ended"), "{message}");
+    // Asking for it to run changes nothing while the policy stands.
+    env.api::<GpuInstance>()
+        .patch(
+            "no-lifetime",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"powerState": "Running"}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let state = env.simulator.state();
+    let machine = state
+        .instances
+        .iter()
+        .find(|i| i.instance_id == id)
+        .unwrap();
+    assert_eq!(
+        machine.status,
+        gpucloud_cloud::model::InstanceStatus::Shutoff
+    );
+    assert_eq!(env.calls("StartInstance"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_asking_for_more_replicas_than_the_policy_allows_makes_no_machine() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    install(
+        &env,
+        &policy("small-pools", serde_json::json!({"maxPoolReplicas": 2})),
+    )
+    .await;
+    let pools = Api::<GpuInstancePool>::namespaced(env.client.clone(), support::NAMESPACE);
+    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+        "metadata": {"name": "big", "namespace": support::NAMESPACE},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "big"}},
+            "template": {
+                "metadata": {"labels": {"app": "big"}},
+                "spec": {"region": "us-east-1", "gpuType": "L40S",
+                    "osImage": "ubuntu-22.04-cuda-12"}
+            }
+        }
+    }))
+    .unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+    let message = eventually(30, "the pool refused by the policy", || {
+        let pools = pools.clone();
+        async move {
+            let pool = pools.get("big").await.ok()?;
+            let stalled = pool
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Stalled" && c.status == "True")?;
+            (stalled.reason == "PolicyViolation").then_some(stalled.message)
+        }
+    })
+    .await;
+    assert!(
+        message.starts_with("GpuPolicy small-pools: spec.replicas: 3 replicas"),
+        "{message}"
+    );
+    assert!(
+        env.api::<GpuInstance>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(env.calls("CreateInstance"), 0);
+
+    pools
+        .patch(
+            "big",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    eventually(60, "two machines in the cloud", || {
+        let env = &env;
+        async move { (gpus_in_cloud(env, support::NAMESPACE).0 == 2).then_some(()) }
+    })
+    .await;
+}

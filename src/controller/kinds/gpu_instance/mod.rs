@@ -489,10 +489,17 @@ impl ManagedKind for GpuInstance {
         } else {
             None
         };
+        let policy_lifetime = crate::kinds::gpu_policy::lifetime_cap(
+            &cx.client,
+            &cx.policies,
+            namespace.as_deref().unwrap_or_default(),
+        )
+        .await?;
         Ok(Moment {
             now: cx.settings.clock.now(),
             budget_hold,
             running_rate,
+            policy_lifetime,
         })
     }
 
@@ -523,8 +530,7 @@ impl ManagedKind for GpuInstance {
             _ => {}
         }
 
-        let stage = lifetime_stage(self, now)?;
-        let on_expiry = self.spec.lifetime.as_ref().map(|l| l.on_expiry);
+        let (stage, on_expiry, capped_by) = effective_lifetime(self, &moment, now)?;
         // An expiry that deletes the object is carried out by the shared flow before any plan.
         let expired = matches!(stage, Some(Stage::Expired { .. }));
         // Once the lifetime has ended the schedule no longer matters (not even whether it
@@ -548,8 +554,11 @@ impl ManagedKind for GpuInstance {
             .filter(|_| !expired && wanted == PowerState::Running);
         let wanted = budget_hold.as_ref().map_or(wanted, |h| h.power_state);
         let note = format!(
-            "{}{}{}",
+            "{}{}{}{}",
             lifetime_note(stage, on_expiry),
+            capped_by.map_or_else(String::new, |policy| format!(
+                " (the longest lifetime GpuPolicy {policy} allows)"
+            )),
             schedule_note(scheduled, stage),
             budget_note(budget_hold.as_ref())
         );
@@ -790,6 +799,52 @@ fn schedule_note(
 }
 
 /// What the Ready message says of the lifetime.
+/// Where the machine stands in its lifetime, what its expiry does, and the GpuPolicy whose
+/// `maxLifetime` ends it, when that comes before the machine's own lifetime (or it has
+/// none): the policy's expiry stops the machine.
+fn effective_lifetime(
+    vm: &GpuInstance,
+    moment: &Moment,
+    now: Timestamp,
+) -> Result<(Option<Stage>, Option<OnExpiry>, Option<String>), Error> {
+    let stage = lifetime_stage(vm, now)?;
+    let on_expiry = vm.spec.lifetime.as_ref().map(|l| l.on_expiry);
+    let Some((policy, max)) = &moment.policy_lifetime else {
+        return Ok((stage, on_expiry, None));
+    };
+    let created = vm.meta().creation_timestamp.as_ref().map_or(now, |t| t.0);
+    let capped = gpucloud_api::lifetime::Lifetime {
+        ttl: None,
+        expires_at: created
+            .checked_add(*max)
+            .ok()
+            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+        on_expiry: OnExpiry::Stop,
+        warn_before: vm
+            .spec
+            .lifetime
+            .as_ref()
+            .and_then(|l| l.warn_before.clone()),
+    };
+    let Some(policy_stage) = capped
+        .expires_at
+        .is_some()
+        .then(|| capped.stage(created, now))
+        .transpose()
+        .map_err(Error::InvalidSpec)?
+    else {
+        return Ok((stage, on_expiry, None));
+    };
+    Ok(match stage {
+        Some(own) if own.expires_at() <= policy_stage.expires_at() => (stage, on_expiry, None),
+        _ => (
+            Some(policy_stage),
+            Some(OnExpiry::Stop),
+            Some(policy.clone()),
+        ),
+    })
+}
+
 fn lifetime_note(stage: Option<Stage>, on_expiry: Option<OnExpiry>) -> String {
     match (stage, on_expiry) {
         (Some(Stage::Expired { expires_at }), _) => {
@@ -998,6 +1053,10 @@ pub struct Moment {
     /// read only for a machine that is off under a `spec.maxHourlyRate`, the one case a
     /// start (or a restore) needs it; `None` otherwise, and when the list has no price.
     pub running_rate: Option<(f64, String)>,
+    /// The shortest `maxLifetime` of the GpuPolicies governing the namespace, and the policy
+    /// that sets it: a machine without a lifetime of its own, or with a longer one, expires
+    /// (stopped) that long after its creation.
+    pub policy_lifetime: Option<(String, k8s_openapi::jiff::SignedDuration)>,
 }
 
 impl From<Timestamp> for Moment {
@@ -1006,6 +1065,7 @@ impl From<Timestamp> for Moment {
             now,
             budget_hold: None,
             running_rate: None,
+            policy_lifetime: None,
         }
     }
 }

@@ -644,6 +644,19 @@ pub async fn reconcile(client: &kube::Client, pool: &GpuInstancePool) -> Result<
         };
         return write_failure(&pools, pool, status, &error).await;
     }
+    // More replicas than a GpuPolicy allows: the pool makes no machine until it asks for
+    // fewer or the policy allows more (the machines it has are left as they are).
+    let governing = crate::kinds::gpu_policy::governing(client, &namespace).await?;
+    if let Some(violation) = governing
+        .iter()
+        .find_map(|policy| policy.judge_replicas(pool.spec.replicas))
+    {
+        let error = Error::PolicyRefused {
+            reason: reason::POLICY_VIOLATION,
+            message: violation.to_string(),
+        };
+        return write_failure(&pools, pool, status, &error).await;
+    }
     let hash = template_hash(pool)?;
     let listed = instances
         .list(&ListParams::default().labels(&selector.to_string()))
