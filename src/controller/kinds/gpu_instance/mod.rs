@@ -800,13 +800,17 @@ fn schedule_note(
 
 /// What the Ready message says of the lifetime.
 /// Where the machine stands in its lifetime, what its expiry does, and the GpuPolicy whose
+/// `maxLifetime` ends it, if one does (`effective_lifetime`).
+type EffectiveLifetime = (Option<Stage>, Option<OnExpiry>, Option<String>);
+
+/// Where the machine stands in its lifetime, what its expiry does, and the GpuPolicy whose
 /// `maxLifetime` ends it, when that comes before the machine's own lifetime (or it has
 /// none): the policy's expiry stops the machine.
 fn effective_lifetime(
     vm: &GpuInstance,
     moment: &Moment,
     now: Timestamp,
-) -> Result<(Option<Stage>, Option<OnExpiry>, Option<String>), Error> {
+) -> Result<EffectiveLifetime, Error> {
     let stage = lifetime_stage(vm, now)?;
     let on_expiry = vm.spec.lifetime.as_ref().map(|l| l.on_expiry);
     let Some((policy, max)) = &moment.policy_lifetime else {
@@ -1560,6 +1564,69 @@ mod tests {
 
     // === plan ===
 
+    #[test]
+    fn the_earlier_of_its_own_lifetime_and_the_policys_ends_the_machine() {
+        let created: Timestamp = "2026-12-06T00:00:00Z".parse().unwrap();
+        let now: Timestamp = "2026-12-06T01:00:00Z".parse().unwrap();
+        let hours = |h| k8s_openapi::jiff::SignedDuration::from_hours(h);
+        // (its own lifetime, the policy's maxLifetime, expiry, onExpiry, the policy named)
+        let table = [
+            (None, None, None, None, None),
+            (None, Some(2), Some(2), Some(OnExpiry::Stop), Some("cap")),
+            (
+                Some(("3h", "Delete")),
+                Some(2),
+                Some(2),
+                Some(OnExpiry::Stop),
+                Some("cap"),
+            ),
+            (
+                Some(("1h30m", "Delete")),
+                Some(2),
+                Some(1),
+                Some(OnExpiry::Delete),
+                None,
+            ),
+            (
+                Some(("3h", "Hibernate")),
+                None,
+                Some(3),
+                Some(OnExpiry::Hibernate),
+                None,
+            ),
+        ];
+        for (own, max, expires_after, on_expiry, policy) in table {
+            let spec = own.map_or_else(
+                || serde_json::json!({}),
+                |(ttl, on)| serde_json::json!({"lifetime": {"ttl": ttl, "onExpiry": on}}),
+            );
+            let mut vm = instance(spec, None);
+            vm.metadata.creation_timestamp = Some(Time(created));
+            let moment = Moment {
+                policy_lifetime: max.map(|h| ("cap".to_string(), hours(h))),
+                ..Moment::from(now)
+            };
+            let (stage, expiry, named) = effective_lifetime(&vm, &moment, now).unwrap();
+            let case = format!("{own:?} {max:?}");
+            // Whole hours, but for 1h30m.
+            let expected = expires_after.map(|h: i64| {
+                let extra = if own.is_some_and(|(t, _)| t == "1h30m") {
+                    30
+                } else {
+                    0
+                };
+                created
+                    .checked_add(hours(h))
+                    .unwrap()
+                    .checked_add(k8s_openapi::jiff::SignedDuration::from_mins(extra))
+                    .unwrap()
+            });
+            assert_eq!(stage.map(Stage::expires_at), expected, "{case}");
+            assert_eq!(expiry, on_expiry, "{case}");
+            assert_eq!(named.as_deref(), policy, "{case}");
+        }
+    }
+
     fn instance(spec: serde_json::Value, restarted_at: Option<&str>) -> GpuInstance {
         let mut object = serde_json::json!({
             "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstance",
@@ -1678,9 +1745,8 @@ mod tests {
                 None,
             );
             let moment = Moment {
-                now: Timestamp::now(),
-                budget_hold: None,
                 running_rate,
+                ..Moment::from(Timestamp::now())
             };
             let plan = object.plan(record, moment).unwrap();
             let case = format!("{limit:?} {:?} {:?}", record.status, plan.outcome);
