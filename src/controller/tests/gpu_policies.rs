@@ -458,3 +458,98 @@ async fn a_pool_asking_for_more_replicas_than_the_policy_allows_makes_no_machine
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_cap_for_namespaces_without_a_budget_gives_way_to_a_budget() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    // One L40S (1.10/h) fits, two do not.
+    install(
+        &env,
+        &policy(
+            "default-cap",
+            serde_json::json!({"namespaceLimits": {"hourlyRateWithoutBudget": 1.5}}),
+        ),
+    )
+    .await;
+    support::create(&env, &machine("first", serde_json::json!({}))).await;
+    support::ready::<GpuInstance>(&env, "first").await;
+    support::create(&env, &machine("second", serde_json::json!({}))).await;
+    let held =
+        support::condition::<GpuInstance>(&env, "second", "Ready", "False", "PolicyLimit").await;
+    let message = support::ready_message(&held);
+    assert!(
+        message
+            .starts_with("GpuPolicy default-cap: spec.namespaceLimits.hourlyRateWithoutBudget: "),
+        "{message}"
+    );
+    assert_eq!(env.calls("CreateInstance"), 1);
+
+    // A Budget of the namespace's own replaces the default cap.
+    let budget: Budget = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+        "metadata": {"name": "team", "namespace": support::NAMESPACE},
+        "spec": {"maxHourlyRate": 10.0},
+    }))
+    .unwrap();
+    Api::<Budget>::namespaced(env.client.clone(), support::NAMESPACE)
+        .create(&PostParams::default(), &budget)
+        .await
+        .unwrap();
+    support::ready::<GpuInstance>(&env, "second").await;
+    assert_eq!(env.calls("CreateInstance"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_from_before_a_policy_are_reported_never_stopped() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    support::create(
+        &env,
+        &machine("older", serde_json::json!({"gpuType": "H100-80G"})),
+    )
+    .await;
+    let id = support::ready_id::<GpuInstance>(&env, "older").await;
+    install(
+        &env,
+        &policy(
+            "l40s-only",
+            serde_json::json!({"allowedGpuTypes": ["L40S"]}),
+        ),
+    )
+    .await;
+    let status = eventually(30, "the machine reported outside the policy", || {
+        let api = Api::<GpuPolicy>::all(env.client.clone());
+        async move {
+            let status = api.get("l40s-only").await.ok()?.status?;
+            (!status.outside.is_empty()).then_some(status)
+        }
+    })
+    .await;
+    assert_eq!(status.outside.len(), 1, "{:?}", status.outside);
+    assert!(
+        status.outside[0].starts_with(&format!("{}/older: GPU type H100-80G", support::NAMESPACE)),
+        "{:?}",
+        status.outside
+    );
+    let exceeded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Exceeded")
+        .unwrap();
+    assert_eq!(
+        (exceeded.status.as_str(), exceeded.reason.as_str()),
+        ("True", "MachinesOutsidePolicy")
+    );
+    let state = env.simulator.state();
+    let machine = state
+        .instances
+        .iter()
+        .find(|i| i.instance_id == id)
+        .unwrap();
+    assert_eq!(
+        machine.status,
+        gpucloud_cloud::model::InstanceStatus::Active
+    );
+    assert_eq!(env.calls("StopInstance") + env.calls("DeleteInstance"), 0);
+}
