@@ -114,6 +114,57 @@ pub async fn lifetime_cap(
     Ok(shortest)
 }
 
+/// Why starting the machine `vm` (off, costing its stopped rate) at `running_rate` would pass
+/// a per-namespace rate cap of a policy governing its namespace, if it would. A start is not
+/// reserved: it is judged against the namespace's count as the API server has it now.
+pub async fn start_refusal(
+    client: &kube::Client,
+    vm: &GpuInstance,
+    running_rate: f64,
+    currency: &str,
+) -> Result<Option<String>, Error> {
+    let namespace = vm.namespace().unwrap_or_default();
+    let policies = governing(client, &namespace).await?;
+    let adds = Held {
+        machines: 0,
+        gpus: 0,
+        hourly_rate: running_rate,
+    };
+    let capping: Vec<&GpuPolicy> = policies.iter().filter(|p| p.counts(adds)).collect();
+    if capping.is_empty() {
+        return Ok(None);
+    }
+    let objects = billed_matching(client, &namespace, ListParams::default()).await?;
+    let uid = vm.uid().unwrap_or_default();
+    let has_budget = !Api::<Budget>::namespaced(client.clone(), &namespace)
+        .list_metadata(&ListParams::default().limit(1))
+        .await?
+        .items
+        .is_empty();
+    for policy in capping {
+        let reservations: Vec<PolicyReservation> = policy
+            .status
+            .iter()
+            .flat_map(|s| s.reservations.iter())
+            .filter(|r| r.namespace == namespace)
+            .cloned()
+            .collect();
+        let counted = held(&objects, &reservations, Some(&uid));
+        if policy
+            .spec
+            .namespace_limits
+            .as_ref()
+            .is_some_and(|l| l.currency != currency)
+        {
+            continue;
+        }
+        if let Some(violation) = policy.judge_count(counted, adds, has_budget) {
+            return Ok(Some(violation.to_string()));
+        }
+    }
+    Ok(None)
+}
+
 /// What one namespace holds: each object counted once, by uid, at the larger of what its
 /// status records and what its reservation holds; `except` (the object reserving) left out.
 pub fn held(objects: &[Billed], reservations: &[PolicyReservation], except: Option<&str>) -> Held {

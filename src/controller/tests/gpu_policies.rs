@@ -553,3 +553,60 @@ async fn machines_from_before_a_policy_are_reported_never_stopped() {
     );
     assert_eq!(env.calls("StopInstance") + env.calls("DeleteInstance"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_would_pass_a_rate_cap_waits_for_room() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    support::create(&env, &machine("running", serde_json::json!({}))).await;
+    support::create(
+        &env,
+        &machine("off", serde_json::json!({"powerState": "Stopped"})),
+    )
+    .await;
+    support::ready::<GpuInstance>(&env, "running").await;
+    let off = support::ready_id::<GpuInstance>(&env, "off").await;
+    // One L40S running (1.10/h) and one stopped fit; two running do not.
+    install(
+        &env,
+        &policy(
+            "cap",
+            serde_json::json!({"namespaceLimits": {"hourlyRate": 1.5}}),
+        ),
+    )
+    .await;
+    let starts = env.calls("StartInstance");
+    env.api::<GpuInstance>()
+        .patch(
+            "off",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"powerState": "Running"}})),
+        )
+        .await
+        .unwrap();
+    let held =
+        support::condition::<GpuInstance>(&env, "off", "Stalled", "True", "PolicyLimit").await;
+    let message = support::ready_message(&held);
+    assert!(
+        message.starts_with("GpuPolicy cap: spec.namespaceLimits.hourlyRate: "),
+        "{message}"
+    );
+    assert_eq!(env.calls("StartInstance"), starts);
+    // Room made: the start goes through.
+    support::delete_and_wait::<GpuInstance>(&env, "running").await;
+    eventually(60, "the held machine started", || {
+        let (env, off) = (&env, off.clone());
+        async move {
+            env.simulator
+                .state()
+                .instances
+                .iter()
+                .any(|i| {
+                    i.instance_id == off
+                        && i.status == gpucloud_cloud::model::InstanceStatus::Active
+                })
+                .then_some(())
+        }
+    })
+    .await;
+}

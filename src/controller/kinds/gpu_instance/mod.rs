@@ -482,7 +482,8 @@ impl ManagedKind for GpuInstance {
             record.status,
             InstanceStatus::Shutoff | InstanceStatus::Hibernated
         );
-        let running_rate = if off && self.spec.max_hourly_rate.is_some() {
+        let capped_start = off && self.spec.power_state == PowerState::Running;
+        let running_rate = if off && (self.spec.max_hourly_rate.is_some() || capped_start) {
             let pricing = account.pricing().await?;
             placement::rate(&pricing, &record.specs.gpu_type, record.specs.gpu_count)
                 .map(|rate| (rate, pricing.currency.clone()))
@@ -495,11 +496,18 @@ impl ManagedKind for GpuInstance {
             namespace.as_deref().unwrap_or_default(),
         )
         .await?;
+        let policy_start_hold = match (&running_rate, capped_start) {
+            (Some((rate, currency)), true) => {
+                crate::kinds::gpu_policy::start_refusal(&cx.client, self, *rate, currency).await?
+            }
+            _ => None,
+        };
         Ok(Moment {
             now: cx.settings.clock.now(),
             budget_hold,
             running_rate,
             policy_lifetime,
+            policy_start_hold,
         })
     }
 
@@ -588,6 +596,15 @@ impl ManagedKind for GpuInstance {
                 )
             {
                 return Ok(Plan::stand(held));
+            }
+            // A start bills the full rate against the namespace's caps too.
+            if matches!(action, InstanceAction::Start | InstanceAction::Restore)
+                && let Some(why) = &moment.policy_start_hold
+            {
+                return Ok(Plan::stand(Outcome::stalled(
+                    reason::POLICY_LIMIT,
+                    format!("{why}: {id} stays off until there is room"),
+                )));
             }
             return Ok(Plan::act(
                 action,
@@ -1061,6 +1078,9 @@ pub struct Moment {
     /// that sets it: a machine without a lifetime of its own, or with a longer one, expires
     /// (stopped) that long after its creation.
     pub policy_lifetime: Option<(String, k8s_openapi::jiff::SignedDuration)>,
+    /// Why a GpuPolicy's per-namespace rate cap keeps the machine off (its start would pass
+    /// it): read only for a machine that is off and asked to run.
+    pub policy_start_hold: Option<String>,
 }
 
 impl From<Timestamp> for Moment {
@@ -1070,6 +1090,7 @@ impl From<Timestamp> for Moment {
             budget_hold: None,
             running_rate: None,
             policy_lifetime: None,
+            policy_start_hold: None,
         }
     }
 }
