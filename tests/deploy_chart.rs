@@ -2,13 +2,17 @@
 //! The Helm chart and the kustomize base: rendered with the default values and the main
 //! combinations, linted (`helm lint --strict`), checked against the Kubernetes 1.33 schemas,
 //! applied to the embedded API server; the values schema refuses wrong types; the chart's
-//! CRDs and the kustomize base are the generated files they claim to be.
+//! CRDs and the kustomize base are the generated files they claim to be. The guardrails the
+//! chart installs (the GpuPolicy admission policy, the default GpuPolicy, the tenant roles
+//! under RBAC) are exercised on the embedded API server in `guardrails`.
 //!
 //! Regenerate the copies (kustomize CRDs and base) with
 //! `UPDATE_GENERATED=1 cargo test --test deploy_chart`; the chart's CRD template comes from
 //! the kind registry (`UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry`).
 
 mod deploy;
+#[path = "deploy/guardrails.rs"]
+mod guardrails;
 
 use deploy::{RELEASE, RELEASE_NAMESPACE, Rendered, render, repository_root, try_render};
 use gpucloud_apiserver::{ApiServer, ApiServerConfig};
@@ -52,6 +56,10 @@ fn combinations() -> Vec<(&'static str, Value)> {
                     "annotations": {"grafana_folder": "GPU cloud"}}},
                 "extraEnv": [{"name": "GPUCLOUD_SETTLE_WINDOW", "value": "45s"}],
                 "podAnnotations": {"example.com/team": "platform"},
+                "gpuPolicy": {"default": {"enabled": true, "maxLifetime": "168h",
+                    "namespaceSelector": {"matchExpressions": [
+                        {"key": "gpucloud.io/tenant", "operator": "Exists"}]},
+                    "namespaceLimits": {"gpus": 64}}},
                 "nodeSelector": {"kubernetes.io/os": "linux"},
                 "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
             }),
@@ -329,6 +337,9 @@ fn values_reach_the_operator_settings() {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "Deployment",
+            // The GpuPolicies at admission.
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ClusterRole",
             "ClusterRoleBinding",
             // The record of released resources, in the operator's namespace.
@@ -345,13 +356,14 @@ fn values_reach_the_operator_settings() {
             "ClusterRole",
             "ClusterRole"
         ],
-        "defaults: nothing optional but deletion protection, leader election, the catalog reader and the tenant roles"
+        "defaults: nothing optional but deletion protection, the GpuPolicy admission policy, leader election, the catalog reader and the tenant roles"
     );
     assert_eq!(
         defaults.env_var("GPUCLOUD_LEADER_ELECT").as_deref(),
         Some("true")
     );
-    let unprotected = render(&json!({"deletionProtection": {"enabled": false}}));
+    let unprotected = render(&json!({"deletionProtection": {"enabled": false},
+        "gpuPolicy": {"admission": {"enabled": false}}}));
     assert!(
         unprotected
             .objects()
@@ -511,6 +523,10 @@ const DELETION_PROTECTION: &str = "deletion-protection.yaml";
 /// The kustomize base's copy of the tenant roles (`templates/tenant-roles.yaml`).
 const TENANT_ROLES: &str = "tenant-roles.yaml";
 
+/// The kustomize base's copy of the GpuPolicy admission policy
+/// (`templates/gpu-policy-admission.yaml`).
+const GPU_POLICY_ADMISSION: &str = "gpu-policy-admission.yaml";
+
 const GENERATED_HEADER: &str = "# Generated from charts/gpucloud-operator with its default values by tests/deploy_chart.rs\n# (UPDATE_GENERATED=1 cargo test --test deploy_chart); change the chart, not this file.\n";
 
 /// `deploy/kustomize/` is the chart's default rendering without Helm's labels: one file per
@@ -529,12 +545,13 @@ fn kustomize_base_renders_what_the_chart_renders() {
             "{}.yaml",
             objects[0]["kind"].as_str().unwrap().to_lowercase()
         );
-        let tenant_roles = objects[0]["metadata"]["name"]
-            .as_str()
-            .is_some_and(|name| name.ends_with("-tenant-edit"));
+        let first_name = objects[0]["metadata"]["name"].as_str().unwrap_or_default();
+        let tenant_roles = first_name.ends_with("-tenant-edit");
+        let gpu_policy = first_name.ends_with("-gpu-policy");
         let file = match file.as_str() {
             "clusterrole.yaml" if tenant_roles => TENANT_ROLES.to_string(),
             "clusterrole.yaml" => "rbac.yaml".to_string(),
+            "validatingadmissionpolicy.yaml" if gpu_policy => GPU_POLICY_ADMISSION.to_string(),
             "validatingadmissionpolicy.yaml" => DELETION_PROTECTION.to_string(),
             _ => file,
         };
@@ -1349,6 +1366,7 @@ fn every_value_the_schema_accepts_changes_the_rendering() {
     let inline_key = json!({"credentials": {"existingSecret": ""}});
     let label = json!({"a": "b"});
     let list = json!([{"targetLabel": "team", "replacement": "platform"}]);
+    let default_policy = json!({"gpuPolicy": {"default": {"enabled": true}}});
     #[rustfmt::skip]
     let table: Vec<(&str, Value, Value)> = vec![
         ("image.registry", json!({}), json!("registry.example.com")),
@@ -1387,6 +1405,20 @@ fn every_value_the_schema_accepts_changes_the_rendering() {
         ("deletionProtection.enabled", json!({}), json!(false)),
         ("tenantRoles.enabled", json!({}), json!(false)),
         ("tenantRoles.aggregate", json!({}), json!(false)),
+        ("gpuPolicy.admission.enabled", json!({}), json!(false)),
+        ("gpuPolicy.default.enabled", json!({}), json!(true)),
+        ("gpuPolicy.default.namespaceSelector", default_policy.clone(), json!({"matchLabels": {"team": "a"}})),
+        ("gpuPolicy.default.allowedGpuTypes", default_policy.clone(), json!(["L40S"])),
+        ("gpuPolicy.default.allowedRegions", default_policy.clone(), json!(["us-east-1"])),
+        ("gpuPolicy.default.allowedTiers", default_policy.clone(), json!(["Advanced"])),
+        ("gpuPolicy.default.maxGpusPerMachine", default_policy.clone(), json!(4)),
+        ("gpuPolicy.default.maxLifetime", default_policy.clone(), json!("72h")),
+        ("gpuPolicy.default.maxPoolReplicas", default_policy.clone(), json!(10)),
+        ("gpuPolicy.default.namespaceLimits.machines", default_policy.clone(), json!(10)),
+        ("gpuPolicy.default.namespaceLimits.gpus", default_policy.clone(), json!(32)),
+        ("gpuPolicy.default.namespaceLimits.hourlyRate", default_policy.clone(), json!(100.5)),
+        ("gpuPolicy.default.namespaceLimits.hourlyRateWithoutBudget", default_policy.clone(), json!(25)),
+        ("gpuPolicy.default.namespaceLimits.currency", default_policy.clone(), json!("EUR")),
         ("catalogReader.bindAuthenticated", json!({}), json!(false)),
         ("adoption.allowed", json!({}), json!(true)),
         ("shutdownTimeout", json!({}), json!("20s")),
@@ -1491,6 +1523,63 @@ fn every_value_the_schema_accepts_changes_the_rendering() {
             "{path}={value} changes nothing the chart renders"
         );
     }
+}
+
+/// The values docs/install.md's "Values" table names: each backquoted name of a row's first
+/// cell, a name written `.leaf` taking the path of the cell's first name before its last dot.
+fn documented_values() -> Vec<String> {
+    let install = std::fs::read_to_string(repository_root().join("docs/install.md")).unwrap();
+    let section = install
+        .split("\n## Values\n")
+        .nth(1)
+        .expect("docs/install.md has a Values section");
+    let section = section.split("\n## ").next().unwrap_or_default();
+    let mut names = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cell = row.split('|').nth(1).unwrap_or_default();
+        let mut prefix = String::new();
+        for name in cell.split('`').skip(1).step_by(2) {
+            match name.strip_prefix('.') {
+                Some(leaf) => names.push(format!("{prefix}{leaf}")),
+                None => {
+                    if prefix.is_empty() {
+                        prefix = name
+                            .rsplit_once('.')
+                            .map(|(parent, _)| format!("{parent}."))
+                            .unwrap_or_default();
+                    }
+                    names.push(name.to_string());
+                }
+            }
+        }
+    }
+    names
+}
+
+/// docs/install.md's Values table names every value of values.schema.json: the value itself,
+/// a parent that stands for all of it (`podSecurityContext`), or `parent.*`.
+#[test]
+fn the_install_guide_lists_every_value() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy::chart_dir().join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let mut leaves = Vec::new();
+    schema_leaves(&schema, "", &mut leaves);
+    let documented = documented_values();
+    let missing: Vec<&String> = leaves
+        .iter()
+        .filter(|leaf| {
+            !documented.iter().any(|name| {
+                let parent = name.strip_suffix(".*").unwrap_or(name);
+                *leaf == name || leaf.starts_with(&format!("{parent}."))
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/install.md (\"Values\") does not name {missing:?}"
+    );
 }
 
 /// NOTES.txt warns while the image is the placeholder, and not once it is set.

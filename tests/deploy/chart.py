@@ -6,9 +6,9 @@ CHART is the chart's directory or a packaged .tgz. Prints one JSON document: {"c
 text], "manifests": [yaml text], "metadata": Chart.yaml, "lint": report, "invalid":
 [messages]}: "crds" is the output of templates/crds.yaml, "manifests" every other template's.
 "invalid" lists schema violations of the rendered built-in objects (kubernetes-validate,
-strict, Kubernetes 1.33); custom resources of other projects (the ServiceMonitor) are left to
-the embedded API server. Values the chart's values.schema.json rejects exit with status 2 and
-the message on stderr.
+strict, Kubernetes 1.33); custom resources (the project's own GpuPolicy, other projects' such
+as the ServiceMonitor) are left to the embedded API server. Values the chart's
+values.schema.json rejects exit with status 2 and the message on stderr.
 """
 
 import json
@@ -47,7 +47,7 @@ def main() -> int:
         for document in yaml.safe_load_all(text):
             if not document:
                 continue
-            if document.get("apiVersion", "").startswith("monitoring.coreos.com/"):
+            if document.get("apiVersion", "").startswith(("monitoring.coreos.com/", "gpucloud.io/")):
                 continue
             try:
                 kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)

@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Every manifest under `examples/` is applied as a user would apply it (server-side apply),
-//! each example folder into its own namespace, and every gpucloud.io object reaches `Ready`.
+//! each example folder into its own namespace (or the namespaces it names), and every
+//! gpucloud.io object reaches `Ready`, but the machine platform-policy's GpuPolicy refuses,
+//! which the operator refuses (no admission policy is installed here).
 //! The GitOps folder's Argo CD and Flux objects are applied against minimal CRDs of their
 //! kinds, and the paths they sync are checked to exist and render.
 
@@ -90,6 +92,7 @@ async fn every_example_applies_and_becomes_ready() {
             "budget-and-lifetimes",
             "gitops",
             "placement",
+            "platform-policy",
             "quickstart",
             "snapshot-and-restore",
             "stop-at-night"
@@ -114,8 +117,9 @@ async fn every_example_applies_and_becomes_ready() {
                     .unwrap_or_else(|| default_namespace.clone());
                 ensure_namespace(&env.client, &namespace).await;
                 let (resource, kind) = resource_of(&object);
-                // The examples' one cluster-scoped kind: Flux's target namespace.
-                let api: Api<DynamicObject> = if kind == "Namespace" {
+                // The examples' cluster-scoped kinds: Flux's target namespace, and the
+                // namespaces and GpuPolicy of platform-policy.
+                let api: Api<DynamicObject> = if kind == "Namespace" || kind == "GpuPolicy" {
                     Api::all_with(env.client.clone(), &resource)
                 } else {
                     Api::namespaced_with(env.client.clone(), &namespace, &resource)
@@ -139,6 +143,10 @@ async fn every_example_applies_and_becomes_ready() {
 
     for (kind, namespace, name, _) in &applied {
         let ready = match kind.as_str() {
+            "GpuInstance" if name == REFUSED_BY_POLICY => {
+                refused_by_policy(&env, namespace, name).await;
+                continue;
+            }
             "GpuInstance" => wait_ready::<GpuInstance>(&env, namespace, name).await,
             "SshKey" => wait_ready::<SshKey>(&env, namespace, name).await,
             "Volume" => wait_ready::<Volume>(&env, namespace, name).await,
@@ -149,7 +157,11 @@ async fn every_example_applies_and_becomes_ready() {
                 budget_counts_its_namespace(&env, namespace, name).await;
                 continue;
             }
-            "Application" | "Kustomization" | "Namespace" => continue,
+            "GpuPolicy" => {
+                policy_counts_its_namespaces(&env, name).await;
+                continue;
+            }
+            "Application" | "Kustomization" | "Namespace" | "RoleBinding" => continue,
             other => panic!("no readiness check for {other}"),
         };
         assert!(ready.is_ready(None), "{kind} {namespace}/{name}");
@@ -158,8 +170,8 @@ async fn every_example_applies_and_becomes_ready() {
     let state = env.simulator.state();
     assert_eq!(
         state.instances.len(),
-        9,
-        "train-1, finetune-1, its restored copy, eval-1, dev-box, nightly-eval, workstation, anywhere-h100 and the adopted machine"
+        10,
+        "train-1, finetune-1, its restored copy, eval-1, dev-box, nightly-eval, workstation, anywhere-h100, notebook and the adopted machine (not big-training, which the policy refuses)"
     );
     assert_eq!(state.snapshots.len(), 1);
     assert_eq!(state.images.len(), 1);
@@ -516,6 +528,60 @@ where
         }
     })
     .await
+}
+
+/// The GpuInstance of platform-policy that its GpuPolicy refuses.
+const REFUSED_BY_POLICY: &str = "big-training";
+
+/// The operator refuses the machine the policy does not allow, before any cloud call: Ready is
+/// False with reason `PolicyViolation` and the policy's message, and Stalled is True.
+async fn refused_by_policy(env: &Env, namespace: &str, name: &str) {
+    let api: Api<GpuInstance> = Api::namespaced(env.client.clone(), namespace);
+    eventually(60, &format!("{namespace}/{name} refused by its policy"), || {
+        let api = api.clone();
+        async move {
+            let instance = api.get(name).await.ok()?;
+            let status = serde_json::to_value(instance.status?).ok()?;
+            let condition = |type_: &str| {
+                status["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == type_)
+                    .cloned()
+            };
+            let ready = condition("Ready")?;
+            (ready["status"] == "False"
+                && ready["reason"] == "PolicyViolation"
+                && ready["message"]
+                    == "GpuPolicy standard: spec.gpuType: GPU type H100-80G is not among allowedGpuTypes [\"L40S\", \"A100-80G\"]"
+                && condition("Stalled")?["status"] == "True")
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+/// Waits until the GpuPolicy is Ready and counts the namespaces it selects and the machine
+/// that fits (`notebook`).
+async fn policy_counts_its_namespaces(env: &Env, name: &str) {
+    let policies: Api<GpuPolicy> = Api::all(env.client.clone());
+    eventually(60, &format!("GpuPolicy {name} counting"), || {
+        let policies = policies.clone();
+        async move {
+            let status = policies.get(name).await.ok()?.status?;
+            let ready = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            (ready
+                && status.namespaces == Some(2)
+                && status.machines == Some(1)
+                && status.gpus == Some(1))
+            .then_some(())
+        }
+    })
+    .await;
 }
 
 /// Waits until the Budget is Ready and counts what its namespace's billed objects say they
