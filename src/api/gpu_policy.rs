@@ -53,8 +53,9 @@ pub struct GpuPolicySpec {
     #[schemars(range(min = 1, max = 64))]
     pub max_gpus_per_machine: Option<i32>,
     /// The longest a machine may live, as kubectl writes durations (`72h`, `30m`): a
-    /// machine without `spec.lifetime` expires this long after its creation, one with a
-    /// longer lifetime is refused, and removing a lifetime does not lift this one.
+    /// machine without `spec.lifetime` (or with a longer one) is stopped this long after its
+    /// creation, a create with a longer lifetime is refused, and removing a lifetime does not
+    /// lift this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_DURATION_LENGTH))]
     #[x_kube(validation = Rule::new("self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && !self.matches('^([0.]+(ns|us|ms|s|m|h))+$')").message("maxLifetime must be a positive duration as kubectl writes them, such as 72h or 1h30m"))]
