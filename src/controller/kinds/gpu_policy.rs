@@ -56,6 +56,28 @@ pub fn governs(policy: &GpuPolicy, labels: &BTreeMap<String, String>) -> Result<
     Ok(selector.matches(labels))
 }
 
+/// The labels of `namespace` (none when it is gone), read from the API server.
+async fn namespace_labels(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<BTreeMap<String, String>, Error> {
+    Ok(Api::<Namespace>::all(client.clone())
+        .get_metadata_opt(namespace)
+        .await?
+        .map(|meta| meta.labels().clone())
+        .unwrap_or_default())
+}
+
+/// Whether `namespace` has a Budget of its own (`hourlyRateWithoutBudget` applies where it has
+/// none).
+async fn has_budget(client: &kube::Client, namespace: &str) -> Result<bool, Error> {
+    Ok(!Api::<Budget>::namespaced(client.clone(), namespace)
+        .list_metadata(&ListParams::default().limit(1))
+        .await?
+        .items
+        .is_empty())
+}
+
 /// The policies that govern `namespace`, read from the API server.
 pub async fn governing(client: &kube::Client, namespace: &str) -> Result<Vec<GpuPolicy>, Error> {
     let policies = Api::<GpuPolicy>::all(client.clone())
@@ -65,11 +87,7 @@ pub async fn governing(client: &kube::Client, namespace: &str) -> Result<Vec<Gpu
     if policies.is_empty() {
         return Ok(policies);
     }
-    let labels = Api::<Namespace>::all(client.clone())
-        .get_metadata_opt(namespace)
-        .await?
-        .map(|meta| meta.labels().clone())
-        .unwrap_or_default();
+    let labels = namespace_labels(client, namespace).await?;
     let mut governing = Vec::new();
     for policy in policies {
         if governs(&policy, &labels)? {
@@ -95,11 +113,7 @@ pub async fn lifetime_cap(
     if capping.is_empty() {
         return Ok(None);
     }
-    let labels = Api::<Namespace>::all(client.clone())
-        .get_metadata_opt(namespace)
-        .await?
-        .map(|meta| meta.labels().clone())
-        .unwrap_or_default();
+    let labels = namespace_labels(client, namespace).await?;
     let mut shortest: Option<(String, SignedDuration)> = None;
     for policy in capping {
         if !governs(&policy, &labels)? {
@@ -136,11 +150,7 @@ pub async fn start_refusal(
     }
     let objects = billed_matching(client, &namespace, ListParams::default()).await?;
     let uid = vm.uid().unwrap_or_default();
-    let has_budget = !Api::<Budget>::namespaced(client.clone(), &namespace)
-        .list_metadata(&ListParams::default().limit(1))
-        .await?
-        .items
-        .is_empty();
+    let has_budget = has_budget(client, &namespace).await?;
     for policy in capping {
         let reservations: Vec<PolicyReservation> = policy
             .status
@@ -293,11 +303,7 @@ pub async fn reserve<K: ManagedKind>(
             ),
         });
     }
-    let has_budget = !Api::<Budget>::namespaced(client.clone(), &namespace)
-        .list_metadata(&ListParams::default().limit(1))
-        .await?
-        .items
-        .is_empty();
+    let has_budget = has_budget(client, &namespace).await?;
     let uid = object.uid().unwrap_or_default();
     let mut reserved: Vec<String> = Vec::new();
     for policy in counting {
