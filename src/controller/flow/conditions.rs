@@ -40,6 +40,9 @@ pub mod reason {
     pub const POLICY_VIOLATION: &str = "PolicyViolation";
     /// A create held by a `GpuPolicy`: the namespace is at one of its caps; it waits for room.
     pub const POLICY_LIMIT: &str = "PolicyLimit";
+    /// A machine that exists outside a `GpuPolicy` governing its namespace (made before it, or
+    /// adopted): a Warning Event, once; the machine is neither stopped nor deleted.
+    pub const OUTSIDE_POLICY: &str = "OutsidePolicy";
     /// A Budget counting in a currency the cloud account does not bill in.
     pub const CURRENCY_MISMATCH: &str = "CurrencyMismatch";
     /// A Budget whose count is within its limit.

@@ -31,6 +31,7 @@ use kube::api::{ListParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A reservation no create has followed for this long is dropped (as a Budget's).
 pub const ABANDONED_AFTER: SignedDuration = crate::kinds::budget::ABANDONED_AFTER;
@@ -487,15 +488,21 @@ pub fn outside(policy: &GpuPolicy, vm: &GpuInstance) -> Option<Violation> {
 }
 
 /// What the policy's controller reads: the API server, the clock, and the namespaces the
-/// operator watches (all when empty): it counts in no other.
-pub type PolicyContext = (kube::Client, Clock, Vec<String>);
+/// operator watches (all when empty): it counts in no other. It tells of machines found outside
+/// a policy through the event publisher.
+pub type PolicyContext = (
+    kube::Client,
+    Clock,
+    Vec<String>,
+    Arc<crate::runtime::events::EventPublisher>,
+);
 
 /// Recounts a policy: the namespaces it selects, what each holds (reservations included),
 /// the reservations still held, and the machines outside it. Every object it reads comes from
 /// the API server.
 pub async fn reconcile(
     policy: &GpuPolicy,
-    (client, clock, watched): &PolicyContext,
+    (client, clock, watched, events): &PolicyContext,
 ) -> Result<(), Error> {
     let api: Api<GpuPolicy> = Api::all(client.clone());
     let name = policy.name_any();
@@ -548,11 +555,27 @@ pub async fn reconcile(
                 .is_some_and(|s| s.cloud.external_id.is_some())
         }) {
             if let Some(violation) = outside(policy, vm) {
-                outside_policy.push(format!(
-                    "{namespace}/{}: {}",
-                    vm.name_any(),
-                    violation.message
-                ));
+                let entry = format!("{namespace}/{}: {}", vm.name_any(), violation.message);
+                // Told once, when first found (the list is the policy's memory of it).
+                let known = policy
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.outside.contains(&entry));
+                if !known {
+                    let note = format!(
+                        "{violation}; the machine was made before the policy or adopted: it is reported, not stopped or deleted"
+                    );
+                    events.send(
+                        crate::runtime::events::event(
+                            kube::runtime::events::EventType::Warning,
+                            reason::OUTSIDE_POLICY,
+                            &note,
+                            "CountPolicy",
+                        ),
+                        vm.object_ref(&()),
+                    );
+                }
+                outside_policy.push(entry);
             }
         }
     }

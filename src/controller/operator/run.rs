@@ -411,7 +411,7 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
     let (policy_store, policy_writer) = reflector::store::<gpucloud_api::GpuPolicy>();
     controllers.push(policy_controller(
         client.clone(),
-        config.namespaces.clone(),
+        (config.namespaces.clone(), events.clone()),
         (policy_store.clone(), policy_writer),
         policies.clone(),
         &config.reconcile,
@@ -1017,7 +1017,7 @@ struct PolicyChange;
 /// reservations given back or a count gone down) is relayed to the billed kinds.
 fn policy_controller(
     client: kube::Client,
-    watched: Vec<String>,
+    (watched, events): (Vec<String>, Arc<EventPublisher>),
     (store, writer): (
         reflector::Store<gpucloud_api::GpuPolicy>,
         reflector::store::Writer<gpucloud_api::GpuPolicy>,
@@ -1048,7 +1048,7 @@ fn policy_controller(
         .applied_objects()
         .predicate_filter(intent_hash, PredicateConfig::default())
         .filter_map(|policy| futures::future::ready(policy.ok().map(Ok::<_, watcher::Error>)));
-    let context = Arc::new((client, clock, watched));
+    let context = Arc::new((client, clock, watched, events));
     Controller::for_stream(objects, store)
         .graceful_shutdown_on(shutdown)
         .run(

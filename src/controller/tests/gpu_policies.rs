@@ -552,6 +552,7 @@ async fn machines_from_before_a_policy_are_reported_never_stopped() {
         gpucloud_cloud::model::InstanceStatus::Active
     );
     assert_eq!(env.calls("StopInstance") + env.calls("DeleteInstance"), 0);
+    support::wait_for_events(&env, "older", &["OutsidePolicy"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -609,4 +610,83 @@ async fn a_start_that_would_pass_a_rate_cap_waits_for_room() {
         }
     })
     .await;
+}
+
+/// The pool of the report that asked for GpuPolicy: 100 replicas of H100-80G x 8 in a
+/// namespace capped at 8 GPUs. At most 8 GPUs ever exist in the cloud, the other 99 machines
+/// wait naming the policy, and a raised cap lets exactly as many more through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_replica_h100_pool_under_an_eight_gpu_cap_holds_eight_gpus() {
+    let env = Env::start().await;
+    label(&env, support::NAMESPACE).await;
+    install(
+        &env,
+        &policy(
+            "h100-cap",
+            serde_json::json!({"namespaceLimits": {"gpus": 8}}),
+        ),
+    )
+    .await;
+    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+        "metadata": {"name": "h100", "namespace": support::NAMESPACE},
+        "spec": {
+            "replicas": 100,
+            "selector": {"matchLabels": {"app": "h100"}},
+            "template": {
+                "metadata": {"labels": {"app": "h100"}},
+                "spec": {"region": "us-east-1", "gpuType": "H100-80G", "gpuCount": 8,
+                    "osImage": "ubuntu-22.04-cuda-12"}
+            }
+        }
+    }))
+    .unwrap();
+    Api::<GpuInstancePool>::namespaced(env.client.clone(), support::NAMESPACE)
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    let most = Arc::new(AtomicU32::new(0));
+    let settled = |machines: usize, cap: u32| {
+        let (api, env, most) = (env.api::<GpuInstance>(), &env, most.clone());
+        async move {
+            let (_, gpus) = gpus_in_cloud(env, support::NAMESPACE);
+            most.fetch_max(gpus, Ordering::SeqCst);
+            let objects = api.list(&Default::default()).await.ok()?.items;
+            let ready = |o: &&GpuInstance| {
+                o.cloud_status()
+                    .condition("Ready")
+                    .is_some_and(|c| c.status == "True")
+            };
+            let held = objects
+                .iter()
+                .filter(|o| {
+                    o.cloud_status().condition("Ready").is_some_and(|c| {
+                        c.reason == "PolicyLimit"
+                            && c.message
+                                .starts_with("GpuPolicy h100-cap: spec.namespaceLimits.gpus: ")
+                    })
+                })
+                .count();
+            let up = objects.iter().filter(ready).count();
+            (objects.len() == 100
+                && up == machines
+                && held == 100 - machines
+                && gpus_in_cloud(env, support::NAMESPACE) == (machines, cap))
+                .then_some(())
+        }
+    };
+    eventually(120, "one machine up and 99 held", || settled(1, 8)).await;
+    let seen = most.load(Ordering::SeqCst);
+    assert!(seen <= 8, "{seen} GPUs in the cloud under a cap of 8");
+
+    change(
+        &env,
+        "h100-cap",
+        serde_json::json!({"namespaceLimits": {"gpus": 16}}),
+    )
+    .await;
+    eventually(120, "two machines up and 98 held", || settled(2, 16)).await;
+    let seen = most.load(Ordering::SeqCst);
+    assert!(seen <= 16, "{seen} GPUs in the cloud under a cap of 16");
+    assert_eq!(env.calls("CreateInstance"), 2);
 }
