@@ -72,6 +72,7 @@ async fn project_crds_and_examples_install() {
             resources.push((
                 GroupVersionKind::gvk(&created.spec.group, &version.name, &created.spec.names.kind),
                 created.spec.names.plural.clone(),
+                created.spec.scope == "Cluster",
             ));
         }
     }
@@ -98,18 +99,19 @@ async fn project_crds_and_examples_install() {
                 continue;
             }
             let gvk = GroupVersionKind::gvk(&group, &version, &types.kind);
-            let plural = resources
-                .iter()
-                .find(|(known, _)| *known == gvk)
-                .map(|(_, plural)| plural.clone())
+            let known = resources.iter().find(|(known, ..)| *known == gvk);
+            let plural = known
+                .map(|(_, plural, _)| plural.clone())
                 .unwrap_or_else(|| format!("{}s", types.kind.to_lowercase()));
+            let cluster_scoped = known.is_some_and(|(.., cluster)| *cluster)
+                || (group.is_empty() && types.kind == "Namespace");
             let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
             let namespace = object
                 .metadata
                 .namespace
                 .clone()
                 .unwrap_or("default".into());
-            let api: Api<DynamicObject> = if group.is_empty() && types.kind == "Namespace" {
+            let api: Api<DynamicObject> = if cluster_scoped {
                 Api::all_with(client.clone(), &resource)
             } else {
                 Api::namespaced_with(client.clone(), &namespace, &resource)
