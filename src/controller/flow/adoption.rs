@@ -257,24 +257,28 @@ impl Ownership {
             .collect()
     }
 
-    /// The owners of `id` that a reference to it from `namespace` is judged by. When an object
-    /// of `namespace` claims it, the claim may be nothing but a status write (whoever may write
-    /// statuses can make one claim anything): then the resource's own name (the one listed, or
-    /// else read from `cloud`, in this case only) tells whose it is, and only the claims more
-    /// than a status count ([`Ownership::proven_owners`]), so that a forged claim neither
-    /// makes another namespace's resource look shared nor makes a resource nobody's object
-    /// made look this namespace's own. Without a name, every claim counts.
+    /// The owners of `id` that a reference to it from `namespace` is judged by. A claim may be
+    /// nothing but a status write (whoever may write statuses can make an object claim
+    /// anything): when it could change the verdict, the resource's own name (the one listed, or
+    /// else read from `cloud`, in these cases only) tells whose it is, and only the claims more
+    /// than a status count ([`Ownership::proven_owners`]). That is when objects of `namespace`
+    /// and of another both claim it (a forged claim must not make another namespace's resource
+    /// look shared), and, with `own_claim_authorizes`, whenever one of `namespace` claims it (a
+    /// forged claim must not make a resource nobody's object made look the namespace's own).
+    /// Without a name, every claim counts.
     async fn reference_owners<R: KindDeclarations>(
         &self,
         namespace: &str,
         (id, listed_name): (&str, Option<&str>),
         cloud: Option<&CloudClient>,
+        own_claim_authorizes: bool,
     ) -> Result<Vec<Owner>, Error> {
         let owners = self.owners::<R>(id, listed_name);
         // A resource no object of `namespace` claims is not its to name either way (and is
-        // not read). One that an object of `namespace` claims is its only if the claim is
-        // proven: a status written by hand claims anything, in one's own namespace too.
-        if !owners.iter().any(|owner| owner.namespace == namespace) {
+        // not read).
+        let ours = owners.iter().any(|owner| owner.namespace == namespace);
+        let only_ours = owners.iter().all(|owner| owner.namespace == namespace);
+        if !ours || (only_ours && !own_claim_authorizes) {
             return Ok(owners);
         }
         let name = match (listed_name, cloud) {
@@ -437,8 +441,9 @@ impl Ownership {
         id: &str,
         cloud: Option<&CloudClient>,
     ) -> Result<(), Error> {
+        // The namespace's own claim lets the reference through: it must be proven.
         let mut owners = self
-            .reference_owners::<R>(namespace, (id, None), cloud)
+            .reference_owners::<R>(namespace, (id, None), cloud, true)
             .await?;
         owners.extend(
             self.released_elsewhere(namespace, id, Duration::ZERO)
@@ -466,8 +471,9 @@ impl Ownership {
         max_age: Duration,
         cloud: Option<&CloudClient>,
     ) -> Result<(), Error> {
+        // Only another namespace's claim refuses: the namespace's own need not be proven.
         let mut owners = self
-            .reference_owners::<R>(namespace, (id, listed_name), cloud)
+            .reference_owners::<R>(namespace, (id, listed_name), cloud, false)
             .await?;
         owners.extend(self.released_elsewhere(namespace, id, max_age).await?);
         match owners.iter().find(|owner| owner.namespace != namespace) {
