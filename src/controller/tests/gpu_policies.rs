@@ -65,6 +65,24 @@ fn machine(name: &str, spec: serde_json::Value) -> GpuInstance {
     support::object(name, full)
 }
 
+/// A pool `name` of `replicas` machines of `gpu_type` x `gpu_count` in the test namespace.
+fn pool(name: &str, replicas: i32, gpu_type: &str, gpu_count: i32) -> GpuInstancePool {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
+        "metadata": {"name": name, "namespace": support::NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"region": "us-east-1", "gpuType": gpu_type, "gpuCount": gpu_count,
+                    "osImage": "ubuntu-22.04-cuda-12"}
+            }
+        }
+    }))
+    .unwrap()
+}
+
 /// The GPUs of the cloud's machines whose names carry `namespace`'s mark.
 fn gpus_in_cloud(env: &Env, namespace: &str) -> (usize, u32) {
     let mark = format!("gco-{namespace}-");
@@ -173,20 +191,7 @@ async fn a_pool_under_a_gpu_cap_never_holds_more_gpus_than_the_cap() {
         ),
     )
     .await;
-    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
-        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
-        "metadata": {"name": "train", "namespace": support::NAMESPACE},
-        "spec": {
-            "replicas": 10,
-            "selector": {"matchLabels": {"app": "train"}},
-            "template": {
-                "metadata": {"labels": {"app": "train"}},
-                "spec": {"region": "us-east-1", "gpuType": "L40S", "gpuCount": 4,
-                    "osImage": "ubuntu-22.04-cuda-12"}
-            }
-        }
-    }))
-    .unwrap();
+    let pool = pool("train", 10, "L40S", 4);
     Api::<GpuInstancePool>::namespaced(env.client.clone(), support::NAMESPACE)
         .create(&PostParams::default(), &pool)
         .await
@@ -402,20 +407,7 @@ async fn a_pool_asking_for_more_replicas_than_the_policy_allows_makes_no_machine
     )
     .await;
     let pools = Api::<GpuInstancePool>::namespaced(env.client.clone(), support::NAMESPACE);
-    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
-        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
-        "metadata": {"name": "big", "namespace": support::NAMESPACE},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "big"}},
-            "template": {
-                "metadata": {"labels": {"app": "big"}},
-                "spec": {"region": "us-east-1", "gpuType": "L40S",
-                    "osImage": "ubuntu-22.04-cuda-12"}
-            }
-        }
-    }))
-    .unwrap();
+    let pool = pool("big", 3, "L40S", 1);
     pools.create(&PostParams::default(), &pool).await.unwrap();
     let message = eventually(30, "the pool refused by the policy", || {
         let pools = pools.clone();
@@ -627,20 +619,7 @@ async fn a_hundred_replica_h100_pool_under_an_eight_gpu_cap_holds_eight_gpus() {
         ),
     )
     .await;
-    let pool: GpuInstancePool = serde_json::from_value(serde_json::json!({
-        "apiVersion": "gpucloud.io/v1alpha1", "kind": "GpuInstancePool",
-        "metadata": {"name": "h100", "namespace": support::NAMESPACE},
-        "spec": {
-            "replicas": 100,
-            "selector": {"matchLabels": {"app": "h100"}},
-            "template": {
-                "metadata": {"labels": {"app": "h100"}},
-                "spec": {"region": "us-east-1", "gpuType": "H100-80G", "gpuCount": 8,
-                    "osImage": "ubuntu-22.04-cuda-12"}
-            }
-        }
-    }))
-    .unwrap();
+    let pool = pool("h100", 100, "H100-80G", 8);
     Api::<GpuInstancePool>::namespaced(env.client.clone(), support::NAMESPACE)
         .create(&PostParams::default(), &pool)
         .await
