@@ -172,6 +172,7 @@ impl<K: KindDeclarations> Context<K> {
             client: &self.client,
             stores: &self.ownership,
             cloud: &account.client,
+            live: false,
         }
     }
 

@@ -31,9 +31,17 @@ pub struct Lookup<'a> {
     /// The cloud account the referring object's credentials open: where a referenced id's
     /// resource is read when two namespaces claim it.
     pub cloud: &'a gpucloud_cloud::CloudClient,
+    /// Read from the API server only, past the stores: for the rare read whose answer must
+    /// not lag behind a change made a moment ago (see [`Lookup::live`]).
+    pub live: bool,
 }
 
-impl Lookup<'_> {
+impl<'a> Lookup<'a> {
+    /// The same lookup, reading the API server rather than the stores: one GET per read.
+    pub fn live(self) -> Lookup<'a> {
+        Lookup { live: true, ..self }
+    }
+
     /// The object `name` of kind `R` in `namespace`; one that does not exist is waited for.
     async fn read<R: KindDeclarations>(
         &self,
@@ -41,7 +49,10 @@ impl Lookup<'_> {
         name: &str,
         kind: &'static str,
     ) -> Result<Arc<R>, Error> {
-        if let Some(stored) = self.stores.get::<R>(namespace, name) {
+        if let Some(stored) = (!self.live)
+            .then(|| self.stores.get::<R>(namespace, name))
+            .flatten()
+        {
             return Ok(stored);
         }
         let api: Api<R> = Api::namespaced(self.client.clone(), namespace);
@@ -309,6 +320,7 @@ mod tests {
             client: &client,
             stores: &stores,
             cloud: &cloud,
+            live: false,
         };
 
         let own = instance_id(lookup, "team-a", "trainer").await;

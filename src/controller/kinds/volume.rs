@@ -358,9 +358,11 @@ impl ManagedKind for Volume {
             return Ok(());
         }
         let namespace = self.namespace().unwrap_or_default();
-        match dereference::referenced_instance(cx.lookup(account), &namespace, &reference.name)
-            .await
-        {
+        // Read live: `kubectl delete -f` deletes the machine and the volume a moment apart,
+        // and the store's copy of the machine may not show its deletion yet. One GET per
+        // deletion of an attached volume.
+        let lookup = cx.lookup(account).live();
+        match dereference::referenced_instance(lookup, &namespace, &reference.name).await {
             Ok(ReferencedInstance::BeingDeleted {
                 deletes: Some(deleted),
                 ..
