@@ -48,6 +48,11 @@ pub mod reason {
     /// A Budget whose count is within its limit.
     pub const WITHIN_BUDGET: &str = "WithinBudget";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The machine is not the one the spec describes (hardware, region or tier of an adopted
+    /// machine); the fields are immutable.
+    pub const SPEC_MISMATCH: &str = "SpecMismatch";
+    /// The spec asks for what an ObserveOnly object never does in the cloud.
+    pub const NOT_APPLIED: &str = "NotApplied";
     pub const CREATE_REFUSED: &str = "CreateRefused";
     /// No placement a GpuInstance allows has GPUs in stock: it waits for the catalog to show
     /// some (and, after a refusal of the cloud, tries the next placement).

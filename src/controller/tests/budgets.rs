@@ -4,7 +4,7 @@
 //! counts only what it selects, a Budget in another currency than the account's refuses, and
 //! spend is counted from the cloud's billing (in a Budget and in `gpucloud_spend`).
 
-use crate::support::{self, Env, eventually};
+use crate::support::{self, Env, condition, eventually};
 use gpucloud_api::*;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -320,6 +320,8 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
         }
     })
     .await;
+    // Off against its spec: not Ready.
+    condition::<GpuInstance>(&env, "middle", "Ready", "False", "BudgetExceeded").await;
     let team = api.get("team").await.unwrap().status.unwrap();
     let held: Vec<&str> = team.powered_off.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(held, ["middle"]);

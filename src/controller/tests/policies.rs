@@ -148,6 +148,56 @@ async fn adoption_by_annotation_creates_nothing_and_manages_the_existing_instanc
     .await;
 }
 
+/// An adopted machine that is not what the spec states (other GPUs, another region) is
+/// never Ready, and nothing is done to it: the fields that differ are immutable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_machine_other_than_the_spec_states_is_stalled_naming_both() {
+    let env = Env::start().await;
+    let request = CreateInstanceRequest::new(
+        "smaller",
+        "us-east-1",
+        "RTX-A6000",
+        1,
+        "ubuntu-22.04-cuda-12",
+    );
+    let id = support::cloud_client(&env)
+        .create_instance(&request)
+        .await
+        .unwrap()
+        .instance_id;
+    let api = env.api::<GpuInstance>();
+    let object = with_annotation(
+        instance(
+            "adopted",
+            serde_json::json!({"gpuCount": 4, "powerState": "Stopped"}),
+        ),
+        EXTERNAL_ID_ANNOTATION,
+        &id,
+    );
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let stalled = condition(&env, "adopted", "Stalled", "True", "SpecMismatch").await;
+    let ready = stalled.cloud_status().condition("Ready").unwrap().clone();
+    assert_eq!(ready.status, "False");
+    for part in [
+        "RTX-A6000 x1",
+        "spec.gpuType is H100-80G",
+        "spec.gpuCount is 4",
+    ] {
+        assert!(
+            ready.message.contains(part),
+            "{part:?} in {}",
+            ready.message
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.calls("StopInstance"),
+        0,
+        "acted on a machine it does not describe"
+    );
+    assert_eq!(env.calls("CreateInstance"), 1, "only the test's own create");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_only_reports_and_never_mutates() {
     let env = Env::start().await;
@@ -162,7 +212,11 @@ async fn observe_only_reports_and_never_mutates() {
         &id,
     );
     api.create(&PostParams::default(), &object).await.unwrap();
-    let observed = condition(&env, "observer", "Ready", "True", "Available").await;
+    // The spec asks for Stopped, the machine runs, and nothing will change that: not Ready.
+    let observed = condition(&env, "observer", "Stalled", "True", "NotApplied").await;
+    let status = observed.cloud_status();
+    let message = &status.condition("Ready").unwrap().message;
+    assert!(message.contains("spec.powerState is Stopped"), "{message}");
     assert_eq!(
         observed.cloud_status().external_id.as_deref(),
         Some(id.as_str())

@@ -207,15 +207,34 @@ impl KindDeclarations for GpuInstance {
             .and_then(|(_, next)| next)
     }
 
+    /// Observed only, yet Ready only while the machine is what the spec states: a spec edited
+    /// to ask for another power state is shown not applied, with the way to apply it.
     fn observed(&self, record: &Instance) -> Outcome {
-        match record.status {
-            InstanceStatus::Error => Outcome::stalled(
-                reason::CLOUD_UNAVAILABLE,
-                format!("{} is in ERROR", record.instance_id),
+        let id = &record.instance_id;
+        if record.status == InstanceStatus::Error {
+            return Outcome::stalled(reason::CLOUD_UNAVAILABLE, format!("{id} is in ERROR"));
+        }
+        if let Some(mismatch) = hardware_mismatch(&self.spec, record) {
+            return Outcome::stalled(reason::SPEC_MISMATCH, mismatch);
+        }
+        let wanted = self.spec.power_state;
+        let settled = match record.status {
+            InstanceStatus::Active => Some(PowerState::Running),
+            InstanceStatus::Shutoff => Some(PowerState::Stopped),
+            InstanceStatus::Hibernated => Some(PowerState::Hibernated),
+            _ => None,
+        };
+        match settled {
+            Some(state) if state != wanted => Outcome::stalled(
+                reason::NOT_APPLIED,
+                format!(
+                    "spec.powerState is {wanted:?} but {id} is {}: managementPolicy ObserveOnly changes nothing in the cloud; set it to Manage to apply the spec",
+                    record.status
+                ),
             ),
             _ => Outcome::ready(
                 reason::AVAILABLE,
-                format!("observing {} ({})", record.instance_id, record.status),
+                format!("observing {id} ({})", record.status),
             ),
         }
     }
@@ -538,6 +557,15 @@ impl ManagedKind for GpuInstance {
             _ => {}
         }
 
+        // Adopted, the machine may not be the one the spec describes, and the fields that
+        // say so are immutable: nothing is done to it, and it is not Ready.
+        if let Some(mismatch) = hardware_mismatch(&self.spec, record) {
+            return Ok(Plan::stand(Outcome::stalled(
+                reason::SPEC_MISMATCH,
+                mismatch,
+            )));
+        }
+
         let (stage, on_expiry, capped_by) = effective_lifetime(self, &moment, now)?;
         // An expiry that deletes the object is carried out by the shared flow before any plan.
         let expired = matches!(stage, Some(Stage::Expired { .. }));
@@ -564,9 +592,11 @@ impl ManagedKind for GpuInstance {
         let note = format!(
             "{}{}{}{}",
             lifetime_note(stage, on_expiry),
-            capped_by.map_or_else(String::new, |policy| format!(
-                " (the longest lifetime GpuPolicy {policy} allows)"
-            )),
+            capped_by
+                .as_ref()
+                .map_or_else(String::new, |policy| format!(
+                    " (the longest lifetime GpuPolicy {policy} allows)"
+                )),
             schedule_note(scheduled, stage),
             budget_note(budget_hold.as_ref())
         );
@@ -617,7 +647,17 @@ impl ManagedKind for GpuInstance {
             } else {
                 "hibernated"
             };
-            let outcome = Outcome::ready(reason::AVAILABLE, format!("{id} is {state}{note}"));
+            let message = format!("{id} is {state}{note}");
+            // Off against the spec's `Running`, by a Budget or by a GpuPolicy's lifetime: not
+            // as the spec asks, and the message says who keeps it so.
+            let outcome = if budget_hold.is_some() {
+                Outcome::stalled(reason::BUDGET_EXCEEDED, message)
+            } else if expired && capped_by.is_some() && self.spec.power_state == PowerState::Running
+            {
+                Outcome::stalled(reason::POLICY_LIMIT, message)
+            } else {
+                Outcome::ready(reason::AVAILABLE, message)
+            };
             return Ok(Plan::stand(outcome));
         }
         if record.vm_status != VmStatus::Running {
@@ -1189,6 +1229,59 @@ async fn restorable_snapshot(
 }
 
 /// `PriceAboveLimit` for a running machine that costs more per hour than `limit`.
+/// What of the hardware, region and tier the spec states the machine `record` does not have,
+/// as a message naming both and the way out; `None` when it has all of it. A restore's
+/// hardware and region are its snapshot's, so only its tier is compared; a spec with
+/// `placement` is matched by any of its alternatives.
+fn hardware_mismatch(spec: &gpucloud_api::GpuInstanceSpec, record: &Instance) -> Option<String> {
+    let found = &record.specs;
+    let machine = format!(
+        "{} is {} x{} in {} ({})",
+        record.instance_id, found.gpu_type, found.gpu_count, record.region, record.tier
+    );
+    let mut differs: Vec<String> = Vec::new();
+    if spec.source.is_none() {
+        match &spec.placement {
+            Some(_) => {
+                if let Ok((_, candidates)) = placement::candidates(spec)
+                    && !candidates.iter().any(|c| {
+                        c.gpu_type == found.gpu_type
+                            && c.gpu_count == found.gpu_count
+                            && c.region == record.region
+                    })
+                {
+                    differs.push("no spec.placement alternative offers that hardware there".into());
+                }
+            }
+            None => {
+                if let Some(gpu_type) = spec.gpu_type.as_ref().filter(|t| **t != found.gpu_type) {
+                    differs.push(format!("spec.gpuType is {gpu_type}"));
+                }
+                // Left out beside a GPU type, the count is the create's default, one.
+                let count = spec
+                    .gpu_count
+                    .or_else(|| spec.gpu_type.as_ref().map(|_| 1))
+                    .filter(|n| u32::try_from(*n).ok() != Some(found.gpu_count));
+                if let Some(count) = count {
+                    differs.push(format!("spec.gpuCount is {count}"));
+                }
+                if let Some(region) = spec.region.as_ref().filter(|r| **r != record.region) {
+                    differs.push(format!("spec.region is {region}"));
+                }
+            }
+        }
+    }
+    if spec.tier.cloud_value() != record.tier.as_str() {
+        differs.push(format!("spec.tier is {:?}", spec.tier));
+    }
+    (!differs.is_empty()).then(|| {
+        format!(
+            "{machine}, but {}: these fields are immutable; write a spec that describes this machine, or let it go (deletionPolicy Orphan, then delete the object)",
+            differs.join(", ")
+        )
+    })
+}
+
 fn above_price_limit(limit: Option<f64>, record: &Instance) -> Option<Outcome> {
     let limit = limit?;
     let rate = record.billing.hourly_rate;
@@ -1671,8 +1764,147 @@ mod tests {
             vm_status,
             // The spec's default.
             public_ip_enabled: true,
+            // What `instance` asks for.
+            specs: gpucloud_cloud::model::InstanceSpecs {
+                gpu_type: "A100".into(),
+                gpu_count: 1,
+                ..Default::default()
+            },
+            region: "us-east".into(),
+            tier: CloudTier::Advanced,
             ..Instance::default()
         }
+    }
+
+    /// Every field of the hardware the spec states is compared, each alternative of a
+    /// placement matches, and a restore's hardware is its snapshot's.
+    #[test]
+    fn a_machine_other_than_the_spec_states_is_named_with_the_fields_that_differ() {
+        let adopted = |gpu_type: &str, count: u32, region: &str, tier: CloudTier| Instance {
+            specs: gpucloud_cloud::model::InstanceSpecs {
+                gpu_type: gpu_type.into(),
+                gpu_count: count,
+                ..Default::default()
+            },
+            region: region.into(),
+            tier,
+            ..machine(InstanceStatus::Active, VmStatus::Running)
+        };
+        let placement = serde_json::json!({"alternatives": [
+            {"gpuTypes": ["H100", "A100"], "gpuCount": 2, "regions": ["us-east", "eu-west"]},
+        ]});
+        let cases: &[(&str, serde_json::Value, Instance, Option<&[&str]>)] = &[
+            (
+                "as stated",
+                serde_json::json!({}),
+                adopted("A100", 1, "us-east", CloudTier::Advanced),
+                None,
+            ),
+            (
+                "everything differs",
+                serde_json::json!({"gpuType": "H100", "gpuCount": 4}),
+                adopted("A6000", 1, "eu-west", CloudTier::Legacy),
+                Some(&[
+                    "vm-1 is A6000 x1 in eu-west (legacy)",
+                    "spec.gpuType is H100",
+                    "spec.gpuCount is 4",
+                    "spec.region is us-east",
+                    "spec.tier is Advanced",
+                ]),
+            ),
+            (
+                "a left-out count is one",
+                serde_json::json!({}),
+                adopted("A100", 8, "us-east", CloudTier::Advanced),
+                Some(&["spec.gpuCount is 1"]),
+            ),
+            (
+                "any placement alternative",
+                serde_json::json!({"region": null, "gpuType": null, "placement": placement}),
+                adopted("A100", 2, "eu-west", CloudTier::Advanced),
+                None,
+            ),
+            (
+                "outside every placement alternative",
+                serde_json::json!({"region": null, "gpuType": null, "placement": placement}),
+                adopted("A100", 1, "eu-west", CloudTier::Advanced),
+                Some(&["no spec.placement alternative"]),
+            ),
+            (
+                "a restore has its snapshot's hardware",
+                serde_json::json!({"source": {"snapshotRef": {"name": "base"}}}),
+                adopted("H100", 8, "eu-west", CloudTier::Advanced),
+                None,
+            ),
+        ];
+        for (case, spec, record, expected) in cases {
+            let object = instance(spec.clone(), None);
+            let found = hardware_mismatch(&object.spec, record);
+            match (expected, &found) {
+                (None, None) => {}
+                (Some(parts), Some(message)) => {
+                    for part in *parts {
+                        assert!(message.contains(part), "{case}: {part:?} in {message}");
+                    }
+                }
+                _ => panic!("{case}: {found:?}"),
+            }
+            // Managed or observed, such a machine is never Ready, and nothing is done to it.
+            let (action, standing) = planned(&object, record);
+            let observed = object.observed(record);
+            let ready = expected.is_none();
+            assert_eq!(standing == "ready", ready, "{case}: {standing}");
+            assert_eq!(observed.reason() == reason::AVAILABLE, ready, "{case}");
+            if !ready {
+                assert_eq!(action, None, "{case}");
+                assert_eq!(observed.reason(), reason::SPEC_MISMATCH, "{case}");
+            }
+        }
+    }
+
+    /// A machine a Budget keeps off against the spec's `Running` is not Ready, and says which
+    /// Budget keeps it so; one off by its own spec is.
+    #[test]
+    fn a_machine_kept_off_by_a_budget_is_not_ready() {
+        let running = instance(serde_json::json!({}), None);
+        let off = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let moment = Moment {
+            budget_hold: Some(BudgetHold {
+                budget: "team".into(),
+                power_state: PowerState::Stopped,
+            }),
+            ..Moment::from(Timestamp::now())
+        };
+        let plan = running.plan(&off, moment).unwrap();
+        assert_eq!(plan.action, None);
+        assert_eq!(plan.outcome.reason(), reason::BUDGET_EXCEEDED);
+        assert!(
+            plan.outcome.message().contains("Budget team"),
+            "{}",
+            plan.outcome.message()
+        );
+        let stopped = instance(serde_json::json!({"powerState": "Stopped"}), None);
+        assert_eq!(planned(&stopped, &off), (None, "ready"));
+    }
+
+    /// An ObserveOnly object whose spec asks for another power state is not Ready: the
+    /// operator never applies it, and the message says how to.
+    #[test]
+    fn an_observed_machine_in_another_power_state_than_the_spec_is_not_ready() {
+        let stopped = instance(serde_json::json!({"powerState": "Stopped"}), None);
+        let active = machine(InstanceStatus::Active, VmStatus::Running);
+        let outcome = stopped.observed(&active);
+        assert_eq!(outcome.reason(), reason::NOT_APPLIED);
+        assert!(
+            outcome.message().contains("ObserveOnly"),
+            "{}",
+            outcome.message()
+        );
+        let off = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        assert_eq!(stopped.observed(&off).reason(), reason::AVAILABLE);
+        // On its way there (by someone else's hand) is not a difference yet.
+        let stopping = machine(InstanceStatus::Stopping, VmStatus::Running);
+        assert_eq!(stopped.observed(&stopping).reason(), reason::AVAILABLE);
     }
 
     /// What kind of outcome a plan ends at, and its action.
@@ -1762,7 +1994,7 @@ mod tests {
         ];
         for (limit, running_rate, record, action, why) in table {
             let object = instance(
-                serde_json::json!({"powerState": "Running", "maxHourlyRate": limit}),
+                serde_json::json!({"powerState": "Running", "maxHourlyRate": limit, "gpuType": "H100-80G"}),
                 None,
             );
             let moment = Moment {
@@ -1786,9 +2018,14 @@ mod tests {
     #[test]
     fn an_ended_lifetime_stops_or_hibernates_the_machine_whatever_power_state_says() {
         use InstanceAction::{Hibernate, Start, Stop};
-        let running = machine(InstanceStatus::Active, VmStatus::Running);
-        let stopped = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
-        let hibernated = machine(InstanceStatus::Hibernated, VmStatus::Stopped);
+        // On the tier `with_lifetime` asks for.
+        let legacy = |status, vm_status| Instance {
+            tier: CloudTier::Legacy,
+            ..machine(status, vm_status)
+        };
+        let running = legacy(InstanceStatus::Active, VmStatus::Running);
+        let stopped = legacy(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let hibernated = legacy(InstanceStatus::Hibernated, VmStatus::Stopped);
         let table = [
             // (onExpiry, powerState, now, machine, action, standing)
             ("Stop", "Running", "10:59", &running, None, "ready"),
