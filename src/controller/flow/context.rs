@@ -104,6 +104,13 @@ pub struct Shared {
     pub ownership: Arc<Ownership>,
 }
 
+/// A create call that failed without a definite answer: it may have been carried out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateFailure {
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// Everything a reconcile of kind `K` needs.
 pub struct Context<K: KindDeclarations> {
     pub client: kube::Client,
@@ -137,6 +144,9 @@ pub struct Context<K: KindDeclarations> {
     creates_ended: Mutex<HashMap<String, Timestamp>>,
     /// The id this process's create call answered with, by object uid, until a list shows it.
     creates_answered: Mutex<HashMap<String, String>>,
+    /// By object uid, how the object's last create call failed without a definite answer
+    /// (a server error, a timeout): shown while its list is awaited.
+    creates_failed: Mutex<HashMap<String, CreateFailure>>,
     /// When this process first saw each duplicate (by cloud id): its grace period counts from
     /// there, so a restart only makes it longer.
     duplicates_seen: Mutex<HashMap<String, Instant>>,
@@ -229,6 +239,7 @@ impl<K: KindDeclarations> Context<K> {
             deletes_answered: Mutex::new(HashMap::new()),
             creates_ended: Mutex::new(HashMap::new()),
             creates_answered: Mutex::new(HashMap::new()),
+            creates_failed: Mutex::new(HashMap::new()),
             duplicates_seen: Mutex::new(HashMap::new()),
             released: Mutex::new(HashMap::new()),
             outage_waiters: Arc::new(Mutex::new(HashMap::new())),
@@ -305,15 +316,29 @@ impl<K: KindDeclarations> Context<K> {
     /// account's recovery (found by its observers, which list fast meanwhile), not on a
     /// per-object timer that grew through the outage.
     pub fn wait_for_recovery(&self, account: &Arc<Account>, object: ObjectRef<K>) {
-        account.mark_down();
         self.observer(account).mark_hot();
         lock(&self.outage_waiters)
             .entry(account.id)
             .or_default()
             .insert(object);
-        if !lock(&self.recovery_listeners).insert(account.id) {
-            return;
+        if lock(&self.recovery_listeners).insert(account.id) {
+            self.listen_for_recoveries(account);
         }
+        // Up again before the wait was noted (or the listener subscribed): no recovery will
+        // come to wake it, so it is woken now.
+        if !account.is_down() {
+            let waiting = lock(&self.outage_waiters)
+                .remove(&account.id)
+                .unwrap_or_default();
+            for object in waiting {
+                self.gauges.triggered(&object);
+                let _ = self.trigger.send(object);
+            }
+        }
+    }
+
+    /// Wakes the objects waiting for `account`'s cloud at each of its recoveries.
+    fn listen_for_recoveries(&self, account: &Arc<Account>) {
         let mut recoveries = account.recoveries();
         let (waiters, trigger, woken) = (
             self.outage_waiters.clone(),
@@ -486,6 +511,22 @@ impl<K: KindDeclarations> Context<K> {
     pub fn forget_create(&self, uid: &str) {
         lock(&self.creates_ended).remove(uid);
         lock(&self.creates_answered).remove(uid);
+        lock(&self.creates_failed).remove(uid);
+    }
+
+    /// Notes how the object `uid`'s create call failed without a definite answer: until a
+    /// list tells whether it was carried out, the object shows that failure.
+    pub fn note_create_failed(&self, uid: &str, error: &crate::flow::error::Error) {
+        let failure = CreateFailure {
+            reason: error.reason(),
+            message: error.to_string(),
+        };
+        lock(&self.creates_failed).insert(uid.to_string(), failure);
+    }
+
+    /// How the object `uid`'s last create call failed, while no list has told its outcome.
+    pub fn create_failed(&self, uid: &str) -> Option<CreateFailure> {
+        lock(&self.creates_failed).get(uid).cloned()
     }
 
     /// Notes that the object `uid`'s create call answered with the resource `id`: until a

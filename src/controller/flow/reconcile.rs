@@ -341,10 +341,18 @@ pub fn error_policy<K: ManagedKind>(
     } else if error.is_outage()
         && let Some(account) = account()
     {
-        // The account's cloud is down: wait for it to answer again (the resync is only a
-        // backstop), without growing this object's own backoff.
-        cx.wait_for_recovery(&account, applier::key_of(&*object));
-        cx.settings.observe.resync
+        if account.is_down() {
+            // The account's cloud is down (its lists fail): wait for it to answer again (the
+            // resync is only a backstop), without growing this object's own backoff.
+            cx.wait_for_recovery(&account, applier::key_of(&*object));
+            cx.settings.observe.resync
+        } else {
+            // One call failed: the account's next list, sent soon, tells whether the cloud is
+            // down; until then this object backs off on its own, and other objects' calls
+            // that succeed are not held for it.
+            cx.observer(&account).mark_hot();
+            cx.requeue.after_failure(&object.key(), error)
+        }
     } else {
         cx.requeue.after_failure(&object.key(), error)
     };
@@ -650,12 +658,23 @@ async fn create_step<K: ManagedKind>(
         }
         CreateDecision::WaitForList { .. } | CreateDecision::WaitForNextList => {
             observer.mark_hot();
-            let outcome = Outcome::progressing(
-                reason::WAITING_FOR_CLOUD_LIST,
-                format!(
-                    "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
+            // A create call that failed is shown with the cloud's answer, not as a wait alone:
+            // the wait is for whether it was carried out all the same.
+            let outcome = match cx.create_failed(&uid) {
+                Some(failed) => Outcome::progressing(
+                    failed.reason,
+                    format!(
+                        "the create of {cloud_name} failed: {}; it may have been carried out all the same, so the cloud's list is read before it is tried again",
+                        failed.message
+                    ),
                 ),
-            );
+                None => Outcome::progressing(
+                    reason::WAITING_FOR_CLOUD_LIST,
+                    format!(
+                        "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
+                    ),
+                ),
+            };
             write_progress(api, cx, &object, status, &outcome).await?;
             if let CreateDecision::WaitForList { recheck_after } = decision {
                 return Ok(requeue(recheck_after));
@@ -776,7 +795,10 @@ async fn create_step<K: ManagedKind>(
                     Err(error)
                 }
                 // Unknown outcome: keep the intent; the next reconcile looks before creating.
-                Err(error) => Err(error),
+                Err(error) => {
+                    cx.note_create_failed(&uid, &error);
+                    Err(error)
+                }
             }
         }
     }

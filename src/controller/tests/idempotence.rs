@@ -294,3 +294,57 @@ async fn a_create_that_did_not_happen_is_sent_again_once_a_list_after_its_window
     assert!(vm.cloud_status().external_id.is_some());
     env.stop_operator().await;
 }
+
+/// A create answered with a server error every time: the object shows the cloud's answer in
+/// its Ready condition while it waits to learn whether the call was carried out, and the
+/// account is not held as down for it: another kind's creates go on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_failing_with_a_server_error_shows_it_and_holds_no_other_create() {
+    let simulator = SimulatorConfig {
+        faults: FaultPlan {
+            error_rate_per_operation: BTreeMap::from([("CreateVolume".to_string(), 1.0)]),
+            ..FaultPlan::default()
+        },
+        ..SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    env.start_operator(test_config(&env.simulator));
+    let volume: Volume = support::object(
+        "scratch",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+    );
+    support::create(&env, &volume).await;
+    eventually(30, "two creates answered 500", || async {
+        (env.calls("CreateVolume") >= 2).then_some(())
+    })
+    .await;
+    support::create(&env, &instance("worker")).await;
+    support::ready_within::<GpuInstance>(&env, "worker", 15).await;
+
+    let api = env.api::<Volume>();
+    let shown = eventually(30, "the 500 in the Volume's Ready condition", || {
+        let api = api.clone();
+        async move {
+            let volume = api.get("scratch").await.ok()?;
+            let ready = volume.cloud_status().condition("Ready")?.clone();
+            (ready.status == "False" && ready.message.contains("server error (500)"))
+                .then_some(ready)
+        }
+    })
+    .await;
+    assert_eq!(shown.reason, "CloudUnavailable", "{shown:?}");
+    assert!(shown.message.contains("CreateVolume"), "{}", shown.message);
+    // And it stays shown through the waits for the list between the attempts.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let volume = api.get("scratch").await.unwrap();
+        let ready = volume.cloud_status().condition("Ready").unwrap().clone();
+        assert!(
+            ready.message.contains("server error (500)"),
+            "{}: {}",
+            ready.reason,
+            ready.message
+        );
+    }
+    env.stop_operator().await;
+}
