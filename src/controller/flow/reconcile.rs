@@ -1847,6 +1847,29 @@ async fn write_status_from<K: ManagedKind>(
     Ok(written)
 }
 
+/// A refused API key is shown with where the key comes from (the Secret's name and key,
+/// never its value): the one place to fix it.
+fn named_credentials<K: ManagedKind>(cx: &Context<K>, object: &K, outcome: Outcome) -> Outcome {
+    if outcome.reason() != reason::CREDENTIALS_INVALID {
+        return outcome;
+    }
+    let namespace = object.meta().namespace.as_deref().unwrap_or_default();
+    let reference = object.managed().credentials_secret_ref.as_ref();
+    match cx.accounts.secret_for(namespace, reference) {
+        Some(secret) => Outcome::stalled(
+            reason::CREDENTIALS_INVALID,
+            format!(
+                "{}; the API key is read from key {:?} of Secret {}/{}: put a valid key there, and the object is tried again when the Secret changes",
+                outcome.message(),
+                secret.key,
+                secret.namespace,
+                secret.name
+            ),
+        ),
+        None => outcome,
+    }
+}
+
 /// Best effort: puts the failure on the object's conditions and a Warning event (a Normal one
 /// for work under way, such as a deletion waiting for the cloud).
 async fn report_failure<K: ManagedKind>(
@@ -1862,7 +1885,7 @@ async fn report_failure<K: ManagedKind>(
         // is told by its end.
         return;
     }
-    let outcome = error.outcome();
+    let outcome = named_credentials(cx, &**object, error.outcome());
     let status = object.cloud_status();
     if changed_condition(&status, &outcome) {
         // Work under way (a deletion waiting for the cloud) is no failure.

@@ -445,6 +445,13 @@ async fn rejected_credentials_stall_and_never_leak_the_key() {
         !text.contains("not-the-key-4f9a"),
         "the key appears in the object"
     );
+    // The message names where the key is read, the one place to fix it.
+    let status = stalled.cloud_status();
+    let message = &status.condition("Ready").unwrap().message;
+    assert!(
+        message.contains(&format!("Secret {NAMESPACE}/wrong-key")),
+        "{message}"
+    );
     // Fixing the Secret is enough: its change wakes the object.
     env.put_secret(NAMESPACE, "wrong-key", env.simulator.api_key())
         .await;
