@@ -90,8 +90,17 @@ struct DeleteAnswers {
     last: Instant,
 }
 
-/// Objects waiting for GPUs in stock, by account, each with the GPUs that would do.
-type CapacityWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Vec<Want>>>;
+/// What an object waits for in its account, read by one task per account.
+#[derive(Debug, Clone)]
+pub enum Awaited {
+    /// GPUs in stock: any of these would do.
+    Stock(Vec<Want>),
+    /// A balance at or above this floor.
+    Credit(f64),
+}
+
+/// Objects waiting for something in their account, by account.
+type CapacityWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Awaited>>;
 /// Objects waiting for a list sent after a moment, by account, each with that moment.
 type ListWaiters<K> = HashMap<AccountId, HashMap<ObjectRef<K>, Instant>>;
 
@@ -158,7 +167,7 @@ pub struct Context<K: KindDeclarations> {
     outage_waiters: Arc<Mutex<HashMap<AccountId, HashSet<ObjectRef<K>>>>>,
     recovery_listeners: Mutex<HashSet<AccountId>>,
     /// Objects waiting for GPUs in stock, by account, with the GPUs that would do
-    /// (`wait_for_capacity`).
+    /// (`wait_in_account`).
     capacity_waiters: Arc<Mutex<CapacityWaiters<K>>>,
     /// Creates waiting for a cloud list sent after they began to wait, by account, each
     /// with that moment (`wait_for_next_list`).
@@ -359,19 +368,18 @@ impl<K: KindDeclarations> Context<K> {
         });
     }
 
-    /// Makes `object` wait for GPUs in stock: it is reconciled once the account's catalog
-    /// shows some of `wants`. One task per account reads the catalog once per catalog TTL
-    /// while anything waits (three calls, however many objects wait) and wakes those it can
-    /// now place, all from that one read: no object polls the cloud.
-    pub fn wait_for_capacity(
-        &self,
-        account: &Arc<Account>,
-        object: ObjectRef<K>,
-        wants: Vec<Want>,
-    ) {
+    /// Makes `object` wait for something in its account: GPUs in stock its catalog shows, or a
+    /// balance back above the floor. One task per account reads the catalog (three calls)
+    /// and the balance (one) once per half catalog TTL, each only while an object waits for
+    /// it, and wakes those it now can serve, all from that one read: no object polls the
+    /// cloud, and a top-up is seen within one resync interval.
+    pub fn wait_in_account(&self, account: &Arc<Account>, object: ObjectRef<K>, awaited: Awaited) {
         let mut waiters = lock(&self.capacity_waiters);
         let first = !waiters.contains_key(&account.id);
-        waiters.entry(account.id).or_default().insert(object, wants);
+        waiters
+            .entry(account.id)
+            .or_default()
+            .insert(object, awaited);
         if !first {
             return;
         }
@@ -383,23 +391,42 @@ impl<K: KindDeclarations> Context<K> {
         );
         let account = account.clone();
         tokio::spawn(async move {
-            let ttl = account.catalog_ttl();
+            let interval = account.catalog_ttl() / 2;
             loop {
                 // Ends with the controller (its trigger's receiver), stopped or not: a process
                 // that runs the controllers again would otherwise keep a reader per stint.
                 tokio::select! {
                     () = trigger.closed() => return,
-                    () = tokio::time::sleep(ttl) => {}
+                    () = tokio::time::sleep(interval) => {}
                 }
-                // A read of the last half interval serves (a reconcile made it): at most about
-                // one read per interval.
-                let catalog = match account.catalog_within(ttl / 2).await {
-                    Ok(catalog) => catalog,
-                    Err(error) => {
-                        tracing::warn!(account = %account.id, %error, "the GPU catalog could not be read; objects waiting for stock wait on");
-                        continue;
-                    }
+                let (stock, credit) = {
+                    let waiters = lock(&waiters);
+                    let waiting = waiters
+                        .get(&account.id)
+                        .into_iter()
+                        .flat_map(|w| w.values());
+                    waiting.fold((false, false), |(stock, credit), awaited| match awaited {
+                        Awaited::Stock(_) => (true, credit),
+                        Awaited::Credit(_) => (stock, true),
+                    })
                 };
+                // A read of the last interval serves (a reconcile made it).
+                let catalog = match stock {
+                    true => account.catalog_within(interval).await.map(Some),
+                    false => Ok(None),
+                };
+                let catalog = catalog.unwrap_or_else(|error| {
+                    tracing::warn!(account = %account.id, %error, "the GPU catalog could not be read; objects waiting for stock wait on");
+                    None
+                });
+                let balance = match credit {
+                    true => account.client.get_balance().await.map(Some),
+                    false => Ok(None),
+                };
+                let balance = balance.unwrap_or_else(|error| {
+                    tracing::warn!(account = %account.id, %error, "the balance could not be read; objects waiting for credit wait on");
+                    None
+                });
                 let ready: Vec<ObjectRef<K>> = {
                     let mut waiters = lock(&waiters);
                     let Some(waiting) = waiters.get_mut(&account.id) else {
@@ -407,7 +434,14 @@ impl<K: KindDeclarations> Context<K> {
                     };
                     let ready: Vec<ObjectRef<K>> = waiting
                         .iter()
-                        .filter(|(_, wants)| catalog.satisfies_any(wants))
+                        .filter(|(_, awaited)| match awaited {
+                            Awaited::Stock(wants) => {
+                                catalog.as_ref().is_some_and(|c| c.satisfies_any(wants))
+                            }
+                            Awaited::Credit(floor) => {
+                                balance.as_ref().is_some_and(|b| b.balance >= *floor)
+                            }
+                        })
                         .map(|(object, _)| object.clone())
                         .collect();
                     for object in &ready {

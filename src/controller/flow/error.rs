@@ -50,7 +50,9 @@ pub enum Error {
     },
 
     /// The account's balance is below the configured floor.
-    #[error("balance {balance:.2} {currency} is below the configured floor {floor:.2}")]
+    #[error(
+        "balance {balance:.2} {currency} is below the configured floor {floor:.2}: nothing is created; the balance is read again every half resync interval, and the create goes ahead once it is back at the floor"
+    )]
     InsufficientCredit {
         balance: f64,
         floor: f64,
@@ -62,7 +64,7 @@ pub enum Error {
     PriceAboveLimit { rate: f64, limit: f64 },
 
     /// No placement the spec allows has GPUs in stock (`placement.rs`): the object waits for
-    /// the account's catalog to show some of `wants` (`Context::wait_for_capacity`).
+    /// the account's catalog to show some of `wants` (`Context::wait_in_account`).
     #[error("{message}")]
     NoCapacity {
         message: String,
@@ -330,6 +332,15 @@ impl Error {
     pub fn capacity_wants(&self) -> Option<&[crate::accounts::catalog::Want]> {
         match self.innermost() {
             Error::NoCapacity { wants, .. } => Some(wants),
+            _ => None,
+        }
+    }
+
+    /// The balance floor a create was refused under (`--budget-floor`): the object waits for
+    /// a balance at or above it.
+    pub fn credit_floor(&self) -> Option<f64> {
+        match self.innermost() {
+            Error::InsufficientCredit { floor, .. } => Some(*floor),
             _ => None,
         }
     }

@@ -5,7 +5,7 @@ use crate::accounts::account::Account;
 use crate::accounts::observer::{CloudList, CloudRecord, CloudResource};
 use crate::flow::adoption::Owner;
 use crate::flow::conditions::{self, Outcome, reason};
-use crate::flow::context::Context;
+use crate::flow::context::{Awaited, Context};
 use crate::flow::create::{self, AnnotatedIntent, CreateDecision, Found};
 use crate::flow::dereference;
 use crate::flow::error::Error;
@@ -333,8 +333,19 @@ pub fn error_policy<K: ManagedKind>(
     {
         // Woken when the account's catalog shows stock it could use; the resync (whose pass
         // reads the catalog the account caches, not the cloud) is only a backstop.
-        cx.wait_for_capacity(&account, applier::key_of(&*object), wants.to_vec());
+        cx.wait_in_account(
+            &account,
+            applier::key_of(&*object),
+            Awaited::Stock(wants.to_vec()),
+        );
         cx.settings.observe.resync
+    } else if let Some(floor) = error.credit_floor()
+        && let Some(account) = account()
+    {
+        // Woken when a read of the balance shows it at the floor again; the recheck is only
+        // a backstop.
+        cx.wait_in_account(&account, applier::key_of(&*object), Awaited::Credit(floor));
+        cx.requeue.after_failure(&object.key(), error)
     } else if error.is_waiting_for_reference() {
         // Woken by the watch on the referenced kind; the resync is only a backstop.
         cx.settings.observe.resync

@@ -620,6 +620,10 @@ async fn the_balance_floor_reads_the_balance_of_the_moment() {
     let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
     let mut config = support::test_config(&env.simulator);
     config.reconcile.budget_floor = 500.0;
+    // As in production, balances and catalogs are trusted for one resync interval.
+    let resync = Duration::from_secs(20);
+    config.reconcile.observe.resync = resync;
+    config.cloud.catalog_ttl = resync;
     env.start_operator(config);
     let api = env.api::<GpuInstance>();
     api.create(
@@ -644,5 +648,15 @@ async fn the_balance_floor_reads_the_balance_of_the_moment() {
         refused.cloud_status().conditions
     );
     assert_eq!(env.calls("CreateInstance"), 1);
+
+    // Topped up: the refused create goes ahead within one resync interval, nothing touched.
+    let topped_up = std::time::Instant::now();
+    env.simulator.set_balance(1000.0);
+    support::ready_within::<GpuInstance>(&env, "second", resync.as_secs()).await;
+    println!(
+        "created {:?} after the top-up (resync interval {resync:?})",
+        topped_up.elapsed()
+    );
+    assert_eq!(env.calls("CreateInstance"), 2);
     env.stop_operator().await;
 }
