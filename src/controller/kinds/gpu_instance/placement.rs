@@ -27,6 +27,15 @@ pub mod skip {
     pub const NOT_IN_PRICE_LIST: &str = "NotInPriceList";
     /// In stock, but `Cheapest` found a lower rate.
     pub const PRICIER: &str = "Pricier";
+    /// Every reason above: the field's documentation names exactly these (a test holds it).
+    #[cfg(test)]
+    pub const ALL: &[&str] = &[
+        OUT_OF_STOCK,
+        REFUSED_BY_CLOUD,
+        ABOVE_MAX_HOURLY_RATE,
+        NOT_IN_PRICE_LIST,
+        PRICIER,
+    ];
 }
 
 /// One (GPU type, count, region) the spec allows.
@@ -634,6 +643,28 @@ mod tests {
             &same_second.skipped,
         );
         assert_eq!(chosen(&next.unwrap()).2, "eu-west-1");
+    }
+
+    /// The reasons `status.placement.skipped[].reason` documents (in the CRD, so in `kubectl
+    /// explain` and the field reference) are the ones the code writes, no more, no fewer.
+    #[test]
+    fn the_skip_reasons_documented_are_the_ones_written() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(gpucloud_api::GpuInstance::crd()).unwrap();
+        let description = crd
+            .pointer(
+                "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/placement\
+                 /properties/skipped/items/properties/reason/description",
+            )
+            .and_then(|d| d.as_str())
+            .expect("status.placement.skipped[].reason is documented");
+        let mut documented: Vec<&str> = description.split('`').skip(1).step_by(2).collect();
+        // `Cheapest` is the policy the description names, not a reason.
+        documented.retain(|word| *word != "Cheapest");
+        documented.sort_unstable();
+        let mut written = skip::ALL.to_vec();
+        written.sort_unstable();
+        assert_eq!(documented, written, "{description}");
     }
 
     #[test]
