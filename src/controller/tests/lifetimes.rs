@@ -370,7 +370,8 @@ async fn a_schedule_stops_the_machine_when_its_window_closes() {
 }
 
 /// What only the operator can tell of a schedule (its time zone exists, its windows do not
-/// overlap) is told before any machine is created.
+/// overlap) is told before any machine is created, whatever `powerState` says: a machine
+/// created off would run once it is set to Running, under a schedule nobody can read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_the_operator_cannot_read_creates_no_machine() {
     let env = Env::start().await;
@@ -389,23 +390,27 @@ async fn a_schedule_the_operator_cannot_read_creates_no_machine() {
             "spec.schedule.windows[1] overlaps",
         ),
     ] {
-        let object: GpuInstance = support::object(
-            name,
-            serde_json::json!({
-                "region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
-                "schedule": schedule,
-            }),
-        );
-        support::create(&env, &object).await;
-        let stalled =
-            support::condition::<GpuInstance>(&env, name, "Stalled", "True", "InvalidSpec").await;
-        let message = stalled
-            .cloud_status()
-            .condition("Ready")
-            .unwrap()
-            .message
-            .clone();
-        assert!(message.contains(field), "{name}: {message}");
+        for (power, tier) in [
+            ("Running", "Advanced"),
+            ("Stopped", "Advanced"),
+            ("Hibernated", "Legacy"),
+        ] {
+            let name = format!("{name}-{}", power.to_lowercase());
+            let object: GpuInstance = support::object(
+                &name,
+                serde_json::json!({
+                    "region": "us-east-1", "gpuType": "H100-80G",
+                    "osImage": "ubuntu-22.04-cuda-12", "tier": tier, "powerState": power,
+                    "schedule": schedule,
+                }),
+            );
+            support::create(&env, &object).await;
+            let stalled =
+                support::condition::<GpuInstance>(&env, &name, "Stalled", "True", "InvalidSpec")
+                    .await;
+            let message = support::ready_message(&stalled);
+            assert!(message.contains(field), "{name}: {message}");
+        }
     }
     assert_eq!(env.calls("CreateInstance"), 0);
 }
