@@ -71,7 +71,9 @@ pub struct GpuInstanceSpec {
     #[schemars(length(min = 1, max = 64))]
     pub gpu_type: Option<String>,
 
-    /// Number of GPUs. Immutable. Inherited from the snapshot when `source` is set.
+    /// Number of GPUs: one of the counts the catalog offers for the GPU type (`kubectl get
+    /// gpuofferings -o wide` shows them), or the create is refused (`InvalidSpec`) before any
+    /// cloud call. Immutable. Inherited from the snapshot when `source` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]
     pub gpu_count: Option<i32>,
@@ -189,7 +191,9 @@ pub struct PlacementAlternative {
     /// GPU models from the cloud's catalog, e.g. `[H100-80G, A100-80G]`.
     #[schemars(length(min = 1, max = 8), inner(length(min = 1, max = 64)))]
     pub gpu_types: Vec<String>,
-    /// Number of GPUs; one when left out.
+    /// Number of GPUs; one when left out. Each of `gpuTypes` must be offered with this many
+    /// (`kubectl get gpuofferings -o wide` shows the counts), or the spec is refused
+    /// (`InvalidSpec`).
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 16))]
     pub gpu_count: i32,

@@ -147,32 +147,42 @@ pub fn candidates(spec: &GpuInstanceSpec) -> Result<(PlacementPolicy, Vec<Candid
     Ok((placement.policy, out))
 }
 
-/// Refuses a spec naming a GPU type or region the catalog does not have, naming the field and
-/// listing the known values: such a candidate could never be created, whatever the stock.
+/// Refuses a spec naming a GPU type or region the catalog does not have, or a GPU count it does
+/// not offer for the type, naming the field and listing the known values: such a candidate
+/// could never be created, whatever the stock.
 pub fn check_known(
     spec: &GpuInstanceSpec,
     candidates: &[Candidate],
     catalog: &Catalog,
 ) -> Result<(), Error> {
     for candidate in candidates {
-        let (type_field, region_field) = match &spec.placement {
-            Some(_) => (
-                format!(
-                    "spec.placement.alternatives[{}].gpuTypes",
-                    candidate.alternative
-                ),
-                format!(
-                    "spec.placement.alternatives[{}].regions",
-                    candidate.alternative
-                ),
+        let field = |name: &str| match &spec.placement {
+            Some(_) => format!(
+                "spec.placement.alternatives[{}].{name}",
+                candidate.alternative
             ),
-            None => ("spec.gpuType".to_string(), "spec.region".to_string()),
+            None => format!("spec.{name}"),
         };
-        if catalog.gpu(&candidate.gpu_type).is_none() {
+        let (type_field, region_field) = match &spec.placement {
+            Some(_) => (field("gpuTypes"), field("regions")),
+            None => (field("gpuType"), field("region")),
+        };
+        let Some(gpu) = catalog.gpu(&candidate.gpu_type) else {
             return Err(Error::InvalidSpec(format!(
                 "{type_field}: unknown GPU type {:?} (known: {})",
                 candidate.gpu_type,
                 catalog.gpu_type_names()
+            )));
+        };
+        // A catalog that lists no counts for the type (an older offering) leaves it to the cloud.
+        if !gpu.gpu_counts.is_empty() && !gpu.gpu_counts.contains(&candidate.gpu_count) {
+            let offered: Vec<String> = gpu.gpu_counts.iter().map(u32::to_string).collect();
+            return Err(Error::InvalidSpec(format!(
+                "{}: {} is offered with {} GPUs, not {}",
+                field("gpuCount"),
+                candidate.gpu_type,
+                offered.join(", "),
+                candidate.gpu_count
             )));
         }
         if !catalog.has_region(&candidate.region) {
@@ -665,6 +675,43 @@ mod tests {
         let mut written = skip::ALL.to_vec();
         written.sort_unstable();
         assert_eq!(documented, written, "{description}");
+    }
+
+    #[test]
+    fn a_gpu_count_the_catalog_does_not_offer_for_the_type_is_refused_naming_the_offered_ones() {
+        let mut offered = catalog(&[]);
+        for gpu in &mut offered.gpus {
+            gpu.gpu_counts = vec![1, 2, 4];
+        }
+        let plain: GpuInstanceSpec = serde_json::from_value(serde_json::json!({
+            "region": "us-east-1", "gpuType": "L40S", "gpuCount": 3, "osImage": "x",
+        }))
+        .unwrap();
+        let (_, list) = candidates(&plain).unwrap();
+        let error = check_known(&plain, &list, &offered).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.gpuCount: L40S is offered with 1, 2, 4 GPUs, not 3"
+        );
+        assert_eq!(error.reason(), "InvalidSpec");
+        // An alternative with a count not offered refuses the spec, as an unknown type does.
+        let placed = spec(serde_json::json!({
+            "alternatives": [
+                {"gpuTypes": ["H100-80G"], "gpuCount": 2, "regions": ["us-east-1"]},
+                {"gpuTypes": ["A100-80G"], "gpuCount": 8, "regions": ["us-east-1"]},
+            ],
+        }));
+        let (_, list) = candidates(&placed).unwrap();
+        let error = check_known(&placed, &list, &offered).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.placement.alternatives[1].gpuCount: A100-80G is offered with 1, 2, 4 GPUs, not 8"
+        );
+        // Offered counts pass; a catalog without counts for the type leaves them to the cloud.
+        let (_, list) = candidates(&two_alternatives("Ordered")).unwrap();
+        check_known(&two_alternatives("Ordered"), &list, &offered).unwrap();
+        let (_, list) = candidates(&plain).unwrap();
+        check_known(&plain, &list, &catalog(&[])).unwrap();
     }
 
     #[test]
