@@ -71,7 +71,9 @@ pub struct GpuInstanceSpec {
     #[schemars(length(min = 1, max = 64))]
     pub gpu_type: Option<String>,
 
-    /// Number of GPUs. Immutable. Inherited from the snapshot when `source` is set.
+    /// Number of GPUs: one of the counts the catalog offers for the GPU type (`kubectl get
+    /// gpuofferings -o wide` shows them), or the create is refused (`InvalidSpec`) before any
+    /// cloud call. Immutable. Inherited from the snapshot when `source` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]
     pub gpu_count: Option<i32>,
@@ -116,7 +118,8 @@ pub struct GpuInstanceSpec {
     /// Wanted power state: `Running`, `Stopped` or `Hibernated` (Legacy tier only: the cloud
     /// wakes hibernated machines on that tier alone). The operator starts, stops, hibernates or
     /// restores the machine to match, and starts it again if it is stopped outside the
-    /// operator.
+    /// operator. Off is not free: the cloud bills a stopped machine 10 % of its running rate
+    /// and a hibernated one 5 % (its disk is kept); only deleting it ends its billing.
     #[serde(default)]
     pub power_state: PowerState,
 
@@ -143,8 +146,9 @@ pub struct GpuInstanceSpec {
     pub final_snapshot: Option<FinalSnapshotSpec>,
 
     /// When the machine expires and what then happens to it (stopped, hibernated, deleted,
-    /// or deleted after a final snapshot), so a forgotten machine stops billing. Editing it
-    /// extends or brings forward the expiry; `status.expiresAt` shows it.
+    /// or deleted after a final snapshot), so a forgotten machine does not run on at its full
+    /// rate (stopped or hibernated, it is still billed a share of it; deleted, nothing).
+    /// Editing it extends or brings forward the expiry; `status.expiresAt` shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifetime: Option<Box<Lifetime>>,
 
@@ -187,7 +191,9 @@ pub struct PlacementAlternative {
     /// GPU models from the cloud's catalog, e.g. `[H100-80G, A100-80G]`.
     #[schemars(length(min = 1, max = 8), inner(length(min = 1, max = 64)))]
     pub gpu_types: Vec<String>,
-    /// Number of GPUs; one when left out.
+    /// Number of GPUs; one when left out. Each of `gpuTypes` must be offered with this many
+    /// (`kubectl get gpuofferings -o wide` shows the counts), or the spec is refused
+    /// (`InvalidSpec`).
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 16))]
     pub gpu_count: i32,
@@ -242,8 +248,8 @@ pub struct SkippedPlacement {
     pub gpu_count: i32,
     pub region: String,
     /// `OutOfStock` (the catalog showed too few free), `RefusedByCloud` (the cloud refused
-    /// the create for want of stock), `AboveMaxHourlyRate`, `NotInPriceList` or
-    /// `NotChosen` (in stock, but the policy preferred another).
+    /// the create for want of stock), `AboveMaxHourlyRate`, `NotInPriceList` or `Pricier`
+    /// (in stock, but policy `Cheapest` found a lower rate).
     pub reason: String,
     /// When the cloud refused it (`RefusedByCloud`): a catalog read later shows whether it
     /// has stock again.

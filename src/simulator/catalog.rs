@@ -25,6 +25,32 @@ pub struct GpuType {
     pub max_count: u32,
 }
 
+impl GpuType {
+    /// The GPU counts an instance of this type is offered with (the specs catalog's
+    /// `gpu_counts`): powers of two up to `max_count`. GPU count is an enumeration of the
+    /// interface, so a create or quote with another count is refused.
+    pub fn gpu_counts(&self) -> Vec<u32> {
+        [1, 2, 4, 8]
+            .into_iter()
+            .filter(|n| *n <= self.max_count)
+            .collect()
+    }
+
+    /// `Err` naming the offered counts unless `count` is one of them.
+    pub fn check_count(&self, count: u32) -> Result<(), String> {
+        let offered = self.gpu_counts();
+        if offered.contains(&count) {
+            return Ok(());
+        }
+        let offered: Vec<String> = offered.iter().map(u32::to_string).collect();
+        Err(format!(
+            "gpu_count: {} is offered with {} GPUs, not {count}",
+            self.id,
+            offered.join(", ")
+        ))
+    }
+}
+
 pub const GPU_TYPES: &[GpuType] = &[
     GpuType {
         id: "A100-80G",

@@ -12,7 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 /// Condition reasons. One list for every kind, so the reasons in events, conditions and
-/// docs agree.
+/// docs agree. A new reason joins `ALL` (a condition can carry it: README's troubleshooting
+/// table must explain it) or `EVENTS_ONLY`; the tests below hold both lists to the constants
+/// and to README.
 pub mod reason {
     pub const AVAILABLE: &str = "Available";
     pub const CREATING: &str = "Creating";
@@ -83,6 +85,52 @@ pub mod reason {
     pub const REPLACING: &str = "Replacing";
     /// A GpuInstancePool with more machines than `replicas` that deletion protection keeps.
     pub const DELETION_PROTECTED: &str = "DeletionProtected";
+
+    /// Every reason a condition can carry.
+    pub const ALL: &[&str] = &[
+        AVAILABLE,
+        CREATING,
+        PROVISIONING,
+        UPDATING,
+        DELETING,
+        DEPENDENTS_EXIST,
+        FINAL_SNAPSHOT,
+        FINAL_SNAPSHOT_BLOCKED,
+        WAITING_FOR_CLOUD_LIST,
+        WAITING_FOR_REFERENCE,
+        WAITING_FOR_INSTANCE,
+        REFERENCE_CYCLE,
+        PAUSED,
+        CREDENTIALS_MISSING,
+        CREDENTIALS_INVALID,
+        INSUFFICIENT_CREDIT,
+        PRICE_ABOVE_LIMIT,
+        BUDGET_EXCEEDED,
+        POLICY_VIOLATION,
+        POLICY_LIMIT,
+        CURRENCY_MISMATCH,
+        WITHIN_BUDGET,
+        INVALID_SPEC,
+        CREATE_REFUSED,
+        NO_CAPACITY,
+        TIER_NOT_SUPPORTED,
+        EXTERNAL_DELETED,
+        ACCOUNT_CHANGED,
+        SOURCE_DELETED,
+        NOT_FOUND_IN_CLOUD,
+        ALREADY_OWNED,
+        CLAIM_CONFLICT,
+        FOREIGN_RECORD,
+        ADOPTION_NOT_ALLOWED,
+        RATE_LIMITED,
+        CLOUD_UNAVAILABLE,
+        SCALING,
+        REPLACING,
+        DELETION_PROTECTED,
+    ];
+
+    /// Reasons of Events only, never of a condition.
+    pub const EVENTS_ONLY: &[&str] = &[EXPIRES_SOON, EXPIRED, EXPIRY_REFUSED, OUTSIDE_POLICY];
 }
 
 /// Where an object stands after a reconcile.
@@ -237,6 +285,67 @@ fn truncate(message: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
+
+    /// The values of the `reason` module's string constants, read from this file.
+    fn reason_constants() -> Vec<&'static str> {
+        let source = include_str!("conditions.rs");
+        let start = source.find("pub mod reason {").unwrap();
+        let end = start + source[start..].find("\n}\n").unwrap();
+        source[start..end]
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("pub const "))
+            .filter_map(|rest| rest.split_once(": &str = \""))
+            .map(|(_, value)| value.trim_end_matches("\";"))
+            .collect()
+    }
+
+    #[test]
+    fn every_reason_is_a_condition_reason_or_an_event_reason_once() {
+        let constants = reason_constants();
+        assert!(constants.len() > 30, "{constants:?}");
+        let mut listed: Vec<&str> = reason::ALL.to_vec();
+        listed.extend(reason::EVENTS_ONLY);
+        let unique: BTreeSet<&str> = listed.iter().copied().collect();
+        assert_eq!(
+            unique.len(),
+            listed.len(),
+            "a reason listed twice: {listed:?}"
+        );
+        let declared: BTreeSet<&str> = constants.into_iter().collect();
+        let unlisted: Vec<&&str> = declared.difference(&unique).collect();
+        assert!(
+            unlisted.is_empty(),
+            "reasons in neither reason::ALL nor reason::EVENTS_ONLY: {unlisted:?}"
+        );
+    }
+
+    /// README's "Troubleshooting by condition reason" explains every reason a condition can
+    /// carry, and only those.
+    #[test]
+    fn the_readme_troubleshooting_table_lists_every_condition_reason() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let heading = "## Troubleshooting by condition reason";
+        let section = &readme[readme.find(heading).expect(heading) + heading.len()..];
+        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        let in_table: BTreeSet<&str> = section
+            .lines()
+            .filter_map(|line| line.strip_prefix('|')?.split('|').next())
+            .flat_map(|first_column| first_column.split('`').skip(1).step_by(2))
+            .collect();
+        let set: BTreeSet<&str> = reason::ALL.iter().copied().collect();
+        let missing: Vec<&&str> = set.difference(&in_table).collect();
+        let unknown: Vec<&&str> = in_table.difference(&set).collect();
+        assert!(
+            missing.is_empty(),
+            "README's troubleshooting table has no row for {missing:?}"
+        );
+        assert!(
+            unknown.is_empty(),
+            "README's troubleshooting table explains {unknown:?}, which no condition carries"
+        );
+    }
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(seconds).unwrap()

@@ -395,9 +395,19 @@ async fn apply<K: ManagedKind>(
     let status = object.cloud_status();
     refuse_another_account::<K>(&account, &listed, &status).await?;
     // An ended lifetime that deletes the object does so whatever the cloud shows (the
-    // resource running, gone, or never made); refused (deletion protection), the flow goes on
-    // and the kind keeps the resource as cheap as it can.
-    if let Some(Stage::Expired { expires_at }) = lifetime_stage(&*object, cx.settings.clock.now())?
+    // resource running, or gone since); refused (deletion protection), the flow goes on and
+    // the kind keeps the resource as cheap as it can. An object that never made (nor named) a
+    // resource goes on to the create, which refuses a lifetime already over: that is a spec
+    // to fix, as it is under onExpiry Stop, not an end to carry out.
+    let made_or_named = status.external_id.is_some()
+        || status.pending_create.is_some()
+        || object
+            .annotations()
+            .get(EXTERNAL_ID_ANNOTATION)
+            .is_some_and(|id| !id.is_empty());
+    if made_or_named
+        && let Some(Stage::Expired { expires_at }) =
+            lifetime_stage(&*object, cx.settings.clock.now())?
         && object.lifetime().is_some_and(|l| l.on_expiry.deletes())
     {
         match expire(api, &object, cx, expires_at).await? {
@@ -699,8 +709,12 @@ async fn create_step<K: ManagedKind>(
             if let Some(Stage::Expired { expires_at }) =
                 lifetime_stage(&*object, cx.settings.clock.now())?
             {
+                let field = match object.lifetime().and_then(|l| l.ttl.as_deref()) {
+                    Some(ttl) => format!("spec.lifetime.ttl ({ttl} after the creation)"),
+                    None => "spec.lifetime.expiresAt".to_string(),
+                };
                 return Err(Error::InvalidSpec(format!(
-                    "spec.lifetime ends at {expires_at}, which has passed: nothing is created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
+                    "{field} ended at {expires_at}, which has passed: nothing is created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
                 )));
             }
             account.check_budget(cx.settings.budget_floor).await?;

@@ -183,30 +183,60 @@ async fn an_expiry_that_deletes_leaves_nothing_billed() {
     );
 }
 
+/// A lifetime over before anything is made is a spec to fix, whatever its `onExpiry`: nothing
+/// is created (nor billed), and the object stays, Stalled, naming the field; one that would be
+/// deleted at its expiry is not deleted for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lifetime_over_before_the_create_makes_no_machine() {
     let env = Env::start().await;
     let past = Timestamp::now() - SignedDuration::from_mins(5);
-    support::create(
-        &env,
-        &instance(
-            "too-late",
-            serde_json::json!({"expiresAt": past.to_string()}),
-        ),
-    )
-    .await;
+    let names = ["too-late", "too-late-delete", "too-late-snapshot"];
+    for (name, on_expiry) in names.into_iter().zip(["Stop", "Delete", "Snapshot"]) {
+        support::create(
+            &env,
+            &instance(
+                name,
+                serde_json::json!({"expiresAt": past.to_string(), "onExpiry": on_expiry}),
+            ),
+        )
+        .await;
+    }
+    let volume: Volume = support::object(
+        "too-late-volume",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10,
+                           "lifetime": {"expiresAt": past.to_string(), "onExpiry": "Delete"}}),
+    );
+    support::create(&env, &volume).await;
+    for name in names {
+        let stalled =
+            support::condition::<GpuInstance>(&env, name, "Stalled", "True", "InvalidSpec").await;
+        let message = support::ready_message(&stalled);
+        assert!(
+            message.contains("spec.lifetime.expiresAt"),
+            "{name}: {message}"
+        );
+        assert!(
+            support::events_about(&env, name, "Expired")
+                .await
+                .is_empty(),
+            "{name}"
+        );
+    }
     let stalled =
-        support::condition::<GpuInstance>(&env, "too-late", "Stalled", "True", "InvalidSpec").await;
-    let message = stalled
-        .cloud_status()
-        .condition("Ready")
-        .unwrap()
-        .message
-        .clone();
-    assert!(message.contains("spec.lifetime"), "{message}");
+        support::condition::<Volume>(&env, "too-late-volume", "Stalled", "True", "InvalidSpec")
+            .await;
+    let message = support::ready_message(&stalled);
+    assert!(message.contains("spec.lifetime.expiresAt"), "{message}");
     assert_eq!(env.calls("CreateInstance"), 0);
-    env.api::<GpuInstance>()
-        .delete("too-late", &DeleteParams::default())
+    assert_eq!(env.calls("CreateVolume"), 0);
+    for name in names {
+        env.api::<GpuInstance>()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    env.api::<Volume>()
+        .delete("too-late-volume", &DeleteParams::default())
         .await
         .unwrap();
 }
@@ -340,7 +370,8 @@ async fn a_schedule_stops_the_machine_when_its_window_closes() {
 }
 
 /// What only the operator can tell of a schedule (its time zone exists, its windows do not
-/// overlap) is told before any machine is created.
+/// overlap) is told before any machine is created, whatever `powerState` says: a machine
+/// created off would run once it is set to Running, under a schedule nobody can read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_the_operator_cannot_read_creates_no_machine() {
     let env = Env::start().await;
@@ -359,23 +390,27 @@ async fn a_schedule_the_operator_cannot_read_creates_no_machine() {
             "spec.schedule.windows[1] overlaps",
         ),
     ] {
-        let object: GpuInstance = support::object(
-            name,
-            serde_json::json!({
-                "region": "us-east-1", "gpuType": "H100-80G", "osImage": "ubuntu-22.04-cuda-12",
-                "schedule": schedule,
-            }),
-        );
-        support::create(&env, &object).await;
-        let stalled =
-            support::condition::<GpuInstance>(&env, name, "Stalled", "True", "InvalidSpec").await;
-        let message = stalled
-            .cloud_status()
-            .condition("Ready")
-            .unwrap()
-            .message
-            .clone();
-        assert!(message.contains(field), "{name}: {message}");
+        for (power, tier) in [
+            ("Running", "Advanced"),
+            ("Stopped", "Advanced"),
+            ("Hibernated", "Legacy"),
+        ] {
+            let name = format!("{name}-{}", power.to_lowercase());
+            let object: GpuInstance = support::object(
+                &name,
+                serde_json::json!({
+                    "region": "us-east-1", "gpuType": "H100-80G",
+                    "osImage": "ubuntu-22.04-cuda-12", "tier": tier, "powerState": power,
+                    "schedule": schedule,
+                }),
+            );
+            support::create(&env, &object).await;
+            let stalled =
+                support::condition::<GpuInstance>(&env, &name, "Stalled", "True", "InvalidSpec")
+                    .await;
+            let message = support::ready_message(&stalled);
+            assert!(message.contains(field), "{name}: {message}");
+        }
     }
     assert_eq!(env.calls("CreateInstance"), 0);
 }

@@ -132,6 +132,41 @@ async fn the_first_alternative_out_of_stock_the_second_is_chosen_and_the_status_
     assert_eq!(vm.region(), Some("eu-west-1"));
 }
 
+/// A GPU count the catalog does not offer for the type (L40S comes with 1, 2, 4 or 8) is refused
+/// before any create, naming the field and the counts offered, with or without alternatives;
+/// an alternative with such a count refuses the spec, as one with an unknown GPU type does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_count_the_catalog_does_not_offer_is_refused_before_any_create() {
+    let env = Env::start().await;
+    let plain: GpuInstance = support::object(
+        "three",
+        serde_json::json!({"region": "us-east-1", "gpuType": "L40S", "gpuCount": 3,
+                           "osImage": "ubuntu-22.04-cuda-12"}),
+    );
+    support::create(&env, &plain).await;
+    let alternatives = serde_json::json!({
+        "alternatives": [
+            {"gpuTypes": ["L40S"], "gpuCount": 3, "regions": ["us-east-1"]},
+            {"gpuTypes": ["L40S"], "gpuCount": 2, "regions": ["us-east-1"]},
+        ],
+    });
+    support::create(&env, &placed("three-placed", alternatives)).await;
+    for (name, field) in [
+        ("three", "spec.gpuCount"),
+        ("three-placed", "spec.placement.alternatives[0].gpuCount"),
+    ] {
+        let stalled: GpuInstance = condition(&env, name, "Stalled", "True", "InvalidSpec").await;
+        let message = support::ready_message(&stalled);
+        assert!(
+            message.contains(&format!(
+                "{field}: L40S is offered with 1, 2, 4, 8 GPUs, not 3"
+            )),
+            "{name}: {message}"
+        );
+    }
+    assert_eq!(env.calls("CreateInstance"), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cheapest_picks_the_lowest_price_in_stock() {
     let mut env = Env::without_operator(with_admin()).await;

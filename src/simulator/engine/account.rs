@@ -337,10 +337,7 @@ impl Engine {
                 ram_gb_per_gpu: gpu.ram_gb_per_gpu,
                 vcpus_per_gpu: gpu.vcpus_per_gpu,
                 storage_gb_per_gpu: gpu.storage_gb_per_gpu,
-                gpu_counts: [1, 2, 4, 8]
-                    .into_iter()
-                    .filter(|n| *n <= gpu.max_count)
-                    .collect(),
+                gpu_counts: gpu.gpu_counts(),
                 price_per_gpu_hour: self.gpu_price(gpu),
                 currency: catalog::CURRENCY.to_string(),
             })
@@ -424,12 +421,8 @@ impl Engine {
         let gpu = catalog::gpu_type(&request.gpu_type).ok_or_else(|| {
             ApiError::validation(format!("gpu_type: unknown GPU type {:?}", request.gpu_type))
         })?;
-        if request.gpu_count == 0 || request.gpu_count > gpu.max_count {
-            return Err(ApiError::validation(format!(
-                "gpu_count: must be between 1 and {}",
-                gpu.max_count
-            )));
-        }
+        gpu.check_count(request.gpu_count)
+            .map_err(ApiError::validation)?;
         let hours = request.hours.unwrap_or(1.0);
         if !(hours.is_finite() && hours > 0.0 && hours <= 24.0 * 366.0) {
             return Err(ApiError::validation(

@@ -373,12 +373,8 @@ impl Engine {
         validate_region("region", &request.region)?;
         let tier = validate_tier("tier", request.tier.as_ref())?;
         let gpu = known_gpu_type("gpu_type", &request.gpu_type)?;
-        if request.gpu_count == 0 || request.gpu_count > gpu.max_count {
-            return Err(ApiError::validation(format!(
-                "gpu_count: must be between 1 and {} for {}",
-                gpu.max_count, gpu.id
-            )));
-        }
+        gpu.check_count(request.gpu_count)
+            .map_err(ApiError::validation)?;
         let (boot_source, storage_gb) = if catalog::is_os_image(&request.image_id) {
             (
                 BootSource::Image,
@@ -1199,15 +1195,17 @@ mod tests {
         bad.gpu_type = "TPU".to_string();
         let err = engine.create_instance(&bad, secs(0)).unwrap_err();
         assert!(err.to_string().starts_with("gpu_type:"), "{err}");
-        let mut bad = create_request("x", Tier::Advanced);
-        bad.gpu_count = 9;
-        assert!(
-            engine
-                .create_instance(&bad, secs(0))
-                .unwrap_err()
-                .to_string()
-                .starts_with("gpu_count:")
-        );
+        // GPU count is an enumeration: a count the specs catalog does not offer is refused.
+        for count in [0, 3, 9] {
+            let mut bad = create_request("x", Tier::Advanced);
+            bad.gpu_count = count;
+            let err = engine.create_instance(&bad, secs(0)).unwrap_err();
+            assert_eq!(err.status().as_u16(), 400, "{count}: {err}");
+            assert_eq!(
+                err.to_string(),
+                format!("gpu_count: A100-80G is offered with 1, 2, 4, 8 GPUs, not {count}")
+            );
+        }
         let mut bad = create_request("x", Tier::Advanced);
         bad.tier = Some(Tier::Other("gold".into()));
         assert!(

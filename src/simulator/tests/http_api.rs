@@ -535,6 +535,8 @@ async fn bad_input_gets_a_json_error_naming_the_problem() {
         (Method::POST, "/instances/".into(), Some(instance(json!({"gpu_count": "two"}))), 400, "VALIDATION_ERROR", "gpu_count"),
         (Method::POST, "/instances/".into(), Some(instance(json!({"gpu_count": -1}))), 400, "VALIDATION_ERROR", "gpu_count"),
         (Method::POST, "/instances/".into(), Some(instance(json!({"gpu_count": 0}))), 400, "VALIDATION_ERROR", "gpu_count"),
+        (Method::POST, "/instances/".into(), Some(instance(json!({"gpu_count": 3}))), 400, "VALIDATION_ERROR", "gpu_count: L40S is offered with 1, 2, 4, 8 GPUs, not 3"),
+        (Method::POST, "/pricing/".into(), Some(json!({"gpu_type": "L40S", "gpu_count": 3}).to_string()), 400, "VALIDATION_ERROR", "gpu_count"),
         (Method::POST, "/instances/".into(), Some(instance(json!({"region": "mars-1"}))), 400, "VALIDATION_ERROR", "region"),
         (Method::POST, "/instances/".into(), Some(instance(json!({"name": "has space"}))), 400, "VALIDATION_ERROR", "name"),
         (Method::POST, "/instances/".into(), Some(instance(json!({"image_id": "windows-95"}))), 400, "VALIDATION_ERROR", "image_id"),

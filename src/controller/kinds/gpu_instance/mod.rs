@@ -824,10 +824,12 @@ fn scheduled(
     let Some(schedule) = &instance.spec.schedule else {
         return Ok(None);
     };
+    // Read whatever the power state: a schedule that cannot be read is refused now, not once
+    // powerState is set back to Running and the machine already exists.
+    let standing = schedule.at(now).map_err(Error::InvalidSpec)?;
     if instance.spec.power_state != PowerState::Running {
         return Ok(None);
     }
-    let standing = schedule.at(now).map_err(Error::InvalidSpec)?;
     let power = match (standing.running, schedule.outside) {
         (true, _) => PowerState::Running,
         (false, OutsideWindows::Stopped) => PowerState::Stopped,

@@ -27,6 +27,15 @@ pub mod skip {
     pub const NOT_IN_PRICE_LIST: &str = "NotInPriceList";
     /// In stock, but `Cheapest` found a lower rate.
     pub const PRICIER: &str = "Pricier";
+    /// Every reason above: the field's documentation names exactly these (a test holds it).
+    #[cfg(test)]
+    pub const ALL: &[&str] = &[
+        OUT_OF_STOCK,
+        REFUSED_BY_CLOUD,
+        ABOVE_MAX_HOURLY_RATE,
+        NOT_IN_PRICE_LIST,
+        PRICIER,
+    ];
 }
 
 /// One (GPU type, count, region) the spec allows.
@@ -138,32 +147,42 @@ pub fn candidates(spec: &GpuInstanceSpec) -> Result<(PlacementPolicy, Vec<Candid
     Ok((placement.policy, out))
 }
 
-/// Refuses a spec naming a GPU type or region the catalog does not have, naming the field and
-/// listing the known values: such a candidate could never be created, whatever the stock.
+/// Refuses a spec naming a GPU type or region the catalog does not have, or a GPU count it does
+/// not offer for the type, naming the field and listing the known values: such a candidate
+/// could never be created, whatever the stock.
 pub fn check_known(
     spec: &GpuInstanceSpec,
     candidates: &[Candidate],
     catalog: &Catalog,
 ) -> Result<(), Error> {
     for candidate in candidates {
-        let (type_field, region_field) = match &spec.placement {
-            Some(_) => (
-                format!(
-                    "spec.placement.alternatives[{}].gpuTypes",
-                    candidate.alternative
-                ),
-                format!(
-                    "spec.placement.alternatives[{}].regions",
-                    candidate.alternative
-                ),
+        let field = |name: &str| match &spec.placement {
+            Some(_) => format!(
+                "spec.placement.alternatives[{}].{name}",
+                candidate.alternative
             ),
-            None => ("spec.gpuType".to_string(), "spec.region".to_string()),
+            None => format!("spec.{name}"),
         };
-        if catalog.gpu(&candidate.gpu_type).is_none() {
+        let (type_field, region_field) = match &spec.placement {
+            Some(_) => (field("gpuTypes"), field("regions")),
+            None => (field("gpuType"), field("region")),
+        };
+        let Some(gpu) = catalog.gpu(&candidate.gpu_type) else {
             return Err(Error::InvalidSpec(format!(
                 "{type_field}: unknown GPU type {:?} (known: {})",
                 candidate.gpu_type,
                 catalog.gpu_type_names()
+            )));
+        };
+        // A catalog that lists no counts for the type (an older offering) leaves it to the cloud.
+        if !gpu.gpu_counts.is_empty() && !gpu.gpu_counts.contains(&candidate.gpu_count) {
+            let offered: Vec<String> = gpu.gpu_counts.iter().map(u32::to_string).collect();
+            return Err(Error::InvalidSpec(format!(
+                "{}: {} is offered with {} GPUs, not {}",
+                field("gpuCount"),
+                candidate.gpu_type,
+                offered.join(", "),
+                candidate.gpu_count
             )));
         }
         if !catalog.has_region(&candidate.region) {
@@ -634,6 +653,65 @@ mod tests {
             &same_second.skipped,
         );
         assert_eq!(chosen(&next.unwrap()).2, "eu-west-1");
+    }
+
+    /// The reasons `status.placement.skipped[].reason` documents (in the CRD, so in `kubectl
+    /// explain` and the field reference) are the ones the code writes, no more, no fewer.
+    #[test]
+    fn the_skip_reasons_documented_are_the_ones_written() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(gpucloud_api::GpuInstance::crd()).unwrap();
+        let description = crd
+            .pointer(
+                "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/placement\
+                 /properties/skipped/items/properties/reason/description",
+            )
+            .and_then(|d| d.as_str())
+            .expect("status.placement.skipped[].reason is documented");
+        let mut documented: Vec<&str> = description.split('`').skip(1).step_by(2).collect();
+        // `Cheapest` is the policy the description names, not a reason.
+        documented.retain(|word| *word != "Cheapest");
+        documented.sort_unstable();
+        let mut written = skip::ALL.to_vec();
+        written.sort_unstable();
+        assert_eq!(documented, written, "{description}");
+    }
+
+    #[test]
+    fn a_gpu_count_the_catalog_does_not_offer_for_the_type_is_refused_naming_the_offered_ones() {
+        let mut offered = catalog(&[]);
+        for gpu in &mut offered.gpus {
+            gpu.gpu_counts = vec![1, 2, 4];
+        }
+        let plain: GpuInstanceSpec = serde_json::from_value(serde_json::json!({
+            "region": "us-east-1", "gpuType": "L40S", "gpuCount": 3, "osImage": "x",
+        }))
+        .unwrap();
+        let (_, list) = candidates(&plain).unwrap();
+        let error = check_known(&plain, &list, &offered).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.gpuCount: L40S is offered with 1, 2, 4 GPUs, not 3"
+        );
+        assert_eq!(error.reason(), "InvalidSpec");
+        // An alternative with a count not offered refuses the spec, as an unknown type does.
+        let placed = spec(serde_json::json!({
+            "alternatives": [
+                {"gpuTypes": ["H100-80G"], "gpuCount": 2, "regions": ["us-east-1"]},
+                {"gpuTypes": ["A100-80G"], "gpuCount": 8, "regions": ["us-east-1"]},
+            ],
+        }));
+        let (_, list) = candidates(&placed).unwrap();
+        let error = check_known(&placed, &list, &offered).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.placement.alternatives[1].gpuCount: A100-80G is offered with 1, 2, 4 GPUs, not 8"
+        );
+        // Offered counts pass; a catalog without counts for the type leaves them to the cloud.
+        let (_, list) = candidates(&two_alternatives("Ordered")).unwrap();
+        check_known(&two_alternatives("Ordered"), &list, &offered).unwrap();
+        let (_, list) = candidates(&plain).unwrap();
+        check_known(&plain, &list, &catalog(&[])).unwrap();
     }
 
     #[test]
