@@ -111,6 +111,8 @@ pub mod reason {
         CURRENCY_MISMATCH,
         WITHIN_BUDGET,
         INVALID_SPEC,
+        SPEC_MISMATCH,
+        NOT_APPLIED,
         CREATE_REFUSED,
         NO_CAPACITY,
         TIER_NOT_SUPPORTED,
