@@ -536,7 +536,7 @@ pub fn refusal(what: &str, verdict: &Adoption, viewer_namespace: &str) -> Option
             owner.described_to(viewer_namespace)
         )),
         Adoption::NotAllowed => Some(format!(
-            "{what} was not created by the operator for this object; adopting it needs the operator's --allow-adoption and the label {ADOPTION_LABEL}={ADOPTION_ALLOWED} on namespace {viewer_namespace}, set by a cluster administrator"
+            "{what} was not created by the operator for this object; adopting it needs the operator's --allow-adoption and the label {ADOPTION_LABEL}={ADOPTION_ALLOWED} on namespace {viewer_namespace}, set by a cluster administrator; the label is looked at again every resync interval"
         )),
     }
 }

@@ -346,6 +346,10 @@ pub fn error_policy<K: ManagedKind>(
         // a backstop.
         cx.wait_in_account(&account, applier::key_of(&*object), Awaited::Credit(floor));
         cx.requeue.after_failure(&object.key(), error)
+    } else if error.reason() == reason::ADOPTION_NOT_ALLOWED {
+        // The namespace's label can change at any time, and nothing watches namespaces: one
+        // read of its metadata per resync interval tells, rather than the terminal recheck.
+        cx.settings.observe.resync
     } else if error.is_waiting_for_reference() {
         // Woken by the watch on the referenced kind; the resync is only a backstop.
         cx.settings.observe.resync

@@ -334,6 +334,49 @@ async fn a_volume_the_operator_did_not_create_is_adopted_only_where_allowed() {
     );
 }
 
+/// A namespace labelled to allow adoption after its object was refused: the object is
+/// adopted within one resync interval, without being touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_labelled_later_lets_its_refused_adoption_through() {
+    let env = Env::start().await;
+    tenant_namespace(&env).await;
+    let foreign = cloud_client(&env)
+        .create_volume(&CreateVolumeRequest::new("left-behind", 10, "us-east-1"))
+        .await
+        .unwrap();
+    let volume: Volume = object(
+        "taken",
+        serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+    );
+    tenant_api::<Volume>(&env)
+        .create(
+            &PostParams::default(),
+            &in_tenant(volume, Some(&foreign.id)),
+        )
+        .await
+        .unwrap();
+    stalled_in_tenant::<Volume>(&env, "taken", reason::ADOPTION_NOT_ALLOWED).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    namespaces
+        .patch(
+            TENANT,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"labels": {"gpucloud.io/adoption": "allowed"}}
+            })),
+        )
+        .await
+        .unwrap();
+    // The tests' resync interval is 2 s; the terminal recheck, 5 minutes.
+    eventually(15, "the volume adopted", || async {
+        let volume = tenant_api::<Volume>(&env).get("taken").await.ok()?;
+        (volume.cloud_status().external_id.as_deref() == Some(foreign.id.as_str())
+            && volume.cloud_status().is_ready(volume.metadata.generation))
+        .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_teams_machine_cannot_be_snapshotted_by_id() {
     let env = Env::start().await;
