@@ -234,6 +234,7 @@ pub struct ChosenPlacement {
     /// The hourly rate the price list gave when it was chosen (the rate the machine is billed
     /// at, when no choice was recorded before the create: a first create, or an adoption).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub hourly_rate: Option<f64>,
     /// Currency of `hourlyRate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -410,6 +411,7 @@ pub struct GpuInstanceStatus {
     pub specs: Option<InstanceSpecs>,
     /// What the instance costs per hour, in `currency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub hourly_rate: Option<f64>,
     /// Currency of `hourlyRate`, e.g. `USD`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -201,6 +201,7 @@ pub struct GpuInstancePoolStatus {
     pub template_hash: Option<String>,
     /// What the pool's machines cost per hour together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub hourly_rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,

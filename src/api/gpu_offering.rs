@@ -58,6 +58,7 @@ pub struct GpuOfferingStatus {
     pub gpu_counts: Vec<u32>,
     /// Price of one GPU per hour, in `currency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub price_per_gpu_hour: Option<f64>,
     /// Currency of the price, e.g. `USD`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

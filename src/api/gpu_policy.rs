@@ -118,6 +118,7 @@ pub struct GpuPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub hourly_rate: Option<f64>,
     /// The namespaces that hold anything, fullest first (at most 100).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -146,6 +147,7 @@ pub struct NamespaceCount {
     pub namespace: String,
     pub machines: i32,
     pub gpus: i32,
+    #[serde(serialize_with = "crate::money::serialize")]
     pub hourly_rate: f64,
 }
 
@@ -161,6 +163,7 @@ pub struct PolicyReservation {
     /// The GPUs it adds (0 for what is no machine).
     pub gpus: i32,
     /// What its resource will cost per hour, from the price list.
+    #[serde(serialize_with = "crate::money::serialize")]
     pub hourly_rate: f64,
     pub reserved_at: Time,
 }

@@ -47,6 +47,7 @@ pub struct ImageStatus {
     /// What the image costs per hour, in `currency`: its size times the image price per
     /// GB-hour in the account's price list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub hourly_rate: Option<f64>,
     /// Currency of `hourlyRate`, e.g. `USD`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -46,6 +46,7 @@ pub mod gpu_offering;
 pub mod gpu_policy;
 pub mod image;
 pub mod lifetime;
+pub mod money;
 pub mod reference;
 pub mod schedule;
 pub mod snapshot;

@@ -97,6 +97,7 @@ pub struct VolumeStatus {
     /// What the volume costs per hour, in `currency`: its size times the price per GB-hour of
     /// its volume type in the account's price list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub hourly_rate: Option<f64>,
     /// Currency of `hourlyRate`, e.g. `USD`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

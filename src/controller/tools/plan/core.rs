@@ -109,6 +109,7 @@ pub struct PlannedPlacement {
     /// Index of the alternative in `spec.placement.alternatives` (0 without one).
     pub alternative: u32,
     /// The hourly rate of the price list (or offerings) the choice was made with.
+    #[serde(serialize_with = "gpucloud_api::money::option")]
     pub hourly_rate: Option<f64>,
 }
 
@@ -126,7 +127,9 @@ impl std::fmt::Display for PlannedPlacement {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HourlyCost {
+    #[serde(serialize_with = "gpucloud_api::money::option")]
     pub before: Option<f64>,
+    #[serde(serialize_with = "gpucloud_api::money::option")]
     pub after: Option<f64>,
     /// What priced the line (`after`'s source; the status's for an object left as it is).
     pub source: Option<PriceSource>,
@@ -150,8 +153,11 @@ pub struct PlannedObject {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Total {
+    #[serde(serialize_with = "gpucloud_api::money::serialize")]
     pub before: f64,
+    #[serde(serialize_with = "gpucloud_api::money::serialize")]
     pub after: f64,
+    #[serde(serialize_with = "gpucloud_api::money::serialize")]
     pub delta: f64,
     pub currency: String,
     /// Objects whose cost before or after is not known, left out of the sums.

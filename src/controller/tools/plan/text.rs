@@ -1,6 +1,7 @@
 //! The plan as a table, as `kubectl get` prints one, and the totals line.
 
 use super::core::{Action, Plan, PlannedObject, PriceSource};
+use gpucloud_api::money::rounded;
 
 const HEADERS: [&str; 7] = [
     "KIND",
@@ -43,7 +44,9 @@ pub fn render(plan: &Plan) -> String {
     };
     out.push_str(&format!(
         "\nTotal per hour: before {:.4}{currency}, after {:.4}{currency}, delta {:+.4}{currency}",
-        total.before, total.after, total.delta
+        rounded(total.before),
+        rounded(total.after),
+        rounded(total.delta)
     ));
     if total.unpriced > 0 {
         out.push_str(&format!(
@@ -57,7 +60,7 @@ pub fn render(plan: &Plan) -> String {
 }
 
 fn row(object: &PlannedObject) -> [String; 7] {
-    let cost = |rate: Option<f64>| rate.map_or("-".to_string(), |r| format!("{r:.4}"));
+    let cost = |rate: Option<f64>| rate.map_or("-".to_string(), |r| format!("{:.4}", rounded(r)));
     let skipped = object.action == Action::Skipped;
     let mut notes = Vec::new();
     let changed: Vec<&str> = object
