@@ -117,6 +117,10 @@ pub struct BudgetStatus {
     /// What the counted resources cost per hour together, reservations included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hourly_rate: Option<f64>,
+    /// The part of `hourlyRate` that counted machines which are off still cost: the cloud
+    /// bills a stopped or hibernated machine a share of its running rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_hourly_rate: Option<f64>,
     /// `maxHourlyRate` less `hourlyRate`: the hourly rate a new create may still add.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining: Option<f64>,
@@ -143,6 +147,10 @@ pub struct BudgetStatus {
     /// `maxSpend` less `spent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend_remaining: Option<f64>,
+    /// The `periodStart` of the period whose projected overspend a `ProjectedOverBudget`
+    /// Warning Event told of: one such Event per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overspend_warned_for: Option<Time>,
     /// The current period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period_start: Option<Time>,
@@ -158,7 +166,10 @@ pub struct BudgetStatus {
     /// The `metadata.generation` the figures were counted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (counted and within the limit) and `Exceeded`.
+    /// `Ready`: `True` while the count is within the limits (reason `WithinBudget`, or
+    /// `ProjectedOverBudget` while the projection passes `maxSpend`); `False` with `Stalled`
+    /// while it is over them or keeps machines off (reason `BudgetExceeded`). `Exceeded` says
+    /// the same as a condition of its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -197,6 +208,7 @@ impl Budget {
     pub const COLUMNS: &'static [Column] = &[
         Column::new("Max/h", "number", ".spec.maxHourlyRate"),
         Column::new("Rate/h", "number", ".status.hourlyRate"),
+        Column::new("Off/h", "number", ".status.offHourlyRate").wide(),
         Column::new("Remaining", "number", ".status.remaining"),
         Column::new("Spent", "number", ".status.spent"),
         Column::new("Max spend", "number", ".spec.maxSpend"),

@@ -13,6 +13,10 @@
 //!
 //! Counting reads the objects from the API server, never from a cache, so a count is never
 //! older than the reservation it is checked with.
+//!
+//! A machine that is off still costs what the cloud bills for it (a share of its running
+//! rate): it counts at that rate, shown apart in `status.offHourlyRate`, and a machine the
+//! Budget powered off is let go only if its running rate fits in place of it.
 
 use crate::accounts::account::{Accounts, Billing};
 use crate::flow::adoption::Ownership;
@@ -67,6 +71,9 @@ pub struct Billed {
     /// A machine the cloud reports running, which a Budget may power off: not annotated
     /// with deletion protection.
     pub may_power_off: bool,
+    /// A machine the cloud reports off (stopped or hibernated): `hourly_rate` is the share of
+    /// its running rate the cloud still bills.
+    pub off: bool,
     /// The GPUs of its machine (0 for what is no machine).
     pub gpus: i32,
 }
@@ -76,18 +83,22 @@ pub struct Billed {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Count {
     pub hourly_rate: f64,
+    /// The part of `hourly_rate` that machines which are off cost, and how many they are.
+    pub off_hourly_rate: f64,
+    pub off: usize,
     /// `Kind/name` of each counted object, dearest first.
     pub objects: Vec<String>,
 }
 
 /// Counts `objects` and `reservations`, leaving out the object `except` (the one reserving).
 pub fn count(objects: &[Billed], reservations: &[Reservation], except: Option<&str>) -> Count {
-    let mut rates: BTreeMap<&str, (String, f64)> = BTreeMap::new();
+    // By uid: `Kind/name`, the rate, and whether it is a machine that is off.
+    let mut rates: BTreeMap<&str, (String, f64, bool)> = BTreeMap::new();
     for object in objects.iter().filter(|o| Some(o.uid.as_str()) != except) {
         if let Some(rate) = object.hourly_rate.filter(|_| object.created) {
             rates.insert(
                 &object.uid,
-                (format!("{}/{}", object.kind, object.name), rate),
+                (format!("{}/{}", object.kind, object.name), rate, object.off),
             );
         }
     }
@@ -95,16 +106,23 @@ pub fn count(objects: &[Billed], reservations: &[Reservation], except: Option<&s
         .iter()
         .filter(|r| Some(r.uid.as_str()) != except)
     {
-        let entry = rates
-            .entry(&reservation.uid)
-            .or_insert_with(|| (format!("{}/{}", reservation.kind, reservation.name), 0.0));
+        let entry = rates.entry(&reservation.uid).or_insert_with(|| {
+            (
+                format!("{}/{}", reservation.kind, reservation.name),
+                0.0,
+                false,
+            )
+        });
         entry.1 = entry.1.max(reservation.hourly_rate);
     }
-    let mut counted: Vec<(String, f64)> = rates.into_values().collect();
+    let mut counted: Vec<(String, f64, bool)> = rates.into_values().collect();
     counted.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let off = || counted.iter().filter(|(_, _, off)| *off);
     Count {
-        hourly_rate: counted.iter().map(|(_, rate)| rate).sum(),
-        objects: counted.into_iter().map(|(name, _)| name).collect(),
+        hourly_rate: counted.iter().map(|(_, rate, _)| rate).sum(),
+        off_hourly_rate: off().map(|(_, rate, _)| rate).sum(),
+        off: off().count(),
+        objects: counted.into_iter().map(|(name, _, _)| name).collect(),
     }
 }
 
@@ -236,14 +254,19 @@ pub fn billed<K: ManagedKind>(object: &K) -> Billed {
                 .annotations()
                 .get(gpucloud_api::deletion_protection::ANNOTATION)
                 .is_none_or(|v| v != "true"),
+        off: object.is_off(),
         gpus: object.gpus(),
     }
 }
 
-/// The machines a Budget keeps powered off, from those it `held` before: while what is
-/// counted would pass `limit` once every held machine is off (whose own rate is then taken
-/// as nothing; the next count corrects it), the newest running machines are added; while
-/// it fits, held machines are let go, oldest first, each whose running rate fits again.
+/// The machines a Budget keeps powered off, from those it `held` before. A held machine
+/// that is off counts at what the cloud still bills for it (a share of its running rate).
+/// Whether to power off more, a held machine not off yet counts as nothing, as those chosen
+/// now do (the next count reads what they cost off): while what is counted so would pass
+/// `limit`, the newest running machines are added. Whether to let one go, every machine
+/// counts at what it costs now (one still powering off at its running rate, so that no
+/// machine starts on a guess of what another will cost off): while it fits, held machines
+/// are let go, oldest first, each whose running rate fits in place of what it costs now.
 /// Machines gone are let go. Under `Refuse` none is held.
 pub fn powered_off(
     on_exceeded: OnExceeded,
@@ -270,7 +293,12 @@ pub fn powered_off(
         .filter(|h| find(&h.uid).is_some())
         .cloned()
         .collect();
-    let mut projected = counted.hourly_rate - held.iter().map(|h| rate_now(&h.uid)).sum::<f64>();
+    let powering_off: f64 = held
+        .iter()
+        .filter(|h| find(&h.uid).is_some_and(|o| !o.off))
+        .map(|h| rate_now(&h.uid))
+        .sum();
+    let mut projected = counted.hourly_rate - powering_off;
     if !fits_rate(projected, limit) {
         let mut candidates: Vec<&Billed> = objects
             .iter()
@@ -295,9 +323,11 @@ pub fn powered_off(
         let created_at = |h: &PoweredOff| find(&h.uid).and_then(|o| o.created_at);
         let mut oldest_first: Vec<PoweredOff> = held.clone();
         oldest_first.sort_by_key(created_at);
+        let mut counted_now = counted.hourly_rate;
         for machine in oldest_first {
-            if fits_rate(projected + machine.hourly_rate, limit) {
-                projected += machine.hourly_rate - rate_now(&machine.uid);
+            let instead = machine.hourly_rate - rate_now(&machine.uid);
+            if fits_rate(counted_now + instead, limit) {
+                counted_now += instead;
                 held.retain(|h| h.uid != machine.uid);
             }
         }
@@ -660,6 +690,7 @@ fn currency_mismatch(budget: &Budget, currency: &str) -> Error {
 /// Writes the figures of `count` into `status`.
 fn show_count(status: &mut BudgetStatus, count: &Count, budget: &Budget, currency: &str) {
     status.hourly_rate = Some(round(count.hourly_rate));
+    status.off_hourly_rate = Some(round(count.off_hourly_rate));
     status.remaining = Some(round(budget.spec.max_hourly_rate - count.hourly_rate));
     status.currency = Some(currency.to_string());
     status.counted = Some(i32::try_from(count.objects.len()).unwrap_or(i32::MAX));
@@ -712,12 +743,19 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
         );
     }
     let limit = budget.spec.max_hourly_rate;
-    let message = format!(
+    let mut message = format!(
         "{} objects cost {:.4} {currency}/h of {:.4} {currency}/h",
         count.objects.len(),
         count.hourly_rate,
         limit
     );
+    if count.off > 0 {
+        message.push_str(&format!(
+            " ({:.4} {currency}/h of it for {} off: the cloud bills a share of their running rate)",
+            count.off_hourly_rate,
+            machines(count.off)
+        ));
+    }
     // Over the limit (objects counted before it was lowered, or adopted) the Budget still
     // does its work: Ready, with the reason and the `Exceeded` condition saying so.
     if let Some(used_up) = spend_used_up(budget) {
@@ -729,6 +767,15 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
             reason::BUDGET_EXCEEDED,
             format!("{message}: new billed creates are refused"),
         )
+    }
+}
+
+/// `1 machine`, `2 machines`.
+fn machines(count: usize) -> String {
+    if count == 1 {
+        "1 machine".into()
+    } else {
+        format!("{count} machines")
     }
 }
 
@@ -880,6 +927,7 @@ mod tests {
             account: None,
             created_at: None,
             may_power_off: false,
+            off: false,
             gpus: 1,
         }
     }
@@ -949,7 +997,7 @@ mod tests {
     fn a_create_fits_up_to_the_limit_exactly() {
         let counted = Count {
             hourly_rate: 0.1 + 0.2,
-            objects: vec![],
+            ..Count::default()
         };
         assert!(fits(&counted, 0.7, 1.0));
         assert!(!fits(&counted, 0.71, 1.0));
@@ -1046,17 +1094,10 @@ mod tests {
     #[test]
     fn a_machine_powered_off_starts_again_once_its_running_rate_fits() {
         let now = Timestamp::now();
-        // Stopped: they bill a tenth of their running rate.
         let objects = [
             running("oldest", 1.0, 1),
-            Billed {
-                may_power_off: false,
-                ..running("middle", 0.1, 2)
-            },
-            Billed {
-                may_power_off: false,
-                ..running("newest", 0.1, 3)
-            },
+            stopped(running("middle", 1.0, 2)),
+            stopped(running("newest", 1.0, 3)),
         ];
         let held: Vec<PoweredOff> = ["middle", "newest"]
             .iter()
@@ -1069,10 +1110,12 @@ mod tests {
             })
             .collect();
         let counted = count(&objects, &[], None);
-        // (limit, still held)
+        // (limit, still held): one started again costs its running rate in place of the
+        // tenth it costs stopped, beside the other's tenth.
         for (limit, after) in [
             (1.5, vec!["middle", "newest"]),
-            (2.0, vec!["newest"]),
+            (2.0, vec!["middle", "newest"]),
+            (2.1, vec!["newest"]),
             (3.0, vec![]),
         ] {
             let kept = powered_off(OnExceeded::Stop, limit, &counted, &objects, &held, now);
@@ -1081,6 +1124,116 @@ mod tests {
         // A machine gone is let go.
         let kept = powered_off(OnExceeded::Stop, 1.5, &counted, &objects[..2], &held, now);
         assert_eq!(names(&kept), ["middle"]);
+    }
+
+    fn budget(spec: serde_json::Value, status: BudgetStatus) -> Budget {
+        let mut budget: Budget = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+            "metadata": {"name": "team", "namespace": "ml"}, "spec": spec,
+        }))
+        .unwrap();
+        budget.status = Some(status);
+        budget
+    }
+
+    /// `machine` as the cloud reports it once stopped: billed a tenth of its running rate.
+    fn stopped(machine: Billed) -> Billed {
+        Billed {
+            hourly_rate: machine.hourly_rate.map(|rate| rate / 10.0),
+            may_power_off: false,
+            off: true,
+            ..machine
+        }
+    }
+
+    #[test]
+    fn what_a_stopped_machine_still_costs_is_counted_and_shown() {
+        let objects = [running("a", 1.0, 1), stopped(running("b", 1.0, 2))];
+        let counted = count(&objects, &[], None);
+        assert!((counted.hourly_rate - 1.1).abs() < 1e-12, "{counted:?}");
+        assert!((counted.off_hourly_rate - 0.1).abs() < 1e-12, "{counted:?}");
+        assert_eq!(counted.off, 1);
+        let budget = budget(
+            serde_json::json!({"maxHourlyRate": 5.0}),
+            BudgetStatus::default(),
+        );
+        let message = outcome(&budget, &counted, &objects).message().to_string();
+        assert!(
+            message.contains("1.1000 USD/h")
+                && message.contains("0.1000 USD/h of it for 1 machine off"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn machines_powered_off_still_count_at_what_they_cost_off() {
+        let now = Timestamp::now();
+        // Three machines at 1.0/h under 2.05/h: one stopped is not enough once the cloud
+        // bills it its tenth (2.1/h), so a second one is stopped (1.2/h).
+        let running_three = [
+            running("oldest", 1.0, 1),
+            running("middle", 1.0, 2),
+            running("newest", 1.0, 3),
+        ];
+        let first = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&running_three, &[], None),
+            &running_three,
+            &[],
+            now,
+        );
+        assert_eq!(names(&first), ["newest"]);
+        // Being stopped: nothing more yet (its rate off is not known until it is off).
+        let second = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&running_three, &[], None),
+            &running_three,
+            &first,
+            now,
+        );
+        assert_eq!(names(&second), ["newest"]);
+        let newest_off = [
+            running("oldest", 1.0, 1),
+            running("middle", 1.0, 2),
+            stopped(running("newest", 1.0, 3)),
+        ];
+        let third = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&newest_off, &[], None),
+            &newest_off,
+            &first,
+            now,
+        );
+        assert_eq!(names(&third), ["newest", "middle"]);
+        // Middle still stopping (billed in full): newest is not started on a guess of what
+        // middle will cost off.
+        let stopping = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&newest_off, &[], None),
+            &newest_off,
+            &third,
+            now,
+        );
+        assert_eq!(names(&stopping), ["newest", "middle"]);
+        let both_off = [
+            running("oldest", 1.0, 1),
+            stopped(running("middle", 1.0, 2)),
+            stopped(running("newest", 1.0, 3)),
+        ];
+        // Settled: neither starts again (either would take it to 2.1/h).
+        let fourth = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&both_off, &[], None),
+            &both_off,
+            &third,
+            now,
+        );
+        assert_eq!(names(&fourth), ["newest", "middle"]);
     }
 
     fn charge(

@@ -770,6 +770,7 @@ mod tests {
             account: None,
             created_at: None,
             may_power_off: false,
+            off: false,
             gpus,
         }
     }

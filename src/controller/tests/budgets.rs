@@ -360,6 +360,64 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     env.stop_operator().await;
 }
 
+/// A machine that is off still bills a share of its running rate (a tenth while stopped): the
+/// Budget counts it, shows it apart, and stops a second machine when the first one's tenth
+/// still leaves it over its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_machine_counts_at_the_share_it_still_bills() {
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "team",
+            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": "Stop"}),
+        ),
+    )
+    .await
+    .unwrap();
+    for name in ["oldest", "middle", "newest"] {
+        support::create(&env, &machine(name, &[])).await;
+        support::ready::<GpuInstance>(&env, name).await;
+        // Creation times a second apart: "newest" is an order, not a tie.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    counted(&env, "team", 3, 3.0 * L40S).await;
+
+    // Room for 2.05 machines: with one stopped, 2.1 of them are still billed, so a second
+    // one is stopped too.
+    set_limit(&api, "team", 2.05 * L40S).await;
+    power_is(&env, "newest", "STOPPED").await;
+    power_is(&env, "middle", "STOPPED").await;
+    let team = counted(&env, "team", 3, 1.2 * L40S).await;
+    let status = team.status.unwrap();
+    let off = status.off_hourly_rate.unwrap();
+    let mut states = Vec::new();
+    for name in ["oldest", "middle", "newest"] {
+        let vm = env.api::<GpuInstance>().get(name).await.unwrap();
+        let s = vm.status.unwrap();
+        states.push((
+            name,
+            s.cloud.state.clone(),
+            s.hourly_rate,
+            s.vm_status.clone(),
+        ));
+    }
+    assert!(
+        (off - 0.2 * L40S).abs() < 1e-6,
+        "{off} {status:?} {states:?}"
+    );
+    let held: Vec<&str> = status.powered_off.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(held, ["newest", "middle"]);
+    assert_eq!(
+        env_state(&env, &ready_id(&env, "oldest").await)
+            .await
+            .as_deref(),
+        Some("RUNNING")
+    );
+    env.stop_operator().await;
+}
+
 async fn ready_id(env: &Env, name: &str) -> String {
     support::ready_id::<GpuInstance>(env, name).await
 }
