@@ -17,6 +17,11 @@
 //! A machine that is off still costs what the cloud bills for it (a share of its running
 //! rate): it counts at that rate, shown apart in `status.offHourlyRate`, and a machine the
 //! Budget powered off is let go only if its running rate fits in place of it.
+//!
+//! The Budget's conditions follow kstatus, which Argo CD and Flux read: within its limits it
+//! is `Ready=True`; over one, or keeping machines off, it is `Ready=False` and `Stalled=True`
+//! with reason `BudgetExceeded`, since only a person (raising a limit, deleting something it
+//! counts) or the next period changes that.
 
 use crate::accounts::account::{Accounts, Billing};
 use crate::flow::adoption::Ownership;
@@ -726,8 +731,10 @@ impl gpucloud_telemetry::BudgetSource for Figures {
     }
 }
 
-/// Where a Budget stands: within its limit, over it (objects counted before the limit was
-/// lowered, or adopted), or unusable.
+/// Where a Budget stands, read from `budget` as just counted (its status holds the spend and
+/// the machines it keeps off): within its limits (`Ready`), over one of them or keeping
+/// machines off (`Stalled`: a person raises a limit or deletes something it counts,
+/// or the next period comes), or unusable.
 pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
     let currency = &budget.spec.currency;
     if let Some(other) = objects
@@ -743,31 +750,87 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
         );
     }
     let limit = budget.spec.max_hourly_rate;
-    let mut message = format!(
-        "{} objects cost {:.4} {currency}/h of {:.4} {currency}/h",
+    let mut figures = format!(
+        "{} objects cost {:.4} {currency}/h of its maxHourlyRate {:.4} {currency}/h",
         count.objects.len(),
         count.hourly_rate,
         limit
     );
     if count.off > 0 {
-        message.push_str(&format!(
+        figures.push_str(&format!(
             " ({:.4} {currency}/h of it for {} off: the cloud bills a share of their running rate)",
             count.off_hourly_rate,
             machines(count.off)
         ));
     }
-    // Over the limit (objects counted before it was lowered, or adopted) the Budget still
-    // does its work: Ready, with the reason and the `Exceeded` condition saying so.
+    let status = budget.status.as_ref();
+    let keeps_off = status
+        .map(|s| keeps_off(&s.powered_off))
+        .unwrap_or_default();
     if let Some(used_up) = spend_used_up(budget) {
-        Outcome::ready(reason::BUDGET_EXCEEDED, format!("{message}; {used_up}"))
-    } else if fits(count, 0.0, limit) {
-        Outcome::ready(reason::WITHIN_BUDGET, message)
-    } else {
-        Outcome::ready(
+        Outcome::stalled(
             reason::BUDGET_EXCEEDED,
-            format!("{message}: new billed creates are refused"),
+            format!("{figures}; {used_up}{keeps_off}. Raise maxSpend, or wait for the next period"),
         )
+    } else if !fits(count, 0.0, limit) {
+        Outcome::stalled(
+            reason::BUDGET_EXCEEDED,
+            format!(
+                "{figures}, over it: new billed creates are refused{keeps_off}. Raise maxHourlyRate, or delete something it counts"
+            ),
+        )
+    } else if !keeps_off.is_empty() {
+        Outcome::stalled(
+            reason::BUDGET_EXCEEDED,
+            format!(
+                "{figures}{keeps_off}: running, they would take it past maxHourlyRate. Raise maxHourlyRate, or delete something it counts"
+            ),
+        )
+    } else {
+        Outcome::ready(reason::WITHIN_BUDGET, figures)
     }
+}
+
+/// The machines listed in a message, at most.
+const NAMED_MACHINES: usize = 5;
+
+/// `; it keeps 2 machines off (stopped: b; hibernated: a)`, or nothing when it keeps none.
+fn keeps_off(held: &[PoweredOff]) -> String {
+    if held.is_empty() {
+        return String::new();
+    }
+    let named = |state: PowerState| -> Vec<&str> {
+        held.iter()
+            .filter(|h| h.power_state == state)
+            .map(|h| h.name.as_str())
+            .collect()
+    };
+    let mut parts = Vec::new();
+    for (state, word) in [
+        (PowerState::Stopped, "stopped"),
+        (PowerState::Hibernated, "hibernated"),
+    ] {
+        let names = named(state);
+        if names.is_empty() {
+            continue;
+        }
+        let more = names.len().saturating_sub(NAMED_MACHINES);
+        let mut listed = names
+            .iter()
+            .take(NAMED_MACHINES)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if more > 0 {
+            listed.push_str(&format!(" and {more} more"));
+        }
+        parts.push(format!("{word}: {listed}"));
+    }
+    format!(
+        "; it keeps {} off ({})",
+        machines(held.len()),
+        parts.join("; ")
+    )
 }
 
 /// `1 machine`, `2 machines`.
@@ -826,12 +889,12 @@ pub async fn reconcile(
             .map(|()| None);
     }
     let period_end = status.period_end.as_ref().map(|end| end.0);
-    let counted_budget = Budget {
+    let as_counted = |status: &BudgetStatus| Budget {
         status: Some(status.clone()),
         ..budget.clone()
     };
     // With the period's spend used up, nothing running may stay on.
-    let limit = if spend_used_up(&counted_budget).is_some() {
+    let limit = if spend_used_up(&as_counted(&status)).is_some() {
         0.0
     } else {
         budget.spec.max_hourly_rate
@@ -844,7 +907,7 @@ pub async fn reconcile(
         &status.powered_off,
         now,
     );
-    let outcome = outcome(&counted_budget, &counted, &objects);
+    let outcome = outcome(&as_counted(&status), &counted, &objects);
     conditions::apply(
         &mut status.conditions,
         &outcome,
@@ -1134,6 +1197,88 @@ mod tests {
         .unwrap();
         budget.status = Some(status);
         budget
+    }
+
+    #[test]
+    fn a_budget_over_a_limit_or_keeping_machines_off_is_stalled_and_within_them_ready() {
+        use gpucloud_api::condition_type::{READY, STALLED};
+        let objects = [running("a", 1.1, 1), running("b", 1.1, 2)];
+        let counted = count(&objects, &[], None);
+        let keeping = BudgetStatus {
+            powered_off: vec![PoweredOff {
+                name: "c".into(),
+                uid: "uid-c".into(),
+                hourly_rate: 1.1,
+                power_state: PowerState::Stopped,
+                since: Time(Timestamp::now()),
+            }],
+            ..BudgetStatus::default()
+        };
+        let spent = BudgetStatus {
+            spent: Some(12.0),
+            projected: Some(20.0),
+            period_end: Some(Time("2026-12-01T00:00:00Z".parse().unwrap())),
+            ..BudgetStatus::default()
+        };
+        let monthly = |max: f64| serde_json::json!({"maxHourlyRate": 5.0, "maxSpend": max, "period": {"type": "Monthly"}});
+        // (spec, status, Ready, reason, said in the message)
+        let table = [
+            (
+                serde_json::json!({"maxHourlyRate": 5.0}),
+                BudgetStatus::default(),
+                "True",
+                reason::WITHIN_BUDGET,
+                "2 objects cost 2.2000 USD/h of its maxHourlyRate 5.0000 USD/h",
+            ),
+            (
+                serde_json::json!({"maxHourlyRate": 2.0}),
+                BudgetStatus::default(),
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "2.2000 USD/h of its maxHourlyRate 2.0000 USD/h, over it: new billed creates are refused",
+            ),
+            (
+                serde_json::json!({"maxHourlyRate": 2.0, "onExceeded": "Stop"}),
+                keeping.clone(),
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "refused; it keeps 1 machine off (stopped: c)",
+            ),
+            // Within the limit only because it keeps a machine off.
+            (
+                serde_json::json!({"maxHourlyRate": 5.0, "onExceeded": "Stop"}),
+                keeping,
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "it keeps 1 machine off (stopped: c): running, they would take it past maxHourlyRate",
+            ),
+            (
+                monthly(10.0),
+                spent.clone(),
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "12.00 USD of its maxSpend 10.00 USD is spent this period",
+            ),
+        ];
+        for (spec, status, ready, why, said) in table {
+            let outcome = outcome(&budget(spec.clone(), status), &counted, &objects);
+            let mut conditions = Vec::new();
+            conditions::apply(&mut conditions, &outcome, Some(1), Timestamp::now());
+            let find = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
+            let found = find(READY).unwrap();
+            assert_eq!(
+                (found.status.as_str(), found.reason.as_str()),
+                (ready, why),
+                "{spec}"
+            );
+            // kstatus: not ready and needing a person is Stalled; ready carries no Stalled.
+            assert_eq!(find(STALLED).is_some(), ready == "False", "{spec}");
+            assert!(
+                outcome.message().contains(said),
+                "{spec}: {}",
+                outcome.message()
+            );
+        }
     }
 
     /// `machine` as the cloud reports it once stopped: billed a tenth of its running rate.

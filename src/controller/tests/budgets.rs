@@ -320,7 +320,21 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
         }
     })
     .await;
-    let team = api.get("team").await.unwrap().status.unwrap();
+    // Within its limit only by keeping middle off: not Ready, and Stalled (kstatus), saying
+    // what it keeps off.
+    let team = budget_condition(&env, "team", "Stalled", "True", "BudgetExceeded").await;
+    let ready = team.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BudgetExceeded")
+    );
+    assert!(
+        ready
+            .message
+            .contains("it keeps 1 machine off (stopped: middle)"),
+        "{}",
+        ready.message
+    );
     let held: Vec<&str> = team.powered_off.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(held, ["middle"]);
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
@@ -346,8 +360,13 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     // Raised again: it fits, and starts.
     set_limit(&api, "team", 3.0 * L40S).await;
     power_is(&env, "middle", "RUNNING").await;
-    let team = api.get("team").await.unwrap().status.unwrap();
+    let team = budget_condition(&env, "team", "Ready", "True", "WithinBudget").await;
     assert!(team.powered_off.is_empty(), "{:?}", team.powered_off);
+    assert!(
+        !team.conditions.iter().any(|c| c.type_ == "Stalled"),
+        "{:?}",
+        team.conditions
+    );
 
     // Lowered again once the Budget counts middle running (a machine still starting is
     // counted at its stopped rate, and the next newest running one would be chosen), then
@@ -416,6 +435,34 @@ async fn a_stopped_machine_counts_at_the_share_it_still_bills() {
         Some("RUNNING")
     );
     env.stop_operator().await;
+}
+
+/// Waits until the Budget `name` has the condition `type_` with `status` and `reason`, and
+/// returns its status.
+async fn budget_condition(
+    env: &Env,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> BudgetStatus {
+    let api = budgets(env);
+    eventually(
+        30,
+        &format!("Budget {name} {type_}={status} ({reason})"),
+        || {
+            let api = api.clone();
+            async move {
+                let budget = api.get(name).await.ok()?.status?;
+                budget
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == status && c.reason == reason)
+                    .then_some(budget)
+            }
+        },
+    )
+    .await
 }
 
 async fn ready_id(env: &Env, name: &str) -> String {
@@ -562,18 +609,22 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     )
     .await
     .unwrap();
-    eventually(30, "the Budget says its spend is used up", || {
-        let api = api.clone();
-        async move {
-            let status = api.get("month").await.ok()?.status?;
-            status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Exceeded" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    let month = budget_condition(&env, "month", "Exceeded", "True", "BudgetExceeded").await;
+    let ready = month
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BudgetExceeded")
+    );
+    assert!(
+        ready.message.contains("is spent this period"),
+        "{}",
+        ready.message
+    );
+    assert!(month.conditions.iter().any(|c| c.type_ == "Stalled"));
     support::create(&env, &machine("another", &[])).await;
     let refused: GpuInstance =
         support::condition(&env, "another", "Ready", "False", "BudgetExceeded").await;
