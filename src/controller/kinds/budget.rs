@@ -21,7 +21,10 @@
 //! The Budget's conditions follow kstatus, which Argo CD and Flux read: within its limits it
 //! is `Ready=True`; over one, or keeping machines off, it is `Ready=False` and `Stalled=True`
 //! with reason `BudgetExceeded`, since only a person (raising a limit, deleting something it
-//! counts) or the next period changes that.
+//! counts) or the next period changes that. A spend projected past `maxSpend` before the
+//! period ends is said before it happens: `Ready=True` with reason `ProjectedOverBudget`, and
+//! one Warning Event per period, which the status remembers (`overspendWarnedFor`) so that
+//! neither a recount nor a restart tells it again.
 
 use crate::accounts::account::{Accounts, Billing};
 use crate::flow::adoption::Ownership;
@@ -30,6 +33,7 @@ use crate::flow::error::Error;
 use crate::flow::kind::ManagedKind;
 use crate::kinds::registry::{KindFn, map_kinds};
 use crate::runtime::clock::Clock;
+use crate::runtime::events::{EventPublisher, EventType};
 use gpucloud_api::{Budget, BudgetStatus, OnExceeded, PowerState, PoweredOff, Reservation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -570,6 +574,7 @@ async fn count_spend(
         status.spent = None;
         status.projected = None;
         status.spend_remaining = None;
+        status.overspend_warned_for = None;
         status.period_start = None;
         status.period_end = None;
         status.charged.clear();
@@ -732,8 +737,9 @@ impl gpucloud_telemetry::BudgetSource for Figures {
 }
 
 /// Where a Budget stands, read from `budget` as just counted (its status holds the spend and
-/// the machines it keeps off): within its limits (`Ready`), over one of them or keeping
-/// machines off (`Stalled`: a person raises a limit or deletes something it counts,
+/// the machines it keeps off): within its limits (`Ready`), within them but projected past
+/// `maxSpend` before the period ends (`Ready`, reason `ProjectedOverBudget`), over one of them
+/// or keeping machines off (`Stalled`: a person raises a limit or deletes something it counts,
 /// or the next period comes), or unusable.
 pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
     let currency = &budget.spec.currency;
@@ -786,8 +792,23 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
                 "{figures}{keeps_off}: running, they would take it past maxHourlyRate. Raise maxHourlyRate, or delete something it counts"
             ),
         )
+    } else if let Some(warning) = projected_over(budget, count) {
+        Outcome::ready(
+            reason::PROJECTED_OVER_BUDGET,
+            format!("{figures}; {warning}"),
+        )
     } else {
-        Outcome::ready(reason::WITHIN_BUDGET, figures)
+        match (budget.spec.max_spend, status) {
+            (Some(max), Some(status)) => Outcome::ready(
+                reason::WITHIN_BUDGET,
+                format!(
+                    "{figures}; {:.2} {currency} spent of its maxSpend {max:.2} {currency}, {:.2} {currency} projected by the end of the period",
+                    status.spent.unwrap_or(0.0),
+                    status.projected.unwrap_or(0.0)
+                ),
+            ),
+            _ => Outcome::ready(reason::WITHIN_BUDGET, figures),
+        }
     }
 }
 
@@ -842,13 +863,49 @@ fn machines(count: usize) -> String {
     }
 }
 
+/// What a Budget with `maxSpend`, counted into `budget.status`, says before its spend is used
+/// up: that at the counted rate the spend reaches `maxSpend` before the period ends, about
+/// when, and what happens then.
+fn projected_over(budget: &Budget, count: &Count) -> Option<String> {
+    let max = budget.spec.max_spend?;
+    let status = budget.status.as_ref()?;
+    let projected = status.projected?;
+    let end = status.period_end.as_ref()?.0;
+    if projected <= max || count.hourly_rate <= 0.0 {
+        return None;
+    }
+    let currency = &budget.spec.currency;
+    let spent = status.spent.unwrap_or(0.0);
+    // The projection is a line at the counted rate up to the period's end: it meets maxSpend
+    // that much earlier. To the hour, so that the message moves only as the figures do.
+    let reached = SignedDuration::try_from_secs_f64((projected - max) / count.hourly_rate * 3600.0)
+        .ok()
+        .and_then(|early| end.checked_sub(early).ok())
+        .and_then(|at| {
+            let second = at.as_second();
+            Timestamp::from_second(second - second.rem_euclid(3600)).ok()
+        })
+        .map_or_else(String::new, |at| format!(" about {at}"));
+    let then = match budget.spec.on_exceeded {
+        OnExceeded::Refuse => "billed creates are refused",
+        OnExceeded::Stop => "billed creates are refused and its running machines stopped",
+        OnExceeded::Hibernate => "billed creates are refused and its running machines hibernated",
+    };
+    Some(format!(
+        "{spent:.2} {currency} spent, projected {projected:.2} {currency} by the end of the period ({end}), over its maxSpend {max:.2} {currency}: at this rate maxSpend is reached{reached}, from when {then}"
+    ))
+}
+
 /// Recounts a Budget: its figures, conditions and the reservations still held, written with
 /// its resourceVersion (a reservation made meanwhile is never dropped). Its period, the
 /// reservations' age and the spend are read at the `clock`'s now; its conditions' times are
-/// the wall clock's, as events' are. Returns when its spend period ends (with `maxSpend`).
+/// the wall clock's, as events' are. A spend projected past `maxSpend` is told in one Warning
+/// Event per period, once the status that remembers it is written. Returns when its spend
+/// period ends (with `maxSpend`).
 pub async fn reconcile(
     client: &kube::Client,
     (accounts, ownership): (&Accounts, &Ownership),
+    events: &EventPublisher,
     budget: &Budget,
     clock: &Clock,
 ) -> Result<Option<Timestamp>, Error> {
@@ -915,7 +972,27 @@ pub async fn reconcile(
         Timestamp::now(),
     );
     set_exceeded(&mut status, &outcome, budget.meta().generation);
-    write(&api, budget, status).await.map(|()| period_end)
+    let warn = outcome.reason() == reason::PROJECTED_OVER_BUDGET
+        && status.period_start.is_some()
+        && status.overspend_warned_for != status.period_start;
+    if warn {
+        status.overspend_warned_for = status.period_start.clone();
+    }
+    write(&api, budget, status).await?;
+    // After the write that remembers it: a write that lost a race tells nothing, and the
+    // next count tells it then.
+    if warn {
+        events.send(
+            crate::runtime::events::event(
+                EventType::Warning,
+                reason::PROJECTED_OVER_BUDGET,
+                outcome.message(),
+                "CountBudget",
+            ),
+            budget.object_ref(&()),
+        );
+    }
+    Ok(period_end)
 }
 
 /// The condition type saying whether the count is over the limit.
@@ -1259,6 +1336,13 @@ mod tests {
                 reason::BUDGET_EXCEEDED,
                 "12.00 USD of its maxSpend 10.00 USD is spent this period",
             ),
+            (
+                monthly(100.0),
+                spent,
+                "True",
+                reason::WITHIN_BUDGET,
+                "12.00 USD spent of its maxSpend 100.00 USD, 20.00 USD projected",
+            ),
         ];
         for (spec, status, ready, why, said) in table {
             let outcome = outcome(&budget(spec.clone(), status), &counted, &objects);
@@ -1279,6 +1363,43 @@ mod tests {
                 outcome.message()
             );
         }
+    }
+
+    #[test]
+    fn a_spend_projected_past_max_spend_is_told_before_it_is_spent() {
+        let objects = [running("a", 2.6, 1)];
+        let counted = count(&objects, &[], None);
+        let at = |spent: f64, projected: f64| {
+            budget(
+                serde_json::json!({"maxHourlyRate": 5.0, "maxSpend": 20.0, "onExceeded": "Stop",
+                                   "period": {"type": "Monthly"}}),
+                BudgetStatus {
+                    spent: Some(spent),
+                    projected: Some(projected),
+                    period_end: Some(Time("2026-12-01T00:00:00Z".parse().unwrap())),
+                    ..BudgetStatus::default()
+                },
+            )
+        };
+        // 1,864 projected against 20: said while it is still within its limits.
+        let told = outcome(&at(7.31, 1864.0), &counted, &objects);
+        assert_eq!(
+            (told.standing(), told.reason()),
+            ("ready", reason::PROJECTED_OVER_BUDGET)
+        );
+        // 1,844 over at 2.6/h: 709 hours and 14 minutes before the period ends.
+        for said in [
+            "7.31 USD spent, projected 1864.00 USD by the end of the period (2026-12-01T00:00:00Z), over its maxSpend 20.00 USD",
+            "reached about 2026-11-01T10:00:00Z",
+            "running machines stopped",
+        ] {
+            assert!(told.message().contains(said), "{}", told.message());
+        }
+        let within = outcome(&at(7.31, 19.99), &counted, &objects);
+        assert_eq!(
+            (within.standing(), within.reason()),
+            ("ready", reason::WITHIN_BUDGET)
+        );
     }
 
     /// `machine` as the cloud reports it once stopped: billed a tenth of its running rate.

@@ -634,6 +634,59 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     env.stop_operator().await;
 }
 
+/// A Budget whose spend, projected at its counted rate to the end of its period, passes
+/// `maxSpend` says so while it is still within it (`Ready=True`, reason `ProjectedOverBudget`)
+/// and tells it in one Warning Event for the period, however often it is counted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_projected_past_max_spend_is_told_once_before_it_is_spent() {
+    use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    // A week from today's midnight (UTC): days of a machine still to come, a few cents spent.
+    let today = format!("{:?}", Timestamp::now().to_zoned(TimeZone::UTC).weekday());
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "team",
+            serde_json::json!({"maxHourlyRate": 100.0, "maxSpend": 20.0,
+                               "period": {"type": "Weekly", "dayOfWeek": &today[..3]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    support::create(&env, &machine("trainer", &[])).await;
+    support::ready::<GpuInstance>(&env, "trainer").await;
+    let team = budget_condition(&env, "team", "Ready", "True", "ProjectedOverBudget").await;
+    assert!(team.spent.unwrap_or(0.0) < 20.0, "{team:?}");
+    assert!(team.projected.unwrap() > 20.0, "{team:?}");
+    let ready = team.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert!(
+        ready.message.contains("over its maxSpend 20.00 USD"),
+        "{}",
+        ready.message
+    );
+    assert!(!team.conditions.iter().any(|c| c.type_ == "Stalled"));
+    support::wait_for_events(&env, "team", &["ProjectedOverBudget"]).await;
+
+    // Counted again at every resync (2 s here): no second Event, nor a repeat of the first.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let told = support::events_about(&env, "team", "ProjectedOverBudget").await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].type_.as_deref(), Some("Warning"));
+    assert!(told[0].series.is_none(), "{:?}", told[0].series);
+    assert!(
+        told[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("maxSpend is reached about")),
+        "{:?}",
+        told[0].note
+    );
+    let team = api.get("team").await.unwrap().status.unwrap();
+    assert_eq!(team.overspend_warned_for, team.period_start);
+    env.stop_operator().await;
+}
+
 /// A Budget spent before the end of its month stops the machine; at the first of the next
 /// month it is counted again at once (a timer at the period's end, not the next resync, made
 /// long here so that the two cannot be confused) and lets the machine start. On a clock of
