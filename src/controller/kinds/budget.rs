@@ -128,8 +128,9 @@ pub fn count(objects: &[Billed], reservations: &[Reservation], except: Option<&s
     counted.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let off = || counted.iter().filter(|(_, _, off)| *off);
     Count {
-        hourly_rate: counted.iter().map(|(_, rate, _)| rate).sum(),
-        off_hourly_rate: off().map(|(_, rate, _)| rate).sum(),
+        // Folded from +0: a sum of nothing is -0 in Rust, which would show as "-0".
+        hourly_rate: counted.iter().fold(0.0, |sum, (_, rate, _)| sum + rate),
+        off_hourly_rate: off().fold(0.0, |sum, (_, rate, _)| sum + rate),
         off: off().count(),
         objects: counted.into_iter().map(|(name, _, _)| name).collect(),
     }
@@ -1131,6 +1132,14 @@ mod tests {
         // A create in flight shows no rate of its own: its reservation is what counts.
         let objects = [object("a", Some(2.0), false)];
         assert_eq!(count(&objects, &[], None).hourly_rate, 0.0);
+    }
+
+    #[test]
+    fn nothing_counted_is_zero_not_minus_zero() {
+        let counted = count(&[], &[], None);
+        assert!(counted.hourly_rate.is_sign_positive(), "{counted:?}");
+        assert!(counted.off_hourly_rate.is_sign_positive(), "{counted:?}");
+        assert_eq!(round(counted.hourly_rate).to_string(), "0");
     }
 
     #[test]
