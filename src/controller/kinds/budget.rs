@@ -375,7 +375,8 @@ pub struct Ask<'a> {
 
 /// Reserves `ask` for the create of `object` in each of `budgets`, or refuses it with
 /// `BudgetExceeded` when one would be passed (giving back what it reserved in the others).
-/// A reservation the object already holds is kept as it is.
+/// A reservation the object already holds is kept as it is. The final snapshot of a machine
+/// being deleted is reserved, never refused: it is what lets the machine go.
 pub async fn reserve<K: ManagedKind>(
     client: &kube::Client,
     object: &K,
@@ -386,10 +387,11 @@ pub async fn reserve<K: ManagedKind>(
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
     let uid = object.uid().unwrap_or_default();
+    let refusable = object.budget_may_refuse(client).await?;
     let mut reserved: Vec<String> = Vec::new();
     for budget in budgets {
         let name = budget.name_any();
-        match reserve_in(client, &api, object, &uid, budget, ask, clock).await {
+        match reserve_in(client, &api, object, (&uid, refusable), budget, ask, clock).await {
             Ok(()) => reserved.push(name),
             Err(error) => {
                 for name in &reserved {
@@ -408,7 +410,7 @@ async fn reserve_in<K: ManagedKind>(
     client: &kube::Client,
     api: &Api<Budget>,
     object: &K,
-    uid: &str,
+    (uid, refusable): (&str, bool),
     mut budget: Budget,
     ask: &Ask<'_>,
     clock: &Clock,
@@ -427,7 +429,7 @@ async fn reserve_in<K: ManagedKind>(
         let objects = billed_objects(client, &namespace, &budget).await?;
         let counted = count(&objects, &status.reservations, Some(uid));
         let limit = budget.spec.max_hourly_rate;
-        if !fits(&counted, rate, limit) {
+        if refusable && !fits(&counted, rate, limit) {
             return Err(Error::BudgetExceeded {
                 budget: name,
                 message: format!(
@@ -436,7 +438,7 @@ async fn reserve_in<K: ManagedKind>(
                 ),
             });
         }
-        if let Some(message) = spend_used_up(&budget) {
+        if let Some(message) = spend_used_up(&budget).filter(|_| refusable) {
             return Err(Error::BudgetExceeded {
                 budget: name,
                 message,

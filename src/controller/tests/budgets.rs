@@ -465,6 +465,64 @@ async fn budget_condition(
     .await
 }
 
+/// A machine deleted under `deletionPolicy: Snapshot` while its Budget is full still gets its
+/// final snapshot (counted, not refused: the machine, which costs far more, waits for it) and
+/// goes. A Snapshot labelled as a final snapshot by hand, for a machine not being deleted, is
+/// refused like any other create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_budget_never_refuses_the_final_snapshot_a_deletion_waits_for() {
+    use gpucloud_controller::kinds::gpu_instance::final_snapshot::{
+        FINAL_SNAPSHOT_OF_LABEL, FINAL_SNAPSHOT_OF_UID_ANNOTATION,
+    };
+    let env = Env::start().await;
+    budgets(&env)
+        .create(
+            &PostParams::default(),
+            &budget("team", serde_json::json!({"maxHourlyRate": L40S})),
+        )
+        .await
+        .unwrap();
+    let mut trainer = machine("trainer", &[]);
+    trainer.spec.managed.deletion_policy = DeletionPolicy::Snapshot;
+    support::create(&env, &trainer).await;
+    let trainer: GpuInstance = support::ready(&env, "trainer").await;
+    let id = trainer.cloud_status().external_id.unwrap();
+    counted(&env, "team", 1, L40S).await;
+
+    let mut forged: Snapshot = support::object(
+        "trainer-final",
+        serde_json::json!({"instanceRef": {"name": "trainer"}}),
+    );
+    forged.metadata.labels = Some([(FINAL_SNAPSHOT_OF_LABEL.into(), "trainer".into())].into());
+    forged.metadata.annotations = Some(
+        [(
+            FINAL_SNAPSHOT_OF_UID_ANNOTATION.into(),
+            trainer.metadata.uid.clone().unwrap(),
+        )]
+        .into(),
+    );
+    support::create(&env, &forged).await;
+    support::condition::<Snapshot>(&env, "trainer-final", "Ready", "False", "BudgetExceeded").await;
+    support::delete_and_wait::<Snapshot>(&env, "trainer-final").await;
+
+    env.api::<GpuInstance>()
+        .delete("trainer", &Default::default())
+        .await
+        .unwrap();
+    support::gone::<GpuInstance>(&env, "trainer").await;
+    let state = env.simulator.state();
+    assert!(!state.instances.iter().any(|i| i.instance_id == id));
+    assert!(
+        state
+            .snapshots
+            .iter()
+            .any(|s| s.instance_id == id
+                && s.status == gpucloud_cloud::model::SnapshotStatus::Available),
+        "{:?}",
+        state.snapshots
+    );
+}
+
 async fn ready_id(env: &Env, name: &str) -> String {
     support::ready_id::<GpuInstance>(env, name).await
 }
