@@ -53,13 +53,20 @@ pub struct BudgetSpec {
     /// billed creates; `Stop` and `Hibernate` also power off the newest running
     /// GpuInstances until the rest fit, never one annotated
     /// `gpucloud.io/deletion-protection: "true"`. A machine so powered off starts again
-    /// once its hourly rate fits again, or when the Budget goes or says `Refuse`.
+    /// once its hourly rate fits again, or when the Budget goes or says `Refuse`. `Delete`
+    /// instead deletes the newest counted GpuInstances (running or off) until the rest fit,
+    /// each through its own deletion (its finalizer deletes the machine), never one annotated
+    /// with deletion protection nor one whose deletion would leave its machine billed
+    /// (`deletionPolicy: Orphan`, `managementPolicy: ObserveOnly`); `SnapshotThenDelete`
+    /// deletes them the same way after a final snapshot of each, as `deletionPolicy:
+    /// Snapshot` does (the Budget sets it on the machine before deleting it).
     #[serde(default)]
     pub on_exceeded: OnExceeded,
     /// The most the counted objects may cost together in one `period`, in `currency`, as
     /// the cloud's billing says (spend of objects deleted in the period included). Once
     /// spent, billed creates are refused and, under `Stop` or `Hibernate`, every running
-    /// machine the Budget may power off is, until the next period.
+    /// machine the Budget may power off is, until the next period; under `Delete` or
+    /// `SnapshotThenDelete`, every machine it may delete is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub max_spend: Option<f64>,
@@ -104,6 +111,8 @@ pub enum OnExceeded {
     Refuse,
     Stop,
     Hibernate,
+    Delete,
+    SnapshotThenDelete,
 }
 
 fn default_currency() -> String {

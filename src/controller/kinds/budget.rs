@@ -18,6 +18,12 @@
 //! rate): it counts at that rate, shown apart in `status.offHourlyRate`, and a machine the
 //! Budget powered off is let go only if its running rate fits in place of it.
 //!
+//! Under `onExceeded: Delete` or `SnapshotThenDelete` the Budget deletes the newest
+//! GpuInstances it may ([`to_delete`]) through their own deletion, so each machine goes by its
+//! finalizer, after a final snapshot for `SnapshotThenDelete` (the Budget sets
+//! `deletionPolicy: Snapshot` first, as a user would); a machine being deleted is going, and
+//! no other is chosen in its place meanwhile.
+//!
 //! The Budget's conditions follow kstatus, which Argo CD and Flux read: within its limits it
 //! is `Ready=True`; over one, or keeping machines off, it is `Ready=False` and `Stalled=True`
 //! with reason `BudgetExceeded`, since only a person (raising a limit, deleting something it
@@ -34,10 +40,13 @@ use crate::flow::kind::ManagedKind;
 use crate::kinds::registry::{KindFn, map_kinds};
 use crate::runtime::clock::Clock;
 use crate::runtime::events::{EventPublisher, EventType};
-use gpucloud_api::{Budget, BudgetStatus, OnExceeded, PowerState, PoweredOff, Reservation};
+use gpucloud_api::{
+    Budget, BudgetStatus, DeletionPolicy, GpuInstance, ManagementPolicy, OnExceeded, PowerState,
+    PoweredOff, Reservation,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeMap;
@@ -83,6 +92,12 @@ pub struct Billed {
     /// A machine the cloud reports off (stopped or hibernated): `hourly_rate` is the share of
     /// its running rate the cloud still bills.
     pub off: bool,
+    /// Whether the object is being deleted.
+    pub deleting: bool,
+    /// A GpuInstance a Budget may delete: recorded, not being deleted, not annotated with
+    /// deletion protection, and deleted with its machine (not `deletionPolicy: Orphan`, not
+    /// `managementPolicy: ObserveOnly`, either of which would leave the machine billed).
+    pub may_delete: bool,
     /// The GPUs of its machine (0 for what is no machine).
     pub gpus: i32,
 }
@@ -239,6 +254,14 @@ impl KindFn<Listing> for ListBilled {
 pub fn billed<K: ManagedKind>(object: &K) -> Billed {
     let status = crate::flow::recorded::recorded_status(object);
     let cost = object.hourly_cost();
+    let protected = object
+        .annotations()
+        .get(gpucloud_api::deletion_protection::ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let deleting = object.meta().deletion_timestamp.is_some();
+    let managed = object.managed();
+    let deletes_its_resource = managed.deletion_policy != DeletionPolicy::Orphan
+        && managed.management_policy == ManagementPolicy::Manage;
     Billed {
         kind: K::kind(&()).into_owned(),
         name: object.name_any(),
@@ -259,12 +282,14 @@ pub fn billed<K: ManagedKind>(object: &K) -> Billed {
         cloud_name: status.cloud_name.clone(),
         account: status.account.clone(),
         created_at: object.meta().creation_timestamp.as_ref().map(|t| t.0),
-        may_power_off: object.is_running()
-            && object
-                .annotations()
-                .get(gpucloud_api::deletion_protection::ANNOTATION)
-                .is_none_or(|v| v != "true"),
+        may_power_off: object.is_running() && !protected,
         off: object.is_off(),
+        deleting,
+        may_delete: K::kind(&()) == GpuInstance::kind(&())
+            && status.external_id.is_some()
+            && !deleting
+            && !protected
+            && deletes_its_resource,
         gpus: object.gpus(),
     }
 }
@@ -287,7 +312,9 @@ pub fn powered_off(
     now: Timestamp,
 ) -> Vec<PoweredOff> {
     let power_state = match on_exceeded {
-        OnExceeded::Refuse => return Vec::new(),
+        OnExceeded::Refuse | OnExceeded::Delete | OnExceeded::SnapshotThenDelete => {
+            return Vec::new();
+        }
         OnExceeded::Stop => PowerState::Stopped,
         OnExceeded::Hibernate => PowerState::Hibernated,
     };
@@ -343,6 +370,126 @@ pub fn powered_off(
         }
     }
     held
+}
+
+/// The GpuInstances a Budget deletes under `Delete` or `SnapshotThenDelete`: while what is
+/// counted, less what the objects already being deleted cost (they are going), would pass
+/// `limit`, the newest machines it may delete, each taking off what it costs now (running or
+/// off). None under the other policies.
+pub fn to_delete<'a>(
+    on_exceeded: OnExceeded,
+    limit: f64,
+    counted: &Count,
+    objects: &'a [Billed],
+) -> Vec<&'a Billed> {
+    if !matches!(
+        on_exceeded,
+        OnExceeded::Delete | OnExceeded::SnapshotThenDelete
+    ) {
+        return Vec::new();
+    }
+    let rate_now = |o: &Billed| o.hourly_rate.filter(|_| o.created).unwrap_or(0.0);
+    let going: f64 = objects.iter().filter(|o| o.deleting).map(rate_now).sum();
+    let mut projected = counted.hourly_rate - going;
+    let mut candidates: Vec<&Billed> = objects.iter().filter(|o| o.may_delete).collect();
+    candidates.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+    let mut chosen = Vec::new();
+    for machine in candidates {
+        if fits_rate(projected, limit) {
+            break;
+        }
+        projected -= rate_now(machine);
+        chosen.push(machine);
+    }
+    chosen
+}
+
+/// Deletes the `machines` [`to_delete`] chose, each through its own deletion (its finalizer
+/// deletes the machine), with its uid as a precondition so a namesake made since is never
+/// deleted. Under `SnapshotThenDelete` each is first set to `deletionPolicy: Snapshot`, and
+/// the delete also carries the resourceVersion that write returned: an edit in between (the
+/// policy set back) fails it, and the next count chooses again. A delete refused at admission
+/// (deletion protection) or of an object gone is left to the next count. Returns the names
+/// deleted; each gets a Warning Event saying why.
+async fn delete_machines(
+    client: &kube::Client,
+    events: &EventPublisher,
+    budget: &Budget,
+    machines: &[&Billed],
+    why: &str,
+) -> Result<Vec<String>, Error> {
+    let namespace = budget.namespace().unwrap_or_default();
+    let api: Api<GpuInstance> = Api::namespaced(client.clone(), &namespace);
+    let snapshot = budget.spec.on_exceeded == OnExceeded::SnapshotThenDelete;
+    let mut deleted = Vec::new();
+    for machine in machines {
+        let mut preconditions = kube::api::Preconditions {
+            uid: Some(machine.uid.clone()),
+            resource_version: None,
+        };
+        if snapshot {
+            let patch = serde_json::json!({
+                "metadata": {"uid": machine.uid},
+                "spec": {"deletionPolicy": DeletionPolicy::Snapshot},
+            });
+            match api
+                .patch(
+                    &machine.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(patched) => preconditions.resource_version = patched.resource_version(),
+                // Refused, gone, or a namesake (its uid differs): the next count looks again.
+                Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404 | 409 | 422) => {
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        let params = DeleteParams {
+            preconditions: Some(preconditions),
+            ..DeleteParams::default()
+        };
+        match api.delete(&machine.name, &params).await {
+            Ok(_) => {
+                let how = if snapshot {
+                    "after a final snapshot (deletionPolicy set to Snapshot)"
+                } else {
+                    "with its machine"
+                };
+                events.send(
+                    crate::runtime::events::event(
+                        EventType::Warning,
+                        reason::BUDGET_EXCEEDED,
+                        &format!(
+                            "deleted {how} by Budget {} (onExceeded: {:?}): {why}",
+                            budget.name_any(),
+                            budget.spec.on_exceeded
+                        ),
+                        "DeleteForBudget",
+                    ),
+                    k8s_openapi::api::core::v1::ObjectReference {
+                        api_version: Some(GpuInstance::api_version(&()).into_owned()),
+                        kind: Some(GpuInstance::kind(&()).into_owned()),
+                        name: Some(machine.name.clone()),
+                        namespace: Some(namespace.clone()),
+                        uid: Some(machine.uid.clone()),
+                        ..Default::default()
+                    },
+                );
+                deleted.push(machine.name.clone());
+            }
+            // Refused at admission (deletion protection), gone, or changed since it was
+            // read: the next count looks again.
+            Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404 | 409) => {
+                tracing::info!(budget = %budget.name_any(), machine = %machine.name, code = status.code, message = %status.message, "machine not deleted for the Budget");
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(deleted)
 }
 
 /// The Budgets of the object's namespace that count it.
@@ -776,16 +923,20 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
     let keeps_off = status
         .map(|s| keeps_off(&s.powered_off))
         .unwrap_or_default();
+    // Machines being deleted still count until they are gone.
+    let going = deleting(objects);
     if let Some(used_up) = spend_used_up(budget) {
         Outcome::stalled(
             reason::BUDGET_EXCEEDED,
-            format!("{figures}; {used_up}{keeps_off}. Raise maxSpend, or wait for the next period"),
+            format!(
+                "{figures}; {used_up}{keeps_off}{going}. Raise maxSpend, or wait for the next period"
+            ),
         )
     } else if !fits(count, 0.0, limit) {
         Outcome::stalled(
             reason::BUDGET_EXCEEDED,
             format!(
-                "{figures}, over it: new billed creates are refused{keeps_off}. Raise maxHourlyRate, or delete something it counts"
+                "{figures}, over it: new billed creates are refused{keeps_off}{going}. Raise maxHourlyRate, or delete something it counts"
             ),
         )
     } else if !keeps_off.is_empty() {
@@ -857,6 +1008,25 @@ fn keeps_off(held: &[PoweredOff]) -> String {
     )
 }
 
+/// `; it is deleting 2 machines (b, a)`: the GpuInstances counted that are being deleted, or
+/// nothing.
+fn deleting(objects: &[Billed]) -> String {
+    let names: Vec<&str> = objects
+        .iter()
+        .filter(|o| o.deleting && o.gpus > 0)
+        .map(|o| o.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    let more = names.len().saturating_sub(NAMED_MACHINES);
+    let mut listed = names[..names.len() - more].join(", ");
+    if more > 0 {
+        listed.push_str(&format!(" and {more} more"));
+    }
+    format!("; {} being deleted ({listed})", machines(names.len()))
+}
+
 /// `1 machine`, `2 machines`.
 fn machines(count: usize) -> String {
     if count == 1 {
@@ -893,6 +1063,10 @@ fn projected_over(budget: &Budget, count: &Count) -> Option<String> {
         OnExceeded::Refuse => "billed creates are refused",
         OnExceeded::Stop => "billed creates are refused and its running machines stopped",
         OnExceeded::Hibernate => "billed creates are refused and its running machines hibernated",
+        OnExceeded::Delete => "billed creates are refused and its machines deleted",
+        OnExceeded::SnapshotThenDelete => {
+            "billed creates are refused and its machines deleted after a final snapshot"
+        }
     };
     Some(format!(
         "{spent:.2} {currency} spent, projected {projected:.2} {currency} by the end of the period ({end}), over its maxSpend {max:.2} {currency}: at this rate maxSpend is reached{reached}, from when {then}"
@@ -967,6 +1141,22 @@ pub async fn reconcile(
         &status.powered_off,
         now,
     );
+    let chosen = to_delete(budget.spec.on_exceeded, limit, &counted, &objects);
+    let mut objects = objects.clone();
+    if !chosen.is_empty() {
+        let why = spend_used_up(&as_counted(&status)).unwrap_or_else(|| {
+            format!(
+                "it counts {:.4} {currency}/h, over its maxHourlyRate {:.4} {currency}/h",
+                counted.hourly_rate, budget.spec.max_hourly_rate
+            )
+        });
+        let deleted = delete_machines(client, events, budget, &chosen, &why).await?;
+        // Being deleted now: said so below, and never chosen twice.
+        for object in objects.iter_mut().filter(|o| deleted.contains(&o.name)) {
+            object.deleting = true;
+            object.may_delete = false;
+        }
+    }
     let outcome = outcome(&as_counted(&status), &counted, &objects);
     conditions::apply(
         &mut status.conditions,
@@ -1071,6 +1261,8 @@ mod tests {
             created_at: None,
             may_power_off: false,
             off: false,
+            deleting: false,
+            may_delete: false,
             gpus: 1,
         }
     }
@@ -1411,6 +1603,61 @@ mod tests {
             (within.standing(), within.reason()),
             ("ready", reason::WITHIN_BUDGET)
         );
+    }
+
+    #[test]
+    fn under_delete_the_newest_machines_it_may_delete_go_until_the_rest_fit() {
+        let deletable = |machine: Billed| Billed {
+            may_delete: true,
+            ..machine
+        };
+        let objects = [
+            deletable(running("oldest", 1.0, 1)),
+            deletable(stopped(running("middle", 1.0, 2))),
+            // Protected (or kept by deletionPolicy: Orphan): never chosen.
+            running("newest", 1.0, 3),
+            Billed {
+                kind: "Volume".into(),
+                gpus: 0,
+                ..object("scratch", Some(0.5), true)
+            },
+        ];
+        let counted = count(&objects, &[], None);
+        assert!((counted.hourly_rate - 2.6).abs() < 1e-12);
+        let chosen = |policy, limit, objects: &[Billed]| -> Vec<String> {
+            to_delete(policy, limit, &count(objects, &[], None), objects)
+                .iter()
+                .map(|o| o.name.clone())
+                .collect()
+        };
+        // (policy, limit, deleted)
+        let table: Vec<(OnExceeded, f64, Vec<&str>)> = vec![
+            (OnExceeded::Delete, 10.0, vec![]),
+            // A machine that is off is deleted too: it still bills.
+            (OnExceeded::Delete, 2.5, vec!["middle"]),
+            (
+                OnExceeded::SnapshotThenDelete,
+                2.0,
+                vec!["middle", "oldest"],
+            ),
+            // As far as it can go: the protected machine and the volume stay.
+            (OnExceeded::Delete, 0.0, vec!["middle", "oldest"]),
+            (OnExceeded::Stop, 2.0, vec![]),
+            (OnExceeded::Refuse, 2.0, vec![]),
+        ];
+        for (policy, limit, deleted) in table {
+            assert_eq!(
+                chosen(policy, limit, &objects),
+                deleted,
+                "{policy:?} at {limit}"
+            );
+        }
+        // A machine already being deleted is going: no other is chosen in its place.
+        let mut going = objects.clone();
+        going[1].deleting = true;
+        going[1].may_delete = false;
+        assert!(chosen(OnExceeded::Delete, 2.5, &going).is_empty());
+        assert_eq!(chosen(OnExceeded::Delete, 1.5, &going), ["oldest"]);
     }
 
     /// `machine` as the cloud reports it once stopped: billed a tenth of its running rate.

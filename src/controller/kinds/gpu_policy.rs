@@ -771,6 +771,8 @@ mod tests {
             created_at: None,
             may_power_off: false,
             off: false,
+            deleting: false,
+            may_delete: false,
             gpus,
         }
     }

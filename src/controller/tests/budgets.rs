@@ -234,7 +234,7 @@ async fn a_budget_is_refused_at_admission_with_the_field_named() {
             "spec.maxSpend",
         ),
         (
-            serde_json::json!({"maxHourlyRate": 1.0, "onExceeded": "Delete"}),
+            serde_json::json!({"maxHourlyRate": 1.0, "onExceeded": "Destroy"}),
             "spec.onExceeded",
         ),
     ] {
@@ -521,6 +521,93 @@ async fn a_full_budget_never_refuses_the_final_snapshot_a_deletion_waits_for() {
         "{:?}",
         state.snapshots
     );
+}
+
+/// `onExceeded: Delete` deletes the newest machine it may until the rest fit, through the
+/// object's own deletion and never one with deletion protection; `SnapshotThenDelete` deletes
+/// the next after a final snapshot of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_its_limit_a_budget_deletes_the_newest_unprotected_machine_or_snapshots_it_first() {
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "team",
+            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": "Delete"}),
+        ),
+    )
+    .await
+    .unwrap();
+    for name in ["oldest", "middle", "newest"] {
+        let mut machine = machine(name, &[]);
+        if name == "newest" {
+            machine.metadata.annotations = Some(
+                [(
+                    gpucloud_api::deletion_protection::ANNOTATION.to_string(),
+                    "true".to_string(),
+                )]
+                .into(),
+            );
+        }
+        support::create(&env, &machine).await;
+        support::ready::<GpuInstance>(&env, name).await;
+        // Creation times a second apart: "newest" is an order, not a tie.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    counted(&env, "team", 3, 3.0 * L40S).await;
+    let middle = ready_id(&env, "middle").await;
+
+    // Lowered: the newest machine is protected, so the next newest is deleted, and only it.
+    set_limit(&api, "team", 2.5 * L40S).await;
+    support::gone::<GpuInstance>(&env, "middle").await;
+    eventually(60, "middle's machine deleted in the cloud", || {
+        let gone = !env
+            .simulator
+            .state()
+            .instances
+            .iter()
+            .any(|i| i.instance_id == middle);
+        std::future::ready(gone.then_some(()))
+    })
+    .await;
+    support::wait_for_events(&env, "middle", &["BudgetExceeded"]).await;
+    let team = budget_condition(&env, "team", "Ready", "True", "WithinBudget").await;
+    assert_eq!(team.counted, Some(2), "{team:?}");
+    assert_eq!(machines_in_cloud(&env), 2);
+
+    // SnapshotThenDelete: the next newest it may delete goes after a final snapshot.
+    let oldest = ready_id(&env, "oldest").await;
+    api.patch(
+        "team",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {
+            "onExceeded": "SnapshotThenDelete", "maxHourlyRate": 1.5 * L40S}})),
+    )
+    .await
+    .unwrap();
+    // Its final snapshot is made though the Budget is over its limit (it is what lets the
+    // machine go), then the machine is deleted.
+    support::gone::<GpuInstance>(&env, "oldest").await;
+    let state = env.simulator.state();
+    assert!(!state.instances.iter().any(|i| i.instance_id == oldest));
+    let snapshot = state
+        .snapshots
+        .iter()
+        .find(|s| s.instance_id == oldest)
+        .expect("a final snapshot of oldest");
+    assert_eq!(
+        snapshot.status,
+        gpucloud_cloud::model::SnapshotStatus::Available
+    );
+    // The protected machine is left running.
+    assert_eq!(
+        env_state(&env, &ready_id(&env, "newest").await)
+            .await
+            .as_deref(),
+        Some("RUNNING")
+    );
+    env.stop_operator().await;
 }
 
 async fn ready_id(env: &Env, name: &str) -> String {
