@@ -53,13 +53,20 @@ pub struct BudgetSpec {
     /// billed creates; `Stop` and `Hibernate` also power off the newest running
     /// GpuInstances until the rest fit, never one annotated
     /// `gpucloud.io/deletion-protection: "true"`. A machine so powered off starts again
-    /// once its hourly rate fits again, or when the Budget goes or says `Refuse`.
+    /// once its hourly rate fits again, or when the Budget goes or says `Refuse`. `Delete`
+    /// instead deletes the newest counted GpuInstances (running or off) until the rest fit,
+    /// each through its own deletion (its finalizer deletes the machine), never one annotated
+    /// with deletion protection nor one whose deletion would leave its machine billed
+    /// (`deletionPolicy: Orphan`, `managementPolicy: ObserveOnly`); `SnapshotThenDelete`
+    /// deletes them the same way after a final snapshot of each, as `deletionPolicy:
+    /// Snapshot` does (the Budget sets it on the machine before deleting it).
     #[serde(default)]
     pub on_exceeded: OnExceeded,
     /// The most the counted objects may cost together in one `period`, in `currency`, as
     /// the cloud's billing says (spend of objects deleted in the period included). Once
     /// spent, billed creates are refused and, under `Stop` or `Hibernate`, every running
-    /// machine the Budget may power off is, until the next period.
+    /// machine the Budget may power off is, until the next period; under `Delete` or
+    /// `SnapshotThenDelete`, every machine it may delete is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub max_spend: Option<f64>,
@@ -104,6 +111,8 @@ pub enum OnExceeded {
     Refuse,
     Stop,
     Hibernate,
+    Delete,
+    SnapshotThenDelete,
 }
 
 fn default_currency() -> String {
@@ -117,6 +126,10 @@ pub struct BudgetStatus {
     /// What the counted resources cost per hour together, reservations included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hourly_rate: Option<f64>,
+    /// The part of `hourlyRate` that counted machines which are off still cost: the cloud
+    /// bills a stopped or hibernated machine a share of its running rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_hourly_rate: Option<f64>,
     /// `maxHourlyRate` less `hourlyRate`: the hourly rate a new create may still add.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining: Option<f64>,
@@ -143,6 +156,10 @@ pub struct BudgetStatus {
     /// `maxSpend` less `spent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend_remaining: Option<f64>,
+    /// The `periodStart` of the period whose projected overspend a `ProjectedOverBudget`
+    /// Warning Event told of: one such Event per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overspend_warned_for: Option<Time>,
     /// The current period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period_start: Option<Time>,
@@ -158,7 +175,10 @@ pub struct BudgetStatus {
     /// The `metadata.generation` the figures were counted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (counted and within the limit) and `Exceeded`.
+    /// `Ready`: `True` while the count is within the limits (reason `WithinBudget`, or
+    /// `ProjectedOverBudget` while the projection passes `maxSpend`); `False` with `Stalled`
+    /// while it is over them or keeps machines off (reason `BudgetExceeded`). `Exceeded` says
+    /// the same as a condition of its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -197,6 +217,7 @@ impl Budget {
     pub const COLUMNS: &'static [Column] = &[
         Column::new("Max/h", "number", ".spec.maxHourlyRate"),
         Column::new("Rate/h", "number", ".status.hourlyRate"),
+        Column::new("Off/h", "number", ".status.offHourlyRate").wide(),
         Column::new("Remaining", "number", ".status.remaining"),
         Column::new("Spent", "number", ".status.spent"),
         Column::new("Max spend", "number", ".spec.maxSpend"),

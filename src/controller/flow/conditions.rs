@@ -35,9 +35,12 @@ pub mod reason {
     pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
     pub const INSUFFICIENT_CREDIT: &str = "InsufficientCredit";
     pub const PRICE_ABOVE_LIMIT: &str = "PriceAboveLimit";
-    /// A create refused because a `Budget` of the namespace would be passed; on a Budget, its
-    /// count is over its limit.
+    /// A create refused because a `Budget` of the namespace would be passed; on a Budget
+    /// (`Ready=False`, `Stalled=True`), its count is over a limit or it keeps machines off.
     pub const BUDGET_EXCEEDED: &str = "BudgetExceeded";
+    /// A Budget within its limits whose spend, projected at the counted rate to the end of
+    /// its period, passes `maxSpend` (`Ready=True`, and one Warning Event per period).
+    pub const PROJECTED_OVER_BUDGET: &str = "ProjectedOverBudget";
     /// A create refused by a `GpuPolicy`: the machine breaks one of its limits.
     pub const POLICY_VIOLATION: &str = "PolicyViolation";
     /// A create held by a `GpuPolicy`: the namespace is at one of its caps; it waits for room.

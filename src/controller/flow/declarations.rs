@@ -123,6 +123,12 @@ pub trait KindDeclarations:
         false
     }
 
+    /// Whether the cloud reports the resource's machine off (stopped or hibernated): billed
+    /// a share of its running rate, which its reported rate already is.
+    fn is_off(&self) -> bool {
+        false
+    }
+
     /// How many GPUs the object's machine has (or will have, once a create is under way), as
     /// a `GpuPolicy` counts them: 0 for what is no machine.
     fn gpus(&self) -> i32 {

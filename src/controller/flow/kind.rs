@@ -96,6 +96,16 @@ pub trait ManagedKind: KindDeclarations {
         async { Ok(None) }
     }
 
+    /// Whether a `Budget` may refuse this object's create (`budget.rs`): yes, but for a create
+    /// that lets something dearer go (the final snapshot a machine's deletion waits for),
+    /// which a Budget counts and never refuses.
+    fn budget_may_refuse(
+        &self,
+        _client: &kube::Client,
+    ) -> impl Future<Output = Result<bool, Error>> + Send {
+        async { Ok(true) }
+    }
+
     /// Creates the cloud resource under `cloud_name` with one cloud call and returns it as the
     /// cloud answered.
     fn create(

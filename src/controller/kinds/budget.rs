@@ -13,6 +13,24 @@
 //!
 //! Counting reads the objects from the API server, never from a cache, so a count is never
 //! older than the reservation it is checked with.
+//!
+//! A machine that is off still costs what the cloud bills for it (a share of its running
+//! rate): it counts at that rate, shown apart in `status.offHourlyRate`, and a machine the
+//! Budget powered off is let go only if its running rate fits in place of it.
+//!
+//! Under `onExceeded: Delete` or `SnapshotThenDelete` the Budget deletes the newest
+//! GpuInstances it may ([`to_delete`]) through their own deletion, so each machine goes by its
+//! finalizer, after a final snapshot for `SnapshotThenDelete` (the Budget sets
+//! `deletionPolicy: Snapshot` first, as a user would); a machine being deleted is going, and
+//! no other is chosen in its place meanwhile.
+//!
+//! The Budget's conditions follow kstatus, which Argo CD and Flux read: within its limits it
+//! is `Ready=True`; over one, or keeping machines off, it is `Ready=False` and `Stalled=True`
+//! with reason `BudgetExceeded`, since only a person (raising a limit, deleting something it
+//! counts) or the next period changes that. A spend projected past `maxSpend` before the
+//! period ends is said before it happens: `Ready=True` with reason `ProjectedOverBudget`, and
+//! one Warning Event per period, which the status remembers (`overspendWarnedFor`) so that
+//! neither a recount nor a restart tells it again.
 
 use crate::accounts::account::{Accounts, Billing};
 use crate::flow::adoption::Ownership;
@@ -21,10 +39,14 @@ use crate::flow::error::Error;
 use crate::flow::kind::ManagedKind;
 use crate::kinds::registry::{KindFn, map_kinds};
 use crate::runtime::clock::Clock;
-use gpucloud_api::{Budget, BudgetStatus, OnExceeded, PowerState, PoweredOff, Reservation};
+use crate::runtime::events::{EventPublisher, EventType};
+use gpucloud_api::{
+    Budget, BudgetStatus, DeletionPolicy, GpuInstance, ManagementPolicy, OnExceeded, PowerState,
+    PoweredOff, Reservation,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeMap;
@@ -67,6 +89,15 @@ pub struct Billed {
     /// A machine the cloud reports running, which a Budget may power off: not annotated
     /// with deletion protection.
     pub may_power_off: bool,
+    /// A machine the cloud reports off (stopped or hibernated): `hourly_rate` is the share of
+    /// its running rate the cloud still bills.
+    pub off: bool,
+    /// Whether the object is being deleted.
+    pub deleting: bool,
+    /// A GpuInstance a Budget may delete: recorded, not being deleted, not annotated with
+    /// deletion protection, and deleted with its machine (not `deletionPolicy: Orphan`, not
+    /// `managementPolicy: ObserveOnly`, either of which would leave the machine billed).
+    pub may_delete: bool,
     /// The GPUs of its machine (0 for what is no machine).
     pub gpus: i32,
 }
@@ -76,18 +107,22 @@ pub struct Billed {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Count {
     pub hourly_rate: f64,
+    /// The part of `hourly_rate` that machines which are off cost, and how many they are.
+    pub off_hourly_rate: f64,
+    pub off: usize,
     /// `Kind/name` of each counted object, dearest first.
     pub objects: Vec<String>,
 }
 
 /// Counts `objects` and `reservations`, leaving out the object `except` (the one reserving).
 pub fn count(objects: &[Billed], reservations: &[Reservation], except: Option<&str>) -> Count {
-    let mut rates: BTreeMap<&str, (String, f64)> = BTreeMap::new();
+    // By uid: `Kind/name`, the rate, and whether it is a machine that is off.
+    let mut rates: BTreeMap<&str, (String, f64, bool)> = BTreeMap::new();
     for object in objects.iter().filter(|o| Some(o.uid.as_str()) != except) {
         if let Some(rate) = object.hourly_rate.filter(|_| object.created) {
             rates.insert(
                 &object.uid,
-                (format!("{}/{}", object.kind, object.name), rate),
+                (format!("{}/{}", object.kind, object.name), rate, object.off),
             );
         }
     }
@@ -95,16 +130,24 @@ pub fn count(objects: &[Billed], reservations: &[Reservation], except: Option<&s
         .iter()
         .filter(|r| Some(r.uid.as_str()) != except)
     {
-        let entry = rates
-            .entry(&reservation.uid)
-            .or_insert_with(|| (format!("{}/{}", reservation.kind, reservation.name), 0.0));
+        let entry = rates.entry(&reservation.uid).or_insert_with(|| {
+            (
+                format!("{}/{}", reservation.kind, reservation.name),
+                0.0,
+                false,
+            )
+        });
         entry.1 = entry.1.max(reservation.hourly_rate);
     }
-    let mut counted: Vec<(String, f64)> = rates.into_values().collect();
+    let mut counted: Vec<(String, f64, bool)> = rates.into_values().collect();
     counted.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let off = || counted.iter().filter(|(_, _, off)| *off);
     Count {
-        hourly_rate: counted.iter().map(|(_, rate)| rate).sum(),
-        objects: counted.into_iter().map(|(name, _)| name).collect(),
+        // Folded from +0: a sum of nothing is -0 in Rust, which would show as "-0".
+        hourly_rate: counted.iter().fold(0.0, |sum, (_, rate, _)| sum + rate),
+        off_hourly_rate: off().fold(0.0, |sum, (_, rate, _)| sum + rate),
+        off: off().count(),
+        objects: counted.into_iter().map(|(name, _, _)| name).collect(),
     }
 }
 
@@ -211,6 +254,14 @@ impl KindFn<Listing> for ListBilled {
 pub fn billed<K: ManagedKind>(object: &K) -> Billed {
     let status = crate::flow::recorded::recorded_status(object);
     let cost = object.hourly_cost();
+    let protected = object
+        .annotations()
+        .get(gpucloud_api::deletion_protection::ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let deleting = object.meta().deletion_timestamp.is_some();
+    let managed = object.managed();
+    let deletes_its_resource = managed.deletion_policy != DeletionPolicy::Orphan
+        && managed.management_policy == ManagementPolicy::Manage;
     Billed {
         kind: K::kind(&()).into_owned(),
         name: object.name_any(),
@@ -231,19 +282,26 @@ pub fn billed<K: ManagedKind>(object: &K) -> Billed {
         cloud_name: status.cloud_name.clone(),
         account: status.account.clone(),
         created_at: object.meta().creation_timestamp.as_ref().map(|t| t.0),
-        may_power_off: object.is_running()
-            && object
-                .annotations()
-                .get(gpucloud_api::deletion_protection::ANNOTATION)
-                .is_none_or(|v| v != "true"),
+        may_power_off: object.is_running() && !protected,
+        off: object.is_off(),
+        deleting,
+        may_delete: K::kind(&()) == GpuInstance::kind(&())
+            && status.external_id.is_some()
+            && !deleting
+            && !protected
+            && deletes_its_resource,
         gpus: object.gpus(),
     }
 }
 
-/// The machines a Budget keeps powered off, from those it `held` before: while what is
-/// counted would pass `limit` once every held machine is off (whose own rate is then taken
-/// as nothing; the next count corrects it), the newest running machines are added; while
-/// it fits, held machines are let go, oldest first, each whose running rate fits again.
+/// The machines a Budget keeps powered off, from those it `held` before. A held machine
+/// that is off counts at what the cloud still bills for it (a share of its running rate).
+/// Whether to power off more, a held machine not off yet counts as nothing, as those chosen
+/// now do (the next count reads what they cost off): while what is counted so would pass
+/// `limit`, the newest running machines are added. Whether to let one go, every machine
+/// counts at what it costs now (one still powering off at its running rate, so that no
+/// machine starts on a guess of what another will cost off): while it fits, held machines
+/// are let go, oldest first, each whose running rate fits in place of what it costs now.
 /// Machines gone are let go. Under `Refuse` none is held.
 pub fn powered_off(
     on_exceeded: OnExceeded,
@@ -254,7 +312,9 @@ pub fn powered_off(
     now: Timestamp,
 ) -> Vec<PoweredOff> {
     let power_state = match on_exceeded {
-        OnExceeded::Refuse => return Vec::new(),
+        OnExceeded::Refuse | OnExceeded::Delete | OnExceeded::SnapshotThenDelete => {
+            return Vec::new();
+        }
         OnExceeded::Stop => PowerState::Stopped,
         OnExceeded::Hibernate => PowerState::Hibernated,
     };
@@ -270,7 +330,12 @@ pub fn powered_off(
         .filter(|h| find(&h.uid).is_some())
         .cloned()
         .collect();
-    let mut projected = counted.hourly_rate - held.iter().map(|h| rate_now(&h.uid)).sum::<f64>();
+    let powering_off: f64 = held
+        .iter()
+        .filter(|h| find(&h.uid).is_some_and(|o| !o.off))
+        .map(|h| rate_now(&h.uid))
+        .sum();
+    let mut projected = counted.hourly_rate - powering_off;
     if !fits_rate(projected, limit) {
         let mut candidates: Vec<&Billed> = objects
             .iter()
@@ -295,14 +360,136 @@ pub fn powered_off(
         let created_at = |h: &PoweredOff| find(&h.uid).and_then(|o| o.created_at);
         let mut oldest_first: Vec<PoweredOff> = held.clone();
         oldest_first.sort_by_key(created_at);
+        let mut counted_now = counted.hourly_rate;
         for machine in oldest_first {
-            if fits_rate(projected + machine.hourly_rate, limit) {
-                projected += machine.hourly_rate - rate_now(&machine.uid);
+            let instead = machine.hourly_rate - rate_now(&machine.uid);
+            if fits_rate(counted_now + instead, limit) {
+                counted_now += instead;
                 held.retain(|h| h.uid != machine.uid);
             }
         }
     }
     held
+}
+
+/// The GpuInstances a Budget deletes under `Delete` or `SnapshotThenDelete`: while what is
+/// counted, less what the objects already being deleted cost (they are going), would pass
+/// `limit`, the newest machines it may delete, each taking off what it costs now (running or
+/// off). None under the other policies.
+pub fn to_delete<'a>(
+    on_exceeded: OnExceeded,
+    limit: f64,
+    counted: &Count,
+    objects: &'a [Billed],
+) -> Vec<&'a Billed> {
+    if !matches!(
+        on_exceeded,
+        OnExceeded::Delete | OnExceeded::SnapshotThenDelete
+    ) {
+        return Vec::new();
+    }
+    let rate_now = |o: &Billed| o.hourly_rate.filter(|_| o.created).unwrap_or(0.0);
+    let going: f64 = objects.iter().filter(|o| o.deleting).map(rate_now).sum();
+    let mut projected = counted.hourly_rate - going;
+    let mut candidates: Vec<&Billed> = objects.iter().filter(|o| o.may_delete).collect();
+    candidates.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+    let mut chosen = Vec::new();
+    for machine in candidates {
+        if fits_rate(projected, limit) {
+            break;
+        }
+        projected -= rate_now(machine);
+        chosen.push(machine);
+    }
+    chosen
+}
+
+/// Deletes the `machines` [`to_delete`] chose, each through its own deletion (its finalizer
+/// deletes the machine), with its uid as a precondition so a namesake made since is never
+/// deleted. Under `SnapshotThenDelete` each is first set to `deletionPolicy: Snapshot`, and
+/// the delete also carries the resourceVersion that write returned: an edit in between (the
+/// policy set back) fails it, and the next count chooses again. A delete refused at admission
+/// (deletion protection) or of an object gone is left to the next count. Returns the names
+/// deleted; each gets a Warning Event saying why.
+async fn delete_machines(
+    client: &kube::Client,
+    events: &EventPublisher,
+    budget: &Budget,
+    machines: &[&Billed],
+    why: &str,
+) -> Result<Vec<String>, Error> {
+    let namespace = budget.namespace().unwrap_or_default();
+    let api: Api<GpuInstance> = Api::namespaced(client.clone(), &namespace);
+    let snapshot = budget.spec.on_exceeded == OnExceeded::SnapshotThenDelete;
+    let mut deleted = Vec::new();
+    for machine in machines {
+        let mut preconditions = kube::api::Preconditions {
+            uid: Some(machine.uid.clone()),
+            resource_version: None,
+        };
+        if snapshot {
+            let patch = serde_json::json!({
+                "metadata": {"uid": machine.uid},
+                "spec": {"deletionPolicy": DeletionPolicy::Snapshot},
+            });
+            match api
+                .patch(
+                    &machine.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(patched) => preconditions.resource_version = patched.resource_version(),
+                // Refused, gone, or a namesake (its uid differs): the next count looks again.
+                Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404 | 409 | 422) => {
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        let params = DeleteParams {
+            preconditions: Some(preconditions),
+            ..DeleteParams::default()
+        };
+        match api.delete(&machine.name, &params).await {
+            Ok(_) => {
+                let how = if snapshot {
+                    "after a final snapshot (deletionPolicy set to Snapshot)"
+                } else {
+                    "with its machine"
+                };
+                events.send(
+                    crate::runtime::events::event(
+                        EventType::Warning,
+                        reason::BUDGET_EXCEEDED,
+                        &format!(
+                            "deleted {how} by Budget {} (onExceeded: {:?}): {why}",
+                            budget.name_any(),
+                            budget.spec.on_exceeded
+                        ),
+                        "DeleteForBudget",
+                    ),
+                    k8s_openapi::api::core::v1::ObjectReference {
+                        api_version: Some(GpuInstance::api_version(&()).into_owned()),
+                        kind: Some(GpuInstance::kind(&()).into_owned()),
+                        name: Some(machine.name.clone()),
+                        namespace: Some(namespace.clone()),
+                        uid: Some(machine.uid.clone()),
+                        ..Default::default()
+                    },
+                );
+                deleted.push(machine.name.clone());
+            }
+            // Refused at admission (deletion protection), gone, or changed since it was
+            // read: the next count looks again.
+            Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404 | 409) => {
+                tracing::info!(budget = %budget.name_any(), machine = %machine.name, code = status.code, message = %status.message, "machine not deleted for the Budget");
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(deleted)
 }
 
 /// The Budgets of the object's namespace that count it.
@@ -335,7 +522,8 @@ pub struct Ask<'a> {
 
 /// Reserves `ask` for the create of `object` in each of `budgets`, or refuses it with
 /// `BudgetExceeded` when one would be passed (giving back what it reserved in the others).
-/// A reservation the object already holds is kept as it is.
+/// A reservation the object already holds is kept as it is. The final snapshot of a machine
+/// being deleted is reserved, never refused: it is what lets the machine go.
 pub async fn reserve<K: ManagedKind>(
     client: &kube::Client,
     object: &K,
@@ -346,10 +534,11 @@ pub async fn reserve<K: ManagedKind>(
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<Budget> = Api::namespaced(client.clone(), &namespace);
     let uid = object.uid().unwrap_or_default();
+    let refusable = object.budget_may_refuse(client).await?;
     let mut reserved: Vec<String> = Vec::new();
     for budget in budgets {
         let name = budget.name_any();
-        match reserve_in(client, &api, object, &uid, budget, ask, clock).await {
+        match reserve_in(client, &api, object, (&uid, refusable), budget, ask, clock).await {
             Ok(()) => reserved.push(name),
             Err(error) => {
                 for name in &reserved {
@@ -368,7 +557,7 @@ async fn reserve_in<K: ManagedKind>(
     client: &kube::Client,
     api: &Api<Budget>,
     object: &K,
-    uid: &str,
+    (uid, refusable): (&str, bool),
     mut budget: Budget,
     ask: &Ask<'_>,
     clock: &Clock,
@@ -387,7 +576,7 @@ async fn reserve_in<K: ManagedKind>(
         let objects = billed_objects(client, &namespace, &budget).await?;
         let counted = count(&objects, &status.reservations, Some(uid));
         let limit = budget.spec.max_hourly_rate;
-        if !fits(&counted, rate, limit) {
+        if refusable && !fits(&counted, rate, limit) {
             return Err(Error::BudgetExceeded {
                 budget: name,
                 message: format!(
@@ -396,7 +585,7 @@ async fn reserve_in<K: ManagedKind>(
                 ),
             });
         }
-        if let Some(message) = spend_used_up(&budget) {
+        if let Some(message) = spend_used_up(&budget).filter(|_| refusable) {
             return Err(Error::BudgetExceeded {
                 budget: name,
                 message,
@@ -535,6 +724,7 @@ async fn count_spend(
         status.spent = None;
         status.projected = None;
         status.spend_remaining = None;
+        status.overspend_warned_for = None;
         status.period_start = None;
         status.period_end = None;
         status.charged.clear();
@@ -660,6 +850,7 @@ fn currency_mismatch(budget: &Budget, currency: &str) -> Error {
 /// Writes the figures of `count` into `status`.
 fn show_count(status: &mut BudgetStatus, count: &Count, budget: &Budget, currency: &str) {
     status.hourly_rate = Some(round(count.hourly_rate));
+    status.off_hourly_rate = Some(round(count.off_hourly_rate));
     status.remaining = Some(round(budget.spec.max_hourly_rate - count.hourly_rate));
     status.currency = Some(currency.to_string());
     status.counted = Some(i32::try_from(count.objects.len()).unwrap_or(i32::MAX));
@@ -695,8 +886,11 @@ impl gpucloud_telemetry::BudgetSource for Figures {
     }
 }
 
-/// Where a Budget stands: within its limit, over it (objects counted before the limit was
-/// lowered, or adopted), or unusable.
+/// Where a Budget stands, read from `budget` as just counted (its status holds the spend and
+/// the machines it keeps off): within its limits (`Ready`), within them but projected past
+/// `maxSpend` before the period ends (`Ready`, reason `ProjectedOverBudget`), over one of them
+/// or keeping machines off (`Stalled`: a person raises a limit or deletes something it counts,
+/// or the next period comes), or unusable.
 pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
     let currency = &budget.spec.currency;
     if let Some(other) = objects
@@ -712,33 +906,183 @@ pub fn outcome(budget: &Budget, count: &Count, objects: &[Billed]) -> Outcome {
         );
     }
     let limit = budget.spec.max_hourly_rate;
-    let message = format!(
-        "{} objects cost {:.4} {currency}/h of {:.4} {currency}/h",
+    let mut figures = format!(
+        "{} objects cost {:.4} {currency}/h of its maxHourlyRate {:.4} {currency}/h",
         count.objects.len(),
         count.hourly_rate,
         limit
     );
-    // Over the limit (objects counted before it was lowered, or adopted) the Budget still
-    // does its work: Ready, with the reason and the `Exceeded` condition saying so.
-    if let Some(used_up) = spend_used_up(budget) {
-        Outcome::ready(reason::BUDGET_EXCEEDED, format!("{message}; {used_up}"))
-    } else if fits(count, 0.0, limit) {
-        Outcome::ready(reason::WITHIN_BUDGET, message)
-    } else {
-        Outcome::ready(
-            reason::BUDGET_EXCEEDED,
-            format!("{message}: new billed creates are refused"),
-        )
+    if count.off > 0 {
+        figures.push_str(&format!(
+            " ({:.4} {currency}/h of it for {} off: the cloud bills a share of their running rate)",
+            count.off_hourly_rate,
+            machines(count.off)
+        ));
     }
+    let status = budget.status.as_ref();
+    let keeps_off = status
+        .map(|s| keeps_off(&s.powered_off))
+        .unwrap_or_default();
+    // Machines being deleted still count until they are gone.
+    let going = deleting(objects);
+    if let Some(used_up) = spend_used_up(budget) {
+        Outcome::stalled(
+            reason::BUDGET_EXCEEDED,
+            format!(
+                "{figures}; {used_up}{keeps_off}{going}. Raise maxSpend, or wait for the next period"
+            ),
+        )
+    } else if !fits(count, 0.0, limit) {
+        Outcome::stalled(
+            reason::BUDGET_EXCEEDED,
+            format!(
+                "{figures}, over it: new billed creates are refused{keeps_off}{going}. Raise maxHourlyRate, or delete something it counts"
+            ),
+        )
+    } else if !keeps_off.is_empty() {
+        Outcome::stalled(
+            reason::BUDGET_EXCEEDED,
+            format!(
+                "{figures}{keeps_off}: running, they would take it past maxHourlyRate. Raise maxHourlyRate, or delete something it counts"
+            ),
+        )
+    } else if let Some(warning) = projected_over(budget, count) {
+        Outcome::ready(
+            reason::PROJECTED_OVER_BUDGET,
+            format!("{figures}; {warning}"),
+        )
+    } else {
+        match (budget.spec.max_spend, status) {
+            (Some(max), Some(status)) => Outcome::ready(
+                reason::WITHIN_BUDGET,
+                format!(
+                    "{figures}; {:.2} {currency} spent of its maxSpend {max:.2} {currency}, {:.2} {currency} projected by the end of the period",
+                    status.spent.unwrap_or(0.0),
+                    status.projected.unwrap_or(0.0)
+                ),
+            ),
+            _ => Outcome::ready(reason::WITHIN_BUDGET, figures),
+        }
+    }
+}
+
+/// The machines listed in a message, at most.
+const NAMED_MACHINES: usize = 5;
+
+/// `; it keeps 2 machines off (stopped: b; hibernated: a)`, or nothing when it keeps none.
+fn keeps_off(held: &[PoweredOff]) -> String {
+    if held.is_empty() {
+        return String::new();
+    }
+    let named = |state: PowerState| -> Vec<&str> {
+        held.iter()
+            .filter(|h| h.power_state == state)
+            .map(|h| h.name.as_str())
+            .collect()
+    };
+    let mut parts = Vec::new();
+    for (state, word) in [
+        (PowerState::Stopped, "stopped"),
+        (PowerState::Hibernated, "hibernated"),
+    ] {
+        let names = named(state);
+        if names.is_empty() {
+            continue;
+        }
+        let more = names.len().saturating_sub(NAMED_MACHINES);
+        let mut listed = names
+            .iter()
+            .take(NAMED_MACHINES)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if more > 0 {
+            listed.push_str(&format!(" and {more} more"));
+        }
+        parts.push(format!("{word}: {listed}"));
+    }
+    format!(
+        "; it keeps {} off ({})",
+        machines(held.len()),
+        parts.join("; ")
+    )
+}
+
+/// `; it is deleting 2 machines (b, a)`: the GpuInstances counted that are being deleted, or
+/// nothing.
+fn deleting(objects: &[Billed]) -> String {
+    let names: Vec<&str> = objects
+        .iter()
+        .filter(|o| o.deleting && o.gpus > 0)
+        .map(|o| o.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    let more = names.len().saturating_sub(NAMED_MACHINES);
+    let mut listed = names[..names.len() - more].join(", ");
+    if more > 0 {
+        listed.push_str(&format!(" and {more} more"));
+    }
+    format!("; {} being deleted ({listed})", machines(names.len()))
+}
+
+/// `1 machine`, `2 machines`.
+fn machines(count: usize) -> String {
+    if count == 1 {
+        "1 machine".into()
+    } else {
+        format!("{count} machines")
+    }
+}
+
+/// What a Budget with `maxSpend`, counted into `budget.status`, says before its spend is used
+/// up: that at the counted rate the spend reaches `maxSpend` before the period ends, about
+/// when, and what happens then.
+fn projected_over(budget: &Budget, count: &Count) -> Option<String> {
+    let max = budget.spec.max_spend?;
+    let status = budget.status.as_ref()?;
+    let projected = status.projected?;
+    let end = status.period_end.as_ref()?.0;
+    if projected <= max || count.hourly_rate <= 0.0 {
+        return None;
+    }
+    let currency = &budget.spec.currency;
+    let spent = status.spent.unwrap_or(0.0);
+    // The projection is a line at the counted rate up to the period's end: it meets maxSpend
+    // that much earlier. To the hour, so that the message moves only as the figures do.
+    let reached = SignedDuration::try_from_secs_f64((projected - max) / count.hourly_rate * 3600.0)
+        .ok()
+        .and_then(|early| end.checked_sub(early).ok())
+        .and_then(|at| {
+            let second = at.as_second();
+            Timestamp::from_second(second - second.rem_euclid(3600)).ok()
+        })
+        .map_or_else(String::new, |at| format!(" about {at}"));
+    let then = match budget.spec.on_exceeded {
+        OnExceeded::Refuse => "billed creates are refused",
+        OnExceeded::Stop => "billed creates are refused and its running machines stopped",
+        OnExceeded::Hibernate => "billed creates are refused and its running machines hibernated",
+        OnExceeded::Delete => "billed creates are refused and its machines deleted",
+        OnExceeded::SnapshotThenDelete => {
+            "billed creates are refused and its machines deleted after a final snapshot"
+        }
+    };
+    Some(format!(
+        "{spent:.2} {currency} spent, projected {projected:.2} {currency} by the end of the period ({end}), over its maxSpend {max:.2} {currency}: at this rate maxSpend is reached{reached}, from when {then}"
+    ))
 }
 
 /// Recounts a Budget: its figures, conditions and the reservations still held, written with
 /// its resourceVersion (a reservation made meanwhile is never dropped). Its period, the
 /// reservations' age and the spend are read at the `clock`'s now; its conditions' times are
-/// the wall clock's, as events' are. Returns when its spend period ends (with `maxSpend`).
+/// the wall clock's, as events' are. A spend projected past `maxSpend` is told in one Warning
+/// Event per period, once the status that remembers it is written. Returns when its spend
+/// period ends (with `maxSpend`).
 pub async fn reconcile(
     client: &kube::Client,
     (accounts, ownership): (&Accounts, &Ownership),
+    events: &EventPublisher,
     budget: &Budget,
     clock: &Clock,
 ) -> Result<Option<Timestamp>, Error> {
@@ -779,12 +1123,12 @@ pub async fn reconcile(
             .map(|()| None);
     }
     let period_end = status.period_end.as_ref().map(|end| end.0);
-    let counted_budget = Budget {
+    let as_counted = |status: &BudgetStatus| Budget {
         status: Some(status.clone()),
         ..budget.clone()
     };
     // With the period's spend used up, nothing running may stay on.
-    let limit = if spend_used_up(&counted_budget).is_some() {
+    let limit = if spend_used_up(&as_counted(&status)).is_some() {
         0.0
     } else {
         budget.spec.max_hourly_rate
@@ -797,7 +1141,23 @@ pub async fn reconcile(
         &status.powered_off,
         now,
     );
-    let outcome = outcome(&counted_budget, &counted, &objects);
+    let chosen = to_delete(budget.spec.on_exceeded, limit, &counted, &objects);
+    let mut objects = objects.clone();
+    if !chosen.is_empty() {
+        let why = spend_used_up(&as_counted(&status)).unwrap_or_else(|| {
+            format!(
+                "it counts {:.4} {currency}/h, over its maxHourlyRate {:.4} {currency}/h",
+                counted.hourly_rate, budget.spec.max_hourly_rate
+            )
+        });
+        let deleted = delete_machines(client, events, budget, &chosen, &why).await?;
+        // Being deleted now: said so below, and never chosen twice.
+        for object in objects.iter_mut().filter(|o| deleted.contains(&o.name)) {
+            object.deleting = true;
+            object.may_delete = false;
+        }
+    }
+    let outcome = outcome(&as_counted(&status), &counted, &objects);
     conditions::apply(
         &mut status.conditions,
         &outcome,
@@ -805,7 +1165,27 @@ pub async fn reconcile(
         Timestamp::now(),
     );
     set_exceeded(&mut status, &outcome, budget.meta().generation);
-    write(&api, budget, status).await.map(|()| period_end)
+    let warn = outcome.reason() == reason::PROJECTED_OVER_BUDGET
+        && status.period_start.is_some()
+        && status.overspend_warned_for != status.period_start;
+    if warn {
+        status.overspend_warned_for = status.period_start.clone();
+    }
+    write(&api, budget, status).await?;
+    // After the write that remembers it: a write that lost a race tells nothing, and the
+    // next count tells it then.
+    if warn {
+        events.send(
+            crate::runtime::events::event(
+                EventType::Warning,
+                reason::PROJECTED_OVER_BUDGET,
+                outcome.message(),
+                "CountBudget",
+            ),
+            budget.object_ref(&()),
+        );
+    }
+    Ok(period_end)
 }
 
 /// The condition type saying whether the count is over the limit.
@@ -880,6 +1260,9 @@ mod tests {
             account: None,
             created_at: None,
             may_power_off: false,
+            off: false,
+            deleting: false,
+            may_delete: false,
             gpus: 1,
         }
     }
@@ -946,10 +1329,18 @@ mod tests {
     }
 
     #[test]
+    fn nothing_counted_is_zero_not_minus_zero() {
+        let counted = count(&[], &[], None);
+        assert!(counted.hourly_rate.is_sign_positive(), "{counted:?}");
+        assert!(counted.off_hourly_rate.is_sign_positive(), "{counted:?}");
+        assert_eq!(round(counted.hourly_rate).to_string(), "0");
+    }
+
+    #[test]
     fn a_create_fits_up_to_the_limit_exactly() {
         let counted = Count {
             hourly_rate: 0.1 + 0.2,
-            objects: vec![],
+            ..Count::default()
         };
         assert!(fits(&counted, 0.7, 1.0));
         assert!(!fits(&counted, 0.71, 1.0));
@@ -1046,17 +1437,10 @@ mod tests {
     #[test]
     fn a_machine_powered_off_starts_again_once_its_running_rate_fits() {
         let now = Timestamp::now();
-        // Stopped: they bill a tenth of their running rate.
         let objects = [
             running("oldest", 1.0, 1),
-            Billed {
-                may_power_off: false,
-                ..running("middle", 0.1, 2)
-            },
-            Billed {
-                may_power_off: false,
-                ..running("newest", 0.1, 3)
-            },
+            stopped(running("middle", 1.0, 2)),
+            stopped(running("newest", 1.0, 3)),
         ];
         let held: Vec<PoweredOff> = ["middle", "newest"]
             .iter()
@@ -1069,10 +1453,12 @@ mod tests {
             })
             .collect();
         let counted = count(&objects, &[], None);
-        // (limit, still held)
+        // (limit, still held): one started again costs its running rate in place of the
+        // tenth it costs stopped, beside the other's tenth.
         for (limit, after) in [
             (1.5, vec!["middle", "newest"]),
-            (2.0, vec!["newest"]),
+            (2.0, vec!["middle", "newest"]),
+            (2.1, vec!["newest"]),
             (3.0, vec![]),
         ] {
             let kept = powered_off(OnExceeded::Stop, limit, &counted, &objects, &held, now);
@@ -1081,6 +1467,297 @@ mod tests {
         // A machine gone is let go.
         let kept = powered_off(OnExceeded::Stop, 1.5, &counted, &objects[..2], &held, now);
         assert_eq!(names(&kept), ["middle"]);
+    }
+
+    fn budget(spec: serde_json::Value, status: BudgetStatus) -> Budget {
+        let mut budget: Budget = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
+            "metadata": {"name": "team", "namespace": "ml"}, "spec": spec,
+        }))
+        .unwrap();
+        budget.status = Some(status);
+        budget
+    }
+
+    #[test]
+    fn a_budget_over_a_limit_or_keeping_machines_off_is_stalled_and_within_them_ready() {
+        use gpucloud_api::condition_type::{READY, STALLED};
+        let objects = [running("a", 1.1, 1), running("b", 1.1, 2)];
+        let counted = count(&objects, &[], None);
+        let keeping = BudgetStatus {
+            powered_off: vec![PoweredOff {
+                name: "c".into(),
+                uid: "uid-c".into(),
+                hourly_rate: 1.1,
+                power_state: PowerState::Stopped,
+                since: Time(Timestamp::now()),
+            }],
+            ..BudgetStatus::default()
+        };
+        let spent = BudgetStatus {
+            spent: Some(12.0),
+            projected: Some(20.0),
+            period_end: Some(Time("2026-12-01T00:00:00Z".parse().unwrap())),
+            ..BudgetStatus::default()
+        };
+        let monthly = |max: f64| serde_json::json!({"maxHourlyRate": 5.0, "maxSpend": max, "period": {"type": "Monthly"}});
+        // (spec, status, Ready, reason, said in the message)
+        let table = [
+            (
+                serde_json::json!({"maxHourlyRate": 5.0}),
+                BudgetStatus::default(),
+                "True",
+                reason::WITHIN_BUDGET,
+                "2 objects cost 2.2000 USD/h of its maxHourlyRate 5.0000 USD/h",
+            ),
+            (
+                serde_json::json!({"maxHourlyRate": 2.0}),
+                BudgetStatus::default(),
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "2.2000 USD/h of its maxHourlyRate 2.0000 USD/h, over it: new billed creates are refused",
+            ),
+            (
+                serde_json::json!({"maxHourlyRate": 2.0, "onExceeded": "Stop"}),
+                keeping.clone(),
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "refused; it keeps 1 machine off (stopped: c)",
+            ),
+            // Within the limit only because it keeps a machine off.
+            (
+                serde_json::json!({"maxHourlyRate": 5.0, "onExceeded": "Stop"}),
+                keeping,
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "it keeps 1 machine off (stopped: c): running, they would take it past maxHourlyRate",
+            ),
+            (
+                monthly(10.0),
+                spent.clone(),
+                "False",
+                reason::BUDGET_EXCEEDED,
+                "12.00 USD of its maxSpend 10.00 USD is spent this period",
+            ),
+            (
+                monthly(100.0),
+                spent,
+                "True",
+                reason::WITHIN_BUDGET,
+                "12.00 USD spent of its maxSpend 100.00 USD, 20.00 USD projected",
+            ),
+        ];
+        for (spec, status, ready, why, said) in table {
+            let outcome = outcome(&budget(spec.clone(), status), &counted, &objects);
+            let mut conditions = Vec::new();
+            conditions::apply(&mut conditions, &outcome, Some(1), Timestamp::now());
+            let find = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
+            let found = find(READY).unwrap();
+            assert_eq!(
+                (found.status.as_str(), found.reason.as_str()),
+                (ready, why),
+                "{spec}"
+            );
+            // kstatus: not ready and needing a person is Stalled; ready carries no Stalled.
+            assert_eq!(find(STALLED).is_some(), ready == "False", "{spec}");
+            assert!(
+                outcome.message().contains(said),
+                "{spec}: {}",
+                outcome.message()
+            );
+        }
+    }
+
+    #[test]
+    fn a_spend_projected_past_max_spend_is_told_before_it_is_spent() {
+        let objects = [running("a", 2.6, 1)];
+        let counted = count(&objects, &[], None);
+        let at = |spent: f64, projected: f64| {
+            budget(
+                serde_json::json!({"maxHourlyRate": 5.0, "maxSpend": 20.0, "onExceeded": "Stop",
+                                   "period": {"type": "Monthly"}}),
+                BudgetStatus {
+                    spent: Some(spent),
+                    projected: Some(projected),
+                    period_end: Some(Time("2026-12-01T00:00:00Z".parse().unwrap())),
+                    ..BudgetStatus::default()
+                },
+            )
+        };
+        // 1,864 projected against 20: said while it is still within its limits.
+        let told = outcome(&at(7.31, 1864.0), &counted, &objects);
+        assert_eq!(
+            (told.standing(), told.reason()),
+            ("ready", reason::PROJECTED_OVER_BUDGET)
+        );
+        // 1,844 over at 2.6/h: 709 hours and 14 minutes before the period ends.
+        for said in [
+            "7.31 USD spent, projected 1864.00 USD by the end of the period (2026-12-01T00:00:00Z), over its maxSpend 20.00 USD",
+            "reached about 2026-11-01T10:00:00Z",
+            "running machines stopped",
+        ] {
+            assert!(told.message().contains(said), "{}", told.message());
+        }
+        let within = outcome(&at(7.31, 19.99), &counted, &objects);
+        assert_eq!(
+            (within.standing(), within.reason()),
+            ("ready", reason::WITHIN_BUDGET)
+        );
+    }
+
+    #[test]
+    fn under_delete_the_newest_machines_it_may_delete_go_until_the_rest_fit() {
+        let deletable = |machine: Billed| Billed {
+            may_delete: true,
+            ..machine
+        };
+        let objects = [
+            deletable(running("oldest", 1.0, 1)),
+            deletable(stopped(running("middle", 1.0, 2))),
+            // Protected (or kept by deletionPolicy: Orphan): never chosen.
+            running("newest", 1.0, 3),
+            Billed {
+                kind: "Volume".into(),
+                gpus: 0,
+                ..object("scratch", Some(0.5), true)
+            },
+        ];
+        let counted = count(&objects, &[], None);
+        assert!((counted.hourly_rate - 2.6).abs() < 1e-12);
+        let chosen = |policy, limit, objects: &[Billed]| -> Vec<String> {
+            to_delete(policy, limit, &count(objects, &[], None), objects)
+                .iter()
+                .map(|o| o.name.clone())
+                .collect()
+        };
+        // (policy, limit, deleted)
+        let table: Vec<(OnExceeded, f64, Vec<&str>)> = vec![
+            (OnExceeded::Delete, 10.0, vec![]),
+            // A machine that is off is deleted too: it still bills.
+            (OnExceeded::Delete, 2.5, vec!["middle"]),
+            (
+                OnExceeded::SnapshotThenDelete,
+                2.0,
+                vec!["middle", "oldest"],
+            ),
+            // As far as it can go: the protected machine and the volume stay.
+            (OnExceeded::Delete, 0.0, vec!["middle", "oldest"]),
+            (OnExceeded::Stop, 2.0, vec![]),
+            (OnExceeded::Refuse, 2.0, vec![]),
+        ];
+        for (policy, limit, deleted) in table {
+            assert_eq!(
+                chosen(policy, limit, &objects),
+                deleted,
+                "{policy:?} at {limit}"
+            );
+        }
+        // A machine already being deleted is going: no other is chosen in its place.
+        let mut going = objects.clone();
+        going[1].deleting = true;
+        going[1].may_delete = false;
+        assert!(chosen(OnExceeded::Delete, 2.5, &going).is_empty());
+        assert_eq!(chosen(OnExceeded::Delete, 1.5, &going), ["oldest"]);
+    }
+
+    /// `machine` as the cloud reports it once stopped: billed a tenth of its running rate.
+    fn stopped(machine: Billed) -> Billed {
+        Billed {
+            hourly_rate: machine.hourly_rate.map(|rate| rate / 10.0),
+            may_power_off: false,
+            off: true,
+            ..machine
+        }
+    }
+
+    #[test]
+    fn what_a_stopped_machine_still_costs_is_counted_and_shown() {
+        let objects = [running("a", 1.0, 1), stopped(running("b", 1.0, 2))];
+        let counted = count(&objects, &[], None);
+        assert!((counted.hourly_rate - 1.1).abs() < 1e-12, "{counted:?}");
+        assert!((counted.off_hourly_rate - 0.1).abs() < 1e-12, "{counted:?}");
+        assert_eq!(counted.off, 1);
+        let budget = budget(
+            serde_json::json!({"maxHourlyRate": 5.0}),
+            BudgetStatus::default(),
+        );
+        let message = outcome(&budget, &counted, &objects).message().to_string();
+        assert!(
+            message.contains("1.1000 USD/h")
+                && message.contains("0.1000 USD/h of it for 1 machine off"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn machines_powered_off_still_count_at_what_they_cost_off() {
+        let now = Timestamp::now();
+        // Three machines at 1.0/h under 2.05/h: one stopped is not enough once the cloud
+        // bills it its tenth (2.1/h), so a second one is stopped (1.2/h).
+        let running_three = [
+            running("oldest", 1.0, 1),
+            running("middle", 1.0, 2),
+            running("newest", 1.0, 3),
+        ];
+        let first = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&running_three, &[], None),
+            &running_three,
+            &[],
+            now,
+        );
+        assert_eq!(names(&first), ["newest"]);
+        // Being stopped: nothing more yet (its rate off is not known until it is off).
+        let second = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&running_three, &[], None),
+            &running_three,
+            &first,
+            now,
+        );
+        assert_eq!(names(&second), ["newest"]);
+        let newest_off = [
+            running("oldest", 1.0, 1),
+            running("middle", 1.0, 2),
+            stopped(running("newest", 1.0, 3)),
+        ];
+        let third = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&newest_off, &[], None),
+            &newest_off,
+            &first,
+            now,
+        );
+        assert_eq!(names(&third), ["newest", "middle"]);
+        // Middle still stopping (billed in full): newest is not started on a guess of what
+        // middle will cost off.
+        let stopping = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&newest_off, &[], None),
+            &newest_off,
+            &third,
+            now,
+        );
+        assert_eq!(names(&stopping), ["newest", "middle"]);
+        let both_off = [
+            running("oldest", 1.0, 1),
+            stopped(running("middle", 1.0, 2)),
+            stopped(running("newest", 1.0, 3)),
+        ];
+        // Settled: neither starts again (either would take it to 2.1/h).
+        let fourth = powered_off(
+            OnExceeded::Stop,
+            2.05,
+            &count(&both_off, &[], None),
+            &both_off,
+            &third,
+            now,
+        );
+        assert_eq!(names(&fourth), ["newest", "middle"]);
     }
 
     fn charge(

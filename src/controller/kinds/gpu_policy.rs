@@ -770,6 +770,9 @@ mod tests {
             account: None,
             created_at: None,
             may_power_off: false,
+            off: false,
+            deleting: false,
+            may_delete: false,
             gpus,
         }
     }

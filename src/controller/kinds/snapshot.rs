@@ -114,6 +114,11 @@ impl KindDeclarations for Snapshot {
 impl ManagedKind for Snapshot {
     type CreatePlan = SnapshotPlan;
 
+    /// The final snapshot a machine's deletion waits for is never refused.
+    async fn budget_may_refuse(&self, client: &kube::Client) -> Result<bool, Error> {
+        Ok(!crate::kinds::gpu_instance::final_snapshot::waited_for(client, self).await?)
+    }
+
     async fn plan_create(
         &self,
         cx: &Context<Self>,

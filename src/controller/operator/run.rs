@@ -1075,8 +1075,14 @@ fn frees_room(old: &gpucloud_api::GpuPolicy, new: &gpucloud_api::GpuPolicy) -> b
 }
 
 /// What a Budget's count reads: the API server, the accounts' billing, the ownership index
-/// (which charges are the namespace's) and the clock.
-type BudgetContext = (kube::Client, (Arc<Accounts>, Arc<Ownership>), Clock);
+/// (which charges are the namespace's) and the clock; and where it tells of a spend projected
+/// past its limit.
+type BudgetContext = (
+    kube::Client,
+    (Arc<Accounts>, Arc<Ownership>),
+    Clock,
+    Arc<EventPublisher>,
+);
 
 /// The Budgets of a scope (`budget.rs`): each is recounted when it changes, when a billed
 /// object of its namespace changes, and once per resync interval; each change of a Budget
@@ -1158,14 +1164,19 @@ fn budget_controller(
         // the resync and the period's end do.
         .predicate_filter(intent_hash, PredicateConfig::default())
         .filter_map(|budget| futures::future::ready(budget.ok().map(Ok::<_, watcher::Error>)));
-    let client = Arc::new((scoped.client.clone(), (accounts, ownership), clock));
+    let client = Arc::new((
+        scoped.client.clone(),
+        (accounts, ownership),
+        clock,
+        scoped.events.clone(),
+    ));
     Controller::for_stream(objects, store)
         .reconcile_on(billed_changes)
         .graceful_shutdown_on(shutdown)
         .run(
             move |budget, cx: Arc<BudgetContext>| async move {
                 let (accounts, ownership) = (&*cx.1.0, &*cx.1.1);
-                let period_end = crate::kinds::budget::reconcile(&cx.0, (accounts, ownership), &budget, &cx.2).await?;
+                let period_end = crate::kinds::budget::reconcile(&cx.0, (accounts, ownership), &cx.3, &budget, &cx.2).await?;
                 // Counted again at the resync, or when its spend period ends if that is
                 // sooner: a spent Budget lets go at the new period, not up to an interval later.
                 let next = period_end.map_or(resync, |end| resync.min(cx.2.until(end)));

@@ -234,7 +234,7 @@ async fn a_budget_is_refused_at_admission_with_the_field_named() {
             "spec.maxSpend",
         ),
         (
-            serde_json::json!({"maxHourlyRate": 1.0, "onExceeded": "Delete"}),
+            serde_json::json!({"maxHourlyRate": 1.0, "onExceeded": "Destroy"}),
             "spec.onExceeded",
         ),
     ] {
@@ -322,7 +322,21 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     .await;
     // Off against its spec: not Ready.
     condition::<GpuInstance>(&env, "middle", "Ready", "False", "BudgetExceeded").await;
-    let team = api.get("team").await.unwrap().status.unwrap();
+    // Within its limit only by keeping middle off: not Ready, and Stalled (kstatus), saying
+    // what it keeps off.
+    let team = budget_condition(&env, "team", "Stalled", "True", "BudgetExceeded").await;
+    let ready = team.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BudgetExceeded")
+    );
+    assert!(
+        ready
+            .message
+            .contains("it keeps 1 machine off (stopped: middle)"),
+        "{}",
+        ready.message
+    );
     let held: Vec<&str> = team.powered_off.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(held, ["middle"]);
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
@@ -348,8 +362,13 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     // Raised again: it fits, and starts.
     set_limit(&api, "team", 3.0 * L40S).await;
     power_is(&env, "middle", "RUNNING").await;
-    let team = api.get("team").await.unwrap().status.unwrap();
+    let team = budget_condition(&env, "team", "Ready", "True", "WithinBudget").await;
     assert!(team.powered_off.is_empty(), "{:?}", team.powered_off);
+    assert!(
+        !team.conditions.iter().any(|c| c.type_ == "Stalled"),
+        "{:?}",
+        team.conditions
+    );
 
     // Lowered again once the Budget counts middle running (a machine still starting is
     // counted at its stopped rate, and the next newest running one would be chosen), then
@@ -359,6 +378,237 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
     power_is(&env, "middle", "STOPPED").await;
     api.delete("team", &Default::default()).await.unwrap();
     power_is(&env, "middle", "RUNNING").await;
+    env.stop_operator().await;
+}
+
+/// A machine that is off still bills a share of its running rate (a tenth while stopped): the
+/// Budget counts it, shows it apart, and stops a second machine when the first one's tenth
+/// still leaves it over its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_machine_counts_at_the_share_it_still_bills() {
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "team",
+            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": "Stop"}),
+        ),
+    )
+    .await
+    .unwrap();
+    for name in ["oldest", "middle", "newest"] {
+        support::create(&env, &machine(name, &[])).await;
+        support::ready::<GpuInstance>(&env, name).await;
+        // Creation times a second apart: "newest" is an order, not a tie.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    counted(&env, "team", 3, 3.0 * L40S).await;
+
+    // Room for 2.05 machines: with one stopped, 2.1 of them are still billed, so a second
+    // one is stopped too.
+    set_limit(&api, "team", 2.05 * L40S).await;
+    power_is(&env, "newest", "STOPPED").await;
+    power_is(&env, "middle", "STOPPED").await;
+    let team = counted(&env, "team", 3, 1.2 * L40S).await;
+    let status = team.status.unwrap();
+    let off = status.off_hourly_rate.unwrap();
+    let mut states = Vec::new();
+    for name in ["oldest", "middle", "newest"] {
+        let vm = env.api::<GpuInstance>().get(name).await.unwrap();
+        let s = vm.status.unwrap();
+        states.push((
+            name,
+            s.cloud.state.clone(),
+            s.hourly_rate,
+            s.vm_status.clone(),
+        ));
+    }
+    assert!(
+        (off - 0.2 * L40S).abs() < 1e-6,
+        "{off} {status:?} {states:?}"
+    );
+    let held: Vec<&str> = status.powered_off.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(held, ["newest", "middle"]);
+    assert_eq!(
+        env_state(&env, &ready_id(&env, "oldest").await)
+            .await
+            .as_deref(),
+        Some("RUNNING")
+    );
+    env.stop_operator().await;
+}
+
+/// Waits until the Budget `name` has the condition `type_` with `status` and `reason`, and
+/// returns its status.
+async fn budget_condition(
+    env: &Env,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> BudgetStatus {
+    let api = budgets(env);
+    eventually(
+        30,
+        &format!("Budget {name} {type_}={status} ({reason})"),
+        || {
+            let api = api.clone();
+            async move {
+                let budget = api.get(name).await.ok()?.status?;
+                budget
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == status && c.reason == reason)
+                    .then_some(budget)
+            }
+        },
+    )
+    .await
+}
+
+/// A machine deleted under `deletionPolicy: Snapshot` while its Budget is full still gets its
+/// final snapshot (counted, not refused: the machine, which costs far more, waits for it) and
+/// goes. A Snapshot labelled as a final snapshot by hand, for a machine not being deleted, is
+/// refused like any other create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_budget_never_refuses_the_final_snapshot_a_deletion_waits_for() {
+    use gpucloud_controller::kinds::gpu_instance::final_snapshot::{
+        FINAL_SNAPSHOT_OF_LABEL, FINAL_SNAPSHOT_OF_UID_ANNOTATION,
+    };
+    let env = Env::start().await;
+    budgets(&env)
+        .create(
+            &PostParams::default(),
+            &budget("team", serde_json::json!({"maxHourlyRate": L40S})),
+        )
+        .await
+        .unwrap();
+    let mut trainer = machine("trainer", &[]);
+    trainer.spec.managed.deletion_policy = DeletionPolicy::Snapshot;
+    support::create(&env, &trainer).await;
+    let trainer: GpuInstance = support::ready(&env, "trainer").await;
+    let id = trainer.cloud_status().external_id.unwrap();
+    counted(&env, "team", 1, L40S).await;
+
+    let mut forged: Snapshot = support::object(
+        "trainer-final",
+        serde_json::json!({"instanceRef": {"name": "trainer"}}),
+    );
+    forged.metadata.labels = Some([(FINAL_SNAPSHOT_OF_LABEL.into(), "trainer".into())].into());
+    forged.metadata.annotations = Some(
+        [(
+            FINAL_SNAPSHOT_OF_UID_ANNOTATION.into(),
+            trainer.metadata.uid.clone().unwrap(),
+        )]
+        .into(),
+    );
+    support::create(&env, &forged).await;
+    support::condition::<Snapshot>(&env, "trainer-final", "Ready", "False", "BudgetExceeded").await;
+    support::delete_and_wait::<Snapshot>(&env, "trainer-final").await;
+
+    env.api::<GpuInstance>()
+        .delete("trainer", &Default::default())
+        .await
+        .unwrap();
+    support::gone::<GpuInstance>(&env, "trainer").await;
+    let state = env.simulator.state();
+    assert!(!state.instances.iter().any(|i| i.instance_id == id));
+    assert!(
+        state
+            .snapshots
+            .iter()
+            .any(|s| s.instance_id == id
+                && s.status == gpucloud_cloud::model::SnapshotStatus::Available),
+        "{:?}",
+        state.snapshots
+    );
+}
+
+/// `onExceeded: Delete` deletes the newest machine it may until the rest fit, through the
+/// object's own deletion and never one with deletion protection; `SnapshotThenDelete` deletes
+/// the next after a final snapshot of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_its_limit_a_budget_deletes_the_newest_unprotected_machine_or_snapshots_it_first() {
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "team",
+            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": "Delete"}),
+        ),
+    )
+    .await
+    .unwrap();
+    for name in ["oldest", "middle", "newest"] {
+        let mut machine = machine(name, &[]);
+        if name == "newest" {
+            machine.metadata.annotations = Some(
+                [(
+                    gpucloud_api::deletion_protection::ANNOTATION.to_string(),
+                    "true".to_string(),
+                )]
+                .into(),
+            );
+        }
+        support::create(&env, &machine).await;
+        support::ready::<GpuInstance>(&env, name).await;
+        // Creation times a second apart: "newest" is an order, not a tie.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    counted(&env, "team", 3, 3.0 * L40S).await;
+    let middle = ready_id(&env, "middle").await;
+
+    // Lowered: the newest machine is protected, so the next newest is deleted, and only it.
+    set_limit(&api, "team", 2.5 * L40S).await;
+    support::gone::<GpuInstance>(&env, "middle").await;
+    eventually(60, "middle's machine deleted in the cloud", || {
+        let gone = !env
+            .simulator
+            .state()
+            .instances
+            .iter()
+            .any(|i| i.instance_id == middle);
+        std::future::ready(gone.then_some(()))
+    })
+    .await;
+    support::wait_for_events(&env, "middle", &["BudgetExceeded"]).await;
+    let team = budget_condition(&env, "team", "Ready", "True", "WithinBudget").await;
+    assert_eq!(team.counted, Some(2), "{team:?}");
+    assert_eq!(machines_in_cloud(&env), 2);
+
+    // SnapshotThenDelete: the next newest it may delete goes after a final snapshot.
+    let oldest = ready_id(&env, "oldest").await;
+    api.patch(
+        "team",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {
+            "onExceeded": "SnapshotThenDelete", "maxHourlyRate": 1.5 * L40S}})),
+    )
+    .await
+    .unwrap();
+    // Its final snapshot is made though the Budget is over its limit (it is what lets the
+    // machine go), then the machine is deleted.
+    support::gone::<GpuInstance>(&env, "oldest").await;
+    let state = env.simulator.state();
+    assert!(!state.instances.iter().any(|i| i.instance_id == oldest));
+    let snapshot = state
+        .snapshots
+        .iter()
+        .find(|s| s.instance_id == oldest)
+        .expect("a final snapshot of oldest");
+    assert_eq!(
+        snapshot.status,
+        gpucloud_cloud::model::SnapshotStatus::Available
+    );
+    // The protected machine is left running.
+    assert_eq!(
+        env_state(&env, &ready_id(&env, "newest").await)
+            .await
+            .as_deref(),
+        Some("RUNNING")
+    );
     env.stop_operator().await;
 }
 
@@ -506,24 +756,81 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     )
     .await
     .unwrap();
-    eventually(30, "the Budget says its spend is used up", || {
-        let api = api.clone();
-        async move {
-            let status = api.get("month").await.ok()?.status?;
-            status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Exceeded" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    let month = budget_condition(&env, "month", "Exceeded", "True", "BudgetExceeded").await;
+    let ready = month
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BudgetExceeded")
+    );
+    assert!(
+        ready.message.contains("is spent this period"),
+        "{}",
+        ready.message
+    );
+    assert!(month.conditions.iter().any(|c| c.type_ == "Stalled"));
     support::create(&env, &machine("another", &[])).await;
     let refused: GpuInstance =
         support::condition(&env, "another", "Ready", "False", "BudgetExceeded").await;
     let message = support::ready_message(&refused);
     assert!(message.contains("spent this period"), "{message}");
     assert_eq!(machines_in_cloud(&env), 1);
+    env.stop_operator().await;
+}
+
+/// A Budget whose spend, projected at its counted rate to the end of its period, passes
+/// `maxSpend` says so while it is still within it (`Ready=True`, reason `ProjectedOverBudget`)
+/// and tells it in one Warning Event for the period, however often it is counted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_projected_past_max_spend_is_told_once_before_it_is_spent() {
+    use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+    let mut env = Env::start().await;
+    let api = budgets(&env);
+    // A week from today's midnight (UTC): days of a machine still to come, a few cents spent.
+    let today = format!("{:?}", Timestamp::now().to_zoned(TimeZone::UTC).weekday());
+    api.create(
+        &PostParams::default(),
+        &budget(
+            "team",
+            serde_json::json!({"maxHourlyRate": 100.0, "maxSpend": 20.0,
+                               "period": {"type": "Weekly", "dayOfWeek": &today[..3]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    support::create(&env, &machine("trainer", &[])).await;
+    support::ready::<GpuInstance>(&env, "trainer").await;
+    let team = budget_condition(&env, "team", "Ready", "True", "ProjectedOverBudget").await;
+    assert!(team.spent.unwrap_or(0.0) < 20.0, "{team:?}");
+    assert!(team.projected.unwrap() > 20.0, "{team:?}");
+    let ready = team.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert!(
+        ready.message.contains("over its maxSpend 20.00 USD"),
+        "{}",
+        ready.message
+    );
+    assert!(!team.conditions.iter().any(|c| c.type_ == "Stalled"));
+    support::wait_for_events(&env, "team", &["ProjectedOverBudget"]).await;
+
+    // Counted again at every resync (2 s here): no second Event, nor a repeat of the first.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let told = support::events_about(&env, "team", "ProjectedOverBudget").await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].type_.as_deref(), Some("Warning"));
+    assert!(told[0].series.is_none(), "{:?}", told[0].series);
+    assert!(
+        told[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("maxSpend is reached about")),
+        "{:?}",
+        told[0].note
+    );
+    let team = api.get("team").await.unwrap().status.unwrap();
+    assert_eq!(team.overspend_warned_for, team.period_start);
     env.stop_operator().await;
 }
 

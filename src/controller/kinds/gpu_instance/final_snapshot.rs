@@ -213,6 +213,30 @@ pub async fn hold(
     Ok(())
 }
 
+/// Whether `snapshot` is the final snapshot of a GpuInstance of its namespace being deleted
+/// with one: a create a Budget counts but never refuses, since the machine, which costs far
+/// more, waits for it to go (a Budget deleting machines under `SnapshotThenDelete` would
+/// otherwise wait for itself). Its name, label and annotation are checked against the
+/// machine, read from the API server: a Snapshot labelled so by hand is judged like any other.
+pub async fn waited_for(client: &kube::Client, snapshot: &Snapshot) -> Result<bool, Error> {
+    let Some(machine) = snapshot.labels().get(FINAL_SNAPSHOT_OF_LABEL) else {
+        return Ok(false);
+    };
+    if snapshot.name_any() != object_name(machine) {
+        return Ok(false);
+    }
+    let namespace = snapshot.namespace().unwrap_or_default();
+    let api: Api<GpuInstance> = Api::namespaced(client.clone(), &namespace);
+    let Some(instance) = api.get_opt(machine).await? else {
+        return Ok(false);
+    };
+    Ok(
+        instance.uid().as_ref() == snapshot.annotations().get(FINAL_SNAPSHOT_OF_UID_ANNOTATION)
+            && instance.meta().deletion_timestamp.is_some()
+            && asked_for(&instance),
+    )
+}
+
 /// Whether this deletion takes a final snapshot: `deletionPolicy: Snapshot`, or an expiry that
 /// asked for one (as recorded then, whatever the spec says now).
 pub fn asked_for(instance: &GpuInstance) -> bool {

@@ -126,6 +126,13 @@ impl KindDeclarations for GpuInstance {
             == Some(InstanceStatus::Active.as_str())
     }
 
+    /// `SHUTOFF` or `HIBERNATED`: billed a share of the running rate.
+    fn is_off(&self) -> bool {
+        let state = self.cloud_status_ref().and_then(|s| s.state.as_deref());
+        state == Some(InstanceStatus::Shutoff.as_str())
+            || state == Some(InstanceStatus::Hibernated.as_str())
+    }
+
     /// The rate the cloud gave for the machine, while it has one.
     fn hourly_cost(&self) -> Option<(f64, String)> {
         let status = self.status.as_ref()?;
