@@ -125,13 +125,16 @@ fn default_currency() -> String {
 pub struct BudgetStatus {
     /// What the counted resources cost per hour together, reservations included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub hourly_rate: Option<f64>,
     /// The part of `hourlyRate` that counted machines which are off still cost: the cloud
     /// bills a stopped or hibernated machine a share of its running rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub off_hourly_rate: Option<f64>,
     /// `maxHourlyRate` less `hourlyRate`: the hourly rate a new create may still add.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub remaining: Option<f64>,
     /// The currency of the figures, the cloud account's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,12 +152,15 @@ pub struct BudgetStatus {
     pub reservations: Vec<Reservation>,
     /// What the counted objects cost in the current period, from the cloud's billing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub spent: Option<f64>,
     /// `spent` plus `hourlyRate` until the period ends, to the cent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub projected: Option<f64>,
     /// `maxSpend` less `spent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::money::option")]
     pub spend_remaining: Option<f64>,
     /// The `periodStart` of the period whose projected overspend a `ProjectedOverBudget`
     /// Warning Event told of: one such Event per period.
@@ -193,6 +199,7 @@ pub struct Reservation {
     pub name: String,
     pub uid: String,
     /// What its resource will cost per hour, from the price list.
+    #[serde(serialize_with = "crate::money::serialize")]
     pub hourly_rate: f64,
     /// When it was reserved.
     pub reserved_at: Time,
@@ -206,6 +213,7 @@ pub struct PoweredOff {
     pub uid: String,
     /// What the machine cost per hour running, when it was chosen: it starts again once
     /// that fits.
+    #[serde(serialize_with = "crate::money::serialize")]
     pub hourly_rate: f64,
     /// `Stopped` or `Hibernated`.
     pub power_state: crate::PowerState,

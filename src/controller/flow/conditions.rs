@@ -113,6 +113,7 @@ pub mod reason {
         POLICY_LIMIT,
         CURRENCY_MISMATCH,
         WITHIN_BUDGET,
+        PROJECTED_OVER_BUDGET,
         INVALID_SPEC,
         SPEC_MISMATCH,
         NOT_APPLIED,
