@@ -294,11 +294,14 @@ async fn another_teams_firewall_cannot_be_adopted() {
     ready::<Firewall>(&env, "edge").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_volume_the_operator_did_not_create_is_adopted_only_where_allowed() {
-    let env = Env::start().await;
-    tenant_namespace(&env).await;
-    let foreign = cloud_client(&env)
+/// A 10 GB volume the operator did not create, named by a Volume `taken` (20 GB) in the
+/// tenant's namespace, which may not adopt: the volume, the cloud's writes before the
+/// object, and the refusal's message once it shows.
+async fn refused_volume_adoption(
+    env: &Env,
+) -> (gpucloud_cloud::model::Volume, BTreeMap<String, u64>, String) {
+    tenant_namespace(env).await;
+    let foreign = cloud_client(env)
         .create_volume(&CreateVolumeRequest::new(
             "someone-elses-data",
             10,
@@ -306,20 +309,26 @@ async fn a_volume_the_operator_did_not_create_is_adopted_only_where_allowed() {
         ))
         .await
         .unwrap();
-    let before = writes(&env);
-
+    let before = writes(env);
     let volume: Volume = object(
         "taken",
         serde_json::json!({"region": "us-east-1", "sizeGb": 20}),
     );
-    tenant_api::<Volume>(&env)
+    tenant_api::<Volume>(env)
         .create(
             &PostParams::default(),
             &in_tenant(volume, Some(&foreign.id)),
         )
         .await
         .unwrap();
-    let message = stalled_in_tenant::<Volume>(&env, "taken", reason::ADOPTION_NOT_ALLOWED).await;
+    let message = stalled_in_tenant::<Volume>(env, "taken", reason::ADOPTION_NOT_ALLOWED).await;
+    (foreign, before, message)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_the_operator_did_not_create_is_adopted_only_where_allowed() {
+    let env = Env::start().await;
+    let (foreign, before, message) = refused_volume_adoption(&env).await;
     assert!(
         message.contains("--allow-adoption") && message.contains("gpucloud.io/adoption"),
         "the message says how to allow it: {message}"
@@ -339,23 +348,7 @@ async fn a_volume_the_operator_did_not_create_is_adopted_only_where_allowed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_labelled_later_lets_its_refused_adoption_through() {
     let env = Env::start().await;
-    tenant_namespace(&env).await;
-    let foreign = cloud_client(&env)
-        .create_volume(&CreateVolumeRequest::new("left-behind", 10, "us-east-1"))
-        .await
-        .unwrap();
-    let volume: Volume = object(
-        "taken",
-        serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
-    );
-    tenant_api::<Volume>(&env)
-        .create(
-            &PostParams::default(),
-            &in_tenant(volume, Some(&foreign.id)),
-        )
-        .await
-        .unwrap();
-    stalled_in_tenant::<Volume>(&env, "taken", reason::ADOPTION_NOT_ALLOWED).await;
+    let (foreign, _, _) = refused_volume_adoption(&env).await;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
     namespaces
         .patch(

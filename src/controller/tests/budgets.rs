@@ -275,15 +275,15 @@ async fn env_state(env: &Env, id: &str) -> Option<String> {
     Some(machine.vm_status.as_str().to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_fits_again() {
-    let mut env = Env::start().await;
-    let api = budgets(&env);
+/// A Budget `team` for three L40S machines (`onExceeded` as given), and three machines
+/// created a second apart, the newest with deletion protection, counted by it.
+async fn three_machines_under(env: &Env, on_exceeded: &str) -> Api<Budget> {
+    let api = budgets(env);
     api.create(
         &PostParams::default(),
         &budget(
             "team",
-            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": "Stop"}),
+            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": on_exceeded}),
         ),
     )
     .await
@@ -299,12 +299,19 @@ async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_f
                 .into(),
             );
         }
-        support::create(&env, &machine).await;
-        support::ready::<GpuInstance>(&env, name).await;
+        support::create(env, &machine).await;
+        support::ready::<GpuInstance>(env, name).await;
         // Creation times a second apart: "newest" is an order, not a tie.
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     }
-    counted(&env, "team", 3, 3.0 * L40S).await;
+    counted(env, "team", 3, 3.0 * L40S).await;
+    api
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_its_limit_a_budget_stops_the_newest_unprotected_machine_until_it_fits_again() {
+    let mut env = Env::start().await;
+    let api = three_machines_under(&env, "Stop").await;
 
     // Lowered: the newest machine is protected, so the next newest is stopped, and only it.
     set_limit(&api, "team", 2.5 * L40S).await;
@@ -531,33 +538,7 @@ async fn a_full_budget_never_refuses_the_final_snapshot_a_deletion_waits_for() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_its_limit_a_budget_deletes_the_newest_unprotected_machine_or_snapshots_it_first() {
     let mut env = Env::start().await;
-    let api = budgets(&env);
-    api.create(
-        &PostParams::default(),
-        &budget(
-            "team",
-            serde_json::json!({"maxHourlyRate": 3.0 * L40S, "onExceeded": "Delete"}),
-        ),
-    )
-    .await
-    .unwrap();
-    for name in ["oldest", "middle", "newest"] {
-        let mut machine = machine(name, &[]);
-        if name == "newest" {
-            machine.metadata.annotations = Some(
-                [(
-                    gpucloud_api::deletion_protection::ANNOTATION.to_string(),
-                    "true".to_string(),
-                )]
-                .into(),
-            );
-        }
-        support::create(&env, &machine).await;
-        support::ready::<GpuInstance>(&env, name).await;
-        // Creation times a second apart: "newest" is an order, not a tie.
-        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    }
-    counted(&env, "team", 3, 3.0 * L40S).await;
+    let api = three_machines_under(&env, "Delete").await;
     let middle = ready_id(&env, "middle").await;
 
     // Lowered: the newest machine is protected, so the next newest is deleted, and only it.
