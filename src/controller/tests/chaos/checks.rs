@@ -2,8 +2,8 @@
 //! they stand and its ledger of every call that acted, with the key that made it.
 
 use crate::model::{
-    ACCOUNTS, Group, Kind, ObjectKey, Policy, TEAM_C, cloud_ids, final_snapshots, kind_name,
-    team_mark, team_of,
+    ACCOUNTS, Group, Kind, ObjectKey, Policy, TEAM_C, Wanted, cloud_ids, final_snapshots,
+    kind_name, team_mark, team_of,
 };
 use crate::support::{NAMESPACE, OPERATOR_NAMESPACE};
 use crate::tenant::TENANT;
@@ -125,6 +125,24 @@ impl Run {
                     ));
                 }
                 continue;
+            }
+            // An observed machine in another power state than its spec asks for is not as
+            // specified, and says so (`NotApplied`): settled there, and only when the cloud
+            // does differ.
+            if let Some(differs) = observed_power_differs(wanted, status, &states) {
+                let not_applied = status
+                    .condition(condition_type::STALLED)
+                    .is_some_and(|c| c.status == "True" && c.reason == reason::NOT_APPLIED);
+                if differs != not_applied {
+                    problems.push(format!(
+                        "GpuInstance {key}: ObserveOnly, its power state {} the cloud's, yet {}",
+                        if differs { "differing from" } else { "as" },
+                        conditions(status).join("; ")
+                    ));
+                }
+                if differs {
+                    continue;
+                }
             }
             if !status.is_ready(seen.meta.generation) {
                 let explained = status
@@ -783,4 +801,29 @@ fn cloud_record(account: &Value, id: &str) -> String {
                 .is_some_and(|fields| fields.values().any(|v| v.as_str() == Some(id)))
         })
         .map_or_else(|| "none".to_string(), Value::to_string)
+}
+
+/// For an `ObserveOnly` GpuInstance whose machine is settled in a power state: whether it
+/// differs from the one the spec asks for. `None` for anything else.
+fn observed_power_differs(
+    wanted: &Wanted,
+    status: &gpucloud_api::CloudStatus,
+    states: &[AccountSnapshot],
+) -> Option<bool> {
+    if wanted.policy != Policy::ObserveOnly || wanted.kind != Kind::Instance {
+        return None;
+    }
+    let id = status.external_id.as_deref()?;
+    let machine = states[wanted.group.account]
+        .instances
+        .iter()
+        .find(|i| i.instance_id == id)?;
+    let settled = match machine.status.as_str() {
+        "ACTIVE" => "Running",
+        "SHUTOFF" => "Stopped",
+        "HIBERNATED" => "Hibernated",
+        _ => return None,
+    };
+    let asked = wanted.spec["powerState"].as_str().unwrap_or("Running");
+    Some(asked != settled)
 }
