@@ -370,9 +370,9 @@ impl<K: KindDeclarations> Context<K> {
 
     /// Makes `object` wait for something in its account: GPUs in stock its catalog shows, or a
     /// balance back above the floor. One task per account reads the catalog (three calls)
-    /// and the balance (one) once per half catalog TTL, each only while an object waits for
-    /// it, and wakes those it now can serve, all from that one read: no object polls the
-    /// cloud, and a top-up is seen within one resync interval.
+    /// once per catalog TTL and the balance (one) once per half TTL, each only while an
+    /// object waits for it, and wakes those it now can serve, all from that one read: no
+    /// object polls the cloud, and a top-up is seen within one resync interval.
     pub fn wait_in_account(&self, account: &Arc<Account>, object: ObjectRef<K>, awaited: Awaited) {
         let mut waiters = lock(&self.capacity_waiters);
         let first = !waiters.contains_key(&account.id);
@@ -392,6 +392,7 @@ impl<K: KindDeclarations> Context<K> {
         let account = account.clone();
         tokio::spawn(async move {
             let interval = account.catalog_ttl() / 2;
+            let mut ticks: u64 = 0;
             loop {
                 // Ends with the controller (its trigger's receiver), stopped or not: a process
                 // that runs the controllers again would otherwise keep a reader per stint.
@@ -410,8 +411,10 @@ impl<K: KindDeclarations> Context<K> {
                         Awaited::Credit(_) => (stock, true),
                     })
                 };
-                // A read of the last interval serves (a reconcile made it).
-                let catalog = match stock {
+                // The catalog every other tick, once per TTL (a read of the last half TTL, a
+                // reconcile's, serves); the balance, one call, at every tick.
+                ticks += 1;
+                let catalog = match stock && ticks % 2 == 0 {
                     true => account.catalog_within(interval).await.map(Some),
                     false => Ok(None),
                 };

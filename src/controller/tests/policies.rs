@@ -336,11 +336,8 @@ async fn terminal_cloud_errors_stall_without_a_retry_storm() {
     let api = env.api::<GpuInstance>();
     api.create(
         &PostParams::default(),
-        // The catalog allows at most four RTX-A6000 per machine: only the cloud says so.
-        &instance(
-            "bad-gpu",
-            serde_json::json!({"gpuType": "RTX-A6000", "gpuCount": 8}),
-        ),
+        // An OS image the cloud does not have: only the cloud says so.
+        &instance("bad-gpu", serde_json::json!({"osImage": "windows-95"})),
     )
     .await
     .unwrap();
@@ -352,7 +349,7 @@ async fn terminal_cloud_errors_stall_without_a_retry_storm() {
         .message
         .clone();
     assert!(
-        message.contains("gpu_count"),
+        message.contains("image_id"),
         "the cloud's message is shown: {message}"
     );
     assert!(
