@@ -414,7 +414,7 @@ impl<K: KindDeclarations> Context<K> {
                 // The catalog every other tick, once per TTL (a read of the last half TTL, a
                 // reconcile's, serves); the balance, one call, at every tick.
                 ticks += 1;
-                let catalog = match stock && ticks % 2 == 0 {
+                let catalog = match stock && ticks.is_multiple_of(2) {
                     true => account.catalog_within(interval).await.map(Some),
                     false => Ok(None),
                 };
