@@ -881,6 +881,21 @@ async fn a_spent_budget_lets_go_at_the_start_of_its_next_period() {
 /// neither stops the machine nor refuses this team's next create.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_namespaces_budget_neither_stops_nor_refuses_this_ones_machines() {
+    another_namespaces_budget_leaves_this_ones_machines("Stop").await;
+}
+
+/// The same with a hostile Budget that deletes, and one that snapshots then deletes: nothing
+/// of this namespace is deleted or snapshotted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_namespaces_deleting_budget_never_deletes_this_ones_machines() {
+    for on_exceeded in ["Delete", "SnapshotThenDelete"] {
+        another_namespaces_budget_leaves_this_ones_machines(on_exceeded).await;
+    }
+}
+
+/// Team B's Budget of nothing (`onExceeded` as given), its status forged to name team A's
+/// machine: team A's machines run on, made and never stopped, deleted or snapshotted.
+async fn another_namespaces_budget_leaves_this_ones_machines(on_exceeded: &str) {
     let env = Env::start().await;
     support::create(&env, &machine("trainer", &[])).await;
     let trainer = power_is(&env, "trainer", "RUNNING").await;
@@ -890,7 +905,7 @@ async fn another_namespaces_budget_neither_stops_nor_refuses_this_ones_machines(
     let hostile: Api<Budget> = Api::namespaced(env.client.clone(), "team-b");
     let mut zero = budget(
         "everything",
-        serde_json::json!({"maxHourlyRate": 0.0, "onExceeded": "Stop"}),
+        serde_json::json!({"maxHourlyRate": 0.0, "onExceeded": on_exceeded}),
     );
     zero.metadata.namespace = Some("team-b".into());
     let created = hostile.create(&PostParams::default(), &zero).await.unwrap();
@@ -913,8 +928,18 @@ async fn another_namespaces_budget_neither_stops_nor_refuses_this_ones_machines(
     // Past a resync interval (2 s here) and the relay's wake-ups.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(env.calls("StopInstance"), 0);
+    assert_eq!(env.calls("DeleteInstance"), 0, "{on_exceeded}");
+    assert_eq!(env.calls("CreateSnapshot"), 0, "{on_exceeded}");
     assert_eq!(machines_in_cloud(&env), 2);
     power_is(&env, "trainer", "RUNNING").await;
+    let machines = env.api::<GpuInstance>();
+    for name in ["trainer", "another"] {
+        let object = machines.get(name).await.unwrap();
+        assert!(
+            object.metadata.deletion_timestamp.is_none(),
+            "{name} deleted under {on_exceeded}"
+        );
+    }
 }
 
 /// Sets the Budget's `maxHourlyRate`.
