@@ -6,7 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::flow::naming::{MAX_CLOUD_NAME, carries_mark, cloud_name};
-use crate::kinds::gpu_instance::{create_request as instance_request, rule_diff, to_cloud_rule};
+use crate::kinds::gpu_instance::create::create_request as instance_request;
+use crate::kinds::gpu_instance::{rule_diff, to_cloud_rule};
 use crate::kinds::volume::create_request as volume_request;
 use gpucloud_api::gpu_instance::{Direction, EtherType, SecurityRule};
 use gpucloud_api::{FirewallSpec, GpuInstanceSpec, VolumeSpec};

@@ -1,6 +1,7 @@
 //! `GpuInstance`: creates (or restores) the machine, then drives power state, reboots, public
 //! IP and security rules toward the spec, one cloud call per step.
 
+pub(crate) mod create;
 pub mod final_snapshot;
 pub(crate) mod placement;
 
@@ -13,22 +14,21 @@ use crate::flow::context::Context;
 use crate::flow::error::Error;
 use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::flow::reconcile::lifetime_stage;
-use crate::kinds::gpu_instance::placement::Candidate;
-use gpucloud_api::PlacementPolicy;
+use crate::kinds::gpu_instance::create::foreign_connection_secret;
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::lifetime::{OnExpiry, Stage};
 use gpucloud_api::schedule::OutsideWindows;
 use gpucloud_api::{
-    ChosenPlacement, CloudStatus, GpuInstance, GpuInstanceStatus, Image, MAX_STARTUP_SCRIPT_BYTES,
-    Managed, PlacementStatus, PowerState, RESTARTED_AT_ANNOTATION, Snapshot, SshKey,
+    ChosenPlacement, CloudStatus, GpuInstance, GpuInstanceStatus, Managed, PlacementStatus,
+    PowerState, RESTARTED_AT_ANNOTATION, SshKey,
 };
 use gpucloud_cloud::model::{
     CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
-    SecurityRule as CloudRule, SnapshotStatus as CloudSnapshotStatus, Tier as CloudTier, VmStatus,
+    SecurityRule as CloudRule, VmStatus,
 };
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
@@ -259,122 +259,9 @@ impl ManagedKind for GpuInstance {
         cx: &Context<Self>,
         account: &Account,
     ) -> Result<InstancePlan, Error> {
-        let namespace = self.namespace().unwrap_or_default();
-        let spec = &self.spec;
-        // A schedule that cannot be read would leave the machine running, billed: refused first.
-        scheduled(self, cx.settings.clock.now())?;
-        // Refused before a machine is billed, not after: the Secret is written once it runs.
-        if let Some(name) = &spec.connection_secret {
-            let secrets: Api<Secret> = Api::namespaced(cx.client.clone(), &namespace);
-            if let Some(meta) = secrets.get_metadata_opt(name).await?
-                && !self
-                    .uid()
-                    .is_some_and(|uid| controlled_by(&meta.metadata, &uid))
-            {
-                return Err(foreign_connection_secret(&namespace, name));
-            }
-        }
-        if let Some(source) = &spec.source {
-            let snapshot_name = &source.snapshot_ref.name;
-            let snapshot_id = restorable_snapshot(cx, account, &namespace, snapshot_name).await?;
-            // The cloud restores into the snapshot's region, whatever the spec says.
-            let snapshots: Api<Snapshot> = Api::namespaced(cx.client.clone(), &namespace);
-            let region = snapshots
-                .get_opt(snapshot_name)
-                .await?
-                .and_then(|s| s.status.and_then(|s| s.region));
-            if let Some(region) = region
-                && let Some(wanted) = &spec.region
-                && &region != wanted
-            {
-                return Err(Error::InvalidSpec(format!(
-                    "spec.region is {wanted} but Snapshot {snapshot_name:?} is in {region}; a restored instance is in its snapshot's region"
-                )));
-            }
-            // A restore has its snapshot's GPUs and region: placed as a machine without
-            // alternatives is, it waits for stock (and records a refusal for want of it) as
-            // one does.
-            let snapshot = account.client.get_snapshot(&snapshot_id).await?;
-            let placement = match snapshot.specs {
-                Some(specs) => {
-                    let candidate = Candidate {
-                        alternative: 0,
-                        gpu_type: specs.gpu_type,
-                        gpu_count: specs.gpu_count,
-                        region: snapshot.region,
-                    };
-                    let choice = placement::choose(
-                        PlacementPolicy::Ordered,
-                        &[candidate],
-                        spec.max_hourly_rate,
-                        &*account.catalog().await?,
-                        &*account.pricing().await?,
-                        refused_placements(self),
-                    )?;
-                    Some(choice.status)
-                }
-                None => None,
-            };
-            return Ok(InstancePlan::Restore {
-                snapshot_id,
-                placement,
-            });
-        }
-        let (policy, candidates) = placement::candidates(spec)?;
-        let image_id = match (&spec.os_image, &spec.image_ref) {
-            (Some(os), None) => {
-                check_os_image(cx, account, &namespace, os).await?;
-                os.clone()
-            }
-            (None, Some(image)) => {
-                ready_reference::<Image>((cx, account), &namespace, &image.name, "Image").await?
-            }
-            _ => {
-                return Err(Error::InvalidSpec(
-                    "set exactly one of spec.osImage and spec.imageRef".into(),
-                ));
-            }
-        };
-        // Where the machine goes: from the account's catalog, read once per resync interval
-        // for every object, and the cloud's refusals since that read.
-        let catalog = account.catalog().await?;
-        placement::check_known(spec, &candidates, &catalog)?;
-        let pricing = account.pricing().await?;
-        let choice = placement::choose(
-            policy,
-            &candidates,
-            spec.max_hourly_rate,
-            &catalog,
-            &pricing,
-            refused_placements(self),
-        )?;
-        let mut ssh_key_ids = Vec::with_capacity(spec.ssh_key_refs.len());
-        for key in &spec.ssh_key_refs {
-            ssh_key_ids.push(
-                ready_reference::<SshKey>((cx, account), &namespace, &key.name, "SshKey").await?,
-            );
-        }
-        let startup_script = match &spec.startup_script {
-            None => None,
-            Some(script) => match (&script.inline, &script.config_map_ref) {
-                (Some(text), _) => Some(text.clone()),
-                (None, Some(reference)) => {
-                    Some(config_map_value(cx, &namespace, &reference.name, &reference.key).await?)
-                }
-                (None, None) => None,
-            },
-        };
-        let request = create_request(
-            spec,
-            &choice.candidate,
-            image_id,
-            ssh_key_ids,
-            startup_script,
-        )?;
-        Ok(InstancePlan::Create {
-            request: Box::new(request),
-            placement: choice.status,
-        })
+        let checked = create::check_spec(self, cx.settings.clock.now())?;
+        let reads = create::dereference(self, &checked, cx, account).await?;
+        create::plan(self, checked, reads)
     }
 
     /// The placement is written with the intent: a crash or a lost answer after it finds the
@@ -824,7 +711,7 @@ impl ManagedKind for GpuInstance {
 /// The power state `spec.schedule` asks for at `now` and when that next changes; `None`
 /// without a schedule or while `powerState` keeps the machine off. A schedule the operator
 /// cannot read (an unknown time zone, overlapping windows) is an invalid spec.
-fn scheduled(
+pub(crate) fn scheduled(
     instance: &GpuInstance,
     now: Timestamp,
 ) -> Result<Option<(PowerState, Option<Timestamp>)>, Error> {
@@ -1181,7 +1068,7 @@ pub enum InstancePlan {
 
 /// The placements the cloud refused for want of stock, or the catalog showed without it, as
 /// the status records them: the next plan skips a refusal newer than its catalog.
-fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
+pub(crate) fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
     vm.status
         .as_ref()
         .and_then(|s| s.placement.as_ref())
@@ -1189,55 +1076,6 @@ fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
         .unwrap_or_default()
 }
 
-async fn ready_reference<R>(
-    (cx, account): (&Context<GpuInstance>, &Account),
-    namespace: &str,
-    name: &str,
-    kind: &'static str,
-) -> Result<String, Error>
-where
-    R: ManagedKind,
-{
-    crate::flow::dereference::ready_id::<R>(cx.lookup(account), namespace, name, kind).await
-}
-
-/// The cloud id of the snapshot to restore from, once it is `Ready`. A snapshot whose
-/// deletion waits for this very restore no longer reports `Ready` (its conditions say what
-/// holds it); it is still usable while the cloud has it `available`. A deleting Snapshot
-/// records no state changes, so one deleted while still `creating` is read from the cloud:
-/// its recorded state would keep this restore (and with it the deletion) waiting for ever.
-async fn restorable_snapshot(
-    cx: &Context<GpuInstance>,
-    account: &Account,
-    namespace: &str,
-    name: &str,
-) -> Result<String, Error> {
-    match ready_reference::<Snapshot>((cx, account), namespace, name, "Snapshot").await {
-        Err(Error::WaitingFor { kind, name, detail }) => {
-            let api: Api<Snapshot> = Api::namespaced(cx.client.clone(), namespace);
-            let held = api.get_opt(&name).await?.and_then(|s| {
-                let status = s.cloud_status();
-                (s.meta().deletion_timestamp.is_some())
-                    .then_some(status.external_id.map(|id| (id, status.state)))
-                    .flatten()
-            });
-            let waiting = Error::WaitingFor { kind, name, detail };
-            match held {
-                Some((id, state)) if state.as_deref() == Some("available") => Ok(id),
-                Some((id, _)) => match account.client.get_snapshot(&id).await {
-                    Ok(snapshot) if snapshot.status == CloudSnapshotStatus::Available => Ok(id),
-                    Ok(_) => Err(waiting),
-                    Err(e) if e.is_not_found() => Err(waiting),
-                    Err(e) => Err(e.into()),
-                },
-                None => Err(waiting),
-            }
-        }
-        other => other,
-    }
-}
-
-/// `PriceAboveLimit` for a running machine that costs more per hour than `limit`.
 /// What of the hardware, region and tier the spec states the machine `record` does not have,
 /// as a message naming both and the way out; `None` when it has all of it. A restore's
 /// hardware and region are its snapshot's, so only its tier is compared; a spec with
@@ -1291,6 +1129,7 @@ fn hardware_mismatch(spec: &gpucloud_api::GpuInstanceSpec, record: &Instance) ->
     })
 }
 
+/// `PriceAboveLimit` for a running machine that costs more per hour than `limit`.
 fn above_price_limit(limit: Option<f64>, record: &Instance) -> Option<Outcome> {
     let limit = limit?;
     let rate = record.billing.hourly_rate;
@@ -1303,44 +1142,6 @@ fn above_price_limit(limit: Option<f64>, record: &Instance) -> Option<Outcome> {
             ),
         )
     })
-}
-
-/// `spec.osImage` boots a custom image or a snapshot by id as well as a catalog image: one
-/// another namespace owns or let go is refused before any billed call; the catalog's are
-/// anyone's. A custom image or
-/// snapshot whose object has not recorded it yet (its create's answer lost, say) is claimed by
-/// its cloud name alone, so what is not in the OS-image catalog is read by id for its name.
-async fn check_os_image(
-    cx: &Context<GpuInstance>,
-    account: &Account,
-    namespace: &str,
-    os: &str,
-) -> Result<(), Error> {
-    // The catalog's images are no one's (an object's status naming one, forged, must not
-    // keep every namespace from booting it).
-    if account.os_image_ids().await?.contains(os) {
-        return Ok(());
-    }
-    let what = format!("spec.osImage {os}");
-    let fresh = std::time::Duration::ZERO;
-    let image = found(account.client.get_image(os).await)?;
-    let snapshot = match image {
-        Some(_) => None,
-        None => found(account.client.get_snapshot(os).await)?,
-    };
-    let (image_name, snapshot_name) = (image.map(|i| i.name), snapshot.map(|s| s.name));
-    cx.ownership
-        .check_not_anothers::<Image>(namespace, &what, (os, image_name.as_deref()), fresh, None)
-        .await?;
-    cx.ownership
-        .check_not_anothers::<Snapshot>(
-            namespace,
-            &what,
-            (os, snapshot_name.as_deref()),
-            fresh,
-            None,
-        )
-        .await
 }
 
 /// `PriceAboveLimit` for a machine that is off and would cost more per hour running than
@@ -1363,68 +1164,6 @@ fn start_above_price_limit(
         ),
     };
     Some(Outcome::stalled(reason::PRICE_ABOVE_LIMIT, message))
-}
-
-/// The refusal of a `spec.connectionSecret` naming a Secret this GpuInstance did not create.
-fn foreign_connection_secret(namespace: &str, name: &str) -> Error {
-    Error::InvalidSpec(format!(
-        "spec.connectionSecret: Secret {namespace}/{name} exists and was not created by this GpuInstance; recreate the GpuInstance with another spec.connectionSecret"
-    ))
-}
-
-async fn config_map_value(
-    cx: &Context<GpuInstance>,
-    namespace: &str,
-    name: &str,
-    key: &str,
-) -> Result<String, Error> {
-    let api: Api<ConfigMap> = Api::namespaced(cx.client.clone(), namespace);
-    let waiting = |detail: String| Error::WaitingFor {
-        kind: "ConfigMap",
-        name: name.to_string(),
-        detail,
-    };
-    let map = api
-        .get_opt(name)
-        .await?
-        .ok_or_else(|| waiting("it does not exist".into()))?;
-    map.data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .cloned()
-        .ok_or_else(|| waiting(format!("it has no key {key:?}")))
-}
-
-/// The create request of a spec whose references are resolved, for the placement chosen
-/// (unnamed: `create` names it). Pure, so the mapping is tested without a cloud.
-pub(crate) fn create_request(
-    spec: &gpucloud_api::GpuInstanceSpec,
-    placed: &Candidate,
-    image_id: String,
-    ssh_key_ids: Vec<String>,
-    startup_script: Option<String>,
-) -> Result<CreateInstanceRequest, Error> {
-    if let Some(script) = &startup_script
-        && script.len() > MAX_STARTUP_SCRIPT_BYTES
-    {
-        return Err(Error::InvalidSpec(format!(
-            "spec.startupScript is {} bytes; the cloud accepts at most {MAX_STARTUP_SCRIPT_BYTES}",
-            script.len()
-        )));
-    }
-    Ok(CreateInstanceRequest {
-        name: String::new(),
-        region: placed.region.clone(),
-        gpu_type: placed.gpu_type.clone(),
-        gpu_count: placed.gpu_count,
-        image_id,
-        tier: Some(CloudTier::from_wire(spec.tier.cloud_value())),
-        ssh_key_ids,
-        startup_script,
-        startup_script_id: None,
-        public_ip: Some(spec.public_ip),
-        volume_ids: Vec::new(),
-    })
 }
 
 /// Rules in the spec the cloud lacks, and rules the cloud has that the spec does not name.
@@ -1619,6 +1358,7 @@ fn policy_subject(vm: &GpuInstance, plan: &InstancePlan) -> gpucloud_api::gpu_po
 mod tests {
     use super::*;
     use gpucloud_api::gpu_instance::{Direction as SpecDirection, EtherType};
+    use gpucloud_cloud::model::Tier as CloudTier;
 
     fn spec_rule(cidr: &str, port: i32) -> SecurityRule {
         SecurityRule {
