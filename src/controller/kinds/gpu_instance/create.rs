@@ -12,10 +12,10 @@ use crate::flow::context::Context;
 use crate::flow::error::Error;
 use crate::flow::kind::ManagedKind;
 use crate::kinds::gpu_instance::placement::{self, Candidate};
-use crate::kinds::gpu_instance::{InstancePlan, refused_placements, scheduled};
+use crate::kinds::gpu_instance::schedule::scheduled;
 use gpucloud_api::{
     GpuInstance, GpuInstanceSpec, Image, MAX_STARTUP_SCRIPT_BYTES, Managed, PlacementPolicy,
-    Snapshot, SshKey,
+    PlacementStatus, Snapshot, SshKey,
 };
 use gpucloud_cloud::model::{
     CreateInstanceRequest, PricingBody, Snapshot as CloudSnapshot,
@@ -25,6 +25,30 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
+
+/// How an instance comes to exist: booted from an image, or restored from a snapshot.
+pub enum InstancePlan {
+    /// Booted from an image, where `placement` chose.
+    Create {
+        request: Box<CreateInstanceRequest>,
+        placement: PlacementStatus,
+    },
+    Restore {
+        snapshot_id: String,
+        /// The snapshot's GPUs and region, where the cloud says them.
+        placement: Option<PlacementStatus>,
+    },
+}
+
+/// The placements the cloud refused for want of stock, or the catalog showed without it, as
+/// the status records them: the next plan skips a refusal newer than its catalog.
+fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.placement.as_ref())
+        .map(|p| p.skipped.as_slice())
+        .unwrap_or_default()
+}
 
 /// What the spec alone decides, before anything is read: refused here, a spec costs no read.
 #[derive(Debug, Clone, PartialEq)]

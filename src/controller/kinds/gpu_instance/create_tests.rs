@@ -4,7 +4,6 @@
 //! Secret's owner) and the plan or the refusal expected.
 
 use super::*;
-use crate::kinds::gpu_instance::InstancePlan;
 use gpucloud_cloud::model::{GpuPrice, GpuSpec, Region};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -69,7 +68,10 @@ struct Waiting {
 enum Expect {
     Create(Created),
     Restore(Restored),
-    Error { reason: String, contains: Vec<String> },
+    Error {
+        reason: String,
+        contains: Vec<String>,
+    },
 }
 
 #[derive(Deserialize, Debug, PartialEq)]

@@ -4,6 +4,7 @@
 pub(crate) mod create;
 pub mod final_snapshot;
 pub(crate) mod placement;
+pub(crate) mod schedule;
 
 use crate::accounts::account::Account;
 use crate::accounts::observer::CloudResource;
@@ -14,17 +15,18 @@ use crate::flow::context::Context;
 use crate::flow::error::Error;
 use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone};
 use crate::flow::reconcile::lifetime_stage;
+pub use crate::kinds::gpu_instance::create::InstancePlan;
 use crate::kinds::gpu_instance::create::foreign_connection_secret;
+use crate::kinds::gpu_instance::schedule::{schedule_note, scheduled};
 use gpucloud_api::gpu_instance::{InstanceSpecs, SecurityRule};
 use gpucloud_api::lifetime::{OnExpiry, Stage};
-use gpucloud_api::schedule::OutsideWindows;
 use gpucloud_api::{
     ChosenPlacement, CloudStatus, GpuInstance, GpuInstanceStatus, Managed, PlacementStatus,
     PowerState, RESTARTED_AT_ANNOTATION, SshKey,
 };
 use gpucloud_cloud::model::{
-    CreateInstanceRequest, Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol,
-    SecurityRule as CloudRule, VmStatus,
+    Direction, Ethertype, Instance, InstanceStatus, NewRule, Protocol, SecurityRule as CloudRule,
+    VmStatus,
 };
 use gpucloud_cloud::{CloudClient, Error as CloudError};
 use k8s_openapi::ByteString;
@@ -708,50 +710,6 @@ impl ManagedKind for GpuInstance {
     }
 }
 
-/// The power state `spec.schedule` asks for at `now` and when that next changes; `None`
-/// without a schedule or while `powerState` keeps the machine off. A schedule the operator
-/// cannot read (an unknown time zone, overlapping windows) is an invalid spec.
-pub(crate) fn scheduled(
-    instance: &GpuInstance,
-    now: Timestamp,
-) -> Result<Option<(PowerState, Option<Timestamp>)>, Error> {
-    let Some(schedule) = &instance.spec.schedule else {
-        return Ok(None);
-    };
-    // Read whatever the power state: a schedule that cannot be read is refused now, not once
-    // powerState is set back to Running and the machine already exists.
-    let standing = schedule.at(now).map_err(Error::InvalidSpec)?;
-    if instance.spec.power_state != PowerState::Running {
-        return Ok(None);
-    }
-    let power = match (standing.running, schedule.outside) {
-        (true, _) => PowerState::Running,
-        (false, OutsideWindows::Stopped) => PowerState::Stopped,
-        (false, OutsideWindows::Hibernated) => PowerState::Hibernated,
-    };
-    Ok(Some((power, standing.next_transition)))
-}
-
-/// What the Ready message says of the schedule (nothing once an ended lifetime rules).
-fn schedule_note(
-    scheduled: Option<(PowerState, Option<Timestamp>)>,
-    stage: Option<Stage>,
-) -> String {
-    match (scheduled, stage) {
-        (_, Some(Stage::Expired { .. })) | (None, _) => String::new(),
-        (Some((power, Some(next))), _) => {
-            let change = if power == PowerState::Running {
-                "stops"
-            } else {
-                "starts"
-            };
-            format!("; the schedule {change} it at {next}")
-        }
-        (Some((_, None)), _) => "; the schedule never changes it".into(),
-    }
-}
-
-/// What the Ready message says of the lifetime.
 /// Where the machine stands in its lifetime, what its expiry does, and the GpuPolicy whose
 /// `maxLifetime` ends it, if one does (`effective_lifetime`).
 type EffectiveLifetime = (Option<Stage>, Option<OnExpiry>, Option<String>);
@@ -802,6 +760,7 @@ fn effective_lifetime(
     })
 }
 
+/// What the Ready message says of the lifetime.
 fn lifetime_note(stage: Option<Stage>, on_expiry: Option<OnExpiry>) -> String {
     match (stage, on_expiry) {
         (Some(Stage::Expired { expires_at }), _) => {
@@ -1050,30 +1009,6 @@ fn budget_note(hold: Option<&BudgetHold>) -> String {
             h.budget
         )
     })
-}
-
-/// How an instance comes to exist: booted from an image, or restored from a snapshot.
-pub enum InstancePlan {
-    /// Booted from an image, where `placement` chose.
-    Create {
-        request: Box<CreateInstanceRequest>,
-        placement: PlacementStatus,
-    },
-    Restore {
-        snapshot_id: String,
-        /// The snapshot's GPUs and region, where the cloud says them.
-        placement: Option<PlacementStatus>,
-    },
-}
-
-/// The placements the cloud refused for want of stock, or the catalog showed without it, as
-/// the status records them: the next plan skips a refusal newer than its catalog.
-pub(crate) fn refused_placements(vm: &GpuInstance) -> &[gpucloud_api::SkippedPlacement] {
-    vm.status
-        .as_ref()
-        .and_then(|s| s.placement.as_ref())
-        .map(|p| p.skipped.as_slice())
-        .unwrap_or_default()
 }
 
 /// What of the hardware, region and tier the spec states the machine `record` does not have,
