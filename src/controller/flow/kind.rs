@@ -39,7 +39,7 @@ impl<T> Watched for T where
 /// and execute a step, delete and release). What the kind declares about its objects, read
 /// without a context, is [`KindDeclarations`].
 ///
-/// The shared flow in `reconcile.rs` does everything that is the same for every kind
+/// The shared flow in `flow/reconcile/` does everything that is the same for every kind
 /// (credentials, pause, finalizer, deletion and management policies, adoption, idempotent
 /// create, status and conditions, requeue); a kind supplies only what differs.
 pub trait ManagedKind: KindDeclarations {

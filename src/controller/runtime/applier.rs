@@ -228,7 +228,7 @@ pub async fn run<K, E, Ctx, Fut>(
         // once, most of them to wait for a slot of their account, and each open span would hold
         // its formatted fields and a slot of the subscriber's, which keeps that many for good.
         // The task runs in the applier's span (a handle, nothing recorded), and the reconcile
-        // opens its own once it runs (`reconcile.rs`).
+        // opens its own once it runs (`flow/reconcile/mod.rs`).
         let task = async move {
             let outcome = AssertUnwindSafe(reconcile(object.clone(), cx.clone()))
                 .catch_unwind()
