@@ -29,21 +29,7 @@ pub(super) async fn converge<K: ManagedKind>(
 ) -> Result<Action, Error> {
     let stage = lifetime_stage(&**object, cx.settings.clock.now())?;
     let mut working = K::clone(object);
-    let mut acted = false;
-    let outcome = if object.managed().management_policy == ManagementPolicy::ObserveOnly {
-        object.observed(&record)
-    } else {
-        // Read, decide (pure), then at most one action.
-        let resolved = working.resolve(cx, account, &record).await?;
-        let plan = working.plan(&record, resolved)?;
-        if let Some(action) = &plan.action {
-            tracing::debug!(object = %object.name_any(), ?action, "carrying out");
-            working.execute(cx, account, &record, action).await?;
-            working.executed(action);
-            acted = true;
-        }
-        plan.outcome
-    };
+    let (outcome, acted) = step(&mut working, cx, account, &record).await?;
     // What the resource costs by the price list, for the kinds the cloud bills by it: the
     // list is cached per account, so this is no call per object.
     if K::PRICED
@@ -51,28 +37,16 @@ pub(super) async fn converge<K: ManagedKind>(
     {
         working.priced(&record, &pricing);
     }
-    let uid = object.uid().unwrap_or_default();
     // The first sight of a resource this object's create made (its intent is still recorded).
     let created = status.pending_create.is_some();
     if created {
         // Listed: the create's settle window no longer matters.
-        cx.forget_create(&uid);
+        cx.forget_create(&object.uid().unwrap_or_default());
     }
     let previous_state = status.state.clone();
     let warn_of = expiry_warning_due(stage, &status, &outcome);
     if let Some(expires_at) = warn_of {
-        let on_expiry = object.lifetime().map(|l| l.on_expiry);
-        publish(
-            cx,
-            object,
-            EventType::Warning,
-            reason::EXPIRES_SOON,
-            &format!(
-                "{} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
-                record.id(),
-                on_expiry.map_or_else(String::new, |o| format!("{o:?}"))
-            ),
-        );
+        warn_of_expiry(cx, object, &record, expires_at);
     }
     let status = CloudStatus {
         expires_at: stage.map(|s| Time(s.expires_at())),
@@ -102,27 +76,7 @@ pub(super) async fn converge<K: ManagedKind>(
             &format!("{} is now {}", record.id(), record.state()),
         );
     }
-    // Told once the status is written: a create's story in one event when it ends Ready at
-    // first sight; otherwise the create, then the transition's end when it comes.
-    let mut tell: Vec<(EventType, &str, String)> = Vec::new();
-    let ready = matches!(outcome, Outcome::Ready { .. });
-    if created {
-        let mut note = format!("created {} as {}", record.id(), record.name());
-        if ready {
-            note = format!("{note}; {}: {}", outcome.reason(), outcome.message());
-        }
-        tell.push((EventType::Normal, "Created", note));
-    }
-    if !(created && ready) && changed_condition(&object.cloud_status(), &outcome) {
-        let event_type = match outcome {
-            Outcome::Ready { .. } => Some(EventType::Normal),
-            Outcome::Stalled { .. } => Some(EventType::Warning),
-            Outcome::Progressing { .. } => None,
-        };
-        if let Some(event_type) = event_type {
-            tell.push((event_type, outcome.reason(), outcome.message().to_string()));
-        }
-    }
+    let tell = to_tell(&**object, &record, &outcome, created);
     // An action's write records what it did; without one, a step within a transition already
     // shown under way is not news.
     let write = if acted { Write::Always } else { Write::News };
@@ -138,13 +92,99 @@ pub(super) async fn converge<K: ManagedKind>(
     )
     .await?;
     for (event_type, reason, note) in tell {
-        publish(cx, object, event_type, reason, &note);
+        publish(cx, object, event_type, &reason, &note);
     }
+    Ok(next_after(cx, account, &outcome))
+}
+
+/// One step: the kind's read, its pure plan, and at most one action (none for an observed
+/// object, which is only reported). The outcome, and whether an action was carried out.
+async fn step<K: ManagedKind>(
+    working: &mut K,
+    cx: &Context<K>,
+    account: &Account,
+    record: &Record<K>,
+) -> Result<(Outcome, bool), Error> {
+    if working.managed().management_policy == ManagementPolicy::ObserveOnly {
+        return Ok((working.observed(record), false));
+    }
+    let resolved = working.resolve(cx, account, record).await?;
+    let plan = working.plan(record, resolved)?;
+    let mut acted = false;
+    if let Some(action) = &plan.action {
+        tracing::debug!(object = %working.name_any(), ?action, "carrying out");
+        working.execute(cx, account, record, action).await?;
+        working.executed(action);
+        acted = true;
+    }
+    Ok((plan.outcome, acted))
+}
+
+fn warn_of_expiry<K: ManagedKind>(
+    cx: &Context<K>,
+    object: &K,
+    record: &Record<K>,
+    expires_at: k8s_openapi::jiff::Timestamp,
+) {
+    let on_expiry = object.lifetime().map(|l| l.on_expiry);
+    publish(
+        cx,
+        object,
+        EventType::Warning,
+        reason::EXPIRES_SOON,
+        &format!(
+            "{} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
+            record.id(),
+            on_expiry.map_or_else(String::new, |o| format!("{o:?}"))
+        ),
+    );
+}
+
+/// The events told once the status is written: a create's story in one event when it ends
+/// Ready at first sight; otherwise the create, then the transition's end when it comes.
+fn to_tell<K: ManagedKind>(
+    object: &K,
+    record: &Record<K>,
+    outcome: &Outcome,
+    created: bool,
+) -> Vec<(EventType, String, String)> {
+    let mut tell: Vec<(EventType, String, String)> = Vec::new();
+    let ready = matches!(outcome, Outcome::Ready { .. });
+    if created {
+        let mut note = format!("created {} as {}", record.id(), record.name());
+        if ready {
+            note = format!("{note}; {}: {}", outcome.reason(), outcome.message());
+        }
+        tell.push((EventType::Normal, "Created".to_string(), note));
+    }
+    if !(created && ready) && changed_condition(&object.cloud_status(), outcome) {
+        let event_type = match outcome {
+            Outcome::Ready { .. } => Some(EventType::Normal),
+            Outcome::Stalled { .. } => Some(EventType::Warning),
+            Outcome::Progressing { .. } => None,
+        };
+        if let Some(event_type) = event_type {
+            tell.push((
+                event_type,
+                outcome.reason().to_string(),
+                outcome.message().to_string(),
+            ));
+        }
+    }
+    tell
+}
+
+/// When an object that stands at `outcome` is looked at again.
+fn next_after<K: ManagedKind>(
+    cx: &Context<K>,
+    account: &Arc<Account>,
+    outcome: &Outcome,
+) -> Action {
     let after = match outcome {
         // Looked at again by the settled sweep (`recheck.rs`), or sooner by a change.
-        Outcome::Ready { .. } => return Ok(settled()),
+        Outcome::Ready { .. } => return settled(),
         // Waiting for another object (an attachment target): its watch wakes this one.
-        Outcome::Progressing { reason, .. } if reason == reason::WAITING_FOR_REFERENCE => {
+        Outcome::Progressing { reason, .. } if *reason == reason::WAITING_FOR_REFERENCE => {
             cx.settings.observe.resync
         }
         Outcome::Progressing { .. } => {
@@ -153,5 +193,5 @@ pub(super) async fn converge<K: ManagedKind>(
         }
         Outcome::Stalled { .. } => cx.settings.observe.resync,
     };
-    Ok(requeue(after))
+    requeue(after)
 }

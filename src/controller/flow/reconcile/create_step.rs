@@ -43,10 +43,6 @@ pub(super) async fn create_step<K: ManagedKind>(
     );
     let status = object.cloud_status();
     let uid = object.uid().unwrap_or_default();
-    let pending_since = status
-        .pending_create
-        .as_ref()
-        .map(|p| cx.create_in_flight_until(&uid, p));
     let observer = cx.observer(account);
     let decide = |listed: &CloudList<Record<K>>| {
         let found: Vec<Found> = listed
@@ -57,6 +53,10 @@ pub(super) async fn create_step<K: ManagedKind>(
                 created_at: r.created_at(),
             })
             .collect();
+        let pending_since = status
+            .pending_create
+            .as_ref()
+            .map(|p| cx.create_in_flight_until(&uid, p));
         create::decide(
             pending_since,
             &found,
@@ -75,6 +75,11 @@ pub(super) async fn create_step<K: ManagedKind>(
         listed = &fresh;
         decision = decide(listed);
     }
+    let named = CloudStatus {
+        account: Some(account.id.label()),
+        cloud_name: Some(cloud_name.clone()),
+        ..status.clone()
+    };
     // The lists leave out what this process's create call made: read by the id it answered
     // with, it exists, so it is recorded, never created again.
     if decision == CreateDecision::RetryCreate
@@ -83,64 +88,16 @@ pub(super) async fn create_step<K: ManagedKind>(
     {
         tracing::info!(cloud_id = %id, "the cloud's lists left out a created resource its read by id found");
         observer.mark_hot();
-        let status = CloudStatus {
-            account: Some(account.id.label()),
-            cloud_name: Some(cloud_name),
-            ..status
-        };
-        return converge(api, &object, cx, account, status, record).await;
+        return converge(api, &object, cx, account, named, record).await;
     }
     match decision {
         // The others under the name are duplicates, settled once this one is recorded.
         CreateDecision::Adopt { id, extra: _ } => {
-            // What the object now records is deleted with it.
-            let object = if has_finalizer(&*object) {
-                object
-            } else {
-                Arc::new(add_finalizer(api, cx, &object, None).await?)
-            };
-            // Recorded by the converge's one status write, with where the resource stands.
-            if let Some(record) = listed.get(&id).cloned() {
-                let status = CloudStatus {
-                    account: Some(account.id.label()),
-                    cloud_name: Some(cloud_name),
-                    ..status
-                };
-                return converge(api, &object, cx, account, status, record).await;
-            }
-            cx.forget_create(&uid);
-            let record = listed.get(&id).cloned();
-            let status = CloudStatus {
-                external_id: Some(id),
-                cloud_name: Some(cloud_name),
-                pending_create: None,
-                ..status
-            };
-            let outcome =
-                Outcome::progressing(reason::PROVISIONING, "found the cloud resource; converging");
-            write_status(api, cx, &object, status, record.as_ref(), &outcome).await?;
-            Ok(requeue(Duration::ZERO))
+            adopt_found(api, object, cx, (account, listed), named, id).await
         }
         CreateDecision::WaitForList { .. } | CreateDecision::WaitForNextList => {
             observer.mark_hot();
-            // A create call that failed is shown with the cloud's answer, not as a wait alone:
-            // the wait is for whether it was carried out all the same.
-            let outcome = match cx.create_failed(&uid) {
-                Some(failed) => Outcome::progressing(
-                    failed.reason,
-                    format!(
-                        "the create of {cloud_name} failed: {}; it may have been carried out all the same, so the cloud's list is read before it is tried again",
-                        failed.message
-                    ),
-                ),
-                None => Outcome::progressing(
-                    reason::WAITING_FOR_CLOUD_LIST,
-                    format!(
-                        "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
-                    ),
-                ),
-            };
-            write_progress(api, cx, &object, status, &outcome).await?;
+            wait_for_list(api, &object, cx, status, &cloud_name).await?;
             if let CreateDecision::WaitForList { recheck_after } = decision {
                 return Ok(requeue(recheck_after));
             }
@@ -149,126 +106,228 @@ pub(super) async fn create_step<K: ManagedKind>(
             Ok(requeue(cx.settings.observe.resync))
         }
         CreateDecision::RecordIntentAndCreate | CreateDecision::RetryCreate => {
-            // Created expired, a resource would be billed only to be stopped or deleted.
-            if let Some(Stage::Expired { expires_at }) =
-                lifetime_stage(&*object, cx.settings.clock.now())?
-            {
-                let field = match object.lifetime().and_then(|l| l.ttl.as_deref()) {
-                    Some(ttl) => format!("spec.lifetime.ttl ({ttl} after the creation)"),
-                    None => "spec.lifetime.expiresAt".to_string(),
-                };
-                return Err(Error::InvalidSpec(format!(
-                    "{field} ended at {expires_at}, which has passed: nothing is created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
-                )));
+            create_now(api, object, cx, account, status, cloud_name).await
+        }
+    }
+}
+
+/// A resource carrying the object's cloud name is listed: the object records it (with its
+/// finalizer first, so what it records is deleted with it) and converges.
+async fn adopt_found<K: ManagedKind>(
+    api: &Api<K>,
+    object: Arc<K>,
+    cx: &Context<K>,
+    (account, listed): (&Arc<Account>, &CloudList<Record<K>>),
+    named: CloudStatus,
+    id: String,
+) -> Result<Action, Error> {
+    let object = if has_finalizer(&*object) {
+        object
+    } else {
+        Arc::new(add_finalizer(api, cx, &object, None).await?)
+    };
+    // Recorded by the converge's one status write, with where the resource stands.
+    if let Some(record) = listed.get(&id).cloned() {
+        return converge(api, &object, cx, account, named, record).await;
+    }
+    cx.forget_create(&object.uid().unwrap_or_default());
+    let status = CloudStatus {
+        external_id: Some(id),
+        pending_create: None,
+        ..named
+    };
+    let outcome =
+        Outcome::progressing(reason::PROVISIONING, "found the cloud resource; converging");
+    write_status(api, cx, &object, status, None, &outcome).await?;
+    Ok(requeue(Duration::ZERO))
+}
+
+/// A create may be in flight: shown as a wait for the cloud's list, with the cloud's answer
+/// when the create call failed (the wait is for whether it was carried out all the same).
+async fn wait_for_list<K: ManagedKind>(
+    api: &Api<K>,
+    object: &K,
+    cx: &Context<K>,
+    status: CloudStatus,
+    cloud_name: &str,
+) -> Result<(), Error> {
+    let outcome = match cx.create_failed(&object.uid().unwrap_or_default()) {
+        Some(failed) => Outcome::progressing(
+            failed.reason,
+            format!(
+                "the create of {cloud_name} failed: {}; it may have been carried out all the same, so the cloud's list is read before it is tried again",
+                failed.message
+            ),
+        ),
+        None => Outcome::progressing(
+            reason::WAITING_FOR_CLOUD_LIST,
+            format!(
+                "a create of {cloud_name} may be in flight; waiting for the cloud's list before trying again"
+            ),
+        ),
+    };
+    write_progress(api, cx, object, status, &outcome).await?;
+    Ok(())
+}
+
+/// Nothing of the object's is in the cloud: its create is planned and reserved, its intent
+/// written, and the cloud asked once.
+async fn create_now<K: ManagedKind>(
+    api: &Api<K>,
+    object: Arc<K>,
+    cx: &Context<K>,
+    account: &Arc<Account>,
+    status: CloudStatus,
+    cloud_name: String,
+) -> Result<Action, Error> {
+    refuse_ended_lifetime(cx, &*object)?;
+    account.check_budget(cx.settings.budget_floor).await?;
+    let plan = match object.plan_create(cx, account).await {
+        Err(error) if error.is_waiting_for_reference() => {
+            return Err(reference_cycle(cx, &*object).await?.unwrap_or(error));
+        }
+        plan => plan?,
+    };
+    // Reserved before the intent: no cloud call is made for a create a GpuPolicy or a Budget
+    // refuses.
+    let reserved = reserve_for_create(cx, account, &object, &plan, &cloud_name).await?;
+    let started_at = Timestamp::now();
+    let intent = CloudStatus {
+        account: Some(account.id.label()),
+        cloud_name: Some(cloud_name.clone()),
+        pending_create: Some(PendingCreate {
+            cloud_name: cloud_name.clone(),
+            started_at: Time(started_at),
+        }),
+        ..status
+    };
+    let object = write_intent(api, &object, cx, (account, &plan), &intent, reserved).await?;
+    cx.observer(account).mark_hot();
+    let uid = object.uid().unwrap_or_default();
+    let created = K::create(cx, account, plan, &cloud_name).await;
+    // Whatever the answer, a list sent before now may not show the resource: the next
+    // reconcile's settle window counts from here.
+    cx.note_create_call_ended(&uid);
+    let created = created.map(|record| record.id().to_string());
+    create_answered(api, &object, cx, created, intent, reserved).await
+}
+
+/// Created expired, a resource would be billed only to be stopped or deleted.
+fn refuse_ended_lifetime<K: ManagedKind>(cx: &Context<K>, object: &K) -> Result<(), Error> {
+    let Some(Stage::Expired { expires_at }) = lifetime_stage(object, cx.settings.clock.now())?
+    else {
+        return Ok(());
+    };
+    let field = match object.lifetime().and_then(|l| l.ttl.as_deref()) {
+        Some(ttl) => format!("spec.lifetime.ttl ({ttl} after the creation)"),
+        None => "spec.lifetime.expiresAt".to_string(),
+    };
+    Err(Error::InvalidSpec(format!(
+        "{field} ended at {expires_at}, which has passed: nothing is created; set a later expiresAt, a longer ttl, or remove spec.lifetime"
+    )))
+}
+
+/// Writes the create's intent with the object's resourceVersion: a stale cache or a second
+/// replica loses here, before any cloud call. A first create writes it with the finalizer, in
+/// one patch, when the first list that shows the resource tells all the status would record
+/// (no Budget's reservation, nothing of the plan a list cannot show); otherwise the finalizer
+/// goes on first, then the status's intent. The object as the flow reads on.
+async fn write_intent<K: ManagedKind>(
+    api: &Api<K>,
+    object: &K,
+    cx: &Context<K>,
+    (account, plan): (&Account, &K::CreatePlan),
+    intent: &CloudStatus,
+    reserved: bool,
+) -> Result<K, Error> {
+    let mut planned = object.clone();
+    planned.planned(plan);
+    if !has_finalizer(object) && !reserved && K::plan_shows_in_list(plan) {
+        let started_at = intent
+            .pending_create
+            .as_ref()
+            .map_or_else(Timestamp::now, |p| p.started_at.0);
+        let annotated = AnnotatedIntent {
+            started_at,
+            account: account.id.label(),
+        };
+        let patched = add_finalizer(api, cx, object, Some(&annotated)).await?;
+        // Read on as `with_annotated_intent` reads it.
+        let mut read = planned.with_status(intent.clone(), None, Timestamp::now());
+        *read.meta_mut() = patched.meta().clone();
+        return Ok(read);
+    }
+    if !has_finalizer(object) {
+        let patched = add_finalizer(api, cx, object, None).await?;
+        *planned.meta_mut() = patched.meta().clone();
+    }
+    let cloud_name = intent.cloud_name.as_deref().unwrap_or_default();
+    let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
+    write_status(api, cx, &planned, intent.clone(), None, &outcome).await
+}
+
+/// The cloud's answer to the create: the id it answered with (recorded by the first list that
+/// shows it), a refusal for want of stock (placed again), a definite refusal (the intent
+/// cleared, the reservation given back), or no definite answer (the intent kept: the next
+/// reconcile looks before creating).
+async fn create_answered<K: ManagedKind>(
+    api: &Api<K>,
+    object: &K,
+    cx: &Context<K>,
+    created: Result<String, Error>,
+    intent: CloudStatus,
+    reserved: bool,
+) -> Result<Action, Error> {
+    let uid = object.uid().unwrap_or_default();
+    let cleared = CloudStatus {
+        pending_create: None,
+        ..intent
+    };
+    match created {
+        Ok(id) => {
+            // No second status write and no event yet: the intent's write says the create is
+            // under way, and the first list that shows the resource records its id and state
+            // and tells of the create (`pendingCreate` finds it by name until then; the id
+            // answered here is read before any retry).
+            cx.note_create_answered(&uid, &id);
+            Ok(requeue(cx.settings.transition_requeue))
+        }
+        Err(error) if error.is_out_of_stock() => {
+            let mut refused = object.clone();
+            if !refused.refused_for_stock(Timestamp::now()) {
+                // Reported as any create conflict: the intent stays.
+                return Err(error);
             }
-            account.check_budget(cx.settings.budget_floor).await?;
-            let plan = match object.plan_create(cx, account).await {
-                Err(error) if error.is_waiting_for_reference() => {
-                    return Err(reference_cycle(cx, &*object).await?.unwrap_or(error));
-                }
-                plan => plan?,
-            };
-            // Reserved before the intent: no cloud call is made for a create a GpuPolicy or a
-            // Budget refuses.
-            let reserved = reserve_for_create(cx, account, &object, &plan, &cloud_name).await?;
-            let started_at = Timestamp::now();
-            let intent = CloudStatus {
-                account: Some(account.id.label()),
-                cloud_name: Some(cloud_name.clone()),
-                pending_create: Some(PendingCreate {
-                    cloud_name: cloud_name.clone(),
-                    started_at: Time(started_at),
-                }),
-                ..status
-            };
-            let mut planned = (*object).clone();
-            planned.planned(&plan);
-            // The intent is written with the object's resourceVersion: a stale cache or a
-            // second replica loses here, before any cloud call. A first create writes it with
-            // the finalizer, in one patch, when the first list that shows the resource tells
-            // all the status would record (no Budget's reservation, nothing of the plan a list
-            // cannot show); otherwise the finalizer goes on first, then the status's intent.
-            let object = if !has_finalizer(&*object) && !reserved && K::plan_shows_in_list(&plan) {
-                let annotated = AnnotatedIntent {
-                    started_at,
-                    account: account.id.label(),
-                };
-                let patched = add_finalizer(api, cx, &object, Some(&annotated)).await?;
-                // Read on as `with_annotated_intent` reads it.
-                let mut read = planned.with_status(intent.clone(), None, Timestamp::now());
-                *read.meta_mut() = patched.meta().clone();
-                read
-            } else {
-                if !has_finalizer(&*object) {
-                    let patched = add_finalizer(api, cx, &object, None).await?;
-                    *planned.meta_mut() = patched.meta().clone();
-                }
-                let outcome =
-                    Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
-                write_status(api, cx, &planned, intent.clone(), None, &outcome).await?
-            };
-            observer.mark_hot();
-            let created = K::create(cx, account, plan, &cloud_name).await;
-            // Whatever the answer, a list sent before now may not show the resource: the next
-            // reconcile's settle window counts from here.
-            cx.note_create_call_ended(&uid);
-            match created {
-                Ok(record) => {
-                    // No second status write and no event yet: the intent's write says the
-                    // create is under way, and the first list that shows the resource records
-                    // its id and state and tells of the create (`pendingCreate` finds it by
-                    // name until then; the id answered here is read before any retry).
-                    cx.note_create_answered(&uid, record.id());
-                    Ok(requeue(cx.settings.transition_requeue))
-                }
-                Err(error) if error.is_out_of_stock() => {
-                    let mut refused = object.clone();
-                    if !refused.refused_for_stock(Timestamp::now()) {
-                        // Reported as any create conflict: the intent stays.
-                        return Err(error);
-                    }
-                    // Refused before acting, for want of stock: nothing was created, and the
-                    // kind has another placement to try. The intent goes with the refusal's
-                    // record; the next reconcile plans again (a new intent, version-checked).
-                    let cleared = CloudStatus {
-                        pending_create: None,
-                        ..intent
-                    };
-                    let outcome = Outcome::progressing(
-                        reason::NO_CAPACITY,
-                        format!("{error}; placing it again"),
-                    );
-                    publish(
-                        cx,
-                        &object,
-                        EventType::Warning,
-                        reason::NO_CAPACITY,
-                        outcome.message(),
-                    );
-                    write_status(api, cx, &refused, cleared, None, &outcome).await?;
-                    if reserved {
-                        give_back_reservation(cx, &object).await;
-                    }
-                    Ok(requeue(cx.settings.transition_requeue))
-                }
-                Err(error) if error.is_definite_refusal() => {
-                    // The cloud refused before acting: nothing was created, nothing is billed.
-                    let cleared = CloudStatus {
-                        pending_create: None,
-                        ..intent
-                    };
-                    write_status(api, cx, &object, cleared, None, &error.outcome()).await?;
-                    if reserved {
-                        give_back_reservation(cx, &object).await;
-                    }
-                    Err(error)
-                }
-                // Unknown outcome: keep the intent; the next reconcile looks before creating.
-                Err(error) => {
-                    cx.note_create_failed(&uid, &error);
-                    Err(error)
-                }
+            // Refused before acting, for want of stock: nothing was created, and the kind has
+            // another placement to try. The intent goes with the refusal's record; the next
+            // reconcile plans again (a new intent, version-checked).
+            let outcome =
+                Outcome::progressing(reason::NO_CAPACITY, format!("{error}; placing it again"));
+            publish(
+                cx,
+                object,
+                EventType::Warning,
+                reason::NO_CAPACITY,
+                outcome.message(),
+            );
+            write_status(api, cx, &refused, cleared, None, &outcome).await?;
+            if reserved {
+                give_back_reservation(cx, object).await;
             }
+            Ok(requeue(cx.settings.transition_requeue))
+        }
+        Err(error) if error.is_definite_refusal() => {
+            // The cloud refused before acting: nothing was created, nothing is billed.
+            write_status(api, cx, object, cleared, None, &error.outcome()).await?;
+            if reserved {
+                give_back_reservation(cx, object).await;
+            }
+            Err(error)
+        }
+        // Unknown outcome: keep the intent; the next reconcile looks before creating.
+        Err(error) => {
+            cx.note_create_failed(&uid, &error);
+            Err(error)
         }
     }
 }

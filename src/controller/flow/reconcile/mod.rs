@@ -2,18 +2,18 @@
 //! create, convergence, status and conditions, deletion.
 //!
 //! One reconcile runs in stages, each in a file of its own:
-//! - [`apply`]: dereference (the account its credentials open, that account's latest list)
+//! - `apply`: dereference (the account its credentials open, that account's latest list)
 //!   and validate (an ended lifetime, the adoption annotation, the recorded resource proven
-//!   the object's in [`records`]); then one of the three stages below.
-//! - [`converge`]: a listed resource, one step toward the spec: the kind's async `resolve`,
+//!   the object's in `records`); then one of the three stages below.
+//! - `converge`: a listed resource, one step toward the spec: the kind's async `resolve`,
 //!   its pure `plan`, at most one action; then the status.
-//! - [`create_step`]: nothing recorded, or a create whose answer was lost: the pure create
+//! - `create_step`: nothing recorded, or a create whose answer was lost: the pure create
 //!   decision from the lists, the kind's create plan (its own dereference, then a pure plan),
 //!   the reservations, the intent, one create call.
-//! - [`cleanup`]: the finalizer's deletion.
+//! - `cleanup`: the finalizer's deletion.
 //!
-//! Every status write, failure report and event goes through [`status`]; every requeue through
-//! [`next`]; lifetimes and wakes are in [`expiry`]. The stages refer to each other downward
+//! Every status write, failure report and event goes through `status`; every requeue through
+//! `next`; lifetimes and wakes are in `expiry`. The stages refer to each other downward
 //! only (apply to create_step to converge), never back to this module.
 
 mod apply;
