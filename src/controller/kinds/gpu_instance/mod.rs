@@ -429,30 +429,9 @@ impl ManagedKind for GpuInstance {
     /// Power state first (the other changes need a running machine), then a requested reboot,
     /// the public IP, the security rules, and the connection Secret of a running machine.
     fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
-        let now = moment.now;
-        let id = record.instance_id.as_str();
-        let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
-        match &record.status {
-            InstanceStatus::Creating
-            | InstanceStatus::Stopping
-            | InstanceStatus::Starting
-            | InstanceStatus::Rebooting
-            | InstanceStatus::Hibernating
-            | InstanceStatus::Deleting => {
-                return Ok(Plan::stand(Outcome::progressing(
-                    reason::PROVISIONING,
-                    format!("{id} is {}", record.status),
-                )));
-            }
-            InstanceStatus::Error => {
-                return Ok(Plan::stand(Outcome::stalled(
-                    reason::CLOUD_UNAVAILABLE,
-                    format!("the cloud reports {id} in ERROR"),
-                )));
-            }
-            _ => {}
+        if let Some(passing) = in_transition(record) {
+            return Ok(passing);
         }
-
         // Adopted, the machine may not be the one the spec describes, and the fields that
         // say so are immutable: nothing is done to it, and it is not Ready.
         if let Some(mismatch) = hardware_mismatch(&self.spec, record) {
@@ -461,165 +440,20 @@ impl ManagedKind for GpuInstance {
                 mismatch,
             )));
         }
-
-        let (stage, on_expiry, capped_by) = effective_lifetime(self, &moment, now)?;
-        // An expiry that deletes the object is carried out by the shared flow before any plan.
-        let expired = matches!(stage, Some(Stage::Expired { .. }));
-        // Once the lifetime has ended the schedule no longer matters (not even whether it
-        // can be read).
-        let scheduled = if expired { None } else { scheduled(self, now)? };
-        let wanted = match on_expiry {
-            // An ended lifetime only ever turns a machine further off: one already off by
-            // `powerState` stays as it is (never started to be stopped or hibernated).
-            Some(_) if expired && self.spec.power_state != PowerState::Running => {
-                self.spec.power_state
-            }
-            Some(OnExpiry::Hibernate) if expired => PowerState::Hibernated,
-            // Stop, and a Delete or Snapshot whose deletion was refused (deletion protection).
-            Some(_) if expired => PowerState::Stopped,
-            _ => scheduled.map_or(self.spec.power_state, |(power, _)| power),
-        };
-        // A Budget over its limit only keeps a machine that would run off (never starts one,
-        // never wakes a hibernated one to stop it).
-        let budget_hold = moment
-            .budget_hold
-            .filter(|_| !expired && wanted == PowerState::Running);
-        let wanted = budget_hold.as_ref().map_or(wanted, |h| h.power_state);
-        let note = format!(
-            "{}{}{}{}",
-            lifetime_note(stage, on_expiry),
-            capped_by
-                .as_ref()
-                .map_or_else(String::new, |policy| format!(
-                    " (the longest lifetime GpuPolicy {policy} allows)"
-                )),
-            schedule_note(scheduled, stage),
-            budget_note(budget_hold.as_ref())
-        );
-        let power = match (wanted, &record.status) {
-            (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
-                Some((InstanceAction::Restore, "restoring"))
-            }
-            (PowerState::Running | PowerState::Hibernated, InstanceStatus::Shutoff) => {
-                Some((InstanceAction::Start, "starting"))
-            }
-            (PowerState::Stopped, InstanceStatus::Active) => {
-                Some((InstanceAction::Stop, "stopping"))
-            }
-            (PowerState::Hibernated, InstanceStatus::Active) => {
-                Some((InstanceAction::Hibernate, "hibernating"))
-            }
-            _ => None,
-        };
-        if let Some((action, step)) = power {
-            // A start bills the machine's full rate: under a limit it waits for a price
-            // within it (a restore runs the machine too, if only on its way to Stopped).
-            if matches!(action, InstanceAction::Start | InstanceAction::Restore)
-                && let Some(held) = start_above_price_limit(
-                    self.spec.max_hourly_rate,
-                    record,
-                    moment.running_rate.as_ref(),
-                )
-            {
-                return Ok(Plan::stand(held));
-            }
-            // A start bills the full rate against the namespace's caps too.
-            if matches!(action, InstanceAction::Start | InstanceAction::Restore)
-                && let Some(why) = &moment.policy_start_hold
-            {
-                return Ok(Plan::stand(Outcome::stalled(
-                    reason::POLICY_LIMIT,
-                    format!("{why}: {id} stays off until there is room"),
-                )));
-            }
-            return Ok(Plan::act(
-                action,
-                progressing(format!("{step} {id} toward powerState {wanted:?}")),
-            ));
+        let power = wanted_power(self, &moment)?;
+        if let Some(step) = power_step(self, record, &moment, &power) {
+            return Ok(step);
         }
-        if wanted != PowerState::Running {
-            let state = if wanted == PowerState::Stopped {
-                "stopped"
-            } else {
-                "hibernated"
-            };
-            let message = format!("{id} is {state}{note}");
-            // Off against the spec's `Running`, by a Budget or by a GpuPolicy's lifetime: not
-            // as the spec asks, and the message says who keeps it so.
-            let outcome = if budget_hold.is_some() {
-                Outcome::stalled(reason::BUDGET_EXCEEDED, message)
-            } else if expired && capped_by.is_some() && self.spec.power_state == PowerState::Running
-            {
-                Outcome::stalled(reason::POLICY_LIMIT, message)
-            } else {
-                Outcome::ready(reason::AVAILABLE, message)
-            };
-            return Ok(Plan::stand(outcome));
+        if power.wanted != PowerState::Running {
+            return Ok(Plan::stand(held_off(self, record, &power)));
         }
         if record.vm_status != VmStatus::Running {
             return Ok(Plan::stand(Outcome::progressing(
                 reason::PROVISIONING,
-                format!("{id} is {}", record.vm_status),
+                format!("{} is {}", record.instance_id, record.vm_status),
             )));
         }
-
-        // A new `restartedAt` value asks for one reboot.
-        let restart = self.annotations().get(RESTARTED_AT_ANNOTATION).cloned();
-        let done = self.status.as_ref().and_then(|s| s.restarted_at.clone());
-        if let Some(requested) = restart
-            && done.as_deref() != Some(requested.as_str())
-        {
-            let message = format!("rebooting {id} for {RESTARTED_AT_ANNOTATION}={requested}");
-            return Ok(Plan::act(
-                InstanceAction::Reboot(requested),
-                progressing(message),
-            ));
-        }
-
-        if record.public_ip_enabled != self.spec.public_ip {
-            let verb = if self.spec.public_ip {
-                "assigning"
-            } else {
-                "releasing"
-            };
-            return Ok(Plan::act(
-                InstanceAction::PublicIp(self.spec.public_ip),
-                progressing(format!("{verb} the public IP of {id}")),
-            ));
-        }
-
-        // Added before removed, as for firewalls: a change never leaves the machine with fewer
-        // rules than both the old and the new set.
-        let (missing, extra) = rule_diff(&self.spec.security_rules, &record.security_rules);
-        if let Some(rule) = missing.first() {
-            return Ok(Plan::act(
-                InstanceAction::AddRule(to_cloud_rule(rule)),
-                progressing(format!("adding a security rule to {id}")),
-            ));
-        }
-        if let Some(rule) = extra.first() {
-            return Ok(Plan::act(
-                InstanceAction::RemoveRule(rule.id.clone()),
-                progressing(format!("removing security rule {} from {id}", rule.id)),
-            ));
-        }
-
-        // A limit lowered below what the running machine costs is reported, not enforced: a
-        // machine is stopped only when its spec says so.
-        let outcome = above_price_limit(self.spec.max_hourly_rate, record).unwrap_or_else(|| {
-            let address = record.ip_address.as_deref().unwrap_or("no public IP");
-            Outcome::ready(
-                reason::AVAILABLE,
-                format!("{id} is running ({address}){note}"),
-            )
-        });
-        Ok(match &self.spec.connection_secret {
-            Some(secret) => Plan::act(
-                InstanceAction::WriteConnectionSecret(secret.clone()),
-                outcome,
-            ),
-            None => Plan::stand(outcome),
-        })
+        Ok(running_step(self, record, &power.note))
     }
 
     async fn execute(
@@ -707,6 +541,216 @@ impl ManagedKind for GpuInstance {
 
     async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
         crate::kinds::gpu_instance::final_snapshot::release(self, &cx.client).await
+    }
+}
+
+/// A machine between states (or in ERROR) is waited for: nothing is asked of it meanwhile.
+fn in_transition(record: &Instance) -> Option<Plan<InstanceAction>> {
+    let id = record.instance_id.as_str();
+    match &record.status {
+        InstanceStatus::Creating
+        | InstanceStatus::Stopping
+        | InstanceStatus::Starting
+        | InstanceStatus::Rebooting
+        | InstanceStatus::Hibernating
+        | InstanceStatus::Deleting => Some(Plan::stand(Outcome::progressing(
+            reason::PROVISIONING,
+            format!("{id} is {}", record.status),
+        ))),
+        InstanceStatus::Error => Some(Plan::stand(Outcome::stalled(
+            reason::CLOUD_UNAVAILABLE,
+            format!("the cloud reports {id} in ERROR"),
+        ))),
+        _ => None,
+    }
+}
+
+/// The power state a machine should be in now, and why.
+struct WantedPower {
+    wanted: PowerState,
+    /// The lifetime (its own or a GpuPolicy's) has ended.
+    expired: bool,
+    /// The GpuPolicy whose `maxLifetime` ends the machine, when it comes first.
+    capped_by: Option<String>,
+    /// A Budget over its limit keeps the machine off.
+    budget_hold: Option<BudgetHold>,
+    /// What the Ready message says of the lifetime, schedule and Budget.
+    note: String,
+}
+
+/// The power state `powerState`, an ended lifetime, the schedule and a Budget ask for at
+/// `moment`.
+fn wanted_power(vm: &GpuInstance, moment: &Moment) -> Result<WantedPower, Error> {
+    let now = moment.now;
+    let (stage, on_expiry, capped_by) = effective_lifetime(vm, moment, now)?;
+    // An expiry that deletes the object is carried out by the shared flow before any plan.
+    let expired = matches!(stage, Some(Stage::Expired { .. }));
+    // Once the lifetime has ended the schedule no longer matters (not even whether it can be
+    // read).
+    let scheduled = if expired { None } else { scheduled(vm, now)? };
+    let wanted = match on_expiry {
+        // An ended lifetime only ever turns a machine further off: one already off by
+        // `powerState` stays as it is (never started to be stopped or hibernated).
+        Some(_) if expired && vm.spec.power_state != PowerState::Running => vm.spec.power_state,
+        Some(OnExpiry::Hibernate) if expired => PowerState::Hibernated,
+        // Stop, and a Delete or Snapshot whose deletion was refused (deletion protection).
+        Some(_) if expired => PowerState::Stopped,
+        _ => scheduled.map_or(vm.spec.power_state, |(power, _)| power),
+    };
+    // A Budget over its limit only keeps a machine that would run off (never starts one,
+    // never wakes a hibernated one to stop it).
+    let budget_hold = moment
+        .budget_hold
+        .clone()
+        .filter(|_| !expired && wanted == PowerState::Running);
+    let wanted = budget_hold.as_ref().map_or(wanted, |h| h.power_state);
+    let note = format!(
+        "{}{}{}{}",
+        lifetime_note(stage, on_expiry),
+        capped_by
+            .as_ref()
+            .map_or_else(String::new, |policy| format!(
+                " (the longest lifetime GpuPolicy {policy} allows)"
+            )),
+        schedule_note(scheduled, stage),
+        budget_note(budget_hold.as_ref())
+    );
+    Ok(WantedPower {
+        wanted,
+        expired,
+        capped_by,
+        budget_hold,
+        note,
+    })
+}
+
+/// The power change the machine needs, if any: a start or restore only within the price
+/// limit and the namespace's GpuPolicy caps.
+fn power_step(
+    vm: &GpuInstance,
+    record: &Instance,
+    moment: &Moment,
+    power: &WantedPower,
+) -> Option<Plan<InstanceAction>> {
+    let id = record.instance_id.as_str();
+    let wanted = power.wanted;
+    let (action, step) = match (wanted, &record.status) {
+        (PowerState::Running | PowerState::Stopped, InstanceStatus::Hibernated) => {
+            (InstanceAction::Restore, "restoring")
+        }
+        (PowerState::Running | PowerState::Hibernated, InstanceStatus::Shutoff) => {
+            (InstanceAction::Start, "starting")
+        }
+        (PowerState::Stopped, InstanceStatus::Active) => (InstanceAction::Stop, "stopping"),
+        (PowerState::Hibernated, InstanceStatus::Active) => {
+            (InstanceAction::Hibernate, "hibernating")
+        }
+        _ => return None,
+    };
+    let billed = matches!(action, InstanceAction::Start | InstanceAction::Restore);
+    // A start bills the machine's full rate: under a limit it waits for a price within it (a
+    // restore runs the machine too, if only on its way to Stopped).
+    if billed
+        && let Some(held) = start_above_price_limit(
+            vm.spec.max_hourly_rate,
+            record,
+            moment.running_rate.as_ref(),
+        )
+    {
+        return Some(Plan::stand(held));
+    }
+    // A start bills the full rate against the namespace's caps too.
+    if billed && let Some(why) = &moment.policy_start_hold {
+        return Some(Plan::stand(Outcome::stalled(
+            reason::POLICY_LIMIT,
+            format!("{why}: {id} stays off until there is room"),
+        )));
+    }
+    Some(Plan::act(
+        action,
+        Outcome::progressing(
+            reason::UPDATING,
+            format!("{step} {id} toward powerState {wanted:?}"),
+        ),
+    ))
+}
+
+/// A machine off as it should be: Ready when the spec asks for it off, not when a Budget or
+/// a GpuPolicy's lifetime keeps it off against the spec's `Running` (the message says who).
+fn held_off(vm: &GpuInstance, record: &Instance, power: &WantedPower) -> Outcome {
+    let state = if power.wanted == PowerState::Stopped {
+        "stopped"
+    } else {
+        "hibernated"
+    };
+    let message = format!("{} is {state}{}", record.instance_id, power.note);
+    if power.budget_hold.is_some() {
+        Outcome::stalled(reason::BUDGET_EXCEEDED, message)
+    } else if power.expired
+        && power.capped_by.is_some()
+        && vm.spec.power_state == PowerState::Running
+    {
+        Outcome::stalled(reason::POLICY_LIMIT, message)
+    } else {
+        Outcome::ready(reason::AVAILABLE, message)
+    }
+}
+
+/// The next change a running machine needs: a requested reboot, the public IP, the security
+/// rules (added before removed), then the connection Secret with the machine Ready.
+fn running_step(vm: &GpuInstance, record: &Instance, note: &str) -> Plan<InstanceAction> {
+    let id = record.instance_id.as_str();
+    let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
+    // A new `restartedAt` value asks for one reboot.
+    let restart = vm.annotations().get(RESTARTED_AT_ANNOTATION).cloned();
+    let done = vm.status.as_ref().and_then(|s| s.restarted_at.clone());
+    if let Some(requested) = restart
+        && done.as_deref() != Some(requested.as_str())
+    {
+        let message = format!("rebooting {id} for {RESTARTED_AT_ANNOTATION}={requested}");
+        return Plan::act(InstanceAction::Reboot(requested), progressing(message));
+    }
+    if record.public_ip_enabled != vm.spec.public_ip {
+        let verb = if vm.spec.public_ip {
+            "assigning"
+        } else {
+            "releasing"
+        };
+        return Plan::act(
+            InstanceAction::PublicIp(vm.spec.public_ip),
+            progressing(format!("{verb} the public IP of {id}")),
+        );
+    }
+    // Added before removed, as for firewalls: a change never leaves the machine with fewer
+    // rules than both the old and the new set.
+    let (missing, extra) = rule_diff(&vm.spec.security_rules, &record.security_rules);
+    if let Some(rule) = missing.first() {
+        return Plan::act(
+            InstanceAction::AddRule(to_cloud_rule(rule)),
+            progressing(format!("adding a security rule to {id}")),
+        );
+    }
+    if let Some(rule) = extra.first() {
+        return Plan::act(
+            InstanceAction::RemoveRule(rule.id.clone()),
+            progressing(format!("removing security rule {} from {id}", rule.id)),
+        );
+    }
+    // A limit lowered below what the running machine costs is reported, not enforced: a
+    // machine is stopped only when its spec says so.
+    let outcome = above_price_limit(vm.spec.max_hourly_rate, record).unwrap_or_else(|| {
+        let address = record.ip_address.as_deref().unwrap_or("no public IP");
+        Outcome::ready(
+            reason::AVAILABLE,
+            format!("{id} is running ({address}){note}"),
+        )
+    });
+    match &vm.spec.connection_secret {
+        Some(secret) => Plan::act(
+            InstanceAction::WriteConnectionSecret(secret.clone()),
+            outcome,
+        ),
+        None => Plan::stand(outcome),
     }
 }
 
@@ -808,46 +852,8 @@ async fn write_connection_secret(
         (connection::PORT.to_string(), "22".to_string()),
         (connection::USER.to_string(), login_user(record).to_string()),
     ]);
-    let keys: Api<SshKey> = Api::namespaced(cx.client.clone(), &namespace);
-    for reference in &instance.spec.ssh_key_refs {
-        let Some(key) = keys.get_opt(&reference.name).await? else {
-            continue;
-        };
-        if key.spec.public_key.is_some() {
-            continue;
-        }
-        // Only the Secret this SshKey created holds its key: a name alone could point at any
-        // Secret of the namespace (a deploy key, say), which must never be copied.
-        let Some(key_uid) = key.uid() else {
-            continue;
-        };
-        let key_secret = crate::kinds::ssh_key::private_key_secret_name(&key);
-        let secret = match read_if(&secrets, &key_secret, |meta| controlled_by(meta, &key_uid))
-            .await?
-        {
-            Read::Admitted(secret) => secret,
-            Read::Missing => continue,
-            Read::Refused => {
-                tracing::debug!(
-                    object = %instance.name_any(),
-                    ssh_key = %key.name_any(),
-                    secret = %key_secret,
-                    "the SshKey's Secret was not created by it; no private key is copied from it"
-                );
-                continue;
-            }
-        };
-        if let Some(private) = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(crate::kinds::ssh_key::PRIVATE_KEY_FIELD))
-        {
-            data.insert(
-                connection::PRIVATE_KEY.to_string(),
-                String::from_utf8_lossy(&private.0).into_owned(),
-            );
-            break;
-        }
+    if let Some(private) = generated_private_key(instance, cx, &secrets).await? {
+        data.insert(connection::PRIVATE_KEY.to_string(), private);
     }
     let current = match read_if(&secrets, name, |meta| controlled_by(meta, &owner.uid)).await? {
         Read::Admitted(existing) => Some(existing),
@@ -896,6 +902,54 @@ async fn write_connection_secret(
         }
     }
     Ok(())
+}
+
+/// The private key of the first SshKey the machine names that generated one (it has no
+/// `publicKey`), read from the Secret that SshKey created and no other.
+async fn generated_private_key(
+    instance: &GpuInstance,
+    cx: &Context<GpuInstance>,
+    secrets: &Api<Secret>,
+) -> Result<Option<String>, Error> {
+    let namespace = instance.namespace().unwrap_or_default();
+    let keys: Api<SshKey> = Api::namespaced(cx.client.clone(), &namespace);
+    for reference in &instance.spec.ssh_key_refs {
+        let Some(key) = keys.get_opt(&reference.name).await? else {
+            continue;
+        };
+        if key.spec.public_key.is_some() {
+            continue;
+        }
+        // Only the Secret this SshKey created holds its key: a name alone could point at any
+        // Secret of the namespace (a deploy key, say), which must never be copied.
+        let Some(key_uid) = key.uid() else {
+            continue;
+        };
+        let key_secret = crate::kinds::ssh_key::private_key_secret_name(&key);
+        let secret = match read_if(secrets, &key_secret, |meta| controlled_by(meta, &key_uid))
+            .await?
+        {
+            Read::Admitted(secret) => secret,
+            Read::Missing => continue,
+            Read::Refused => {
+                tracing::debug!(
+                    object = %instance.name_any(),
+                    ssh_key = %key.name_any(),
+                    secret = %key_secret,
+                    "the SshKey's Secret was not created by it; no private key is copied from it"
+                );
+                continue;
+            }
+        };
+        if let Some(private) = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(crate::kinds::ssh_key::PRIVATE_KEY_FIELD))
+        {
+            return Ok(Some(String::from_utf8_lossy(&private.0).into_owned()));
+        }
+    }
+    Ok(None)
 }
 
 /// The login user of the machine's image: `ubuntu` on the Ubuntu images, `root` otherwise.
