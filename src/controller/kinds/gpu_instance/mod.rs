@@ -233,19 +233,49 @@ impl KindDeclarations for GpuInstance {
             InstanceStatus::Hibernated => Some(PowerState::Hibernated),
             _ => None,
         };
-        match settled {
-            Some(state) if state != wanted => Outcome::stalled(
+        let mut differs = Vec::new();
+        if let Some(state) = settled
+            && state != wanted
+        {
+            differs.push(format!(
+                "spec.powerState is {wanted:?} but {id} is {}",
+                record.status
+            ));
+        }
+        if record.public_ip_enabled != self.spec.public_ip {
+            differs.push(format!(
+                "spec.publicIp is {} but {id} has {}",
+                self.spec.public_ip,
+                if record.public_ip_enabled {
+                    "one"
+                } else {
+                    "none"
+                }
+            ));
+        }
+        let (missing, extra) = rule_diff(&self.spec.security_rules, &record.security_rules);
+        if !missing.is_empty() || !extra.is_empty() {
+            differs.push(format!(
+                "spec.securityRules differ from {id}'s ({} missing, {} more)",
+                missing.len(),
+                extra.len()
+            ));
+        }
+        if !differs.is_empty() {
+            return Outcome::stalled(
                 reason::NOT_APPLIED,
                 format!(
-                    "spec.powerState is {wanted:?} but {id} is {}: managementPolicy ObserveOnly changes nothing in the cloud; set it to Manage to apply the spec",
-                    record.status
+                    "{}: managementPolicy ObserveOnly changes nothing in the cloud; set it to Manage to apply the spec",
+                    differs.join("; ")
                 ),
-            ),
-            _ => Outcome::ready(
-                reason::AVAILABLE,
-                format!("observing {id} ({})", record.status),
-            ),
+            );
         }
+        let observing = format!("observing {id} ({})", record.status);
+        // Between states (by someone else's hand): not as the spec states yet, nor stuck.
+        if settled.is_none() {
+            return Outcome::progressing(reason::PROVISIONING, observing);
+        }
+        Outcome::ready(reason::AVAILABLE, observing)
     }
 }
 
@@ -426,8 +456,9 @@ impl ManagedKind for GpuInstance {
         })
     }
 
-    /// Power state first (the other changes need a running machine), then a requested reboot,
-    /// the public IP, the security rules, and the connection Secret of a running machine.
+    /// Power state first; then, on a machine off as it should be, the public IP and the
+    /// security rules (the cloud changes those in any settled state); on a running one, a
+    /// requested reboot, the public IP, the security rules and the connection Secret.
     fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
         if let Some(passing) = in_transition(record) {
             return Ok(passing);
@@ -445,6 +476,10 @@ impl ManagedKind for GpuInstance {
             return Ok(step);
         }
         if power.wanted != PowerState::Running {
+            // The public IP and the rules are the cloud's to change on a machine that is off.
+            if let Some(step) = address_and_rules_step(self, record) {
+                return Ok(step);
+            }
             return Ok(Plan::stand(held_off(self, record, &power)));
         }
         if record.vm_status != VmStatus::Running {
@@ -542,6 +577,38 @@ impl ManagedKind for GpuInstance {
     async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
         crate::kinds::gpu_instance::final_snapshot::release(self, &cx.client).await
     }
+}
+
+/// The public IP, then the security rules (added before removed, as for firewalls: a change
+/// never leaves the machine with fewer rules than both the old and the new set).
+fn address_and_rules_step(vm: &GpuInstance, record: &Instance) -> Option<Plan<InstanceAction>> {
+    let id = record.instance_id.as_str();
+    let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
+    if record.public_ip_enabled != vm.spec.public_ip {
+        let verb = if vm.spec.public_ip {
+            "assigning"
+        } else {
+            "releasing"
+        };
+        return Some(Plan::act(
+            InstanceAction::PublicIp(vm.spec.public_ip),
+            progressing(format!("{verb} the public IP of {id}")),
+        ));
+    }
+    let (missing, extra) = rule_diff(&vm.spec.security_rules, &record.security_rules);
+    if let Some(rule) = missing.first() {
+        return Some(Plan::act(
+            InstanceAction::AddRule(to_cloud_rule(rule)),
+            progressing(format!("adding a security rule to {id}")),
+        ));
+    }
+    if let Some(rule) = extra.first() {
+        return Some(Plan::act(
+            InstanceAction::RemoveRule(rule.id.clone()),
+            progressing(format!("removing security rule {} from {id}", rule.id)),
+        ));
+    }
+    None
 }
 
 /// A machine between states (or in ERROR) is waited for: nothing is asked of it meanwhile.
@@ -697,7 +764,7 @@ fn held_off(vm: &GpuInstance, record: &Instance, power: &WantedPower) -> Outcome
 }
 
 /// The next change a running machine needs: a requested reboot, the public IP, the security
-/// rules (added before removed), then the connection Secret with the machine Ready.
+/// rules, then the connection Secret with the machine Ready.
 fn running_step(vm: &GpuInstance, record: &Instance, note: &str) -> Plan<InstanceAction> {
     let id = record.instance_id.as_str();
     let progressing = |message: String| Outcome::progressing(reason::UPDATING, message);
@@ -710,31 +777,8 @@ fn running_step(vm: &GpuInstance, record: &Instance, note: &str) -> Plan<Instanc
         let message = format!("rebooting {id} for {RESTARTED_AT_ANNOTATION}={requested}");
         return Plan::act(InstanceAction::Reboot(requested), progressing(message));
     }
-    if record.public_ip_enabled != vm.spec.public_ip {
-        let verb = if vm.spec.public_ip {
-            "assigning"
-        } else {
-            "releasing"
-        };
-        return Plan::act(
-            InstanceAction::PublicIp(vm.spec.public_ip),
-            progressing(format!("{verb} the public IP of {id}")),
-        );
-    }
-    // Added before removed, as for firewalls: a change never leaves the machine with fewer
-    // rules than both the old and the new set.
-    let (missing, extra) = rule_diff(&vm.spec.security_rules, &record.security_rules);
-    if let Some(rule) = missing.first() {
-        return Plan::act(
-            InstanceAction::AddRule(to_cloud_rule(rule)),
-            progressing(format!("adding a security rule to {id}")),
-        );
-    }
-    if let Some(rule) = extra.first() {
-        return Plan::act(
-            InstanceAction::RemoveRule(rule.id.clone()),
-            progressing(format!("removing security rule {} from {id}", rule.id)),
-        );
+    if let Some(step) = address_and_rules_step(vm, record) {
+        return step;
     }
     // A limit lowered below what the running machine costs is reported, not enforced: a
     // machine is stopped only when its spec says so.
@@ -1640,9 +1684,68 @@ mod tests {
         );
         let off = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
         assert_eq!(stopped.observed(&off).reason(), reason::AVAILABLE);
-        // On its way there (by someone else's hand) is not a difference yet.
+        // On its way there (by someone else's hand): not a difference, nor Ready yet.
         let stopping = machine(InstanceStatus::Stopping, VmStatus::Running);
-        assert_eq!(stopped.observed(&stopping).reason(), reason::AVAILABLE);
+        assert_eq!(stopped.observed(&stopping).standing(), "progressing");
+    }
+
+    #[test]
+    fn a_machine_off_as_asked_gets_its_public_ip_and_rules_before_it_is_ready() {
+        let off = machine(InstanceStatus::Shutoff, VmStatus::Stopped);
+        let without_ip = Instance {
+            public_ip_enabled: false,
+            ..off.clone()
+        };
+        let stopped = instance(serde_json::json!({"powerState": "Stopped"}), None);
+        assert_eq!(
+            planned(&stopped, &without_ip),
+            (Some(InstanceAction::PublicIp(true)), "progressing")
+        );
+        let ruled = instance(
+            serde_json::json!({"powerState": "Stopped", "tier": "Legacy",
+                "securityRules": [{"protocol": "tcp", "remoteIpPrefix": "10.0.0.0/8"}]}),
+            None,
+        );
+        let legacy_off = Instance {
+            tier: CloudTier::Legacy,
+            ..off.clone()
+        };
+        let (action, standing) = planned(&ruled, &legacy_off);
+        assert!(
+            matches!(action, Some(InstanceAction::AddRule(_))),
+            "{action:?}"
+        );
+        assert_eq!(standing, "progressing");
+        assert_eq!(planned(&stopped, &off), (None, "ready"));
+    }
+
+    #[test]
+    fn an_observed_machine_without_the_public_ip_or_rules_the_spec_states_is_not_ready() {
+        let running = machine(InstanceStatus::Active, VmStatus::Running);
+        let without_ip = Instance {
+            public_ip_enabled: false,
+            ..running.clone()
+        };
+        let spec = instance(serde_json::json!({}), None);
+        let outcome = spec.observed(&without_ip);
+        assert_eq!(outcome.reason(), reason::NOT_APPLIED);
+        assert!(
+            outcome.message().contains("spec.publicIp"),
+            "{}",
+            outcome.message()
+        );
+        let ruled = instance(
+            serde_json::json!({"securityRules": [{"protocol": "tcp", "remoteIpPrefix": "10.0.0.0/8"}]}),
+            None,
+        );
+        let outcome = ruled.observed(&running);
+        assert_eq!(outcome.reason(), reason::NOT_APPLIED);
+        assert!(
+            outcome.message().contains("spec.securityRules"),
+            "{}",
+            outcome.message()
+        );
+        assert_eq!(spec.observed(&running).reason(), reason::AVAILABLE);
     }
 
     /// What kind of outcome a plan ends at, and its action.
