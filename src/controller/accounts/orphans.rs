@@ -186,6 +186,35 @@ struct Candidate {
     delete: DeleteFn,
 }
 
+/// Deletes each orphan of `report` with its account's client, recording which went and which
+/// the cloud refused (retried on the next sweep).
+async fn delete_orphans(
+    listed: &[(Arc<Account>, Vec<Candidate>)],
+    deletes: &HashMap<String, DeleteFn>,
+    report: &mut SweepReport,
+) {
+    for orphan in &report.orphans {
+        let Some((account, _)) = listed.iter().find(|(a, _)| a.id == orphan.account) else {
+            continue;
+        };
+        let Some(delete) = deletes.get(&orphan.id) else {
+            continue;
+        };
+        match delete(account.client.clone()).await {
+            Ok(()) => {
+                tracing::info!(kind = %orphan.kind, id = %orphan.id, "orphan deleted");
+                report.deleted.push(orphan.clone());
+            }
+            Err(error) => {
+                tracing::warn!(kind = %orphan.kind, id = %orphan.id, %error, "orphan delete failed");
+                report
+                    .delete_failed
+                    .push((orphan.clone(), error.to_string()));
+            }
+        }
+    }
+}
+
 /// The marked resources of one kind in an account.
 async fn candidates<C: CloudResource>(client: CloudClient) -> Result<Vec<Candidate>, CloudError> {
     Ok(C::list(client)
@@ -236,6 +265,19 @@ pub struct Orphan {
     pub name: String,
     /// Since the cloud's creation time, or since the sweeper first saw it.
     pub age: Duration,
+}
+
+impl Orphan {
+    /// The listed `candidate` of `account`, `age` old.
+    fn of(account: AccountId, candidate: &Candidate, age: Duration) -> Self {
+        Orphan {
+            account,
+            kind: candidate.kind,
+            id: candidate.id.clone(),
+            name: candidate.name.clone(),
+            age,
+        }
+    }
 }
 
 impl fmt::Display for Orphan {
@@ -412,25 +454,56 @@ impl OrphanSweeper {
     /// One sweep over every account: list, match against claims, report, and delete when set.
     pub async fn sweep(&self) -> Result<SweepReport, Error> {
         let mut report = SweepReport::default();
-        let mut listed: Vec<(Arc<Account>, Vec<Candidate>)> = Vec::new();
+        let listed = self.list_accounts(&mut report).await;
+        // Objects after the cloud: an object created since the lists is still counted.
+        let claims = self.claims().await?;
+        let (seen_keys, deletes) = self.match_claims(&listed, &claims, &mut report);
+        self.confirm(&listed, &mut report).await;
+        lock(&self.first_seen)
+            // After a failed list, resources not listed may still exist: keep their times.
+            .retain(|key, _| seen_keys.contains(key) || !report.list_errors.is_empty());
+        if report.list_errors.is_empty() {
+            self.prune_released(&claims, &listed).await;
+        }
+        self.log_findings(&report);
+        if self.settings.delete {
+            delete_orphans(&listed, &deletes, &mut report).await;
+        }
+        self.publish(&report).await;
+        Ok(report)
+    }
+
+    /// The marked resources of every account to sweep, by account. A kind that could not be
+    /// listed is left for the next sweep (its error in `report`); the others are still swept.
+    async fn list_accounts(&self, report: &mut SweepReport) -> Vec<(Arc<Account>, Vec<Candidate>)> {
+        let mut listed = Vec::new();
         for account in self.accounts_to_sweep().await {
             report.accounts.push(account.id);
             let mut found = Vec::new();
             for kind in swept() {
-                if let Some(candidates) = list_kind(&kind, &account, &mut report).await {
+                if let Some(candidates) = list_kind(&kind, &account, report).await {
                     found.extend(candidates);
                 }
             }
-            // A kind that could not be listed is left for the next sweep; the others are
-            // still swept.
             listed.push((account, found));
         }
-        // Objects after the cloud: an object created since the lists is still counted.
-        let claims = self.claims().await?;
+        listed
+    }
+
+    /// Sorts the listed resources against the claims: those claimed only by a cloud name that
+    /// another resource's id already claims are duplicates; those unclaimed and older than the
+    /// grace period are orphans (suspects, until `confirm`). Returns the keys of the unclaimed
+    /// ones seen (whose first-seen times are kept) and how to delete each orphan, by id.
+    fn match_claims(
+        &self,
+        listed: &[(Arc<Account>, Vec<Candidate>)],
+        claims: &Claims,
+        report: &mut SweepReport,
+    ) -> (HashSet<(AccountId, String)>, HashMap<String, DeleteFn>) {
         let now = Timestamp::now();
         let mut seen_keys = HashSet::new();
         let mut deletes: HashMap<String, DeleteFn> = HashMap::new();
-        for (account, candidates) in &listed {
+        for (account, candidates) in listed {
             // Names under which some resource is claimed by its id.
             let recorded_names: HashSet<&str> = candidates
                 .iter()
@@ -442,16 +515,13 @@ impl OrphanSweeper {
                     if !claims.ids.contains(&candidate.id)
                         && recorded_names.contains(candidate.name.as_str())
                     {
-                        report.duplicates.push(Orphan {
-                            account: account.id,
-                            kind: candidate.kind,
-                            id: candidate.id.clone(),
-                            name: candidate.name.clone(),
-                            age: candidate.created_at.map_or(Duration::ZERO, |created| {
-                                Duration::try_from(now.duration_since(created))
-                                    .unwrap_or(Duration::ZERO)
-                            }),
+                        let age = candidate.created_at.map_or(Duration::ZERO, |created| {
+                            Duration::try_from(now.duration_since(created))
+                                .unwrap_or(Duration::ZERO)
                         });
+                        report
+                            .duplicates
+                            .push(Orphan::of(account.id, candidate, age));
                     }
                     continue;
                 }
@@ -466,22 +536,14 @@ impl OrphanSweeper {
                     continue;
                 }
                 deletes.insert(candidate.id.clone(), candidate.delete.clone());
-                report.orphans.push(Orphan {
-                    account: account.id,
-                    kind: candidate.kind,
-                    id: candidate.id.clone(),
-                    name: candidate.name.clone(),
-                    age,
-                });
+                report.orphans.push(Orphan::of(account.id, candidate, age));
             }
         }
-        self.confirm(&listed, &mut report).await;
-        lock(&self.first_seen)
-            // After a failed list, resources not listed may still exist: keep their times.
-            .retain(|key, _| seen_keys.contains(key) || !report.list_errors.is_empty());
-        if report.list_errors.is_empty() {
-            self.prune_released(&claims, &listed).await;
-        }
+        (seen_keys, deletes)
+    }
+
+    /// A warning log line per orphan and per duplicate.
+    fn log_findings(&self, report: &SweepReport) {
         for orphan in &report.orphans {
             tracing::warn!(
                 account = %orphan.account,
@@ -502,30 +564,6 @@ impl OrphanSweeper {
                 "duplicate cloud resource: carries an object's cloud name while the object manages another"
             );
         }
-        if self.settings.delete {
-            for orphan in &report.orphans {
-                let Some((account, _)) = listed.iter().find(|(a, _)| a.id == orphan.account) else {
-                    continue;
-                };
-                let Some(delete) = deletes.get(&orphan.id) else {
-                    continue;
-                };
-                match delete(account.client.clone()).await {
-                    Ok(()) => {
-                        tracing::info!(kind = %orphan.kind, id = %orphan.id, "orphan deleted");
-                        report.deleted.push(orphan.clone());
-                    }
-                    Err(error) => {
-                        tracing::warn!(kind = %orphan.kind, id = %orphan.id, %error, "orphan delete failed");
-                        report
-                            .delete_failed
-                            .push((orphan.clone(), error.to_string()));
-                    }
-                }
-            }
-        }
-        self.publish(&report).await;
-        Ok(report)
     }
 
     /// Keeps of `report.orphans` those that a list sent after the claims were read still

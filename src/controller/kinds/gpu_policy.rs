@@ -504,8 +504,39 @@ pub async fn reconcile(
     policy: &GpuPolicy,
     (client, clock, watched, events): &PolicyContext,
 ) -> Result<(), Error> {
-    let api: Api<GpuPolicy> = Api::all(client.clone());
-    let name = policy.name_any();
+    let selected = selected_namespaces(policy, client, watched).await?;
+    let now = clock.now();
+    let mut reservations = policy
+        .status
+        .as_ref()
+        .map(|s| s.reservations.clone())
+        .unwrap_or_default();
+    reservations.retain(|r| selected.contains(&r.namespace));
+    let mut tally = Tally {
+        reservations,
+        counts: Vec::new(),
+        outside_policy: Vec::new(),
+        exceeded: Vec::new(),
+    };
+    for namespace in &selected {
+        tally.count(policy, client, namespace, now).await?;
+        let machines = Api::<GpuInstance>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default())
+            .await?;
+        tally
+            .outside_policy
+            .extend(report_outside(policy, namespace, &machines.items, events));
+    }
+    let status = recounted_status(policy, selected.len(), tally, now);
+    write_status(policy, client, status).await
+}
+
+/// The namespaces the policy selects, of those the operator watches.
+async fn selected_namespaces(
+    policy: &GpuPolicy,
+    client: &kube::Client,
+    watched: &[String],
+) -> Result<Vec<String>, Error> {
     let namespaces = Api::<Namespace>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await?;
@@ -516,69 +547,109 @@ pub async fn reconcile(
             selected.push(namespace.name_any());
         }
     }
-    let now = clock.now();
-    let mut reservations = policy
-        .status
-        .as_ref()
-        .map(|s| s.reservations.clone())
-        .unwrap_or_default();
-    reservations.retain(|r| selected.contains(&r.namespace));
-    let mut counts = Vec::new();
-    let mut outside_policy = Vec::new();
-    let mut exceeded = Vec::new();
-    for namespace in &selected {
+    Ok(selected)
+}
+
+/// What a recount has found so far, namespace by namespace.
+struct Tally {
+    /// The reservations still held.
+    reservations: Vec<PolicyReservation>,
+    /// What each namespace that holds anything holds.
+    counts: Vec<NamespaceCount>,
+    /// `namespace/name: why` of each machine outside the policy.
+    outside_policy: Vec<String>,
+    /// `namespace: why` of each namespace over a cap.
+    exceeded: Vec<String>,
+}
+
+impl Tally {
+    /// Counts what `namespace` holds, its reservations included, dropping those that are over.
+    async fn count(
+        &mut self,
+        policy: &GpuPolicy,
+        client: &kube::Client,
+        namespace: &str,
+        now: Timestamp,
+    ) -> Result<(), Error> {
         let objects = billed_matching(client, namespace, ListParams::default()).await?;
-        reservations = still_held(&reservations, namespace, &objects, now);
-        let in_namespace: Vec<PolicyReservation> = reservations
+        self.reservations = still_held(&self.reservations, namespace, &objects, now);
+        let in_namespace: Vec<PolicyReservation> = self
+            .reservations
             .iter()
-            .filter(|r| &r.namespace == namespace)
+            .filter(|r| r.namespace == namespace)
             .cloned()
             .collect();
         let count = held(&objects, &in_namespace, None);
         if let Some(violation) = over_caps(policy, count) {
-            exceeded.push(format!("{namespace}: {}", violation.message));
+            self.exceeded
+                .push(format!("{namespace}: {}", violation.message));
         }
         if count != Held::default() {
-            counts.push(NamespaceCount {
-                namespace: namespace.clone(),
+            self.counts.push(NamespaceCount {
+                namespace: namespace.to_string(),
                 machines: count.machines,
                 gpus: count.gpus,
                 hourly_rate: round(count.hourly_rate),
             });
         }
-        let machines = Api::<GpuInstance>::namespaced(client.clone(), namespace)
-            .list(&ListParams::default())
-            .await?;
-        for vm in machines.items.iter().filter(|vm| {
-            vm.status
+        Ok(())
+    }
+}
+
+/// The entries of `status.outside` for the machines of `namespace` outside the policy; a
+/// Warning event tells of each one the policy's status does not list yet.
+fn report_outside(
+    policy: &GpuPolicy,
+    namespace: &str,
+    machines: &[GpuInstance],
+    events: &crate::runtime::events::EventPublisher,
+) -> Vec<String> {
+    let mut entries = Vec::new();
+    for vm in machines.iter().filter(|vm| {
+        vm.status
+            .as_ref()
+            .is_some_and(|s| s.cloud.external_id.is_some())
+    }) {
+        if let Some(violation) = outside(policy, vm) {
+            let entry = format!("{namespace}/{}: {}", vm.name_any(), violation.message);
+            // Told once, when first found (the list is the policy's memory of it).
+            let known = policy
+                .status
                 .as_ref()
-                .is_some_and(|s| s.cloud.external_id.is_some())
-        }) {
-            if let Some(violation) = outside(policy, vm) {
-                let entry = format!("{namespace}/{}: {}", vm.name_any(), violation.message);
-                // Told once, when first found (the list is the policy's memory of it).
-                let known = policy
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.outside.contains(&entry));
-                if !known {
-                    let note = format!(
-                        "{violation}; the machine was made before the policy or adopted: it is reported, not stopped or deleted"
-                    );
-                    events.send(
-                        crate::runtime::events::event(
-                            kube::runtime::events::EventType::Warning,
-                            reason::OUTSIDE_POLICY,
-                            &note,
-                            "CountPolicy",
-                        ),
-                        vm.object_ref(&()),
-                    );
-                }
-                outside_policy.push(entry);
+                .is_some_and(|s| s.outside.contains(&entry));
+            if !known {
+                let note = format!(
+                    "{violation}; the machine was made before the policy or adopted: it is reported, not stopped or deleted"
+                );
+                events.send(
+                    crate::runtime::events::event(
+                        kube::runtime::events::EventType::Warning,
+                        reason::OUTSIDE_POLICY,
+                        &note,
+                        "CountPolicy",
+                    ),
+                    vm.object_ref(&()),
+                );
             }
+            entries.push(entry);
         }
     }
+    entries
+}
+
+/// The policy's status from a recount of `selected` namespaces.
+fn recounted_status(
+    policy: &GpuPolicy,
+    selected: usize,
+    tally: Tally,
+    now: Timestamp,
+) -> GpuPolicyStatus {
+    let Tally {
+        reservations,
+        mut counts,
+        mut outside_policy,
+        exceeded,
+    } = tally;
     counts.sort_by(|a, b| {
         b.gpus
             .cmp(&a.gpus)
@@ -595,16 +666,38 @@ pub async fn reconcile(
     let outside_count = outside_policy.len();
     outside_policy.truncate(LISTED_OUTSIDE);
     let generation = policy.meta().generation;
+    let conditions = recount_conditions(selected, total, &exceeded, outside_count, generation, now);
+    let previous = policy.status.clone().unwrap_or_default();
+    GpuPolicyStatus {
+        namespaces: Some(i32::try_from(selected).unwrap_or(i32::MAX)),
+        machines: Some(total.machines),
+        gpus: Some(total.gpus),
+        hourly_rate: Some(round(total.hourly_rate)),
+        counts,
+        reservations,
+        outside: outside_policy,
+        observed_generation: generation,
+        conditions: keep_transition_times(&previous.conditions, conditions),
+    }
+}
+
+/// `Ready` with the totals, and `Exceeded`: whether a namespace is over a cap or a machine
+/// outside the policy.
+fn recount_conditions(
+    selected: usize,
+    total: Held,
+    exceeded: &[String],
+    outside_count: usize,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
     let mut conditions = vec![condition(
         "Ready",
         true,
         "Counted",
         format!(
             "{} namespaces selected: {} machines, {} GPUs, {:.4}/h",
-            selected.len(),
-            total.machines,
-            total.gpus,
-            total.hourly_rate
+            selected, total.machines, total.gpus, total.hourly_rate
         ),
         generation,
         now,
@@ -620,7 +713,7 @@ pub async fn reconcile(
             now,
         )
     } else {
-        let mut parts = exceeded.clone();
+        let mut parts = exceeded.to_vec();
         if outside_count > 0 {
             parts.push(format!(
                 "{outside_count} machines outside the policy (status.outside); reported, not stopped"
@@ -639,21 +732,20 @@ pub async fn reconcile(
             now,
         )
     });
-    let previous = policy.status.clone().unwrap_or_default();
-    let status = GpuPolicyStatus {
-        namespaces: Some(i32::try_from(selected.len()).unwrap_or(i32::MAX)),
-        machines: Some(total.machines),
-        gpus: Some(total.gpus),
-        hourly_rate: Some(round(total.hourly_rate)),
-        counts,
-        reservations,
-        outside: outside_policy,
-        observed_generation: generation,
-        conditions: keep_transition_times(&previous.conditions, conditions),
-    };
+    conditions
+}
+
+/// Writes the recounted status, unless it is the one the policy has.
+async fn write_status(
+    policy: &GpuPolicy,
+    client: &kube::Client,
+    status: GpuPolicyStatus,
+) -> Result<(), Error> {
     if policy.status.as_ref() == Some(&status) {
         return Ok(());
     }
+    let api: Api<GpuPolicy> = Api::all(client.clone());
+    let name = policy.name_any();
     let mut updated = policy.clone();
     updated.status = Some(status);
     // Version-checked: a reservation written since the read wins, and the recount runs again.

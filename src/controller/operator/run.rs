@@ -373,14 +373,8 @@ fn watch_name(kind: &str, namespace: Option<&str>, selection: &watcher::Config) 
 
 /// Runs every controller until `shutdown` resolves, then lets in-flight reconciles finish.
 pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFuture<'static, ()>) {
-    let mut cloud = config.cloud.clone();
-    let metrics: Arc<dyn CallObserver> = config.metrics.clone();
-    cloud.observer = Some(match cloud.observer.take() {
-        Some(other) => Arc::new(FanOut(vec![other, metrics])),
-        None => metrics,
-    });
     let accounts = Arc::new(Accounts::new(
-        cloud,
+        observed_cloud(&config),
         client.clone(),
         config.default_secret.clone(),
     ));
@@ -437,60 +431,13 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         .boxed(),
     );
     for scope in scopes {
-        // Changes of the kinds controllers follow, each kind watched once (by its own
-        // controller; ConfigMaps below).
-        let changes = Arc::new(ChangeHub::default());
-        // Credentials Secrets, which every kind reads: watched once for all controllers.
-        let secrets = Arc::new(Relay::<PartialObjectMeta<Secret>>::default());
-        // Budgets, which wake the billed objects they refused and the machines they power
-        // off or let go; read by the machines' reconciles from their store.
-        let budgets = Arc::new(Relay::<BudgetChange>::default());
-        let (budget_store, budget_writer) = reflector::store::<Budget>();
-        let mut wiring = Wiring {
-            shared: &shared,
-            config: &config,
-            scope: scope.as_deref(),
-            shutdown: &shutdown,
-            changes: &changes,
-            secrets: &secrets,
-            budgets: &budgets,
-            budget_store: &budget_store,
-            policies: &policies,
-            policy_store: &policy_store,
-            controllers: Vec::new(),
-        };
-        each_kind(&mut wiring);
-        controllers.extend(wiring.controllers);
-        let scoped = ScopedApi::new(&shared, scope.as_deref(), &config);
-        controllers.push(budget_controller(
-            &scoped,
-            &changes,
-            (budget_store, budget_writer),
-            budgets,
-            (accounts.clone(), shared.ownership.clone()),
-            &config.reconcile,
-            shutdown.clone(),
+        controllers.extend(scope_controllers(
+            &shared,
+            &config,
+            scope.as_deref(),
+            &shutdown,
+            (&policies, &policy_store),
         ));
-        controllers.push(pool_controller(&scoped, &changes, shutdown.clone()));
-        if followed_kinds().iter().any(|k| k == CONFIG_MAP) {
-            controllers.push(relay_config_maps(&scoped, changes, shutdown.clone()).boxed());
-        }
-        let default = config.default_secret.as_ref().map(|secret| {
-            (
-                ScopedApi::new(&shared, Some(&secret.namespace), &config),
-                secret.name.clone(),
-            )
-        });
-        controllers.push(
-            relay_secrets(
-                &scoped,
-                default,
-                accounts.clone(),
-                secrets,
-                shutdown.clone(),
-            )
-            .boxed(),
-        );
     }
     // The GpuOfferings, from the default account's catalog.
     let offerings = crate::kinds::gpu_offering::keep(
@@ -507,6 +454,87 @@ pub async fn run(client: kube::Client, config: OperatorConfig, shutdown: BoxFutu
         _ = offerings => {}
     }
     config.metrics.set_leader(false);
+}
+
+/// The cloud settings of `config`, with every cloud call also told to the metrics.
+fn observed_cloud(config: &OperatorConfig) -> CloudSettings {
+    let mut cloud = config.cloud.clone();
+    let metrics: Arc<dyn CallObserver> = config.metrics.clone();
+    cloud.observer = Some(match cloud.observer.take() {
+        Some(other) => Arc::new(FanOut(vec![other, metrics])),
+        None => metrics,
+    });
+    cloud
+}
+
+/// The controllers of one scope (a watched namespace, or the whole cluster): every managed
+/// kind's, the Budgets', the pools', and the relays of the ConfigMaps and credentials Secrets
+/// they follow.
+fn scope_controllers(
+    shared: &Shared,
+    config: &OperatorConfig,
+    scope: Option<&str>,
+    shutdown: &futures::future::Shared<BoxFuture<'static, ()>>,
+    (policies, policy_store): (
+        &Arc<Relay<PolicyChange>>,
+        &reflector::Store<gpucloud_api::GpuPolicy>,
+    ),
+) -> Vec<BoxFuture<'static, ()>> {
+    // Changes of the kinds controllers follow, each kind watched once (by its own
+    // controller; ConfigMaps below).
+    let changes = Arc::new(ChangeHub::default());
+    // Credentials Secrets, which every kind reads: watched once for all controllers.
+    let secrets = Arc::new(Relay::<PartialObjectMeta<Secret>>::default());
+    // Budgets, which wake the billed objects they refused and the machines they power
+    // off or let go; read by the machines' reconciles from their store.
+    let budgets = Arc::new(Relay::<BudgetChange>::default());
+    let (budget_store, budget_writer) = reflector::store::<Budget>();
+    let mut wiring = Wiring {
+        shared,
+        config,
+        scope,
+        shutdown,
+        changes: &changes,
+        secrets: &secrets,
+        budgets: &budgets,
+        budget_store: &budget_store,
+        policies,
+        policy_store,
+        controllers: Vec::new(),
+    };
+    each_kind(&mut wiring);
+    let mut controllers = wiring.controllers;
+    let scoped = ScopedApi::new(shared, scope, config);
+    controllers.push(budget_controller(
+        &scoped,
+        &changes,
+        (budget_store, budget_writer),
+        budgets,
+        (shared.accounts.clone(), shared.ownership.clone()),
+        &config.reconcile,
+        shutdown.clone(),
+    ));
+    controllers.push(pool_controller(&scoped, &changes, shutdown.clone()));
+    if followed_kinds().iter().any(|k| k == CONFIG_MAP) {
+        controllers.push(relay_config_maps(&scoped, changes, shutdown.clone()).boxed());
+    }
+    let default = config.default_secret.as_ref().map(|secret| {
+        (
+            ScopedApi::new(shared, Some(&secret.namespace), config),
+            secret.name.clone(),
+        )
+    });
+    controllers.push(
+        relay_secrets(
+            &scoped,
+            default,
+            shared.accounts.clone(),
+            secrets,
+            shutdown.clone(),
+        )
+        .boxed(),
+    );
+    controllers
 }
 
 /// Watches the credentials Secrets of a scope for every controller, metadata only (the
@@ -787,7 +815,7 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     // The store sees every change; reconciles are triggered only by changes a reconcile acts
     // on. Without the filter, each status write would wake its own object again, and a
     // refused create would be retried in a loop.
-    let (store, mut writer) = crate::runtime::store::store();
+    let (store, writer) = crate::runtime::store::store();
     let gauges = Arc::new(KindGauges::new(
         store.clone(),
         config.metrics.clone(),
@@ -800,7 +828,61 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     shared
         .ownership
         .register(store.clone(), referrers.clone(), claims.clone());
-    let users = store.clone();
+    register_account_users(shared, store.clone());
+    let (trigger, triggers) = mpsc::unbounded_channel();
+    let cx = Context::new(
+        shared,
+        config.reconcile.clone(),
+        config.metrics.clone(),
+        gauges.clone(),
+        trigger.clone(),
+        (budget_store, policy_store),
+        FairShare::new(usize::from(config.concurrency)),
+    );
+    let objects = object_keys(
+        &scoped,
+        config,
+        (store.clone(), writer),
+        (referrers.clone(), claims),
+        changes.clone(),
+        gauges.clone(),
+        (cx.clone(), trigger),
+    );
+    let secret_changes = woken_by_secrets(&gauges, shared.accounts.clone(), secrets);
+    let budget_changes = woken_by_budgets(&gauges, budgets);
+    let policy_changes = woken_by_policies(&gauges, policies);
+    let (follower, followed_referrers) = (gauges.clone(), referrers.clone());
+    let followed = changes
+        .subscribe(followed_by::<K>())
+        .flat_map(move |change| {
+            futures::stream::iter(woken_by(&follower, &followed_referrers, &change))
+        });
+    // Every due reconcile starts at once and waits for a slot of its account's lane
+    // (`fair_share.rs`), where `--concurrency` applies: one queue for every account would hold
+    // a quiet team's object behind a busy team's thousands.
+    let triggers = futures::stream::select_all([
+        drive_apart(objects).boxed(),
+        followed.boxed(),
+        UnboundedReceiverStream::new(triggers).boxed(),
+        settled_rechecks(gauges.clone(), config.reconcile.observe.resync).boxed(),
+        secret_changes.boxed(),
+        budget_changes.boxed(),
+        policy_changes.boxed(),
+    ]);
+    crate::runtime::applier::run(
+        triggers,
+        store,
+        reconcile::<K>,
+        error_policy::<K>,
+        cx,
+        shutdown,
+    )
+    .boxed()
+}
+
+/// Tells the accounts which credentials the objects of `store` read, so that an account no
+/// object uses any more is retired.
+fn register_account_users<K: ManagedKind>(shared: &Shared, users: Store<K>) {
     shared.accounts.register_users(
         K::BILLING_LIST,
         Box::new(move || {
@@ -812,18 +894,23 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
             objects.iter().map(credentials).collect()
         }),
     );
+}
+
+/// The keys of the objects of kind `K` to reconcile as the object watch brings them: the watch
+/// fills the store and the indexes, publishes the changes other kinds follow, tells readiness
+/// when it has listed, and passes on only the changes a reconcile acts on, once the store holds
+/// them.
+fn object_keys<K: ManagedKind>(
+    scoped: &ScopedApi,
+    config: &OperatorConfig,
+    (store, mut writer): (Store<K>, crate::runtime::store::Writer<K>),
+    (referrers, claims): (Arc<ReferrerIndex>, Arc<ClaimIndex>),
+    publisher: Arc<ChangeHub>,
+    gauges: Arc<KindGauges<K>>,
+    (cx, trigger): (Arc<Context<K>>, mpsc::UnboundedSender<ObjectRef<K>>),
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
     let kind = K::kind(&()).to_string();
-    let scope = sync_key(&kind, namespace);
-    let (trigger, triggers) = mpsc::unbounded_channel();
-    let cx = Context::new(
-        shared,
-        config.reconcile.clone(),
-        config.metrics.clone(),
-        gauges.clone(),
-        trigger.clone(),
-        (budget_store, policy_store),
-        FairShare::new(usize::from(config.concurrency)),
-    );
+    let scope = sync_key(&kind, scoped.namespace.as_deref());
     // kube-runtime runs a trigger only for an object its store holds, and drops it otherwise;
     // the store takes a list in only at the list's end. An object whose listed version the
     // store does not hold yet (created or changed while the watch was lost) waits here until
@@ -831,11 +918,11 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     let unlisted: Arc<Mutex<Vec<ObjectRef<K>>>> = Arc::default();
     let (listed_in, relisted_trigger, in_store) =
         (unlisted.clone(), trigger.clone(), store.clone());
-    let readoption = Arc::new(Readoption::start(cx.clone(), trigger));
+    let readoption = Arc::new(Readoption::start(cx, trigger));
     let (metrics, health, woken, checked) = (
         config.metrics.clone(),
         config.health.clone(),
-        gauges.clone(),
+        gauges,
         readoption.clone(),
     );
     let mut listed_before = false;
@@ -845,11 +932,10 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
     let watch = scoped
         .watch::<K>(watcher::Config::default().any_semantic())
         .map_ok(|event| event.modify(crate::flow::create::forget_unread_annotations));
-    let publisher = changes.clone();
     let (indexed, indexed_claims, before) = (referrers.clone(), claims.clone(), store.clone());
     let (listed_referrers, listed_claims, listed) = (referrers.clone(), claims, store.clone());
     let mut wakes = Wakes::new(intent_hash::<K>, store.clone());
-    let objects = read_ahead(watch, READ_AHEAD)
+    read_ahead(watch, READ_AHEAD)
         .inspect(move |event| {
             if let Ok(event) = event {
                 indexed.observe(&before, event);
@@ -906,17 +992,22 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
                     None
                 }
             })
-        });
+        })
+}
 
-    // A changed credentials Secret wakes the objects that read it: those of its namespace that
-    // name it, and, for the operator's default Secret, those of every namespace that name none.
+/// A changed credentials Secret wakes the objects that read it: those of its namespace that
+/// name it, and, for the operator's default Secret, those of every namespace that name none.
+fn woken_by_secrets<K: ManagedKind>(
+    gauges: &Arc<KindGauges<K>>,
+    accounts: Arc<Accounts>,
+    secrets: &Relay<PartialObjectMeta<Secret>>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
     let secret_gauges = gauges.clone();
-    let secret_accounts = shared.accounts.clone();
-    let secret_changes = secrets.subscribe().flat_map(move |secret| {
+    secrets.subscribe().flat_map(move |secret| {
         let namespace = secret.namespace();
         let name = secret.name_any();
         let is_default =
-            secret_accounts.is_default_secret(namespace.as_deref().unwrap_or_default(), &name);
+            accounts.is_default_secret(namespace.as_deref().unwrap_or_default(), &name);
         futures::stream::iter(secret_gauges.wake(|o| {
             let managed = o.managed();
             match &managed.credentials_secret_ref {
@@ -924,54 +1015,36 @@ fn controller<K: ManagedKind>(wiring: &Wiring) -> BoxFuture<'static, ()> {
                 Some(named) => named.name == name && o.meta().namespace == namespace,
             }
         }))
-    });
+    })
+}
 
-    // A changed Budget (raised, or with room again) looks again at the creates it refused,
-    // and at the machines it powers off or lets go.
+/// A changed Budget (raised, or with room again) looks again at the creates it refused, and at
+/// the machines it powers off or lets go.
+fn woken_by_budgets<K: ManagedKind>(
+    gauges: &Arc<KindGauges<K>>,
+    budgets: &Relay<BudgetChange>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
     let budget_gauges = gauges.clone();
-    let budget_changes = budgets.subscribe().flat_map(move |change| {
+    budgets.subscribe().flat_map(move |change| {
         futures::stream::iter(budget_gauges.wake(|o| {
             K::BILLED
                 && o.meta().namespace == change.namespace
                 && (refused_by_budget(o)
                     || o.uid().is_some_and(|uid| change.powered_off.contains(&uid)))
         }))
-    });
+    })
+}
 
-    // A changed GpuPolicy (its limits, or room freed under a cap) looks again at the creates
-    // it refused or held.
+/// A changed GpuPolicy (its limits, or room freed under a cap) looks again at the creates it
+/// refused or held.
+fn woken_by_policies<K: ManagedKind>(
+    gauges: &Arc<KindGauges<K>>,
+    policies: &Relay<PolicyChange>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
     let policy_gauges = gauges.clone();
-    let policy_changes = policies.subscribe().flat_map(move |_| {
+    policies.subscribe().flat_map(move |_| {
         futures::stream::iter(policy_gauges.wake(|o| K::BILLED && held_by_policy(o)))
-    });
-
-    let (follower, followed_referrers) = (gauges.clone(), referrers.clone());
-    let followed = changes
-        .subscribe(followed_by::<K>())
-        .flat_map(move |change| {
-            futures::stream::iter(woken_by(&follower, &followed_referrers, &change))
-        });
-    // Every due reconcile starts at once and waits for a slot of its account's lane
-    // (`fair_share.rs`), where `--concurrency` applies: one queue for every account would hold
-    // a quiet team's object behind a busy team's thousands.
-    let triggers = futures::stream::select_all([
-        drive_apart(objects).boxed(),
-        followed.boxed(),
-        UnboundedReceiverStream::new(triggers).boxed(),
-        settled_rechecks(gauges.clone(), config.reconcile.observe.resync).boxed(),
-        secret_changes.boxed(),
-        budget_changes.boxed(),
-        policy_changes.boxed(),
-    ]);
-    crate::runtime::applier::run(
-        triggers,
-        store,
-        reconcile::<K>,
-        error_policy::<K>,
-        cx,
-        shutdown,
-    )
-    .boxed()
+    })
 }
 
 /// A Budget's change as the billed kinds' controllers follow it: its namespace, and the

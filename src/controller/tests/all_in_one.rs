@@ -13,68 +13,7 @@ use support::*;
 async fn everything_declared_at_once_becomes_ready_and_deletes_to_an_empty_account() {
     let mut env = Env::start().await;
     // Referrers first, referenced objects last: the order a `kubectl apply -f dir/` may take.
-    create::<GpuInstance>(
-        &env,
-        &object(
-            "from-image",
-            serde_json::json!({"region": "us-east-1", "gpuType": "A100-80G",
-                "imageRef": {"name": "golden"}, "sshKeyRefs": [{"name": "dev-key"}]}),
-        ),
-    )
-    .await;
-    create::<Image>(
-        &env,
-        &object(
-            "golden",
-            serde_json::json!({"snapshotRef": {"name": "saved"}}),
-        ),
-    )
-    .await;
-    create::<GpuInstance>(
-        &env,
-        &object(
-            "resumed",
-            serde_json::json!({"region": "us-east-1", "source": {"snapshotRef": {"name": "saved"}}}),
-        ),
-    )
-    .await;
-    create::<Snapshot>(
-        &env,
-        &object(
-            "saved",
-            serde_json::json!({"instanceRef": {"name": "trainer"}}),
-        ),
-    )
-    .await;
-    create::<Firewall>(
-        &env,
-        &object(
-            "ssh-only",
-            serde_json::json!({
-                "region": "us-east-1",
-                "rules": [{"direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
-                    "remoteIpPrefix": "203.0.113.0/24", "portRangeMin": 22, "portRangeMax": 22}],
-                "instanceSelector": {"matchLabels": {"team": "a"}},
-            }),
-        ),
-    )
-    .await;
-    create::<Volume>(
-        &env,
-        &object(
-            "dataset",
-            serde_json::json!({"region": "us-east-1", "sizeGb": 50, "instanceRef": {"name": "trainer"}}),
-        ),
-    )
-    .await;
-    let mut trainer: GpuInstance = object(
-        "trainer",
-        serde_json::json!({"region": "us-east-1", "gpuType": "H100-80G",
-            "osImage": "ubuntu-22.04-cuda-12", "sshKeyRefs": [{"name": "dev-key"}]}),
-    );
-    trainer.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
-    create(&env, &trainer).await;
-    create::<SshKey>(&env, &object("dev-key", serde_json::json!({}))).await;
+    declare_every_kind_referrers_first(&env).await;
 
     for name in ["trainer", "resumed", "from-image"] {
         ready::<GpuInstance>(&env, name).await;
@@ -103,6 +42,100 @@ async fn everything_declared_at_once_becomes_ready_and_deletes_to_an_empty_accou
     assert_eq!(data_volumes(&env).len(), 1);
 
     // Everything at once, in no particular order.
+    delete_everything_at_once(&env).await;
+
+    let cloud = env.simulator.state();
+    assert!(cloud.instances.is_empty(), "{:?}", cloud.instances);
+    assert!(cloud.volumes.is_empty(), "{:?}", cloud.volumes);
+    assert!(cloud.snapshots.is_empty(), "{:?}", cloud.snapshots);
+    assert!(cloud.images.is_empty(), "{:?}", cloud.images);
+    assert!(cloud.firewalls.is_empty(), "{:?}", cloud.firewalls);
+    assert!(cloud.ssh_keys.is_empty(), "{:?}", cloud.ssh_keys);
+    // Billing stopped: every record is closed.
+    assert_eq!(cloud.instance_billing.len(), 3);
+    assert!(cloud.instance_billing.iter().all(|b| b.end_time.is_some()));
+    assert!(!cloud.volume_billing.is_empty());
+    assert!(cloud.volume_billing.iter().all(|b| b.status == "deleted"));
+    assert!(cloud.snapshot_billing.iter().all(|b| b.status == "ended"));
+    let balance = env.simulator.state().balance;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(
+        env.simulator.state().balance,
+        balance,
+        "nothing is billed any more"
+    );
+    env.stop_operator().await;
+}
+
+/// Every kind, each referring object created before the object it refers to: the order a
+/// `kubectl apply -f dir/` may take.
+async fn declare_every_kind_referrers_first(env: &Env) {
+    create::<GpuInstance>(
+        env,
+        &object(
+            "from-image",
+            serde_json::json!({"region": "us-east-1", "gpuType": "A100-80G",
+                "imageRef": {"name": "golden"}, "sshKeyRefs": [{"name": "dev-key"}]}),
+        ),
+    )
+    .await;
+    create::<Image>(
+        env,
+        &object(
+            "golden",
+            serde_json::json!({"snapshotRef": {"name": "saved"}}),
+        ),
+    )
+    .await;
+    create::<GpuInstance>(
+        env,
+        &object(
+            "resumed",
+            serde_json::json!({"region": "us-east-1", "source": {"snapshotRef": {"name": "saved"}}}),
+        ),
+    )
+    .await;
+    create::<Snapshot>(
+        env,
+        &object(
+            "saved",
+            serde_json::json!({"instanceRef": {"name": "trainer"}}),
+        ),
+    )
+    .await;
+    create::<Firewall>(
+        env,
+        &object(
+            "ssh-only",
+            serde_json::json!({
+                "region": "us-east-1",
+                "rules": [{"direction": "Ingress", "protocol": "tcp", "etherType": "IPv4",
+                    "remoteIpPrefix": "203.0.113.0/24", "portRangeMin": 22, "portRangeMax": 22}],
+                "instanceSelector": {"matchLabels": {"team": "a"}},
+            }),
+        ),
+    )
+    .await;
+    create::<Volume>(
+        env,
+        &object(
+            "dataset",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 50, "instanceRef": {"name": "trainer"}}),
+        ),
+    )
+    .await;
+    let mut trainer: GpuInstance = object(
+        "trainer",
+        serde_json::json!({"region": "us-east-1", "gpuType": "H100-80G",
+            "osImage": "ubuntu-22.04-cuda-12", "sshKeyRefs": [{"name": "dev-key"}]}),
+    );
+    trainer.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+    create(env, &trainer).await;
+    create::<SshKey>(env, &object("dev-key", serde_json::json!({}))).await;
+}
+
+/// Deletes every object at once, in no particular order, and waits until each is gone.
+async fn delete_everything_at_once(env: &Env) {
     let params = DeleteParams::default();
     env.api::<Snapshot>()
         .delete("saved", &params)
@@ -128,35 +161,13 @@ async fn everything_declared_at_once_becomes_ready_and_deletes_to_an_empty_accou
         .await
         .unwrap();
     for name in ["trainer", "resumed", "from-image"] {
-        gone::<GpuInstance>(&env, name).await;
+        gone::<GpuInstance>(env, name).await;
     }
-    gone::<Snapshot>(&env, "saved").await;
-    gone::<SshKey>(&env, "dev-key").await;
-    gone::<Firewall>(&env, "ssh-only").await;
-    gone::<Image>(&env, "golden").await;
-    gone::<Volume>(&env, "dataset").await;
-
-    let cloud = env.simulator.state();
-    assert!(cloud.instances.is_empty(), "{:?}", cloud.instances);
-    assert!(cloud.volumes.is_empty(), "{:?}", cloud.volumes);
-    assert!(cloud.snapshots.is_empty(), "{:?}", cloud.snapshots);
-    assert!(cloud.images.is_empty(), "{:?}", cloud.images);
-    assert!(cloud.firewalls.is_empty(), "{:?}", cloud.firewalls);
-    assert!(cloud.ssh_keys.is_empty(), "{:?}", cloud.ssh_keys);
-    // Billing stopped: every record is closed.
-    assert_eq!(cloud.instance_billing.len(), 3);
-    assert!(cloud.instance_billing.iter().all(|b| b.end_time.is_some()));
-    assert!(!cloud.volume_billing.is_empty());
-    assert!(cloud.volume_billing.iter().all(|b| b.status == "deleted"));
-    assert!(cloud.snapshot_billing.iter().all(|b| b.status == "ended"));
-    let balance = env.simulator.state().balance;
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    assert_eq!(
-        env.simulator.state().balance,
-        balance,
-        "nothing is billed any more"
-    );
-    env.stop_operator().await;
+    gone::<Snapshot>(env, "saved").await;
+    gone::<SshKey>(env, "dev-key").await;
+    gone::<Firewall>(env, "ssh-only").await;
+    gone::<Image>(env, "golden").await;
+    gone::<Volume>(env, "dataset").await;
 }
 
 /// With the periodic resync far away, objects waiting for a reference can only make progress

@@ -106,10 +106,25 @@ fn legacy_vm_with(rule_changes: Value) -> Value {
 }
 
 fn cases() -> Vec<Case> {
-    let volume = json!({"region": "us-east-1", "sizeGb": 10});
-    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop";
+    [
+        lifetime_cases(),
+        gpu_instance_size_and_place_cases(),
+        gpu_instance_spec_cases(),
+        gpu_instance_reference_cases(),
+        gpu_instance_change_and_name_cases(),
+        volume_cases(),
+        firewall_cases(),
+        ssh_key_cases(),
+        snapshot_and_image_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// GpuInstance lifetimes: `spec.lifetime`.
+fn lifetime_cases() -> Vec<Case> {
     vec![
-        // GpuInstance lifetimes
         spec(
             "lifetime ttl negative",
             "GpuInstance",
@@ -182,7 +197,12 @@ fn cases() -> Vec<Case> {
             ),
             "spec.schedule.windows[0].days[0]",
         ),
-        // GpuInstance
+    ]
+}
+
+/// GpuInstance: how many GPUs of which type, where.
+fn gpu_instance_size_and_place_cases() -> Vec<Case> {
+    vec![
         spec(
             "gpuCount of the wrong type",
             "GpuInstance",
@@ -231,6 +251,12 @@ fn cases() -> Vec<Case> {
             with(vm(), json!({"gpuType": null})),
             "gpuType",
         ),
+    ]
+}
+
+/// GpuInstance: boot source, security rules, power state and price limit.
+fn gpu_instance_spec_cases() -> Vec<Case> {
+    vec![
         spec(
             "two boot sources",
             "GpuInstance",
@@ -288,6 +314,12 @@ fn cases() -> Vec<Case> {
             with(vm(), json!({"maxHourlyRate": "cheap"})),
             "maxHourlyRate",
         ),
+    ]
+}
+
+/// GpuInstance: references to other objects and Secrets, and the startup script.
+fn gpu_instance_reference_cases() -> Vec<Case> {
+    vec![
         spec(
             "sshKeyRefs not a list",
             "GpuInstance",
@@ -348,6 +380,12 @@ fn cases() -> Vec<Case> {
             ),
             "startupScript.inline",
         ),
+    ]
+}
+
+/// GpuInstance: changes the cloud cannot make, immutable fields, names.
+fn gpu_instance_change_and_name_cases() -> Vec<Case> {
+    vec![
         spec(
             "Hibernated on the Advanced tier, which cannot wake it",
             "GpuInstance",
@@ -436,7 +474,13 @@ fn cases() -> Vec<Case> {
             "connectionSecret is immutable",
         )
         .update_of(vm()),
-        // Volume
+    ]
+}
+
+/// Volume.
+fn volume_cases() -> Vec<Case> {
+    let volume = json!({"region": "us-east-1", "sizeGb": 10});
+    vec![
         spec(
             "sizeGb negative",
             "Volume",
@@ -475,7 +519,12 @@ fn cases() -> Vec<Case> {
             "volumeType",
         )
         .update_of(with(volume.clone(), json!({"volumeType": "NVMe"}))),
-        // Firewall
+    ]
+}
+
+/// Firewall.
+fn firewall_cases() -> Vec<Case> {
+    vec![
         spec(
             "CIDR with an octet past 255",
             "Firewall",
@@ -557,7 +606,13 @@ fn cases() -> Vec<Case> {
             "credentialsSecretRef is immutable",
         )
         .update_of(json!({"region": "us-east-1", "credentialsSecretRef": {"name": "team-key"}})),
-        // SshKey
+    ]
+}
+
+/// SshKey.
+fn ssh_key_cases() -> Vec<Case> {
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop";
+    vec![
         spec(
             "publicKey not a key",
             "SshKey",
@@ -603,7 +658,12 @@ fn cases() -> Vec<Case> {
             "credentialsSecretRef is immutable",
         )
         .update_of(json!({"publicKey": key, "credentialsSecretRef": {"name": "team-key"}})),
-        // Snapshot
+    ]
+}
+
+/// Snapshot and Image.
+fn snapshot_and_image_cases() -> Vec<Case> {
+    vec![
         spec(
             "two sources",
             "Snapshot",

@@ -652,39 +652,10 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     let names = [trainer.cloud_status(), scratch.cloud_status()]
         .map(|s| s.cloud_name.unwrap())
         .to_vec();
-    // Settled with a machine running (its projection moving with the clock), the Budget is
-    // counted at the resync (2 s here) and written only when a figure moved: its own status
-    // write does not count it again.
-    let budget_writes = || {
-        env.apiserver
-            .requests()
-            .iter()
-            .filter(|r| r.resource == "budgets" && r.subresource == "status" && r.verb != "get")
-            .count()
-    };
-    let before = budget_writes();
-    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    let writes = budget_writes() - before;
-    assert!(
-        writes <= 3,
-        "{writes} status writes of a settled Budget in 5 s"
-    );
+    assert_a_settled_budget_is_rarely_written(&env).await;
 
     // Ten days running, then stopped (billed a tenth) and the volume deleted: its spend stays.
-    env.simulator
-        .advance_clock(std::time::Duration::from_secs(10 * 86_400));
-    env.api::<GpuInstance>()
-        .patch(
-            "trainer",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
-        )
-        .await
-        .unwrap();
-    power_is(&env, "trainer", "STOPPED").await;
-    support::delete_and_wait::<Volume>(&env, "scratch").await;
-    env.simulator
-        .advance_clock(std::time::Duration::from_secs(20 * 86_400));
+    run_ten_days_then_stop_and_delete_the_volume(&env).await;
 
     // The Budget is counted again on its own (at the resync); its billing is read at most
     // once per catalog TTL.
@@ -703,14 +674,66 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     .await;
     // A month of a machine is hundreds of dollars: the test measured something.
     assert!(spent > 10.0 * 24.0 * L40S, "{spent}");
-    // The metric by kind and namespace: the machine's billing since it was made (the deleted
-    // volume is no longer the namespace's).
+    assert_the_spend_metric_shows_the_machines_billing(&env, &metrics, &names).await;
+
+    // Spent: lowered below what is spent, the Budget refuses the next create.
+    assert_a_spent_budget_refuses(&env, &api, spent).await;
+    assert_eq!(machines_in_cloud(&env), 1);
+    env.stop_operator().await;
+}
+
+/// Settled with a machine running (its projection moving with the clock), the Budget is
+/// counted at the resync (2 s here) and written only when a figure moved: its own status write
+/// does not count it again.
+async fn assert_a_settled_budget_is_rarely_written(env: &Env) {
+    let budget_writes = || {
+        env.apiserver
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "budgets" && r.subresource == "status" && r.verb != "get")
+            .count()
+    };
+    let before = budget_writes();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let writes = budget_writes() - before;
+    assert!(
+        writes <= 3,
+        "{writes} status writes of a settled Budget in 5 s"
+    );
+}
+
+/// Runs the machine `trainer` for ten days, stops it (billed a tenth from then on), deletes
+/// the volume `scratch`, and lets twenty more days pass.
+async fn run_ten_days_then_stop_and_delete_the_volume(env: &Env) {
+    env.simulator
+        .advance_clock(std::time::Duration::from_secs(10 * 86_400));
+    env.api::<GpuInstance>()
+        .patch(
+            "trainer",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+        )
+        .await
+        .unwrap();
+    power_is(env, "trainer", "STOPPED").await;
+    support::delete_and_wait::<Volume>(env, "scratch").await;
+    env.simulator
+        .advance_clock(std::time::Duration::from_secs(20 * 86_400));
+}
+
+/// `gpucloud_spend` by kind and namespace shows the machine's billing since it was made (the
+/// deleted volume is no longer the namespace's).
+async fn assert_the_spend_metric_shows_the_machines_billing(
+    env: &Env,
+    metrics: &std::sync::Arc<gpucloud_telemetry::Metrics>,
+    names: &[String],
+) {
     let series = format!(
         "gpucloud_spend{{kind=\"GpuInstance\",object_namespace=\"{}\",currency=\"USD\"}} ",
         support::NAMESPACE
     );
     eventually(30, "gpucloud_spend shows the machine's billing", || {
-        let (metrics, series, names, env) = (metrics.clone(), series.clone(), names.clone(), &env);
+        let (metrics, series) = (metrics.clone(), series.clone());
         async move {
             let machine = billed(env, &names[..1]).await;
             let text = metrics.encode();
@@ -728,8 +751,11 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
         "{}",
         metrics.encode()
     );
+}
 
-    // Spent: lowered below what is spent, the Budget refuses the next create.
+/// With `maxSpend` lowered below what is spent, the Budget says so in its conditions and
+/// refuses the next create.
+async fn assert_a_spent_budget_refuses(env: &Env, api: &Api<Budget>, spent: f64) {
     api.patch(
         "month",
         &PatchParams::default(),
@@ -737,7 +763,7 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
     )
     .await
     .unwrap();
-    let month = budget_condition(&env, "month", "Exceeded", "True", "BudgetExceeded").await;
+    let month = budget_condition(env, "month", "Exceeded", "True", "BudgetExceeded").await;
     let ready = month
         .conditions
         .iter()
@@ -753,13 +779,11 @@ async fn a_month_of_spend_matches_the_clouds_billing_and_a_spent_budget_refuses(
         ready.message
     );
     assert!(month.conditions.iter().any(|c| c.type_ == "Stalled"));
-    support::create(&env, &machine("another", &[])).await;
+    support::create(env, &machine("another", &[])).await;
     let refused: GpuInstance =
-        support::condition(&env, "another", "Ready", "False", "BudgetExceeded").await;
+        support::condition(env, "another", "Ready", "False", "BudgetExceeded").await;
     let message = support::ready_message(&refused);
     assert!(message.contains("spent this period"), "{message}");
-    assert_eq!(machines_in_cloud(&env), 1);
-    env.stop_operator().await;
 }
 
 /// A Budget whose spend, projected at its counted rate to the end of its period, passes

@@ -6,6 +6,7 @@ use crate::support;
 
 use gpucloud_api::*;
 use kube::api::{Patch, PatchParams, PostParams};
+use std::collections::BTreeSet;
 use std::time::Duration;
 use support::{Env, eventually, ready_message};
 
@@ -247,23 +248,9 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
     )
     .await
     .unwrap();
-    let stalled_reason = |name: &'static str| {
-        let api = api.clone();
-        async move {
-            eventually(30, name, || {
-                let api = api.clone();
-                async move {
-                    let o = api.get(name).await.ok()?;
-                    let c = o.cloud_status().condition("Stalled")?.clone();
-                    (c.status == "True").then_some(c.reason)
-                }
-            })
-            .await
-        }
-    };
-    assert_eq!(stalled_reason("poor").await, "InsufficientCredit");
+    assert_eq!(stalled_reason(&env, "poor").await, "InsufficientCredit");
     // The balance check comes first for every billed create.
-    assert_eq!(stalled_reason("pricey").await, "InsufficientCredit");
+    assert_eq!(stalled_reason(&env, "pricey").await, "InsufficientCredit");
     assert_eq!(env.calls("CreateInstance"), 0);
     env.stop_operator().await;
 
@@ -286,30 +273,55 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
     .await
     .unwrap();
     support::ready::<GpuInstance>(&env, "poor").await;
-    assert_eq!(stalled_reason("pricey").await, "PriceAboveLimit");
+    assert_eq!(stalled_reason(&env, "pricey").await, "PriceAboveLimit");
     assert_eq!(env.simulator.state().instances.len(), 1);
 
     // A limit lowered below what the running machine costs: reported (not Ready, a Warning
     // event), and the machine is left running, since nothing asked for it to stop.
+    a_limit_below_the_running_rate_is_reported_and_the_machine_runs_on(&env).await;
+
+    // Stopped, then asked to run under a limit below its rate: not started (a start bills
+    // the full rate), `PriceAboveLimit` naming the rate; raised, it starts.
+    a_stopped_machine_stays_off_under_a_limit_below_its_rate(&env).await;
+}
+
+/// The reason of `name`'s `Stalled=True` condition, once it has one.
+async fn stalled_reason(env: &Env, name: &'static str) -> String {
+    let api = env.api::<GpuInstance>();
+    eventually(30, name, || {
+        let api = api.clone();
+        async move {
+            let o = api.get(name).await.ok()?;
+            let c = o.cloud_status().condition("Stalled")?.clone();
+            (c.status == "True").then_some(c.reason)
+        }
+    })
+    .await
+}
+
+/// `poor`, running, gets a `maxHourlyRate` below its rate: `PriceAboveLimit` and a Warning
+/// event, the machine left running; raised again, it is Ready for that generation.
+async fn a_limit_below_the_running_rate_is_reported_and_the_machine_runs_on(env: &Env) {
+    let api = env.api::<GpuInstance>();
     merge(
-        &env,
+        env,
         "poor",
         serde_json::json!({"spec": {"maxHourlyRate": 0.01}}),
     )
     .await
     .unwrap();
-    assert_eq!(stalled_reason("poor").await, "PriceAboveLimit");
+    assert_eq!(stalled_reason(env, "poor").await, "PriceAboveLimit");
     let message = ready_message(&api.get("poor").await.unwrap());
     assert!(
         message.contains("maxHourlyRate 0.0100") && message.contains("keeps running"),
         "{message}"
     );
-    support::wait_for_events(&env, "poor", &["PriceAboveLimit"]).await;
+    support::wait_for_events(env, "poor", &["PriceAboveLimit"]).await;
     assert_eq!(env.calls("StopInstance"), 0, "the machine was stopped");
     assert_eq!(env.simulator.state().instances[0].status.as_str(), "ACTIVE");
     // Raised again: Ready for that generation.
     merge(
-        &env,
+        env,
         "poor",
         serde_json::json!({"spec": {"maxHourlyRate": 1000}}),
     )
@@ -323,20 +335,22 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
             .then_some(())
     })
     .await;
+}
 
-    // Stopped, then asked to run under a limit below its rate: not started (a start bills
-    // the full rate), `PriceAboveLimit` naming the rate; raised, it starts.
-    change_and_wait::<GpuInstance>(&env, "poor", serde_json::json!({"powerState": "Stopped"}))
-        .await;
+/// `poor`, stopped, is asked to run under a limit below its rate: not started (a start bills
+/// the full rate), `PriceAboveLimit` naming the rate; raised, it starts.
+async fn a_stopped_machine_stays_off_under_a_limit_below_its_rate(env: &Env) {
+    let api = env.api::<GpuInstance>();
+    change_and_wait::<GpuInstance>(env, "poor", serde_json::json!({"powerState": "Stopped"})).await;
     let starts = env.calls("StartInstance");
     merge(
-        &env,
+        env,
         "poor",
         serde_json::json!({"spec": {"maxHourlyRate": 0.01, "powerState": "Running"}}),
     )
     .await
     .unwrap();
-    assert_eq!(stalled_reason("poor").await, "PriceAboveLimit");
+    assert_eq!(stalled_reason(env, "poor").await, "PriceAboveLimit");
     let message = ready_message(&api.get("poor").await.unwrap());
     assert!(
         message.contains("would cost") && message.contains("stays off"),
@@ -351,7 +365,7 @@ async fn budget_floor_and_price_limit_refuse_billed_creates() {
         env.simulator.state().instances[0].status.as_str(),
         "SHUTOFF"
     );
-    change_and_wait::<GpuInstance>(&env, "poor", serde_json::json!({"maxHourlyRate": 1000})).await;
+    change_and_wait::<GpuInstance>(env, "poor", serde_json::json!({"maxHourlyRate": 1000})).await;
     assert_eq!(env.simulator.state().instances[0].status.as_str(), "ACTIVE");
 }
 
@@ -393,8 +407,6 @@ where
 /// changeable without a case here fails the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_changeable_field_reaches_the_cloud_before_ready() {
-    use gpucloud_cloud::model::InstanceStatus;
-    use std::collections::BTreeSet;
     let mut env = Env::start().await;
     let api = env.api::<GpuInstance>();
     for (name, extra) in [
@@ -425,52 +437,81 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
     .await;
     support::ready::<Volume>(&env, "walk").await;
     support::ready::<Firewall>(&env, "walk").await;
-    let cloud_instance = |id: &str| {
-        env.simulator
-            .state()
-            .instances
-            .into_iter()
-            .find(|i| i.instance_id == id)
-            .unwrap()
-    };
-    let volume = || support::data_volumes(&env).pop().unwrap();
-    let firewall = || {
-        env.simulator
-            .state()
-            .firewalls
-            .into_iter()
-            .find(|f| f.name.contains("walk"))
-            .unwrap()
-    };
-    let attached = || -> BTreeSet<String> {
-        firewall()
-            .attachments
-            .into_iter()
-            .map(|a| a.vm.id)
-            .collect()
-    };
-    let rule = serde_json::json!({"protocol": "tcp", "remoteIpPrefix": "10.0.0.0/8", "portRangeMin": 22, "portRangeMax": 22});
-    let mut walked = BTreeSet::new();
+    let mut walked = Walked::new();
+    walk_gpu_instance(&env, (&walk, &legacy), &mut walked).await;
+    walk_volume_fields(&env, (&walk, &peer), &mut walked).await;
+    walk_snapshot(&env, &mut walked).await;
+    walk_firewall_fields(&env, (&walk, &peer), &mut walked).await;
+    assert_every_changeable_field_walked(&walked);
+    env.stop_operator().await;
+}
 
-    // GpuInstance
-    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"powerState": "Stopped"}))
-        .await;
-    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Shutoff);
-    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"powerState": "Running"}))
-        .await;
-    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Active);
+/// The `(kind, field)` pairs a walk has changed.
+type Walked = BTreeSet<(&'static str, &'static str)>;
+
+/// The simulator's record of the machine `id`.
+fn cloud_instance(env: &Env, id: &str) -> gpucloud_cloud::model::Instance {
+    env.simulator
+        .state()
+        .instances
+        .into_iter()
+        .find(|i| i.instance_id == id)
+        .unwrap()
+}
+
+/// The simulator's record of the one data volume.
+fn walk_volume(env: &Env) -> gpucloud_cloud::model::Volume {
+    support::data_volumes(env).pop().unwrap()
+}
+
+/// The simulator's record of the Firewall `walk`.
+fn walk_firewall(env: &Env) -> gpucloud_cloud::model::Firewall {
+    env.simulator
+        .state()
+        .firewalls
+        .into_iter()
+        .find(|f| f.name.contains("walk"))
+        .unwrap()
+}
+
+/// The machines the Firewall `walk` is attached to in the cloud.
+fn attached_to_walk_firewall(env: &Env) -> BTreeSet<String> {
+    walk_firewall(env)
+        .attachments
+        .into_iter()
+        .map(|a| a.vm.id)
+        .collect()
+}
+
+/// An SSH rule from 10.0.0.0/8.
+fn ssh_rule() -> serde_json::Value {
+    serde_json::json!({"protocol": "tcp", "remoteIpPrefix": "10.0.0.0/8", "portRangeMin": 22, "portRangeMax": 22})
+}
+
+/// A lifetime already over, with `onExpiry: Delete`.
+fn expired() -> serde_json::Value {
+    serde_json::json!({"spec": {"lifetime": {"expiresAt": "2020-01-01T00:00:00Z", "onExpiry": "Delete"}}})
+}
+
+/// GpuInstance's changeable fields, on the machines `walk` and `walk-legacy`.
+async fn walk_gpu_instance(env: &Env, (walk, legacy): (&str, &str), walked: &mut Walked) {
+    use gpucloud_cloud::model::InstanceStatus;
+    change_and_wait::<GpuInstance>(env, "walk", serde_json::json!({"powerState": "Stopped"})).await;
+    assert_eq!(cloud_instance(env, walk).status, InstanceStatus::Shutoff);
+    change_and_wait::<GpuInstance>(env, "walk", serde_json::json!({"powerState": "Running"})).await;
+    assert_eq!(cloud_instance(env, walk).status, InstanceStatus::Active);
     walked.insert(("GpuInstance", "powerState"));
-    let before = cloud_instance(&walk).public_ip_enabled;
-    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"publicIp": !before})).await;
-    assert_eq!(cloud_instance(&walk).public_ip_enabled, !before);
+    let before = cloud_instance(env, walk).public_ip_enabled;
+    change_and_wait::<GpuInstance>(env, "walk", serde_json::json!({"publicIp": !before})).await;
+    assert_eq!(cloud_instance(env, walk).public_ip_enabled, !before);
     walked.insert(("GpuInstance", "publicIp"));
     change_and_wait::<GpuInstance>(
-        &env,
+        env,
         "walk-legacy",
-        serde_json::json!({"securityRules": [rule.clone()]}),
+        serde_json::json!({"securityRules": [ssh_rule()]}),
     )
     .await;
-    let rules = cloud_instance(&legacy).security_rules;
+    let rules = cloud_instance(env, legacy).security_rules;
     assert!(
         rules
             .iter()
@@ -480,29 +521,27 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
     walked.insert(("GpuInstance", "securityRules"));
     // A lifetime already over stops the machine; removed, the machine runs again.
     change_and_wait::<GpuInstance>(
-        &env,
+        env,
         "walk-legacy",
         serde_json::json!({"lifetime": {"expiresAt": "2020-01-01T00:00:00Z"}}),
     )
     .await;
-    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Shutoff);
-    change_and_wait::<GpuInstance>(&env, "walk-legacy", serde_json::json!({"lifetime": null}))
-        .await;
-    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Active);
+    assert_eq!(cloud_instance(env, legacy).status, InstanceStatus::Shutoff);
+    change_and_wait::<GpuInstance>(env, "walk-legacy", serde_json::json!({"lifetime": null})).await;
+    assert_eq!(cloud_instance(env, legacy).status, InstanceStatus::Active);
     walked.insert(("GpuInstance", "lifetime"));
     // A schedule whose one window is not now (the first second of each day) stops it.
     let every_day = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
     change_and_wait::<GpuInstance>(
-        &env,
+        env,
         "walk-legacy",
         serde_json::json!({"schedule": {"timeZone": "UTC", "windows": [
             {"days": every_day, "from": "00:00", "to": "00:00:01"}]}}),
     )
     .await;
-    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Shutoff);
-    change_and_wait::<GpuInstance>(&env, "walk-legacy", serde_json::json!({"schedule": null}))
-        .await;
-    assert_eq!(cloud_instance(&legacy).status, InstanceStatus::Active);
+    assert_eq!(cloud_instance(env, legacy).status, InstanceStatus::Shutoff);
+    change_and_wait::<GpuInstance>(env, "walk-legacy", serde_json::json!({"schedule": null})).await;
+    assert_eq!(cloud_instance(env, legacy).status, InstanceStatus::Active);
     walked.insert(("GpuInstance", "schedule"));
     // Re-checked: a limit below the running machine's rate is reported, and the machine is
     // left as it is; raised again, the machine is Ready.
@@ -514,70 +553,79 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
         )
         .await
         .unwrap();
-    support::condition::<GpuInstance>(&env, "walk", "Stalled", "True", "PriceAboveLimit").await;
-    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Active);
-    change_and_wait::<GpuInstance>(&env, "walk", serde_json::json!({"maxHourlyRate": 1000})).await;
-    assert_eq!(cloud_instance(&walk).status, InstanceStatus::Active);
+    support::condition::<GpuInstance>(env, "walk", "Stalled", "True", "PriceAboveLimit").await;
+    assert_eq!(cloud_instance(env, walk).status, InstanceStatus::Active);
+    change_and_wait::<GpuInstance>(env, "walk", serde_json::json!({"maxHourlyRate": 1000})).await;
+    assert_eq!(cloud_instance(env, walk).status, InstanceStatus::Active);
     walked.insert(("GpuInstance", "maxHourlyRate"));
+}
 
-    // Volume
-    change_and_wait::<Volume>(&env, "walk", serde_json::json!({"sizeGb": 20})).await;
-    assert_eq!(volume().size, 20);
+/// Volume's changeable fields: resized, attached to `walk`, moved to `walk-peer`, detached,
+/// and deleted by its lifetime.
+async fn walk_volume_fields(env: &Env, (walk, peer): (&str, &str), walked: &mut Walked) {
+    change_and_wait::<Volume>(env, "walk", serde_json::json!({"sizeGb": 20})).await;
+    assert_eq!(walk_volume(env).size, 20);
     walked.insert(("Volume", "sizeGb"));
     change_and_wait::<Volume>(
-        &env,
+        env,
         "walk",
         serde_json::json!({"instanceRef": {"name": "walk"}}),
     )
     .await;
-    assert_eq!(volume().instance_id.as_deref(), Some(walk.as_str()));
+    assert_eq!(walk_volume(env).instance_id.as_deref(), Some(walk));
     change_and_wait::<Volume>(
-        &env,
+        env,
         "walk",
         serde_json::json!({"instanceRef": {"name": "walk-peer"}}),
     )
     .await;
-    assert_eq!(volume().instance_id.as_deref(), Some(peer.as_str()));
-    change_and_wait::<Volume>(&env, "walk", serde_json::json!({"instanceRef": null})).await;
-    assert_eq!(volume().instance_id, None);
+    assert_eq!(walk_volume(env).instance_id.as_deref(), Some(peer));
+    change_and_wait::<Volume>(env, "walk", serde_json::json!({"instanceRef": null})).await;
+    assert_eq!(walk_volume(env).instance_id, None);
     walked.insert(("Volume", "instanceRef"));
     // A lifetime already over deletes the volume and its object.
-    let expired = serde_json::json!({"spec": {"lifetime": {"expiresAt": "2020-01-01T00:00:00Z", "onExpiry": "Delete"}}});
-    merge_into::<Volume>(&env, "walk", expired.clone())
-        .await
-        .unwrap();
-    support::gone::<Volume>(&env, "walk").await;
-    assert!(support::data_volumes(&env).is_empty());
+    merge_into::<Volume>(env, "walk", expired()).await.unwrap();
+    support::gone::<Volume>(env, "walk").await;
+    assert!(support::data_volumes(env).is_empty());
     walked.insert(("Volume", "lifetime"));
+}
 
-    // Snapshot
+/// Snapshot's changeable field: a lifetime already over deletes it.
+async fn walk_snapshot(env: &Env, walked: &mut Walked) {
     support::create(
-        &env,
+        env,
         &support::object::<Snapshot>(
             "walk",
             serde_json::json!({"instanceRef": {"name": "walk-peer"}}),
         ),
     )
     .await;
-    support::ready::<Snapshot>(&env, "walk").await;
-    merge_into::<Snapshot>(&env, "walk", expired).await.unwrap();
-    support::gone::<Snapshot>(&env, "walk").await;
+    support::ready::<Snapshot>(env, "walk").await;
+    merge_into::<Snapshot>(env, "walk", expired())
+        .await
+        .unwrap();
+    support::gone::<Snapshot>(env, "walk").await;
     assert!(env.simulator.state().snapshots.is_empty());
     walked.insert(("Snapshot", "lifetime"));
+}
 
-    // Firewall
-    change_and_wait::<Firewall>(&env, "walk", serde_json::json!({"rules": [rule.clone()]})).await;
-    assert_eq!(firewall().rules.len(), 1);
-    change_and_wait::<Firewall>(&env, "walk", serde_json::json!({"rules": []})).await;
-    assert!(firewall().rules.is_empty());
+/// Firewall's changeable fields: rules, attachments by name and by selector.
+async fn walk_firewall_fields(env: &Env, (walk, peer): (&str, &str), walked: &mut Walked) {
+    change_and_wait::<Firewall>(env, "walk", serde_json::json!({"rules": [ssh_rule()]})).await;
+    assert_eq!(walk_firewall(env).rules.len(), 1);
+    change_and_wait::<Firewall>(env, "walk", serde_json::json!({"rules": []})).await;
+    assert!(walk_firewall(env).rules.is_empty());
     walked.insert(("Firewall", "rules"));
     change_and_wait::<Firewall>(
-        &env,
+        env,
         "walk",
         serde_json::json!({"instanceRefs": [{"name": "walk"}]}),
     )
     .await;
-    assert_eq!(attached(), BTreeSet::from([walk.clone()]));
+    assert_eq!(
+        attached_to_walk_firewall(env),
+        BTreeSet::from([walk.to_string()])
+    );
     walked.insert(("Firewall", "instanceRefs"));
     env.api::<GpuInstance>()
         .patch(
@@ -588,14 +636,20 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
         .await
         .unwrap();
     change_and_wait::<Firewall>(
-        &env,
+        env,
         "walk",
         serde_json::json!({"instanceSelector": {"matchLabels": {"role": "train"}}}),
     )
     .await;
-    assert_eq!(attached(), BTreeSet::from([walk.clone(), peer.clone()]));
+    assert_eq!(
+        attached_to_walk_firewall(env),
+        BTreeSet::from([walk.to_string(), peer.to_string()])
+    );
     walked.insert(("Firewall", "instanceSelector"));
+}
 
+/// Every field a kind declares `Applied` or `Rechecked` was walked.
+fn assert_every_changeable_field_walked(walked: &Walked) {
     let mut missing = Vec::new();
     for kind in gpucloud_controller::kinds::registry::kinds() {
         let name = kind.crd.spec.names.kind.clone();
@@ -610,7 +664,6 @@ async fn every_changeable_field_reaches_the_cloud_before_ready() {
         missing.is_empty(),
         "changeable fields not walked: {missing:?}"
     );
-    env.stop_operator().await;
 }
 
 /// The balance floor reads the balance afresh for every billed create: a balance that fell

@@ -110,103 +110,13 @@ async fn rules_and_attachments_are_reconciled_as_a_diff() {
     assert_eq!(cloud_firewall(&env).description, "training cluster");
     let ssh_rule = rules(&env)[&("10.0.0.0/8".to_string(), 22)].clone();
 
-    // Add a rule: the existing one is left alone.
-    patch_spec(
-        &env,
-        serde_json::json!({"rules": [rule("10.0.0.0/8", 22), rule("0.0.0.0/0", 443)]}),
-    )
-    .await
-    .unwrap();
-    eventually(30, "second rule added", || async {
-        (rules(&env).len() == 2).then_some(())
-    })
-    .await;
-    assert_eq!(rules(&env)[&("10.0.0.0/8".to_string(), 22)], ssh_rule);
-    ready::<Firewall>(&env, "edge").await;
-
-    // Remove one: only that one goes.
-    patch_spec(&env, serde_json::json!({"rules": [rule("10.0.0.0/8", 22)]}))
-        .await
-        .unwrap();
-    eventually(30, "rule removed", || async {
-        (rules(&env).len() == 1).then_some(())
-    })
-    .await;
-    assert_eq!(rules(&env)[&("10.0.0.0/8".to_string(), 22)], ssh_rule);
-    assert_eq!(env.calls("RemoveFirewallRule"), 1);
-
-    // A rule changed by hand in the cloud is put back.
-    let cloud = cloud_client(&env);
-    let fw_id = cloud_firewall(&env).id;
-    cloud.remove_firewall_rule(&fw_id, &ssh_rule).await.unwrap();
-    cloud
-        .add_firewall_rule(&fw_id, &NewRule::tcp_ingress("0.0.0.0/0", 22))
-        .await
-        .unwrap();
-    // The next cloud list shows the change and wakes the firewall.
-    eventually(30, "hand-made rule replaced by the spec's", || async {
-        let r = rules(&env);
-        (r.len() == 1 && r.contains_key(&("10.0.0.0/8".to_string(), 22))).then_some(())
-    })
-    .await;
+    rules_are_changed_as_a_diff_and_put_back(&env, &ssh_rule).await;
 
     // A labelled machine appearing is attached; a label removed detaches.
-    create(&env, &machine("c", &[("role", "train")])).await;
-    let c = id_of(&env, "c").await;
-    eventually(30, "c attached by selector", || async {
-        attached(&env).contains(&c).then_some(())
-    })
-    .await;
-    env.api::<GpuInstance>()
-        .patch(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"role": null}}})),
-        )
-        .await
-        .unwrap();
-    eventually(30, "a detached", || async {
-        (attached(&env) == BTreeSet::from([b.clone(), c.clone()])).then_some(())
-    })
-    .await;
-    // Dropping the reference detaches b.
-    patch_spec(&env, serde_json::json!({"instanceRefs": null}))
-        .await
-        .unwrap();
-    eventually(30, "b detached", || async {
-        (attached(&env) == BTreeSet::from([c.clone()])).then_some(())
-    })
-    .await;
-    let fw: Firewall = ready(&env, "edge").await;
-    assert_eq!(fw.status.unwrap().attached_instance_ids, vec![c.clone()]);
+    attachments_follow_labels_and_references(&env, &b).await;
 
     // Refused at admission: bad CIDR, ports out of order, region change.
-    let bad_cidr = patch_spec(
-        &env,
-        serde_json::json!({"rules": [rule("10.0.0.300/8", 22)]}),
-    )
-    .await
-    .unwrap_err();
-    assert!(
-        bad_cidr.to_string().contains("must be a CIDR"),
-        "{bad_cidr}"
-    );
-    let mut reversed = rule("10.0.0.0/8", 22);
-    reversed["portRangeMin"] = 100.into();
-    reversed["portRangeMax"] = 10.into();
-    let bad_ports = patch_spec(&env, serde_json::json!({"rules": [reversed]}))
-        .await
-        .unwrap_err();
-    assert!(
-        bad_ports
-            .to_string()
-            .contains("portRangeMin must not exceed portRangeMax"),
-        "{bad_ports}"
-    );
-    let moved = patch_spec(&env, serde_json::json!({"region": "eu-west-1"}))
-        .await
-        .unwrap_err();
-    assert!(moved.to_string().contains("region is immutable"), "{moved}");
+    bad_rules_and_a_region_change_are_refused(&env).await;
 
     // A protocol the cloud's catalog lacks stalls with the catalog in the message.
     let mut sctp = rule("10.0.0.0/8", 22);
@@ -229,6 +139,112 @@ async fn rules_and_attachments_are_reconciled_as_a_diff() {
     assert!(env.simulator.state().firewalls.is_empty());
     assert_eq!(env.simulator.state().instances.len(), 3);
     env.stop_operator().await;
+}
+
+/// Rules added and removed one by one (the others left alone), and a rule changed by hand in
+/// the cloud put back; `ssh_rule` is the cloud id of the spec's first rule.
+async fn rules_are_changed_as_a_diff_and_put_back(env: &Env, ssh_rule: &str) {
+    patch_spec(
+        env,
+        serde_json::json!({"rules": [rule("10.0.0.0/8", 22), rule("0.0.0.0/0", 443)]}),
+    )
+    .await
+    .unwrap();
+    eventually(30, "second rule added", || async {
+        (rules(env).len() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(rules(env)[&("10.0.0.0/8".to_string(), 22)], ssh_rule);
+    ready::<Firewall>(env, "edge").await;
+
+    // Remove one: only that one goes.
+    patch_spec(env, serde_json::json!({"rules": [rule("10.0.0.0/8", 22)]}))
+        .await
+        .unwrap();
+    eventually(30, "rule removed", || async {
+        (rules(env).len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(rules(env)[&("10.0.0.0/8".to_string(), 22)], ssh_rule);
+    assert_eq!(env.calls("RemoveFirewallRule"), 1);
+
+    // A rule changed by hand in the cloud is put back.
+    let cloud = cloud_client(env);
+    let fw_id = cloud_firewall(env).id;
+    cloud.remove_firewall_rule(&fw_id, ssh_rule).await.unwrap();
+    cloud
+        .add_firewall_rule(&fw_id, &NewRule::tcp_ingress("0.0.0.0/0", 22))
+        .await
+        .unwrap();
+    // The next cloud list shows the change and wakes the firewall.
+    eventually(30, "hand-made rule replaced by the spec's", || async {
+        let r = rules(env);
+        (r.len() == 1 && r.contains_key(&("10.0.0.0/8".to_string(), 22))).then_some(())
+    })
+    .await;
+}
+
+/// A labelled machine appearing is attached, a label removed detaches, and dropping the
+/// reference detaches the referenced machine `b`: at the end only `c` is attached.
+async fn attachments_follow_labels_and_references(env: &Env, b: &str) {
+    create(env, &machine("c", &[("role", "train")])).await;
+    let c = id_of(env, "c").await;
+    eventually(30, "c attached by selector", || async {
+        attached(env).contains(&c).then_some(())
+    })
+    .await;
+    env.api::<GpuInstance>()
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"role": null}}})),
+        )
+        .await
+        .unwrap();
+    eventually(30, "a detached", || async {
+        (attached(env) == BTreeSet::from([b.to_string(), c.clone()])).then_some(())
+    })
+    .await;
+    // Dropping the reference detaches b.
+    patch_spec(env, serde_json::json!({"instanceRefs": null}))
+        .await
+        .unwrap();
+    eventually(30, "b detached", || async {
+        (attached(env) == BTreeSet::from([c.clone()])).then_some(())
+    })
+    .await;
+    let fw: Firewall = ready(env, "edge").await;
+    assert_eq!(fw.status.unwrap().attached_instance_ids, vec![c.clone()]);
+}
+
+/// Refused at admission: a bad CIDR, ports out of order, a region change.
+async fn bad_rules_and_a_region_change_are_refused(env: &Env) {
+    let bad_cidr = patch_spec(
+        env,
+        serde_json::json!({"rules": [rule("10.0.0.300/8", 22)]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        bad_cidr.to_string().contains("must be a CIDR"),
+        "{bad_cidr}"
+    );
+    let mut reversed = rule("10.0.0.0/8", 22);
+    reversed["portRangeMin"] = 100.into();
+    reversed["portRangeMax"] = 10.into();
+    let bad_ports = patch_spec(env, serde_json::json!({"rules": [reversed]}))
+        .await
+        .unwrap_err();
+    assert!(
+        bad_ports
+            .to_string()
+            .contains("portRangeMin must not exceed portRangeMax"),
+        "{bad_ports}"
+    );
+    let moved = patch_spec(env, serde_json::json!({"region": "eu-west-1"}))
+        .await
+        .unwrap_err();
+    assert!(moved.to_string().contains("region is immutable"), "{moved}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

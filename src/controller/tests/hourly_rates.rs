@@ -44,53 +44,7 @@ fn close(shown: f64, expected: f64) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volumes_snapshots_and_images_show_the_price_lists_rate_and_are_planned_at_it() {
     let env = Env::start().await;
-    create(
-        &env,
-        &object::<GpuInstance>(
-            "trainer",
-            serde_json::json!({
-                "region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
-                "osImage": "ubuntu-22.04-cuda-12",
-            }),
-        ),
-    )
-    .await;
-    create(
-        &env,
-        &object::<Volume>(
-            "scratch",
-            serde_json::json!({"region": "us-east-1", "sizeGb": 50, "volumeType": "SSD"}),
-        ),
-    )
-    .await;
-    // A clone has its source's size and type, then is grown to the spec's size.
-    create(
-        &env,
-        &object::<Volume>(
-            "copy",
-            serde_json::json!({
-                "region": "us-east-1", "sizeGb": 80, "volumeType": "SSD",
-                "source": {"volumeRef": {"name": "scratch"}},
-            }),
-        ),
-    )
-    .await;
-    create(
-        &env,
-        &object::<Snapshot>(
-            "epoch-3",
-            serde_json::json!({"instanceRef": {"name": "trainer"}}),
-        ),
-    )
-    .await;
-    create(
-        &env,
-        &object::<Image>(
-            "golden",
-            serde_json::json!({"snapshotRef": {"name": "epoch-3"}}),
-        ),
-    )
-    .await;
+    create_a_machine_two_volumes_a_snapshot_and_an_image(&env).await;
 
     let rate_of_volume = |v: &Volume| v.status.as_ref().and_then(|s| s.hourly_rate);
     let (scratch, scratch_rate) = priced(&env, "scratch", rate_of_volume).await;
@@ -168,8 +122,72 @@ async fn volumes_snapshots_and_images_show_the_price_lists_rate_and_are_planned_
         Some((image_rate, pricing.currency.clone()))
     );
 
-    // Settled, a rate read back from the API server is the rate computed again: no status is
-    // written again on the rechecks (one per resync interval, 2 s here).
+    settled_statuses_are_not_written_again(&env).await;
+
+    // A create is planned at the rate the status then shows.
+    creates_are_planned_at_the_shown_rates(
+        &env,
+        (&scratch, &epoch, &snapshot_id),
+        [scratch_rate, copy_rate, snapshot_rate, image_rate],
+    )
+    .await;
+}
+
+/// A machine, an SSD volume and a clone of it grown to 80 GB, a snapshot of the machine and an
+/// image of the snapshot.
+async fn create_a_machine_two_volumes_a_snapshot_and_an_image(env: &Env) {
+    create(
+        env,
+        &object::<GpuInstance>(
+            "trainer",
+            serde_json::json!({
+                "region": "us-east-1", "gpuType": "L40S", "gpuCount": 1,
+                "osImage": "ubuntu-22.04-cuda-12",
+            }),
+        ),
+    )
+    .await;
+    create(
+        env,
+        &object::<Volume>(
+            "scratch",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 50, "volumeType": "SSD"}),
+        ),
+    )
+    .await;
+    // A clone has its source's size and type, then is grown to the spec's size.
+    create(
+        env,
+        &object::<Volume>(
+            "copy",
+            serde_json::json!({
+                "region": "us-east-1", "sizeGb": 80, "volumeType": "SSD",
+                "source": {"volumeRef": {"name": "scratch"}},
+            }),
+        ),
+    )
+    .await;
+    create(
+        env,
+        &object::<Snapshot>(
+            "epoch-3",
+            serde_json::json!({"instanceRef": {"name": "trainer"}}),
+        ),
+    )
+    .await;
+    create(
+        env,
+        &object::<Image>(
+            "golden",
+            serde_json::json!({"snapshotRef": {"name": "epoch-3"}}),
+        ),
+    )
+    .await;
+}
+
+/// Settled, a rate read back from the API server is the rate computed again: no status is
+/// written again on the rechecks (one per resync interval, 2 s here).
+async fn settled_statuses_are_not_written_again(env: &Env) {
     let status_writes = || {
         env.apiserver
             .requests()
@@ -188,9 +206,18 @@ async fn volumes_snapshots_and_images_show_the_price_lists_rate_and_are_planned_
         before,
         "settled objects wrote their status again"
     );
+}
 
-    // A create is planned at the rate the status then shows: each kind's plan as its
-    // `plan_create` makes it, priced through an account of the same cloud.
+/// Each kind's create, planned as its `plan_create` makes it and priced through an account of
+/// the same cloud, is planned at the rate its status `shown` (scratch, copy, epoch-3, golden).
+async fn creates_are_planned_at_the_shown_rates(
+    env: &Env,
+    (scratch, epoch, snapshot_id): (&Volume, &Snapshot, &str),
+    [scratch_rate, copy_rate, snapshot_rate, image_rate]: [f64; 4],
+) {
+    let cloud = cloud_client(env);
+    let scratch_id = scratch.cloud_status().external_id.unwrap();
+    let snapshot_id = snapshot_id.to_string();
     let accounts = Accounts::new(test_config(&env.simulator).cloud, env.client.clone(), None);
     let account = accounts
         .account_for(ApiKey::new(env.simulator.api_key()))
@@ -200,9 +227,9 @@ async fn volumes_snapshots_and_images_show_the_price_lists_rate_and_are_planned_
         source_id: scratch_id,
         size_gb: 80,
     };
-    let trainer = ready_id::<GpuInstance>(&env, "trainer").await;
+    let trainer = ready_id::<GpuInstance>(env, "trainer").await;
     let machine = cloud.get_instance(&trainer).await.unwrap();
-    let snapshotted = snapshot::snapshot_plan(&epoch, trainer, &machine).unwrap();
+    let snapshotted = snapshot::snapshot_plan(epoch, trainer, &machine).unwrap();
     let planned = [
         (
             "Volume scratch",

@@ -84,50 +84,11 @@ async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account
     );
 
     // The connection Secret lets a Pod reach the machine with the generated key.
-    let connection = secrets.get("train-1-ssh").await.unwrap();
-    let data = connection.data.clone().unwrap();
-    let text = |k: &str| String::from_utf8_lossy(&data[k].0).into_owned();
-    assert_eq!(text("host"), status.ip_address.clone().unwrap());
-    assert_eq!(text("port"), "22");
-    assert_eq!(text("user"), "ubuntu");
-    assert_eq!(text("ssh-privatekey"), String::from_utf8_lossy(&private.0));
-    assert_eq!(
-        connection.metadata.owner_references.as_ref().unwrap()[0].uid,
-        vm.metadata.uid.clone().unwrap()
-    );
+    the_connection_secret_reaches_the_machine(&env, &vm, &private.0).await;
 
-    // Power round trip.
+    power_round_trip(&env).await;
+
     let api = env.api::<GpuInstance>();
-    api.patch(
-        "train-1",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
-    )
-    .await
-    .unwrap();
-    eventually(60, "instance SHUTOFF in the cloud", || async {
-        let cloud = env.simulator.state();
-        (cloud.instances[0].status.as_str() == "SHUTOFF").then_some(())
-    })
-    .await;
-    let stopped: GpuInstance = ready(&env, "train-1").await;
-    assert_eq!(
-        stopped.status.unwrap().cloud.state.as_deref(),
-        Some("SHUTOFF")
-    );
-    api.patch(
-        "train-1",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Running"}})),
-    )
-    .await
-    .unwrap();
-    eventually(60, "instance running again", || async {
-        let cloud = env.simulator.state();
-        (cloud.instances[0].vm_status.as_str() == "RUNNING").then_some(())
-    })
-    .await;
-
     // Delete: the finalizer holds the object until the cloud resource is gone.
     api.delete("train-1", &DeleteParams::default())
         .await
@@ -157,6 +118,58 @@ async fn instance_with_generated_key_reaches_ready_and_delete_leaves_the_account
     })
     .await;
     env.stop_operator().await;
+}
+
+/// `train-1-ssh`, owned by the machine `vm`, holds its address, port, user and the
+/// generated `private` key.
+async fn the_connection_secret_reaches_the_machine(env: &Env, vm: &GpuInstance, private: &[u8]) {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = env.api();
+    let status = vm.status.clone().unwrap();
+    let connection = secrets.get("train-1-ssh").await.unwrap();
+    let data = connection.data.clone().unwrap();
+    let text = |k: &str| String::from_utf8_lossy(&data[k].0).into_owned();
+    assert_eq!(text("host"), status.ip_address.clone().unwrap());
+    assert_eq!(text("port"), "22");
+    assert_eq!(text("user"), "ubuntu");
+    assert_eq!(text("ssh-privatekey"), String::from_utf8_lossy(private));
+    assert_eq!(
+        connection.metadata.owner_references.as_ref().unwrap()[0].uid,
+        vm.metadata.uid.clone().unwrap()
+    );
+}
+
+/// `train-1` stopped (SHUTOFF in the cloud, Ready) and running again.
+async fn power_round_trip(env: &Env) {
+    let api = env.api::<GpuInstance>();
+    api.patch(
+        "train-1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Stopped"}})),
+    )
+    .await
+    .unwrap();
+    eventually(60, "instance SHUTOFF in the cloud", || async {
+        let cloud = env.simulator.state();
+        (cloud.instances[0].status.as_str() == "SHUTOFF").then_some(())
+    })
+    .await;
+    let stopped: GpuInstance = ready(env, "train-1").await;
+    assert_eq!(
+        stopped.status.unwrap().cloud.state.as_deref(),
+        Some("SHUTOFF")
+    );
+    api.patch(
+        "train-1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"powerState": "Running"}})),
+    )
+    .await
+    .unwrap();
+    eventually(60, "instance running again", || async {
+        let cloud = env.simulator.state();
+        (cloud.instances[0].vm_status.as_str() == "RUNNING").then_some(())
+    })
+    .await;
 }
 
 /// What an instance's life writes to its own object: the finalizer added with the create's

@@ -37,6 +37,16 @@ struct Family {
 /// Parses `body` and checks it against the expected types, the dashboard and the rules.
 pub fn check(body: &str) {
     let families = parse(body);
+    families_have_their_types(&families);
+    let dashboard: serde_json::Value = serde_json::from_str(DASHBOARD).unwrap();
+    let panels = dashboard["panels"].as_array().unwrap();
+    queries_use_served_series_as_their_types_allow(&families, panels);
+    the_spend_panel_groups_by_served_labels(&families, panels);
+    no_family_carries_a_target_label(&families);
+}
+
+/// Each family the operator is known to serve is served, with its type.
+fn families_have_their_types(families: &BTreeMap<String, Family>) {
     for (name, type_) in [
         ("gpucloud_reconciles", "counter"),
         ("gpucloud_reconcile_duration_seconds", "histogram"),
@@ -73,9 +83,14 @@ pub fn check(body: &str) {
         let served = families.get(name).map(|f| f.type_.as_str());
         assert_eq!(served, Some(type_), "{name} in {:?}", families.keys());
     }
+}
 
-    let dashboard: serde_json::Value = serde_json::from_str(DASHBOARD).unwrap();
-    let panels = dashboard["panels"].as_array().unwrap();
+/// Every expression of the dashboard's panels and the rules queries series that are served,
+/// and `rate()` only over counters and histogram buckets.
+fn queries_use_served_series_as_their_types_allow(
+    families: &BTreeMap<String, Family>,
+    panels: &[serde_json::Value],
+) {
     let mut exprs: Vec<String> = panels
         .iter()
         .flat_map(|p| p["targets"].as_array().into_iter().flatten())
@@ -91,7 +106,7 @@ pub fn check(body: &str) {
             if sample == "up" {
                 continue; // Prometheus' own, per target.
             }
-            let (family, counter_like) = resolve(&families, &sample)
+            let (family, counter_like) = resolve(families, &sample)
                 .unwrap_or_else(|| panic!("{expr} queries {sample}, which is not served"));
             assert_eq!(
                 in_counter_function,
@@ -106,8 +121,13 @@ pub fn check(body: &str) {
             );
         }
     }
+}
 
-    // The spend panel groups by labels gpucloud_hourly_cost carries.
+/// The spend panel groups by labels gpucloud_hourly_cost carries.
+fn the_spend_panel_groups_by_served_labels(
+    families: &BTreeMap<String, Family>,
+    panels: &[serde_json::Value],
+) {
     let spend = panels
         .iter()
         .find(|p| p["title"] == "Hourly spend by namespace")
@@ -126,9 +146,11 @@ pub fn check(body: &str) {
         );
     }
     assert!(grouped.contains("object_namespace"), "{expr}");
+}
 
-    // No family carries a label Prometheus gives the scrape target itself: it would be
-    // renamed `exported_*` (or, with honorLabels, override the target's).
+/// No family carries a label Prometheus gives the scrape target itself: it would be renamed
+/// `exported_*` (or, with honorLabels, override the target's).
+fn no_family_carries_a_target_label(families: &BTreeMap<String, Family>) {
     let target_labels = [
         "job",
         "instance",
@@ -139,7 +161,7 @@ pub fn check(body: &str) {
         "endpoint",
         "node",
     ];
-    for (name, family) in &families {
+    for (name, family) in families {
         for label in &family.labels {
             assert!(
                 !target_labels.contains(&label.as_str()),

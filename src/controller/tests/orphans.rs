@@ -154,85 +154,9 @@ async fn summary_events(env: &Env, reason: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_asked() {
     let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
-    let lose = Arc::new(LoseTheRecord {
-        faults: env.apiserver.state().faults.clone(),
-        armed: AtomicBool::new(false),
-        fired: Notify::new(),
-    });
     let cloud = cloud_client(&env);
-
-    // Leaks: created, operator killed before the id was recorded, object deleted by hand.
-    let lost_vm = create_then_crash(
-        &mut env,
-        &lose,
-        object::<GpuInstance>(
-            "lost-vm",
-            serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
-                "osImage": "ubuntu-22.04-cuda-12"}),
-        ),
-    )
-    .await;
-    delete_bypassing_finalizer::<GpuInstance>(&env, "lost-vm").await;
-    let lost_vol = create_then_crash(
-        &mut env,
-        &lose,
-        object::<Volume>(
-            "lost-vol",
-            serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
-        ),
-    )
-    .await;
-    delete_bypassing_finalizer::<Volume>(&env, "lost-vol").await;
-    let lost_fw = create_then_crash(
-        &mut env,
-        &lose,
-        object::<Firewall>(
-            "lost-fw",
-            serde_json::json!({"region": "us-east-1", "rules": []}),
-        ),
-    )
-    .await;
-    delete_bypassing_finalizer::<Firewall>(&env, "lost-fw").await;
-    // Same crash, object kept: its pending create still claims the key.
-    create_then_crash(
-        &mut env,
-        &lose,
-        object::<SshKey>("pending-key", serde_json::json!({})),
-    )
-    .await;
-
-    // Claimed: a Ready machine; deliberately left: a volume deleted with deletionPolicy Orphan.
-    env.start_operator(test_config(&env.simulator));
-    create(
-        &env,
-        &object::<GpuInstance>(
-            "ready-vm",
-            serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
-                "osImage": "ubuntu-22.04-cuda-12"}),
-        ),
-    )
-    .await;
-    create(
-        &env,
-        &object::<Volume>(
-            "kept-vol",
-            serde_json::json!({"region": "us-east-1", "sizeGb": 10, "deletionPolicy": "Orphan"}),
-        ),
-    )
-    .await;
-    let ready_vm = ready::<GpuInstance>(&env, "ready-vm").await;
-    let kept_id = ready_id::<Volume>(&env, "kept-vol").await;
-    support::delete_and_wait::<Volume>(&env, "kept-vol").await;
-    env.stop_operator().await;
-    let released: Api<ConfigMap> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
-    let released = released.get(RELEASED_CONFIGMAP).await.unwrap();
-    assert!(
-        released
-            .data
-            .unwrap_or_default()
-            .contains_key(&format!("id.{kept_id}")),
-        "the deliberately orphaned volume is not recorded as released"
-    );
+    let (lost_vm, lost_vol, lost_fw) = leak_a_machine_a_volume_and_a_firewall(&mut env).await;
+    let (ready_vm, kept_id) = claim_a_machine_and_release_a_volume(&mut env).await;
 
     // Foreign resources: made by hand, no mark (one only looks like ours).
     for name in ["hand-made-data", "gco-looks-like-ours"] {
@@ -245,39 +169,7 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
     // The leaked volume and firewall are attached to the claimed machine: the cloud refuses to
     // delete them as they are.
     let vm_id = ready_vm.cloud_status().external_id.unwrap();
-    let state = env.simulator.state();
-    let id_named = |names: Vec<(String, String)>, cloud_name: &str| {
-        names
-            .into_iter()
-            .find(|(_, n)| n == cloud_name)
-            .map(|(id, _)| id)
-            .unwrap_or_else(|| panic!("{cloud_name} is not in the cloud"))
-    };
-    let cloud_name = |o: &dyn CloudNamed| o.pending_name();
-    let lost_vm_id = id_named(
-        state
-            .instances
-            .iter()
-            .map(|i| (i.instance_id.clone(), i.vm_name.clone()))
-            .collect(),
-        &cloud_name(&lost_vm),
-    );
-    let lost_vol_id = id_named(
-        state
-            .volumes
-            .iter()
-            .map(|v| (v.id.clone(), v.name.clone()))
-            .collect(),
-        &cloud_name(&lost_vol),
-    );
-    let lost_fw_id = id_named(
-        state
-            .firewalls
-            .iter()
-            .map(|f| (f.id.clone(), f.name.clone()))
-            .collect(),
-        &cloud_name(&lost_fw),
-    );
+    let (lost_vm_id, lost_vol_id, lost_fw_id) = cloud_ids(&env, (&lost_vm, &lost_vol, &lost_fw));
     cloud
         .attach_volumes(&vm_id, std::slice::from_ref(&lost_vol_id))
         .await
@@ -296,68 +188,19 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
     assert!(report.orphans.is_empty(), "{:?}", report.orphans);
     assert_eq!(report.accounts.len(), 1);
 
-    // Past it, one report-only sweep finds exactly the three leaks.
-    let report = sweeper(&env, Duration::ZERO, false).sweep().await.unwrap();
-    let found: BTreeSet<(&str, String)> = report
-        .orphans
-        .iter()
-        .map(|o| (o.kind, o.id.clone()))
-        .collect();
     let leaked = BTreeSet::from([
         ("instance", lost_vm_id.clone()),
         ("volume", lost_vol_id.clone()),
         ("firewall", lost_fw_id.clone()),
     ]);
-    assert_eq!(found, leaked);
-    assert!(report.deleted.is_empty() && report.delete_failed.is_empty());
-    assert!(report.list_errors.is_empty(), "{:?}", report.list_errors);
-    let notes = summary_events(&env, REASON_FOUND).await;
-    assert_eq!(notes.len(), 1, "{notes:?}");
-    for id in [&lost_vm_id, &lost_vol_id, &lost_fw_id] {
-        assert!(notes[0].contains(id.as_str()), "{id} not in {:?}", notes[0]);
-    }
-    assert!(notes[0].contains("--delete-orphans"), "{:?}", notes[0]);
-    assert!(!notes[0].contains(env.simulator.api_key()));
-    let after_report = env.simulator.state();
-    assert_eq!(after_report.instances.len(), before.instances.len());
-    assert_eq!(after_report.volumes.len(), before.volumes.len());
-    assert_eq!(after_report.firewalls.len(), before.firewalls.len());
-
+    // Past it, one report-only sweep finds exactly the three leaks.
+    a_report_only_sweep_finds_exactly(&env, &leaked, &before).await;
     // With delete set, the same sweep deletes them, detaching first.
-    let report = sweeper(&env, Duration::ZERO, true).sweep().await.unwrap();
-    assert!(
-        report.delete_failed.is_empty(),
-        "{:?}",
-        report.delete_failed
-    );
-    let deleted: BTreeSet<(&str, String)> = report
-        .deleted
-        .iter()
-        .map(|o| (o.kind, o.id.clone()))
-        .collect();
-    assert_eq!(deleted, leaked);
-    assert_eq!(summary_events(&env, REASON_DELETED).await.len(), 1);
-
-    let state = env.simulator.state();
-    let instance = |id: &str| state.instances.iter().find(|i| i.instance_id == id);
-    assert!(
-        instance(&lost_vm_id).is_none_or(|i| i.status.to_string() == "DELETING"),
-        "the leaked machine is still there"
-    );
-    // Once its shutdown has run, only the claimed machine is billed.
-    env.simulator.advance_clock(Duration::from_secs(120));
-    let billed: Vec<String> = env
-        .simulator
-        .state()
-        .instance_billing
-        .into_iter()
-        .filter(|b| b.end_time.is_none())
-        .map(|b| b.instance_id)
-        .collect();
-    assert_eq!(billed, vec![vm_id.clone()], "billing did not stop");
+    let state = a_deleting_sweep_removes_exactly(&env, &leaked, (&lost_vm_id, &vm_id)).await;
     assert!(!state.volumes.iter().any(|v| v.id == lost_vol_id));
     assert!(!state.firewalls.iter().any(|f| f.id == lost_fw_id));
     // Everything else stays.
+    let instance = |id: &str| state.instances.iter().find(|i| i.instance_id == id);
     assert!(instance(&vm_id).is_some_and(|i| i.status.to_string() == "ACTIVE"));
     for name in ["hand-made-data", "gco-looks-like-ours"] {
         assert!(state.volumes.iter().any(|v| v.name == name), "{name} gone");
@@ -371,6 +214,205 @@ async fn one_sweep_finds_exactly_the_leaked_resources_and_deletes_them_when_aske
     // A later sweep finds nothing left (a machine still shutting down is not reported again).
     let report = sweeper(&env, Duration::ZERO, true).sweep().await.unwrap();
     assert!(report.orphans.is_empty(), "{:?}", report.orphans);
+}
+
+/// Leaks a machine, a volume and a firewall: each created, the operator killed before the id
+/// was recorded, the object deleted by hand. An SshKey goes through the same crash but is
+/// kept: its pending create still claims the key. Returns the three deleted objects.
+async fn leak_a_machine_a_volume_and_a_firewall(env: &mut Env) -> (GpuInstance, Volume, Firewall) {
+    let lose = Arc::new(LoseTheRecord {
+        faults: env.apiserver.state().faults.clone(),
+        armed: AtomicBool::new(false),
+        fired: Notify::new(),
+    });
+    let lost_vm = create_then_crash(
+        env,
+        &lose,
+        object::<GpuInstance>(
+            "lost-vm",
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
+                "osImage": "ubuntu-22.04-cuda-12"}),
+        ),
+    )
+    .await;
+    delete_bypassing_finalizer::<GpuInstance>(env, "lost-vm").await;
+    let lost_vol = create_then_crash(
+        env,
+        &lose,
+        object::<Volume>(
+            "lost-vol",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 10}),
+        ),
+    )
+    .await;
+    delete_bypassing_finalizer::<Volume>(env, "lost-vol").await;
+    let lost_fw = create_then_crash(
+        env,
+        &lose,
+        object::<Firewall>(
+            "lost-fw",
+            serde_json::json!({"region": "us-east-1", "rules": []}),
+        ),
+    )
+    .await;
+    delete_bypassing_finalizer::<Firewall>(env, "lost-fw").await;
+    // Same crash, object kept: its pending create still claims the key.
+    create_then_crash(
+        env,
+        &lose,
+        object::<SshKey>("pending-key", serde_json::json!({})),
+    )
+    .await;
+    (lost_vm, lost_vol, lost_fw)
+}
+
+/// A Ready machine (claimed), and a volume deleted with `deletionPolicy: Orphan` (left on
+/// purpose, recorded as released). Returns the machine and the volume's id.
+async fn claim_a_machine_and_release_a_volume(env: &mut Env) -> (GpuInstance, String) {
+    env.start_operator(test_config(&env.simulator));
+    create(
+        env,
+        &object::<GpuInstance>(
+            "ready-vm",
+            serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
+                "osImage": "ubuntu-22.04-cuda-12"}),
+        ),
+    )
+    .await;
+    create(
+        env,
+        &object::<Volume>(
+            "kept-vol",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 10, "deletionPolicy": "Orphan"}),
+        ),
+    )
+    .await;
+    let ready_vm = ready::<GpuInstance>(env, "ready-vm").await;
+    let kept_id = ready_id::<Volume>(env, "kept-vol").await;
+    support::delete_and_wait::<Volume>(env, "kept-vol").await;
+    env.stop_operator().await;
+    let released: Api<ConfigMap> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    let released = released.get(RELEASED_CONFIGMAP).await.unwrap();
+    assert!(
+        released
+            .data
+            .unwrap_or_default()
+            .contains_key(&format!("id.{kept_id}")),
+        "the deliberately orphaned volume is not recorded as released"
+    );
+    (ready_vm, kept_id)
+}
+
+/// The cloud ids of the leaked machine, volume and firewall, found by their cloud names.
+fn cloud_ids(
+    env: &Env,
+    (lost_vm, lost_vol, lost_fw): (&GpuInstance, &Volume, &Firewall),
+) -> (String, String, String) {
+    let state = env.simulator.state();
+    let id_named = |names: Vec<(String, String)>, cloud_name: &str| {
+        names
+            .into_iter()
+            .find(|(_, n)| n == cloud_name)
+            .map(|(id, _)| id)
+            .unwrap_or_else(|| panic!("{cloud_name} is not in the cloud"))
+    };
+    let cloud_name = |o: &dyn CloudNamed| o.pending_name();
+    let lost_vm_id = id_named(
+        state
+            .instances
+            .iter()
+            .map(|i| (i.instance_id.clone(), i.vm_name.clone()))
+            .collect(),
+        &cloud_name(lost_vm),
+    );
+    let lost_vol_id = id_named(
+        state
+            .volumes
+            .iter()
+            .map(|v| (v.id.clone(), v.name.clone()))
+            .collect(),
+        &cloud_name(lost_vol),
+    );
+    let lost_fw_id = id_named(
+        state
+            .firewalls
+            .iter()
+            .map(|f| (f.id.clone(), f.name.clone()))
+            .collect(),
+        &cloud_name(lost_fw),
+    );
+    (lost_vm_id, lost_vol_id, lost_fw_id)
+}
+
+/// A report-only sweep finds exactly `leaked`, tells of them in one Event on the summary
+/// object (without the API key), and deletes nothing.
+async fn a_report_only_sweep_finds_exactly(
+    env: &Env,
+    leaked: &BTreeSet<(&str, String)>,
+    before: &gpucloud_simulator::AccountSnapshot,
+) {
+    let report = sweeper(env, Duration::ZERO, false).sweep().await.unwrap();
+    let found: BTreeSet<(&str, String)> = report
+        .orphans
+        .iter()
+        .map(|o| (o.kind, o.id.clone()))
+        .collect();
+    assert_eq!(&found, leaked);
+    assert!(report.deleted.is_empty() && report.delete_failed.is_empty());
+    assert!(report.list_errors.is_empty(), "{:?}", report.list_errors);
+    let notes = summary_events(env, REASON_FOUND).await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    for (_, id) in leaked {
+        assert!(notes[0].contains(id.as_str()), "{id} not in {:?}", notes[0]);
+    }
+    assert!(notes[0].contains("--delete-orphans"), "{:?}", notes[0]);
+    assert!(!notes[0].contains(env.simulator.api_key()));
+    let after_report = env.simulator.state();
+    assert_eq!(after_report.instances.len(), before.instances.len());
+    assert_eq!(after_report.volumes.len(), before.volumes.len());
+    assert_eq!(after_report.firewalls.len(), before.firewalls.len());
+}
+
+/// A deleting sweep deletes exactly `leaked` (detaching first), tells of it in one Event, and
+/// the leaked machine's billing stops: only the claimed machine `vm_id` is billed. Returns the
+/// cloud's state as it was right after the sweep.
+async fn a_deleting_sweep_removes_exactly(
+    env: &Env,
+    leaked: &BTreeSet<(&str, String)>,
+    (lost_vm_id, vm_id): (&str, &str),
+) -> gpucloud_simulator::AccountSnapshot {
+    let report = sweeper(env, Duration::ZERO, true).sweep().await.unwrap();
+    assert!(
+        report.delete_failed.is_empty(),
+        "{:?}",
+        report.delete_failed
+    );
+    let deleted: BTreeSet<(&str, String)> = report
+        .deleted
+        .iter()
+        .map(|o| (o.kind, o.id.clone()))
+        .collect();
+    assert_eq!(&deleted, leaked);
+    assert_eq!(summary_events(env, REASON_DELETED).await.len(), 1);
+
+    let state = env.simulator.state();
+    let instance = |id: &str| state.instances.iter().find(|i| i.instance_id == id);
+    assert!(
+        instance(lost_vm_id).is_none_or(|i| i.status.to_string() == "DELETING"),
+        "the leaked machine is still there"
+    );
+    // Once its shutdown has run, only the claimed machine is billed.
+    env.simulator.advance_clock(Duration::from_secs(120));
+    let billed: Vec<String> = env
+        .simulator
+        .state()
+        .instance_billing
+        .into_iter()
+        .filter(|b| b.end_time.is_none())
+        .map(|b| b.instance_id)
+        .collect();
+    assert_eq!(billed, vec![vm_id.to_string()], "billing did not stop");
+    state
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -205,17 +205,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
         })
         .await
         .unwrap();
-    let mut config = test_config(&env.simulator);
-    config.cloud.rate_limit = Some(gpucloud_cloud::RateLimit {
-        per_second: 50.0,
-        burst: 1,
-    });
-    config.orphans = OrphanSweepSettings {
-        interval: Duration::from_secs(1),
-        grace_period: Duration::ZERO,
-        ..OrphanSweepSettings::disabled()
-    };
-    let mut replica = Replica::start(&env, "replica-a", config).await;
+    let mut replica = Replica::start(&env, "replica-a", metered_config(&env)).await;
     assert_eq!(replica.get("/healthz").await.0, 200);
 
     eventually(30, "ready once leading with synced caches", || async {
@@ -226,6 +216,63 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     let before = replica.metrics().await;
     assert_eq!(sample(&before, "gpucloud_leader"), 1.0, "{before}");
 
+    let api = env.api::<GpuInstance>();
+    run_a_machine_a_stalled_one_a_budget_and_a_relist(&env).await;
+
+    let after = eventually(30, "metrics caught up", || async {
+        let text = replica.metrics().await;
+        (sample(
+            &text,
+            r#"gpucloud_objects{kind="GpuInstance",condition="Stalled",status="True"}"#,
+        ) == 1.0
+            && sample(
+                &text,
+                r#"gpucloud_watch_restarts_total{kind="GpuInstance"}"#,
+            ) >= 1.0
+            && sample(&text, r#"gpucloud_orphaned_resources{resource="ssh-key"}"#) == 1.0
+            // Read once per resync interval.
+            && text.contains("gpucloud_account_balance{account=")
+            && text.contains("gpucloud_cloud_throttled_total{")
+            && text.contains("gpucloud_cloud_rate_limit_wait_seconds_total{")
+            // Counted by the Budget's controller.
+            && text.contains(r#"gpucloud_budget_spent{object_namespace="team-a",budget="team",currency="USD"}"#))
+        .then_some(text)
+    })
+    .await;
+    assert_the_counters_moved(&env, &before, &after);
+    assert_the_gauges_and_families_are_shown(&env, &after);
+
+    api.delete("metered", &Default::default()).await.unwrap();
+    support::gone::<GpuInstance>(&env, "metered").await;
+    support::wait_for_events(&env, "metered", &["Created", "Deleted"]).await;
+    support::wait_for_events(&env, "unknown-gpu", &["InvalidSpec"]).await;
+
+    replica.shut_down().await.unwrap();
+    let (status, body) = replica.get("/readyz").await;
+    assert_eq!((status, body.trim()), (503, "shutting down"));
+    assert_eq!(replica.get("/healthz").await.0, 200, "a clean stop is live");
+    assert_eq!(holder(&env).await, None, "the lease was handed back");
+}
+
+/// The operator's settings for a metered run: a client bucket of one call, and the orphan
+/// sweeper every second with no grace period.
+fn metered_config(env: &Env) -> OperatorConfig {
+    let mut config = test_config(&env.simulator);
+    config.cloud.rate_limit = Some(gpucloud_cloud::RateLimit {
+        per_second: 50.0,
+        burst: 1,
+    });
+    config.orphans = OrphanSweepSettings {
+        interval: Duration::from_secs(1),
+        grace_period: Duration::ZERO,
+        ..OrphanSweepSettings::disabled()
+    };
+    config
+}
+
+/// A machine made Ready and stopped, one stalled on an unknown GPU type, a Budget counted,
+/// and every watch made to list again (410 Gone) after a write none of them sees.
+async fn run_a_machine_a_stalled_one_a_budget_and_a_relist(env: &Env) {
     let api = env.api::<GpuInstance>();
     api.create(
         &PostParams::default(),
@@ -239,7 +286,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     )
     .await
     .unwrap();
-    ready::<GpuInstance>(&env, "metered").await;
+    ready::<GpuInstance>(env, "metered").await;
     let budget: Budget = serde_json::from_value(serde_json::json!({
         "apiVersion": "gpucloud.io/v1alpha1", "kind": "Budget",
         "metadata": {"name": "team", "namespace": support::NAMESPACE},
@@ -251,7 +298,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
         .await
         .unwrap();
     support::condition::<GpuInstance>(
-        &env,
+        env,
         "unknown-gpu",
         condition_type::STALLED,
         "True",
@@ -282,29 +329,13 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     .unwrap();
     env.apiserver.compact();
     env.apiserver.faults().disconnect_watches();
+}
 
-    let after = eventually(30, "metrics caught up", || async {
-        let text = replica.metrics().await;
-        (sample(
-            &text,
-            r#"gpucloud_objects{kind="GpuInstance",condition="Stalled",status="True"}"#,
-        ) == 1.0
-            && sample(
-                &text,
-                r#"gpucloud_watch_restarts_total{kind="GpuInstance"}"#,
-            ) >= 1.0
-            && sample(&text, r#"gpucloud_orphaned_resources{resource="ssh-key"}"#) == 1.0
-            // Read once per resync interval.
-            && text.contains("gpucloud_account_balance{account=")
-            && text.contains("gpucloud_cloud_throttled_total{")
-            && text.contains("gpucloud_cloud_rate_limit_wait_seconds_total{")
-            // Counted by the Budget's controller.
-            && text.contains(r#"gpucloud_budget_spent{object_namespace="team-a",budget="team",currency="USD"}"#))
-        .then_some(text)
-    })
-    .await;
+/// The counters of reconciles, cloud calls, watch restarts and API requests moved from
+/// `before` to `after`, in our names and in controller-runtime's and client-go's.
+fn assert_the_counters_moved(env: &Env, before: &str, after: &str) {
     let moved = |series: &str| {
-        let (b, a) = (sample(&before, series), sample(&after, series));
+        let (b, a) = (sample(before, series), sample(after, series));
         assert!(a > b, "{series} did not move: {b} -> {a}\n{after}");
     };
     moved(r#"gpucloud_reconciles_total{kind="GpuInstance",result="success"}"#);
@@ -327,12 +358,17 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     }
     assert_eq!(
         sample(
-            &after,
+            after,
             r#"controller_runtime_max_concurrent_reconciles{controller="gpuinstance"}"#
         ),
         4.0,
         "{after}"
     );
+}
+
+/// The gauges (queues, workers, Budgets, costs, objects) and the process families are shown,
+/// valid OpenMetrics, and the API key is not.
+fn assert_the_gauges_and_families_are_shown(env: &Env, after: &str) {
     for family in [
         r#"workqueue_depth{name="volume",controller="volume"}"#,
         r#"controller_runtime_active_workers{controller="volume"}"#,
@@ -343,7 +379,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     ] {
         assert!(after.contains(family), "missing {family}\n{after}");
     }
-    crate::openmetrics::check(&after);
+    crate::openmetrics::check(after);
     for (series, value) in [
         (
             r#"gpucloud_budget_max_hourly_rate{object_namespace="team-a",budget="team",currency="USD"}"#,
@@ -354,18 +390,18 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
             1000.0,
         ),
     ] {
-        assert_eq!(sample(&after, series), value, "{after}");
+        assert_eq!(sample(after, series), value, "{after}");
     }
     assert!(
         sample(
-            &after,
+            after,
             r#"gpucloud_budget_hourly_rate{object_namespace="team-a",budget="team",currency="USD"}"#
         ) > 0.0,
         "{after}"
     );
     assert_eq!(
         sample(
-            &after,
+            after,
             r#"gpucloud_objects{kind="GpuInstance",condition="Ready",status="True"}"#
         ),
         1.0,
@@ -374,7 +410,7 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
     // The status carries the rate rounded to a millionth (`gpucloud_api::money`).
     let rate = env.simulator.state().instances[0].billing.hourly_rate;
     let shown = sample(
-        &after,
+        after,
         r#"gpucloud_hourly_cost{kind="GpuInstance",object_namespace="team-a",currency="USD"}"#,
     );
     assert!((shown - rate).abs() < 1e-6, "{shown} for {rate}\n{after}");
@@ -392,17 +428,6 @@ async fn metrics_probes_and_events_follow_a_whole_run() {
         !after.contains(env.simulator.api_key()),
         "the API key is in the metrics"
     );
-
-    api.delete("metered", &Default::default()).await.unwrap();
-    support::gone::<GpuInstance>(&env, "metered").await;
-    support::wait_for_events(&env, "metered", &["Created", "Deleted"]).await;
-    support::wait_for_events(&env, "unknown-gpu", &["InvalidSpec"]).await;
-
-    replica.shut_down().await.unwrap();
-    let (status, body) = replica.get("/readyz").await;
-    assert_eq!((status, body.trim()), (503, "shutting down"));
-    assert_eq!(replica.get("/healthz").await.0, 200, "a clean stop is live");
-    assert_eq!(holder(&env).await, None, "the lease was handed back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

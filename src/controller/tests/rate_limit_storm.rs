@@ -80,69 +80,9 @@ async fn a_minute_of_429s_never_pushes_the_operator_past_the_rate_limit() {
     });
     let storm_started = Instant::now();
     let storm_ends = storm_started + storm;
-    create::<SshKey>(&env, &object("key", serde_json::json!({}))).await;
-    for name in ["a", "b", "c"] {
-        create::<GpuInstance>(
-            &env,
-            &object(
-                name,
-                serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
-                    "osImage": "ubuntu-22.04-cuda-12"}),
-            ),
-        )
-        .await;
-    }
-    create::<Volume>(
-        &env,
-        &object(
-            "data",
-            serde_json::json!({"region": "us-east-1", "sizeGb": 10, "instanceRef": {"name": "a"}}),
-        ),
-    )
-    .await;
+    create_a_key_three_machines_and_a_volume(&env).await;
 
-    // Samples of the simulator's request count, to find the busiest second.
-    let mut window: VecDeque<(Instant, u64)> = VecDeque::new();
-    let mut busiest_second = 0;
-    let mut changes = 0;
-    let mut next_change = storm_started + Duration::from_secs(10);
-    let mut sample = tokio::time::interval(Duration::from_millis(50));
-    while Instant::now() < storm_ends {
-        sample.tick().await;
-        let now = Instant::now();
-        let (all, _, _) = totals(&env);
-        window.push_back((now, all));
-        while window
-            .front()
-            .is_some_and(|(at, _)| now.duration_since(*at) > Duration::from_secs(1))
-        {
-            window.pop_front();
-        }
-        if let Some((_, first)) = window.front() {
-            busiest_second = busiest_second.max(all - first);
-        }
-        // Keep the operator busy: power changes during the storm.
-        if now >= next_change {
-            let power = if changes % 2 == 0 {
-                "Stopped"
-            } else {
-                "Running"
-            };
-            within(
-                10,
-                env.api::<GpuInstance>().patch(
-                    "b",
-                    &PatchParams::default(),
-                    &Patch::Merge(serde_json::json!({"spec": {"powerState": power}})),
-                ),
-            )
-            .await
-            .unwrap()
-            .unwrap();
-            changes += 1;
-            next_change = now + Duration::from_secs(10);
-        }
-    }
+    let (busiest_second, changes) = sample_the_storm(&env, storm_started, storm_ends).await;
     let (storm_calls, storm_ok, storm_429) = totals(&env);
     let injected = env.simulator.fault_counts().throttled;
     env.simulator.set_faults(FaultPlan::default());
@@ -208,4 +148,76 @@ async fn a_minute_of_429s_never_pushes_the_operator_past_the_rate_limit() {
         "the real limiter refused requests after the storm"
     );
     env.stop_operator().await;
+}
+
+/// An SshKey, three machines, and a volume attached to the first.
+async fn create_a_key_three_machines_and_a_volume(env: &Env) {
+    create::<SshKey>(env, &object("key", serde_json::json!({}))).await;
+    for name in ["a", "b", "c"] {
+        create::<GpuInstance>(
+            env,
+            &object(
+                name,
+                serde_json::json!({"region": "us-east-1", "gpuType": "L40S",
+                    "osImage": "ubuntu-22.04-cuda-12"}),
+            ),
+        )
+        .await;
+    }
+    create::<Volume>(
+        env,
+        &object(
+            "data",
+            serde_json::json!({"region": "us-east-1", "sizeGb": 10, "instanceRef": {"name": "a"}}),
+        ),
+    )
+    .await;
+}
+
+/// Samples the simulator's request count every 50 ms until `storm_ends`, keeping the operator
+/// busy with a power change of `b` every 10 s. Returns the most requests in one second and the
+/// number of power changes.
+async fn sample_the_storm(env: &Env, storm_started: Instant, storm_ends: Instant) -> (u64, u32) {
+    let mut window: VecDeque<(Instant, u64)> = VecDeque::new();
+    let mut busiest_second = 0;
+    let mut changes = 0;
+    let mut next_change = storm_started + Duration::from_secs(10);
+    let mut sample = tokio::time::interval(Duration::from_millis(50));
+    while Instant::now() < storm_ends {
+        sample.tick().await;
+        let now = Instant::now();
+        let (all, _, _) = totals(env);
+        window.push_back((now, all));
+        while window
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > Duration::from_secs(1))
+        {
+            window.pop_front();
+        }
+        if let Some((_, first)) = window.front() {
+            busiest_second = busiest_second.max(all - first);
+        }
+        // Keep the operator busy: power changes during the storm.
+        if now >= next_change {
+            let power = if changes % 2 == 0 {
+                "Stopped"
+            } else {
+                "Running"
+            };
+            within(
+                10,
+                env.api::<GpuInstance>().patch(
+                    "b",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"powerState": power}})),
+                ),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+            changes += 1;
+            next_change = now + Duration::from_secs(10);
+        }
+    }
+    (busiest_second, changes)
 }

@@ -50,88 +50,9 @@ fn image_of(name: &str, snapshot: &str) -> Image {
 async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_machines() {
     let mut env = Env::start().await;
     // Everything declared at once, the source machine last and stopped.
-    create(&env, &snapshot_of("epoch-3", "trainer")).await;
-    create(&env, &restored("resumed", "epoch-3")).await;
-    create(&env, &image_of("golden", "epoch-3")).await;
-    create(
-        &env,
-        &machine(
-            "from-image",
-            serde_json::json!({"osImage": null, "imageRef": {"name": "golden"}, "gpuCount": 1}),
-        ),
-    )
-    .await;
-    let waiting: Snapshot = condition(
-        &env,
-        "epoch-3",
-        "Reconciling",
-        "True",
-        "WaitingForReference",
-    )
-    .await;
-    assert!(
-        ready_message(&waiting).contains("trainer"),
-        "{}",
-        ready_message(&waiting)
-    );
-    let waiting: GpuInstance = condition(
-        &env,
-        "resumed",
-        "Reconciling",
-        "True",
-        "WaitingForReference",
-    )
-    .await;
-    assert!(
-        ready_message(&waiting).contains("epoch-3"),
-        "{}",
-        ready_message(&waiting)
-    );
-    condition::<Image>(&env, "golden", "Reconciling", "True", "WaitingForReference").await;
-    condition::<GpuInstance>(
-        &env,
-        "from-image",
-        "Reconciling",
-        "True",
-        "WaitingForReference",
-    )
-    .await;
+    declare_everything_the_source_machine_last(&env).await;
 
-    // A stopped machine cannot be snapshotted: the Snapshot waits rather than fails. It is
-    // paused while the machine comes up: a new machine is ACTIVE for a moment before it is
-    // stopped, and a snapshot taken in that moment would be valid.
-    let pause = |paused: Option<&str>| serde_json::json!({"metadata": {"annotations": {gpucloud_api::PAUSED_ANNOTATION: paused}}});
-    env.api::<Snapshot>()
-        .patch(
-            "epoch-3",
-            &PatchParams::default(),
-            &Patch::Merge(pause(Some("true"))),
-        )
-        .await
-        .unwrap();
-    create(
-        &env,
-        &machine("trainer", serde_json::json!({"powerState": "Stopped"})),
-    )
-    .await;
-    let trainer: GpuInstance = ready(&env, "trainer").await;
-    env.api::<Snapshot>()
-        .patch(
-            "epoch-3",
-            &PatchParams::default(),
-            &Patch::Merge(pause(None)),
-        )
-        .await
-        .unwrap();
-    let trainer_id = trainer.cloud_status().external_id.unwrap();
-    let waiting: Snapshot =
-        condition(&env, "epoch-3", "Reconciling", "True", "WaitingForInstance").await;
-    assert!(
-        ready_message(&waiting).contains("SHUTOFF"),
-        "{}",
-        ready_message(&waiting)
-    );
-    assert_eq!(env.calls("CreateSnapshot"), 0);
+    let trainer_id = a_stopped_machine_is_not_snapshotted(&env).await;
 
     env.api::<GpuInstance>()
         .patch(
@@ -160,28 +81,125 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
     assert_eq!(cloud_snapshot.description, "weights after epoch 3");
     assert_eq!(cloud_snapshot.labels, vec!["epoch-3".to_string()]);
 
-    // Restored: inherits the snapshot's GPUs and says where it came from.
-    let resumed: GpuInstance = ready(&env, "resumed").await;
+    restored_and_imaged_from(&env, &snapshot_id).await;
+
+    the_snapshot_deletion_waits_for_its_image_then_takes_it(&env).await;
+
+    // Everything else goes in one delete.
+    for name in ["trainer", "resumed", "from-image"] {
+        env.api::<GpuInstance>()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    support::delete_and_wait::<Image>(&env, "golden").await;
+    for name in ["trainer", "resumed", "from-image"] {
+        gone::<GpuInstance>(&env, name).await;
+    }
+    let cloud = env.simulator.state();
+    assert!(cloud.instances.is_empty() && cloud.images.is_empty());
+    env.stop_operator().await;
+}
+
+/// The Snapshot, a machine restored from it, its Image and a machine booted from that, each
+/// waiting for what it refers to, which does not exist yet.
+async fn declare_everything_the_source_machine_last(env: &Env) {
+    create(env, &snapshot_of("epoch-3", "trainer")).await;
+    create(env, &restored("resumed", "epoch-3")).await;
+    create(env, &image_of("golden", "epoch-3")).await;
+    create(
+        env,
+        &machine(
+            "from-image",
+            serde_json::json!({"osImage": null, "imageRef": {"name": "golden"}, "gpuCount": 1}),
+        ),
+    )
+    .await;
+    let waiting: Snapshot =
+        condition(env, "epoch-3", "Reconciling", "True", "WaitingForReference").await;
+    assert!(
+        ready_message(&waiting).contains("trainer"),
+        "{}",
+        ready_message(&waiting)
+    );
+    let waiting: GpuInstance =
+        condition(env, "resumed", "Reconciling", "True", "WaitingForReference").await;
+    assert!(
+        ready_message(&waiting).contains("epoch-3"),
+        "{}",
+        ready_message(&waiting)
+    );
+    condition::<Image>(env, "golden", "Reconciling", "True", "WaitingForReference").await;
+    condition::<GpuInstance>(
+        env,
+        "from-image",
+        "Reconciling",
+        "True",
+        "WaitingForReference",
+    )
+    .await;
+}
+
+/// The machine `trainer` made stopped, while the Snapshot is paused (a new machine is ACTIVE
+/// for a moment before it is stopped): the Snapshot then waits rather than fails, and takes
+/// nothing. Returns the machine's id.
+async fn a_stopped_machine_is_not_snapshotted(env: &Env) -> String {
+    let pause = |paused: Option<&str>| serde_json::json!({"metadata": {"annotations": {gpucloud_api::PAUSED_ANNOTATION: paused}}});
+    env.api::<Snapshot>()
+        .patch(
+            "epoch-3",
+            &PatchParams::default(),
+            &Patch::Merge(pause(Some("true"))),
+        )
+        .await
+        .unwrap();
+    create(
+        env,
+        &machine("trainer", serde_json::json!({"powerState": "Stopped"})),
+    )
+    .await;
+    let trainer: GpuInstance = ready(env, "trainer").await;
+    env.api::<Snapshot>()
+        .patch(
+            "epoch-3",
+            &PatchParams::default(),
+            &Patch::Merge(pause(None)),
+        )
+        .await
+        .unwrap();
+    let trainer_id = trainer.cloud_status().external_id.unwrap();
+    let waiting: Snapshot =
+        condition(env, "epoch-3", "Reconciling", "True", "WaitingForInstance").await;
+    assert!(
+        ready_message(&waiting).contains("SHUTOFF"),
+        "{}",
+        ready_message(&waiting)
+    );
+    assert_eq!(env.calls("CreateSnapshot"), 0);
+    trainer_id
+}
+
+/// The machine restored from the snapshot `snapshot_id` inherits its GPUs and says where it
+/// came from; the Image is made from it, and a third machine booted from the Image.
+async fn restored_and_imaged_from(env: &Env, snapshot_id: &str) {
+    let resumed: GpuInstance = ready(env, "resumed").await;
     let resumed_status = resumed.status.clone().unwrap();
     assert_eq!(resumed_status.boot_source.as_deref(), Some("snapshot"));
     assert_eq!(
         resumed_status.source_snapshot_id.as_deref(),
-        Some(snapshot_id.as_str())
+        Some(snapshot_id)
     );
     let specs = resumed_status.specs.unwrap();
     assert_eq!((specs.gpu_type.as_str(), specs.gpu_count), ("L40S", 2));
     assert_eq!(env.calls("RestoreSnapshot"), 1);
 
     // The image, and a third machine booted from it.
-    let golden: Image = ready(&env, "golden").await;
+    let golden: Image = ready(env, "golden").await;
     let image_status = golden.status.clone().unwrap();
     let image_id = image_status.cloud.external_id.clone().unwrap();
-    assert_eq!(
-        image_status.snapshot_id.as_deref(),
-        Some(snapshot_id.as_str())
-    );
+    assert_eq!(image_status.snapshot_id.as_deref(), Some(snapshot_id));
     assert_eq!(image_status.cloud.state.as_deref(), Some("available"));
-    let third: GpuInstance = ready(&env, "from-image").await;
+    let third: GpuInstance = ready(env, "from-image").await;
     let third_status = third.status.unwrap();
     assert_eq!(third_status.boot_source.as_deref(), Some("custom_image"));
     let cloud = env.simulator.state();
@@ -192,8 +210,12 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
         .unwrap();
     assert_eq!(third_cloud.image_id.as_deref(), Some(image_id.as_str()));
     assert_eq!(cloud.instances.len(), 3);
+}
 
-    // Another namespace's Image naming a Snapshot of the same name holds nothing here.
+/// Deleting the Snapshot waits while this namespace's Image depends on it (another
+/// namespace's Image of a Snapshot of the same name holds nothing), and says why; told its
+/// images may go, it takes the Image's cloud image with it, and the Image says so.
+async fn the_snapshot_deletion_waits_for_its_image_then_takes_it(env: &Env) {
     support::create_namespace(&env.client, "team-b", false)
         .await
         .unwrap();
@@ -208,7 +230,7 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
         .delete("epoch-3", &DeleteParams::default())
         .await
         .unwrap();
-    let held: Snapshot = condition(&env, "epoch-3", "Ready", "False", "DependentsExist").await;
+    let held: Snapshot = condition(env, "epoch-3", "Ready", "False", "DependentsExist").await;
     let why = ready_message(&held);
     assert!(
         why.contains("Image golden")
@@ -231,30 +253,15 @@ async fn snapshot_of_a_running_machine_is_restored_and_imaged_into_two_more_mach
         )
         .await
         .unwrap();
-    gone::<Snapshot>(&env, "epoch-3").await;
+    gone::<Snapshot>(env, "epoch-3").await;
     assert!(env.simulator.state().snapshots.is_empty());
-    let orphaned: Image = condition(&env, "golden", "Stalled", "True", "SourceDeleted").await;
+    let orphaned: Image = condition(env, "golden", "Stalled", "True", "SourceDeleted").await;
     assert!(
         ready_message(&orphaned).contains("epoch-3"),
         "{}",
         ready_message(&orphaned)
     );
     assert!(env.simulator.state().images.is_empty());
-
-    // Everything else goes in one delete.
-    for name in ["trainer", "resumed", "from-image"] {
-        env.api::<GpuInstance>()
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    support::delete_and_wait::<Image>(&env, "golden").await;
-    for name in ["trainer", "resumed", "from-image"] {
-        gone::<GpuInstance>(&env, name).await;
-    }
-    let cloud = env.simulator.state();
-    assert!(cloud.instances.is_empty() && cloud.images.is_empty());
-    env.stop_operator().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,67 +103,11 @@ async fn volume_is_created_resized_attached_moved_detached_cloned_and_deleted() 
     );
     assert_eq!(env.calls("CreateVolume"), 1);
 
-    // Grow.
-    patch_spec(&env, "data", serde_json::json!({"sizeGb": 25}))
-        .await
-        .unwrap();
-    eventually(30, "volume grown in the cloud", || async {
-        (cloud_volume(&env, &id).size == 25).then_some(())
-    })
-    .await;
-    let grown: Volume = ready(&env, "data").await;
-    assert_eq!(grown.status.unwrap().size_gb, Some(25));
+    // Grow; shrinking and immutable fields are refused at admission.
+    grown_and_refused_a_shrink(&env, &id).await;
 
-    // Shrinking is refused at admission with a clear message.
-    let refused = patch_spec(&env, "data", serde_json::json!({"sizeGb": 5}))
-        .await
-        .unwrap_err();
-    assert!(
-        refused.to_string().contains("sizeGb cannot shrink"),
-        "{refused}"
-    );
-    // So are immutable fields.
-    let refused = patch_spec(&env, "data", serde_json::json!({"volumeType": "SSD"}))
-        .await
-        .unwrap_err();
-    assert!(
-        refused.to_string().contains("volumeType is immutable"),
-        "{refused}"
-    );
-
-    // Move to another machine.
-    patch_spec(
-        &env,
-        "data",
-        serde_json::json!({"instanceRef": {"name": "node-b"}}),
-    )
-    .await
-    .unwrap();
-    eventually(30, "volume moved to node-b", || async {
-        (cloud_volume(&env, &id).instance_id.as_deref() == Some(b_id.as_str())).then_some(())
-    })
-    .await;
-    let moved: Volume = ready(&env, "data").await;
-    assert_eq!(
-        moved.status.unwrap().attached_instance_id.as_deref(),
-        Some(b_id.as_str())
-    );
-    assert!(env.calls("DetachVolumes") >= 1);
-
-    // Detach.
-    patch_spec(&env, "data", serde_json::json!({"instanceRef": null}))
-        .await
-        .unwrap();
-    eventually(30, "volume detached", || async {
-        cloud_volume(&env, &id).instance_id.is_none().then_some(())
-    })
-    .await;
-    let detached: Volume = ready(&env, "data").await;
-    assert_eq!(detached.status.clone().unwrap().attached_instance_id, None);
-    assert_eq!(
-        detached.status.unwrap().cloud.state.as_deref(),
-        Some("available")
-    );
+    // Move to another machine, then detach.
+    moved_then_detached(&env, &id, &b_id).await;
 
     // Clone.
     create(
@@ -208,6 +152,73 @@ async fn volume_is_created_resized_attached_moved_detached_cloned_and_deleted() 
         "machines untouched"
     );
     env.stop_operator().await;
+}
+
+/// The volume `data` (cloud id `id`) grown to 25 GB; shrinking it and changing its type are
+/// refused at admission with a clear message.
+async fn grown_and_refused_a_shrink(env: &Env, id: &str) {
+    patch_spec(env, "data", serde_json::json!({"sizeGb": 25}))
+        .await
+        .unwrap();
+    eventually(30, "volume grown in the cloud", || async {
+        (cloud_volume(env, id).size == 25).then_some(())
+    })
+    .await;
+    let grown: Volume = ready(env, "data").await;
+    assert_eq!(grown.status.unwrap().size_gb, Some(25));
+
+    // Shrinking is refused at admission with a clear message.
+    let refused = patch_spec(env, "data", serde_json::json!({"sizeGb": 5}))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("sizeGb cannot shrink"),
+        "{refused}"
+    );
+    // So are immutable fields.
+    let refused = patch_spec(env, "data", serde_json::json!({"volumeType": "SSD"}))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("volumeType is immutable"),
+        "{refused}"
+    );
+}
+
+/// The volume `data` (cloud id `id`) moved to the machine `b_id`, then detached.
+async fn moved_then_detached(env: &Env, id: &str, b_id: &str) {
+    patch_spec(
+        env,
+        "data",
+        serde_json::json!({"instanceRef": {"name": "node-b"}}),
+    )
+    .await
+    .unwrap();
+    eventually(30, "volume moved to node-b", || async {
+        (cloud_volume(env, id).instance_id.as_deref() == Some(b_id)).then_some(())
+    })
+    .await;
+    let moved: Volume = ready(env, "data").await;
+    assert_eq!(
+        moved.status.unwrap().attached_instance_id.as_deref(),
+        Some(b_id)
+    );
+    assert!(env.calls("DetachVolumes") >= 1);
+
+    // Detach.
+    patch_spec(env, "data", serde_json::json!({"instanceRef": null}))
+        .await
+        .unwrap();
+    eventually(30, "volume detached", || async {
+        cloud_volume(env, id).instance_id.is_none().then_some(())
+    })
+    .await;
+    let detached: Volume = ready(env, "data").await;
+    assert_eq!(detached.status.clone().unwrap().attached_instance_id, None);
+    assert_eq!(
+        detached.status.unwrap().cloud.state.as_deref(),
+        Some("available")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,23 +66,45 @@ pub async fn hold(
     let name = object_name(&instance.name_any());
     let snapshots: Api<Snapshot> = Api::namespaced(cx.client.clone(), &namespace);
     let Some(object) = snapshots.get_opt(&name).await? else {
-        if !machine_active(cx, account, &machine).await? {
-            return Ok(());
-        }
-        snapshots
-            .create(&PostParams::default(), &final_object(instance, &machine))
-            .await?;
-        crate::flow::reconcile::publish(
-            cx,
-            instance,
-            kube::runtime::events::EventType::Normal,
-            reason::FINAL_SNAPSHOT,
-            &format!("taking a final snapshot of {machine} as Snapshot {name} before deleting it"),
-        );
-        return Err(waiting(format!(
-            "taking a final snapshot of {machine} (Snapshot {name}) before deleting it"
-        )));
+        return start(instance, cx, account, &snapshots, &machine).await;
     };
+    check_made_for(instance, &object, &name)?;
+    let Some(snapshot_id) = object.cloud_status().external_id else {
+        return untaken(cx, account, &snapshots, &object, &machine).await;
+    };
+    check_available(account, &snapshot_id, &machine, &name).await?;
+    record(instance, cx, &snapshots, &snapshot_id, &machine).await
+}
+
+/// Step 1: creates the final Snapshot object once the machine is there to be snapshotted.
+async fn start(
+    instance: &GpuInstance,
+    cx: &Context<GpuInstance>,
+    account: &Arc<Account>,
+    snapshots: &Api<Snapshot>,
+    machine: &str,
+) -> Result<(), Error> {
+    let name = object_name(&instance.name_any());
+    if !machine_active(cx, account, machine).await? {
+        return Ok(());
+    }
+    snapshots
+        .create(&PostParams::default(), &final_object(instance, machine))
+        .await?;
+    crate::flow::reconcile::publish(
+        cx,
+        instance,
+        kube::runtime::events::EventType::Normal,
+        reason::FINAL_SNAPSHOT,
+        &format!("taking a final snapshot of {machine} as Snapshot {name} before deleting it"),
+    );
+    Err(waiting(format!(
+        "taking a final snapshot of {machine} (Snapshot {name}) before deleting it"
+    )))
+}
+
+/// That the Snapshot object `name` is this instance's own final snapshot, and not on its way out.
+fn check_made_for(instance: &GpuInstance, object: &Snapshot, name: &str) -> Result<(), Error> {
     // One being deleted (a final snapshot of an earlier instance of this name, say) is waited
     // for, whoever made it.
     if object.meta().deletion_timestamp.is_some() {
@@ -103,29 +125,49 @@ pub async fn hold(
             ),
         });
     }
-    let Some(snapshot_id) = object.cloud_status().external_id else {
-        // Its create waits for the machine to be ACTIVE.
-        if !machine_active(cx, account, &machine).await? {
-            // Gone before its snapshot was taken: nothing is left to keep. An object whose
-            // create may have happened (its answer lost) is left to find it first, so no
-            // snapshot made is deleted unseen.
-            if crate::flow::recorded::recorded_status(&object)
-                .pending_create
-                .is_some()
-            {
-                return Err(waiting(format!(
-                    "{machine} is gone; waiting for the create of Snapshot {name} to settle"
-                )));
-            }
-            snapshots.delete(&name, &DeleteParams::default()).await?;
-            return Ok(());
+    Ok(())
+}
+
+/// The final Snapshot object has no snapshot yet: its create waits for the machine to be
+/// `ACTIVE`; a machine gone meanwhile leaves nothing to keep, and the object goes.
+async fn untaken(
+    cx: &Context<GpuInstance>,
+    account: &Arc<Account>,
+    snapshots: &Api<Snapshot>,
+    object: &Snapshot,
+    machine: &str,
+) -> Result<(), Error> {
+    let name = object.name_any();
+    if !machine_active(cx, account, machine).await? {
+        // Gone before its snapshot was taken: nothing is left to keep. An object whose
+        // create may have happened (its answer lost) is left to find it first, so no
+        // snapshot made is deleted unseen.
+        if crate::flow::recorded::recorded_status(object)
+            .pending_create
+            .is_some()
+        {
+            return Err(waiting(format!(
+                "{machine} is gone; waiting for the create of Snapshot {name} to settle"
+            )));
         }
-        return Err(waiting(format!(
-            "taking a final snapshot of {machine} (Snapshot {name}) before deleting it"
-        )));
-    };
+        snapshots.delete(&name, &DeleteParams::default()).await?;
+        return Ok(());
+    }
+    Err(waiting(format!(
+        "taking a final snapshot of {machine} (Snapshot {name}) before deleting it"
+    )))
+}
+
+/// Step 2's proof: the cloud itself, read by id, says the snapshot is of this machine and
+/// available.
+async fn check_available(
+    account: &Arc<Account>,
+    snapshot_id: &str,
+    machine: &str,
+    name: &str,
+) -> Result<(), Error> {
     // Read by id: the machine goes only once the cloud itself says the snapshot is there.
-    let cloud = match account.client.get_snapshot(&snapshot_id).await {
+    let cloud = match account.client.get_snapshot(snapshot_id).await {
         Ok(cloud) => cloud,
         // One read is no proof it is gone (a cloud's index may lag its create): the machine
         // stays, and a snapshot really gone shows on the Snapshot object as `ExternalDeleted`.
@@ -151,23 +193,32 @@ pub async fn hold(
         });
     }
     match cloud.status {
-        CloudState::Available => {}
-        CloudState::Error => {
-            return Err(Error::Blocked {
-                reason: reason::FINAL_SNAPSHOT_BLOCKED,
-                message: format!(
-                    "the cloud reports the final snapshot {snapshot_id} (Snapshot {name}) in \
-                     error: delete Snapshot {name} to take another, or set spec.deletionPolicy \
-                     to Delete"
-                ),
-            });
-        }
-        _ => {
-            return Err(waiting(format!(
-                "waiting for the final snapshot {snapshot_id} (Snapshot {name}) to be available"
-            )));
-        }
+        CloudState::Available => Ok(()),
+        CloudState::Error => Err(Error::Blocked {
+            reason: reason::FINAL_SNAPSHOT_BLOCKED,
+            message: format!(
+                "the cloud reports the final snapshot {snapshot_id} (Snapshot {name}) in \
+                 error: delete Snapshot {name} to take another, or set spec.deletionPolicy \
+                 to Delete"
+            ),
+        }),
+        _ => Err(waiting(format!(
+            "waiting for the final snapshot {snapshot_id} (Snapshot {name}) to be available"
+        ))),
     }
+}
+
+/// Step 2: records the available snapshot in the instance's status (unless the object is
+/// kept, after setting it to leave the cloud snapshot in place), before the machine goes.
+async fn record(
+    instance: &GpuInstance,
+    cx: &Context<GpuInstance>,
+    snapshots: &Api<Snapshot>,
+    snapshot_id: &str,
+    machine: &str,
+) -> Result<(), Error> {
+    let namespace = instance.namespace().unwrap_or_default();
+    let name = object_name(&instance.name_any());
     let keep = instance
         .spec
         .final_snapshot
@@ -182,7 +233,7 @@ pub async fn hold(
     }
     let record = FinalSnapshotStatus {
         object: name.clone(),
-        snapshot_id: snapshot_id.clone(),
+        snapshot_id: snapshot_id.to_string(),
     };
     let patch = serde_json::json!({"status": {"finalSnapshot": record}});
     let instances: Api<GpuInstance> = Api::namespaced(cx.client.clone(), &namespace);

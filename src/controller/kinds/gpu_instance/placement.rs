@@ -228,6 +228,43 @@ pub fn choose(
     pricing: &PricingBody,
     refused: &[SkippedPlacement],
 ) -> Result<Choice, Error> {
+    let assessed = assess(candidates, max_rate, catalog, pricing, refused);
+    let chosen = match policy {
+        PlacementPolicy::Ordered => assessed.eligible.first().copied(),
+        PlacementPolicy::Cheapest => assessed
+            .eligible
+            .iter()
+            .copied()
+            .reduce(|best, next| if next.1 < best.1 { next } else { best }),
+    };
+    let Some((index, rate)) = chosen else {
+        return Err(none_chosen(candidates, max_rate, assessed));
+    };
+    Ok(chosen_status(
+        policy, candidates, index, rate, pricing, assessed,
+    ))
+}
+
+/// Every candidate sorted: eligible (in stock, priced within the limit) or passed over, and why.
+struct Assessment {
+    /// Index of the candidate, the entry of `status.placement.skipped`, and why in words.
+    skipped: Vec<(usize, SkippedPlacement, String)>,
+    /// Index and hourly rate of each eligible candidate, in the spec's order.
+    eligible: Vec<(usize, f64)>,
+    /// The GPUs that would do, of the candidates passed over for want of stock.
+    wants: Vec<Want>,
+    /// The lowest rate among those above `maxHourlyRate`.
+    lowest_above: Option<f64>,
+}
+
+/// Sorts `candidates` into eligible and passed over (see [`choose`]).
+fn assess(
+    candidates: &[Candidate],
+    max_rate: Option<f64>,
+    catalog: &Catalog,
+    pricing: &PricingBody,
+    refused: &[SkippedPlacement],
+) -> Assessment {
     let mut skipped: Vec<(usize, SkippedPlacement, String)> = Vec::new();
     let mut eligible: Vec<(usize, f64)> = Vec::new();
     let mut wants = Vec::new();
@@ -273,37 +310,58 @@ pub fn choose(
         };
         skipped.push((index, candidate.skipped(reason, refusal), why));
     }
-    let chosen = match policy {
-        PlacementPolicy::Ordered => eligible.first().copied(),
-        PlacementPolicy::Cheapest => eligible
-            .iter()
-            .copied()
-            .reduce(|best, next| if next.1 < best.1 { next } else { best }),
-    };
-    let Some((index, rate)) = chosen else {
-        if wants.is_empty() {
-            if let (Some(rate), Some(limit)) = (lowest_above, max_rate) {
-                return Err(Error::PriceAboveLimit { rate, limit });
-            }
-            return Err(Error::InvalidSpec(format!(
-                "the cloud's price list has no price for {}",
-                candidates
-                    .iter()
-                    .map(|c| c.gpu_type.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+    Assessment {
+        skipped,
+        eligible,
+        wants,
+        lowest_above,
+    }
+}
+
+/// Why no candidate was chosen: `NoCapacity` when stock could help, else the price refusal.
+fn none_chosen(candidates: &[Candidate], max_rate: Option<f64>, assessed: Assessment) -> Error {
+    let Assessment {
+        skipped,
+        wants,
+        lowest_above,
+        ..
+    } = assessed;
+    if wants.is_empty() {
+        if let (Some(rate), Some(limit)) = (lowest_above, max_rate) {
+            return Error::PriceAboveLimit { rate, limit };
         }
-        let reasons = skipped
-            .iter()
-            .map(|(i, _, why)| format!("{}: {why}", candidates[*i]))
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(Error::NoCapacity {
-            message: format!("no placement has GPUs in stock: {reasons}"),
-            wants,
-        });
-    };
+        return Error::InvalidSpec(format!(
+            "the cloud's price list has no price for {}",
+            candidates
+                .iter()
+                .map(|c| c.gpu_type.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let reasons = skipped
+        .iter()
+        .map(|(i, _, why)| format!("{}: {why}", candidates[*i]))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Error::NoCapacity {
+        message: format!("no placement has GPUs in stock: {reasons}"),
+        wants,
+    }
+}
+
+/// The choice of the candidate at `index`, at `rate`, with the candidates `policy` passed over.
+fn chosen_status(
+    policy: PlacementPolicy,
+    candidates: &[Candidate],
+    index: usize,
+    rate: f64,
+    pricing: &PricingBody,
+    assessed: Assessment,
+) -> Choice {
+    let Assessment {
+        skipped, eligible, ..
+    } = assessed;
     let candidate = candidates[index].clone();
     let passed_over = skipped.into_iter().filter_map(|(i, s, _)| match policy {
         // Ordered reads no further than the chosen one.
@@ -319,7 +377,7 @@ pub fn choose(
                 .map(|(i, _)| candidates[*i].skipped(skip::PRICIER, None)),
         );
     }
-    Ok(Choice {
+    Choice {
         status: PlacementStatus {
             chosen: Some(ChosenPlacement {
                 gpu_type: candidate.gpu_type.clone(),
@@ -332,7 +390,7 @@ pub fn choose(
             skipped: shown,
         },
         candidate,
-    })
+    }
 }
 
 /// Whether a refusal recorded at `at` may have come after the catalog was read. The status

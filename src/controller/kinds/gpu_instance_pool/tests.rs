@@ -46,9 +46,28 @@ struct Case {
     delete: &'static [&'static str],
 }
 
+/// Each case's plan keeps exactly `replicas` machines: it creates and deletes what the case
+/// says, and records both before acting.
+fn check_plans(cases: impl IntoIterator<Item = Case>) {
+    for case in cases {
+        let plan = plan(
+            case.replicas,
+            case.strategy,
+            &case.machines,
+            &case.record,
+            &mut names("new"),
+        );
+        assert_eq!(plan.create, case.create, "{}: create", case.what);
+        assert_eq!(plan.delete, case.delete, "{}: delete", case.what);
+        assert_eq!(plan.record.creating, plan.create, "{}", case.what);
+        assert_eq!(plan.record.deleting, plan.delete, "{}", case.what);
+    }
+}
+
+/// Scaling up: recorded creates count until listed, and a machine deleted by hand is replaced.
 #[test]
-fn the_plan_keeps_exactly_replicas() {
-    let cases = [
+fn the_plan_creates_up_to_replicas() {
+    check_plans([
         Case {
             what: "scale up from nothing: names recorded and created",
             replicas: 3,
@@ -86,6 +105,22 @@ fn the_plan_keeps_exactly_replicas() {
             delete: &[],
         },
         Case {
+            what: "a proposed name in use is never taken",
+            replicas: 2,
+            strategy: ROLLING,
+            machines: vec![m("new1", 1, "r")],
+            record: Record::default(),
+            create: &["new2"],
+            delete: &[],
+        },
+    ]);
+}
+
+/// Scaling down: which machines go first, and never a protected one.
+#[test]
+fn the_plan_scales_down_to_replicas() {
+    check_plans([
+        Case {
             what: "scale down: the not-Ready one first, then the newest",
             replicas: 1,
             strategy: ROLLING,
@@ -113,6 +148,22 @@ fn the_plan_keeps_exactly_replicas() {
             delete: &["c", "b"],
         },
         Case {
+            what: "scale down never chooses a protected machine",
+            replicas: 1,
+            strategy: ROLLING,
+            machines: vec![m("a", 1, "r"), m("b", 2, "rp"), m("c", 3, "rp")],
+            record: Record::default(),
+            create: &[],
+            delete: &["a"],
+        },
+    ]);
+}
+
+/// Recorded deletes: repeated until the machine is deleting, let go when no longer needed.
+#[test]
+fn the_plan_carries_out_recorded_deletes() {
+    check_plans([
+        Case {
             what: "a recorded delete not carried out is chosen again first",
             replicas: 1,
             strategy: ROLLING,
@@ -129,15 +180,6 @@ fn the_plan_keeps_exactly_replicas() {
             record: record(&[], &["b"]),
             create: &[],
             delete: &[],
-        },
-        Case {
-            what: "scale down never chooses a protected machine",
-            replicas: 1,
-            strategy: ROLLING,
-            machines: vec![m("a", 1, "r"), m("b", 2, "rp"), m("c", 3, "rp")],
-            record: Record::default(),
-            create: &[],
-            delete: &["a"],
         },
         Case {
             what: "a recorded delete is repeated until the machine is deleting",
@@ -157,6 +199,13 @@ fn the_plan_keeps_exactly_replicas() {
             create: &[],
             delete: &[],
         },
+    ]);
+}
+
+/// Old-template machines: replaced by `RollingReplace` within its limits, kept by `OnDelete`.
+#[test]
+fn the_plan_replaces_old_machines_by_strategy() {
+    check_plans([
         Case {
             what: "rolling replace: one Ready old machine at a time, its replacement at once",
             replicas: 3,
@@ -235,29 +284,7 @@ fn the_plan_keeps_exactly_replicas() {
             create: &["new1"],
             delete: &[],
         },
-        Case {
-            what: "a proposed name in use is never taken",
-            replicas: 2,
-            strategy: ROLLING,
-            machines: vec![m("new1", 1, "r")],
-            record: Record::default(),
-            create: &["new2"],
-            delete: &[],
-        },
-    ];
-    for case in cases {
-        let plan = plan(
-            case.replicas,
-            case.strategy,
-            &case.machines,
-            &case.record,
-            &mut names("new"),
-        );
-        assert_eq!(plan.create, case.create, "{}: create", case.what);
-        assert_eq!(plan.delete, case.delete, "{}: delete", case.what);
-        assert_eq!(plan.record.creating, plan.create, "{}", case.what);
-        assert_eq!(plan.record.deleting, plan.delete, "{}", case.what);
-    }
+    ]);
 }
 
 /// However often it is run on what it recorded, and whichever of its actions happened, the

@@ -83,7 +83,6 @@ impl Run {
         if counts.late_acts > counts.late_acts_done {
             return vec!["a late create is still held by the cloud".to_string()];
         }
-        let mut problems = Vec::new();
         let states: Vec<AccountSnapshot> = (0..ACCOUNTS).map(|a| self.account(a)).collect();
         // Serialized once per account, and only when an object is stuck.
         let accounts: Vec<std::cell::OnceCell<Value>> =
@@ -93,16 +92,7 @@ impl Run {
             Err(error) => return vec![format!("listing objects: {error}")],
         };
         // Objects the harness deleted must be gone (their finalizers released).
-        for (key, seen) in &objects {
-            if !self.model.live.contains_key(key) {
-                problems.push(format!(
-                    "{} {key}: deleted but still present (finalizers {:?}; {})",
-                    kind_name(seen.kind),
-                    seen.meta.finalizers,
-                    conditions(&seen.status).join("; ")
-                ));
-            }
-        }
+        let mut problems = self.deleted_but_present(&objects);
         let mut ids: BTreeMap<ObjectKey, String> = BTreeMap::new();
         for (key, wanted) in &self.model.live {
             let Some(seen) = objects.get(key) else {
@@ -114,16 +104,7 @@ impl Run {
                 ids.insert(key.clone(), id.clone());
             }
             if wanted.source_deleted {
-                let stalled = status
-                    .condition(condition_type::STALLED)
-                    .is_some_and(|c| c.status == "True" && c.reason == reason::SOURCE_DELETED);
-                if !stalled {
-                    problems.push(format!(
-                        "Image {key}: its snapshot was deleted, but it is not Stalled with {}: {}",
-                        reason::SOURCE_DELETED,
-                        conditions(status).join("; ")
-                    ));
-                }
+                problems.extend(source_deleted_problem(key, status));
                 continue;
             }
             // An observed machine in another power state than its spec asks for is not as
@@ -145,34 +126,7 @@ impl Run {
                 }
             }
             if !status.is_ready(seen.meta.generation) {
-                let explained = status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ != "Ready" && c.status == "True" && !c.message.is_empty())
-                    || status
-                        .condition("Ready")
-                        .is_some_and(|c| !c.message.is_empty());
-                // What the cloud holds under the recorded id, to tell a stale view of the
-                // operator's from a cloud that keeps undoing its calls.
-                let account = wanted.group.account;
-                let in_cloud = status
-                    .external_id
-                    .as_deref()
-                    .map(|id| {
-                        let json = accounts[account].get_or_init(|| {
-                            serde_json::to_value(&states[account]).unwrap_or_default()
-                        });
-                        format!("; the cloud's record: {}", cloud_record(json, id))
-                    })
-                    .unwrap_or_default();
-                problems.push(format!(
-                    "{} {key}: not Ready (generation {:?}, observed {:?}; {}){}{in_cloud}",
-                    kind_name(wanted.kind),
-                    seen.meta.generation,
-                    status.observed_generation,
-                    conditions(status).join("; "),
-                    if explained { "" } else { " - no condition" }
-                ));
+                problems.push(not_ready_problem(key, wanted, seen, &states, &accounts));
             }
         }
         if !problems.is_empty() {
@@ -197,6 +151,25 @@ impl Run {
             }
         }
         Vec::new()
+    }
+
+    /// The objects the harness deleted that are still there (their finalizers not released).
+    fn deleted_but_present(
+        &self,
+        objects: &BTreeMap<ObjectKey, crate::world::Seen>,
+    ) -> Vec<String> {
+        objects
+            .iter()
+            .filter(|(key, _)| !self.model.live.contains_key(*key))
+            .map(|(key, seen)| {
+                format!(
+                    "{} {key}: deleted but still present (finalizers {:?}; {})",
+                    kind_name(seen.kind),
+                    seen.meta.finalizers,
+                    conditions(&seen.status).join("; ")
+                )
+            })
+            .collect()
     }
 
     /// Exactly one cloud resource per object, in the object's own account, and nothing else
@@ -289,9 +262,6 @@ impl Run {
         ids: &BTreeMap<ObjectKey, String>,
     ) -> Vec<String> {
         let mut problems = Vec::new();
-        let id_of = |namespace: &str, name: Option<&str>| {
-            name.and_then(|name| ids.get(&ObjectKey::new(namespace, name)).cloned())
-        };
         for (key, wanted) in &self.model.live {
             if wanted.policy == Policy::ObserveOnly || wanted.source_deleted {
                 continue;
@@ -299,109 +269,21 @@ impl Run {
             let state = &states[wanted.group.account];
             let id = &ids[key];
             let spec = &wanted.spec;
-            let namespace = key.namespace.as_str();
-            match wanted.kind {
-                Kind::Instance => {
-                    let Some(instance) = state.instances.iter().find(|i| &i.instance_id == id)
-                    else {
-                        continue;
-                    };
-                    let status = serde_json::to_value(&instance.status).unwrap_or_default();
-                    let wanted_status = if spec["powerState"] == "Stopped" {
-                        "SHUTOFF"
-                    } else {
-                        "ACTIVE"
-                    };
-                    if status.as_str() != Some(wanted_status) {
-                        problems.push(format!(
-                            "{key}: cloud status {status}, wanted {wanted_status}"
-                        ));
-                    }
-                    let source = spec["source"]["snapshotRef"]["name"].as_str();
-                    if let Some(snapshot) = id_of(namespace, source)
-                        && instance.snapshot_id.as_ref() != Some(&snapshot)
-                    {
-                        problems.push(format!(
-                            "{key}: restored from {:?} in the cloud, wanted {snapshot}",
-                            instance.snapshot_id
-                        ));
-                    }
-                }
-                Kind::Volume => {
-                    let Some(volume) = state.volumes.iter().find(|v| &v.id == id) else {
-                        continue;
-                    };
-                    if Some(volume.size as i64) != spec["sizeGb"].as_i64() {
-                        problems.push(format!(
-                            "{key}: size {} in the cloud, spec {}",
-                            volume.size, spec["sizeGb"]
-                        ));
-                    }
-                    let target = id_of(namespace, spec["instanceRef"]["name"].as_str());
-                    if volume.instance_id != target {
-                        problems.push(format!(
-                            "{key}: attached to {:?} in the cloud, wanted {target:?}",
-                            volume.instance_id
-                        ));
-                    }
-                }
-                Kind::Firewall => {
-                    let Some(firewall) = state.firewalls.iter().find(|f| &f.id == id) else {
-                        continue;
-                    };
-                    let rules = spec["rules"].as_array().map_or(0, Vec::len);
-                    if firewall.rules.len() != rules {
-                        problems.push(format!(
-                            "{key}: {} rules in the cloud, spec {rules}",
-                            firewall.rules.len()
-                        ));
-                    }
-                    let attached: BTreeSet<String> = firewall
-                        .attachments
-                        .iter()
-                        .map(|a| a.vm.id.clone())
-                        .collect();
-                    let targets: BTreeSet<String> = spec["instanceRefs"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|r| id_of(namespace, r["name"].as_str()))
-                        .collect();
-                    if attached != targets {
-                        problems.push(format!(
-                            "{key}: attached to {attached:?}, wanted {targets:?}"
-                        ));
-                    }
-                }
-                Kind::Snapshot => {
-                    let Some(snapshot) = state.snapshots.iter().find(|s| &s.snapshot_id == id)
-                    else {
-                        continue;
-                    };
-                    if let Some(machine) = id_of(namespace, spec["instanceRef"]["name"].as_str())
-                        && snapshot.instance_id != machine
-                    {
-                        problems.push(format!(
-                            "{key}: a snapshot of {} in the cloud, wanted {machine}",
-                            snapshot.instance_id
-                        ));
-                    }
-                }
-                Kind::Image => {
-                    let Some(image) = state.images.iter().find(|i| &i.id == id) else {
-                        continue;
-                    };
-                    if let Some(snapshot) = id_of(namespace, spec["snapshotRef"]["name"].as_str())
-                        && image.snapshot_id != snapshot
-                    {
-                        problems.push(format!(
-                            "{key}: made from {} in the cloud, wanted {snapshot}",
-                            image.snapshot_id
-                        ));
-                    }
-                }
-                Kind::SshKey => {}
-            }
+            let check = SpecCheck {
+                key,
+                spec,
+                state,
+                id,
+                ids,
+            };
+            problems.extend(match wanted.kind {
+                Kind::Instance => check.instance(),
+                Kind::Volume => check.volume(),
+                Kind::Firewall => check.firewall(),
+                Kind::Snapshot => check.snapshot(),
+                Kind::Image => check.image(),
+                Kind::SshKey => continue,
+            });
         }
         problems
     }
@@ -536,8 +418,54 @@ impl Run {
         foreign: &[Value],
         baseline_drain: &[f64],
     ) -> Result<(), String> {
+        let LeftOnPurpose {
+            kept: kept_found,
+            finals: finals_found,
+        } = self.left_on_purpose()?;
+        self.check_kept_and_presets_left(&kept_found)?;
+        self.check_presets()?;
+        self.check_foreign(foreign)?;
+        self.check_ledger()?;
+        self.stats.kept_after_delete += kept_found.len() as u64;
+        self.stats.final_snapshots += finals_found.len() as u64;
+
+        // The harness removes what was left on purpose, then billing must stop.
+        self.remove_left_on_purpose(kept_found, finals_found)
+            .await?;
+        self.env.simulator.advance_clock(Duration::from_secs(60));
+        for account in 0..ACCOUNTS {
+            let state = self.account(account);
+            for kind in Kind::ALL {
+                let left: Vec<(String, String)> = cloud_ids(&state, kind)
+                    .into_iter()
+                    .filter(|(_, name)| !name.starts_with("foreign-") && !name.ends_with("-boot"))
+                    .collect();
+                if !left.is_empty() {
+                    return Err(format!(
+                        "left in account {account} after the kept resources were removed: {} {left:?}",
+                        kind_name(kind)
+                    ));
+                }
+            }
+        }
+        let drain = self.hourly_drain();
+        for account in 0..ACCOUNTS {
+            if (drain[account] - baseline_drain[account]).abs() > 0.001 {
+                return Err(format!(
+                    "billing did not stop in account {account}: {:.6}/h spent, the foreign resources alone spend {:.6}/h",
+                    drain[account], baseline_drain[account]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What carries the operator's mark once every object is deleted, which must be only what
+    /// was left on purpose: the resources of `Orphan` objects and the final snapshots.
+    /// Anything else is a leak.
+    fn left_on_purpose(&self) -> Result<LeftOnPurpose, String> {
         let mut leaks: Vec<String> = Vec::new();
-        let mut kept_found: Vec<(usize, Kind, String)> = Vec::new();
+        let mut kept_found: Vec<Kept> = Vec::new();
         let mut finals_found: Vec<(usize, String)> = Vec::new();
         for account in 0..ACCOUNTS {
             let state = self.account(account);
@@ -570,6 +498,15 @@ impl Run {
         if !leaks.is_empty() {
             return Err(format!("leaked after deleting every object: {leaks:?}"));
         }
+        Ok(LeftOnPurpose {
+            kept: kept_found,
+            finals: finals_found,
+        })
+    }
+
+    /// Each `Orphan` object's recorded resource is still there; adopted presets managed by a
+    /// deleted object are gone, those orphaned or observed are not.
+    fn check_kept_and_presets_left(&self, kept_found: &[Kept]) -> Result<(), String> {
         for kept in &self.kept {
             if let Some(id) = &kept.id
                 && !kept_found
@@ -605,13 +542,16 @@ impl Run {
                 _ => {}
             }
         }
-        self.check_presets()?;
-        self.check_foreign(foreign)?;
-        self.check_ledger()?;
-        self.stats.kept_after_delete += kept_found.len() as u64;
-        self.stats.final_snapshots += finals_found.len() as u64;
+        Ok(())
+    }
 
-        // The harness removes what was left on purpose, then billing must stop.
+    /// The harness deletes what was left on purpose: the kept resources, the final snapshots,
+    /// and the presets still there.
+    async fn remove_left_on_purpose(
+        &self,
+        kept_found: Vec<Kept>,
+        finals_found: Vec<(usize, String)>,
+    ) -> Result<(), String> {
         let mut removals: Vec<(usize, Kind, String)> = kept_found;
         removals.extend(
             finals_found
@@ -634,31 +574,6 @@ impl Run {
                 Kind::Image => cloud.delete_image(&id).await.map(drop),
             };
             removed.map_err(|e| format!("removing the kept {} {id}: {e}", kind_name(kind)))?;
-        }
-        self.env.simulator.advance_clock(Duration::from_secs(60));
-        for account in 0..ACCOUNTS {
-            let state = self.account(account);
-            for kind in Kind::ALL {
-                let left: Vec<(String, String)> = cloud_ids(&state, kind)
-                    .into_iter()
-                    .filter(|(_, name)| !name.starts_with("foreign-") && !name.ends_with("-boot"))
-                    .collect();
-                if !left.is_empty() {
-                    return Err(format!(
-                        "left in account {account} after the kept resources were removed: {} {left:?}",
-                        kind_name(kind)
-                    ));
-                }
-            }
-        }
-        let drain = self.hourly_drain();
-        for account in 0..ACCOUNTS {
-            if (drain[account] - baseline_drain[account]).abs() > 0.001 {
-                return Err(format!(
-                    "billing did not stop in account {account}: {:.6}/h spent, the foreign resources alone spend {:.6}/h",
-                    drain[account], baseline_drain[account]
-                ));
-            }
         }
         Ok(())
     }
@@ -785,6 +700,219 @@ where
         );
     }
     Ok(texts)
+}
+
+/// Why an Image whose snapshot was deleted is not as it should be: `Stalled` with
+/// `SourceDeleted`.
+fn source_deleted_problem(key: &ObjectKey, status: &gpucloud_api::CloudStatus) -> Option<String> {
+    let stalled = status
+        .condition(condition_type::STALLED)
+        .is_some_and(|c| c.status == "True" && c.reason == reason::SOURCE_DELETED);
+    (!stalled).then(|| {
+        format!(
+            "Image {key}: its snapshot was deleted, but it is not Stalled with {}: {}",
+            reason::SOURCE_DELETED,
+            conditions(status).join("; ")
+        )
+    })
+}
+
+/// An object not `Ready`: its conditions, whether any explains why, and what the cloud holds
+/// under its recorded id (`accounts` serializes each account's state once, when first needed).
+fn not_ready_problem(
+    key: &ObjectKey,
+    wanted: &Wanted,
+    seen: &crate::world::Seen,
+    states: &[AccountSnapshot],
+    accounts: &[std::cell::OnceCell<Value>],
+) -> String {
+    let status = &seen.status;
+    let explained = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ != "Ready" && c.status == "True" && !c.message.is_empty())
+        || status
+            .condition("Ready")
+            .is_some_and(|c| !c.message.is_empty());
+    // What the cloud holds under the recorded id, to tell a stale view of the
+    // operator's from a cloud that keeps undoing its calls.
+    let account = wanted.group.account;
+    let in_cloud = status
+        .external_id
+        .as_deref()
+        .map(|id| {
+            let json = accounts[account]
+                .get_or_init(|| serde_json::to_value(&states[account]).unwrap_or_default());
+            format!("; the cloud's record: {}", cloud_record(json, id))
+        })
+        .unwrap_or_default();
+    format!(
+        "{} {key}: not Ready (generation {:?}, observed {:?}; {}){}{in_cloud}",
+        kind_name(wanted.kind),
+        seen.meta.generation,
+        status.observed_generation,
+        conditions(status).join("; "),
+        if explained { "" } else { " - no condition" }
+    )
+}
+
+/// A resource left on purpose once every object is deleted: account, kind and id.
+type Kept = (usize, Kind, String);
+
+/// What carries the operator's mark once every object is deleted, all of it left on purpose.
+struct LeftOnPurpose {
+    /// The resources of `Orphan` objects.
+    kept: Vec<Kept>,
+    /// The final snapshots: account and id.
+    finals: Vec<(usize, String)>,
+}
+
+/// One object's resource in the cloud, checked against its spec.
+struct SpecCheck<'a> {
+    key: &'a ObjectKey,
+    spec: &'a Value,
+    /// The account the object's resource is in.
+    state: &'a AccountSnapshot,
+    /// The resource's cloud id.
+    id: &'a str,
+    /// Every object's cloud id.
+    ids: &'a BTreeMap<ObjectKey, String>,
+}
+
+impl SpecCheck<'_> {
+    /// The cloud id of the object of `name` in the checked object's namespace.
+    fn id_in(&self, name: Option<&str>) -> Option<String> {
+        name.and_then(|name| {
+            self.ids
+                .get(&ObjectKey::new(&self.key.namespace, name))
+                .cloned()
+        })
+    }
+
+    /// A machine's power state and restore source in the cloud, against its spec.
+    fn instance(&self) -> Vec<String> {
+        let (key, spec, state, id) = (self.key, self.spec, self.state, self.id);
+        let mut problems = Vec::new();
+        let Some(instance) = state.instances.iter().find(|i| i.instance_id == id) else {
+            return problems;
+        };
+        let status = serde_json::to_value(&instance.status).unwrap_or_default();
+        let wanted_status = if spec["powerState"] == "Stopped" {
+            "SHUTOFF"
+        } else {
+            "ACTIVE"
+        };
+        if status.as_str() != Some(wanted_status) {
+            problems.push(format!(
+                "{key}: cloud status {status}, wanted {wanted_status}"
+            ));
+        }
+        let source = spec["source"]["snapshotRef"]["name"].as_str();
+        if let Some(snapshot) = self.id_in(source)
+            && instance.snapshot_id.as_ref() != Some(&snapshot)
+        {
+            problems.push(format!(
+                "{key}: restored from {:?} in the cloud, wanted {snapshot}",
+                instance.snapshot_id
+            ));
+        }
+        problems
+    }
+
+    /// A volume's size and attachment in the cloud, against its spec.
+    fn volume(&self) -> Vec<String> {
+        let (key, spec, state, id) = (self.key, self.spec, self.state, self.id);
+        let mut problems = Vec::new();
+        let Some(volume) = state.volumes.iter().find(|v| v.id == id) else {
+            return problems;
+        };
+        if Some(volume.size as i64) != spec["sizeGb"].as_i64() {
+            problems.push(format!(
+                "{key}: size {} in the cloud, spec {}",
+                volume.size, spec["sizeGb"]
+            ));
+        }
+        let target = self.id_in(spec["instanceRef"]["name"].as_str());
+        if volume.instance_id != target {
+            problems.push(format!(
+                "{key}: attached to {:?} in the cloud, wanted {target:?}",
+                volume.instance_id
+            ));
+        }
+        problems
+    }
+
+    /// A firewall's rules and attachments in the cloud, against its spec.
+    fn firewall(&self) -> Vec<String> {
+        let (key, spec, state, id) = (self.key, self.spec, self.state, self.id);
+        let mut problems = Vec::new();
+        let Some(firewall) = state.firewalls.iter().find(|f| f.id == id) else {
+            return problems;
+        };
+        let rules = spec["rules"].as_array().map_or(0, Vec::len);
+        if firewall.rules.len() != rules {
+            problems.push(format!(
+                "{key}: {} rules in the cloud, spec {rules}",
+                firewall.rules.len()
+            ));
+        }
+        let attached: BTreeSet<String> = firewall
+            .attachments
+            .iter()
+            .map(|a| a.vm.id.clone())
+            .collect();
+        let targets: BTreeSet<String> = spec["instanceRefs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| self.id_in(r["name"].as_str()))
+            .collect();
+        if attached != targets {
+            problems.push(format!(
+                "{key}: attached to {attached:?}, wanted {targets:?}"
+            ));
+        }
+        problems
+    }
+
+    /// A snapshot's machine in the cloud, against its spec.
+    fn snapshot(&self) -> Vec<String> {
+        let found = self
+            .state
+            .snapshots
+            .iter()
+            .find(|s| s.snapshot_id == self.id);
+        self.made_from(
+            found.map(|s| s.instance_id.as_str()),
+            "instanceRef",
+            "a snapshot of",
+        )
+    }
+
+    /// An image's snapshot in the cloud, against its spec.
+    fn image(&self) -> Vec<String> {
+        let found = self.state.images.iter().find(|i| i.id == self.id);
+        self.made_from(
+            found.map(|i| i.snapshot_id.as_str()),
+            "snapshotRef",
+            "made from",
+        )
+    }
+
+    /// What the resource was made from in the cloud (`source`, when the resource is there) is
+    /// what the spec's `reference` names, when that has an id; `made` says how, in the message.
+    fn made_from(&self, source: Option<&str>, reference: &str, made: &str) -> Vec<String> {
+        let Some(source) = source else {
+            return Vec::new();
+        };
+        match self.id_in(self.spec[reference]["name"].as_str()) {
+            Some(wanted) if source != wanted => vec![format!(
+                "{}: {made} {source} in the cloud, wanted {wanted}",
+                self.key
+            )],
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// The record carrying `id` (any kind) in an account's JSON, or a note that there is none.

@@ -174,19 +174,7 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
         runs: 1,
         ..PoolStats::default()
     };
-    let api_faults = ApiFaultPlan {
-        seed,
-        status_conflict_rate: rng.random_range(0.05..0.3),
-        watch_cut_rate: rng.random_range(0.2..0.6),
-        watch_lifetime: (Duration::from_millis(100), Duration::from_millis(1500)),
-        create_timeout_rate: rng.random_range(0.1..0.4),
-        watch_delay: Duration::ZERO,
-    };
-    let cloud_faults = FaultPlan {
-        error_rate: rng.random_range(0.0..0.1),
-        act_then_drop: BTreeMap::from([("CreateInstance".to_string(), rng.random_range(0.1..0.4))]),
-        ..FaultPlan::default()
-    };
+    let (api_faults, cloud_faults) = fault_plans(seed, &mut rng);
     run.trace.push(format!("API server faults {api_faults:?}"));
     run.trace.push(format!("cloud faults {cloud_faults:?}"));
     let first = rng.random_range(0..=4);
@@ -203,83 +191,17 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
     // In a third of the seeds a second operator acts on the same objects through the fault
     // phase, as a deposed leader that has not noticed yet: two controllers, each with its own
     // (possibly stale) view of the pool.
-    let (stop_second, second) = if rng.random_bool(1.0 / 3.0) {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(gpucloud_controller::operator::run::run(
-            run.env.client.clone(),
-            config.clone(),
-            futures::FutureExt::boxed(async {
-                let _ = stopped.await;
-            }),
-        ));
-        run.trace
-            .push("a second operator runs through the fault phase".into());
+    let second = if rng.random_bool(1.0 / 3.0) {
         stats.second_operators += 1;
-        (Some(stop), Some(task))
+        Some(run.start_second_operator(&config))
     } else {
-        (None, None)
+        None
     };
-    let (mut replicas, mut most, mut asked) = (first, first, u64::try_from(first).unwrap_or(0));
+    let (replicas, asked) = run
+        .fault_phase(&mut rng, &config, first, &mut stats)
+        .await?;
 
-    for _ in 0..rng.random_range(6..=12) {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
-        match rng.random_range(0..10) {
-            0..=5 => {
-                let next = rng.random_range(0..=5);
-                let scaled = run
-                    .pools()
-                    .patch_scale(
-                        "workers",
-                        &PatchParams::default(),
-                        &Patch::Merge(serde_json::json!({"spec": {"replicas": next}})),
-                    )
-                    .await;
-                if let Err(error) = scaled {
-                    run.trace.push(format!("scale to {next} failed: {error}"));
-                    continue;
-                }
-                run.trace.push(format!("scaled {replicas} -> {next}"));
-                asked += u64::try_from((next - replicas).max(0)).unwrap_or(0);
-                replicas = next;
-                most = most.max(next);
-                stats.scales += 1;
-                // Killed in the middle of the scale, often.
-                if rng.random_bool(0.4) {
-                    tokio::time::sleep(Duration::from_millis(rng.random_range(0..150))).await;
-                    run.env.kill_operator().await;
-                    run.env.start_operator(config.clone());
-                    run.trace
-                        .push("operator killed mid-scale and restarted".into());
-                    stats.kills += 1;
-                }
-            }
-            6 | 7 => {
-                run.env.kill_operator().await;
-                tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
-                run.env.start_operator(config.clone());
-                run.trace.push("operator killed and restarted".into());
-                stats.kills += 1;
-            }
-            8 => {
-                run.env.apiserver.faults().disconnect_watches();
-                run.trace.push("watches disconnected".into());
-            }
-            _ => {
-                run.env.apiserver.compact();
-                run.trace.push("watch history compacted (410)".into());
-            }
-        }
-        if let Some((_, live, _)) = run.machines().await
-            && live > usize::try_from(most).unwrap_or(0)
-        {
-            let detail = run.describe().await;
-            return Err(run.fail(format!(
-                "{live} machines at once, more than the most ever asked for ({most}): {detail}"
-            )));
-        }
-    }
-
-    if let (Some(stop), Some(task)) = (stop_second, second) {
+    if let Some((stop, task)) = second {
         let _ = stop.send(());
         let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
         run.trace.push("the second operator stopped".into());
@@ -296,21 +218,7 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
     run.trace
         .push(format!("faults lifted at replicas {replicas}"));
 
-    let wanted = usize::try_from(replicas).unwrap_or(0);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let machines = run.machines().await;
-        let cloud = run.cloud_machines();
-        if machines == Some((wanted, wanted, wanted)) && cloud == wanted {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(run.fail(format!(
-                "not converged: (machines, live, Ready) {machines:?} and {cloud} cloud machines for replicas {replicas}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    run.converge(replicas).await?;
     // A create answered 504 was carried out all the same. The API server's own count of
     // those covers every kind's creates (the operator creates GpuOfferings too), so the
     // GpuInstance creates are read from its request log by answer.
@@ -322,31 +230,170 @@ pub async fn run_seed(seed: u64) -> Result<PoolStats, Failure> {
         )));
     }
 
-    run.pools()
-        .delete("workers", &DeleteParams::foreground())
-        .await
-        .map_err(|e| run.fail(format!("pool not deleted: {e}")))?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let machines = run.machines().await;
-        let pool_gone = run
-            .pools()
-            .get_opt("workers")
-            .await
-            .ok()
-            .flatten()
-            .is_none();
-        if machines == Some((0, 0, 0)) && run.cloud_machines() == 0 && pool_gone {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(run.fail(format!(
-                "leaked: {machines:?} machines, {} cloud machines, pool gone: {pool_gone}",
-                run.cloud_machines()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    run.delete_pool_and_wait().await?;
     run.env.stop_operator().await;
     Ok(stats)
+}
+
+/// The API server's and the cloud's faults of a seed's run.
+fn fault_plans(seed: u64, rng: &mut StdRng) -> (ApiFaultPlan, FaultPlan) {
+    let api_faults = ApiFaultPlan {
+        seed,
+        status_conflict_rate: rng.random_range(0.05..0.3),
+        watch_cut_rate: rng.random_range(0.2..0.6),
+        watch_lifetime: (Duration::from_millis(100), Duration::from_millis(1500)),
+        create_timeout_rate: rng.random_range(0.1..0.4),
+        watch_delay: Duration::ZERO,
+    };
+    let cloud_faults = FaultPlan {
+        error_rate: rng.random_range(0.0..0.1),
+        act_then_drop: BTreeMap::from([("CreateInstance".to_string(), rng.random_range(0.1..0.4))]),
+        ..FaultPlan::default()
+    };
+    (api_faults, cloud_faults)
+}
+
+impl Run {
+    /// Starts a second operator on the same objects, until the sender is used.
+    fn start_second_operator(
+        &mut self,
+        config: &gpucloud_controller::operator::run::OperatorConfig,
+    ) -> (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(gpucloud_controller::operator::run::run(
+            self.env.client.clone(),
+            config.clone(),
+            futures::FutureExt::boxed(async {
+                let _ = stopped.await;
+            }),
+        ));
+        self.trace
+            .push("a second operator runs through the fault phase".into());
+        (stop, task)
+    }
+
+    /// 6 to 12 steps, 0 to 400 ms apart, each a scale, a kill of the operator, cut watches or
+    /// a compaction; after each, no more machines than the most ever asked for. Returns the
+    /// replicas last asked for and the sum of the scale-ups' increases from `first`.
+    async fn fault_phase(
+        &mut self,
+        rng: &mut StdRng,
+        config: &gpucloud_controller::operator::run::OperatorConfig,
+        first: i32,
+        stats: &mut PoolStats,
+    ) -> Result<(i32, u64), Failure> {
+        let (mut replicas, mut most, mut asked) = (first, first, u64::try_from(first).unwrap_or(0));
+        for _ in 0..rng.random_range(6..=12) {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+            match rng.random_range(0..10) {
+                0..=5 => {
+                    let next = rng.random_range(0..=5);
+                    let scaled = self
+                        .pools()
+                        .patch_scale(
+                            "workers",
+                            &PatchParams::default(),
+                            &Patch::Merge(serde_json::json!({"spec": {"replicas": next}})),
+                        )
+                        .await;
+                    if let Err(error) = scaled {
+                        self.trace.push(format!("scale to {next} failed: {error}"));
+                        continue;
+                    }
+                    self.trace.push(format!("scaled {replicas} -> {next}"));
+                    asked += u64::try_from((next - replicas).max(0)).unwrap_or(0);
+                    replicas = next;
+                    most = most.max(next);
+                    stats.scales += 1;
+                    // Killed in the middle of the scale, often.
+                    if rng.random_bool(0.4) {
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..150))).await;
+                        self.env.kill_operator().await;
+                        self.env.start_operator(config.clone());
+                        self.trace
+                            .push("operator killed mid-scale and restarted".into());
+                        stats.kills += 1;
+                    }
+                }
+                6 | 7 => {
+                    self.env.kill_operator().await;
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+                    self.env.start_operator(config.clone());
+                    self.trace.push("operator killed and restarted".into());
+                    stats.kills += 1;
+                }
+                8 => {
+                    self.env.apiserver.faults().disconnect_watches();
+                    self.trace.push("watches disconnected".into());
+                }
+                _ => {
+                    self.env.apiserver.compact();
+                    self.trace.push("watch history compacted (410)".into());
+                }
+            }
+            if let Some((_, live, _)) = self.machines().await
+                && live > usize::try_from(most).unwrap_or(0)
+            {
+                let detail = self.describe().await;
+                return Err(self.fail(format!(
+                    "{live} machines at once, more than the most ever asked for ({most}): {detail}"
+                )));
+            }
+        }
+        Ok((replicas, asked))
+    }
+
+    /// Waits (up to 120 s) for exactly `replicas` machines, all Ready, and as many in the cloud.
+    async fn converge(&self, replicas: i32) -> Result<(), Failure> {
+        let wanted = usize::try_from(replicas).unwrap_or(0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let machines = self.machines().await;
+            let cloud = self.cloud_machines();
+            if machines == Some((wanted, wanted, wanted)) && cloud == wanted {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(self.fail(format!(
+                    "not converged: (machines, live, Ready) {machines:?} and {cloud} cloud machines for replicas {replicas}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
+    /// Deletes the pool and waits (up to 120 s) for it, its machines and theirs in the cloud
+    /// to be gone.
+    async fn delete_pool_and_wait(&self) -> Result<(), Failure> {
+        self.pools()
+            .delete("workers", &DeleteParams::foreground())
+            .await
+            .map_err(|e| self.fail(format!("pool not deleted: {e}")))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let machines = self.machines().await;
+            let pool_gone = self
+                .pools()
+                .get_opt("workers")
+                .await
+                .ok()
+                .flatten()
+                .is_none();
+            if machines == Some((0, 0, 0)) && self.cloud_machines() == 0 && pool_gone {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(self.fail(format!(
+                    "leaked: {machines:?} machines, {} cloud machines, pool gone: {pool_gone}",
+                    self.cloud_machines()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
 }
