@@ -107,16 +107,16 @@ impl Run {
                 problems.extend(source_deleted_problem(key, status));
                 continue;
             }
-            // An observed machine in another power state than its spec asks for is not as
-            // specified, and says so (`NotApplied`): settled there, and only when the cloud
-            // does differ.
+            // An observed machine other than its spec asks for (power state, public IP, rules)
+            // is not as specified, and says so (`NotApplied`): settled there, and only when the
+            // cloud does differ.
             if let Some(differs) = observed_power_differs(wanted, status, &states) {
                 let not_applied = status
                     .condition(condition_type::STALLED)
                     .is_some_and(|c| c.status == "True" && c.reason == reason::NOT_APPLIED);
                 if differs != not_applied {
                     problems.push(format!(
-                        "GpuInstance {key}: ObserveOnly, its power state {} the cloud's, yet {}",
+                        "GpuInstance {key}: ObserveOnly, its spec {} the cloud's machine, yet {}",
                         if differs { "differing from" } else { "as" },
                         conditions(status).join("; ")
                     ));
@@ -932,7 +932,8 @@ fn cloud_record(account: &Value, id: &str) -> String {
 }
 
 /// For an `ObserveOnly` GpuInstance whose machine is settled in a power state: whether it
-/// differs from the one the spec asks for. `None` for anything else.
+/// differs from the spec in what the spec states and the operator would change (the power
+/// state, the public IP, the security rules). `None` for anything else.
 fn observed_power_differs(
     wanted: &Wanted,
     status: &gpucloud_api::CloudStatus,
@@ -953,5 +954,37 @@ fn observed_power_differs(
         _ => return None,
     };
     let asked = wanted.spec["powerState"].as_str().unwrap_or("Running");
-    Some(asked != settled)
+    let public_ip = wanted.spec["publicIp"].as_bool().unwrap_or(true);
+    let rule =
+        |direction: &str, protocol: &str, prefix: &str, min: Option<u64>, max: Option<u64>| {
+            format!("{direction}/{protocol}/{prefix}/{min:?}-{max:?}").to_lowercase()
+        };
+    let asked_rules: std::collections::BTreeSet<String> = wanted.spec["securityRules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            rule(
+                r["direction"].as_str().unwrap_or("Ingress"),
+                r["protocol"].as_str().unwrap_or_default(),
+                r["remoteIpPrefix"].as_str().unwrap_or_default(),
+                r["portRangeMin"].as_u64(),
+                r["portRangeMax"].as_u64(),
+            )
+        })
+        .collect();
+    let found_rules: std::collections::BTreeSet<String> = machine
+        .security_rules
+        .iter()
+        .map(|r| {
+            rule(
+                r.direction.as_str(),
+                r.protocol.as_str(),
+                &r.remote_ip_prefix,
+                r.port_range_min.map(u64::from),
+                r.port_range_max.map(u64::from),
+            )
+        })
+        .collect();
+    Some(asked != settled || public_ip != machine.public_ip_enabled || asked_rules != found_rules)
 }
