@@ -25,8 +25,12 @@ if [ "${1:-}" != "--continue" ]; then
   fi
 fi
 
+# The generating tests alone: others, such as the docs' count of kinds, rightly fail on a
+# tree with one kind more than the docs say.
 UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry
-UPDATE_GENERATED=1 cargo test --test deploy_chart --test argocd_health
+UPDATE_GENERATED=1 cargo test --test deploy_chart -- \
+  chart_and_kustomize_crds_are_the_generated_crds kustomize_base_renders_what_the_chart_renders
+UPDATE_GENERATED=1 cargo test --test argocd_health -- argocd_cm_installs_the_script_for_every_kind
 
 updated="$(mktemp)"
 git add --all
