@@ -434,7 +434,9 @@ fn package_name(manifest: &str) -> String {
 }
 
 /// Cargo in the patched `tree`, building into the scratch target directory, offline and with
-/// this checkout's Cargo.lock.
+/// this checkout's Cargo.lock. The workspace's crates are built without debug information or
+/// incremental state, which nothing here reads (the dependencies have none either way, so
+/// they keep the hashes of `target/debug`'s).
 fn cargo(tree: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     Command::new(cargo)
@@ -442,6 +444,8 @@ fn cargo(tree: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .arg("--frozen")
         .current_dir(tree)
         .env("CARGO_TARGET_DIR", root().join(SCRATCH).join("target"))
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .env("CARGO_INCREMENTAL", "0")
         .envs(env.iter().copied())
         .output()
         .expect("cargo runs")
