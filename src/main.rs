@@ -9,15 +9,15 @@ use gpucloud_telemetry::LogFormat;
 
 /// jemalloc instead of the C library's allocator: the work is mostly small, short-lived
 /// allocations (decoding lists and watch events), and after a burst of them the operator held
-/// about half as much memory per object with jemalloc, for less CPU time (docs/performance.md,
-/// "Memory per object").
+/// about half as much memory per object with jemalloc, for less CPU time (docs/performance/history.md,
+/// "Where the time goes", "Memory per object").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// How long jemalloc keeps pages freed by the heap before giving them back to the system. Its
 /// default, 10 s, is counted only while the arena that freed them allocates again, so once the
 /// work settled an operator kept the pages of its last burst resident; a background thread now
-/// gives them back on time (docs/performance.md, "Pages given back on time").
+/// gives them back on time (docs/performance/history.md, "Pages given back on time").
 const DIRTY_DECAY_MS: isize = 1_000;
 
 /// Sets [`DIRTY_DECAY_MS`] for the main thread's arena and every arena made after it (one per
