@@ -629,6 +629,10 @@ pub fn stock_age(
         let note = "placement may differ: the GpuOfferings' stock is of unknown age (no refreshedAt); --cloud-url reads the cloud's".to_string();
         return (Some(note), "the GpuOfferings', of unknown age".into());
     };
+    // Shown to the second.
+    let oldest = oldest
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap_or(oldest);
     let age = now.duration_since(oldest).max(SignedDuration::ZERO);
     let age_shown = format!("{:#}", SignedDuration::from_secs(age.as_secs()));
     let stock = format!(
