@@ -29,6 +29,8 @@ pub struct Live {
     pub cost: Option<(f64, String)>,
     /// Where it was placed (a GpuInstance's `status.placement.chosen`).
     pub placement: Option<ChosenPlacement>,
+    /// The API server's message refusing its deletion, if it would (for `--prune`).
+    pub refused: Option<String>,
 }
 
 /// Where the prices come from.
@@ -234,7 +236,14 @@ pub fn plan(
     for live in pruned {
         let billed = kinds.iter().any(|k| k.kind == live.kind && k.billed);
         let (before, source) = now(&live, billed);
-        let mut deleted = planned(Action::Delete, before, Some(0.0));
+        let mut deleted = match live.refused {
+            // Refused: it stays, as it costs.
+            Some(message) => PlannedObject {
+                refused: Some(message),
+                ..planned(Action::Refused, before, before)
+            },
+            None => planned(Action::Delete, before, Some(0.0)),
+        };
         deleted.hourly_cost.source = Some(source);
         deleted.placement = live.placement.as_ref().map(shown);
         objects.push(PlannedObject {

@@ -108,7 +108,13 @@ pub async fn run(args: &Args) -> Result<String, Error> {
         .filter(|k| !k.is_empty())
         .map(ApiKey::new);
     let plan = plan(&client, args, api_key, &mut std::io::stdin()).await?;
-    let output = render(&plan, args.output);
+    finish(&plan, args.output)
+}
+
+/// The plan as `output` prints it, or [`Error::Refused`] carrying that output with the API
+/// server's messages when it would refuse an object.
+pub fn finish(plan: &Plan, output: Output) -> Result<String, Error> {
+    let output = render(plan, output);
     let refusals = plan.refusals();
     if refusals.is_empty() {
         Ok(output)
@@ -159,7 +165,14 @@ pub async fn plan(
         paired.push(judged(client, &kinds, &validator, object, manifest).await?);
     }
     let pruned = if args.prune {
-        prune(client, &kinds, &paired, args.selector.as_deref()).await?
+        prune(
+            client,
+            &kinds,
+            &validator,
+            &paired,
+            args.selector.as_deref(),
+        )
+        .await?
     } else {
         Vec::new()
     };
@@ -303,14 +316,17 @@ fn live(info: &KindInfo, object: DynamicObject) -> Result<Live, Error> {
         spec,
         cost: (info.cost_of)(&value),
         placement,
+        refused: None,
     })
 }
 
 /// The objects of the operator's kinds in the namespaces the manifests name, matching
-/// `selector`, that the manifests do not hold.
+/// `selector`, that the manifests do not hold; each with the API server's message refusing its
+/// deletion (an admission policy's, such as deletion protection's), if it would.
 async fn prune(
     client: &kube::Client,
     kinds: &[KindInfo],
+    validator: &validation::Validator,
     paired: &[(Desired, Option<Live>)],
     selector: Option<&str>,
 ) -> Result<Vec<Live>, Error> {
@@ -333,7 +349,10 @@ async fn prune(
             for object in api.list(&params).await?.items {
                 let name = object.metadata.name.clone().unwrap_or_default();
                 if !named.contains(&(info.kind.as_str(), namespace, name.as_str())) {
-                    out.push(live(info, object)?);
+                    let value = serde_json::to_value(&object).unwrap_or_default();
+                    let mut pruned = live(info, object)?;
+                    pruned.refused = validator.delete_refusal(info, &value);
+                    out.push(pruned);
                 }
             }
         }

@@ -123,6 +123,7 @@ fn live_of(value: &serde_json::Value, cost: Option<f64>, placed: Option<(&str, &
             hourly_rate: cost,
             currency: Some("USD".into()),
         }),
+        refused: None,
     }
 }
 
@@ -889,5 +890,75 @@ fn stock_older_than_the_catalog_ttl_is_said_to_may_place_elsewhere() {
     assert_eq!(
         plan.objects[0].note.as_deref(),
         Some("placement may differ: ...")
+    );
+}
+
+#[test]
+fn a_plan_with_a_refusal_fails_carrying_its_output() {
+    let fine = run(vec![instance("new")], vec![], vec![], &from_offerings());
+    assert_eq!(
+        super::finish(&fine, Output::Text).unwrap(),
+        render(&fine, Output::Text)
+    );
+    let refused = Desired {
+        what: Wanted::Refused("The GpuInstance \"both\" is invalid: ...".into()),
+        ..desired(vec![instance("both")]).remove(0)
+    };
+    let plan = plan(
+        vec![(refused, None)],
+        vec![],
+        &kinds::managed(),
+        &from_offerings(),
+        &mut BTreeMap::new(),
+    );
+    match super::finish(&plan, Output::Json) {
+        Err(Error::Refused { output, messages }) => {
+            assert_eq!(output, render(&plan, Output::Json));
+            assert_eq!(messages, "The GpuInstance \"both\" is invalid: ...");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The deletion-protection policy the chart ships, bound.
+fn protecting() -> Validator {
+    use serde::Deserialize;
+    let manifest = gpucloud_api::deletion_protection::POLICY_MANIFEST;
+    let (mut policies, mut bindings) = (Vec::new(), Vec::new());
+    for document in serde_yaml::Deserializer::from_str(manifest) {
+        let value = serde_json::Value::deserialize(document).unwrap();
+        match value["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => policies.push(value),
+            Some("ValidatingAdmissionPolicyBinding") => bindings.push(value),
+            _ => {}
+        }
+    }
+    let (bound, _) = super::validation::bound(policies, bindings);
+    assert!(!bound.is_empty());
+    validator().admitting(bound)
+}
+
+#[test]
+fn a_protected_object_pruned_is_refused_and_stays() {
+    let kinds = kinds::managed();
+    let info = kinds.iter().find(|k| k.kind == "Volume").unwrap();
+    let mut value = volume("kept", 10);
+    value["metadata"]["namespace"] = json!("team-a");
+    assert_eq!(protecting().delete_refusal(info, &value), None);
+    value["metadata"]["annotations"] = json!({"gpucloud.io/deletion-protection": "true"});
+    let message = protecting().delete_refusal(info, &value).unwrap();
+    assert!(
+        message.starts_with("volumes.gpucloud.io \"kept\" is forbidden: ValidatingAdmissionPolicy")
+            && message.contains("is protected from deletion"),
+        "{message}"
+    );
+    let mut pruned = live_of(&volume("kept", 10), Some(0.002), None);
+    pruned.refused = Some(message);
+    let plan = run(vec![], vec![], vec![pruned], &from_offerings());
+    let kept = &plan.objects[0];
+    assert_eq!(kept.action, Action::Refused);
+    assert_eq!(
+        (kept.hourly_cost.before, kept.hourly_cost.after),
+        (Some(0.002), Some(0.002))
     );
 }

@@ -330,39 +330,57 @@ async fn read_crds(
     (found, said)
 }
 
-type Policies = (Vec<(Policy, Vec<Binding>)>, Params, String);
-
-/// The cluster's bound ValidatingAdmissionPolicies, compiled, with the params they name.
-async fn read_policies(client: &kube::Client) -> Result<Policies, kube::Error> {
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+/// The bound policies of `policies` and `bindings` (as the API server returns them: defaulted
+/// here as it stores them, and compiled; one that does not compile is left out, as the server
+/// skips it), with the param kinds they name.
+pub fn bound(
+    policies: Vec<Value>,
+    bindings: Vec<Value>,
+) -> (Vec<(Policy, Vec<Binding>)>, Vec<ParamKind>) {
     let bindings: Vec<Binding> = bindings
-        .list(&ListParams::default())
-        .await?
-        .items
         .into_iter()
-        .filter_map(|b| {
-            let mut value = serde_json::to_value(b).ok()?;
+        .filter_map(|mut value| {
             admission::default_binding(&mut value);
             Binding::compile(&value).ok()
         })
         .collect();
     let mut compiled = Vec::new();
     let mut param_kinds = Vec::new();
-    for policy in policies.list(&ListParams::default()).await?.items {
-        let Ok(mut value) = serde_json::to_value(policy) else {
-            continue;
-        };
+    for mut value in policies {
         admission::default_policy(&mut value);
         let Ok(policy) = Policy::compile(&value) else {
             continue;
         };
-        if let Some(kind) = param_kind(&value) {
-            param_kinds.push(kind);
-        }
+        param_kinds.extend(param_kind(&value));
         compiled.push(policy);
     }
-    let paired = pair(compiled, bindings);
+    (pair(compiled, bindings), param_kinds)
+}
+
+impl Validator {
+    /// This validator with the admission policies of `bound` (params: none).
+    pub fn admitting(mut self, bound: Vec<(Policy, Vec<Binding>)>) -> Validator {
+        self.policies = bound;
+        self
+    }
+}
+
+type Policies = (Vec<(Policy, Vec<Binding>)>, Params, String);
+
+fn as_values<T: serde::Serialize>(items: Vec<T>) -> Vec<Value> {
+    items
+        .into_iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .collect()
+}
+
+/// The cluster's bound ValidatingAdmissionPolicies, compiled, with the params they name.
+async fn read_policies(client: &kube::Client) -> Result<Policies, kube::Error> {
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let bindings = as_values(bindings.list(&ListParams::default()).await?.items);
+    let policies = as_values(policies.list(&ListParams::default()).await?.items);
+    let (paired, param_kinds) = bound(policies, bindings);
     let said = if paired.is_empty() {
         "none bound in the cluster".to_string()
     } else {
