@@ -218,6 +218,8 @@ pub struct Checks {
     pub admission: String,
     /// The stock placements were chosen with, and how old it is.
     pub stock: String,
+    /// What creates were judged by (the Budgets and GpuPolicies), or what could not be read.
+    pub holds: String,
 }
 
 /// Plans `desired` (each with the live object of its name, if any) and deletes `pruned`;

@@ -27,6 +27,7 @@ pub mod validation;
 mod tests;
 
 use crate::accounts::catalog::Catalog;
+use crate::flow::error::KubeMessage;
 use crate::kinds::{budget, gpu_policy};
 use crate::tools::manifests;
 use core::{Checks, Live, Plan, PriceSource, Prices};
@@ -187,7 +188,7 @@ pub async fn plan(
             (prices, "the cloud's, read now".to_string())
         }
     };
-    let mut standing = standing(client, &namespaces).await?;
+    let (mut standing, holds) = standing(client, &namespaces).await?;
     if let Some(cloud) = &cloud {
         // The quotes are for what the plan places: placed once without, then again.
         let mut scratch = standing.clone();
@@ -213,6 +214,7 @@ pub async fn plan(
         crds: validator.crds.clone(),
         admission: validator.admission.clone(),
         stock,
+        holds,
     };
     Ok(plan)
 }
@@ -246,48 +248,82 @@ async fn judged(
 }
 
 /// The Budgets and GpuPolicies governing each of `namespaces`, with the billed objects they
-/// count, read from the API server as the operator reads them before a create.
+/// count, read from the API server as the operator reads them before a create; and what
+/// could not be read (a tenant may not list the cluster's GpuPolicies), as the output says it.
 async fn standing(
     client: &kube::Client,
     namespaces: &BTreeSet<String>,
-) -> Result<BTreeMap<String, Standing>, Error> {
-    let policies = Api::<GpuPolicy>::all(client.clone())
+) -> Result<(BTreeMap<String, Standing>, String), Error> {
+    let mut unread = Vec::new();
+    let policies = match Api::<GpuPolicy>::all(client.clone())
         .list(&ListParams::default())
-        .await?
-        .items;
+        .await
+    {
+        Ok(listed) => listed.items,
+        Err(error) => {
+            unread.push(format!("the GpuPolicies ({})", KubeMessage(&error)));
+            Vec::new()
+        }
+    };
     let mut out = BTreeMap::new();
     for namespace in namespaces {
-        let labels = Api::<Namespace>::all(client.clone())
-            .get_metadata_opt(namespace)
-            .await?
-            .map(|meta| meta.metadata.labels.unwrap_or_default())
-            .unwrap_or_default();
         let mut standing = Standing {
             now: Some(Timestamp::now()),
             ..Standing::default()
         };
-        for policy in &policies {
-            // A selector that does not parse holds every create, as in the operator.
-            if gpu_policy::governs(policy, &labels).unwrap_or(true) {
-                standing.policies.push(policy.clone());
+        if !policies.is_empty() {
+            match Api::<Namespace>::all(client.clone())
+                .get_metadata_opt(namespace)
+                .await
+            {
+                Ok(found) => {
+                    let labels = found
+                        .and_then(|meta| meta.metadata.labels)
+                        .unwrap_or_default();
+                    // A selector that does not parse holds every create, as in the operator.
+                    standing.policies = policies
+                        .iter()
+                        .filter(|p| gpu_policy::governs(p, &labels).unwrap_or(true))
+                        .cloned()
+                        .collect();
+                }
+                Err(error) => unread.push(format!(
+                    "namespace {namespace}'s labels, which GpuPolicies select by ({})",
+                    KubeMessage(&error)
+                )),
             }
         }
-        let budgets = Api::<Budget>::namespaced(client.clone(), namespace)
+        match Api::<Budget>::namespaced(client.clone(), namespace)
             .list(&ListParams::default())
-            .await?
-            .items;
-        for budget_object in budgets {
-            let counted = budget::billed_objects(client, namespace, &budget_object)
-                .await
-                .unwrap_or_default();
-            standing.budgets.push((budget_object, counted));
+            .await
+        {
+            Ok(listed) => {
+                for budget_object in listed.items {
+                    let counted = budget::billed_objects(client, namespace, &budget_object)
+                        .await
+                        .unwrap_or_default();
+                    standing.budgets.push((budget_object, counted));
+                }
+            }
+            Err(error) => unread.push(format!(
+                "the Budgets of {namespace} ({})",
+                KubeMessage(&error)
+            )),
         }
         standing.objects = budget::billed_matching(client, namespace, ListParams::default())
             .await
             .map_err(Error::Counting)?;
         out.insert(namespace.clone(), standing);
     }
-    Ok(out)
+    let said = if unread.is_empty() {
+        "the Budgets and GpuPolicies of the cluster, judged as the operator judges a create".into()
+    } else {
+        format!(
+            "not counted, as they could not be read: {}",
+            unread.join("; ")
+        )
+    };
+    Ok((out, said))
 }
 
 /// A live object as the plan reads it.

@@ -397,7 +397,7 @@ fn the_json_document_has_the_documented_shape() {
                 "before": 0.0, "after": 2.99, "delta": 2.99, "currency": "USD", "unpriced": 0,
                 "held": 0, "refused": 0,
             },
-            "checks": {"crds": "", "admission": "", "stock": ""},
+            "checks": {"crds": "", "admission": "", "stock": "", "holds": ""},
         })
     );
 }

@@ -69,6 +69,7 @@ pub fn render(plan: &Plan) -> String {
         ("CRDs", &checks.crds),
         ("Admission policies", &checks.admission),
         ("Stock", &checks.stock),
+        ("Holds", &checks.holds),
     ] {
         if !said.is_empty() {
             out.push_str(&format!("{what}: {said}\n"));
