@@ -609,9 +609,11 @@ fn total(objects: &[PlannedObject], prices: &Prices) -> Total {
     }
 }
 
-/// How old the stock of `offerings` is at `now` (their oldest `status.refreshedAt`), as the
-/// output says it, and the note for placements chosen with it when it is older than the
-/// operator's `catalog_ttl` (or of unknown age): the create may then go elsewhere.
+/// How old the stock of `offerings` may be at `now`, as the output says it, and the note for
+/// placements chosen with it when that is more than the operator's `catalog_ttl` (or unknown):
+/// the create may then go elsewhere. The offerings' keeper writes only what changed (and each
+/// offering at least every `gpu_offering::HEARTBEAT` passes), so its last pass is no older
+/// than the newest `status.refreshedAt`: the time since then bounds the stock's age.
 pub fn stock_age(
     offerings: &[GpuOffering],
     now: Timestamp,
@@ -620,38 +622,28 @@ pub fn stock_age(
     if offerings.is_empty() {
         return (None, "no GpuOfferings in the cluster".into());
     }
-    let times: Vec<Option<Timestamp>> = offerings
+    let newest = offerings
         .iter()
-        .map(|o| {
-            o.status
-                .as_ref()
-                .and_then(|s| s.refreshed_at.as_ref())
-                .map(|t| t.0)
-        })
-        .collect();
+        .filter_map(|o| o.status.as_ref()?.refreshed_at.as_ref().map(|t| t.0))
+        .max();
     let ttl = SignedDuration::try_from(catalog_ttl).unwrap_or(SignedDuration::MAX);
     let ttl_shown = format!("{:#}", SignedDuration::from_secs(ttl.as_secs()));
-    let oldest = times
-        .iter()
-        .copied()
-        .collect::<Option<Vec<Timestamp>>>()
-        .and_then(|t| t.into_iter().min());
-    let Some(oldest) = oldest else {
+    let Some(newest) = newest else {
         let note = "placement may differ: the GpuOfferings' stock is of unknown age (no refreshedAt); --cloud-url reads the cloud's".to_string();
         return (Some(note), "the GpuOfferings', of unknown age".into());
     };
     // Shown to the second.
-    let oldest = oldest
+    let newest = newest
         .round(k8s_openapi::jiff::Unit::Second)
-        .unwrap_or(oldest);
-    let age = now.duration_since(oldest).max(SignedDuration::ZERO);
+        .unwrap_or(newest);
+    let age = now.duration_since(newest).max(SignedDuration::ZERO);
     let age_shown = format!("{:#}", SignedDuration::from_secs(age.as_secs()));
     let stock = format!(
-        "the GpuOfferings', as of {oldest} ({age_shown} old; the operator's catalog TTL is {ttl_shown})"
+        "the GpuOfferings', last refreshed {newest} ({age_shown} ago; the operator's catalog TTL is {ttl_shown})"
     );
     let note = (age > ttl).then(|| {
         format!(
-            "placement may differ: the GpuOfferings' stock is {age_shown} old, older than the operator's catalog TTL of {ttl_shown}; --cloud-url reads the cloud's"
+            "placement may differ: the GpuOfferings were last refreshed {age_shown} ago, longer than the operator's catalog TTL of {ttl_shown}; --cloud-url reads the cloud's stock"
         )
     });
     (note, stock)

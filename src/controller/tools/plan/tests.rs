@@ -846,7 +846,7 @@ fn a_held_create_says_by_what_and_why() {
 // === how fresh the stock is ===
 
 #[test]
-fn stock_older_than_the_catalog_ttl_is_said_to_may_place_elsewhere() {
+fn offerings_refreshed_longer_ago_than_the_catalog_ttl_may_place_elsewhere() {
     let at = |offering: GpuOffering, refreshed: Option<i64>| {
         let mut offering = offering;
         offering.status.as_mut().unwrap().refreshed_at = refreshed.map(|s| {
@@ -858,19 +858,25 @@ fn stock_older_than_the_catalog_ttl_is_said_to_may_place_elsewhere() {
     let ttl = std::time::Duration::from_secs(60);
     let h100 = || offering("H100-80G", "us-east-1", 0, 2.99);
     let a100 = || offering("A100-80G", "us-east-1", 8, 1.89);
+    // The newest refresh bounds the age: the keeper writes only what changed.
     let cases = [
         (
-            vec![at(h100(), Some(9_990)), at(a100(), Some(9_950))],
+            vec![at(h100(), Some(9_990)), at(a100(), Some(8_000))],
             false,
-            "50s old",
+            "10s ago",
         ),
         (
-            vec![at(h100(), Some(9_990)), at(a100(), Some(9_000))],
+            vec![at(h100(), Some(9_000)), at(a100(), Some(8_000))],
             true,
-            "16m 40s old",
+            "16m 40s ago",
         ),
         (
             vec![at(h100(), Some(9_990)), at(a100(), None)],
+            false,
+            "10s ago",
+        ),
+        (
+            vec![at(h100(), None), at(a100(), None)],
             true,
             "unknown age",
         ),
