@@ -8,6 +8,7 @@ use crate::accounts::catalog::Catalog;
 use crate::accounts::pricing;
 use crate::flow::kind::ManagedKind;
 use crate::kinds::gpu_instance::{InstancePlan, placement};
+use crate::kinds::gpu_offering::HEARTBEAT;
 use gpucloud_api::{
     ChosenPlacement, GpuInstance, GpuInstanceSpec, GpuOffering, Volume, VolumeSpec,
 };
@@ -609,11 +610,13 @@ fn total(objects: &[PlannedObject], prices: &Prices) -> Total {
     }
 }
 
-/// How old the stock of `offerings` may be at `now`, as the output says it, and the note for
-/// placements chosen with it when that is more than the operator's `catalog_ttl` (or unknown):
-/// the create may then go elsewhere. The offerings' keeper writes only what changed (and each
-/// offering at least every `gpu_offering::HEARTBEAT` passes), so its last pass is no older
-/// than the newest `status.refreshedAt`: the time since then bounds the stock's age.
+/// How fresh the stock of `offerings` is at `now`, as the output says it, and the note for
+/// placements chosen with it when it may be older than the operator's catalog (`catalog_ttl`,
+/// its resync interval): the create may then go elsewhere. While the operator runs, its
+/// keeper reads the catalog once per interval and writes what changed, and every offering at
+/// least once per `HEARTBEAT` intervals; so the offerings lag the operator's catalog by one
+/// interval at most. An offering not refreshed for longer than that (the oldest
+/// `status.refreshedAt`), or none with a time, says the keeper has missed its passes.
 pub fn stock_age(
     offerings: &[GpuOffering],
     now: Timestamp,
@@ -622,28 +625,34 @@ pub fn stock_age(
     if offerings.is_empty() {
         return (None, "no GpuOfferings in the cluster".into());
     }
-    let newest = offerings
-        .iter()
-        .filter_map(|o| o.status.as_ref()?.refreshed_at.as_ref().map(|t| t.0))
-        .max();
+    let shown = |d: SignedDuration| format!("{:#}", SignedDuration::from_secs(d.as_secs()));
     let ttl = SignedDuration::try_from(catalog_ttl).unwrap_or(SignedDuration::MAX);
-    let ttl_shown = format!("{:#}", SignedDuration::from_secs(ttl.as_secs()));
-    let Some(newest) = newest else {
-        let note = "placement may differ: the GpuOfferings' stock is of unknown age (no refreshedAt); --cloud-url reads the cloud's".to_string();
+    let heartbeat = ttl.saturating_mul(i32::try_from(HEARTBEAT).unwrap_or(i32::MAX));
+    let oldest = offerings
+        .iter()
+        .map(|o| Some(o.status.as_ref()?.refreshed_at.as_ref()?.0))
+        .collect::<Option<Vec<Timestamp>>>()
+        .and_then(|times| times.into_iter().min());
+    let Some(oldest) = oldest else {
+        let note = "placement may differ: the GpuOfferings' stock is of unknown age (an offering without refreshedAt); --cloud-url reads the cloud's stock".to_string();
         return (Some(note), "the GpuOfferings', of unknown age".into());
     };
-    // Shown to the second.
-    let newest = newest
+    let oldest = oldest
         .round(k8s_openapi::jiff::Unit::Second)
-        .unwrap_or(newest);
-    let age = now.duration_since(newest).max(SignedDuration::ZERO);
-    let age_shown = format!("{:#}", SignedDuration::from_secs(age.as_secs()));
+        .unwrap_or(oldest);
+    let age = now.duration_since(oldest).max(SignedDuration::ZERO);
     let stock = format!(
-        "the GpuOfferings', last refreshed {newest} ({age_shown} ago; the operator's catalog TTL is {ttl_shown})"
+        "the GpuOfferings', each refreshed within the last {} (the operator refreshes them every {}, each at least every {}, on a catalog read at most that old)",
+        shown(age),
+        shown(ttl),
+        shown(heartbeat)
     );
-    let note = (age > ttl).then(|| {
+    let note = (age > heartbeat.saturating_add(ttl)).then(|| {
         format!(
-            "placement may differ: the GpuOfferings were last refreshed {age_shown} ago, longer than the operator's catalog TTL of {ttl_shown}; --cloud-url reads the cloud's stock"
+            "placement may differ: a GpuOffering was last refreshed {} ago, so the operator has missed its refreshes (every {}, each offering at least every {}) and places with fresher stock; --cloud-url reads the cloud's stock",
+            shown(age),
+            shown(ttl),
+            shown(heartbeat)
         )
     });
     (note, stock)
