@@ -277,7 +277,7 @@ fn one(
             note: Some(why.clone()),
             ..planned(Action::Skipped, None, None)
         },
-        Wanted::Refused(message) => {
+        Wanted::Refused { message, spec } => {
             let (before, source) = live.as_ref().map_or((Some(0.0), None), |live| {
                 let (before, source) = now(live, billed);
                 (before, Some(source))
@@ -286,14 +286,13 @@ fn one(
             out.hourly_cost.source = source;
             out.placement = live.as_ref().and_then(|l| l.placement.as_ref()).map(shown);
             out.refused = Some(message.clone());
+            if let (Some(spec), Some(live)) = (spec, &live) {
+                out.changes = changes(&live.spec, spec, immutable_of(kinds, &object.kind));
+            }
             out
         }
         Wanted::Managed { spec } => {
-            let immutable = kinds
-                .iter()
-                .find(|k| k.kind == object.kind)
-                .map(|k| k.immutable.as_slice())
-                .unwrap_or_default();
+            let immutable = immutable_of(kinds, &object.kind);
             match &live {
                 None => {
                     let mut out = create(&object.kind, spec, billed, prices);
@@ -313,6 +312,15 @@ fn one(
         name: object.name,
         ..planned
     }
+}
+
+/// The top-level spec fields of `kind` a change of which the API server refuses.
+fn immutable_of<'a>(kinds: &'a [KindInfo], kind: &str) -> &'a [&'static str] {
+    kinds
+        .iter()
+        .find(|k| k.kind == kind)
+        .map(|k| k.immutable.as_slice())
+        .unwrap_or_default()
 }
 
 /// Judges a create by the Budgets and GpuPolicies of its namespace, at the rate the operator

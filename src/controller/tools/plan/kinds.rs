@@ -102,8 +102,12 @@ pub enum Wanted {
     Managed { spec: serde_json::Value },
     /// Listed, not planned, for this reason.
     Skipped(String),
-    /// The API server would refuse it, with this message.
-    Refused(String),
+    /// The API server would refuse it, with `message`; `spec` as the kind reads it, when it
+    /// decodes (to show what the refused change would have changed).
+    Refused {
+        message: String,
+        spec: Option<serde_json::Value>,
+    },
 }
 
 /// The documents as objects to plan ([`identify`], then [`decode`]).

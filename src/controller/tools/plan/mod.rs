@@ -238,8 +238,15 @@ async fn judged(
     let found_value = found.as_ref().and_then(|f| serde_json::to_value(f).ok());
     let live = found.map(|found| live(info, found)).transpose()?;
     if let Some(message) = validator.refusal(info, &manifest, found_value.as_ref()) {
+        let spec = match kinds::decode(object.clone(), Some(&manifest), kinds) {
+            Ok(Desired {
+                what: Wanted::Managed { spec },
+                ..
+            }) => Some(spec),
+            _ => None,
+        };
         let object = Desired {
-            what: Wanted::Refused(message),
+            what: Wanted::Refused { message, spec },
             ..object
         };
         return Ok((object, live));

@@ -627,7 +627,10 @@ fn an_update_is_judged_against_the_live_object() {
 #[test]
 fn a_refused_object_changes_nothing_and_is_counted() {
     let refused = Desired {
-        what: Wanted::Refused("The GpuInstance \"both\" is invalid: ...".into()),
+        what: Wanted::Refused {
+            message: "The GpuInstance \"both\" is invalid: ...".into(),
+            spec: None,
+        },
         ..desired(vec![instance("both")]).remove(0)
     };
     let plan = plan(
@@ -903,7 +906,10 @@ fn a_plan_with_a_refusal_fails_carrying_its_output() {
         render(&fine, Output::Text)
     );
     let refused = Desired {
-        what: Wanted::Refused("The GpuInstance \"both\" is invalid: ...".into()),
+        what: Wanted::Refused {
+            message: "The GpuInstance \"both\" is invalid: ...".into(),
+            spec: None,
+        },
         ..desired(vec![instance("both")]).remove(0)
     };
     let plan = plan(
@@ -962,5 +968,44 @@ fn a_protected_object_pruned_is_refused_and_stays() {
     assert_eq!(
         (kept.hourly_cost.before, kept.hourly_cost.after),
         (Some(0.002), Some(0.002))
+    );
+}
+
+#[test]
+fn a_refused_change_still_says_what_it_would_change() {
+    let live = live_of(&volume("data", 100), Some(0.02), None);
+    let moved = object(
+        "Volume",
+        "data",
+        json!({"region": "eu-west-1", "sizeGb": 100}),
+    );
+    let Wanted::Managed { spec } = desired(vec![moved]).remove(0).what else {
+        panic!("not managed")
+    };
+    let refused = Desired {
+        what: Wanted::Refused {
+            message: "The Volume \"data\" is invalid: spec.region: ...".into(),
+            spec: Some(spec),
+        },
+        ..desired(vec![volume("data", 100)]).remove(0)
+    };
+    let plan = plan(
+        vec![(refused, Some(live))],
+        vec![],
+        &kinds::managed(),
+        &from_offerings(),
+        &mut BTreeMap::new(),
+    );
+    let data = &plan.objects[0];
+    assert_eq!(data.action, Action::Refused);
+    let changed: Vec<(&str, bool)> = data
+        .changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.immutable))
+        .collect();
+    assert_eq!(changed, [("/spec/region", true)]);
+    assert_eq!(
+        (data.hourly_cost.before, data.hourly_cost.after),
+        (Some(0.02), Some(0.02))
     );
 }
