@@ -72,8 +72,8 @@ pub struct Prices {
     pub source: Option<PriceSource>,
     /// The cloud's quotes by (GPU type, count).
     pub quotes: BTreeMap<(String, u32), PriceQuoteBody>,
-    /// Why a placement chosen with `catalog` may not be where the create goes (its stock is
-    /// older than the operator's), if so.
+    /// Why a placement chosen with `catalog` may not be where the create goes (the operator
+    /// has stopped refreshing the offerings it comes from), if so.
     pub stale_stock: Option<String>,
 }
 

@@ -8,8 +8,9 @@
 //! schemas and CEL rules, the admission policies), and a refused one is shown with the
 //! server's message; `run` then fails. Each create is judged by the Budgets and GpuPolicies of
 //! its namespace with the operator's own decisions ([`holds`]), and a held one costs nothing.
-//! Placement uses the cloud's stock with `--cloud-url`, else the GpuOfferings', whose age is
-//! said (older than the operator's catalog TTL, the create may be placed elsewhere).
+//! Placement uses the cloud's stock with `--cloud-url`, else the GpuOfferings', whose
+//! freshness is said (when the operator has stopped refreshing them, the create may be placed
+//! elsewhere: [`core::stock_age`]).
 //!
 //! Reading is at the edges ([`crate::tools::manifests`], the cluster's gets and lists and the
 //! cloud's reads here); the plan itself ([`core::plan`]) is pure and table-tested. Nothing is
@@ -68,8 +69,9 @@ pub struct Args {
     /// `text` (a table and the totals) or `json` (one document).
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// The operator's catalog TTL (its `--resync-interval`): placed with GpuOfferings older
-    /// than this, a create may go elsewhere than planned, and the plan says so.
+    /// The operator's catalog TTL (its `--resync-interval`), by which the GpuOfferings' age is
+    /// judged: placed with offerings the operator has stopped refreshing, a create may go
+    /// elsewhere than planned, and the plan says so.
     #[arg(long, default_value = "60s", value_parser = crate::operator::cli::parse_duration)]
     pub catalog_ttl: std::time::Duration,
 }
@@ -403,8 +405,8 @@ async fn prune(
     Ok(out)
 }
 
-/// The catalog and GPU prices of the cluster's GpuOfferings, and how old their stock is:
-/// placed with stock older than `catalog_ttl`, a create may go elsewhere than planned.
+/// The catalog and GPU prices of the cluster's GpuOfferings, and how fresh their stock is
+/// ([`core::stock_age`]).
 async fn offerings(
     client: &kube::Client,
     catalog_ttl: std::time::Duration,
