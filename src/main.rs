@@ -175,12 +175,15 @@ async fn run(cli: Cli, page_return: Result<(), tikv_jemalloc_ctl::Error>) -> any
                 gpucloud_controller::accounts::orphans::RELEASED_CONFIGMAP
             );
         }
-        Command::Plan(args) => print!(
-            "{}",
-            gpucloud_controller::tools::plan::run(&args)
-                .await
-                .context("plan")?
-        ),
+        Command::Plan(args) => {
+            use gpucloud_controller::tools::plan;
+            let planned = plan::run(&args).await;
+            // A plan the API server would refuse is printed all the same, then fails.
+            if let Err(plan::Error::Refused { output, .. }) = &planned {
+                print!("{output}");
+            }
+            print!("{}", planned.context("plan")?);
+        }
         Command::Crds | Command::Version => {}
     }
     Ok(())

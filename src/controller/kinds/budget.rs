@@ -575,21 +575,8 @@ async fn reserve_in<K: ManagedKind>(
         }
         let objects = billed_objects(client, &namespace, &budget).await?;
         let counted = count(&objects, &status.reservations, Some(uid));
-        let limit = budget.spec.max_hourly_rate;
-        if refusable && !fits(&counted, rate, limit) {
-            return Err(Error::BudgetExceeded {
-                budget: name,
-                message: format!(
-                    "this create would add {rate:.4} {currency}/h to the {:.4} {currency}/h counted, over its maxHourlyRate of {limit:.4} {currency}/h",
-                    counted.hourly_rate
-                ),
-            });
-        }
-        if let Some(message) = spend_used_up(&budget).filter(|_| refusable) {
-            return Err(Error::BudgetExceeded {
-                budget: name,
-                message,
-            });
+        if let Some(refused) = refusal(&budget, &counted, rate).filter(|_| refusable) {
+            return Err(refused);
         }
         status.reservations.push(Reservation {
             kind: K::kind(&()).into_owned(),
@@ -622,6 +609,26 @@ async fn reserve_in<K: ManagedKind>(
         message: format!(
             "Budget {name} changed under {RESERVE_ATTEMPTS} reservations in a row; trying again"
         ),
+    })
+}
+
+/// Why `budget` refuses a create costing `rate` (in its currency) while it counts `counted`
+/// (the create left out), if it does: the create would pass its `maxHourlyRate`, or the
+/// period's spend is used up. Pure: [`reserve`] decides with it, and so does `plan`.
+pub fn refusal(budget: &Budget, counted: &Count, rate: f64) -> Option<Error> {
+    let currency = &budget.spec.currency;
+    let limit = budget.spec.max_hourly_rate;
+    let message = if fits(counted, rate, limit) {
+        spend_used_up(budget)?
+    } else {
+        format!(
+            "this create would add {rate:.4} {currency}/h to the {:.4} {currency}/h counted, over its maxHourlyRate of {limit:.4} {currency}/h",
+            counted.hourly_rate
+        )
+    };
+    Some(Error::BudgetExceeded {
+        budget: budget.name_any(),
+        message,
     })
 }
 
@@ -836,7 +843,8 @@ async fn read(api: &Api<Budget>, name: &str) -> Result<Budget, Error> {
         })
 }
 
-fn currency_mismatch(budget: &Budget, currency: &str) -> Error {
+/// Why a Budget counting in another currency than the account's refuses every create.
+pub fn currency_mismatch(budget: &Budget, currency: &str) -> Error {
     Error::Blocked {
         reason: reason::CURRENCY_MISMATCH,
         message: format!(

@@ -241,7 +241,8 @@ pub fn still_held(
         .collect()
 }
 
-fn refused(violation: Violation, waiting: bool) -> Error {
+/// The error a create `violation` refuses is: `waiting` for a per-namespace cap.
+pub fn refused(violation: Violation, waiting: bool) -> Error {
     Error::PolicyRefused {
         reason: if waiting {
             reason::POLICY_LIMIT
@@ -250,6 +251,21 @@ fn refused(violation: Violation, waiting: bool) -> Error {
         },
         message: violation.to_string(),
     }
+}
+
+/// Why `policy`, whose caps count in another currency than the account's `currency`, refuses
+/// a create adding `adds` at a price, if it does. Pure: [`reserve`] decides with it, and so
+/// does `plan`.
+pub fn currency_refusal(policy: &GpuPolicy, adds: Held, currency: &str) -> Option<Error> {
+    let limits = policy.spec.namespace_limits.as_ref()?;
+    (adds.hourly_rate > 0.0 && limits.currency != currency).then(|| Error::PolicyRefused {
+        reason: reason::POLICY_VIOLATION,
+        message: format!(
+            "GpuPolicy {}: spec.namespaceLimits.currency {} is not the cloud account's {currency}: no billed create is let through",
+            policy.name_any(),
+            limits.currency
+        ),
+    })
 }
 
 /// Judges the create of `object` by `policies`, those governing its namespace: the machine it
@@ -284,25 +300,11 @@ pub async fn reserve<K: ManagedKind>(
     if counting.is_empty() {
         return Ok(false);
     }
-    if let Some(policy) = counting.iter().find(|p| {
-        p.spec
-            .namespace_limits
-            .as_ref()
-            .is_some_and(|l| adds.hourly_rate > 0.0 && l.currency != currency)
-    }) {
-        return Err(Error::PolicyRefused {
-            reason: reason::POLICY_VIOLATION,
-            message: format!(
-                "GpuPolicy {}: spec.namespaceLimits.currency {} is not the cloud account's {currency}: no billed create is let through",
-                policy.name_any(),
-                policy
-                    .spec
-                    .namespace_limits
-                    .as_ref()
-                    .map(|l| l.currency.as_str())
-                    .unwrap_or_default()
-            ),
-        });
+    if let Some(refused) = counting
+        .iter()
+        .find_map(|p| currency_refusal(p, adds, currency))
+    {
+        return Err(refused);
     }
     let has_budget = has_budget(client, &namespace).await?;
     let uid = object.uid().unwrap_or_default();

@@ -252,6 +252,14 @@ pub fn invalid_message(kind: &str, group: &str, name: &str, errors: &[FieldError
     )
 }
 
+/// What kubectl prints for a 422 of these errors (`cmdutil.StandardErrorMessage` reading the
+/// Status' details): `The GpuInstance "a" is invalid: spec.x: ...`, the causes aggregated as
+/// [`invalid_message`] does.
+pub fn kubectl_invalid_message(kind: &str, name: &str, errors: &[FieldError]) -> String {
+    let message = invalid_message(kind, "", name, errors);
+    format!("The {message}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,6 +352,10 @@ mod tests {
         assert_eq!(
             invalid_message("ConfigMap", "", "c", &two),
             "ConfigMap \"c\" is invalid: [spec.region: Required value, spec.x: Forbidden: no]"
+        );
+        assert_eq!(
+            kubectl_invalid_message("GpuInstance", "a", &one),
+            "The GpuInstance \"a\" is invalid: spec.region: Required value"
         );
     }
 }

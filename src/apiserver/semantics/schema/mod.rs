@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::Value;
 
-pub use errors::{FieldError, FieldErrorKind, invalid_message};
+pub use errors::{FieldError, FieldErrorKind, invalid_message, kubectl_invalid_message};
 
 use cel::CompiledRule;
 

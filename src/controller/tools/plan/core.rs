@@ -2,12 +2,18 @@
 //! `--prune` would delete), the catalog and prices in; per object an action, the changed spec
 //! fields, the placement and the hourly cost before and after out, with the totals.
 
+use super::holds::{Ask, Hold, Standing};
 use super::kinds::{Desired, KindInfo, Wanted};
 use crate::accounts::catalog::Catalog;
 use crate::accounts::pricing;
-use crate::kinds::gpu_instance::placement;
-use gpucloud_api::{ChosenPlacement, GpuInstance, GpuInstanceSpec, Volume, VolumeSpec};
-use gpucloud_cloud::model::{PriceQuoteBody, PricingBody};
+use crate::flow::kind::ManagedKind;
+use crate::kinds::gpu_instance::{InstancePlan, placement};
+use crate::kinds::gpu_offering::HEARTBEAT;
+use gpucloud_api::{
+    ChosenPlacement, GpuInstance, GpuInstanceSpec, GpuOffering, Volume, VolumeSpec,
+};
+use gpucloud_cloud::model::{CreateInstanceRequest, PriceQuoteBody, PricingBody};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -24,6 +30,8 @@ pub struct Live {
     pub cost: Option<(f64, String)>,
     /// Where it was placed (a GpuInstance's `status.placement.chosen`).
     pub placement: Option<ChosenPlacement>,
+    /// The API server's message refusing its deletion, if it would (for `--prune`).
+    pub refused: Option<String>,
 }
 
 /// Where the prices come from.
@@ -64,6 +72,9 @@ pub struct Prices {
     pub source: Option<PriceSource>,
     /// The cloud's quotes by (GPU type, count).
     pub quotes: BTreeMap<(String, u32), PriceQuoteBody>,
+    /// Why a placement chosen with `catalog` may not be where the create goes (the operator
+    /// has stopped refreshing the offerings it comes from), if so.
+    pub stale_stock: Option<String>,
 }
 
 /// What is to be done with an object.
@@ -75,6 +86,8 @@ pub enum Action {
     Delete,
     Unchanged,
     Skipped,
+    /// The API server refuses it: nothing changes.
+    Refused,
 }
 
 impl std::fmt::Display for Action {
@@ -85,6 +98,7 @@ impl std::fmt::Display for Action {
             Action::Delete => "delete",
             Action::Unchanged => "unchanged",
             Action::Skipped => "skipped",
+            Action::Refused => "refused",
         })
     }
 }
@@ -147,6 +161,13 @@ pub struct PlannedObject {
     pub placement: Option<PlannedPlacement>,
     pub hourly_cost: HourlyCost,
     pub note: Option<String>,
+    /// The API server's message refusing it (`kubectl apply` prints the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// What holds a create (a Budget, a GpuPolicy): the object is made, its resource is not
+    /// while the hold lasts, so it costs nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<Hold>,
 }
 
 /// The sums over the objects whose cost is known.
@@ -162,57 +183,70 @@ pub struct Total {
     pub currency: String,
     /// Objects whose cost before or after is not known, left out of the sums.
     pub unpriced: usize,
+    /// Creates held by a Budget or GpuPolicy, counted at no cost after.
+    pub held: usize,
+    /// Objects the API server would refuse, counted as they are.
+    pub refused: usize,
 }
 
-/// The plan: every object, then the totals.
+/// The plan: every object, then the totals, and what the plan was checked with.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub objects: Vec<PlannedObject>,
     pub total: Total,
+    pub checks: Checks,
 }
 
-/// Plans `desired` (each with the live object of its name, if any) and deletes `pruned`.
+impl Plan {
+    /// The API server's messages for the objects it would refuse.
+    pub fn refusals(&self) -> Vec<&str> {
+        self.objects
+            .iter()
+            .filter_map(|o| o.refused.as_deref())
+            .collect()
+    }
+}
+
+/// What the plan was checked with, as the output says it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checks {
+    /// The CustomResourceDefinitions whose schemas and rules the manifests were validated
+    /// with: the cluster's, or the operator's own (and why).
+    pub crds: String,
+    /// The ValidatingAdmissionPolicies evaluated, or why none.
+    pub admission: String,
+    /// The stock placements were chosen with, and how old it is.
+    pub stock: String,
+    /// What creates were judged by (the Budgets and GpuPolicies), or what could not be read.
+    pub holds: String,
+}
+
+/// Plans `desired` (each with the live object of its name, if any) and deletes `pruned`;
+/// each create judged by what governs its namespace (`standing`, by namespace).
 pub fn plan(
     desired: Vec<(Desired, Option<Live>)>,
     pruned: Vec<Live>,
     kinds: &[KindInfo],
     prices: &Prices,
+    standing: &mut BTreeMap<String, Standing>,
 ) -> Plan {
     let mut objects = Vec::new();
     for (object, live) in desired {
-        let billed = kinds.iter().any(|k| k.kind == object.kind && k.billed);
-        objects.push(match object.what {
-            Wanted::Skipped(why) => PlannedObject {
-                kind: object.kind,
-                namespace: object.namespace,
-                name: object.name,
-                note: Some(why),
-                ..planned(Action::Skipped, None, None)
-            },
-            Wanted::Managed { spec } => {
-                let immutable = kinds
-                    .iter()
-                    .find(|k| k.kind == object.kind)
-                    .map(|k| k.immutable.as_slice())
-                    .unwrap_or_default();
-                let planned = match live {
-                    None => create(&object.kind, &spec, billed, prices),
-                    Some(live) => existing(&object.kind, &spec, &live, immutable, billed, prices),
-                };
-                PlannedObject {
-                    kind: object.kind,
-                    namespace: object.namespace,
-                    name: object.name,
-                    ..planned
-                }
-            }
-        });
+        objects.push(one(object, live, kinds, prices, standing));
     }
     for live in pruned {
         let billed = kinds.iter().any(|k| k.kind == live.kind && k.billed);
         let (before, source) = now(&live, billed);
-        let mut deleted = planned(Action::Delete, before, Some(0.0));
+        let mut deleted = match live.refused {
+            // Refused: it stays, as it costs.
+            Some(message) => PlannedObject {
+                refused: Some(message),
+                ..planned(Action::Refused, before, before)
+            },
+            None => planned(Action::Delete, before, Some(0.0)),
+        };
         deleted.hourly_cost.source = Some(source);
         deleted.placement = live.placement.as_ref().map(shown);
         objects.push(PlannedObject {
@@ -223,7 +257,131 @@ pub fn plan(
         });
     }
     let total = total(&objects, prices);
-    Plan { objects, total }
+    Plan {
+        objects,
+        total,
+        checks: Checks::default(),
+    }
+}
+
+fn one(
+    object: Desired,
+    live: Option<Live>,
+    kinds: &[KindInfo],
+    prices: &Prices,
+    standing: &mut BTreeMap<String, Standing>,
+) -> PlannedObject {
+    let billed = kinds.iter().any(|k| k.kind == object.kind && k.billed);
+    let planned = match &object.what {
+        Wanted::Skipped(why) => PlannedObject {
+            note: Some(why.clone()),
+            ..planned(Action::Skipped, None, None)
+        },
+        Wanted::Refused { message, spec } => {
+            let (before, source) = live.as_ref().map_or((Some(0.0), None), |live| {
+                let (before, source) = now(live, billed);
+                (before, Some(source))
+            });
+            let mut out = planned(Action::Refused, before, before);
+            out.hourly_cost.source = source;
+            out.placement = live.as_ref().and_then(|l| l.placement.as_ref()).map(shown);
+            out.refused = Some(message.clone());
+            if let (Some(spec), Some(live)) = (spec, &live) {
+                out.changes = changes(&live.spec, spec, immutable_of(kinds, &object.kind));
+            }
+            out
+        }
+        Wanted::Managed { spec } => {
+            let immutable = immutable_of(kinds, &object.kind);
+            match &live {
+                None => {
+                    let mut out = create(&object.kind, spec, billed, prices);
+                    if billed {
+                        let standing = standing.entry(object.namespace.clone()).or_default();
+                        hold(&object, spec, prices, standing, &mut out);
+                    }
+                    out
+                }
+                Some(live) => existing(&object.kind, spec, live, immutable, billed, prices),
+            }
+        }
+    };
+    PlannedObject {
+        kind: object.kind,
+        namespace: object.namespace,
+        name: object.name,
+        ..planned
+    }
+}
+
+/// The top-level spec fields of `kind` a change of which the API server refuses.
+fn immutable_of<'a>(kinds: &'a [KindInfo], kind: &str) -> &'a [&'static str] {
+    kinds
+        .iter()
+        .find(|k| k.kind == kind)
+        .map(|k| k.immutable.as_slice())
+        .unwrap_or_default()
+}
+
+/// Judges a create by the Budgets and GpuPolicies of its namespace, at the rate the operator
+/// reserves (the price list's, not a quote); a held create costs nothing.
+fn hold(
+    object: &Desired,
+    spec: &serde_json::Value,
+    prices: &Prices,
+    standing: &mut Standing,
+    out: &mut PlannedObject,
+) {
+    let is_instance = object.kind == GpuInstance::kind(&());
+    if is_instance && out.placement.is_none() {
+        // Not placed (refused by placement, or restored): nothing to reserve yet.
+        return;
+    }
+    let rate = match &out.placement {
+        Some(placed) => placed.hourly_rate,
+        None => out.hourly_cost.after,
+    };
+    let subject = out
+        .placement
+        .as_ref()
+        .and_then(|placed| subject(object, spec, placed));
+    let ask = Ask {
+        kind: &object.kind,
+        namespace: &object.namespace,
+        name: &object.name,
+        labels: &object.labels,
+        rate,
+        currency: &prices.pricing.currency,
+        subject,
+    };
+    if let Some(held) = standing.judge(&ask) {
+        out.hourly_cost.after = Some(0.0);
+        out.held = Some(held);
+    }
+}
+
+/// What a GpuPolicy judges of the machine a GpuInstance create makes where it is placed, as
+/// the operator's create asks it.
+fn subject(
+    object: &Desired,
+    spec: &serde_json::Value,
+    placed: &PlannedPlacement,
+) -> Option<gpucloud_api::gpu_policy::Subject> {
+    let spec: GpuInstanceSpec = serde_json::from_value(spec.clone()).ok()?;
+    let mut vm = GpuInstance::new(&object.name, spec);
+    vm.metadata.namespace = Some(object.namespace.clone());
+    let request = CreateInstanceRequest::new(
+        object.name.clone(),
+        placed.region.clone(),
+        placed.gpu_type.clone(),
+        placed.gpu_count,
+        String::new(),
+    );
+    let plan = InstancePlan::Create {
+        request: Box::new(request),
+        placement: gpucloud_api::PlacementStatus::default(),
+    };
+    vm.policy_subject(&plan)
 }
 
 /// What a live object costs per hour now, by its status (nothing for a kind not billed).
@@ -253,6 +411,8 @@ fn planned(action: Action, before: Option<f64>, after: Option<f64>) -> PlannedOb
             source: None,
         },
         note: None,
+        refused: None,
+        held: None,
     }
 }
 
@@ -305,6 +465,7 @@ fn place(spec: &serde_json::Value, prices: &Prices, out: &mut PlannedObject) {
                 return;
             };
             let placed = shown(chosen);
+            out.note.clone_from(&prices.stale_stock);
             let (rate, source) = gpu_rate(&placed, prices);
             out.hourly_cost.after = rate;
             out.hourly_cost.source = source;
@@ -452,7 +613,57 @@ fn total(objects: &[PlannedObject], prices: &Prices) -> Total {
         delta: round(after - before),
         currency,
         unpriced,
+        held: objects.iter().filter(|o| o.held.is_some()).count(),
+        refused: objects.iter().filter(|o| o.refused.is_some()).count(),
     }
+}
+
+/// How fresh the stock of `offerings` is at `now`, as the output says it, and the note for
+/// placements chosen with it when it may be older than the operator's catalog (`catalog_ttl`,
+/// its resync interval): the create may then go elsewhere. While the operator runs, its
+/// keeper reads the catalog once per interval and writes what changed, and every offering at
+/// least once per `HEARTBEAT` intervals; so the offerings lag the operator's catalog by one
+/// interval at most. An offering not refreshed for longer than that (the oldest
+/// `status.refreshedAt`), or none with a time, says the keeper has missed its passes.
+pub fn stock_age(
+    offerings: &[GpuOffering],
+    now: Timestamp,
+    catalog_ttl: std::time::Duration,
+) -> (Option<String>, String) {
+    if offerings.is_empty() {
+        return (None, "no GpuOfferings in the cluster".into());
+    }
+    let shown = |d: SignedDuration| format!("{:#}", SignedDuration::from_secs(d.as_secs()));
+    let ttl = SignedDuration::try_from(catalog_ttl).unwrap_or(SignedDuration::MAX);
+    let heartbeat = ttl.saturating_mul(i32::try_from(HEARTBEAT).unwrap_or(i32::MAX));
+    let oldest = offerings
+        .iter()
+        .map(|o| Some(o.status.as_ref()?.refreshed_at.as_ref()?.0))
+        .collect::<Option<Vec<Timestamp>>>()
+        .and_then(|times| times.into_iter().min());
+    let Some(oldest) = oldest else {
+        let note = "placement may differ: the GpuOfferings' stock is of unknown age (an offering without refreshedAt); --cloud-url reads the cloud's stock".to_string();
+        return (Some(note), "the GpuOfferings', of unknown age".into());
+    };
+    let oldest = oldest
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap_or(oldest);
+    let age = now.duration_since(oldest).max(SignedDuration::ZERO);
+    let stock = format!(
+        "the GpuOfferings', each refreshed within the last {} (the operator refreshes them every {}, each at least every {}, on a catalog read at most that old)",
+        shown(age),
+        shown(ttl),
+        shown(heartbeat)
+    );
+    let note = (age > heartbeat.saturating_add(ttl)).then(|| {
+        format!(
+            "placement may differ: a GpuOffering was last refreshed {} ago, so the operator has missed its refreshes (every {}, each offering at least every {}) and places with fresher stock; --cloud-url reads the cloud's stock",
+            shown(age),
+            shown(ttl),
+            shown(heartbeat)
+        )
+    });
+    (note, stock)
 }
 
 /// The (GPU type, count) of every GpuInstance created or changed: what the cloud is asked to

@@ -31,4 +31,9 @@ pub enum Error {
     Catalog(#[from] crate::Error),
     #[error("Kubernetes API: {}", crate::flow::error::KubeMessage(.0))]
     Kube(#[from] kube::Error),
+    #[error("reading what the Budgets and GpuPolicies count: {0}")]
+    Counting(#[source] crate::Error),
+    /// The API server would refuse a manifest: `output` is the plan, printed all the same.
+    #[error("the API server would refuse: {messages}")]
+    Refused { output: String, messages: String },
 }

@@ -9,6 +9,7 @@ use crate::kinds::registry::{KindFn, map_kinds};
 use crate::tools::manifests::Document;
 use gpucloud_api::{GROUP, MANAGED_ON_CHANGE, OnChange};
 use kube::core::ApiResource;
+use std::collections::BTreeMap;
 
 /// A managed kind as the plan reads it.
 #[derive(Clone)]
@@ -90,6 +91,7 @@ pub struct Desired {
     pub kind: String,
     pub namespace: String,
     pub name: String,
+    pub labels: BTreeMap<String, String>,
     pub what: Wanted,
 }
 
@@ -100,17 +102,36 @@ pub enum Wanted {
     Managed { spec: serde_json::Value },
     /// Listed, not planned, for this reason.
     Skipped(String),
+    /// The API server would refuse it, with `message`; `spec` as the kind reads it, when it
+    /// decodes (to show what the refused change would have changed).
+    Refused {
+        message: String,
+        spec: Option<serde_json::Value>,
+    },
 }
 
-/// The documents as objects to plan: each of a managed kind decoded (its spec as the kind's
-/// type reads it), each of another group or of a kind the operator keeps no cloud resource
-/// for skipped with why. An unknown kind or version of the group, an object without a name,
-/// or a spec that does not decode is an error naming the document and the field.
+/// The documents as objects to plan ([`identify`], then [`decode`]).
+#[cfg(test)]
 pub fn read(
     documents: Vec<Document>,
     kinds: &[KindInfo],
     default_namespace: &str,
 ) -> Result<Vec<Desired>, Error> {
+    identify(documents, kinds, default_namespace)?
+        .into_iter()
+        .map(|(desired, manifest)| decode(desired, manifest.as_ref(), kinds))
+        .collect()
+}
+
+/// The documents as objects of the input, each of a managed kind with its manifest (in the
+/// namespace it goes to) to validate and decode; each of another group or of a kind the
+/// operator keeps no cloud resource for skipped with why. An unknown kind or version of the
+/// group, or an object without a name, is an error naming the document and the field.
+pub fn identify(
+    documents: Vec<Document>,
+    kinds: &[KindInfo],
+    default_namespace: &str,
+) -> Result<Vec<(Desired, Option<serde_json::Value>)>, Error> {
     let unmanaged = unmanaged();
     let mut out = Vec::new();
     for Document { origin, mut value } in documents {
@@ -121,6 +142,10 @@ pub fn read(
         let namespace = text("/metadata/namespace")
             .unwrap_or(default_namespace)
             .to_string();
+        let labels = value
+            .pointer("/metadata/labels")
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_default();
         let field_error = |field: &str, message: String| Error::Decode {
             origin: origin.clone(),
             field: field.to_string(),
@@ -135,21 +160,26 @@ pub fn read(
             return Err(field_error(missing, "missing".into()));
         }
         let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-        let skipped = |why: String| Desired {
+        let mut desired = Desired {
             origin: origin.clone(),
             kind: kind.clone(),
             namespace: namespace.clone(),
             name: name.clone(),
-            what: Wanted::Skipped(why),
+            labels,
+            what: Wanted::Managed {
+                spec: serde_json::Value::Null,
+            },
         };
         if group != GROUP {
-            out.push(skipped(format!("not a {GROUP} kind")));
+            desired.what = Wanted::Skipped(format!("not a {GROUP} kind"));
+            out.push((desired, None));
             continue;
         }
         if unmanaged.contains(&kind) {
-            out.push(skipped(format!(
+            desired.what = Wanted::Skipped(format!(
                 "{kind} is not planned: it owns no cloud resource of its own"
-            )));
+            ));
+            out.push((desired, None));
             continue;
         }
         let Some(info) = kinds.iter().find(|k| k.kind == kind) else {
@@ -177,14 +207,29 @@ pub fn read(
         }
         // Decoded in the namespace it goes to, so that nothing but the spec tells apart.
         value["metadata"]["namespace"] = namespace.clone().into();
-        let spec = (info.spec_of)(&value).map_err(|(path, message)| field_error(&path, message))?;
-        out.push(Desired {
-            origin: origin.clone(),
-            kind,
-            namespace,
-            name,
-            what: Wanted::Managed { spec },
-        });
+        out.push((desired, Some(value)));
     }
     Ok(out)
+}
+
+/// The object's spec as its kind reads it (a manifest of a managed kind, not refused); a spec
+/// that does not decode is an error naming the document and the field.
+pub fn decode(
+    mut desired: Desired,
+    manifest: Option<&serde_json::Value>,
+    kinds: &[KindInfo],
+) -> Result<Desired, Error> {
+    let (Some(manifest), Wanted::Managed { .. }) = (manifest, &desired.what) else {
+        return Ok(desired);
+    };
+    let Some(info) = kinds.iter().find(|k| k.kind == desired.kind) else {
+        return Ok(desired);
+    };
+    let spec = (info.spec_of)(manifest).map_err(|(field, message)| Error::Decode {
+        origin: desired.origin.clone(),
+        field,
+        message,
+    })?;
+    desired.what = Wanted::Managed { spec };
+    Ok(desired)
 }

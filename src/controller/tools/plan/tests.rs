@@ -1,14 +1,19 @@
 #![allow(clippy::unwrap_used)]
 
 use super::core::{Action, Live, Plan, PriceSource, Prices, plan, to_quote};
+use super::holds::Standing;
 use super::kinds::{self, Desired, Wanted};
+use super::validation::Validator;
 use super::{Error, Output, render};
 use crate::accounts::catalog::Catalog;
+use crate::kinds::budget::Billed;
 use crate::tools::manifests;
+use gpucloud_api::{Budget, GpuPolicy};
 use gpucloud_api::{ChosenPlacement, GpuOffering, GpuOfferingSpec, GpuOfferingStatus};
 use gpucloud_cloud::model::{PriceQuoteBody, PricingBody, StoragePrice};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 fn offering(gpu_type: &str, region: &str, available: u32, price: f64) -> GpuOffering {
     let mut offering = GpuOffering::new(
@@ -118,6 +123,7 @@ fn live_of(value: &serde_json::Value, cost: Option<f64>, placed: Option<(&str, &
             hourly_rate: cost,
             currency: Some("USD".into()),
         }),
+        refused: None,
     }
 }
 
@@ -137,7 +143,13 @@ fn run(
             (d, found)
         })
         .collect();
-    plan(paired, pruned, &kinds::managed(), prices)
+    plan(
+        paired,
+        pruned,
+        &kinds::managed(),
+        prices,
+        &mut BTreeMap::new(),
+    )
 }
 
 fn actions(plan: &Plan) -> Vec<(String, Action)> {
@@ -381,7 +393,11 @@ fn the_json_document_has_the_documented_shape() {
                 "hourlyCost": {"before": 0.0, "after": 2.99, "source": "offerings"},
                 "note": null,
             }],
-            "total": {"before": 0.0, "after": 2.99, "delta": 2.99, "currency": "USD", "unpriced": 0},
+            "total": {
+                "before": 0.0, "after": 2.99, "delta": 2.99, "currency": "USD", "unpriced": 0,
+                "held": 0, "refused": 0,
+            },
+            "checks": {"crds": "", "admission": "", "stock": "", "holds": ""},
         })
     );
 }
@@ -520,4 +536,476 @@ fn offerings_read_back_as_the_catalog_and_gpu_prices() {
         Some(3.78)
     );
     assert_eq!(PricingBody::default().storage.len(), 0);
+}
+
+// === what the API server refuses ===
+
+/// The validator of the operator's own CRDs, no admission policy.
+fn validator() -> Validator {
+    Validator::from_crds(&kinds::managed(), &crate::kinds::registry::crds())
+}
+
+fn refusal(value: &serde_json::Value, live: Option<&serde_json::Value>) -> Option<String> {
+    let kinds = kinds::managed();
+    let kind = value["kind"].as_str().unwrap();
+    let info = kinds.iter().find(|k| k.kind == kind).unwrap();
+    let mut value = value.clone();
+    value["metadata"]["namespace"] = json!("team-a");
+    validator().refusal(info, &value, live)
+}
+
+#[test]
+fn the_api_servers_schema_and_rules_refuse_with_its_message() {
+    let both = object(
+        "GpuInstance",
+        "both",
+        json!({
+            "region": "us-east-1",
+            "osImage": "ubuntu-22.04-cuda-12",
+            "placement": {"alternatives": [{"gpuTypes": ["H100-80G"], "regions": ["eu-west-1"]}]},
+        }),
+    );
+    let message = refusal(&both, None).unwrap();
+    assert!(
+        message.starts_with("The GpuInstance \"both\" is invalid: ")
+            && message.contains("set exactly one of spec.region and spec.placement"),
+        "{message}"
+    );
+    let cases: [(serde_json::Value, Option<&str>); 4] = [
+        (instance("fine"), None),
+        (volume("fine", 10), None),
+        (
+            volume("zero", 0),
+            Some("The Volume \"zero\" is invalid: spec.sizeGb: Invalid value: 0"),
+        ),
+        (
+            object(
+                "Volume",
+                "typo",
+                json!({"region": "us-east-1", "sizeGb": 10, "sizeGB": 20}),
+            ),
+            Some(
+                "Volume in version \"v1alpha1\" cannot be handled as a Volume: strict decoding error: unknown field \"spec.sizeGB\"",
+            ),
+        ),
+    ];
+    for (value, refused) in cases {
+        let got = refusal(&value, None);
+        match refused {
+            None => assert_eq!(got, None, "{value}"),
+            Some(start) => assert!(
+                got.as_deref().is_some_and(|m| m.starts_with(start)),
+                "{value}: {got:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn an_update_is_judged_against_the_live_object() {
+    let live = object(
+        "Volume",
+        "data",
+        json!({"region": "us-east-1", "sizeGb": 100}),
+    );
+    let mut live_value = live.clone();
+    live_value["metadata"]["namespace"] = json!("team-a");
+    // Growing is let through; another region is refused, as immutable.
+    assert_eq!(refusal(&volume("data", 200), Some(&live_value)), None);
+    let moved = object(
+        "Volume",
+        "data",
+        json!({"region": "eu-west-1", "sizeGb": 100}),
+    );
+    let message = refusal(&moved, Some(&live_value)).unwrap();
+    assert!(
+        message.starts_with("The Volume \"data\" is invalid: spec.region"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_refused_object_changes_nothing_and_is_counted() {
+    let refused = Desired {
+        what: Wanted::Refused {
+            message: "The GpuInstance \"both\" is invalid: ...".into(),
+            spec: None,
+        },
+        ..desired(vec![instance("both")]).remove(0)
+    };
+    let plan = plan(
+        vec![(refused, None)],
+        vec![],
+        &kinds::managed(),
+        &from_offerings(),
+        &mut BTreeMap::new(),
+    );
+    let object = &plan.objects[0];
+    assert_eq!(object.action, Action::Refused);
+    assert_eq!(
+        (object.hourly_cost.before, object.hourly_cost.after),
+        (Some(0.0), Some(0.0))
+    );
+    assert_eq!((plan.total.refused, plan.total.after), (1, 0.0));
+    assert_eq!(
+        plan.refusals(),
+        ["The GpuInstance \"both\" is invalid: ..."]
+    );
+    let text = render(&plan, Output::Text);
+    assert!(
+        text.contains("The API server would refuse 1 object:\n  The GpuInstance \"both\""),
+        "{text}"
+    );
+}
+
+// === Budgets and GpuPolicies ===
+
+fn budget(name: &str, spec: serde_json::Value, status: serde_json::Value) -> Budget {
+    serde_json::from_value(json!({
+        "apiVersion": "gpucloud.io/v1alpha1",
+        "kind": "Budget",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": spec,
+        "status": status,
+    }))
+    .unwrap()
+}
+
+fn gpu_policy(name: &str, spec: serde_json::Value) -> GpuPolicy {
+    serde_json::from_value(json!({
+        "apiVersion": "gpucloud.io/v1alpha1",
+        "kind": "GpuPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// A machine of the namespace, created, costing `rate`.
+fn running(name: &str, rate: f64) -> Billed {
+    Billed {
+        kind: "GpuInstance".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        hourly_rate: Some(rate),
+        currency: Some("USD".into()),
+        create_started: true,
+        created: true,
+        cloud_name: None,
+        external_id: Some(format!("i-{name}")),
+        foreign_name: false,
+        account: None,
+        created_at: None,
+        may_power_off: true,
+        off: false,
+        deleting: false,
+        may_delete: true,
+        gpus: 1,
+    }
+}
+
+/// The plan of `wanted` creates in team-a, governed by `standing`.
+fn held_plan(wanted: Vec<serde_json::Value>, standing: Standing) -> Plan {
+    let paired = desired(wanted).into_iter().map(|d| (d, None)).collect();
+    let mut standing = BTreeMap::from([("team-a".to_string(), standing)]);
+    plan(
+        paired,
+        vec![],
+        &kinds::managed(),
+        &from_offerings(),
+        &mut standing,
+    )
+}
+
+fn holds(plan: &Plan) -> Vec<Option<(String, String, String)>> {
+    plan.objects
+        .iter()
+        .map(|o| {
+            o.held
+                .as_ref()
+                .map(|h| (h.by.clone(), h.name.clone(), h.reason.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_create_a_budget_or_policy_refuses_is_held_and_costs_nothing() {
+    let held = |by: &str, name: &str, reason: &str| {
+        Some((by.to_string(), name.to_string(), reason.to_string()))
+    };
+    let rate_budget = |max: f64| budget("rate", json!({"maxHourlyRate": max}), json!({}));
+    let with_budget = |b: Budget, objects: Vec<Billed>| Standing {
+        budgets: vec![(b, objects)],
+        ..Standing::default()
+    };
+    let spent = budget(
+        "spend",
+        json!({"maxHourlyRate": 100.0, "maxSpend": 20.0}),
+        json!({"spent": 20.5}),
+    );
+    let cases = [
+        // Room for one H100 (2.99) of two: the second is held by what the first reserves.
+        (
+            with_budget(rate_budget(5.0), vec![]),
+            vec![None, held("Budget", "rate", "BudgetExceeded")],
+        ),
+        // The namespace's running machine leaves no room.
+        (
+            with_budget(rate_budget(5.0), vec![running("old", 2.5)]),
+            vec![
+                held("Budget", "rate", "BudgetExceeded"),
+                held("Budget", "rate", "BudgetExceeded"),
+            ],
+        ),
+        (
+            with_budget(rate_budget(10.0), vec![running("old", 2.5)]),
+            vec![None, None],
+        ),
+        // The period's spend is used up.
+        (
+            with_budget(spent, vec![]),
+            vec![
+                held("Budget", "spend", "BudgetExceeded"),
+                held("Budget", "spend", "BudgetExceeded"),
+            ],
+        ),
+        (
+            with_budget(
+                budget(
+                    "euro",
+                    json!({"maxHourlyRate": 100.0, "currency": "EUR"}),
+                    json!({}),
+                ),
+                vec![],
+            ),
+            vec![
+                held("Budget", "euro", "CurrencyMismatch"),
+                held("Budget", "euro", "CurrencyMismatch"),
+            ],
+        ),
+        // A policy forbidding the GPU type refuses; one capping machines at one holds the
+        // second.
+        (
+            Standing {
+                policies: vec![gpu_policy(
+                    "a100-only",
+                    json!({"namespaceSelector": {}, "allowedGpuTypes": ["A100-80G"]}),
+                )],
+                ..Standing::default()
+            },
+            vec![
+                held("GpuPolicy", "a100-only", "PolicyViolation"),
+                held("GpuPolicy", "a100-only", "PolicyViolation"),
+            ],
+        ),
+        (
+            Standing {
+                policies: vec![gpu_policy(
+                    "one-each",
+                    json!({"namespaceSelector": {}, "namespaceLimits": {"machines": 1}}),
+                )],
+                ..Standing::default()
+            },
+            vec![None, held("GpuPolicy", "one-each", "PolicyLimit")],
+        ),
+    ];
+    for (standing, expected) in cases {
+        let plan = held_plan(vec![instance("first"), instance("second")], standing);
+        assert_eq!(holds(&plan), expected, "{plan:#?}");
+        let running = expected.iter().filter(|h| h.is_none()).count();
+        assert!(
+            (plan.total.after - 2.99 * running as f64).abs() < 1e-9,
+            "{:?}",
+            plan.total
+        );
+        assert_eq!(plan.total.held, 2 - running);
+    }
+}
+
+#[test]
+fn a_held_create_says_by_what_and_why() {
+    let standing = Standing {
+        budgets: vec![(
+            budget("team", json!({"maxHourlyRate": 1.0}), json!({})),
+            vec![],
+        )],
+        ..Standing::default()
+    };
+    let plan = held_plan(vec![instance("new")], standing);
+    let text = render(&plan, Output::Text);
+    assert!(
+        text.contains("create (held)")
+            && text.contains(
+                "held (BudgetExceeded): Budget team: this create would add 2.9900 USD/h to the 0.0000 USD/h counted, over its maxHourlyRate of 1.0000 USD/h"
+            ),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&render(&plan, Output::Json)).unwrap();
+    assert_eq!(json["objects"][0]["held"]["by"], "Budget");
+    assert_eq!(json["objects"][0]["held"]["name"], "team");
+    assert_eq!(json["objects"][0]["hourlyCost"]["after"], 0.0);
+}
+
+// === how fresh the stock is ===
+
+#[test]
+fn offerings_refreshed_longer_ago_than_the_catalog_ttl_may_place_elsewhere() {
+    let at = |offering: GpuOffering, refreshed: Option<i64>| {
+        let mut offering = offering;
+        offering.status.as_mut().unwrap().refreshed_at = refreshed.map(|s| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::from_second(s).unwrap())
+        });
+        offering
+    };
+    let now = Timestamp::from_second(10_000).unwrap();
+    let ttl = std::time::Duration::from_secs(60);
+    let h100 = || offering("H100-80G", "us-east-1", 0, 2.99);
+    let a100 = || offering("A100-80G", "us-east-1", 8, 1.89);
+    // Each offering is refreshed at least every ten TTLs while the operator runs: one older
+    // than that (and a TTL) says it does not.
+    let cases = [
+        (
+            vec![at(h100(), Some(9_990)), at(a100(), Some(9_400))],
+            false,
+            "within the last 10m",
+        ),
+        (
+            vec![at(h100(), Some(9_990)), at(a100(), Some(9_000))],
+            true,
+            "last refreshed 16m 40s ago",
+        ),
+        (
+            vec![at(h100(), Some(9_990)), at(a100(), None)],
+            true,
+            "unknown age",
+        ),
+    ];
+    for (offerings, stale, said) in cases {
+        let (note, stock) = super::core::stock_age(&offerings, now, ttl);
+        assert_eq!(note.is_some(), stale, "{note:?}");
+        assert!(
+            stock.contains(said) || note.as_deref().is_some_and(|n| n.contains(said)),
+            "{stock} / {note:?}"
+        );
+    }
+    // A placement chosen with stale stock says so.
+    let mut prices = from_offerings();
+    prices.stale_stock = Some("placement may differ: ...".into());
+    let plan = run(vec![instance("new")], vec![], vec![], &prices);
+    assert_eq!(
+        plan.objects[0].note.as_deref(),
+        Some("placement may differ: ...")
+    );
+}
+
+#[test]
+fn a_plan_with_a_refusal_fails_carrying_its_output() {
+    let fine = run(vec![instance("new")], vec![], vec![], &from_offerings());
+    assert_eq!(
+        super::finish(&fine, Output::Text).unwrap(),
+        render(&fine, Output::Text)
+    );
+    let refused = Desired {
+        what: Wanted::Refused {
+            message: "The GpuInstance \"both\" is invalid: ...".into(),
+            spec: None,
+        },
+        ..desired(vec![instance("both")]).remove(0)
+    };
+    let plan = plan(
+        vec![(refused, None)],
+        vec![],
+        &kinds::managed(),
+        &from_offerings(),
+        &mut BTreeMap::new(),
+    );
+    match super::finish(&plan, Output::Json) {
+        Err(Error::Refused { output, messages }) => {
+            assert_eq!(output, render(&plan, Output::Json));
+            assert_eq!(messages, "The GpuInstance \"both\" is invalid: ...");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The deletion-protection policy the chart ships, bound.
+fn protecting() -> Validator {
+    use serde::Deserialize;
+    let manifest = gpucloud_api::deletion_protection::POLICY_MANIFEST;
+    let (mut policies, mut bindings) = (Vec::new(), Vec::new());
+    for document in serde_yaml::Deserializer::from_str(manifest) {
+        let value = serde_json::Value::deserialize(document).unwrap();
+        match value["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => policies.push(value),
+            Some("ValidatingAdmissionPolicyBinding") => bindings.push(value),
+            _ => {}
+        }
+    }
+    let (bound, _) = super::validation::bound(policies, bindings);
+    assert!(!bound.is_empty());
+    validator().admitting(bound)
+}
+
+#[test]
+fn a_protected_object_pruned_is_refused_and_stays() {
+    let kinds = kinds::managed();
+    let info = kinds.iter().find(|k| k.kind == "Volume").unwrap();
+    let mut value = volume("kept", 10);
+    value["metadata"]["namespace"] = json!("team-a");
+    assert_eq!(protecting().delete_refusal(info, &value), None);
+    value["metadata"]["annotations"] = json!({"gpucloud.io/deletion-protection": "true"});
+    let message = protecting().delete_refusal(info, &value).unwrap();
+    assert!(
+        message.starts_with("volumes.gpucloud.io \"kept\" is forbidden: ValidatingAdmissionPolicy")
+            && message.contains("is protected from deletion"),
+        "{message}"
+    );
+    let mut pruned = live_of(&volume("kept", 10), Some(0.002), None);
+    pruned.refused = Some(message);
+    let plan = run(vec![], vec![], vec![pruned], &from_offerings());
+    let kept = &plan.objects[0];
+    assert_eq!(kept.action, Action::Refused);
+    assert_eq!(
+        (kept.hourly_cost.before, kept.hourly_cost.after),
+        (Some(0.002), Some(0.002))
+    );
+}
+
+#[test]
+fn a_refused_change_still_says_what_it_would_change() {
+    let live = live_of(&volume("data", 100), Some(0.02), None);
+    let moved = object(
+        "Volume",
+        "data",
+        json!({"region": "eu-west-1", "sizeGb": 100}),
+    );
+    let Wanted::Managed { spec } = desired(vec![moved]).remove(0).what else {
+        panic!("not managed")
+    };
+    let refused = Desired {
+        what: Wanted::Refused {
+            message: "The Volume \"data\" is invalid: spec.region: ...".into(),
+            spec: Some(spec),
+        },
+        ..desired(vec![volume("data", 100)]).remove(0)
+    };
+    let plan = plan(
+        vec![(refused, Some(live))],
+        vec![],
+        &kinds::managed(),
+        &from_offerings(),
+        &mut BTreeMap::new(),
+    );
+    let data = &plan.objects[0];
+    assert_eq!(data.action, Action::Refused);
+    let changed: Vec<(&str, bool)> = data
+        .changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.immutable))
+        .collect();
+    assert_eq!(changed, [("/spec/region", true)]);
+    assert_eq!(
+        (data.hourly_cost.before, data.hourly_cost.after),
+        (Some(0.02), Some(0.02))
+    );
 }

@@ -48,14 +48,43 @@ pub fn render(plan: &Plan) -> String {
         rounded(total.after),
         rounded(total.delta)
     ));
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
     if total.unpriced > 0 {
         out.push_str(&format!(
             " ({} object{} without a known price left out)",
             total.unpriced,
-            if total.unpriced == 1 { "" } else { "s" }
+            plural(total.unpriced)
+        ));
+    }
+    if total.held > 0 {
+        out.push_str(&format!(
+            " ({} held create{} counted at 0)",
+            total.held,
+            plural(total.held)
         ));
     }
     out.push('\n');
+    let checks = &plan.checks;
+    for (what, said) in [
+        ("CRDs", &checks.crds),
+        ("Admission policies", &checks.admission),
+        ("Stock", &checks.stock),
+        ("Holds", &checks.holds),
+    ] {
+        if !said.is_empty() {
+            out.push_str(&format!("{what}: {said}\n"));
+        }
+    }
+    if total.refused > 0 {
+        out.push_str(&format!(
+            "The API server would refuse {} object{}:\n",
+            total.refused,
+            plural(total.refused)
+        ));
+        for message in plan.refusals() {
+            out.push_str(&format!("  {message}\n"));
+        }
+    }
     out
 }
 
@@ -70,6 +99,12 @@ fn row(object: &PlannedObject) -> [String; 7] {
         .collect();
     if !changed.is_empty() {
         notes.push(format!("spec: {}", changed.join(", ")));
+    }
+    if let Some(held) = &object.held {
+        notes.push(held.to_string());
+    }
+    if object.refused.is_some() {
+        notes.push("refused by the API server (below)".into());
     }
     if let Some(note) = &object.note {
         notes.push(note.clone());
@@ -86,7 +121,11 @@ fn row(object: &PlannedObject) -> [String; 7] {
         } else {
             format!("{}/{}", object.namespace, object.name)
         },
-        object.action.to_string(),
+        if object.held.is_some() {
+            format!("{} (held)", object.action)
+        } else {
+            object.action.to_string()
+        },
         object
             .placement
             .as_ref()
