@@ -85,7 +85,7 @@ fn the_release_script_packages_the_chart_at_the_crate_version() {
     );
 
     let index: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dist.join("index.yaml")).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(dist.join("index.yaml")).unwrap()).unwrap();
     let entries = index["entries"]["gpucloud-operator"].as_array().unwrap();
     assert_eq!(entries.len(), 1, "{index}");
     assert_eq!(entries[0]["version"], VERSION);

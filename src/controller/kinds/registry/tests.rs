@@ -17,7 +17,7 @@ fn crds_directory_matches_the_rust_types() {
     for crd in super::crds() {
         let name = crd.metadata.name.clone().expect("generated CRDs are named");
         let file = crds_dir().join(format!("{name}.yaml"));
-        let yaml = format!("---\n{}", serde_yaml::to_string(&crd).unwrap());
+        let yaml = format!("---\n{}", super::to_yaml(&crd).unwrap());
         if update {
             std::fs::create_dir_all(crds_dir()).unwrap();
             std::fs::write(&file, &yaml).unwrap();
