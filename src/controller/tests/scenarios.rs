@@ -35,6 +35,7 @@ mod pools;
 mod production;
 mod rate_limit_storm;
 mod readoption;
+mod reconcile_now;
 mod release;
 mod secret_isolation;
 mod settled_traffic;
