@@ -8,17 +8,24 @@
 # Both run as distroless's non-root user. scripts/release.sh prints the build command with its
 # arguments (target/dist/docker-build.sh).
 #
-# The base images are named by tag. Pin each by the digest of its image index
-# (`FROM image:tag@sha256:...`), which `docker buildx imagetools inspect IMAGE:TAG` prints: the
-# project's build machines reach no container registry, so no digest here has been checked, and
-# none is written down unchecked. With digests pinned and SOURCE_DATE_EPOCH set, two builds of
-# one commit differ only by what `apk add` fetched for the static build (Alpine's repository
-# moves; its packages are build tools only, nothing of them is in the image).
+# The base images are build arguments, named by tag here: pin each by the digest of its image
+# index, `--build-arg RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:...`, as
+# docs/install.md ("Pinning the base images") shows with `docker buildx imagetools inspect` and
+# `crane digest`. The project's build machines reach no container registry, so no digest has
+# been checked here, and none is written down unchecked. With digests pinned and
+# SOURCE_DATE_EPOCH set, two builds of one commit differ only by what `apk add` fetched for the
+# static build (Alpine's repository moves; its packages are build tools only, nothing of them is
+# in the image).
 
 ARG RUST_VERSION=1.89
+# Each `name:tag` or `name:tag@sha256:<digest>`.
+ARG BUILD_IMAGE=rust:${RUST_VERSION}-bookworm
+ARG BUILD_IMAGE_STATIC=rust:${RUST_VERSION}-alpine
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+ARG RUNTIME_IMAGE_STATIC=gcr.io/distroless/static-debian12:nonroot
 
 # === glibc build ===
-FROM rust:${RUST_VERSION}-bookworm AS build
+FROM ${BUILD_IMAGE} AS build
 # The commit the binary reports (`version`, `gpucloud_build_info`); .git is not in the context.
 ARG GIT_COMMIT=
 ENV GPUCLOUD_GIT_COMMIT=${GIT_COMMIT}
@@ -37,7 +44,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # === static (musl) build ===
 # Alpine's Rust targets musl and links statically by default; jemalloc (tikv-jemallocator) and
 # ring compile their C parts with its gcc and make.
-FROM rust:${RUST_VERSION}-alpine AS build-static
+FROM ${BUILD_IMAGE_STATIC} AS build-static
 ARG GIT_COMMIT=
 ENV GPUCLOUD_GIT_COMMIT=${GIT_COMMIT}
 RUN apk add --no-cache musl-dev gcc make
@@ -49,7 +56,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -D -m 0755 target/release/gpucloud-operator /out/gpucloud-operator
 
 # === static image ===
-FROM gcr.io/distroless/static-debian12:nonroot AS static
+FROM ${RUNTIME_IMAGE_STATIC} AS static
 ARG VERSION=
 ARG GIT_COMMIT=
 ARG BUILD_DATE=
@@ -66,7 +73,7 @@ ENTRYPOINT ["/usr/local/bin/gpucloud-operator"]
 CMD ["run"]
 
 # === default image (glibc) ===
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 # The OCI labels, from the build arguments scripts/release.sh passes.
 ARG VERSION=
 ARG GIT_COMMIT=

@@ -13,7 +13,8 @@
 # IMAGE_REPOSITORY (default gpucloud-operator, a local image name until the project has a
 # registry); SOURCE_URL (the image's org.opencontainers.image.source label, empty by default);
 # SOURCE_DATE_EPOCH (the image's creation date; default now; the SBOM's date, default the
-# commit's).
+# commit's); BUILD_IMAGE, BUILD_IMAGE_STATIC, RUNTIME_IMAGE, RUNTIME_IMAGE_STATIC (base images
+# pinned by digest, passed on to the build when set; the Dockerfile's tags otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,8 +63,14 @@ command=(docker build
   --build-arg "VERSION=$VERSION"
   --build-arg "GIT_COMMIT=$GIT_COMMIT"
   --build-arg "BUILD_DATE=$BUILD_DATE"
-  --build-arg "SOURCE_URL=${SOURCE_URL:-}"
-  -t "$IMAGE" .)
+  --build-arg "SOURCE_URL=${SOURCE_URL:-}")
+# Base images pinned by digest (docs/install.md, "Pinning the base images"), when set.
+for base in BUILD_IMAGE BUILD_IMAGE_STATIC RUNTIME_IMAGE RUNTIME_IMAGE_STATIC; do
+  if [ -n "${!base:-}" ]; then
+    command+=(--build-arg "$base=${!base}")
+  fi
+done
+command+=(-t "$IMAGE" .)
 {
   echo "#!/bin/sh"
   echo "# Written by scripts/release.sh; run from the repository root."

@@ -8,7 +8,6 @@
 
 use mlua::serde::SerializeOptions;
 use mlua::{Lua, LuaSerdeExt, Table};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -288,7 +287,7 @@ fn argocd_cm_installs_the_script_for_every_kind() {
         path.display()
     );
     // What Argo CD reads: each key holds the script itself.
-    let config: Value = Value::deserialize(serde_yaml::Deserializer::from_str(&on_disk)).unwrap();
+    let config: Value = serde_saphyr::from_str(&on_disk).unwrap();
     let data = config["data"].as_object().unwrap();
     assert_eq!(data.len(), checks.len());
     for (key, script) in &checks {

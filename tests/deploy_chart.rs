@@ -558,7 +558,7 @@ fn kustomize_base_renders_what_the_chart_renders() {
         let mut text = GENERATED_HEADER.to_string();
         for object in &objects {
             text.push_str("---\n");
-            text.push_str(&serde_yaml::to_string(object).unwrap());
+            text.push_str(&gpucloud_controller::kinds::registry::to_yaml(object).unwrap());
         }
         generated(&base.join(&file), &text);
         files.push(file);
@@ -708,21 +708,59 @@ fn gitops_installs_name_the_chart_with_values_it_accepts() {
     assert!(wave(crds) < wave(&argocd));
 }
 
-/// Every example and deployment manifest reads as the operator reads manifests
-/// (`tools::manifests::documents`, serde-saphyr) into what PyYAML reads (the parser the
-/// chart's rendering is validated with): the same documents, numbered alike.
-#[test]
-fn every_manifest_reads_alike_with_the_operators_yaml_reader() {
-    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, files);
-            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                files.push(path);
-            }
+/// The documents of a YAML stream as the operator reads manifests
+/// (`tools::manifests::documents`, serde-saphyr); `origin` names it in a failure.
+fn read_as_the_operator(origin: &str, text: &str) -> Vec<Value> {
+    gpucloud_controller::tools::manifests::documents(text)
+        .into_iter()
+        .map(|(n, d)| d.unwrap_or_else(|e| panic!("{origin}: document {n}: {e}")))
+        .collect()
+}
+
+/// The documents of a YAML stream as PyYAML reads them (the parser the chart's rendering is
+/// validated with); empty ones left out.
+fn read_with_pyyaml(text: &str) -> Vec<Value> {
+    use std::io::Write;
+    let script = "import json, sys, yaml\nprint(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d is not None]))";
+    let mut child = Command::new(deploy::python())
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The YAML files under `dir`, recursively.
+fn yaml_files_under(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            yaml_files_under(&path, files);
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            files.push(path);
         }
     }
+}
+
+/// Every example and deployment manifest, and every template of the chart as rendered with
+/// the platform values, reads as the operator reads manifests into what PyYAML reads: the
+/// same documents, numbered alike.
+#[test]
+fn every_manifest_reads_alike_with_the_operators_yaml_reader() {
     let mut files = Vec::new();
     for dir in [
         "examples",
@@ -732,41 +770,34 @@ fn every_manifest_reads_alike_with_the_operators_yaml_reader() {
     ] {
         let path = repository_root().join(dir);
         if path.is_dir() {
-            walk(&path, &mut files);
+            yaml_files_under(&path, &mut files);
         } else {
             files.push(path);
         }
     }
     files.sort();
     assert!(files.len() > 30, "{files:?}");
-    let script = "import json, sys, yaml\nprint(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
-    for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
-        let ours: Vec<Value> = gpucloud_controller::tools::manifests::documents(&text)
-            .into_iter()
-            .map(|(n, d)| d.unwrap_or_else(|e| panic!("{}: document {n}: {e}", file.display())))
-            .collect();
-        let output = Command::new(deploy::python())
-            .args(["-c", script])
-            .arg(file)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let pyyaml: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let mut streams: Vec<(String, String)> = files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            (file.display().to_string(), text)
+        })
+        .collect();
+    let rendered = render(&platform_values());
+    assert!(rendered.objects().len() > 10 && !rendered.crds.is_empty());
+    for (index, text) in rendered.crds.iter().chain(&rendered.manifests).enumerate() {
+        streams.push((format!("the chart's template output {index}"), text.clone()));
+    }
+    for (origin, text) in &streams {
+        let ours = read_as_the_operator(origin, text);
+        assert!(!ours.is_empty(), "{origin}");
         assert_eq!(
             whole_numbers(json!(ours)),
-            whole_numbers(json!(pyyaml)),
-            "{}",
-            file.display()
+            whole_numbers(json!(read_with_pyyaml(text))),
+            "{origin}"
         );
     }
-    // The chart's rendering as the tests read it (yaml_documents) is what PyYAML read.
-    let rendered = render(&platform_values());
-    assert!(rendered.objects().len() > 10);
 }
 
 /// A GitOps install names an image of its own: the chart's default is a placeholder no

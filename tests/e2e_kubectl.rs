@@ -353,11 +353,8 @@ async fn readme_session_with_kubectl() {
         .map(|block| block.lines().collect())
         .filter(|block: &Vec<&str>| !block.is_empty())
         .collect();
-    // The catalog's GpuOfferings are in the category too, without conditions.
-    let (offerings, blocks): (Vec<Vec<&str>>, Vec<Vec<&str>>) = blocks
-        .into_iter()
-        .partition(|block| block[0].contains("AVAILABLE"));
-    assert!(offerings.len() <= 1, "{tables}");
+    // The catalog's GpuOfferings are in a category of their own (`gpucloud-catalog`).
+    assert!(!tables.contains("gpuoffering"), "{tables}");
     assert_eq!(blocks.len(), 4, "{tables}");
     for block in &blocks {
         let header = block[0];
@@ -378,6 +375,14 @@ async fn readme_session_with_kubectl() {
     }
     let lines: Vec<&str> = offered.lines().collect();
     assert_eq!(lines.len(), 13, "{offered}");
+    let catalog = kubectl.ok(&["get", "gpucloud-catalog", "-o", "name"]).await;
+    assert_eq!(catalog.lines().count(), 12, "{catalog}");
+    assert!(
+        catalog
+            .lines()
+            .all(|l| l.starts_with("gpuoffering.gpucloud.io/")),
+        "{catalog}"
+    );
     let columns: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         columns,
@@ -385,10 +390,10 @@ async fn readme_session_with_kubectl() {
             "NAME",
             "GPU",
             "REGION",
-            "MEMORY",
-            "VCPUS",
-            "RAM",
-            "PRICE/H",
+            "VRAM(GB)",
+            "VCPUS/GPU",
+            "RAM/GPU(GB)",
+            "PRICE/GPU/H",
             "CURRENCY",
             "AVAILABLE",
             "REFRESHED",
@@ -399,7 +404,8 @@ async fn readme_session_with_kubectl() {
         .iter()
         .find(|l| l.starts_with("h100-80g.us-east-1 "))
         .unwrap_or_else(|| panic!("{offered}"));
-    assert_eq!(cell(lines[0], h100, "PRICE/H"), "2.99", "{offered}");
+    assert_eq!(cell(lines[0], h100, "PRICE/GPU/H"), "2.99", "{offered}");
+    assert_eq!(cell(lines[0], h100, "VRAM(GB)"), "80", "{offered}");
     assert_eq!(cell(lines[0], h100, "CURRENCY"), "USD", "{offered}");
 
     let instances = kubectl.ok(&["get", "gpuinstance", "train-1"]).await;
@@ -610,13 +616,10 @@ async fn readme_session_with_kubectl() {
         !state["instance_billing"].as_array().unwrap().is_empty(),
         "train-1 was billed while it ran"
     );
-    // Nothing left but the catalog's offerings, which are the cloud's, not the user's.
+    // Nothing left of the user's (the catalog's offerings are the cloud's, in their own
+    // category).
     let left = kubectl.ok(&["get", "gpucloud", "-A", "-o", "name"]).await;
-    assert!(
-        left.lines()
-            .all(|l| l.starts_with("gpuoffering.gpucloud.io/")),
-        "{left}"
-    );
+    assert_eq!(left.trim(), "", "{left}");
 
     // SIGTERM: controllers stopped, servers closed, exit 0.
     let status = sandbox.terminate().await;

@@ -85,7 +85,7 @@ fn the_release_script_packages_the_chart_at_the_crate_version() {
     );
 
     let index: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dist.join("index.yaml")).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(dist.join("index.yaml")).unwrap()).unwrap();
     let entries = index["entries"]["gpucloud-operator"].as_array().unwrap();
     assert_eq!(entries.len(), 1, "{index}");
     assert_eq!(entries[0]["version"], VERSION);
@@ -186,6 +186,60 @@ fn the_release_script_writes_the_sbom_and_checksums() {
         text,
         "the SBOM is reproducible"
     );
+}
+
+/// The Dockerfile's base images are build arguments, named by tag (no digest that could not
+/// be checked), and `scripts/release.sh` passes on a pinned `name:tag@sha256:...` when given.
+#[test]
+fn base_images_are_build_arguments_a_digest_can_pin() {
+    let dockerfile = std::fs::read_to_string(repository_root().join("Dockerfile")).unwrap();
+    let bases: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .map(|from| from.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(bases.len(), 4, "{bases:?}");
+    let defaults: Vec<(&str, &str)> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("ARG ")?.split_once('='))
+        .collect();
+    for base in &bases {
+        let name = base
+            .strip_prefix("${")
+            .and_then(|b| b.strip_suffix('}'))
+            .unwrap_or_else(|| panic!("FROM {base}: not a build argument"));
+        let (_, default) = defaults
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no ARG {name} with a default"));
+        assert!(
+            default.contains(':') && !default.contains("@sha256:"),
+            "ARG {name}={default}: a tag, not an unchecked digest"
+        );
+    }
+
+    let dist = scratch("pinned");
+    let pinned = format!(
+        "gcr.io/distroless/cc-debian12:nonroot@sha256:{}",
+        "0".repeat(64)
+    );
+    deploy::python();
+    let output = Command::new(repository_root().join("scripts/release.sh"))
+        .env("DIST", &dist)
+        .env("RUNTIME_IMAGE", &pinned)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let script = std::fs::read_to_string(dist.join("docker-build.sh")).unwrap();
+    assert!(
+        script.contains(&format!("--build-arg RUNTIME_IMAGE={pinned} ")),
+        "{script}"
+    );
+    assert!(!script.contains("BUILD_IMAGE="), "{script}");
 }
 
 /// The build command names exactly the Dockerfile's build arguments, with this checkout's

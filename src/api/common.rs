@@ -11,6 +11,12 @@ pub const EXTERNAL_ID_ANNOTATION: &str = "gpucloud.io/external-id";
 pub const PAUSED_ANNOTATION: &str = "gpucloud.io/paused";
 /// Annotation on a GpuInstance whose every new value triggers one reboot.
 pub const RESTARTED_AT_ANNOTATION: &str = "gpucloud.io/restartedAt";
+/// Annotation whose every new value asks for a reconcile now (any value; the time it is set,
+/// by convention, as Crossplane's `crossplane.io/reconcile-requested-at`): an object waiting on
+/// a long recheck or a retry's backoff, such as one stalled on the cloud's refusal, is
+/// reconciled within seconds and a refused call tried again. The operator never writes it; any
+/// change of an object's annotations wakes its reconcile (`operator::run::intent_hash`).
+pub const RECONCILE_REQUESTED_ANNOTATION: &str = "gpucloud.io/reconcile-requested-at";
 /// Annotation on a Snapshot that, set to `"true"`, lets its deletion go ahead although images
 /// are made from it: the cloud deletes a snapshot's images with it.
 pub const DELETE_DEPENDENTS_ANNOTATION: &str = "gpucloud.io/delete-dependents";

@@ -462,7 +462,7 @@ impl GpuInstance {
         Column::new("Count", "integer", ".status.specs.gpuCount"),
         Column::new("Region", "string", ".status.placement.chosen.region"),
         Column::new("IP", "string", ".status.ipAddress"),
-        Column::new("Rate", "number", ".status.hourlyRate").wide(),
+        Column::new("Rate/h", "number", ".status.hourlyRate").wide(),
     ];
 
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
     kind = "GpuOffering",
     status = "GpuOfferingStatus",
     shortname = "gpuoffer",
-    category = "gpucloud"
+    category = "gpucloud-catalog"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -80,15 +80,15 @@ impl GpuOffering {
     pub const COLUMNS: &[Column] = &[
         Column::new("GPU", "string", ".spec.gpuType"),
         Column::new("Region", "string", ".spec.region"),
-        Column::new("Memory", "integer", ".status.gpuMemoryGb"),
-        Column::new("vCPUs", "integer", ".status.vcpusPerGpu"),
-        Column::new("RAM", "integer", ".status.ramGbPerGpu"),
-        Column::new("Price/h", "number", ".status.pricePerGpuHour"),
+        Column::new("VRAM(GB)", "integer", ".status.gpuMemoryGb"),
+        Column::new("vCPUs/GPU", "integer", ".status.vcpusPerGpu"),
+        Column::new("RAM/GPU(GB)", "integer", ".status.ramGbPerGpu"),
+        Column::new("Price/GPU/h", "number", ".status.pricePerGpuHour"),
         Column::new("Currency", "string", ".status.currency"),
         Column::new("Available", "integer", ".status.available"),
         Column::new("Refreshed", "date", ".status.refreshedAt"),
         Column::new("Model", "string", ".status.gpuModel").wide(),
-        Column::new("Disk", "integer", ".status.diskGbPerGpu").wide(),
+        Column::new("Disk/GPU(GB)", "integer", ".status.diskGbPerGpu").wide(),
         Column::new("Counts", "string", ".status.gpuCounts").wide(),
     ];
 

@@ -29,7 +29,7 @@ pub const MAX_ALLOWED: u32 = 64;
     kind = "GpuPolicy",
     status = "GpuPolicyStatus",
     shortname = "gpupolicy",
-    category = "gpucloud"
+    category = "gpucloud-policy"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GpuPolicySpec {

@@ -58,7 +58,7 @@ impl Image {
     /// The `kubectl get` columns of this kind's own (see [`crate::Column`]).
     pub const COLUMNS: &[Column] = &[
         Column::new("Snapshot", "string", ".spec.snapshotRef.name"),
-        Column::new("Rate", "number", ".status.hourlyRate").wide(),
+        Column::new("Rate/h", "number", ".status.hourlyRate").wide(),
     ];
 
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).

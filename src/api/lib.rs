@@ -79,6 +79,18 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 /// The API group of every kind.
 pub const GROUP: &str = "gpucloud.io";
 
+/// The category of a team's own kinds (`kubectl get gpucloud`): what a namespace's users make
+/// and may read.
+pub const CATEGORY: &str = "gpucloud";
+/// The category of the catalog's cluster-scoped kinds (GpuOffering), kept by the operator and
+/// the same for every team: out of [`CATEGORY`], so that `kubectl get gpucloud -A` lists only
+/// what teams made (`kubectl get gpucloud-catalog` lists these).
+pub const CATALOG_CATEGORY: &str = "gpucloud-catalog";
+/// The category of the platform team's cluster-scoped policies (GpuPolicy), which a
+/// namespace's users may not read: in [`CATEGORY`], they would make `kubectl get gpucloud`
+/// fail as Forbidden for them.
+pub const POLICY_CATEGORY: &str = "gpucloud-policy";
+
 /// A kind as the reference and the CRDs see it: its CRD, and how a change of each of its own
 /// spec fields is carried out (the shared ones are in [`MANAGED_ON_CHANGE`]). The list of
 /// kinds is the operator's kind registry (`gpucloud_controller::kinds::registry`).

@@ -10,7 +10,7 @@ pub fn markdown(kinds: &[KindReference]) -> String {
     let mut out = String::from(
         "# CRD field reference\n\nGenerated from the CustomResourceDefinitions (`gpucloud-operator crds`) \
          and each kind's `ON_CHANGE` table; regenerate with `UPDATE_GENERATED=1 cargo test -p gpucloud-controller --lib registry`.\n\
-         Every kind is namespaced, in API group `gpucloud.io`, version `v1alpha1`, category `gpucloud`.\n\n\
+         Every kind is in API group `gpucloud.io`, version `v1alpha1`; each says its scope and category.\n\n\
          The `on change` column says what a change of a spec field after creation does: *applied* \
          (the operator makes the cloud match, and the object is `Ready` for the new generation \
          only once it does), *immutable* (refused at admission: delete and recreate the object), \
@@ -23,7 +23,13 @@ pub fn markdown(kinds: &[KindReference]) -> String {
         let names = &crd.spec.names;
         let _ = write!(out, "\n## {}\n\n", names.kind);
         let short = names.short_names.clone().unwrap_or_default().join(", ");
-        let _ = writeln!(out, "Plural `{}`, short name `{short}`.\n", names.plural);
+        let categories = names.categories.clone().unwrap_or_default().join(", ");
+        let _ = writeln!(
+            out,
+            "Plural `{}`, short name `{short}`, {} scope, category `{categories}`.\n",
+            names.plural,
+            crd.spec.scope.to_lowercase()
+        );
         let Some(schema) = crd
             .spec
             .versions

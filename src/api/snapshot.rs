@@ -89,7 +89,7 @@ impl Snapshot {
     pub const COLUMNS: &[Column] = &[
         Column::new("Instance", "string", ".spec.instanceRef.name"),
         Column::new("Size(GB)", "integer", ".status.size"),
-        Column::new("Rate", "number", ".status.hourlyRate").wide(),
+        Column::new("Rate/h", "number", ".status.hourlyRate").wide(),
     ];
 
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).

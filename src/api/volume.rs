@@ -110,7 +110,7 @@ impl Volume {
         Column::new("Size(GB)", "integer", ".status.sizeGb"),
         Column::new("Instance", "string", ".spec.instanceRef.name"),
         Column::new("Region", "string", ".spec.region"),
-        Column::new("Rate", "number", ".status.hourlyRate").wide(),
+        Column::new("Rate/h", "number", ".status.hourlyRate").wide(),
     ];
 
     /// How a change of each spec field is carried out (with [`crate::MANAGED_ON_CHANGE`]).

@@ -159,7 +159,7 @@ fn varint(out: &mut Vec<u8>, mut value: u64) {
 /// gnostic's `Any`: the value as YAML, as gnostic writes it.
 fn any_message(value: &Value) -> Vec<u8> {
     // JSON is YAML too, should the YAML writer ever refuse a value.
-    let yaml = serde_yaml::to_string(value).unwrap_or_else(|_| value.to_string());
+    let yaml = crate::yaml::to_string(value).unwrap_or_else(|_| value.to_string());
     let mut any = Message::default();
     any.text(2, &yaml);
     any.0
@@ -640,9 +640,10 @@ pub(crate) mod tests {
         assert_eq!(code, "200");
         let (name, extension) = named(&all(&patch, 13)[0]);
         assert_eq!(name, "x-kubernetes-group-version-kind");
+        // Go's YAML writers quote an empty string with double quotes, as gnostic does.
         assert_eq!(
             text(&decode(&extension), 2),
-            "group: ''\nkind: ConfigMap\nversion: v1\n"
+            "group: \"\"\nkind: ConfigMap\nversion: v1\n"
         );
 
         let definitions = decode(&all(&fields, 9)[0]);
@@ -672,7 +673,7 @@ pub(crate) mod tests {
         assert_eq!(name, "x-kubernetes-group-version-kind");
         assert_eq!(
             text(&decode(&gvk), 2),
-            "- group: ''\n  kind: ConfigMap\n  version: v1\n"
+            "- group: \"\"\n  kind: ConfigMap\n  version: v1\n"
         );
     }
 }

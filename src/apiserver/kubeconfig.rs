@@ -13,7 +13,7 @@ pub const CLUSTER_NAME: &str = "gpucloud-apiserver";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("serialising the kubeconfig: {0}")]
-    Serialize(#[from] serde_yaml::Error),
+    Serialize(#[from] serde_saphyr::SerializeError),
     #[error("writing the kubeconfig to {path}: {source}")]
     Write {
         path: String,
@@ -89,7 +89,7 @@ pub fn render(
         "contexts": contexts,
         "current-context": context_name(current_user),
     });
-    Ok(serde_yaml::to_string(&document)?)
+    Ok(crate::yaml::to_string(&document)?)
 }
 
 /// Writes `yaml` to `path` readable by the owner only (it holds bearer tokens), replacing
@@ -196,7 +196,7 @@ mod tests {
             .unwrap();
         assert!(operator.auth_info.as_ref().unwrap().token.is_some());
         // The token text itself, read from the YAML (kube keeps it in a secret wrapper).
-        let raw: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+        let raw: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(raw["users"][1]["user"]["token"].as_str(), Some("op-token"));
 
         let contexts: Vec<&str> = kubeconfig

@@ -88,6 +88,7 @@ pub mod store;
 pub mod table;
 pub mod tls;
 pub mod watch;
+pub mod yaml;
 
 pub use authz::AuthorizationMode;
 /// Stack the server's threads need for evaluating CEL rules where they run.

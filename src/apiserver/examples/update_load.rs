@@ -74,7 +74,7 @@ async fn install_crds(state: &AppState) -> Result<()> {
         .collect::<std::result::Result<_, _>>()?;
     files.sort();
     for file in files {
-        let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(&file)?)?;
+        let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(&file)?)?;
         send(
             state,
             Method::POST,

@@ -215,7 +215,7 @@ async fn into_yaml(response: Response) -> Response {
     };
     let yaml = serde_json::from_slice::<Value>(&bytes)
         .ok()
-        .and_then(|value| serde_yaml::to_string(&value).ok());
+        .and_then(|value| crate::yaml::to_string(&value).ok());
     match yaml {
         Some(yaml) => {
             parts.headers.insert(
@@ -565,7 +565,7 @@ pub fn decode_object(
 pub fn decode_yaml(body: &[u8]) -> Result<Value, ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::bad_request("the request body is not valid UTF-8"))?;
-    serde_yaml::from_str::<Value>(text)
+    serde_saphyr::from_str::<Value>(text)
         .map_err(|error| ApiError::bad_request(format!("error converting YAML to JSON: {error}")))
 }
 

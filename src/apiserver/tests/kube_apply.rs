@@ -92,3 +92,23 @@ async fn apply_requires_a_field_manager() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_apply_written_in_yaml_applies_as_its_json_would() {
+    let (server, client) = start().await;
+    // Block style, a comment, a literal block, quoted look-alikes of other types, as
+    // `kubectl apply --server-side` users write them.
+    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa  # the object\ndata:\n  \
+                script: |\n    echo one\n    echo two\n  enabled: \"yes\"\n  port: \"0123\"\n";
+    let request =
+        http::Request::patch("/api/v1/namespaces/default/configmaps/ssa?fieldManager=yaml")
+            .header("Content-Type", "application/apply-patch+yaml")
+            .body(body.as_bytes().to_vec())
+            .unwrap();
+    let created: serde_json::Value = bounded(client.request(request)).await.unwrap();
+    assert_eq!(
+        created["data"],
+        json!({"script": "echo one\necho two\n", "enabled": "yes", "port": "0123"})
+    );
+    server.shutdown().await;
+}

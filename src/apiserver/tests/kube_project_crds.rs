@@ -10,7 +10,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube_support::*;
-use serde::Deserialize;
 
 fn workspace_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -38,8 +37,7 @@ fn yaml_documents(dir: &Path) -> Vec<(String, serde_json::Value)> {
     let mut documents = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_json::Value::deserialize(document).unwrap();
+        for value in serde_saphyr::from_multiple::<serde_json::Value>(&text).unwrap() {
             if !value.is_null() {
                 documents.push((file.display().to_string(), value));
             }

@@ -98,7 +98,9 @@ pub struct Args {
     /// Delete duplicates past their grace period (never one in use); `false` only reports them.
     #[arg(long, env = "GPUCLOUD_DELETE_DUPLICATES", default_value_t = true, action = clap::ArgAction::Set)]
     pub delete_duplicates: bool,
-    /// Address of `/metrics` (Prometheus text format).
+    /// Address of `/metrics`: every family from the first scrape, as OpenMetrics 1.0 text to a
+    /// scraper whose `Accept` header prefers it (Prometheus does), as the Prometheus text format
+    /// 0.0.4 otherwise (curl); docs/operations.md, Endpoints.
     #[arg(long, env = "GPUCLOUD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
     /// Address of `/healthz` (liveness) and `/readyz` (readiness); may equal the metrics one.

@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use support::{Env, eventually, within};
 
@@ -42,8 +41,9 @@ fn manifests(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn documents(file: &Path) -> Vec<DynamicObject> {
     let text = std::fs::read_to_string(file).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|document| serde_json::Value::deserialize(document).unwrap())
+    serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        .into_iter()
         .filter(|value| !value.is_null())
         .map(|value| {
             serde_json::from_value(value).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
@@ -359,14 +359,13 @@ fn cron_job_command() -> (Vec<String>, String) {
         .skip(1)
         .map(|rest| rest.split("```").next().unwrap());
     let cron_job = blocks
-        .flat_map(serde_yaml::Deserializer::from_str)
-        .map(|document| serde_yaml::Value::deserialize(document).unwrap())
+        .flat_map(|block| serde_saphyr::from_multiple::<serde_json::Value>(block).unwrap())
         .find(|object| object["kind"].as_str() == Some("CronJob"))
         .expect("a CronJob in examples/stop-at-night/README.md");
     let container = &cron_job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
-    let strings = |value: &serde_yaml::Value| -> Vec<String> {
+    let strings = |value: &serde_json::Value| -> Vec<String> {
         value
-            .as_sequence()
+            .as_array()
             .into_iter()
             .flatten()
             .map(|item| item.as_str().unwrap().to_string())
@@ -375,7 +374,7 @@ fn cron_job_command() -> (Vec<String>, String) {
     let mut command = strings(&container["command"]);
     command.extend(strings(&container["args"]));
     let power_state = container["env"]
-        .as_sequence()
+        .as_array()
         .into_iter()
         .flatten()
         .find(|variable| variable["name"].as_str() == Some("POWER_STATE"))
@@ -450,8 +449,9 @@ fn gitops_paths_exist_and_render(applied: &[(String, String, String, DynamicObje
             .arg(&folder)
             .output();
         let rendered = succeeded(output, &format!("kubectl kustomize {path}"));
-        let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&rendered)
-            .map(|d| serde_json::Value::deserialize(d).unwrap())
+        let kinds: Vec<String> = serde_saphyr::from_multiple::<serde_json::Value>(&rendered)
+            .unwrap()
+            .into_iter()
             .filter_map(|v| v["kind"].as_str().map(str::to_string))
             .collect();
         assert!(

@@ -34,7 +34,7 @@ fn placed_spec() -> serde_json::Value {
 }
 
 fn manifest(kind: &str, name: &str, spec: serde_json::Value, labels: serde_json::Value) -> String {
-    serde_yaml::to_string(&json!({
+    serde_saphyr::to_string(&json!({
         "apiVersion": "gpucloud.io/v1alpha1",
         "kind": kind,
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},

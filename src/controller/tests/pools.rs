@@ -422,7 +422,7 @@ spec:
 async fn stale_copies_of_a_pool_never_make_more_than_replicas() {
     let env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
     let pools: Api<GpuInstancePool> = Api::namespaced(env.client.clone(), support::NAMESPACE);
-    let mut pool: GpuInstancePool = serde_yaml::from_str(POOL).unwrap();
+    let mut pool: GpuInstancePool = serde_saphyr::from_str(POOL).unwrap();
     pool.spec.replicas = 3;
     let pool = pools.create(&PostParams::default(), &pool).await.unwrap();
     let runs = (0..4).map(|_| {

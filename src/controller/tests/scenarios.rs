@@ -36,6 +36,7 @@ mod production;
 mod rate_limit_storm;
 mod readoption;
 mod ready_as_specified;
+mod reconcile_now;
 mod release;
 mod secret_isolation;
 mod settled_traffic;

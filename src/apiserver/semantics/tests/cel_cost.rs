@@ -13,7 +13,7 @@ fn fixture(name: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    serde_yaml::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("YAML")
+    serde_saphyr::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("YAML")
 }
 
 fn cost_errors(schema: &Value) -> Vec<FieldError> {

@@ -13,7 +13,7 @@ fn crd_dir() -> PathBuf {
 
 fn load(name: &str) -> Value {
     let text = std::fs::read_to_string(crd_dir().join(name)).expect("CRD file");
-    serde_yaml::from_str(&text).expect("CRD YAML")
+    serde_saphyr::from_str(&text).expect("CRD YAML")
 }
 
 fn schema_of(crd: &Value) -> Schema {
@@ -33,7 +33,7 @@ fn project_schemas() -> Vec<(String, Value)> {
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
         }
-        let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         for version in crd["spec"]["versions"].as_array().unwrap() {
             schemas.push((name.clone(), version["schema"]["openAPIV3Schema"].clone()));

@@ -115,13 +115,20 @@ pub fn catalog_crds() -> Vec<CustomResourceDefinition> {
 }
 
 /// The CRDs as one multi-document YAML stream (what `gpucloud-operator crds` prints).
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::new();
     for crd in crds() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&to_yaml(&crd)?);
     }
     Ok(out)
+}
+
+/// A generated file's YAML: a long description stays on one line rather than folded (`>`), so
+/// that a changed word changes one line of the CRDs; text with line breaks is a literal block.
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
+    let options = serde_saphyr::ser_options! { folded_wrap_chars: usize::MAX };
+    serde_saphyr::to_string_with_options(value, options)
 }
 
 /// `charts/gpucloud-operator/templates/_kinds.tpl`: the kinds' resources as the chart's RBAC
@@ -228,7 +235,9 @@ pub fn chart_kinds_template() -> String {
 /// without it they carry `gpucloud.io/allow-deletion: "true"`, so the deletion protection's CRD
 /// policy lets the uninstall that was asked for delete them.
 /// Takes the CRDs as an argument so tests can template changed ones the same way.
-pub fn chart_crds_template(crds: &[CustomResourceDefinition]) -> Result<String, serde_yaml::Error> {
+pub fn chart_crds_template(
+    crds: &[CustomResourceDefinition],
+) -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::from(
         "{{/* Generated from the kind registry (src/controller/kinds/registry/mod.rs): the CRDs of every\n\
          managed kind. Regenerate with\n\
@@ -236,7 +245,7 @@ pub fn chart_crds_template(crds: &[CustomResourceDefinition]) -> Result<String, 
          {{- if .Values.crds.enabled }}\n",
     );
     for crd in crds {
-        let yaml = escape_template(&serde_yaml::to_string(crd)?);
+        let yaml = escape_template(&to_yaml(crd)?);
         out.push_str("---\n");
         // The generated CRDs carry no annotations of their own, so this is the only key.
         out.push_str(&yaml.replacen(

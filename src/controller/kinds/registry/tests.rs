@@ -17,7 +17,7 @@ fn crds_directory_matches_the_rust_types() {
     for crd in super::crds() {
         let name = crd.metadata.name.clone().expect("generated CRDs are named");
         let file = crds_dir().join(format!("{name}.yaml"));
-        let yaml = format!("---\n{}", serde_yaml::to_string(&crd).unwrap());
+        let yaml = format!("---\n{}", super::to_yaml(&crd).unwrap());
         if update {
             std::fs::create_dir_all(crds_dir()).unwrap();
             std::fs::write(&file, &yaml).unwrap();
@@ -62,9 +62,15 @@ fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
             "Namespaced"
         };
         assert_eq!(crd.spec.scope, scope, "{name}");
+        // A cluster-scoped policy is no team's to read: out of the team's category.
+        let category = if scope == "Cluster" {
+            gpucloud_api::POLICY_CATEGORY
+        } else {
+            gpucloud_api::CATEGORY
+        };
         assert_eq!(
             crd.spec.names.categories.as_deref(),
-            Some(&["gpucloud".to_string()][..]),
+            Some(&[category.to_string()][..]),
             "{name}"
         );
         let version = &crd.spec.versions[0];
@@ -125,7 +131,7 @@ fn every_kind_is_namespaced_in_the_gpucloud_category_with_status_subresource() {
     }
 }
 
-/// The catalog's kinds: cluster-scoped, in the gpucloud category, with a status subresource
+/// The catalog's kinds: cluster-scoped, in a category of their own, with a status subresource
 /// (the operator writes only the status), a short name, and the table a person choosing a
 /// machine reads.
 #[test]
@@ -135,7 +141,7 @@ fn catalog_kinds_are_cluster_scoped_read_only_tables() {
         assert_eq!(crd.spec.scope, "Cluster", "{name}");
         assert_eq!(
             crd.spec.names.categories.as_deref(),
-            Some(&["gpucloud".to_string()][..]),
+            Some(&[gpucloud_api::CATALOG_CATEGORY.to_string()][..]),
             "{name}"
         );
         assert!(crd.spec.names.short_names.iter().flatten().count() > 0);
@@ -159,10 +165,10 @@ fn catalog_kinds_are_cluster_scoped_read_only_tables() {
             [
                 "GPU",
                 "Region",
-                "Memory",
-                "vCPUs",
-                "RAM",
-                "Price/h",
+                "VRAM(GB)",
+                "vCPUs/GPU",
+                "RAM/GPU(GB)",
+                "Price/GPU/h",
                 "Currency",
                 "Available",
                 "Refreshed"

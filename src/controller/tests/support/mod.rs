@@ -353,10 +353,8 @@ pub async fn install_deletion_protection(env: &Env) {
     use k8s_openapi::api::admissionregistration::v1::{
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     };
-    use serde::Deserialize;
     let manifest = gpucloud_api::deletion_protection::POLICY_MANIFEST;
-    for document in serde_yaml::Deserializer::from_str(manifest) {
-        let value = serde_json::Value::deserialize(document).unwrap();
+    for value in serde_saphyr::from_multiple::<serde_json::Value>(manifest).unwrap() {
         match value["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
                 let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
