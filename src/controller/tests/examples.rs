@@ -66,6 +66,9 @@ fn resource_of(object: &DynamicObject) -> (ApiResource, String) {
     )
 }
 
+/// An applied example object: its kind, namespace, name and manifest.
+type Applied = (String, String, String, DynamicObject);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_example_applies_and_becomes_ready() {
     let env = Env::start().await;
@@ -73,7 +76,17 @@ async fn every_example_applies_and_becomes_ready() {
     let existing = support::machine_by_hand(&env, "made-by-hand").await;
     assert_eq!(existing.instance_id, "vm-000000000001");
     install_gitops_crds(&env.client).await;
+    let applied = apply_every_example(&env, &example_folders()).await;
+    every_object_is_ready(&env, &applied).await;
+    the_cloud_holds_what_the_examples_make(&env);
+    the_workstation_shows_its_expiry_and_schedule(&env).await;
+    stop_at_night_stops_and_starts(&env).await;
+    gitops_paths_exist_and_render(&applied);
+    gitops_syncs_need_no_ordering(&applied);
+}
 
+/// The example folders, each checked to be one the docs name.
+fn example_folders() -> Vec<PathBuf> {
     let examples = repository_root().join("examples");
     let mut folders: Vec<PathBuf> = std::fs::read_dir(&examples)
         .unwrap()
@@ -98,9 +111,15 @@ async fn every_example_applies_and_becomes_ready() {
             "stop-at-night"
         ]
     );
+    folders
+}
+
+/// Applies every manifest of every folder (server-side apply, into the folder's namespace
+/// unless the manifest names one).
+async fn apply_every_example(env: &Env, folders: &[PathBuf]) -> Vec<Applied> {
     // Every file is a manifest that is applied, a kustomization that is rendered, or a README.
     let mut applied = Vec::new();
-    for folder in &folders {
+    for folder in folders {
         let default_namespace = folder.file_name().unwrap().to_string_lossy().into_owned();
         let mut files = Vec::new();
         manifests(folder, &mut files);
@@ -141,24 +160,30 @@ async fn every_example_applies_and_becomes_ready() {
         }
     }
 
-    for (kind, namespace, name, _) in &applied {
+    applied
+}
+
+/// Every applied object of the operator's kinds becomes Ready (or, for the one the policy
+/// refuses, is refused; Budgets and GpuPolicies count what they should).
+async fn every_object_is_ready(env: &Env, applied: &[Applied]) {
+    for (kind, namespace, name, _) in applied {
         let ready = match kind.as_str() {
             "GpuInstance" if name == REFUSED_BY_POLICY => {
-                refused_by_policy(&env, namespace, name).await;
+                refused_by_policy(env, namespace, name).await;
                 continue;
             }
-            "GpuInstance" => wait_ready::<GpuInstance>(&env, namespace, name).await,
-            "SshKey" => wait_ready::<SshKey>(&env, namespace, name).await,
-            "Volume" => wait_ready::<Volume>(&env, namespace, name).await,
-            "Snapshot" => wait_ready::<Snapshot>(&env, namespace, name).await,
-            "Image" => wait_ready::<Image>(&env, namespace, name).await,
-            "Firewall" => wait_ready::<Firewall>(&env, namespace, name).await,
+            "GpuInstance" => wait_ready::<GpuInstance>(env, namespace, name).await,
+            "SshKey" => wait_ready::<SshKey>(env, namespace, name).await,
+            "Volume" => wait_ready::<Volume>(env, namespace, name).await,
+            "Snapshot" => wait_ready::<Snapshot>(env, namespace, name).await,
+            "Image" => wait_ready::<Image>(env, namespace, name).await,
+            "Firewall" => wait_ready::<Firewall>(env, namespace, name).await,
             "Budget" => {
-                budget_counts_its_namespace(&env, namespace, name).await;
+                budget_counts_its_namespace(env, namespace, name).await;
                 continue;
             }
             "GpuPolicy" => {
-                policy_counts_its_namespaces(&env, name).await;
+                policy_counts_its_namespaces(env, name).await;
                 continue;
             }
             "Application" | "Kustomization" | "Namespace" | "RoleBinding" => continue,
@@ -166,7 +191,9 @@ async fn every_example_applies_and_becomes_ready() {
         };
         assert!(ready.is_ready(None), "{kind} {namespace}/{name}");
     }
+}
 
+fn the_cloud_holds_what_the_examples_make(env: &Env) {
     let state = env.simulator.state();
     assert_eq!(
         state.instances.len(),
@@ -187,8 +214,10 @@ async fn every_example_applies_and_becomes_ready() {
         0,
         "the initial restartedAt value reboots nothing"
     );
+}
 
-    // budget-and-lifetimes: the expiry and the schedule's next transition are shown.
+/// budget-and-lifetimes: the expiry and the schedule's next transition are shown.
+async fn the_workstation_shows_its_expiry_and_schedule(env: &Env) {
     let workstation = Api::<GpuInstance>::namespaced(env.client.clone(), "budget-and-lifetimes")
         .get("workstation")
         .await
@@ -208,17 +237,13 @@ async fn every_example_applies_and_becomes_ready() {
         "{:?}",
         workstation.status
     );
-
-    stop_at_night_stops_and_starts(&env).await;
-    gitops_paths_exist_and_render(&applied);
-    gitops_syncs_need_no_ordering(&applied);
 }
 
 /// What a GitOps sync of the examples cannot count on: its target namespace existing (Flux's
 /// `targetNamespace` creates none; Argo CD creates it when told), and the CRDs being served
 /// before the objects (Argo CD orders standalone Applications by nothing, so the objects'
 /// Application skips the dry run of unknown kinds and retries).
-fn gitops_syncs_need_no_ordering(applied: &[(String, String, String, DynamicObject)]) {
+fn gitops_syncs_need_no_ordering(applied: &[Applied]) {
     argo_app_of_apps_orders_crds_first(applied);
     let namespaces: Vec<&str> = applied
         .iter()
@@ -258,7 +283,7 @@ fn gitops_syncs_need_no_ordering(applied: &[(String, String, String, DynamicObje
 /// sync waves that put the Application of the CRDs before the one of the objects, and Argo CD's
 /// settings (deploy/argocd/argocd-cm.yaml) restore the Application health check the waves wait
 /// on.
-fn argo_app_of_apps_orders_crds_first(applied: &[(String, String, String, DynamicObject)]) {
+fn argo_app_of_apps_orders_crds_first(applied: &[Applied]) {
     let applications: Vec<&DynamicObject> = applied
         .iter()
         .filter(|(kind, ..)| kind == "Application")
@@ -407,7 +432,7 @@ fn succeeded(output: std::io::Result<std::process::Output>, what: &str) -> Strin
 /// The folders the Argo CD Applications and Flux Kustomizations sync exist in this repository
 /// and render: with `kubectl kustomize` where they are kustomizations, as plain manifests
 /// otherwise.
-fn gitops_paths_exist_and_render(applied: &[(String, String, String, DynamicObject)]) {
+fn gitops_paths_exist_and_render(applied: &[Applied]) {
     let mut paths = Vec::new();
     for (kind, _, name, object) in applied {
         let path = match kind.as_str() {

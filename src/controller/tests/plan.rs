@@ -309,7 +309,7 @@ fn write_manifests(name: &str, documents: &[String]) -> (std::path::PathBuf, Arg
 /// The message the API server answers a dry-run create of `manifest` with, as kubectl prints
 /// it (a 422's details as `The <kind> "<name>" is invalid: ...`, another error's message).
 async fn server_refusal(env: &Env, manifest: &str) -> String {
-    let object: GpuInstance = serde_yaml::from_str(manifest).unwrap();
+    let object: GpuInstance = serde_saphyr::from_str(manifest).unwrap();
     let params = PostParams {
         dry_run: true,
         ..PostParams::default()
@@ -333,7 +333,7 @@ async fn install_gpu_policy_admission(env: &Env) {
     };
     let manifest = include_str!("../../../deploy/kustomize/gpu-policy-admission.yaml");
     for document in manifest.split("\n---\n").filter(|d| d.contains("kind:")) {
-        let value: serde_json::Value = serde_yaml::from_str(document).unwrap();
+        let value: serde_json::Value = serde_saphyr::from_str(document).unwrap();
         match value["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
                 let policy: ValidatingAdmissionPolicy = serde_json::from_value(value).unwrap();

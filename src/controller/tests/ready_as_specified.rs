@@ -137,7 +137,20 @@ fn created_paths() -> Vec<Path> {
     ]
 }
 
-/// What of the spec the machine `machine` does not have, as "field: spec vs cloud" lines.
+/// The fields that differ, as "field: spec vs cloud" lines.
+#[derive(Default)]
+struct Differences(Vec<String>);
+
+impl Differences {
+    fn check(&mut self, field: &str, wanted: String, found: String) {
+        if wanted != found {
+            self.0
+                .push(format!("{field}: spec {wanted} vs cloud {found}"));
+        }
+    }
+}
+
+/// What of the spec the machine `machine` does not have.
 fn differences(
     vm: &GpuInstance,
     machine: &Instance,
@@ -145,12 +158,75 @@ fn differences(
     key_ids: &BTreeSet<String>,
 ) -> Vec<String> {
     let spec = &vm.spec;
-    let mut differs = Vec::new();
-    let mut check = |field: &str, wanted: String, found: String| {
-        if wanted != found {
-            differs.push(format!("{field}: spec {wanted} vs cloud {found}"));
-        }
+    let mut differs = Differences::default();
+    hardware_differences(vm, machine, &mut differs);
+    differs.check(
+        "tier",
+        spec.tier.cloud_value().into(),
+        machine.tier.to_string(),
+    );
+    differs.check(
+        "powerState",
+        format!("{power:?}"),
+        format!("{:?}", machine.status),
+    );
+    differs.check(
+        "publicIp",
+        spec.public_ip.to_string(),
+        machine.public_ip_enabled.to_string(),
+    );
+    if let Some(os) = &spec.os_image {
+        differs.check(
+            "osImage",
+            os.clone(),
+            machine.image_id.clone().unwrap_or_default(),
+        );
+    }
+    let rule = |prefix: &str, min: Option<String>, max: Option<String>| {
+        format!("{prefix}:{min:?}-{max:?}")
     };
+    let wanted_rules: BTreeSet<String> = spec
+        .security_rules
+        .iter()
+        .map(|r| {
+            rule(
+                &r.remote_ip_prefix,
+                r.port_range_min.map(|p| p.to_string()),
+                r.port_range_max.map(|p| p.to_string()),
+            )
+        })
+        .collect();
+    let found_rules: BTreeSet<String> = machine
+        .security_rules
+        .iter()
+        .map(|r| {
+            rule(
+                &r.remote_ip_prefix,
+                r.port_range_min.map(|p| p.to_string()),
+                r.port_range_max.map(|p| p.to_string()),
+            )
+        })
+        .collect();
+    differs.check(
+        "securityRules",
+        format!("{wanted_rules:?}"),
+        format!("{found_rules:?}"),
+    );
+    if spec.source.is_none() {
+        let found_keys: BTreeSet<String> = machine.ssh_key_ids.iter().cloned().collect();
+        differs.check(
+            "sshKeyRefs",
+            format!("{key_ids:?}"),
+            format!("{found_keys:?}"),
+        );
+    }
+    differs.0
+}
+
+/// The GPUs, their count and the region: the spec's, one of its placement's alternatives (the
+/// one its status says was chosen), or, for a restore, the region it names.
+fn hardware_differences(vm: &GpuInstance, machine: &Instance, differs: &mut Differences) {
+    let spec = &vm.spec;
     let found = (
         machine.specs.gpu_type.clone(),
         machine.specs.gpu_count,
@@ -162,100 +238,39 @@ fn differences(
                 && u32::try_from(a.gpu_count).unwrap() == found.1
                 && a.regions.contains(&found.2)
         });
-        check(
+        differs.check(
             "placement",
-            "one of its alternatives".into(),
-            (if allowed {
-                "one of its alternatives"
-            } else {
-                "another"
-            })
-            .into(),
+            "an alternative".into(),
+            (if allowed { "an alternative" } else { "another" }).into(),
         );
         let chosen = vm
             .status
             .as_ref()
             .and_then(|s| s.placement.as_ref())
-            .and_then(|p| p.chosen.clone());
-        let chosen = chosen.map(|c| (c.gpu_type, u32::try_from(c.gpu_count).unwrap(), c.region));
-        check(
+            .and_then(|p| p.chosen.clone())
+            .map(|c| (c.gpu_type, u32::try_from(c.gpu_count).unwrap(), c.region));
+        differs.check(
             "status.placement.chosen",
             format!("{chosen:?}"),
-            format!("{:?}", Some(found.clone())),
+            format!("{:?}", Some(found)),
         );
-    } else if spec.source.is_none() {
-        check(
+        return;
+    }
+    if spec.source.is_none() {
+        differs.check(
             "gpuType",
             format!("{:?}", spec.gpu_type),
             format!("{:?}", Some(&found.0)),
         );
-        check(
+        differs.check(
             "gpuCount",
             format!("{:?}", spec.gpu_count),
             format!("{:?}", Some(found.1)),
         );
     }
-    if spec.placement.is_none()
-        && let Some(region) = &spec.region
-    {
-        check("region", region.clone(), found.2.clone());
+    if let Some(region) = &spec.region {
+        differs.check("region", region.clone(), found.2);
     }
-    check(
-        "tier",
-        spec.tier.cloud_value().into(),
-        machine.tier.to_string(),
-    );
-    check(
-        "powerState",
-        format!("{power:?}"),
-        format!("{:?}", machine.status),
-    );
-    check(
-        "publicIp",
-        spec.public_ip.to_string(),
-        machine.public_ip_enabled.to_string(),
-    );
-    if let Some(os) = &spec.os_image {
-        check(
-            "osImage",
-            os.clone(),
-            machine.image_id.clone().unwrap_or_default(),
-        );
-    }
-    let wanted_rules: BTreeSet<String> = spec
-        .security_rules
-        .iter()
-        .map(|r| {
-            format!(
-                "{}:{:?}-{:?}",
-                r.remote_ip_prefix, r.port_range_min, r.port_range_max
-            )
-        })
-        .collect();
-    let found_rules: BTreeSet<String> = machine
-        .security_rules
-        .iter()
-        .map(|r| {
-            format!(
-                "{}:{:?}-{:?}",
-                r.remote_ip_prefix, r.port_range_min, r.port_range_max
-            )
-        })
-        .collect();
-    check(
-        "securityRules",
-        format!("{wanted_rules:?}"),
-        format!("{found_rules:?}"),
-    );
-    if spec.source.is_none() {
-        let found_keys: BTreeSet<String> = machine.ssh_key_ids.iter().cloned().collect();
-        check(
-            "sshKeyRefs",
-            format!("{key_ids:?}"),
-            format!("{found_keys:?}"),
-        );
-    }
-    differs
 }
 
 /// Follows `name` until its Ready message contains `until`, checking the cloud's record each

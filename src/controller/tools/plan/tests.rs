@@ -930,11 +930,9 @@ fn a_plan_with_a_refusal_fails_carrying_its_output() {
 
 /// The deletion-protection policy the chart ships, bound.
 fn protecting() -> Validator {
-    use serde::Deserialize;
     let manifest = gpucloud_api::deletion_protection::POLICY_MANIFEST;
     let (mut policies, mut bindings) = (Vec::new(), Vec::new());
-    for document in serde_yaml::Deserializer::from_str(manifest) {
-        let value = serde_json::Value::deserialize(document).unwrap();
+    for value in serde_saphyr::from_multiple::<serde_json::Value>(manifest).unwrap() {
         match value["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => policies.push(value),
             Some("ValidatingAdmissionPolicyBinding") => bindings.push(value),
