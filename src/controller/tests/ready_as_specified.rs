@@ -182,31 +182,14 @@ fn differences(
             machine.image_id.clone().unwrap_or_default(),
         );
     }
-    let rule = |prefix: &str, min: Option<String>, max: Option<String>| {
-        format!("{prefix}:{min:?}-{max:?}")
-    };
-    let wanted_rules: BTreeSet<String> = spec
-        .security_rules
-        .iter()
-        .map(|r| {
-            rule(
-                &r.remote_ip_prefix,
-                r.port_range_min.map(|p| p.to_string()),
-                r.port_range_max.map(|p| p.to_string()),
-            )
-        })
-        .collect();
-    let found_rules: BTreeSet<String> = machine
-        .security_rules
-        .iter()
-        .map(|r| {
-            rule(
-                &r.remote_ip_prefix,
-                r.port_range_min.map(|p| p.to_string()),
-                r.port_range_max.map(|p| p.to_string()),
-            )
-        })
-        .collect();
+    let wanted_rules = rule_keys(
+        &spec.security_rules,
+        ["remoteIpPrefix", "portRangeMin", "portRangeMax"],
+    );
+    let found_rules = rule_keys(
+        &machine.security_rules,
+        ["remote_ip_prefix", "port_range_min", "port_range_max"],
+    );
     differs.check(
         "securityRules",
         format!("{wanted_rules:?}"),
@@ -221,6 +204,18 @@ fn differences(
         );
     }
     differs.0
+}
+
+/// Rules by their network and ports (the spec and the cloud spell the fields differently).
+fn rule_keys<R: serde::Serialize>(rules: &[R], fields: [&str; 3]) -> BTreeSet<String> {
+    rules
+        .iter()
+        .map(|rule| {
+            let rule = serde_json::to_value(rule).unwrap();
+            let [prefix, min, max] = fields.map(|field| rule[field].to_string());
+            format!("{prefix}:{min}-{max}")
+        })
+        .collect()
 }
 
 /// The GPUs, their count and the region: the spec's, one of its placement's alternatives (the
