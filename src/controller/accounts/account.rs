@@ -10,6 +10,8 @@
 //! An account no object resolves to any more (its objects deleted, or their Secret now holds
 //! another key) is retired after two passes in a row without users ([`Accounts::retire_unused`]):
 //! its observers stop listing, its balance is no longer read, the sweeper no longer visits it.
+//! A changed Secret read again with another key retires its old account at once when no other
+//! Secret resolves to it: a refused key fixed in its Secret is not sent again for minutes.
 //! Nothing irreversible follows: an object that resolves to the key again gets a new account.
 
 use crate::accounts::catalog::Catalog;
@@ -694,6 +696,9 @@ pub struct Accounts {
     /// Accounts kept in use with no object using them, by number of holds
     /// ([`Accounts::hold`]).
     held: Mutex<HashMap<AccountId, usize>>,
+    /// Accounts retired between passes (their Secret now holds another key), reported by the
+    /// next [`Accounts::retire_unused`] with those it retires.
+    retired_since: Mutex<Vec<AccountId>>,
 }
 
 /// Keeps an account in use while it lives: listed, never retired, whether or not any object
@@ -730,6 +735,10 @@ struct ResolvedSecrets {
     /// Bumped by every forget: a read that started before a forget may have seen the old
     /// Secret, so it is not kept.
     forgets: u64,
+    /// The account each forgotten Secret resolved to before its change, until it is read
+    /// again: a read that finds another key retires the old account when nothing else
+    /// resolves to it ([`Accounts::read_secret`]).
+    replaced: HashMap<SecretLocation, AccountId>,
     /// The Secrets being read, each with the lock its readers take in turn: when a Secret's
     /// reuse ends, the reconciles that need it meanwhile wait for one read and take its
     /// answer, rather than each reading the Secret (up to 2,000 Secret GETs in 5 s at
@@ -764,6 +773,7 @@ impl Accounts {
             billed_in: Mutex::new(HashMap::new()),
             unused_before: Mutex::new(HashSet::new()),
             held: Mutex::new(HashMap::new()),
+            retired_since: Mutex::new(Vec::new()),
         }
     }
 
@@ -791,7 +801,8 @@ impl Accounts {
     }
 
     /// Retires the accounts no object has resolved to in this pass and the one before: they
-    /// leave [`Accounts::all`], and their observers stop. Returns them.
+    /// leave [`Accounts::all`], and their observers stop. Returns them, and those retired
+    /// since the previous pass because their Secret changed.
     pub fn retire_unused(&self) -> Vec<AccountId> {
         let locations: Vec<(Option<BillingList>, SecretLocation)> = lock(&self.users)
             .iter()
@@ -833,18 +844,26 @@ impl Accounts {
             }
         }
         lock(&self.resolved)
+            .replaced
+            .retain(|_, id| !retire.contains(id));
+        lock(&self.resolved)
             .by_location
             .retain(|_, (_, account)| !retire.contains(&account.id));
-        retire
+        let mut retired = std::mem::take(&mut *lock(&self.retired_since));
+        retired.extend(retire);
+        retired
     }
 
     /// Forgets what the Secret `namespace`/`name` resolved to: it changed or went away.
     pub fn forget_secret(&self, namespace: &str, name: &str) {
         let mut resolved = lock(&self.resolved);
         resolved.forgets += 1;
-        resolved
+        let forgotten: Vec<(SecretLocation, AccountId)> = resolved
             .by_location
-            .retain(|location, _| location.namespace != namespace || location.name != name);
+            .extract_if(|location, _| location.namespace == namespace && location.name == name)
+            .map(|(location, (_, account))| (location, account.id))
+            .collect();
+        resolved.replaced.extend(forgotten);
     }
 
     /// The Secret an object in `namespace` with `reference` reads its key from.
@@ -952,13 +971,33 @@ impl Accounts {
             ))
         })?;
         let account = self.account_for(key)?;
-        let mut resolved = lock(&self.resolved);
-        if resolved.forgets == forgets {
+        let replaced = {
+            let mut resolved = lock(&self.resolved);
+            if resolved.forgets == forgets {
+                resolved
+                    .by_location
+                    .insert(location.clone(), (Instant::now(), account.clone()));
+            }
             resolved
-                .by_location
-                .insert(location.clone(), (Instant::now(), account.clone()));
+                .replaced
+                .remove(location)
+                .filter(|old| *old != account.id)
+                .filter(|old| !resolved.by_location.values().any(|(_, a)| a.id == *old))
+        };
+        if let Some(old) = replaced.filter(|old| !lock(&self.held).contains_key(old)) {
+            self.retire(old);
         }
         Ok(account)
+    }
+
+    /// Retires account `id` now: its observers stop, and the next object resolving to its key
+    /// gets a new account.
+    fn retire(&self, id: AccountId) {
+        lock(&self.unused_before).remove(&id);
+        if let Some(account) = lock(&self.by_id).remove(&id) {
+            account.retire();
+            lock(&self.retired_since).push(id);
+        }
     }
 
     /// The account for an API key, creating its client on first use.

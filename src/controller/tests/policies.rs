@@ -213,10 +213,26 @@ async fn observe_only_reports_and_never_mutates() {
     );
     api.create(&PostParams::default(), &object).await.unwrap();
     // The spec asks for Stopped, the machine runs, and nothing will change that: not Ready.
-    let observed = condition(&env, "observer", "Stalled", "True", "NotApplied").await;
-    let status = observed.cloud_status();
-    let message = &status.condition("Ready").unwrap().message;
-    assert!(message.contains("spec.powerState is Stopped"), "{message}");
+    // (While the machine boots, only its public IP is named: it has one, the spec none.)
+    let observed = eventually(30, "observer: NotApplied naming the power state", || {
+        let api = api.clone();
+        async move {
+            let object = api.get("observer").await.ok()?;
+            let ready = object.cloud_status().condition("Ready")?.clone();
+            (ready.reason == "NotApplied"
+                && ready.message.contains("spec.powerState is Stopped")
+                && ready.message.contains("spec.publicIp is false"))
+            .then_some(object)
+        }
+    })
+    .await;
+    assert_eq!(
+        observed
+            .cloud_status()
+            .condition("Stalled")
+            .map(|c| c.status.as_str()),
+        Some("True")
+    );
     assert_eq!(
         observed.cloud_status().external_id.as_deref(),
         Some(id.as_str())
@@ -453,6 +469,46 @@ async fn rejected_credentials_stall_and_never_leak_the_key() {
     env.put_secret(NAMESPACE, "wrong-key", env.simulator.api_key())
         .await;
     condition(&env, "wrong", "Ready", "True", "Available").await;
+}
+
+/// Calls the cloud refused for their key (a `401` belongs to no account).
+fn refused_calls(env: &Env) -> u64 {
+    env.simulator
+        .counters()
+        .operations
+        .values()
+        .filter_map(|statuses| statuses.get(&401))
+        .sum()
+}
+
+/// Once the Secret holds a good key, the refused one is no longer sent: the account it opened
+/// (its observers' lists included) ends when the Secret is next read, not after the passes
+/// that retire unused accounts (two resyncs: minutes in production).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_secret_ends_the_use_of_the_refused_key_at_once() {
+    let env = Env::start().await;
+    env.put_secret(NAMESPACE, "rotated-key", "not-the-key-5be2")
+        .await;
+    let api = env.api::<GpuInstance>();
+    let object = instance(
+        "rotated",
+        serde_json::json!({"credentialsSecretRef": {"name": "rotated-key"}}),
+    );
+    api.create(&PostParams::default(), &object).await.unwrap();
+    condition(&env, "rotated", "Stalled", "True", "CredentialsInvalid").await;
+    env.put_secret(NAMESPACE, "rotated-key", env.simulator.api_key())
+        .await;
+    condition(&env, "rotated", "Ready", "True", "Available").await;
+    // A call sent before the fix may still be answered.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused = refused_calls(&env);
+    // Three resyncs: the observers of an account still open list it in that time.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        refused_calls(&env),
+        refused,
+        "the refused key was sent again after the Secret was fixed"
+    );
 }
 
 /// The operator's default Secret lives in the operator's namespace; fixing it wakes the objects
