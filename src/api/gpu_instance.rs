@@ -307,7 +307,10 @@ pub struct StartupScript {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_STARTUP_SCRIPT_BYTES))]
     pub inline: Option<String>,
-    /// A ConfigMap key in this namespace holding the script.
+    /// A ConfigMap key in this namespace holding the script. Read when the machine is
+    /// created: the cloud runs a startup script at first boot only, so a later change to the
+    /// ConfigMap is not applied; it is reported (`Ready=False`, `SpecMismatch`) until the
+    /// old script is put back or the GpuInstance is recreated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_ref: Option<ConfigMapKeyRef>,
 }
@@ -437,6 +440,11 @@ pub struct GpuInstanceStatus {
     /// snapshot's GPUs and region, with no alternative.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementStatus>,
+    /// SHA-256 (hex) of the startup script `spec.startupScript.configMapRef` held when the
+    /// machine was created: the ConfigMap's later content is compared with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub startup_script_sha256: Option<String>,
 }
 
 /// Hardware of an instance as the cloud reports it.

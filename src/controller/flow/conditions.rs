@@ -54,7 +54,8 @@ pub mod reason {
     pub const WITHIN_BUDGET: &str = "WithinBudget";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The machine is not the one the spec describes (hardware, region or tier of an adopted
-    /// machine); the fields are immutable.
+    /// machine; a startup script changed in its ConfigMap after the create): the fields are
+    /// immutable, and the cloud runs a startup script at first boot only.
     pub const SPEC_MISMATCH: &str = "SpecMismatch";
     /// The spec asks for what an ObserveOnly object never does in the cloud.
     pub const NOT_APPLIED: &str = "NotApplied";

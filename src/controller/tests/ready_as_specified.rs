@@ -431,3 +431,91 @@ async fn every_ready_gpu_instance_is_running_as_its_spec_states() {
     .await;
     assert!(walk(&env, &edited, &key_ids).await > 0);
 }
+
+/// The ConfigMap a startup script comes from is read at the create; the cloud runs the script
+/// at first boot only. A later change to the ConfigMap cannot reach the machine: the object is
+/// not Ready (`SpecMismatch`, naming the ConfigMap and the way out) until the script the
+/// machine booted with is back, and nothing is created, rebooted or deleted meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_startup_script_changed_in_its_config_map_is_reported_not_applied() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let env = Env::start().await;
+    let config_maps = env.api::<ConfigMap>();
+    let script = |text: &str| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("boot".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("run.sh".to_string(), text.to_string())])),
+        ..Default::default()
+    };
+    let put = |text: &'static str| {
+        let config_maps = config_maps.clone();
+        async move {
+            config_maps
+                .patch(
+                    "boot",
+                    &PatchParams::apply("test").force(),
+                    &Patch::Apply(script(text)),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    put("#!/bin/sh\necho first\n").await;
+    let path = Path {
+        name: "scripted",
+        spec: base(
+            serde_json::json!({"startupScript": {"configMapRef": {"name": "boot", "key": "run.sh"}}}),
+        ),
+        annotations: Vec::new(),
+        power: running,
+        until: "running",
+    };
+    support::create(&env, &object_of(&path)).await;
+    let ready = support::ready::<GpuInstance>(&env, "scripted").await;
+    // The status records which script the machine was created with.
+    let digest: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"#!/bin/sh\necho first\n")
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    };
+    assert_eq!(
+        ready.status.unwrap().startup_script_sha256.as_deref(),
+        Some(digest.as_str())
+    );
+
+    put("#!/bin/sh\necho second\n").await;
+    let api = env.api::<GpuInstance>();
+    let mismatch = eventually(
+        30,
+        "scripted: SpecMismatch after the ConfigMap changed",
+        || {
+            let api = api.clone();
+            async move {
+                let object = api.get("scripted").await.ok()?;
+                let ready = object.cloud_status().condition("Ready")?.clone();
+                (ready.status == "False" && ready.reason == "SpecMismatch").then_some(ready)
+            }
+        },
+    )
+    .await;
+    for part in ["ConfigMap boot", "\"run.sh\"", "recreate the GpuInstance"] {
+        assert!(
+            mismatch.message.contains(part),
+            "{part:?} in {}",
+            mismatch.message
+        );
+    }
+    put("#!/bin/sh\necho first\n").await;
+    support::ready::<GpuInstance>(&env, "scripted").await;
+    for (operation, expected) in [
+        ("CreateInstance", 1),
+        ("RebootInstance", 0),
+        ("DeleteInstance", 0),
+    ] {
+        assert_eq!(env.calls(operation), expected, "{operation}");
+    }
+}

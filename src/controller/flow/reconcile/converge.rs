@@ -9,7 +9,7 @@ use crate::accounts::observer::CloudRecord;
 use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Record};
+use crate::flow::kind::{ManagedKind, Plan, Record};
 use crate::runtime::events::EventType;
 use gpucloud_api::{CloudStatus, ManagementPolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -29,7 +29,8 @@ pub(super) async fn converge<K: ManagedKind>(
 ) -> Result<Action, Error> {
     let stage = lifetime_stage(&**object, cx.settings.clock.now())?;
     let mut working = K::clone(object);
-    let (outcome, acted) = step(&mut working, cx, account, &record).await?;
+    let plan = planned_step(&working, cx, account, &record).await?;
+    let outcome = plan.outcome;
     // What the resource costs by the price list, for the kinds the cloud bills by it: the
     // list is cached per account, so this is no call per object.
     if K::PRICED
@@ -77,13 +78,40 @@ pub(super) async fn converge<K: ManagedKind>(
         );
     }
     let tell = to_tell(&**object, &record, &outcome, created);
+    let mut stored = K::clone(object);
+    if let Some(action) = &plan.action {
+        // `Ready=True` never outlives the call that takes the resource out of the state it
+        // states (a stop at the end of a lifetime, a reboot): the condition tells what is
+        // under way first, and the write after the call is then news only if more changed.
+        if was_ready && !matches!(outcome, Outcome::Ready { .. }) {
+            stored = write_status_from(
+                api,
+                cx,
+                object,
+                &working,
+                status.clone(),
+                Some(&record),
+                &outcome,
+                Write::Always,
+            )
+            .await?;
+            *working.meta_mut() = stored.meta().clone();
+        }
+        tracing::debug!(object = %working.name_any(), ?action, "carrying out");
+        working.execute(cx, account, &record, action).await?;
+        working.executed(action);
+    }
     // An action's write records what it did; without one, a step within a transition already
     // shown under way is not news.
-    let write = if acted { Write::Always } else { Write::News };
+    let write = if plan.action.is_some() {
+        Write::Always
+    } else {
+        Write::News
+    };
     write_status_from(
         api,
         cx,
-        object,
+        &stored,
         &working,
         status,
         Some(&record),
@@ -97,27 +125,19 @@ pub(super) async fn converge<K: ManagedKind>(
     Ok(next_after(cx, account, &outcome))
 }
 
-/// One step: the kind's read, its pure plan, and at most one action (none for an observed
-/// object, which is only reported). The outcome, and whether an action was carried out.
-async fn step<K: ManagedKind>(
-    working: &mut K,
+/// The kind's read and its pure plan: at most one action (none for an observed object,
+/// which is only reported) and the outcome it leads to.
+async fn planned_step<K: ManagedKind>(
+    working: &K,
     cx: &Context<K>,
     account: &Account,
     record: &Record<K>,
-) -> Result<(Outcome, bool), Error> {
+) -> Result<Plan<K::Action>, Error> {
     if working.managed().management_policy == ManagementPolicy::ObserveOnly {
-        return Ok((working.observed(record), false));
+        return Ok(Plan::stand(working.observed(record)));
     }
     let resolved = working.resolve(cx, account, record).await?;
-    let plan = working.plan(record, resolved)?;
-    let mut acted = false;
-    if let Some(action) = &plan.action {
-        tracing::debug!(object = %working.name_any(), ?action, "carrying out");
-        working.execute(cx, account, record, action).await?;
-        working.executed(action);
-        acted = true;
-    }
-    Ok((plan.outcome, acted))
+    working.plan(record, resolved)
 }
 
 fn warn_of_expiry<K: ManagedKind>(

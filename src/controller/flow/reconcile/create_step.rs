@@ -262,7 +262,15 @@ async fn write_intent<K: ManagedKind>(
         *planned.meta_mut() = patched.meta().clone();
     }
     let cloud_name = intent.cloud_name.as_deref().unwrap_or_default();
-    let outcome = Outcome::progressing(reason::CREATING, format!("creating {cloud_name}"));
+    // A retry keeps the last attempt's failure in sight until this one answers.
+    let message = match cx.create_failed(&object.uid().unwrap_or_default()) {
+        Some(failed) => format!(
+            "creating {cloud_name} again; the last attempt failed: {}",
+            failed.message
+        ),
+        None => format!("creating {cloud_name}"),
+    };
+    let outcome = Outcome::progressing(reason::CREATING, message);
     write_status(api, cx, &planned, intent.clone(), None, &outcome).await
 }
 

@@ -450,7 +450,16 @@ pub(crate) fn foreign_connection_secret(namespace: &str, name: &str) -> Error {
     ))
 }
 
-async fn config_map_value(
+/// The digest the status records of a startup script (`status.startupScriptSha256`).
+pub(crate) fn script_digest(script: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(script.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+pub(crate) async fn config_map_value(
     cx: &Context<GpuInstance>,
     namespace: &str,
     name: &str,

@@ -184,6 +184,7 @@ impl KindDeclarations for GpuInstance {
                 final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
                 next_transition: previous.and_then(|p| p.next_transition.clone()),
                 placement: Some(placed(previous.and_then(|p| p.placement.as_ref()), r)),
+                startup_script_sha256: previous.and_then(|p| p.startup_script_sha256.clone()),
             },
             None => GpuInstanceStatus {
                 cloud: common,
@@ -298,26 +299,42 @@ impl ManagedKind for GpuInstance {
 
     /// The placement is written with the intent: a crash or a lost answer after it finds the
     /// create by its one cloud name, wherever it went.
+    /// So is the digest of a startup script read from a ConfigMap: the machine runs that one,
+    /// whatever the ConfigMap holds later.
     fn planned(&mut self, plan: &InstancePlan) {
-        let placement = match plan {
-            InstancePlan::Create { placement, .. } => Some(placement),
-            InstancePlan::Restore { placement, .. } => placement.as_ref(),
+        let from_config_map = self
+            .spec
+            .startup_script
+            .as_ref()
+            .is_some_and(|s| s.config_map_ref.is_some());
+        let (placement, script) = match plan {
+            InstancePlan::Create { placement, request } => {
+                (Some(placement), request.startup_script.as_deref())
+            }
+            InstancePlan::Restore { placement, .. } => (placement.as_ref(), None),
         };
+        let status = self.status.get_or_insert_default();
         if let Some(placement) = placement {
-            self.status.get_or_insert_default().placement = Some(placement.clone());
+            status.placement = Some(placement.clone());
+        }
+        if let Some(script) = script.filter(|_| from_config_map) {
+            status.startup_script_sha256 = Some(create::script_digest(script));
         }
     }
 
     /// A first list shows the machine's GPUs and region, and its rate (`placed`); not which
-    /// alternative it was, nor the candidates passed over.
+    /// alternative it was, nor the candidates passed over, nor the startup script it got.
     fn plan_shows_in_list(plan: &InstancePlan) -> bool {
-        let placement = match plan {
-            InstancePlan::Create { placement, .. } => Some(placement),
-            InstancePlan::Restore { placement, .. } => placement.as_ref(),
+        let (placement, script) = match plan {
+            InstancePlan::Create { placement, request } => {
+                (Some(placement), request.startup_script.as_ref())
+            }
+            InstancePlan::Restore { placement, .. } => (placement.as_ref(), None),
         };
-        placement.is_none_or(|p| {
-            p.skipped.is_empty() && p.chosen.as_ref().is_none_or(|c| c.alternative == 0)
-        })
+        script.is_none()
+            && placement.is_none_or(|p| {
+                p.skipped.is_empty() && p.chosen.as_ref().is_none_or(|c| c.alternative == 0)
+            })
     }
 
     /// The chosen placement joins the skipped ones; the next plan takes another, or waits.
@@ -453,42 +470,21 @@ impl ManagedKind for GpuInstance {
             running_rate,
             policy_lifetime,
             policy_start_hold,
+            startup_script_changed: startup_script_change(self, cx, record).await?,
         })
     }
 
-    /// Power state first; then, on a machine off as it should be, the public IP and the
-    /// security rules (the cloud changes those in any settled state); on a running one, a
-    /// requested reboot, the public IP, the security rules and the connection Secret.
+    /// The power state, the public IP, the rules, a reboot and the connection Secret
+    /// ([`power_and_network_plan`]); a machine that runs as specified is Ready only if it
+    /// booted with the startup script its ConfigMap holds now.
     fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
-        if let Some(passing) = in_transition(record) {
-            return Ok(passing);
+        let script_changed = moment.startup_script_changed.clone();
+        let mut plan = power_and_network_plan(self, record, moment)?;
+        // The machine runs the script it booted with: not as specified, and no call changes it.
+        if let (Some(change), Outcome::Ready { .. }) = (script_changed, &plan.outcome) {
+            plan.outcome = Outcome::stalled(reason::SPEC_MISMATCH, change);
         }
-        // Adopted, the machine may not be the one the spec describes, and the fields that
-        // say so are immutable: nothing is done to it, and it is not Ready.
-        if let Some(mismatch) = hardware_mismatch(&self.spec, record) {
-            return Ok(Plan::stand(Outcome::stalled(
-                reason::SPEC_MISMATCH,
-                mismatch,
-            )));
-        }
-        let power = wanted_power(self, &moment)?;
-        if let Some(step) = power_step(self, record, &moment, &power) {
-            return Ok(step);
-        }
-        if power.wanted != PowerState::Running {
-            // The public IP and the rules are the cloud's to change on a machine that is off.
-            if let Some(step) = address_and_rules_step(self, record) {
-                return Ok(step);
-            }
-            return Ok(Plan::stand(held_off(self, record, &power)));
-        }
-        if record.vm_status != VmStatus::Running {
-            return Ok(Plan::stand(Outcome::progressing(
-                reason::PROVISIONING,
-                format!("{} is {}", record.instance_id, record.vm_status),
-            )));
-        }
-        Ok(running_step(self, record, &power.note))
+        Ok(plan)
     }
 
     async fn execute(
@@ -577,6 +573,80 @@ impl ManagedKind for GpuInstance {
     async fn released(&self, cx: &Context<Self>) -> Result<(), Error> {
         crate::kinds::gpu_instance::final_snapshot::release(self, &cx.client).await
     }
+}
+
+/// How the script in `spec.startupScript.configMapRef` differs from the one the machine was
+/// created with (`status.startupScriptSha256`), if it does. A ConfigMap or key gone since is
+/// no difference: the machine runs what it booted with, and nothing asks for another script.
+async fn startup_script_change(
+    vm: &GpuInstance,
+    cx: &Context<GpuInstance>,
+    record: &Instance,
+) -> Result<Option<String>, Error> {
+    let reference = vm
+        .spec
+        .startup_script
+        .as_ref()
+        .and_then(|s| s.config_map_ref.as_ref());
+    let created_with = vm
+        .status
+        .as_ref()
+        .and_then(|s| s.startup_script_sha256.as_deref());
+    let (Some(reference), Some(created_with)) = (reference, created_with) else {
+        return Ok(None);
+    };
+    let namespace = vm.namespace().unwrap_or_default();
+    let now = match create::config_map_value(cx, &namespace, &reference.name, &reference.key).await
+    {
+        Ok(script) => script,
+        Err(error) if error.is_waiting_for_reference() => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    Ok((create::script_digest(&now) != created_with).then(|| {
+        format!(
+            "key {:?} of ConfigMap {} changed after {} was created with the script it held then; the cloud runs a startup script at first boot only: put the old script back, or recreate the GpuInstance to run the new one",
+            reference.key, reference.name, record.instance_id
+        )
+    }))
+}
+
+/// Power state first; then, on a machine off as it should be, the public IP and the security
+/// rules (the cloud changes those in any settled state); on a running one, a requested
+/// reboot, the public IP, the security rules and the connection Secret.
+fn power_and_network_plan(
+    vm: &GpuInstance,
+    record: &Instance,
+    moment: Moment,
+) -> Result<Plan<InstanceAction>, Error> {
+    if let Some(passing) = in_transition(record) {
+        return Ok(passing);
+    }
+    // Adopted, the machine may not be the one the spec describes, and the fields that
+    // say so are immutable: nothing is done to it, and it is not Ready.
+    if let Some(mismatch) = hardware_mismatch(&vm.spec, record) {
+        return Ok(Plan::stand(Outcome::stalled(
+            reason::SPEC_MISMATCH,
+            mismatch,
+        )));
+    }
+    let power = wanted_power(vm, &moment)?;
+    if let Some(step) = power_step(vm, record, &moment, &power) {
+        return Ok(step);
+    }
+    if power.wanted != PowerState::Running {
+        // The public IP and the rules are the cloud's to change on a machine that is off.
+        if let Some(step) = address_and_rules_step(vm, record) {
+            return Ok(step);
+        }
+        return Ok(Plan::stand(held_off(vm, record, &power)));
+    }
+    if record.vm_status != VmStatus::Running {
+        return Ok(Plan::stand(Outcome::progressing(
+            reason::PROVISIONING,
+            format!("{} is {}", record.instance_id, record.vm_status),
+        )));
+    }
+    Ok(running_step(vm, record, &power.note))
 }
 
 /// The public IP, then the security rules (added before removed, as for firewalls: a change
@@ -1074,6 +1144,9 @@ pub struct Moment {
     /// Why a GpuPolicy's per-namespace rate cap keeps the machine off (its start would pass
     /// it): read only for a machine that is off and asked to run.
     pub policy_start_hold: Option<String>,
+    /// How the startup script in the spec's ConfigMap differs from the one the machine was
+    /// created with, if it does.
+    pub startup_script_changed: Option<String>,
 }
 
 impl From<Timestamp> for Moment {
@@ -1084,6 +1157,7 @@ impl From<Timestamp> for Moment {
             running_rate: None,
             policy_lifetime: None,
             policy_start_hold: None,
+            startup_script_changed: None,
         }
     }
 }
