@@ -4,7 +4,7 @@
 //! server's `Retry-After`, reset by the object's next success. One object's failures never delay
 //! another's.
 
-use crate::flow::error::{Category, Error};
+use crate::flow::error::{Backstops, Category, Error};
 use crate::lock;
 use gpucloud_cloud::Backoff;
 use std::collections::{HashMap, HashSet};
@@ -46,6 +46,15 @@ impl RequeuePolicy {
             waiting,
             failures: Mutex::new(HashMap::new()),
             unreported: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The longest waits after a failure without a change, as conditions tell them.
+    pub fn backstops(&self, resync: Duration) -> Backstops {
+        Backstops {
+            resync,
+            waits: self.waiting,
+            recheck: self.terminal_recheck,
         }
     }
 

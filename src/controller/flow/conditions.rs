@@ -198,6 +198,19 @@ impl Outcome {
             | Outcome::Stalled { message, .. } => message,
         }
     }
+
+    /// The same outcome with `note` added to its message.
+    pub fn noted(mut self, note: &str) -> Self {
+        match &mut self {
+            Outcome::Ready { message, .. }
+            | Outcome::Progressing { message, .. }
+            | Outcome::Stalled { message, .. } => {
+                message.push_str("; ");
+                message.push_str(note);
+            }
+        }
+        self
+    }
 }
 
 /// Rewrites `conditions` to describe `outcome` for `generation`. A condition whose status does

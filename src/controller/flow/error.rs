@@ -158,6 +158,29 @@ pub enum Category {
     Waiting,
 }
 
+/// The longest an object waits after a failure without a change waking it, by kind of wait
+/// ([`Error::next_look`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backstops {
+    /// A wait a watch or the account ends (a reference, stock): the resync interval.
+    pub resync: Duration,
+    /// Other waits (a GpuPolicy's cap): looked at again this often.
+    pub waits: Duration,
+    /// A failure only a person ends: the terminal recheck.
+    pub recheck: Duration,
+}
+
+/// A duration as a condition's message says it: `5 minutes`, `30 s`, `200 ms`.
+fn spoken(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    match seconds {
+        60 => "1 minute".to_string(),
+        s if s >= 60 && s % 60 == 0 => format!("{} minutes", s / 60),
+        s if s >= 1 => format!("{s} s"),
+        _ => format!("{} ms", duration.as_millis()),
+    }
+}
+
 /// Why the latest list failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListFailure {
@@ -361,6 +384,56 @@ impl Error {
         matches!(self.innermost(), Error::Passing { .. })
     }
 
+    /// When an object standing at this failure is looked at again with no one touching it,
+    /// as its condition tells it: the change that wakes it, and the longest it waits without
+    /// one (the backstop `error_policy` sets: the resync for a wait woken by a watch or by
+    /// the account, `waits` for the other waits, `recheck` for a failure only a person ends).
+    /// `None` for work under way and passing failures (retried after a short backoff), and
+    /// where the message already says (a balance below the floor, adoption not allowed, a
+    /// refused key: `named_credentials`).
+    pub fn next_look(&self, backstops: Backstops) -> Option<String> {
+        let Backstops {
+            resync,
+            waits,
+            recheck,
+        } = backstops;
+        let (wakes, within) = match self.innermost() {
+            Error::WaitingFor { .. } => ("when it changes", resync),
+            Error::NoCapacity { .. } => ("when the account's catalog shows stock", resync),
+            Error::BudgetExceeded { .. } => ("when a Budget of the namespace changes", recheck),
+            Error::PolicyRefused { reason, .. } if *reason == reason::POLICY_LIMIT => (
+                "when a GpuPolicy of the namespace changes or has room",
+                waits,
+            ),
+            Error::PolicyRefused { .. } => (
+                "when the spec or a GpuPolicy of the namespace changes",
+                recheck,
+            ),
+            Error::CredentialsMissing(_) => ("when the Secret or the spec changes", recheck),
+            Error::PriceAboveLimit { .. }
+            | Error::InvalidSpec(_)
+            | Error::ReferenceCycle(_)
+            | Error::Serialization(_) => ("when the spec changes", recheck),
+            Error::AdoptionRefused { reason, .. } if *reason == reason::ADOPTION_NOT_ALLOWED => {
+                return None;
+            }
+            Error::AdoptionRefused { .. } | Error::Blocked { .. } => {
+                ("when the object changes", recheck)
+            }
+            Error::Cloud(e) if self.category() == Category::Terminal => match e {
+                CloudError::Unauthorized { .. } | CloudError::InsufficientCredit { .. } => {
+                    return None;
+                }
+                _ => ("when the spec changes", recheck),
+            },
+            _ => return None,
+        };
+        Some(format!(
+            "looked at again {wakes}, or in {} at the latest",
+            spoken(within)
+        ))
+    }
+
     /// The server's requested wait, when it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.innermost() {
@@ -427,6 +500,117 @@ mod tests {
                 text.contains("the object has been modified (409 Conflict)"),
                 "{text}"
             );
+        }
+    }
+
+    /// Every failure a person or another object ends says in its condition when it is looked
+    /// at again: what wakes it, and the longest it waits without that.
+    #[test]
+    fn a_waiting_or_stalled_object_says_when_it_is_looked_at_again() {
+        let backstops = Backstops {
+            resync: Duration::from_secs(60),
+            waits: Duration::from_secs(2),
+            recheck: Duration::from_secs(300),
+        };
+        let waiting = |detail: &str| Error::WaitingFor {
+            kind: "Image",
+            name: "base".into(),
+            detail: detail.into(),
+        };
+        let policy = |reason: &'static str| Error::PolicyRefused {
+            reason,
+            message: "GpuPolicy p: spec.maxGpuCount is 1".into(),
+        };
+        let table: Vec<(Error, Option<&str>)> = vec![
+            (
+                waiting("it does not exist"),
+                Some("looked at again when it changes, or in 1 minute at the latest"),
+            ),
+            (
+                Error::NoCapacity {
+                    message: "no placement has GPUs in stock".into(),
+                    wants: Vec::new(),
+                },
+                Some("when the account's catalog shows stock, or in 1 minute"),
+            ),
+            (
+                Error::BudgetExceeded {
+                    budget: "team".into(),
+                    message: "spent".into(),
+                },
+                Some("when a Budget of the namespace changes, or in 5 minutes"),
+            ),
+            (
+                policy(reason::POLICY_LIMIT),
+                Some("changes or has room, or in 2 s at the latest"),
+            ),
+            (
+                policy(reason::POLICY_VIOLATION),
+                Some("when the spec or a GpuPolicy of the namespace changes, or in 5 minutes"),
+            ),
+            (
+                Error::PriceAboveLimit {
+                    rate: 2.99,
+                    limit: 1.0,
+                },
+                Some("when the spec changes, or in 5 minutes"),
+            ),
+            (
+                Error::InvalidSpec("spec.gpuCount".into()),
+                Some("when the spec changes"),
+            ),
+            (
+                Error::CredentialsMissing("Secret team-a/key not found".into()),
+                Some("when the Secret or the spec changes"),
+            ),
+            // Their messages say it already.
+            (
+                Error::InsufficientCredit {
+                    balance: 0.0,
+                    floor: 5.0,
+                    currency: "USD".into(),
+                },
+                None,
+            ),
+            (Error::CredentialsInvalid("refused".into()), None),
+            (
+                Error::AdoptionRefused {
+                    reason: reason::ADOPTION_NOT_ALLOWED,
+                    message: "the label is looked at again every resync interval".into(),
+                },
+                None,
+            ),
+            // Work under way, and failures retried after a short backoff.
+            (
+                Error::InProgress {
+                    reason: reason::DELETING,
+                    message: "deleting".into(),
+                },
+                None,
+            ),
+            (Error::CloudUnavailable("timed out".into()), None),
+        ];
+        for (error, said) in table {
+            let look = error.next_look(backstops);
+            match said {
+                Some(part) => {
+                    let look = look.unwrap_or_else(|| panic!("{error:?}: nothing said"));
+                    assert!(look.contains(part), "{error:?}: {look}");
+                }
+                None => assert_eq!(look, None, "{error:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn durations_are_spoken_as_people_read_them() {
+        for (duration, spoken_as) in [
+            (Duration::from_secs(300), "5 minutes"),
+            (Duration::from_secs(60), "1 minute"),
+            (Duration::from_secs(90), "90 s"),
+            (Duration::from_millis(200), "200 ms"),
+        ] {
+            assert_eq!(spoken(duration), spoken_as);
         }
     }
 

@@ -245,7 +245,8 @@ async fn none_in_stock_waits_then_stock_set_through_the_admin_api_is_used_within
                 support::ready_message(&vm),
                 "no placement has GPUs in stock: H100-80G x1 in us-east-1: out of stock (0 free); \
                  H100-80G x1 in eu-west-1: out of stock (0 free); \
-                 A100-80G x1 in eu-west-1: out of stock (0 free)"
+                 A100-80G x1 in eu-west-1: out of stock (0 free); \
+                 looked at again when the account's catalog shows stock, or in 2 s at the latest"
             );
         }
     }

@@ -187,6 +187,11 @@ pub(super) async fn report_failure<K: ManagedKind>(
         return;
     }
     let outcome = named_credentials(cx, &**object, error.outcome());
+    let backstops = cx.requeue.backstops(cx.settings.observe.resync);
+    let outcome = match error.next_look(backstops) {
+        Some(look) => outcome.noted(&look),
+        None => outcome,
+    };
     let status = object.cloud_status();
     if changed_condition(&status, &outcome) {
         // Work under way (a deletion waiting for the cloud) is no failure.
