@@ -424,10 +424,10 @@ pub struct GpuInstanceStatus {
     pub boot_source: Option<String>,
     /// Cloud id of the snapshot the instance was restored from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_snapshot_id: Option<String>,
+    pub source_snapshot_id: Option<Box<str>>,
     /// The `gpucloud.io/restartedAt` value whose reboot has been done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restarted_at: Option<String>,
+    pub restarted_at: Option<Box<str>>,
     /// Under `deletionPolicy: Snapshot`, the final snapshot, recorded once it is available and
     /// before the machine is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -444,7 +444,7 @@ pub struct GpuInstanceStatus {
     /// machine was created: the ConfigMap's later content is compared with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
-    pub startup_script_sha256: Option<String>,
+    pub startup_script_sha256: Option<Box<str>>,
 }
 
 /// Hardware of an instance as the cloud reports it.

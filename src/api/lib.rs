@@ -218,8 +218,9 @@ mod tests {
     /// 896, 1,024, 1,280, 1,536, 1,792): one byte over a class costs up to 256 bytes a machine,
     /// 25 MB at 100,000 objects. Parts most objects leave out and that take many bytes
     /// (`lifetime`, `schedule`, `startupScript`, `placement`, `source`, a final snapshot's
-    /// status) are boxed to keep each kind in these classes; a new field that does not fit
-    /// belongs in a box too.
+    /// status) are boxed to keep each kind in these classes, and strings most machines leave
+    /// out are `Box<str>` (16 bytes, not 24); a new field that does not fit belongs in a box
+    /// too.
     #[test]
     fn a_stored_object_fits_its_size_class() {
         const ARC_COUNTS: usize = 16;

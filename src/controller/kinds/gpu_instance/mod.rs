@@ -172,14 +172,15 @@ impl KindDeclarations for GpuInstance {
                 hourly_rate: Some(r.billing.hourly_rate),
                 currency: Some(r.billing.currency.clone()),
                 boot_source: Some(r.boot_source.as_str().to_string()),
-                source_snapshot_id: r.snapshot_id.clone(),
+                source_snapshot_id: r.snapshot_id.as_deref().map(Into::into),
                 // The value present when the machine is first recorded (created or adopted)
                 // asks for nothing: only a later change reboots.
                 restarted_at: previous.and_then(|p| p.restarted_at.clone()).or_else(|| {
                     previous
                         .is_none_or(|p| p.cloud.external_id.is_none())
-                        .then(|| self.annotations().get(RESTARTED_AT_ANNOTATION).cloned())
+                        .then(|| self.annotations().get(RESTARTED_AT_ANNOTATION))
                         .flatten()
+                        .map(|requested| requested.as_str().into())
                 }),
                 final_snapshot: previous.and_then(|p| p.final_snapshot.clone()),
                 next_transition: previous.and_then(|p| p.next_transition.clone()),
@@ -318,7 +319,7 @@ impl ManagedKind for GpuInstance {
             status.placement = Some(placement.clone());
         }
         if let Some(script) = script.filter(|_| from_config_map) {
-            status.startup_script_sha256 = Some(create::script_digest(script));
+            status.startup_script_sha256 = Some(create::script_digest(script).into());
         }
     }
 
@@ -517,7 +518,7 @@ impl ManagedKind for GpuInstance {
 
     fn executed(&mut self, action: &InstanceAction) {
         if let (InstanceAction::Reboot(requested), Some(status)) = (action, self.status.as_mut()) {
-            status.restarted_at = Some(requested.clone());
+            status.restarted_at = Some(requested.as_str().into());
         }
     }
 
