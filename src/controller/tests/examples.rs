@@ -579,7 +579,8 @@ async fn refused_by_policy(env: &Env, namespace: &str, name: &str) {
             (ready["status"] == "False"
                 && ready["reason"] == "PolicyViolation"
                 && ready["message"]
-                    == "GpuPolicy standard: spec.gpuType: GPU type H100-80G is not among allowedGpuTypes [\"L40S\", \"A100-80G\"]"
+                    == "GpuPolicy standard: spec.gpuType: GPU type H100-80G is not among allowedGpuTypes [\"L40S\", \"A100-80G\"]; \
+                        looked at again when the spec or a GpuPolicy of the namespace changes, or in 5 minutes at the latest"
                 && condition("Stalled")?["status"] == "True")
                 .then_some(())
         }
