@@ -511,6 +511,70 @@ async fn a_fixed_secret_ends_the_use_of_the_refused_key_at_once() {
     );
 }
 
+/// Another team holding the same key in a Secret of its own, then changing it, closes nothing
+/// of this team's: the account stays open (listed, its balance reported) while this team's
+/// Secret still resolves to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_team_changing_its_copy_of_the_key_leaves_this_teams_account_open() {
+    const SHARED_KEY: &str = "shared-key-41c0";
+    const OTHER_KEY: &str = "other-key-8e77";
+    let simulator = gpucloud_simulator::SimulatorConfig {
+        api_keys: vec![
+            "default-key-2a9d".into(),
+            SHARED_KEY.into(),
+            OTHER_KEY.into(),
+        ],
+        ..gpucloud_simulator::SimulatorConfig::default()
+    };
+    let mut env = Env::without_operator(simulator).await;
+    let config = support::test_config(&env.simulator);
+    let metrics = config.metrics.clone();
+    env.start_operator(config);
+    support::create_namespace(&env.client, "team-b", false)
+        .await
+        .unwrap();
+    env.put_secret(NAMESPACE, "team-key", SHARED_KEY).await;
+    env.put_secret("team-b", "copied-key", SHARED_KEY).await;
+    let with_key = |name: &str, secret: &str| {
+        instance(
+            name,
+            serde_json::json!({"credentialsSecretRef": {"name": secret}}),
+        )
+    };
+    env.api::<GpuInstance>()
+        .create(&PostParams::default(), &with_key("mine", "team-key"))
+        .await
+        .unwrap();
+    let theirs: kube::Api<GpuInstance> = kube::Api::namespaced(env.client.clone(), "team-b");
+    theirs
+        .create(&PostParams::default(), &with_key("theirs", "copied-key"))
+        .await
+        .unwrap();
+    support::ready::<GpuInstance>(&env, "mine").await;
+    eventually(30, "team-b's machine Ready", || async {
+        let object = theirs.get("theirs").await.ok()?;
+        (object.cloud_status().condition("Ready")?.status == "True").then_some(())
+    })
+    .await;
+    let shared = gpucloud_controller::accounts::account::AccountId::of(&ApiKey::new(SHARED_KEY));
+    let balance = format!("gpucloud_account_balance{{account=\"{}\"}}", shared.label());
+    eventually(30, "the shared key's balance reported", || async {
+        metrics.encode().contains(&balance).then_some(())
+    })
+    .await;
+
+    env.put_secret("team-b", "copied-key", OTHER_KEY).await;
+    // Three resyncs: the shared account is never closed meanwhile.
+    for _ in 0..60 {
+        assert!(
+            metrics.encode().contains(&balance),
+            "team-b's change closed the account team-a's Secret resolves to"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    support::ready::<GpuInstance>(&env, "mine").await;
+}
+
 /// The operator's default Secret lives in the operator's namespace; fixing it wakes the objects
 /// of every namespace that read it, rather than leaving them to the five-minute recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
