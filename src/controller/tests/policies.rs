@@ -148,8 +148,8 @@ async fn adoption_by_annotation_creates_nothing_and_manages_the_existing_instanc
     .await;
 }
 
-/// An adopted machine that is not what the spec states (other GPUs, another region) is
-/// never Ready, and nothing is done to it: the fields that differ are immutable.
+/// An adopted machine that is not what the spec states (other GPUs, another image) is never
+/// Ready, and nothing is done to it: the fields that differ are immutable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adopted_machine_other_than_the_spec_states_is_stalled_naming_both() {
     let env = Env::start().await;
@@ -169,7 +169,11 @@ async fn an_adopted_machine_other_than_the_spec_states_is_stalled_naming_both() 
     let object = with_annotation(
         instance(
             "adopted",
-            serde_json::json!({"gpuCount": 4, "powerState": "Stopped"}),
+            serde_json::json!({
+                "gpuCount": 4,
+                "powerState": "Stopped",
+                "osImage": "debian-12-cuda-12",
+            }),
         ),
         EXTERNAL_ID_ANNOTATION,
         &id,
@@ -182,6 +186,7 @@ async fn an_adopted_machine_other_than_the_spec_states_is_stalled_naming_both() 
         "RTX-A6000 x1",
         "spec.gpuType is H100-80G",
         "spec.gpuCount is 4",
+        "spec.osImage is debian-12-cuda-12 (it booted ubuntu-22.04-cuda-12)",
     ] {
         assert!(
             ready.message.contains(part),

@@ -1229,6 +1229,14 @@ fn hardware_mismatch(spec: &gpucloud_api::GpuInstanceSpec, record: &Instance) ->
     if spec.tier.cloud_value() != record.tier.as_str() {
         differs.push(format!("spec.tier is {:?}", spec.tier));
     }
+    // The image a machine booted is compared when the cloud names it: an `osImage` is sent
+    // as the create's image id unchanged.
+    if let (Some(os), Some(booted)) = (&spec.os_image, &record.image_id)
+        && spec.source.is_none()
+        && os != booted
+    {
+        differs.push(format!("spec.osImage is {os} (it booted {booted})"));
+    }
     (!differs.is_empty()).then(|| {
         format!(
             "{machine}, but {}: these fields are immutable; write a spec that describes this machine, or let it go (deletionPolicy Orphan, then delete the object)",
@@ -1686,6 +1694,24 @@ mod tests {
                 serde_json::json!({"region": null, "gpuType": null, "placement": placement}),
                 adopted("A100", 1, "eu-west", CloudTier::Advanced),
                 Some(&["no spec.placement alternative"]),
+            ),
+            (
+                "the image it booted",
+                serde_json::json!({}),
+                Instance {
+                    image_id: Some("debian-12".into()),
+                    ..adopted("A100", 1, "us-east", CloudTier::Advanced)
+                },
+                Some(&["spec.osImage is ubuntu (it booted debian-12)"]),
+            ),
+            (
+                "the image the spec states",
+                serde_json::json!({}),
+                Instance {
+                    image_id: Some("ubuntu".into()),
+                    ..adopted("A100", 1, "us-east", CloudTier::Advanced)
+                },
+                None,
             ),
             (
                 "a restore has its snapshot's hardware",
