@@ -232,6 +232,11 @@ pub(crate) use never_acts;
 pub struct Plan<A> {
     pub action: Option<A>,
     pub outcome: Outcome,
+    /// A moment the object must be looked at again whatever the cloud does, known only from
+    /// what the plan read beside the object (a GpuPolicy's `maxLifetime` ending the machine):
+    /// the reconcile's requeue is never later. What the object alone says of its moments is
+    /// [`KindDeclarations::next_wake`]'s.
+    pub wake: Option<Timestamp>,
 }
 
 impl<A> Plan<A> {
@@ -240,6 +245,7 @@ impl<A> Plan<A> {
         Plan {
             action: Some(action),
             outcome,
+            wake: None,
         }
     }
 
@@ -248,6 +254,7 @@ impl<A> Plan<A> {
         Plan {
             action: None,
             outcome,
+            wake: None,
         }
     }
 }

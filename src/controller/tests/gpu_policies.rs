@@ -338,6 +338,38 @@ async fn racing_creates_in_ten_namespaces_never_pass_their_caps() {
     assert_eq!(env.calls("CreateInstance"), 20);
 }
 
+/// The machine says nothing of a policy's `maxLifetime`, so no timer of its own wakes it
+/// then: the plan that reads the policy asks for the look. With the resync ten minutes away,
+/// the machine is stopped within seconds of its end all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policys_lifetime_stops_the_machine_on_time_not_at_the_resync() {
+    let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
+    let mut config = support::test_config(&env.simulator);
+    config.reconcile.observe.resync = std::time::Duration::from_secs(600);
+    env.start_operator(config);
+    label(&env, support::NAMESPACE).await;
+    install(
+        &env,
+        &policy("short", serde_json::json!({"maxLifetime": "10s"})),
+    )
+    .await;
+    support::create(&env, &machine("capped", serde_json::json!({}))).await;
+    let id = support::ready_id::<GpuInstance>(&env, "capped").await;
+    eventually(40, "the machine stopped at the policy's lifetime", || {
+        let (env, id) = (&env, id.clone());
+        async move {
+            let state = env.simulator.state();
+            state
+                .instances
+                .iter()
+                .find(|i| i.instance_id == id)
+                .filter(|i| i.status == gpucloud_cloud::model::InstanceStatus::Shutoff)
+                .map(|_| ())
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_without_a_lifetime_gets_the_policys_and_cannot_shed_it() {
     let env = Env::start().await;

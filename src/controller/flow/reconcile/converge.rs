@@ -2,7 +2,7 @@
 //! plan, at most one action), then the status and events it stands at.
 
 use super::expiry::{expiry_warning_due, lifetime_stage};
-use super::next::{requeue, settled};
+use super::next::{no_later_than, requeue, settled};
 use super::status::{Write, changed_condition, publish, write_status_from};
 use crate::accounts::account::Account;
 use crate::accounts::observer::CloudRecord;
@@ -30,7 +30,7 @@ pub(super) async fn converge<K: ManagedKind>(
     let stage = lifetime_stage(&**object, cx.settings.clock.now())?;
     let mut working = K::clone(object);
     let plan = planned_step(&working, cx, account, &record).await?;
-    let outcome = plan.outcome;
+    let (outcome, wake) = (plan.outcome, plan.wake);
     // What the resource costs by the price list, for the kinds the cloud bills by it: the
     // list is cached per account, so this is no call per object.
     if K::PRICED
@@ -122,7 +122,13 @@ pub(super) async fn converge<K: ManagedKind>(
     for (event_type, reason, note) in tell {
         publish(cx, object, event_type, &reason, &note);
     }
-    Ok(next_after(cx, account, &outcome))
+    let next = next_after(cx, account, &outcome);
+    Ok(no_later_than(
+        next,
+        wake,
+        &cx.settings.clock,
+        cx.settings.observe.resync,
+    ))
 }
 
 /// The kind's read and its pure plan: at most one action (none for an observed object,

@@ -480,7 +480,9 @@ impl ManagedKind for GpuInstance {
     /// booted with the startup script its ConfigMap holds now.
     fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
         let script_changed = moment.startup_script_changed.clone();
+        let policy_wake = policy_lifetime_wake(self, &moment);
         let mut plan = power_and_network_plan(self, record, moment)?;
+        plan.wake = policy_wake;
         // The machine runs the script it booted with: not as specified, and no call changes it.
         if let (Some(change), Outcome::Ready { .. }) = (script_changed, &plan.outcome) {
             plan.outcome = Outcome::stalled(reason::SPEC_MISMATCH, change);
@@ -917,6 +919,15 @@ fn effective_lifetime(
             Some(policy.clone()),
         ),
     })
+}
+
+/// The next moment of the lifetime a GpuPolicy's `maxLifetime` sets, when it comes before the
+/// machine's own: the object says nothing of it, so the plan asks for the look then.
+fn policy_lifetime_wake(vm: &GpuInstance, moment: &Moment) -> Option<Timestamp> {
+    match effective_lifetime(vm, moment, moment.now) {
+        Ok((Some(stage), _, Some(_policy))) => stage.next_change(),
+        _ => None,
+    }
 }
 
 /// What the Ready message says of the lifetime.
@@ -1603,6 +1614,56 @@ mod tests {
             assert_eq!(stage.map(Stage::expires_at), expected, "{case}");
             assert_eq!(expiry, on_expiry, "{case}");
             assert_eq!(named.as_deref(), policy, "{case}");
+        }
+    }
+
+    /// The object's own moments wake it by themselves (`next_wake`, `wake_of`); a policy's
+    /// `maxLifetime` is known to the plan alone, which asks for the look at its next moment.
+    #[test]
+    fn the_plan_asks_for_a_look_at_the_policys_lifetime_moments_only() {
+        let created: Timestamp = "2026-12-06T00:00:00Z".parse().unwrap();
+        let at = |t: &str| -> Timestamp { t.parse().unwrap() };
+        let hours = |h| k8s_openapi::jiff::SignedDuration::from_hours(h);
+        // (its own lifetime, the policy's maxLifetime in hours, now, the wake asked for)
+        let table = [
+            (None, None, "2026-12-06T01:00:00Z", None),
+            // Warned an hour before by default, then ended.
+            (
+                None,
+                Some(3),
+                "2026-12-06T01:00:00Z",
+                Some("2026-12-06T02:00:00Z"),
+            ),
+            (
+                None,
+                Some(3),
+                "2026-12-06T02:30:00Z",
+                Some("2026-12-06T03:00:00Z"),
+            ),
+            (None, Some(3), "2026-12-06T03:30:00Z", None),
+            (
+                Some("4h"),
+                Some(3),
+                "2026-12-06T01:00:00Z",
+                Some("2026-12-06T02:00:00Z"),
+            ),
+            // Its own lifetime ends it first: `wake_of` reads that from the object.
+            (Some("2h"), Some(3), "2026-12-06T00:30:00Z", None),
+        ];
+        for (own, max, now, wake) in table {
+            let spec = own.map_or_else(
+                || serde_json::json!({}),
+                |ttl| serde_json::json!({"lifetime": {"ttl": ttl, "onExpiry": "Stop"}}),
+            );
+            let mut vm = instance(spec, None);
+            vm.metadata.creation_timestamp = Some(Time(created));
+            let moment = Moment {
+                policy_lifetime: max.map(|h| ("cap".to_string(), hours(h))),
+                ..Moment::from(at(now))
+            };
+            let record = machine(InstanceStatus::Active, VmStatus::Running);
+            let plan = vm.plan(&record, moment).unwrap();
+            assert_eq!(plan.wake, wake.map(at), "{own:?} {max:?} at {now}");
         }
     }
 
