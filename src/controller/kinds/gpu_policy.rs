@@ -140,40 +140,71 @@ pub async fn start_refusal(
 ) -> Result<Option<String>, Error> {
     let namespace = vm.namespace().unwrap_or_default();
     let policies = governing(client, &namespace).await?;
-    let adds = Held {
-        machines: 0,
-        gpus: 0,
-        hourly_rate: running_rate,
-    };
-    let capping: Vec<&GpuPolicy> = policies.iter().filter(|p| p.counts(adds)).collect();
-    if capping.is_empty() {
+    if !policies.iter().any(|p| p.counts(start_adds(running_rate))) {
         return Ok(None);
     }
     let objects = billed_matching(client, &namespace, ListParams::default()).await?;
-    let uid = vm.uid().unwrap_or_default();
     let has_budget = has_budget(client, &namespace).await?;
-    for policy in capping {
-        let reservations: Vec<PolicyReservation> = policy
-            .status
-            .iter()
-            .flat_map(|s| s.reservations.iter())
-            .filter(|r| r.namespace == namespace)
-            .cloned()
-            .collect();
-        let counted = held(&objects, &reservations, Some(&uid));
+    let start = Start {
+        namespace: &namespace,
+        uid: &vm.uid().unwrap_or_default(),
+        running_rate,
+        currency,
+    };
+    Ok(start_violation(&policies, &objects, &start, has_budget).map(|v| v.to_string()))
+}
+
+/// A machine off, to be started: what [`start_violation`] judges.
+pub struct Start<'a> {
+    pub namespace: &'a str,
+    pub uid: &'a str,
+    /// What it costs per hour running, by the price list.
+    pub running_rate: f64,
+    pub currency: &'a str,
+}
+
+/// What a start adds to a namespace's count: no machine and no GPU (it has them already),
+/// the running rate (the machine itself, counted at its off rate, is left out).
+fn start_adds(running_rate: f64) -> Held {
+    Held {
+        machines: 0,
+        gpus: 0,
+        hourly_rate: running_rate,
+    }
+}
+
+/// Why `start` would pass the per-namespace rate cap of one of `policies` (those governing
+/// its namespace), given the namespace's billed `objects`, if it would. Pure: the operator's
+/// start and `plan` judge with it.
+pub fn start_violation(
+    policies: &[GpuPolicy],
+    objects: &[Billed],
+    start: &Start<'_>,
+    has_budget: bool,
+) -> Option<Violation> {
+    let adds = start_adds(start.running_rate);
+    for policy in policies.iter().filter(|p| p.counts(adds)) {
         if policy
             .spec
             .namespace_limits
             .as_ref()
-            .is_some_and(|l| l.currency != currency)
+            .is_some_and(|l| l.currency != start.currency)
         {
             continue;
         }
+        let reservations: Vec<PolicyReservation> = policy
+            .status
+            .iter()
+            .flat_map(|s| s.reservations.iter())
+            .filter(|r| r.namespace == start.namespace)
+            .cloned()
+            .collect();
+        let counted = held(objects, &reservations, Some(start.uid));
         if let Some(violation) = policy.judge_count(counted, adds, has_budget) {
-            return Ok(Some(violation.to_string()));
+            return Some(violation);
         }
     }
-    Ok(None)
+    None
 }
 
 /// What one namespace holds: each object counted once, by uid, at the larger of what its

@@ -480,6 +480,55 @@ async fn a_create_into_a_spent_budget_is_shown_held_by_it() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A stopped machine set to run: priced at its running rate; with a `maxHourlyRate` below
+/// that rate, shown held as the operator then holds it (`PriceAboveLimit`, still off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_is_priced_or_shown_held_as_the_operator_holds_it() {
+    let env = Env::start().await;
+    let mut stopped = instance_spec();
+    stopped["powerState"] = "Stopped".into();
+    support::create(&env, &support::object::<GpuInstance>("idle", stopped)).await;
+    let _: GpuInstance = ready(&env, "idle").await;
+    let mut started = instance_spec();
+    started["powerState"] = "Running".into();
+    let mut capped = started.clone();
+    capped["maxHourlyRate"] = 1.0.into();
+    let planned_for = |spec: serde_json::Value, name: &'static str| {
+        let env = &env;
+        async move {
+            let documents = [manifest("GpuInstance", "idle", spec, json!({}))];
+            let (dir, args) = write_manifests(name, &documents);
+            let planned = plan::plan(&env.client, &args, None, &mut std::io::empty())
+                .await
+                .unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            let json: serde_json::Value =
+                serde_json::from_str(&plan::render(&planned, Output::Json)).unwrap();
+            json["objects"][0].clone()
+        }
+    };
+    let starts = planned_for(started, "plan-start").await;
+    assert_eq!(starts["action"], "change", "{starts}");
+    assert!(starts["held"].is_null(), "{starts}");
+    assert_eq!(starts["hourlyCost"]["after"], 2.99, "{starts}");
+    let held = planned_for(capped.clone(), "plan-start-held").await;
+    assert_eq!(held["held"]["by"], "GpuInstance", "{held}");
+    assert_eq!(held["held"]["reason"], "PriceAboveLimit", "{held}");
+    assert_eq!(held["hourlyCost"]["after"], held["hourlyCost"]["before"]);
+    // The operator holds it as the plan said.
+    Api::<GpuInstance>::namespaced(env.client.clone(), NAMESPACE)
+        .patch(
+            "idle",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": capped})),
+        )
+        .await
+        .unwrap();
+    let _: GpuInstance =
+        support::condition(&env, "idle", "Stalled", "True", "PriceAboveLimit").await;
+    assert_eq!(env.calls("StartInstance"), 0);
+}
+
 /// H100s sold out in us-east-1 while the operator was down, the GpuOfferings last refreshed
 /// half an hour before: placed with them, the plan says the create may go elsewhere; with the
 /// cloud's stock it names eu-west-1, where the operator, started again, creates it.

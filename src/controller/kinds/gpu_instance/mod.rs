@@ -476,7 +476,7 @@ impl ManagedKind for GpuInstance {
     }
 
     /// The power state, the public IP, the rules, a reboot and the connection Secret
-    /// ([`power_and_network_plan`]); a machine that runs as specified is Ready only if it
+    /// (`power_and_network_plan`); a machine that runs as specified is Ready only if it
     /// booted with the startup script its ConfigMap holds now.
     fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
         let script_changed = moment.startup_script_changed.clone();

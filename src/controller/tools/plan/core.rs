@@ -6,15 +6,17 @@ use super::holds::{Ask, Hold, Standing};
 use super::kinds::{Desired, KindInfo, Wanted};
 use crate::accounts::catalog::Catalog;
 use crate::accounts::pricing;
+use crate::flow::conditions::reason;
 use crate::flow::kind::ManagedKind;
 use crate::kinds::gpu_instance::{InstancePlan, placement};
 use crate::kinds::gpu_offering::HEARTBEAT;
+use crate::kinds::gpu_policy;
 use gpucloud_api::{
-    ChosenPlacement, GpuInstance, GpuInstanceSpec, GpuOffering, Volume, VolumeSpec,
+    ChosenPlacement, GpuInstance, GpuInstanceSpec, GpuOffering, PowerState, Volume, VolumeSpec,
 };
 use gpucloud_cloud::model::{CreateInstanceRequest, PriceQuoteBody, PricingBody};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -32,6 +34,18 @@ pub struct Live {
     pub placement: Option<ChosenPlacement>,
     /// The API server's message refusing its deletion, if it would (for `--prune`).
     pub refused: Option<String>,
+    /// A GpuInstance's machine as its status records it.
+    pub machine: Option<LiveMachine>,
+}
+
+/// A GpuInstance's machine as its status records it: what a start is judged by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveMachine {
+    pub uid: String,
+    /// Stopped or hibernated.
+    pub off: bool,
+    pub gpu_type: String,
+    pub gpu_count: u32,
 }
 
 /// Where the prices come from.
@@ -183,7 +197,8 @@ pub struct Total {
     pub currency: String,
     /// Objects whose cost before or after is not known, left out of the sums.
     pub unpriced: usize,
-    /// Creates held by a Budget or GpuPolicy, counted at no cost after.
+    /// Creates held by a Budget or GpuPolicy, counted at no cost after, and starts held (by
+    /// them or `spec.maxHourlyRate`), counted at what the machine costs off.
     pub held: usize,
     /// Objects the API server would refuse, counted as they are.
     pub refused: usize,
@@ -302,7 +317,17 @@ fn one(
                     }
                     out
                 }
-                Some(live) => existing(&object.kind, spec, live, immutable, billed, prices),
+                Some(live) => {
+                    let mut out = existing(&object.kind, spec, live, immutable, billed, prices);
+                    if let Some(machine) = &live.machine
+                        && out.refused.is_none()
+                        && out.note.is_none()
+                    {
+                        let standing = standing.entry(object.namespace.clone()).or_default();
+                        start(&object.namespace, spec, machine, prices, standing, &mut out);
+                    }
+                    out
+                }
             }
         }
     };
@@ -357,6 +382,99 @@ fn hold(
     if let Some(held) = standing.judge(&ask) {
         out.hourly_cost.after = Some(0.0);
         out.held = Some(held);
+    }
+}
+
+/// A GpuInstance whose machine is off and whose changed spec asks for it running (without a
+/// schedule or a lifetime, which the operator judges at their moments): the operator starts
+/// it at the price list's running rate, unless `spec.maxHourlyRate` is below that rate
+/// (`PriceAboveLimit`), a Budget keeps it off (it lists the machine in `status.poweredOff`) or
+/// the start would pass a GpuPolicy's per-namespace rate cap (`PolicyLimit`). Judged as the
+/// operator judges the start; a held start costs what the machine costs off.
+fn start(
+    namespace: &str,
+    spec: &serde_json::Value,
+    machine: &LiveMachine,
+    prices: &Prices,
+    standing: &Standing,
+    out: &mut PlannedObject,
+) {
+    let Ok(wanted) = serde_json::from_value::<GpuInstanceSpec>(spec.clone()) else {
+        return;
+    };
+    let asked_to_start = out.changes.iter().any(|c| c.path == "/spec/powerState")
+        && wanted.power_state == PowerState::Running;
+    // A schedule or a lifetime (its own or a policy's) may keep it off: judged by the
+    // operator at the moment, not here.
+    let timed = wanted.schedule.is_some()
+        || wanted.lifetime.is_some()
+        || standing
+            .policies
+            .iter()
+            .any(|p| p.spec.max_lifetime.is_some());
+    if !machine.off || !asked_to_start || timed {
+        return;
+    }
+    let rate = placement::rate(&prices.pricing, &machine.gpu_type, machine.gpu_count);
+    let hardware = format!("{} x{}", machine.gpu_type, machine.gpu_count);
+    let hold = |by: &str, name: String, reason: &str, message: String| Hold {
+        by: by.into(),
+        name,
+        reason: reason.into(),
+        message,
+    };
+    let held = if let Some(limit) = wanted.max_hourly_rate
+        && rate.is_none_or(|rate| rate > limit)
+    {
+        Some(hold(
+            "GpuInstance",
+            "spec.maxHourlyRate".into(),
+            reason::PRICE_ABOVE_LIMIT,
+            match rate {
+                Some(rate) => format!(
+                    "starting it ({hardware}) would cost {rate:.4} per hour, above spec.maxHourlyRate {limit:.4}: it stays off"
+                ),
+                None => format!("the prices give none for {hardware}: it stays off"),
+            },
+        ))
+    } else if let Some(budget) = standing.budgets.iter().map(|(b, _)| b).find(|b| {
+        b.status
+            .as_ref()
+            .is_some_and(|s| s.powered_off.iter().any(|p| p.uid == machine.uid))
+    }) {
+        Some(hold(
+            "Budget",
+            budget.name_any(),
+            reason::BUDGET_EXCEEDED,
+            format!("Budget {} keeps it off", budget.name_any()),
+        ))
+    } else {
+        rate.and_then(|rate| {
+            let start = gpu_policy::Start {
+                namespace,
+                uid: &machine.uid,
+                running_rate: rate,
+                currency: &prices.pricing.currency,
+            };
+            let has_budget = !standing.budgets.is_empty();
+            gpu_policy::start_violation(&standing.policies, &standing.objects, &start, has_budget)
+                .map(|violation| {
+                    hold(
+                        "GpuPolicy",
+                        violation.policy.clone(),
+                        reason::POLICY_LIMIT,
+                        format!("{violation}: it stays off until there is room"),
+                    )
+                })
+        })
+    };
+    match held {
+        Some(held) => out.held = Some(held),
+        None => {
+            out.hourly_cost.after = rate;
+            out.hourly_cost.source = prices.source;
+            out.note = Some(format!("starts the machine ({hardware})"));
+        }
     }
 }
 

@@ -7,7 +7,9 @@
 //! Each manifest is first judged as the API server would judge it ([`validation`]: the CRDs'
 //! schemas and CEL rules, the admission policies), and a refused one is shown with the
 //! server's message; `run` then fails. Each create is judged by the Budgets and GpuPolicies of
-//! its namespace with the operator's own decisions ([`holds`]), and a held one costs nothing.
+//! its namespace with the operator's own decisions ([`holds`]), and a held one costs nothing;
+//! so is the start of a stopped machine set to run (`core::start`), held or at its running
+//! rate.
 //! Placement uses the cloud's stock with `--cloud-url`, else the GpuOfferings', whose
 //! freshness is said (when the operator has stopped refreshing them, the create may be placed
 //! elsewhere: [`core::stock_age`]).
@@ -325,7 +327,7 @@ async fn standing(
         out.insert(namespace.clone(), standing);
     }
     let said = if unread.is_empty() {
-        "the Budgets and GpuPolicies of the cluster, judged as the operator judges a create".into()
+        "the Budgets and GpuPolicies of the cluster, judged as the operator judges a create or a start".into()
     } else {
         format!(
             "not counted, as they could not be read: {}",
@@ -347,21 +349,27 @@ fn live(info: &KindInfo, object: DynamicObject) -> Result<Live, Error> {
         field,
         message,
     })?;
-    let placement = if info.kind == <GpuInstance as kube::Resource>::kind(&()) {
-        serde_json::from_value::<GpuInstance>(value.clone())
-            .ok()
-            .and_then(|i| i.status?.placement?.chosen)
-    } else {
-        None
-    };
+    let instance = (info.kind == <GpuInstance as kube::Resource>::kind(&()))
+        .then(|| serde_json::from_value::<GpuInstance>(value.clone()).ok())
+        .flatten();
+    let machine = instance.as_ref().and_then(|i| {
+        let specs = i.status.as_ref()?.specs.as_ref()?;
+        Some(core::LiveMachine {
+            uid: kube::ResourceExt::uid(i).unwrap_or_default(),
+            off: crate::flow::kind::KindDeclarations::is_off(i),
+            gpu_type: specs.gpu_type.clone(),
+            gpu_count: u32::try_from(specs.gpu_count).unwrap_or_default(),
+        })
+    });
     Ok(Live {
         kind: info.kind.clone(),
         namespace,
         name,
         spec,
         cost: (info.cost_of)(&value),
-        placement,
+        placement: instance.and_then(|i| i.status?.placement?.chosen),
         refused: None,
+        machine,
     })
 }
 

@@ -124,6 +124,7 @@ fn live_of(value: &serde_json::Value, cost: Option<f64>, placed: Option<(&str, &
             currency: Some("USD".into()),
         }),
         refused: None,
+        machine: None,
     }
 }
 
@@ -844,6 +845,150 @@ fn a_held_create_says_by_what_and_why() {
     assert_eq!(json["objects"][0]["held"]["by"], "Budget");
     assert_eq!(json["objects"][0]["held"]["name"], "team");
     assert_eq!(json["objects"][0]["hourlyCost"]["after"], 0.0);
+}
+
+/// A stopped H100 in eu-west-1, and its live object (costing 0.299 off).
+fn stopped_h100() -> (serde_json::Value, Live) {
+    let stopped = object(
+        "GpuInstance",
+        "train",
+        json!({"osImage": "ubuntu-22.04-cuda-12", "region": "eu-west-1",
+               "gpuType": "H100-80G", "powerState": "Stopped"}),
+    );
+    let live = Live {
+        machine: Some(super::core::LiveMachine {
+            uid: "uid-train".into(),
+            off: true,
+            gpu_type: "H100-80G".into(),
+            gpu_count: 1,
+        }),
+        ..live_of(&stopped, Some(0.299), None)
+    };
+    (stopped, live)
+}
+
+type Hold3 = Option<(String, String, String)>;
+
+/// (case, the spec applied, what governs team-a, the hold, the cost after).
+fn start_cases() -> Vec<(
+    &'static str,
+    serde_json::Value,
+    Standing,
+    Hold3,
+    Option<f64>,
+)> {
+    let held = |by: &str, name: &str, reason: &str| {
+        Some((by.to_string(), name.to_string(), reason.to_string()))
+    };
+    let (stopped, _) = stopped_h100();
+    let started = |extra: serde_json::Value| {
+        let mut value = stopped.clone();
+        value["spec"]["powerState"] = "Running".into();
+        for (key, field) in extra.as_object().into_iter().flatten() {
+            value["spec"][key] = field.clone();
+        }
+        value
+    };
+    let keeping_off = budget(
+        "team",
+        json!({"maxHourlyRate": 3.0, "onExceeded": "Stop"}),
+        json!({"poweredOff": [{"name": "train", "uid": "uid-train", "hourlyRate": 2.99,
+                               "since": "2026-12-07T00:00:00Z", "powerState": "Stopped"}]}),
+    );
+    let capped = gpu_policy(
+        "cap",
+        json!({"namespaceSelector": {},
+               "namespaceLimits": {"hourlyRate": 4.0, "currency": "USD"}}),
+    );
+    let with_policy = |policy: GpuPolicy, objects: Vec<Billed>| Standing {
+        policies: vec![policy],
+        objects,
+        ..Standing::default()
+    };
+    let window =
+        json!({"timeZone": "UTC", "windows": [{"days": ["Mon"], "from": "09:00", "to": "17:00"}]});
+    vec![
+        (
+            "starts",
+            started(json!({})),
+            Standing::default(),
+            None,
+            Some(2.99),
+        ),
+        (
+            "within its own limit",
+            started(json!({"maxHourlyRate": 3.0})),
+            Standing::default(),
+            None,
+            Some(2.99),
+        ),
+        (
+            "above its own limit",
+            started(json!({"maxHourlyRate": 1.0})),
+            Standing::default(),
+            held("GpuInstance", "spec.maxHourlyRate", "PriceAboveLimit"),
+            Some(0.299),
+        ),
+        (
+            "kept off by a Budget",
+            started(json!({})),
+            Standing {
+                budgets: vec![(keeping_off, vec![])],
+                ..Standing::default()
+            },
+            held("Budget", "team", "BudgetExceeded"),
+            Some(0.299),
+        ),
+        (
+            "within the policy's rate cap",
+            started(json!({})),
+            with_policy(capped.clone(), vec![running("other", 1.0)]),
+            None,
+            Some(2.99),
+        ),
+        (
+            "over the policy's rate cap",
+            started(json!({})),
+            with_policy(capped, vec![running("other", 1.5)]),
+            held("GpuPolicy", "cap", "PolicyLimit"),
+            Some(0.299),
+        ),
+        (
+            "a schedule decides at its moments",
+            started(json!({"schedule": window})),
+            Standing::default(),
+            None,
+            Some(0.299),
+        ),
+    ]
+}
+
+/// A stopped machine whose new spec asks for it running: it starts at the price list's rate,
+/// unless its `maxHourlyRate`, a Budget keeping it off or a GpuPolicy's rate cap holds the
+/// start, as the operator's start would be held; a schedule leaves it to the operator.
+#[test]
+fn a_start_is_priced_at_the_running_rate_or_held_as_the_operator_holds_it() {
+    let (_, live) = stopped_h100();
+    for (case, wanted, standing, expected, after) in start_cases() {
+        let paired = desired(vec![wanted])
+            .into_iter()
+            .map(|d| (d, Some(live.clone())))
+            .collect();
+        let mut standing = BTreeMap::from([("team-a".to_string(), standing)]);
+        let plan = plan(
+            paired,
+            vec![],
+            &kinds::managed(),
+            &from_price_list(),
+            &mut standing,
+        );
+        assert_eq!(holds(&plan), vec![expected.clone()], "{case}: {plan:#?}");
+        assert_eq!(plan.objects[0].hourly_cost.after, after, "{case}");
+        let text = render(&plan, Output::Text);
+        if expected.is_some() {
+            assert!(text.contains("1 held start counted off"), "{case}: {text}");
+        }
+    }
 }
 
 // === how fresh the stock is ===

@@ -56,11 +56,22 @@ pub fn render(plan: &Plan) -> String {
             plural(total.unpriced)
         ));
     }
-    if total.held > 0 {
+    let held_creates = plan
+        .objects
+        .iter()
+        .filter(|o| o.held.is_some() && o.action == Action::Create)
+        .count();
+    if held_creates > 0 {
         out.push_str(&format!(
-            " ({} held create{} counted at 0)",
-            total.held,
-            plural(total.held)
+            " ({held_creates} held create{} counted at 0)",
+            plural(held_creates)
+        ));
+    }
+    let held_starts = total.held - held_creates;
+    if held_starts > 0 {
+        out.push_str(&format!(
+            " ({held_starts} held start{} counted off)",
+            plural(held_starts)
         ));
     }
     out.push('\n');
