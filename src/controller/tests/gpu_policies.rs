@@ -338,6 +338,24 @@ async fn racing_creates_in_ten_namespaces_never_pass_their_caps() {
     assert_eq!(env.calls("CreateInstance"), 20);
 }
 
+/// Waits until the cloud shows machine `id` stopped (at the policy's lifetime).
+async fn stopped_within(env: &Env, id: &str, seconds: u64) {
+    eventually(
+        seconds,
+        "the machine stopped at the policy's lifetime",
+        || async {
+            let state = env.simulator.state();
+            state
+                .instances
+                .iter()
+                .find(|i| i.instance_id == id)
+                .filter(|i| i.status == gpucloud_cloud::model::InstanceStatus::Shutoff)
+                .map(|_| ())
+        },
+    )
+    .await;
+}
+
 /// The machine says nothing of a policy's `maxLifetime`, so no timer of its own wakes it
 /// then: the plan that reads the policy asks for the look. With the resync ten minutes away,
 /// the machine is stopped within seconds of its end all the same.
@@ -355,19 +373,7 @@ async fn a_policys_lifetime_stops_the_machine_on_time_not_at_the_resync() {
     .await;
     support::create(&env, &machine("capped", serde_json::json!({}))).await;
     let id = support::ready_id::<GpuInstance>(&env, "capped").await;
-    eventually(40, "the machine stopped at the policy's lifetime", || {
-        let (env, id) = (&env, id.clone());
-        async move {
-            let state = env.simulator.state();
-            state
-                .instances
-                .iter()
-                .find(|i| i.instance_id == id)
-                .filter(|i| i.status == gpucloud_cloud::model::InstanceStatus::Shutoff)
-                .map(|_| ())
-        }
-    })
-    .await;
+    stopped_within(&env, &id, 40).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,20 +388,7 @@ async fn a_machine_without_a_lifetime_gets_the_policys_and_cannot_shed_it() {
     // No lifetime of its own; a policy's maxLifetime applies all the same, and stops it.
     support::create(&env, &machine("no-lifetime", serde_json::json!({}))).await;
     let id = support::ready_id::<GpuInstance>(&env, "no-lifetime").await;
-    let stopped = eventually(60, "the machine stopped at the policy's lifetime", || {
-        let (env, id) = (&env, id.clone());
-        async move {
-            let state = env.simulator.state();
-            state
-                .instances
-                .iter()
-                .find(|i| i.instance_id == id)
-                .filter(|i| i.status == gpucloud_cloud::model::InstanceStatus::Shutoff)
-                .map(|_| ())
-        }
-    })
-    .await;
-    let () = stopped;
+    stopped_within(&env, &id, 60).await;
     let message = eventually(30, "the Ready message naming the policy", || {
         let api = env.api::<GpuInstance>();
         async move {
