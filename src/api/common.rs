@@ -247,7 +247,8 @@ pub struct CloudStatus {
     /// (`AccountChanged`) until they are put back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
-    /// When the resource expires, from `spec.lifetime`.
+    /// When the resource expires, from `spec.lifetime` (for a GpuInstance, or a GpuPolicy's
+    /// `maxLifetime` when that ends the machine first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<Time>,
     /// The expiry the `ExpiresSoon` warning was given for (a changed expiry is warned of again).

@@ -6,6 +6,7 @@ use crate::flow::conditions::Outcome;
 use crate::flow::context::Context;
 pub use crate::flow::declarations::{KindDeclarations, Record, Reference, WhenGone};
 use crate::flow::error::Error;
+use gpucloud_api::lifetime::Stage;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -232,11 +233,19 @@ pub(crate) use never_acts;
 pub struct Plan<A> {
     pub action: Option<A>,
     pub outcome: Outcome,
-    /// A moment the object must be looked at again whatever the cloud does, known only from
-    /// what the plan read beside the object (a GpuPolicy's `maxLifetime` ending the machine):
-    /// the reconcile's requeue is never later. What the object alone says of its moments is
-    /// [`KindDeclarations::next_wake`]'s.
-    pub wake: Option<Timestamp>,
+    /// A lifetime in force that the object does not state, found by what the plan read beside
+    /// it (a GpuPolicy's `maxLifetime`, when it ends the machine before its own lifetime):
+    /// the flow shows it in `status.expiresAt`, warns of it as of the object's own, and looks
+    /// again at its next stage, which no timer of the object's would ([`KindDeclarations::next_wake`]).
+    pub imposed_lifetime: Option<ImposedLifetime>,
+}
+
+/// A lifetime set for the object from outside it: where it stands, and what sets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImposedLifetime {
+    pub stage: Stage,
+    /// Who sets it, as messages name it (`GpuPolicy research`).
+    pub by: String,
 }
 
 impl<A> Plan<A> {
@@ -245,7 +254,7 @@ impl<A> Plan<A> {
         Plan {
             action: Some(action),
             outcome,
-            wake: None,
+            imposed_lifetime: None,
         }
     }
 
@@ -254,7 +263,7 @@ impl<A> Plan<A> {
         Plan {
             action: None,
             outcome,
-            wake: None,
+            imposed_lifetime: None,
         }
     }
 }

@@ -358,7 +358,8 @@ async fn stopped_within(env: &Env, id: &str, seconds: u64) {
 
 /// The machine says nothing of a policy's `maxLifetime`, so no timer of its own wakes it
 /// then: the plan that reads the policy asks for the look. With the resync ten minutes away,
-/// the machine is stopped within seconds of its end all the same.
+/// the machine is stopped within seconds of its end all the same; before, its status shows
+/// the expiry and a Warning names the policy, as for a lifetime of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policys_lifetime_stops_the_machine_on_time_not_at_the_resync() {
     let mut env = Env::without_operator(gpucloud_simulator::SimulatorConfig::default()).await;
@@ -373,6 +374,28 @@ async fn a_policys_lifetime_stops_the_machine_on_time_not_at_the_resync() {
     .await;
     support::create(&env, &machine("capped", serde_json::json!({}))).await;
     let id = support::ready_id::<GpuInstance>(&env, "capped").await;
+    let object = env.api::<GpuInstance>().get("capped").await.unwrap();
+    let created = object.metadata.creation_timestamp.clone().unwrap().0;
+    let expires_at = object.status.unwrap().cloud.expires_at.map(|t| t.0);
+    assert_eq!(
+        expires_at,
+        Some(
+            created
+                .checked_add(std::time::Duration::from_secs(10))
+                .unwrap()
+        )
+    );
+    let warned = eventually(10, "a Warning of the policy's expiry", || async {
+        let warned = support::events_about(&env, "capped", "ExpiresSoon").await;
+        (!warned.is_empty()).then_some(warned)
+    })
+    .await;
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    let note = warned[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("the longest lifetime GpuPolicy short allows"),
+        "{note}"
+    );
     stopped_within(&env, &id, 40).await;
 }
 

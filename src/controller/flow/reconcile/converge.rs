@@ -9,7 +9,7 @@ use crate::accounts::observer::CloudRecord;
 use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::error::Error;
-use crate::flow::kind::{ManagedKind, Plan, Record};
+use crate::flow::kind::{ImposedLifetime, ManagedKind, Plan, Record};
 use crate::runtime::events::EventType;
 use gpucloud_api::{CloudStatus, ManagementPolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -27,10 +27,11 @@ pub(super) async fn converge<K: ManagedKind>(
     status: CloudStatus,
     record: Record<K>,
 ) -> Result<Action, Error> {
-    let stage = lifetime_stage(&**object, cx.settings.clock.now())?;
+    let own_stage = lifetime_stage(&**object, cx.settings.clock.now())?;
     let mut working = K::clone(object);
     let plan = planned_step(&working, cx, account, &record).await?;
-    let (outcome, wake) = (plan.outcome, plan.wake);
+    let (outcome, imposed) = (plan.outcome, plan.imposed_lifetime);
+    let stage = imposed.as_ref().map(|l| l.stage).or(own_stage);
     // What the resource costs by the price list, for the kinds the cloud bills by it: the
     // list is cached per account, so this is no call per object.
     if K::PRICED
@@ -47,7 +48,7 @@ pub(super) async fn converge<K: ManagedKind>(
     let previous_state = status.state.clone();
     let warn_of = expiry_warning_due(stage, &status, &outcome);
     if let Some(expires_at) = warn_of {
-        warn_of_expiry(cx, object, &record, expires_at);
+        warn_of_expiry(cx, object, &record, expires_at, imposed.as_ref());
     }
     let status = CloudStatus {
         expires_at: stage.map(|s| Time(s.expires_at())),
@@ -125,7 +126,7 @@ pub(super) async fn converge<K: ManagedKind>(
     let next = next_after(cx, account, &outcome);
     Ok(no_later_than(
         next,
-        wake,
+        imposed.and_then(|l| l.stage.next_change()),
         &cx.settings.clock,
         cx.settings.observe.resync,
     ))
@@ -151,18 +152,28 @@ fn warn_of_expiry<K: ManagedKind>(
     object: &K,
     record: &Record<K>,
     expires_at: k8s_openapi::jiff::Timestamp,
+    imposed: Option<&ImposedLifetime>,
 ) {
-    let on_expiry = object.lifetime().map(|l| l.on_expiry);
+    let message = match imposed {
+        Some(imposed) => format!(
+            "{} is stopped at {expires_at}, at the longest lifetime {} allows: save what it holds, or ask a cluster administrator to raise the limit",
+            record.id(),
+            imposed.by
+        ),
+        None => format!(
+            "{} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
+            record.id(),
+            object
+                .lifetime()
+                .map_or_else(String::new, |l| format!("{:?}", l.on_expiry))
+        ),
+    };
     publish(
         cx,
         object,
         EventType::Warning,
         reason::EXPIRES_SOON,
-        &format!(
-            "{} expires at {expires_at} (onExpiry {}): extend or remove spec.lifetime to keep it",
-            record.id(),
-            on_expiry.map_or_else(String::new, |o| format!("{o:?}"))
-        ),
+        &message,
     );
 }
 

@@ -13,7 +13,9 @@ use crate::accounts::secrets::{Read, controlled_by, read_if};
 use crate::flow::conditions::{Outcome, reason};
 use crate::flow::context::Context;
 use crate::flow::error::Error;
-use crate::flow::kind::{KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone};
+use crate::flow::kind::{
+    ImposedLifetime, KindDeclarations, ManagedKind, Plan, Record, Reference, WhenGone,
+};
 use crate::flow::reconcile::lifetime_stage;
 pub use crate::kinds::gpu_instance::create::InstancePlan;
 use crate::kinds::gpu_instance::create::foreign_connection_secret;
@@ -480,9 +482,9 @@ impl ManagedKind for GpuInstance {
     /// booted with the startup script its ConfigMap holds now.
     fn plan(&self, record: &Instance, moment: Moment) -> Result<Plan<InstanceAction>, Error> {
         let script_changed = moment.startup_script_changed.clone();
-        let policy_wake = policy_lifetime_wake(self, &moment);
+        let imposed = imposed_lifetime(self, &moment);
         let mut plan = power_and_network_plan(self, record, moment)?;
-        plan.wake = policy_wake;
+        plan.imposed_lifetime = imposed;
         // The machine runs the script it booted with: not as specified, and no call changes it.
         if let (Some(change), Outcome::Ready { .. }) = (script_changed, &plan.outcome) {
             plan.outcome = Outcome::stalled(reason::SPEC_MISMATCH, change);
@@ -921,11 +923,14 @@ fn effective_lifetime(
     })
 }
 
-/// The next moment of the lifetime a GpuPolicy's `maxLifetime` sets, when it comes before the
-/// machine's own: the object says nothing of it, so the plan asks for the look then.
-fn policy_lifetime_wake(vm: &GpuInstance, moment: &Moment) -> Option<Timestamp> {
+/// The lifetime a GpuPolicy's `maxLifetime` sets, when it ends the machine before its own:
+/// the object says nothing of it, so the plan tells the flow (to show, warn of and wake for).
+fn imposed_lifetime(vm: &GpuInstance, moment: &Moment) -> Option<ImposedLifetime> {
     match effective_lifetime(vm, moment, moment.now) {
-        Ok((Some(stage), _, Some(_policy))) => stage.next_change(),
+        Ok((Some(stage), _, Some(policy))) => Some(ImposedLifetime {
+            stage,
+            by: format!("GpuPolicy {policy}"),
+        }),
         _ => None,
     }
 }
@@ -1663,7 +1668,15 @@ mod tests {
             };
             let record = machine(InstanceStatus::Active, VmStatus::Running);
             let plan = vm.plan(&record, moment).unwrap();
-            assert_eq!(plan.wake, wake.map(at), "{own:?} {max:?} at {now}");
+            let imposed = plan.imposed_lifetime;
+            assert_eq!(
+                imposed.as_ref().and_then(|l| l.stage.next_change()),
+                wake.map(at),
+                "{own:?} {max:?} at {now}"
+            );
+            if let Some(imposed) = imposed {
+                assert_eq!(imposed.by, "GpuPolicy cap");
+            }
         }
     }
 
